@@ -1,0 +1,84 @@
+"""Python API: `analyze(...)` returns the same report the CLI prints."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .errors import AnalysisError, UnsupportedOperatorsError
+from .frontends import InputSpec, LoadedModel, load
+
+
+
+@dataclass
+class Report:
+    """One model's analysis (and, later, prediction), ready for `to_json()` or the renderers."""
+
+    model: dict
+    inputs: list[dict]
+    analysis: object  # passes.analysis.Analysis
+    warnings: list[str] = field(default_factory=list)
+    prediction: dict | None = None
+
+    @property
+    def totals(self):
+        return self.analysis.totals
+
+    def to_json(self) -> dict:
+        from .report import report_json
+
+        return report_json(self)
+
+
+def _unsupported_message(unsupported: dict[str, int]) -> str:
+    return ", ".join(f"{k} ({v})" for k, v in unsupported.items())
+
+
+def analyze_loaded(loaded: LoadedModel, *, strict: bool = False) -> Report:
+    """Run the passes over a loaded model and assemble the report."""
+    from passes.analysis import analyze_graph
+    from passes.tvm_ir import DynamicShapeError, IRError, extract
+
+    try:
+        graph = extract(loaded.mod, n_inputs=loaded.n_inputs)
+    except DynamicShapeError as exc:
+        from .errors import MissingShapeError
+
+        raise MissingShapeError(f"{exc}; set every input dimension with --input NAME:DIMS or --batch N") from exc
+    except IRError as exc:
+        raise AnalysisError(str(exc)) from exc
+    analysis = analyze_graph(graph)
+    unsupported = analysis.totals.unsupported
+    if strict and unsupported:
+        raise UnsupportedOperatorsError(
+            f"{sum(unsupported.values())} operators have no cost rule: {_unsupported_message(unsupported)}",
+            unsupported)
+    warnings = list(loaded.warnings)
+    if loaded.unconverted:
+        warnings.append(f"TVM cannot import these PyTorch operators; kept as opaque calls: "
+                        f"{', '.join(loaded.unconverted)}")
+    if unsupported:
+        warnings.append(f"operators without a cost rule count 0 FLOPs (use --strict to fail): "
+                        f"{_unsupported_message(unsupported)}")
+    names = list(loaded.input_names)
+    inputs = [{"name": names[i] if i < len(names) else s.name, "shape": list(s.tensor.shape),
+               "dtype": s.tensor.dtype} for i, s in enumerate(graph.inputs)]
+    model = {"source": loaded.source, "framework": loaded.framework, "name": loaded.name}
+    return Report(model=model, inputs=inputs, analysis=analysis, warnings=warnings)
+
+
+def analyze(model, example_inputs: Sequence | None = None, *, inputs: Sequence[InputSpec | str] | None = None,
+            batch: int | None = None, strict: bool = False) -> Report:
+    """Analyse a model: per-op FLOPs/MACs/bytes, totals, peak memory, graph features.
+
+    Args:
+        model: a path (`.onnx`, `.pt2`), `"zoo:NAME[?key=value]"`, an `nn.Module`, or a Relax IRModule.
+        example_inputs: example tensors when `model` is an nn.Module.
+        inputs: `"NAME:DIMS[:DTYPE]"` strings or `InputSpec`s that fix the file's input shapes.
+        batch: sets dimension 0 of every input.
+        strict: raise `UnsupportedOperatorsError` if any op has no cost rule.
+
+    Returns:
+        A `Report`; `report.to_json()` is the `preflight.report/1` document.
+    """
+    return analyze_loaded(load(model, inputs=inputs, batch=batch, example_inputs=example_inputs), strict=strict)

@@ -1,0 +1,132 @@
+"""The `preflight` command line (DESIGN.md: CLI). Errors are one or two lines on stderr with exit
+code 1 (analysis failed) or 2 (bad usage or input); PREFLIGHT_DEBUG=1 shows the traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+
+import click
+
+from . import __version__
+from .errors import PreflightError
+
+FORMATS = ("table", "json", "markdown")
+
+
+def _debug() -> bool:
+    return os.environ.get("PREFLIGHT_DEBUG", "") not in ("", "0")
+
+
+class _Group(click.Group):
+    """Turns preflight's errors into a short message and the exit code DESIGN.md gives them."""
+
+    def invoke(self, ctx: click.Context):
+        if not _debug():
+            warnings.filterwarnings("ignore")
+        try:
+            return super().invoke(ctx)
+        except PreflightError as exc:
+            if _debug():
+                raise
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except MemoryError:
+            click.echo("error: out of memory while analysing the model", err=True)
+            ctx.exit(1)
+        except Exception as exc:  # noqa: BLE001 - never show a traceback to a user
+            if _debug():
+                raise
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            click.echo(f"error: internal error ({type(exc).__name__}: {first}); "
+                       f"rerun with PREFLIGHT_DEBUG=1 for a traceback", err=True)
+            ctx.exit(1)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="preflight")
+def cli() -> None:
+    """preflight: what a model will cost on a data-centre GPU, without running it."""
+
+
+def _emit(text: str, output: str | None) -> None:
+    if output:
+        try:
+            with open(output, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as exc:
+            from .errors import UsageError
+
+            raise UsageError(f"cannot write {output}: {exc.strerror}") from exc
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+def model_options(f):
+    """Options shared by analyze / predict / report."""
+    f = click.option("--input", "inputs", multiple=True, metavar="NAME:DIMS[:DTYPE]",
+                     help="Shape (and dtype) of an input, e.g. x:8x3x224x224 or ids:1x128:int64. Repeatable.")(f)
+    f = click.option("--batch", type=click.IntRange(min=1), default=None,
+                     help="Set dimension 0 of every input.")(f)
+    return f
+
+
+@cli.command()
+@click.argument("model")
+@model_options
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write to FILE instead of stdout.")
+@click.option("--strict", is_flag=True, help="Fail (exit 1) if any operator has no cost rule.")
+@click.option("--top", type=click.IntRange(min=0), default=15, show_default=True,
+              help="How many of the costliest operators the table and Markdown list.")
+def analyze(model: str, inputs: tuple[str, ...], batch: int | None, fmt: str, output: str | None,
+            strict: bool, top: int) -> None:
+    """Count FLOPs, MACs, bytes and peak memory of MODEL, operator by operator.
+
+    MODEL is a .onnx or .pt2 (torch.export.save) file, or zoo:NAME[?key=value...].
+    """
+    from .api import analyze as run
+    from .report import render_markdown, render_table
+
+    report = run(model, inputs=list(inputs), batch=batch, strict=strict)
+    if fmt == "json":
+        text = json.dumps(report.to_json(), indent=2) + "\n"
+    elif fmt == "markdown":
+        text = render_markdown(report, top)
+    else:
+        text = render_table(report, top)
+    _emit(text, output)
+
+
+@cli.command()
+@click.option("--format", "fmt", type=click.Choice(("table", "json")), default="table", show_default=True)
+def zoo(fmt: str) -> None:
+    """List the built-in models usable as MODEL = zoo:NAME[?key=value...]."""
+    from . import zoo as z
+
+    families = z.list_families()
+    if fmt == "json":
+        doc = [{"family": f.name, "kind": f.kind, "params": dict(f.params), "variants": sorted(f.variants),
+                "description": f.description} for f in families]
+        click.echo(json.dumps(doc, indent=2))
+        return
+    for f in families:
+        params = ", ".join(f"{k}={v}" for k, v in f.params.items())
+        click.echo(f"{f.name:<16} {f.kind:<19} {params}")
+        if f.variants:
+            click.echo(f"{'':<16} variants: {', '.join(sorted(f.variants))}")
+    click.echo(f"\n{len(families)} families. Use zoo:NAME or zoo:FAMILY?key=value, e.g. zoo:resnet?depth=34")
+
+
+def main() -> None:
+    cli(prog_name="preflight")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""One entry point for every model source: `load(model, inputs=..., batch=...)`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import UnreadableModelError, UsageError
+from .loaded import LoadedModel
+from .specs import InputSpec
+
+
+def _specs(inputs: Sequence[InputSpec | str] | None) -> dict[str, InputSpec]:
+    out: dict[str, InputSpec] = {}
+    for s in inputs or ():
+        spec = s if isinstance(s, InputSpec) else InputSpec.parse(s)
+        if spec.name in out:
+            raise UsageError(f"--input {spec.name} given twice")
+        out[spec.name] = spec
+    return out
+
+
+def load(model, *, inputs: Sequence[InputSpec | str] | None = None, batch: int | None = None,
+         example_inputs: Sequence | None = None) -> LoadedModel:
+    """Lower `model` to a Relax IRModule with static shapes.
+
+    Args:
+        model: a path (`.onnx`, `.pt2`), `"zoo:NAME[?key=value...]"`, an `nn.Module` (with
+            `example_inputs`), or a Relax `tvm.IRModule` with static shapes.
+        inputs: `InputSpec`s or `"NAME:DIMS[:DTYPE]"` strings for the file's inputs.
+        batch: sets dimension 0 of every input.
+        example_inputs: tensors for an nn.Module.
+
+    Raises:
+        UsageError: bad arguments, unreadable or unsafe files, dynamic dims left unset (exit 2).
+        AnalysisError: the model was read but could not be lowered (exit 1).
+    """
+    if batch is not None and batch <= 0:
+        raise UsageError("--batch must be a positive integer")
+    specs = _specs(inputs)
+    if _is_module(model):
+        from .torch_frontend import from_module
+
+        if specs:
+            raise UsageError("an nn.Module takes example inputs, not --input specs")
+        return from_module(model, example_inputs or (), source=f"<{type(model).__name__}>")
+    if _is_irmodule(model):
+        return LoadedModel(mod=model, framework="relax", name="IRModule", source="<IRModule>", n_inputs=None)
+    if not isinstance(model, str | Path):
+        raise UsageError(f"cannot analyse a {type(model).__name__}: give a path, 'zoo:NAME' or an nn.Module")
+    text = str(model)
+    if text.startswith("zoo:"):
+        from .zoo_frontend import load_zoo
+
+        return load_zoo(text[4:], specs, batch)
+    return _load_file(Path(text), specs, batch)
+
+
+def _is_module(model) -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return isinstance(model, torch.nn.Module)
+
+
+def _is_irmodule(model) -> bool:
+    return type(model).__name__ == "IRModule" and type(model).__module__.startswith("tvm")
+
+
+def _load_file(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
+    from .torch_frontend import PICKLE_SUFFIXES, load_pt2, refuse_pickle, sniff_pickle
+
+    if not path.exists():
+        raise UnreadableModelError(f"{path}: no such file or directory")
+    if path.is_dir():
+        raise UnreadableModelError(f"{path}: a directory; preflight reads .onnx and .pt2 files "
+                                   f"(TensorFlow SavedModel and Paddle directories are not supported yet)")
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            raise UnreadableModelError(f"{path.name}: the file is empty")
+        suffix = path.suffix.lower()
+        if suffix in PICKLE_SUFFIXES:
+            raise refuse_pickle(path, f"'{suffix}' files are Python pickles")
+        if sniff_pickle(path):
+            raise refuse_pickle(path, "the file is a Python pickle")
+    except OSError as exc:
+        raise UnreadableModelError(f"{path}: cannot read the file ({exc.strerror})") from exc
+    if suffix == ".onnx":
+        from .onnx_frontend import load_onnx
+
+        return load_onnx(path, specs, batch)
+    if suffix == ".pt2":
+        return load_pt2(path, specs, batch)
+    if suffix in (".tflite", ".keras", ".h5", ".pdmodel", ".pdiparams"):
+        raise UnreadableModelError(f"{path.name}: TensorFlow/TFLite and PaddlePaddle models are not supported yet; "
+                                   f"export to ONNX instead")
+    raise UnreadableModelError(f"{path.name}: unknown model format '{suffix or '(no suffix)'}'; "
+                               f"preflight reads .onnx and .pt2 (torch.export.save) files and zoo:NAME")
+
+
+__all__ = ["InputSpec", "LoadedModel", "load"]

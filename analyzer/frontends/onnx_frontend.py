@@ -1,0 +1,101 @@
+"""ONNX frontend: `.onnx` files (weights inline or in external data files beside the model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import AnalysisError, PreflightError, UnreadableModelError, UnsupportedOperatorsError, UsageError
+from .loaded import LoadedModel
+from .specs import InputSpec, resolve_shape
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+def _check_external_data(model, base: Path, name: str) -> None:
+    """Every external-data location must be a file inside the model's folder."""
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    root = base.resolve()
+    for tensor in _get_all_tensors(model):
+        if not uses_external_data(tensor):
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        loc = info.get("location", "")
+        target = (root / loc).resolve()
+        if Path(loc).is_absolute() or not target.is_relative_to(root):
+            raise UnreadableModelError(f"{name}: external data of tensor '{tensor.name}' points outside the "
+                                       f"model's folder ({loc!r}); refusing to read it")
+        if not target.is_file():
+            raise UnreadableModelError(f"{name}: external data file {loc!r} of tensor '{tensor.name}' is missing "
+                                       f"(keep it beside the model)")
+
+
+def _supported_ops() -> set[str]:
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    return set(_get_convert_map().keys())
+
+
+def _file_dims(value_info) -> list[int | str | None]:
+    t = value_info.type.tensor_type
+    if not t.HasField("shape"):
+        return []
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or None)
+            for d in t.shape.dim]
+
+
+def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
+    """Read, validate and import an ONNX file with static input shapes."""
+    import onnx
+    from onnx import helper
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError, RuntimeWarning...
+        raise UnreadableModelError(f"{path.name}: not a valid ONNX file ({_one_line(exc)})") from exc
+    if not model.graph.node:
+        raise UnreadableModelError(f"{path.name}: not a valid ONNX model (its graph has no nodes)")
+    _check_external_data(model, path.parent, path.name)
+    try:
+        onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
+        onnx.checker.check_model(model)
+    except Exception as exc:  # noqa: BLE001 - ValidationError and friends
+        raise UnreadableModelError(f"{path.name}: invalid ONNX model: {_one_line(exc)}") from exc
+
+    supported = _supported_ops()
+    missing: dict[str, int] = {}
+    for node in model.graph.node:
+        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+        if node.op_type not in supported or node.domain not in ("", "ai.onnx", "com.microsoft"):
+            missing[key] = missing.get(key, 0) + 1
+    if missing:
+        listed = ", ".join(f"{k} ({v})" for k, v in sorted(missing.items()))
+        raise UnsupportedOperatorsError(f"{path.name}: ONNX operators TVM's importer cannot read: {listed}", missing)
+
+    initializers = {t.name for t in model.graph.initializer}
+    graph_inputs = [i for i in model.graph.input if i.name not in initializers]
+    unknown = set(specs) - {i.name for i in graph_inputs}
+    if unknown:
+        raise UsageError(f"--input names {', '.join(sorted(unknown))} not among the model's inputs: "
+                         f"{', '.join(i.name for i in graph_inputs)}")
+    shape_dict, dtype_dict = {}, {}
+    for inp in graph_inputs:
+        spec = specs.get(inp.name)
+        shape_dict[inp.name] = list(resolve_shape(inp.name, _file_dims(inp), spec, batch, path.name))
+        elem = inp.type.tensor_type.elem_type
+        dtype = str(helper.tensor_dtype_to_np_dtype(elem)) if elem else "float32"
+        dtype_dict[inp.name] = spec.dtype if spec and spec.dtype else dtype
+
+    from tvm.relax.frontend.onnx import from_onnx
+
+    try:
+        mod = from_onnx(model, shape_dict=shape_dict, dtype_dict=dtype_dict, keep_params_in_input=False)
+    except PreflightError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the importer raises many error types
+        raise AnalysisError(f"{path.name}: TVM's ONNX importer failed: {_one_line(exc)}") from exc
+    return LoadedModel(mod=mod, framework="onnx", name=model.graph.name or path.stem, source=str(path),
+                       n_inputs=len(graph_inputs), input_names=tuple(shape_dict))

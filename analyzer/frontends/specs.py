@@ -1,0 +1,73 @@
+"""Input specifications: `--input NAME:DIMS[:DTYPE]` and `--batch N`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import MissingShapeError, UsageError
+
+DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """A user's shape (and optionally dtype) for one named model input."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> InputSpec:
+        """Parse `NAME:DIMS[:DTYPE]`, DIMS `x`-separated, e.g. `pixel_values:8x3x224x224:float16`."""
+        parts = text.rsplit(":", 2) if text.count(":") >= 2 else text.rsplit(":", 1)
+        if len(parts) == 3 and parts[2] not in DTYPES:
+            # the name itself may contain ':' (ONNX names like "input:0"): re-split keeping it
+            parts = text.rsplit(":", 1)
+        if len(parts) < 2 or not parts[0]:
+            raise UsageError(f"--input {text!r}: expected NAME:DIMS[:DTYPE], e.g. x:1x3x224x224")
+        name, dims = parts[0], parts[1]
+        dtype = parts[2] if len(parts) == 3 else None
+        try:
+            shape = tuple(int(d) for d in dims.lower().split("x"))
+        except ValueError:
+            raise UsageError(f"--input {text!r}: DIMS must be positive integers separated by 'x'") from None
+        if not shape or any(d <= 0 for d in shape):
+            raise UsageError(f"--input {text!r}: DIMS must be positive integers separated by 'x'")
+        if dtype is not None and dtype not in DTYPES:
+            raise UsageError(f"--input {text!r}: unknown dtype {dtype!r} (one of {', '.join(DTYPES)})")
+        return cls(name, shape, dtype)
+
+
+def resolve_shape(name: str, file_dims: list[int | str | None], spec: InputSpec | None, batch: int | None,
+                  source: str) -> tuple[int, ...]:
+    """The concrete shape of input `name`.
+
+    `file_dims` are the model file's dimensions: an int when fixed, a string or None when dynamic.
+    A user's `--input` wins over the file for dynamic dims; `--batch` sets dimension 0. A dim that
+    stays dynamic, or a user value that contradicts a fixed dim, raises an error naming the input,
+    the dimension and the flag that sets it.
+    """
+    dims = list(file_dims)
+    if spec is not None:
+        if len(spec.shape) != len(dims):
+            raise UsageError(f"input '{name}' has {len(dims)} dimensions in {source}, --input gives {len(spec.shape)}")
+        for i, (f, u) in enumerate(zip(dims, spec.shape, strict=True)):
+            if isinstance(f, int) and f != u:
+                raise UsageError(f"input '{name}' dimension {i} is fixed to {f} in {source}; --input asks for {u} "
+                                 f"(re-export the model with that dimension dynamic)")
+            dims[i] = u
+    if batch is not None and dims:
+        if isinstance(file_dims[0], int) and file_dims[0] != batch:
+            raise UsageError(f"input '{name}' dimension 0 is fixed to {file_dims[0]} in {source}; --batch {batch} "
+                             f"cannot change it (re-export the model with a dynamic batch dimension)")
+        dims[0] = batch
+    for i, d in enumerate(dims):
+        if not isinstance(d, int):
+            label = f" ('{d}')" if d else ""
+            raise MissingShapeError(
+                f"input '{name}' dimension {i}{label} is dynamic: set it with "
+                + ("--batch N or " if i == 0 else "")
+                + f"--input {name}:{'x'.join(str(x) if isinstance(x, int) else '?' for x in dims)}"
+            )
+    return tuple(dims)

@@ -1,0 +1,121 @@
+"""Text at the edge: the JSON document, the terminal table and Markdown for an analysis report."""
+
+from __future__ import annotations
+
+from . import __version__
+
+SCHEMA = "preflight.report/1"
+
+
+def op_json(cost) -> dict:
+    return {
+        "index": cost.index, "name": cost.name, "op": cost.op, "category": cost.category,
+        "flops": cost.flops, "macs": cost.macs, "bytes_read": cost.bytes_read, "bytes_written": cost.bytes_written,
+        "inputs": [t.to_json() for t in cost.inputs],
+        "output": cost.output.to_json() if cost.outputs else None,
+        "weight_bytes": cost.weight_bytes,
+        "folded": cost.weight_only,
+        "supported": cost.supported,
+    }
+
+
+def report_json(report) -> dict:
+    """The `preflight.report/1` document (DESIGN.md)."""
+    a = report.analysis
+    t = a.totals
+    doc = {
+        "schema": SCHEMA,
+        "tool": {"name": "preflight", "version": __version__},
+        "model": dict(report.model),
+        "inputs": [dict(i) for i in report.inputs],
+        "totals": {
+            "flops": t.flops, "macs": t.macs, "params": t.params, "param_bytes": t.param_bytes,
+            "peak_activation_bytes": t.peak_activation_bytes, "bytes_read": t.bytes_read,
+            "bytes_written": t.bytes_written, "op_count": t.op_count, "unsupported": dict(t.unsupported),
+        },
+        "ops": [op_json(c) for c in a.ops],
+        "graph": {"nodes": len(a.ops), "edges": len(a.edges)},
+        "warnings": list(report.warnings),
+    }
+    if report.prediction is not None:
+        doc["prediction"] = report.prediction
+    return doc
+
+
+# ---- human units ---------------------------------------------------------------------------
+
+def si(n: float, unit: str = "") -> str:
+    """1234567 -> '1.23 M' (powers of 1000)."""
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= factor:
+            return f"{n / factor:.2f} {prefix}{unit}"
+    return f"{n:.0f} {unit}".rstrip()
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def _shape(s) -> str:
+    return "x".join(str(d) for d in s) or "scalar"
+
+
+def _rows(report, top: int) -> tuple[list[str], list[list[str]]]:
+    a = report.analysis
+    total = a.totals.flops or 1
+    live = [c for c in a.ops if not c.weight_only]
+    ranked = sorted(live, key=lambda c: (c.flops, c.bytes_read + c.bytes_written), reverse=True)[:top]
+    header = ["#", "name", "op", "category", "output", "FLOPs", "share", "bytes moved"]
+    rows = [[str(c.index), c.name, c.op.removeprefix("relax."), c.category,
+             _shape(c.output.shape) if c.outputs else "-", si(c.flops), f"{100 * c.flops / total:.1f}%",
+             mib(c.bytes_read + c.bytes_written)] for c in ranked]
+    return header, rows
+
+
+def _summary(report) -> list[tuple[str, str]]:
+    t = report.analysis.totals
+    inputs = ", ".join(f"{i['name']} {_shape(i['shape'])} {i['dtype']}" for i in report.inputs)
+    return [
+        ("model", f"{report.model['name']} ({report.model['framework']}: {report.model['source']})"),
+        ("inputs", inputs or "-"),
+        ("FLOPs", f"{si(t.flops)} ({t.flops:,})"),
+        ("MACs", f"{si(t.macs)} ({t.macs:,})"),
+        ("params", f"{si(t.params)} ({t.params:,}), {mib(t.param_bytes)}"),
+        ("peak activations", mib(t.peak_activation_bytes)),
+        ("bytes read / written", f"{mib(t.bytes_read)} / {mib(t.bytes_written)}"),
+        ("operators", f"{t.op_count:,} ({len(report.analysis.edges):,} data-flow edges)"),
+        ("unsupported", ", ".join(f"{k} x{v}" for k, v in t.unsupported.items()) or "none"),
+    ]
+
+
+def render_table(report, top: int = 15) -> str:
+    """Plain-text view for a terminal: totals, then the costliest operators."""
+    lines = []
+    summary = _summary(report)
+    width = max(len(k) for k, _ in summary)
+    lines += [f"{k:<{width}}  {v}" for k, v in summary]
+    header, rows = _rows(report, top)
+    if rows:
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        right = {0, 5, 6, 7}
+        fmt = lambda r: "  ".join(c.rjust(w) if i in right else c.ljust(w)  # noqa: E731
+                                  for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
+        lines += ["", f"costliest {len(rows)} operators by FLOPs:", fmt(header), fmt(["-" * w for w in widths])]
+        lines += [fmt(r) for r in rows]
+    if report.warnings:
+        lines += [""] + [f"warning: {w}" for w in report.warnings]
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(report, top: int = 15) -> str:
+    """Markdown: a totals table and the costliest operators."""
+    lines = [f"# preflight analysis: {report.model['name']}", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {v.replace('|', '/')} |" for k, v in _summary(report)]
+    header, rows = _rows(report, top)
+    if rows:
+        lines += ["", f"## Costliest {len(rows)} operators", "", "| " + " | ".join(header) + " |",
+                  "|" + "|".join("---:" if i in (0, 5, 6, 7) else "---" for i in range(len(header))) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+    if report.warnings:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in report.warnings]
+    return "\n".join(lines) + "\n"

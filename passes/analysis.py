@@ -1,0 +1,84 @@
+"""The whole analysis of one Relax function as plain data: op costs, totals, memory, graph."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import features as feat
+from .costs import OpCost, cost_of
+from .graph import OpGraph
+from .memory import MemoryProfile, liveness
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Model totals, as in the `totals` block of the JSON report.
+
+    Ops that only transform weights (`OpCost.weight_only`, e.g. a transposed linear weight) are
+    folded ahead of time by compilers and are left out of the FLOP, byte and op counts.
+    """
+
+    flops: int
+    macs: int
+    params: int
+    param_bytes: int
+    peak_activation_bytes: int
+    bytes_read: int
+    bytes_written: int
+    op_count: int
+    unsupported: dict[str, int]
+
+
+@dataclass
+class Analysis:
+    """Everything the passes know about one model, free of TVM objects."""
+
+    graph: OpGraph
+    ops: list[OpCost]
+    totals: Totals
+    memory: MemoryProfile
+    edges: list[tuple[int, int]]
+    static_features: dict[str, float]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def x(self) -> np.ndarray:
+        """Node-feature matrix, (|V|, features.NUM_FEATURES)."""
+        return feat.node_features(self.ops, [op.attrs for op in self.graph.ops])
+
+    @property
+    def edge_index(self) -> np.ndarray:
+        """(2, |E|) producer -> consumer pairs of the data flow."""
+        return feat.edge_index(self.edges)
+
+
+def analyze_graph(graph: OpGraph) -> Analysis:
+    """Run every pass over an extracted graph."""
+    ops = [cost_of(op) for op in graph.ops]
+    live = [c for c in ops if not c.weight_only]
+    memory = liveness(graph)
+    weights = [s for s in graph.weights if not s.scalar_const]
+    params = sum(s.tensor.numel for s in weights)
+    unsupported = Counter(c.unsupported_key for c in ops if not c.supported)
+    totals = Totals(
+        flops=sum(c.flops for c in live), macs=sum(c.macs for c in live), params=params,
+        param_bytes=memory.weight_bytes, peak_activation_bytes=memory.peak_bytes,
+        bytes_read=sum(c.bytes_read for c in live), bytes_written=sum(c.bytes_written for c in live),
+        op_count=len(live), unsupported=dict(sorted(unsupported.items())),
+    )
+    inputs = graph.inputs
+    batch = inputs[0].tensor.shape[0] if inputs and inputs[0].tensor.shape else 1
+    static = feat.static_features(ops, batch_size=batch, params=params,
+                                  peak_activation_bytes=memory.peak_bytes, param_bytes=memory.weight_bytes)
+    return Analysis(graph=graph, ops=ops, totals=totals, memory=memory, edges=graph.edges(),
+                    static_features=static)
+
+
+def analyze_module(mod, func_name: str = "main", *, n_inputs: int | None = None) -> Analysis:
+    """Run every pass over a Relax IRModule (see `passes.tvm_ir.extract` for the arguments)."""
+    from .tvm_ir import extract
+
+    return analyze_graph(extract(mod, func_name, n_inputs=n_inputs))

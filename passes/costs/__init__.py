@@ -1,0 +1,120 @@
+"""Per-operator cost pass: MACs, FLOPs, bytes read and written for every op of a Relax graph.
+
+Usage::
+
+    from passes.costs import op_costs
+    costs = op_costs(mod)            # a tvm.IRModule, or an OpGraph from passes.tvm_ir.extract
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..graph import OpGraph, OpNode, TensorInfo
+from . import conv, data_movement, elementwise, matmul, normalization, other, pooling, reduction  # noqa: F401
+from .registry import CATEGORIES, IGNORED, RULES, UNSUPPORTED, Cost, RuleEntry, register
+
+# Calls of TIR PrimFuncs (the ONNX importer's emit_te, LegalizeOps): costed from the PrimFunc
+# with TVM's estimate_tir_flops, which counts every add and multiply (so it equals 2 x MACs for
+# multiply-add kernels); categorised by the PrimFunc's name.
+TIR_CALLS = ("relax.call_tir", "relax.call_tir_inplace", "relax.call_tir_with_grad",
+             "relax.dist.call_tir_local_view")
+
+# Substrings of PrimFunc names (TOPI and LegalizeOps naming) -> category, first match wins.
+_TIR_CATEGORY = (
+    ("conv", "conv"), ("attention", "attention"), ("einsum", "matmul"), ("matmul", "matmul"),
+    ("dense", "matmul"), ("batch_matmul", "matmul"), ("softmax", "normalization"), ("norm", "normalization"),
+    ("pool", "pooling"), ("maximum", "elementwise"), ("minimum", "elementwise"), ("sum", "reduction"), ("mean", "reduction"), ("max", "reduction"),
+    ("min", "reduction"), ("prod", "reduction"), ("variance", "reduction"), ("argm", "reduction"),
+    ("pad", "data_movement"), ("flip", "data_movement"), ("tile", "data_movement"),
+    ("resize", "data_movement"), ("reshape", "data_movement"), ("transpose", "data_movement"),
+    ("concat", "data_movement"), ("split", "data_movement"), ("take", "data_movement"),
+    ("gather", "data_movement"), ("slice", "data_movement"), ("broadcast", "data_movement"),
+    ("expand_dims", "data_movement"), ("squeeze", "data_movement"), ("cast", "data_movement"),
+    ("astype", "data_movement"), ("copy", "data_movement"), ("layout_transform", "data_movement"),
+)
+
+
+def tir_category(callee: str | None) -> str:
+    """The category of a PrimFunc from its name (`fused_conv2d_add` -> conv, `einsum` -> matmul)."""
+    name = (callee or "").lower()
+    for key, category in _TIR_CATEGORY:
+        if key in name:
+            return category
+    return "elementwise"
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """The cost of one op, in plain data."""
+
+    index: int
+    name: str
+    op: str
+    category: str
+    macs: int
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    weight_bytes: int
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    supported: bool
+    unsupported_key: str | None = None  # how it is listed in totals.unsupported
+    callee: str | None = None
+    weight_only: bool = False
+
+    @property
+    def output(self) -> TensorInfo:
+        return self.outputs[0] if self.outputs else TensorInfo((), "void")
+
+
+def _unsupported_key(op: OpNode) -> str:
+    return f"{op.op}:{op.callee}" if op.callee else op.op
+
+
+def cost_of(op: OpNode) -> OpCost:
+    """Apply the registered rule of `op` (or TVM's PrimFunc estimate for call_tir)."""
+    inputs = tuple(op.inputs)
+    read_all = sum(t.nbytes for t in inputs)
+    written_all = sum(t.nbytes for t in op.outputs)
+    weight_bytes = sum(o.tensor.nbytes for o in op.operands if o.kind == "weight")
+    common = dict(index=op.index, name=op.name, op=op.op, weight_bytes=weight_bytes, inputs=inputs,
+                  outputs=op.outputs, callee=op.callee, weight_only=op.weight_only)
+
+    if op.op in TIR_CALLS:
+        category = tir_category(op.callee)
+        if op.tir_flops is None:
+            return OpCost(category=category, macs=0, flops=0, bytes_read=read_all, bytes_written=written_all,
+                          supported=False, unsupported_key=_unsupported_key(op), **common)
+        macs = op.tir_flops // 2 if category in ("conv", "matmul", "attention") else 0
+        return OpCost(category=category, macs=macs, flops=op.tir_flops, bytes_read=read_all,
+                      bytes_written=written_all, supported=True, **common)
+
+    if op.op in IGNORED:
+        return OpCost(category="other", macs=0, flops=0, bytes_read=0, bytes_written=0, supported=True, **common)
+
+    entry = RULES.get(op.op)
+    if entry is None:
+        return OpCost(category="other", macs=0, flops=0, bytes_read=read_all, bytes_written=written_all,
+                      supported=False, unsupported_key=_unsupported_key(op), **common)
+    cost = entry.fn(op.attrs, list(inputs), op.outputs)
+    return OpCost(
+        category=entry.category, macs=int(cost.macs), flops=int(cost.flops),
+        bytes_read=read_all if cost.bytes_read is None else int(cost.bytes_read),
+        bytes_written=written_all if cost.bytes_written is None else int(cost.bytes_written),
+        supported=True, **common,
+    )
+
+
+def op_costs(graph) -> list[OpCost]:
+    """Cost every op of `graph` (an OpGraph, or a tvm.IRModule which is extracted first)."""
+    if not isinstance(graph, OpGraph):
+        from ..tvm_ir import extract
+
+        graph = extract(graph)
+    return [cost_of(op) for op in graph.ops]
+
+
+__all__ = ["CATEGORIES", "IGNORED", "RULES", "TIR_CALLS", "UNSUPPORTED", "Cost", "OpCost", "RuleEntry",
+           "cost_of", "op_costs", "register", "tir_category"]

@@ -1,0 +1,85 @@
+"""Matrix products, einsum and attention (multiply-add ops: FLOPs = 2 x MACs)."""
+
+from __future__ import annotations
+
+import math
+
+from ..graph import TensorInfo
+from .registry import Cost, register
+
+
+def matmul_macs(a: tuple[int, ...], out: tuple[int, ...]) -> int:
+    """numel(out) x K with K = a[-1]; batch dimensions broadcast, 1-D operands follow numpy."""
+    return math.prod(out) * a[-1]
+
+
+@register("relax.matmul", category="matmul")
+def _matmul(attrs: dict, inputs: list[TensorInfo], outputs: tuple[TensorInfo, ...]) -> Cost:
+    """2 x numel(out) x K FLOPs."""
+    macs = matmul_macs(inputs[0].shape, outputs[0].shape)
+    return Cost(macs=macs, flops=2 * macs)
+
+
+@register("relax.outer", category="matmul")
+def _outer(attrs: dict, inputs: list[TensorInfo], outputs: tuple[TensorInfo, ...]) -> Cost:
+    """1 multiply per output element, no accumulation (0 MACs)."""
+    return Cost(flops=outputs[0].numel)
+
+
+def einsum_macs(subscripts: str, shapes: list[tuple[int, ...]]) -> tuple[int, int]:
+    """(MACs, extra FLOPs) of a naive einsum.
+
+    With two or more operands every combination of index values is one multiply-add per extra
+    operand: MACs = (n - 1) x prod(size of every index). A single operand only sums what it drops.
+    """
+    lhs, _, rhs = subscripts.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    sizes: dict[str, int] = {}
+    n_ell = 0
+    for term, shape in zip(terms, shapes, strict=False):
+        letters = _letters(term, len(shape))
+        n_ell = max(n_ell, sum(1 for c in letters if c.startswith("#")))
+        for letter, d in zip(letters, shape, strict=False):
+            sizes[letter] = max(sizes.get(letter, 1), d)
+    total = math.prod(sizes.values()) if sizes else 1
+    if len(terms) >= 2:
+        return (len(terms) - 1) * total, 0
+    out_letters = _letters(rhs, len(rhs.replace("...", "")) + n_ell) if rhs else []
+    kept = math.prod(sizes.get(c, 1) for c in out_letters)
+    return 0, total - kept if total > kept else 0
+
+
+def _letters(term: str, ndim: int) -> list[str]:
+    """Index names of one einsum term; the dims an ellipsis stands for are named #1, #2... from the right."""
+    if "..." not in term:
+        return list(term)
+    head, tail = term.split("...")
+    n_ell = ndim - len(head) - len(tail)
+    return list(head) + [f"#{n_ell - i}" for i in range(n_ell)] + list(tail)
+
+
+@register("relax.einsum", category="matmul")
+def _einsum(attrs: dict, inputs: list[TensorInfo], outputs: tuple[TensorInfo, ...]) -> Cost:
+    """2 x (n-1) x prod(index sizes) FLOPs."""
+    macs, extra = einsum_macs(str(attrs.get("subscripts", "")), [t.shape for t in inputs])
+    return Cost(macs=macs, flops=2 * macs + extra)
+
+
+def attention_macs(q: tuple[int, ...], k: tuple[int, ...], v: tuple[int, ...]) -> int:
+    """Q.K^T plus P.V for (B, S, N, D) query, (B, T, N, D) key and (B, T, N, Dv) value."""
+    b, s, n, d = q
+    t, dv = k[1], v[-1]
+    return b * n * s * t * (d + dv)
+
+
+@register("relax.nn.attention", "relax.nn.attention_bias", category="attention")
+def _attention(attrs: dict, inputs: list[TensorInfo], outputs: tuple[TensorInfo, ...]) -> Cost:
+    """2 x B x N x S x T x (D + Dv) FLOPs.
+
+    NB: the scale, mask and softmax inside the fused op (about 6 FLOPs per score) are not
+    counted, as torch's FlopCounterMode does not count them; decomposed attention counts its
+    softmax as a separate op.
+    """
+    q, k, v = (t.shape for t in inputs[:3])
+    macs = attention_macs(q, k, v)
+    return Cost(macs=macs, flops=2 * macs)

@@ -1,0 +1,88 @@
+"""Memory pass: activation liveness over the execution order, and weight bytes.
+
+A tensor lives from the op that produces it (graph inputs: from the start) to its last consumer
+(graph outputs: to the end). Views (reshape, squeeze, expand_dims, flatten) share their input's
+storage, as they do in PyTorch and after TVM's memory planning, so they extend the input's life
+instead of allocating. Tensors computed from weights alone (`OpNode.weight_only`) are folded by
+a compiler and count as weights, not activations. The peak is the largest sum of live bytes at
+any op, while that op runs (its inputs and outputs are both live).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .graph import OpGraph
+
+VIEW_OPS = frozenset({"relax.reshape", "relax.squeeze", "relax.expand_dims", "relax.flatten",
+                      "relax.nn.batch_flatten"})
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """Live activation bytes at each op (`timeline[i]` while op i runs) and the peak."""
+
+    timeline: tuple[int, ...]
+    peak_bytes: int
+    peak_op: int | None  # index of the op at which the peak is reached
+    weight_bytes: int
+    input_bytes: int
+
+
+def liveness(graph: OpGraph) -> MemoryProfile:
+    """Peak activation memory of `graph` by liveness over its execution order."""
+    n = len(graph.ops)
+    storage: dict[int, int] = {}  # value id -> storage id (the value that owns the allocation)
+    size: dict[int, int] = {}  # storage id -> bytes
+    birth: dict[int, int] = {}
+    last: dict[int, int] = {}
+
+    for s in graph.inputs:
+        storage[s.value] = s.value
+        size[s.value] = s.tensor.nbytes
+        birth[s.value] = 0
+        last[s.value] = 0
+
+    out_values: dict[int, list[int]] = {}
+    for vid, op_index in graph.value_producer.items():
+        out_values.setdefault(op_index, []).append(vid)
+
+    for op in graph.ops:
+        for o in op.operands:
+            sid = storage.get(o.value)
+            if sid is not None:
+                last[sid] = max(last[sid], op.index)
+        produced = sorted(out_values.get(op.index, []))
+        if op.weight_only:
+            continue
+        first_act = next((o for o in op.operands if o.value in storage), None)
+        if op.op in VIEW_OPS and first_act is not None and len(produced) == 1:
+            storage[produced[0]] = storage[first_act.value]
+            continue
+        if not produced:
+            continue
+        owner = produced[0]
+        size[owner] = sum(t.nbytes for t in op.outputs)
+        birth[owner] = op.index
+        last[owner] = op.index
+        for vid in produced:
+            storage[vid] = owner
+
+    for _, vid in graph.outputs:
+        sid = storage.get(vid)
+        if sid is not None:
+            last[sid] = n
+
+    delta = [0] * (n + 2)
+    for sid, nbytes in size.items():
+        delta[birth[sid]] += nbytes
+        delta[min(last[sid], n) + 1] -= nbytes
+    timeline, live = [], 0
+    for i in range(n):
+        live += delta[i]
+        timeline.append(live)
+    peak = max(timeline) if timeline else sum(size.values())
+    peak_op = timeline.index(peak) if timeline else None
+    weight_bytes = sum(s.tensor.nbytes for s in graph.weights if not s.scalar_const)
+    input_bytes = sum(s.tensor.nbytes for s in graph.inputs)
+    return MemoryProfile(tuple(timeline), peak, peak_op, weight_bytes, input_bytes)

@@ -1,0 +1,122 @@
+"""Graph extraction, data-flow edges, node features and liveness on hand-built Relax graphs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from passes import features, tvm_ir
+from passes.analysis import analyze_module
+from passes.memory import liveness
+
+
+def _diamond(names=("x", "a", "b", "c", "d")):
+    """x:(2,8) f32 -> a=relu(x) -> b=exp(x) -> c=a+b -> d=c*a; returns d."""
+    x = relax.Var(names[0], relax.TensorType([2, 8], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.nn.relu(x), name_hint=names[1])
+            b = bb.emit(relax.op.exp(x), name_hint=names[2])
+            c = bb.emit(relax.op.add(a, b), name_hint=names[3])
+            d = bb.emit_output(relax.op.multiply(c, a), name_hint=names[4])
+        bb.emit_func_output(d)
+    return bb.get()
+
+
+def test_edges_are_every_producer_consumer_pair():
+    graph = tvm_ir.extract(_diamond())
+    assert [op.op for op in graph.ops] == ["relax.nn.relu", "relax.exp", "relax.add", "relax.multiply"]
+    # relu(0) and exp(1) feed add(2); add(2) and relu(0) feed multiply(3): not a chain 0-1-2-3
+    assert sorted(graph.edges()) == [(0, 2), (0, 3), (1, 2), (2, 3)]
+    analysis = analyze_module(_diamond())
+    assert analysis.edge_index.shape == (2, 4)
+    assert {tuple(e) for e in analysis.edge_index.T.tolist()} == {(0, 2), (0, 3), (1, 2), (2, 3)}
+
+
+def test_features_do_not_change_under_renaming():
+    a = analyze_module(_diamond())
+    b = analyze_module(_diamond(("inp", "r", "e", "s", "out")))
+    np.testing.assert_array_equal(a.x, b.x)
+    np.testing.assert_array_equal(a.edge_index, b.edge_index)
+    assert a.static_features == b.static_features
+
+
+def test_feature_layout_is_versioned_and_one_hot():
+    a = analyze_module(_diamond())
+    assert a.x.shape == (4, features.NUM_FEATURES)
+    assert len(features.FEATURE_COLUMNS) == features.NUM_FEATURES
+    assert features.FEATURE_VERSION == "preflight.features/1"
+    n_vocab = len(features.OP_VOCAB) + 1
+    # exactly one op slot and one category slot per row
+    assert (a.x[:, :n_vocab].sum(axis=1) == 1).all()
+    assert (a.x[:, n_vocab:n_vocab + 9].sum(axis=1) == 1).all()
+    relu_col = features.FEATURE_COLUMNS.index("op=relax.nn.relu")
+    assert a.x[0, relu_col] == 1
+    flops_col = features.FEATURE_COLUMNS.index("log_flops")
+    # relu on 2x8: 16 FLOPs -> log1p(16)
+    assert a.x[0, flops_col] == pytest.approx(np.log1p(16))
+
+
+def test_unknown_op_goes_to_other_slot():
+    x = relax.Var("x", relax.TensorType([4, 4], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.cumsum(x, axis=0))
+        bb.emit_func_output(y)
+    a = analyze_module(bb.get())
+    assert a.x[0, features.OTHER_SLOT] == 1
+
+
+def test_liveness_peak_on_diamond():
+    # every tensor is 2x8 float32 = 64 B. x lives until exp (op 1); a until multiply (op 3);
+    # op 0: x, a = 128; op 1: x, a, b = 192; op 2: a, b, c = 192; op 3: a, c, d = 192
+    mem = liveness(tvm_ir.extract(_diamond()))
+    assert mem.timeline == (128, 192, 192, 192)
+    assert mem.peak_bytes == 192
+    assert mem.peak_op == 1
+    assert mem.input_bytes == 64
+
+
+def test_views_share_storage_and_weights_are_not_activations():
+    x = relax.Var("x", relax.TensorType([4, 16], "float32"))  # 256 B
+    w = relax.Var("w", relax.TensorType([16, 16], "float32"))  # 1024 B, a weight
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w], attrs={"num_input": 1}):
+        with bb.dataflow():
+            wt = bb.emit(relax.op.permute_dims(w))  # weight-only: folded
+            y = bb.emit(relax.op.matmul(x, wt))  # 4x16 = 256 B
+            r = bb.emit(relax.op.reshape(y, [64]))  # view of y
+            z = bb.emit_output(relax.op.nn.relu(r))  # 256 B
+        bb.emit_func_output(z)
+    analysis = analyze_module(bb.get())
+    graph = analysis.graph
+    assert graph.ops[0].weight_only and not graph.ops[1].weight_only
+    # op0 (folded): x = 256; op1 matmul: x + y = 512; op2 reshape (view): y = 256; op3 relu: y + z = 512
+    assert analysis.memory.timeline == (256, 512, 256, 512)
+    assert analysis.totals.peak_activation_bytes == 512
+    assert analysis.totals.params == 256 and analysis.totals.param_bytes == 1024
+    # the folded transpose is listed but not counted: matmul 4*16*16 = 1024 MACs, relu 64 FLOPs
+    assert analysis.totals.macs == 1024
+    assert analysis.totals.flops == 2 * 1024 + 64
+    assert analysis.totals.op_count == 3
+
+
+def test_dynamic_shape_is_reported_not_guessed():
+    x = relax.Var("x", relax.TensorType([tvm.tirx.Var("n", "int64"), 8], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.relu(x))
+        bb.emit_func_output(y)
+    mod = bb.get()
+    assert tvm_ir.symbolic_dims(mod) == [("x", 0, "n")]
+    with pytest.raises(tvm_ir.DynamicShapeError) as err:
+        tvm_ir.extract(mod)
+    assert "x" in str(err.value) and "dimension 0" in str(err.value)
+    bound = tvm_ir.bind_symbolic_dims(mod, {"n": 3})
+    graph = tvm_ir.extract(bound)
+    assert graph.ops[0].output.shape == (3, 8)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import features as feat
+from ._gc import gc_paused
 from .costs import OpCost, cost_of
 from .graph import OpGraph
 from .memory import MemoryProfile, liveness
@@ -55,6 +56,7 @@ class Analysis:
         return feat.edge_index(self.edges)
 
 
+@gc_paused
 def analyze_graph(graph: OpGraph) -> Analysis:
     """Run every pass over an extracted graph."""
     ops = [cost_of(op) for op in graph.ops]

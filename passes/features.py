@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ._gc import gc_paused
 from .costs import CATEGORIES, OpCost
 
 FEATURE_VERSION = "preflight.features/1"
@@ -69,6 +70,7 @@ def node_row(cost: OpCost, attrs: dict) -> list[float]:
     return row
 
 
+@gc_paused
 def node_features(costs: Sequence[OpCost], attrs: Sequence[dict]) -> np.ndarray:
     """X: (|V|, NUM_FEATURES) float32, one row per op in execution order."""
     if not costs:

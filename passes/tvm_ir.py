@@ -14,6 +14,7 @@ import tvm
 from tvm import relax
 from tvm.ir.prim.expr import FloatImm, IntImm
 
+from ._gc import gc_paused
 from .graph import Operand, OpGraph, OpNode, SourceValue, TensorInfo
 
 # The call ops whose first argument names a function and second holds the tensor arguments.
@@ -42,6 +43,13 @@ class DynamicShapeError(IRError):
 
 def _key(obj) -> int:
     return obj.__chandle__()
+
+
+def _constant_key(const) -> int:
+    """Identity of a constant's payload: two Constant nodes sharing one tensor are one weight."""
+    value = getattr(const, "value", None)
+    handle = getattr(value, "__chandle__", None)
+    return handle() if handle is not None else _key(const)
 
 
 def _is_call(expr) -> bool:
@@ -211,6 +219,7 @@ class _Extractor:
         # relax var handle -> list of (value id, field, TensorInfo) it refers to
         self.env: dict[int, list[tuple[int, int | None, TensorInfo]]] = {}
         self._prim_flops: dict[str, int | None] = {}
+        self.constants: dict[int, int] = {}  # constant payload -> value id
 
     def new_value(self) -> int:
         self.next_value += 1
@@ -232,8 +241,11 @@ class _Extractor:
             if not infos:
                 return []
             info = infos[0]
-            vid = self.add_source(f"const{len(self.sources)}", info, "weight", scalar_const=not info.shape)
-            return [(vid, None, info)]
+            key = _constant_key(expr)
+            if key not in self.constants:  # one weight, however many ops read it
+                self.constants[key] = self.add_source(f"const{len(self.constants)}", info, "weight",
+                                                      scalar_const=not info.shape)
+            return [(self.constants[key], None, info)]
         if isinstance(expr, tvm.ir.Tuple):
             out = []
             for i, f in enumerate(expr.fields):
@@ -339,6 +351,7 @@ class _Extractor:
         return self._prim_flops[key]
 
 
+@gc_paused
 def extract(mod: tvm.IRModule, func_name: str = "main", *, n_inputs: int | None = None,
             tir_flops: bool = True) -> OpGraph:
     """Flatten a Relax function into an `OpGraph` of plain data.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -57,11 +58,8 @@ def load(model, *, inputs: Sequence[InputSpec | str] | None = None, batch: int |
 
 
 def _is_module(model) -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return isinstance(model, torch.nn.Module)
+    torch = sys.modules.get("torch")  # an nn.Module exists only if torch is imported: don't import it
+    return torch is not None and isinstance(model, torch.nn.Module)
 
 
 def _is_irmodule(model) -> bool:

@@ -6,8 +6,6 @@ Transposed convs: MACs = numel(in) x (O/g) x kernel window.
 
 from __future__ import annotations
 
-import pytest
-
 from passes.costs import RULES, cost_of
 from passes.graph import Operand, OpNode, TensorInfo
 

@@ -6,8 +6,6 @@ attention MACs = B x N x S x T x (D + Dv); FLOPs = 2 x MACs.
 
 from __future__ import annotations
 
-import pytest
-
 from passes.costs import RULES, cost_of
 from passes.graph import Operand, OpNode, TensorInfo
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import AnalysisError, PreflightError, UnreadableModelError, UnsupportedOperatorsError, UsageError
+from ..errors import (
+    AnalysisError,
+    PreflightError,
+    UnreadableModelError,
+    UnsupportedOperatorsError,
+    UsageError,
+)
 from .loaded import LoadedModel
 from .specs import InputSpec, resolve_shape
 

@@ -24,7 +24,8 @@ TIR_CALLS = ("relax.call_tir", "relax.call_tir_inplace", "relax.call_tir_with_gr
 _TIR_CATEGORY = (
     ("conv", "conv"), ("attention", "attention"), ("einsum", "matmul"), ("matmul", "matmul"),
     ("dense", "matmul"), ("batch_matmul", "matmul"), ("softmax", "normalization"), ("norm", "normalization"),
-    ("pool", "pooling"), ("maximum", "elementwise"), ("minimum", "elementwise"), ("sum", "reduction"), ("mean", "reduction"), ("max", "reduction"),
+    ("pool", "pooling"), ("maximum", "elementwise"), ("minimum", "elementwise"), ("sum", "reduction"),
+    ("mean", "reduction"), ("max", "reduction"),
     ("min", "reduction"), ("prod", "reduction"), ("variance", "reduction"), ("argm", "reduction"),
     ("pad", "data_movement"), ("flip", "data_movement"), ("tile", "data_movement"),
     ("resize", "data_movement"), ("reshape", "data_movement"), ("transpose", "data_movement"),

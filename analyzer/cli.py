@@ -12,6 +12,7 @@ import click
 
 from . import __version__
 from .errors import PreflightError
+from .frontends.specs import MAX_DIM
 
 FORMATS = ("table", "json", "markdown")
 
@@ -22,6 +23,24 @@ def _debug() -> bool:
 
 class _Group(click.Group):
     """Turns preflight's errors into a short message and the exit code DESIGN.md gives them."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """Like click's, but usage errors are one line (`error: ...`), not click's four-line block."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"error: {exc.format_message()}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx: click.Context):
         if not _debug():
@@ -71,7 +90,7 @@ def model_options(f):
     """Options shared by analyze / predict / report."""
     f = click.option("--input", "inputs", multiple=True, metavar="NAME:DIMS[:DTYPE]",
                      help="Shape (and dtype) of an input, e.g. x:8x3x224x224 or ids:1x128:int64. Repeatable.")(f)
-    f = click.option("--batch", type=click.IntRange(min=1), default=None,
+    f = click.option("--batch", type=click.IntRange(min=1, max=MAX_DIM), default=None,
                      help="Set dimension 0 of every input.")(f)
     return f
 

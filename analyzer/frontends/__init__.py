@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import UnreadableModelError, UsageError
 from .loaded import LoadedModel
-from .specs import InputSpec
+from .specs import MAX_DIM, InputSpec
 
 
 def _specs(inputs: Sequence[InputSpec | str] | None) -> dict[str, InputSpec]:
@@ -36,8 +36,8 @@ def load(model, *, inputs: Sequence[InputSpec | str] | None = None, batch: int |
         UsageError: bad arguments, unreadable or unsafe files, dynamic dims left unset (exit 2).
         AnalysisError: the model was read but could not be lowered (exit 1).
     """
-    if batch is not None and batch <= 0:
-        raise UsageError("--batch must be a positive integer")
+    if batch is not None and not 0 < batch <= MAX_DIM:
+        raise UsageError(f"--batch must be an integer from 1 to {MAX_DIM}")
     specs = _specs(inputs)
     if _is_module(model):
         from .torch_frontend import from_module

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..errors import MissingShapeError, UsageError
 
+MAX_DIM = 2**31 - 1  # larger dimensions are typos; they would overflow the importers' int64 shape arithmetic
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
 
 
@@ -34,6 +35,8 @@ class InputSpec:
             raise UsageError(f"--input {text!r}: DIMS must be positive integers separated by 'x'") from None
         if not shape or any(d <= 0 for d in shape):
             raise UsageError(f"--input {text!r}: DIMS must be positive integers separated by 'x'")
+        if any(d > MAX_DIM for d in shape):
+            raise UsageError(f"--input {text!r}: a dimension is larger than {MAX_DIM}")
         if dtype is not None and dtype not in DTYPES:
             raise UsageError(f"--input {text!r}: unknown dtype {dtype!r} (one of {', '.join(DTYPES)})")
         return cls(name, shape, dtype)

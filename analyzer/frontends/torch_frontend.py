@@ -10,6 +10,7 @@ so the analysis still runs and lists them in `totals.unsupported`.
 from __future__ import annotations
 
 import contextlib
+import logging
 import pickle
 import zipfile
 from collections.abc import Callable, Sequence
@@ -218,6 +219,18 @@ def _no_unpickling(path: Path):
             torch._C._pickle_load_obj = real_obj
 
 
+@contextlib.contextmanager
+def _quiet_torch_export_log():
+    """torch.export.load logs a traceback when it falls back to its legacy reader; errors are ours to report."""
+    logger = logging.getLogger("torch.export")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def check_pt2_archive(path: Path) -> None:
     """Refuse anything but a torch.export archive (a torch.save zip is a pickle)."""
     try:
@@ -239,10 +252,12 @@ def load_pt2(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Load
 
     check_pt2_archive(path)
     try:
-        with _no_unpickling(path):
+        with _no_unpickling(path), _quiet_torch_export_log():
             ep = torch.export.load(str(path))
     except UnreadableModelError:
         raise
+    except pickle.UnpicklingError as exc:  # weights_only=True met something other than plain tensors
+        raise refuse_pickle(path, "the archive holds pickled Python objects") from exc
     except Exception as exc:  # noqa: BLE001
         raise UnreadableModelError(f"{path.name}: torch.export.load failed: {_one_line(exc)}") from exc
     mod, n_inputs, missing = import_exported_program(ep)
@@ -269,7 +284,11 @@ def bind_input_shapes(mod, n_inputs: int | None, specs: dict[str, InputSpec], ba
         if not isinstance(ty, relax.TensorType) or ty.shape is None:
             continue
         file_dims = [int(d.value) if hasattr(d, "value") else str(d) for d in ty.shape.values]
-        shape = resolve_shape(name, file_dims, specs.get(name), batch, source)
+        spec = specs.get(name)
+        if spec is not None and spec.dtype is not None and spec.dtype != str(ty.dtype):
+            raise UsageError(f"input '{name}' is {ty.dtype} in {source}; an exported program fixes its dtypes "
+                             f"(re-export with {spec.dtype} example inputs)")
+        shape = resolve_shape(name, file_dims, spec, batch, source)
         for f, v in zip(file_dims, shape, strict=True):
             if isinstance(f, str):
                 if f in values and values[f] != v:

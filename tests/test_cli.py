@@ -1,0 +1,494 @@
+"""The `preflight` command line (DESIGN.md: CLI, exit codes, JSON report preflight.report/1).
+
+Models are built inside the tests: a hand-made ONNX conv (exact numbers), a small torch CNN saved as
+.pt2 and exported to ONNX, and a .pt2 using ATen ops TVM's importer lacks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+from analyzer.cli import cli
+
+REPO = Path(__file__).resolve().parents[1]
+
+TOP_KEYS = {"schema", "tool", "model", "inputs", "totals", "ops", "graph", "warnings"}
+TOTALS_KEYS = {"flops", "macs", "params", "param_bytes", "peak_activation_bytes", "bytes_read",
+               "bytes_written", "op_count", "unsupported"}
+OP_KEYS = {"index", "name", "op", "category", "flops", "macs", "bytes_read", "bytes_written", "inputs",
+           "output", "weight_bytes"}
+CATEGORIES = {"conv", "matmul", "attention", "elementwise", "reduction", "normalization", "pooling",
+              "data_movement", "other"}
+
+
+# ---- helpers -----------------------------------------------------------------------------
+
+def run(*args: str):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def ok(*args: str):
+    res = run(*args)
+    assert res.exit_code == 0, (res.exit_code, res.stderr, res.exception)
+    return res
+
+
+def ok_json(*args: str) -> dict:
+    res = ok(*args, "--format", "json")
+    return json.loads(res.stdout)  # stdout holds only the JSON document
+
+
+def fails(code: int, *args: str) -> str:
+    """Run, expect exit `code` with a short error on stderr and no traceback; return the message."""
+    res = run(*args)
+    assert res.exit_code == code, (res.exit_code, res.stdout, res.stderr, res.exception)
+    assert isinstance(res.exception, SystemExit), repr(res.exception)  # nothing escaped the CLI
+    assert "Traceback" not in res.output and "Traceback" not in res.stderr
+    assert res.stdout == ""
+    msg = res.stderr.strip()
+    assert msg, "an error must say something"
+    assert len(msg.splitlines()) <= 2, msg
+    return msg
+
+
+def click_usage_fails(*args: str) -> str:
+    """A usage error click detects: exit 2, one 'error: ...' line on stderr naming the --help to read."""
+    res = run(*args)
+    assert res.exit_code == 2, (res.exit_code, res.stdout, res.stderr, res.exception)
+    assert isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output and res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "--help" in lines[0], res.stderr
+    return lines[0]
+
+
+def hand_onnx(path: Path, *, batch: str | int = "N", bias: bool = True, conv: bool = True) -> Path:
+    """x[batch,3,8,8] -> Conv(3->4, 3x3, pad 1, weight (+bias) initializers) -> Relu -> y."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4 if conv else 3, 8, 8])
+    inits, nodes = [], []
+    if conv:
+        inits.append(numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w"))
+        ins = ["x", "w"]
+        if bias:
+            inits.append(numpy_helper.from_array(np.zeros((4,), np.float32), "b"))
+            ins.append("b")
+        nodes.append(helper.make_node("Conv", ins, ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
+    nodes.append(helper.make_node("Relu", ["c" if conv else "x"], ["y"]))
+    graph = helper.make_graph(nodes, "tiny", [x], [y], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+# ---- fixtures (built once per module) -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    import torch
+
+    d = tmp_path_factory.mktemp("cli_models")
+
+    class CNN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.bn = torch.nn.BatchNorm2d(8)
+            self.pool = torch.nn.AdaptiveAvgPool2d(1)
+            self.fc = torch.nn.Linear(8, 10)
+
+        def forward(self, x):
+            x = torch.relu(self.bn(self.conv(x)))
+            return self.fc(torch.flatten(self.pool(x), 1))
+
+    class Exotic(torch.nn.Module):  # ATen ops TVM 0.27's importer has no conversion for
+        def forward(self, x):
+            return torch.special.bessel_j0(x) + torch.lgamma(x)
+
+    class AMax(torch.nn.Module):  # amax.default: TVM lacks it, preflight converts it
+        def forward(self, x):
+            return torch.amax(x, dim=1)
+
+    torch.manual_seed(0)
+    cnn, x = CNN().eval(), torch.randn(1, 3, 8, 8)
+    out = {"cnn_pt2": d / "cnn.pt2", "cnn_onnx": d / "cnn.onnx", "exotic": d / "exotic.pt2",
+           "amax": d / "amax.pt2", "dyn_pt2": d / "dyn.pt2"}
+    torch.export.save(torch.export.export(cnn, (x,)), out["cnn_pt2"])
+    torch.onnx.export(cnn, (x,), str(out["cnn_onnx"]), dynamo=True, verbose=False)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    dyn = torch.export.export(cnn, (torch.randn(2, 3, 8, 8),), dynamic_shapes={"x": {0: batch}})
+    torch.export.save(dyn, out["dyn_pt2"])
+    torch.export.save(torch.export.export(Exotic(), (torch.rand(2, 5) + 1,)), out["exotic"])
+    torch.export.save(torch.export.export(AMax(), (torch.randn(2, 5),)), out["amax"])
+    out["tiny"] = hand_onnx(d / "tiny.onnx")
+    out["relu"] = hand_onnx(d / "relu.onnx", conv=False)
+    return out
+
+
+# ---- formats and the JSON schema ---------------------------------------------------------------
+
+def check_schema(doc: dict) -> None:
+    assert set(doc) == TOP_KEYS  # no "prediction" for analyze
+    assert doc["schema"] == "preflight.report/1"
+    assert doc["tool"]["name"] == "preflight" and isinstance(doc["tool"]["version"], str)
+    assert set(doc["model"]) == {"source", "framework", "name"}
+    for inp in doc["inputs"]:
+        assert set(inp) == {"name", "shape", "dtype"}
+        assert all(isinstance(d, int) for d in inp["shape"])
+    assert set(doc["totals"]) == TOTALS_KEYS
+    for k in TOTALS_KEYS - {"unsupported"}:
+        assert isinstance(doc["totals"][k], int) and doc["totals"][k] >= 0, k
+    assert isinstance(doc["totals"]["unsupported"], dict)
+    assert doc["ops"], "no operators"
+    for i, op in enumerate(doc["ops"]):
+        assert OP_KEYS <= set(op), set(op) ^ OP_KEYS
+        assert op["index"] == i
+        assert isinstance(op["name"], str) and op["op"].startswith("relax.")
+        assert op["category"] in CATEGORIES
+        for k in ("flops", "macs", "bytes_read", "bytes_written", "weight_bytes"):
+            assert isinstance(op[k], int) and op[k] >= 0, (op, k)
+        for t in op["inputs"]:
+            assert set(t) == {"shape", "dtype"}
+        assert op["output"] is None or set(op["output"]) == {"shape", "dtype"}
+    assert set(doc["graph"]) == {"nodes", "edges"}
+    assert doc["graph"]["nodes"] == len(doc["ops"])
+    assert isinstance(doc["graph"]["edges"], int)
+    assert isinstance(doc["warnings"], list)
+
+
+@pytest.mark.parametrize("key", ["tiny", "cnn_pt2", "cnn_onnx"])
+def test_analyze_json_schema(models, key):
+    extra = ("--batch", "2") if key == "tiny" else ()
+    doc = ok_json("analyze", models[key], *extra)
+    check_schema(doc)
+    assert doc["model"]["framework"] == ("torch" if key == "cnn_pt2" else "onnx")
+    assert doc["totals"]["flops"] >= 2 * doc["totals"]["macs"] > 0
+    assert doc["totals"]["unsupported"] == {} and doc["warnings"] == []
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+@pytest.mark.parametrize("key", ["tiny", "cnn_pt2", "cnn_onnx"])
+def test_analyze_text_formats(models, key, fmt):
+    extra = ("--batch", "2") if key == "tiny" else ()
+    res = ok("analyze", models[key], "--format", fmt, *extra)
+    assert res.stderr == ""
+    assert "MACs" in res.stdout and "params" in res.stdout
+    if fmt == "markdown":
+        assert res.stdout.startswith("# preflight analysis")
+        assert "|---|---|" in res.stdout
+    else:
+        assert res.stdout.startswith("model")
+        assert "nn.conv2d" in res.stdout
+
+
+def test_table_is_default_format(models):
+    assert ok("analyze", models["tiny"], "--batch", "2").stdout == \
+        ok("analyze", models["tiny"], "--batch", "2", "--format", "table").stdout
+
+
+def test_hand_built_conv_numbers(models):
+    doc = ok_json("analyze", models["tiny"], "--batch", "2")
+    t = doc["totals"]
+    assert doc["inputs"] == [{"name": "x", "shape": [2, 3, 8, 8], "dtype": "float32"}]
+    # Conv 3->4, 3x3, pad 1 on 2x3x8x8: out 2x4x8x8 = 512 elements, each 3*3*3 = 27 MACs
+    # MACs = 2*4*8*8*27 = 13824; conv FLOPs = 2 * 13824 = 27648
+    assert t["macs"] == 13824
+    conv = [o for o in doc["ops"] if o["op"] == "relax.nn.conv2d"]
+    assert len(conv) == 1
+    conv = conv[0]
+    assert conv["category"] == "conv"
+    assert conv["macs"] == 13824 and conv["flops"] == 27648
+    assert conv["output"] == {"shape": [2, 4, 8, 8], "dtype": "float32"}
+    assert conv["inputs"][0] == {"shape": [2, 3, 8, 8], "dtype": "float32"}
+    assert conv["inputs"][1] == {"shape": [4, 3, 3, 3], "dtype": "float32"}
+    # weight 4*3*3*3 = 108 floats = 432 bytes; reads x (2*3*8*8*4 = 1536 B) + weight (432 B) = 1968 B;
+    # writes 2*4*8*8*4 = 2048 B
+    assert conv["weight_bytes"] == 432
+    assert conv["bytes_read"] == 1536 + 432
+    assert conv["bytes_written"] == 2048
+    # params: weight 108 + bias 4 = 112 elements, 448 bytes of float32
+    assert t["params"] == 112 and t["param_bytes"] == 448
+    # relu: 1 FLOP per element of 2x4x8x8 = 512 FLOPs; the bias add also 512
+    relu = [o for o in doc["ops"] if o["op"] == "relax.nn.relu"][0]
+    assert relu["flops"] == 512 and relu["macs"] == 0
+    assert relu["bytes_read"] == relu["bytes_written"] == 2048
+    # total FLOPs = 27648 (conv) + 512 (bias add) + 512 (relu) = 28672
+    assert t["flops"] == 28672
+    assert t["flops"] == sum(o["flops"] for o in doc["ops"])
+
+
+def test_torch_cnn_numbers_agree_across_formats(models):
+    # conv 3->8 3x3 pad 1 on 1x3x8x8: 8*8*8 outputs * 27 = 13824 MACs; linear 8->10: 80 MACs
+    # -> 13904 MACs, whether read from the .pt2 or its ONNX export (which may fold the batch norm)
+    pt2 = ok_json("analyze", models["cnn_pt2"])
+    onx = ok_json("analyze", models["cnn_onnx"])
+    assert pt2["totals"]["macs"] == onx["totals"]["macs"] == 13824 + 80
+    assert pt2["inputs"] == [{"name": "x", "shape": [1, 3, 8, 8], "dtype": "float32"}]
+    assert onx["inputs"] == [{"name": "x", "shape": [1, 3, 8, 8], "dtype": "float32"}]
+    # params: conv 8*3*3*3 + 8 = 224, linear 8*10 + 10 = 90 (+ bn 4*8 = 32 unless folded)
+    assert pt2["totals"]["params"] == 224 + 32 + 90
+    assert onx["totals"]["params"] in (224 + 90, 224 + 32 + 90)
+
+
+# ---- -o FILE ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["json", "table", "markdown"])
+def test_output_file(models, tmp_path, fmt):
+    out = tmp_path / f"report.{fmt}"
+    res = ok("analyze", models["tiny"], "--batch", "2", "--format", fmt, "-o", out)
+    assert res.stdout == ""
+    assert res.stderr.strip() == f"wrote {out}"
+    text = out.read_text()
+    if fmt == "json":
+        check_schema(json.loads(text))
+    else:
+        assert "MACs" in text
+    assert text == ok("analyze", models["tiny"], "--batch", "2", "--format", fmt).stdout
+
+
+def test_output_to_unwritable_place(models, tmp_path):
+    fails(2, "analyze", models["tiny"], "--batch", "2", "-o", tmp_path / "no" / "such" / "dir" / "r.json")
+
+
+# ---- shapes: --batch and --input ----------------------------------------------------------------
+
+def test_batch_and_input_set_a_dynamic_batch(models):
+    b2 = ok_json("analyze", models["tiny"], "--batch", "2")["totals"]
+    b4 = ok_json("analyze", models["tiny"], "--batch", "4")["totals"]
+    i4 = ok_json("analyze", models["tiny"], "--input", "x:4x3x8x8")
+    assert i4["inputs"] == [{"name": "x", "shape": [4, 3, 8, 8], "dtype": "float32"}]
+    assert b4["macs"] == 2 * b2["macs"] == 2 * 13824
+    assert b4["flops"] == 2 * b2["flops"]
+    assert i4["totals"] == b4
+    assert b4["params"] == b2["params"] == 112  # weights do not scale with the batch
+
+
+def test_batch_and_matching_input_together(models):
+    doc = ok_json("analyze", models["tiny"], "--batch", "4", "--input", "x:4x3x8x8")
+    assert doc["inputs"][0]["shape"] == [4, 3, 8, 8]
+
+
+def test_input_dtype_changes_bytes(models):
+    # relu only (no weights to clash with): 2x3x8x8 = 384 elements, 4 B each in float32, 2 B in float16
+    f32 = ok_json("analyze", models["relu"], "--input", "x:2x3x8x8")
+    f16 = ok_json("analyze", models["relu"], "--input", "x:2x3x8x8:float16")
+    assert f32["inputs"] == [{"name": "x", "shape": [2, 3, 8, 8], "dtype": "float32"}]
+    assert f16["inputs"] == [{"name": "x", "shape": [2, 3, 8, 8], "dtype": "float16"}]
+    assert f32["totals"]["bytes_read"] == 384 * 4 and f16["totals"]["bytes_read"] == 384 * 2
+    assert f32["totals"]["bytes_written"] == 2 * f16["totals"]["bytes_written"]
+    assert f32["totals"]["flops"] == f16["totals"]["flops"] == 384
+
+
+def test_input_dtype_on_pt2_is_applied_or_refused(models):
+    res = run("analyze", models["cnn_pt2"], "--input", "x:1x3x8x8:float16", "--format", "json")
+    if res.exit_code == 0:
+        assert json.loads(res.stdout)["inputs"][0]["dtype"] == "float16"
+    else:
+        fails(2, "analyze", models["cnn_pt2"], "--input", "x:1x3x8x8:float16")
+
+
+def test_dynamic_dim_left_unset(models):
+    msg = fails(2, "analyze", models["tiny"])
+    assert len(msg.splitlines()) == 1
+    assert "'x'" in msg and "dimension 0" in msg
+    assert "--batch" in msg and "--input" in msg
+
+
+def test_dynamic_dim_left_unset_json_stdout_empty(models):
+    fails(2, "analyze", models["tiny"], "--format", "json")
+
+
+@pytest.mark.parametrize("spec", ["y:2x3x8x8", "X:2x3x8x8"])
+def test_input_naming_a_missing_input(models, spec):
+    msg = fails(2, "analyze", models["tiny"], "--input", spec)
+    assert spec.split(":")[0] in msg
+
+
+@pytest.mark.parametrize("spec", ["x:axb", "x:", "x", ":2x3x8x8", "x:2x3x8x0", "x:2x-3x8x8", "x:2x3x8x8:float7",
+                                  "x:2x3xx8"])
+def test_malformed_input(models, spec):
+    msg = fails(2, "analyze", models["tiny"], "--input", spec)
+    assert "--input" in msg
+
+
+def test_input_given_twice(models):
+    fails(2, "analyze", models["tiny"], "--input", "x:2x3x8x8", "--input", "x:4x3x8x8")
+
+
+def test_input_with_wrong_rank(models):
+    fails(2, "analyze", models["tiny"], "--input", "x:2x3x8")
+
+
+def test_input_contradicting_a_fixed_dim(models):
+    msg = fails(2, "analyze", models["tiny"], "--input", "x:2x5x8x8")
+    assert "'x'" in msg and "dimension 1" in msg
+
+
+@pytest.mark.parametrize("batch", ["0", "-1", "two"])
+def test_bad_batch(models, batch):
+    # click rejects these itself (IntRange(min=1)): its usage error, exit 2, naming the option
+    msg = click_usage_fails("analyze", models["tiny"], "--batch", batch)
+    assert "--batch" in msg
+
+
+def test_pt2_dynamic_batch(models):
+    # conv 3->8 3x3 pad 1: batch*8*8*8 outputs * 27 MACs; linear 8->10: batch*80 MACs
+    # batch 2: 27648 + 160 = 27808; batch 4: 55296 + 320 = 55616
+    b2 = ok_json("analyze", models["dyn_pt2"], "--batch", "2")
+    b4 = ok_json("analyze", models["dyn_pt2"], "--batch", "4")
+    i4 = ok_json("analyze", models["dyn_pt2"], "--input", "x:4x3x8x8")
+    assert b2["totals"]["macs"] == 27808 and b4["totals"]["macs"] == 55616 == 2 * 27808
+    assert b4["inputs"] == i4["inputs"] == [{"name": "x", "shape": [4, 3, 8, 8], "dtype": "float32"}]
+    assert i4["totals"] == b4["totals"]
+
+
+def test_pt2_dynamic_batch_left_unset(models):
+    msg = fails(2, "analyze", models["dyn_pt2"])
+    assert "'x'" in msg and "dimension 0" in msg and "--batch" in msg and "--input" in msg
+
+
+def test_pt2_dynamic_model_fixed_dims_still_fixed(models):
+    msg = fails(2, "analyze", models["dyn_pt2"], "--input", "x:4x3x9x8")
+    assert "dimension 2" in msg
+
+
+@pytest.mark.parametrize("key", ["tiny", "dyn_pt2"])
+@pytest.mark.parametrize("flag", ["--batch", "--input"])
+def test_dimension_beyond_int64(models, key, flag):
+    value = str(2**64) if flag == "--batch" else f"x:{2**64}x3x8x8"
+    fails(2, "analyze", models[key], flag, value)
+
+
+@pytest.mark.parametrize("key", ["cnn_pt2", "cnn_onnx"])
+def test_batch_conflicts_with_fixed_dim(models, key):
+    msg = fails(2, "analyze", models[key], "--batch", "8")
+    assert "'x'" in msg and "fixed to 1" in msg and "--batch 8" in msg
+
+
+def test_pt2_batch_equal_to_fixed_dim_is_fine(models):
+    assert ok_json("analyze", models["cnn_pt2"], "--batch", "1")["inputs"][0]["shape"] == [1, 3, 8, 8]
+
+
+def test_pt2_input_naming_a_missing_input(models):
+    msg = fails(2, "analyze", models["cnn_pt2"], "--input", "nope:1x3x8x8")
+    assert "nope" in msg
+
+
+# ---- unsupported operators and --strict ---------------------------------------------------------
+
+def test_strict_fails_naming_unsupported_ops(models):
+    msg = fails(1, "analyze", models["exotic"], "--strict")
+    assert "bessel_j0" in msg and "lgamma" in msg
+
+
+def test_strict_fails_also_for_json(models):
+    fails(1, "analyze", models["exotic"], "--strict", "--format", "json")
+
+
+def test_unsupported_ops_without_strict(models):
+    doc = ok_json("analyze", models["exotic"])
+    check_schema(doc)
+    unsupported = doc["totals"]["unsupported"]
+    assert len(unsupported) == 2 and all(v == 1 for v in unsupported.values())
+    assert any("bessel_j0" in k for k in unsupported) and any("lgamma" in k for k in unsupported)
+    joined = " ".join(doc["warnings"])
+    assert "bessel_j0" in joined and "lgamma" in joined
+    assert "--strict" in joined
+    table = ok("analyze", models["exotic"]).stdout
+    assert "bessel_j0" in table and "warning" in table
+
+
+def test_amax_is_converted(models):
+    doc = ok_json("analyze", models["amax"], "--strict")
+    assert doc["totals"]["unsupported"] == {} and doc["warnings"] == []
+    assert [o["category"] for o in doc["ops"]] == ["reduction"]
+    assert doc["ops"][0]["output"] == {"shape": [2], "dtype": "float32"}
+    # max over dim 1 of a 2x5 tensor: reads 10 floats = 40 B, writes 2 floats = 8 B
+    assert doc["ops"][0]["bytes_read"] == 40 and doc["ops"][0]["bytes_written"] == 8
+
+
+def test_strict_passes_on_a_supported_model(models):
+    ok("analyze", models["tiny"], "--batch", "2", "--strict")
+
+
+# ---- zoo ----------------------------------------------------------------------------------
+
+def test_zoo_table():
+    res = ok("zoo")
+    assert "resnet" in res.stdout and "families" in res.stdout
+
+
+def test_zoo_json():
+    res = ok("zoo", "--format", "json")
+    doc = json.loads(res.stdout)
+    assert isinstance(doc, list) and doc
+    for fam in doc:
+        assert {"family", "params", "variants"} <= set(fam)
+        assert isinstance(fam["params"], dict) and isinstance(fam["variants"], list)
+    assert "resnet" in {f["family"] for f in doc}
+
+
+@pytest.mark.slow
+def test_analyze_zoo_resnet18():
+    doc = ok_json("analyze", "zoo:resnet18")
+    check_schema(doc)
+    assert doc["model"]["framework"] == "zoo"
+    assert doc["inputs"][0]["shape"] == [1, 3, 224, 224]
+    # torchvision's resnet18: 11,689,512 learnable parameters, plus the batch-norm running mean and
+    # variance (2 x 4800 channels: 64 + 4*64 + 5*128 + 5*256 + 5*512) = 11,699,112; ~1.814 G MACs at 224
+    assert doc["totals"]["params"] == 11_689_512 + 2 * 4800
+    assert abs(doc["totals"]["macs"] - 1.814e9) / 1.814e9 < 0.01
+
+
+@pytest.mark.parametrize("spec", ["zoo:nonexistent", "zoo:resnet?depth=abc", "zoo:resnet?depth=7",
+                                  "zoo:resnet?bogus=1", "zoo:"])
+def test_zoo_bad_names(spec):
+    fails(2, "analyze", spec)
+
+
+def test_zoo_rejects_input_specs():
+    fails(2, "analyze", "zoo:resnet18", "--input", "x:1x3x64x64")
+
+
+# ---- usage errors from click itself ----------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [["analyze"], ["analyze", "m.onnx", "--format", "xml"], ["frobnicate"],
+                                  ["analyze", "m.onnx", "--top", "-1"], ["zoo", "--format", "markdown"]])
+def test_click_usage_errors(args):
+    click_usage_fails(*args)
+
+
+# ---- real processes: nothing on stderr but the message ---------------------------------------------
+
+def _subprocess(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env.pop("PREFLIGHT_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "analyzer.cli", *map(str, args)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_subprocess_error_is_short(models):
+    p = _subprocess("analyze", models["tiny"], "--format", "json")
+    assert p.returncode == 2
+    assert p.stdout == ""
+    assert "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) <= 2, p.stderr
+    assert "--batch" in p.stderr
+
+
+def test_subprocess_json_stdout_is_pure_json(models):
+    p = _subprocess("analyze", models["tiny"], "--batch", "2", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    check_schema(json.loads(p.stdout))

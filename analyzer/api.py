@@ -9,7 +9,6 @@ from .errors import AnalysisError, UnsupportedOperatorsError
 from .frontends import InputSpec, LoadedModel, load
 
 
-
 @dataclass
 class Report:
     """One model's analysis (and, later, prediction), ready for `to_json()` or the renderers."""

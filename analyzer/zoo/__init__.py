@@ -1,0 +1,47 @@
+"""Parameterised model zoo in plain torch and transformers (no TVM dependency).
+
+Models are named by spec strings: ``"NAME"`` or ``"NAME?key=value&key2=value2"``,
+where ``NAME`` is a variant (``"resnet50"``, ``"llama_7b"``) or a family
+(``"resnet"``, meaning its defaults) and keys are the family's parameters
+(``Family.params``). All weights are random (seeded); ``transformers`` is only
+imported when a Hugging Face based model is built, and ``device="meta"`` builds
+without allocating weight memory.
+
+Example:
+    >>> from analyzer.zoo import build
+    >>> m = build("resnet18?resolution=64", batch=2)
+    >>> m.module(*m.example_inputs).shape
+    torch.Size([2, 1000])
+"""
+
+from analyzer.zoo import (  # noqa: F401  (importing registers the families)
+    cnn_classic,
+    cnn_efficient,
+    cnn_mobile,
+    cnn_resnet,
+    hf_language,
+    hf_vision,
+    randwire,
+    sequence,
+)
+from analyzer.zoo.registry import (
+    FAMILIES,
+    Family,
+    ZooError,
+    ZooModel,
+    build,
+    list_families,
+    register,
+    resolve,
+)
+
+__all__ = [
+    "FAMILIES",
+    "Family",
+    "ZooError",
+    "ZooModel",
+    "build",
+    "list_families",
+    "register",
+    "resolve",
+]

@@ -1,0 +1,221 @@
+"""Tests for the ``analyzer.zoo`` model zoo (CPU only, random weights, offline)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+from analyzer.zoo import FAMILIES, Family, ZooError, ZooModel, build, list_families, resolve
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ISSUE_CRITICAL = (
+    "resnet18",
+    "resnet50",
+    "mobilenet_v2",
+    "efficientnet_b0",
+    "convnext_tiny",
+    "vit_base",
+    "swin_tiny",
+    "bert_base",
+    "gpt2",
+    "llama_small",
+    "llama_7b",
+)
+
+# torchvision's published parameter counts (1000 classes).
+TORCHVISION_PARAMS = {
+    "resnet18": 11_689_512,
+    "resnet50": 25_557_032,
+    "mobilenet_v2": 3_504_872,
+    "efficientnet_b0": 5_288_548,
+    "convnext_tiny": 28_589_128,
+}
+
+# Per-family overrides that keep the smoke test small; everything else uses generic
+# ``resolution`` / ``seq_len`` reductions.
+SMOKE_OVERRIDES: dict[str, dict[str, object]] = {
+    "dinov2": {"resolution": 56},
+    "swin": {"resolution": 128, "window": 4},
+    "levit": {"resolution": 64},
+}
+
+
+def _n_params(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _smoke_spec(family: Family) -> str:
+    name = next(iter(family.variants))
+    overrides: dict[str, object] = {}
+    if "resolution" in family.params:
+        overrides["resolution"] = 64
+    if "seq_len" in family.params:
+        overrides["seq_len"] = 16
+    overrides.update(SMOKE_OVERRIDES.get(family.name, {}))
+    return name + "?" + "&".join(f"{k}={v}" for k, v in overrides.items())
+
+
+def test_registry_breadth() -> None:
+    families = list_families()
+    assert len(families) >= 30
+    assert [f.name for f in families] == sorted(FAMILIES)
+    for fam in families:
+        assert len(fam.variants) >= 3, fam.name
+        assert fam.kind in {"cnn", "vision_transformer", "language", "sequence", "nas"}
+        assert fam.description
+
+
+@pytest.mark.parametrize("name", ISSUE_CRITICAL)
+def test_issue_critical_names_resolve(name: str) -> None:
+    family, params = resolve(name)
+    assert set(params) == set(family.params)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_variant_builds_on_meta(family: str) -> None:
+    fam = FAMILIES[family]
+    counts = {}
+    for variant in fam.variants:
+        model = build(variant, batch=2, device="meta")
+        assert all(p.is_meta for p in model.module.parameters())
+        assert all(t.shape[0] == 2 for t in model.example_inputs)
+        counts[variant] = _n_params(model.module)
+    # The first listed variant is the family's smallest one (used by the smoke test).
+    assert counts[next(iter(fam.variants))] == min(counts.values()), counts
+
+
+@pytest.mark.filterwarnings("ignore:The tensor attributes:UserWarning")
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_smallest_variant_forward_and_export(family: str) -> None:
+    spec = _smoke_spec(FAMILIES[family])
+    model = build(spec, batch=2)
+    assert isinstance(model, ZooModel)
+    assert not model.module.training
+    assert model.family == family
+    assert len(model.input_names) == len(model.example_inputs)
+    with torch.no_grad():
+        out = model.module(*model.example_inputs)
+    assert isinstance(out, torch.Tensor) and out.shape[0] == 2
+    assert torch.isfinite(out).all()
+    exported = torch.export.export(model.module, model.example_inputs)
+    replay = exported.module()(*model.example_inputs)
+    torch.testing.assert_close(replay, out, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("name", "expected"), sorted(TORCHVISION_PARAMS.items()))
+def test_cnn_param_counts_match_torchvision(name: str, expected: int) -> None:
+    assert _n_params(build(name, device="meta").module) == expected
+
+
+def test_other_param_counts() -> None:
+    # Hugging Face reference sizes of the random-weight configs.
+    assert _n_params(build("vit_base", device="meta").module) == 86_567_656
+    assert _n_params(build("swin_tiny", device="meta").module) == 28_288_354
+    assert _n_params(build("bert_base", device="meta").module) == 109_482_240
+    assert _n_params(build("gpt2", device="meta").module) == 124_439_808
+
+
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def test_llama_7b_on_meta_is_fast_and_free() -> None:
+    build("llama_small?seq_len=8", device="meta")  # warm up imports
+    rss_before = _rss_bytes()
+    start = time.perf_counter()
+    model = build("llama_7b", device="meta", dtype=torch.float16)
+    elapsed = time.perf_counter() - start
+    rss_after = _rss_bytes()
+    assert elapsed < 2.0
+    assert _n_params(model.module) == 6_738_415_616
+    assert all(p.is_meta and p.dtype == torch.float16 for p in model.module.parameters())
+    assert all(t.is_meta for t in model.example_inputs)
+    assert model.params["hidden"] == 4096 and model.params["layers"] == 32
+    if rss_before is not None and rss_after is not None:
+        assert rss_after - rss_before < 256 * 2**20
+
+
+def test_resolve_defaults_variants_and_overrides() -> None:
+    fam, params = resolve("resnet")
+    assert fam.name == "resnet" and params == fam.params
+    _, params = resolve("resnet18")
+    assert params["depth"] == 18
+    _, params = resolve("resnet?depth=34&width=32")
+    assert params["depth"] == 34 and params["width"] == 32
+    _, params = resolve("mobilenet_v2?width=0.75")
+    assert params["width"] == 0.75
+    _, params = resolve("lstm_small?bidirectional=true")
+    assert params["bidirectional"] is True
+    assert build("resnet18?resolution=32", device="meta").name == "resnet18?resolution=32"
+    assert build("resnet50", device="meta").name == "resnet50"
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ("resnet19", "resnet18"),
+        ("no_such_model", "valid"),
+        ("resnet18?depht=50", "depth"),
+        ("resnet18?depth=abc", "expected int"),
+        ("resnet18?depth=19", "choices"),
+        ("resnet18?width=-4", ">= 0"),
+        ("mobilenet_v2?width=wide", "expected float"),
+        ("vit_base?attn=flash", "choices"),
+        ("resnet18?depth", "key=value"),
+        ("", "empty"),
+    ],
+)
+def test_resolve_errors(spec: str, fragment: str) -> None:
+    with pytest.raises(ZooError) as info:
+        resolve(spec)
+    message = str(info.value)
+    assert fragment in message
+    assert "\n" not in message
+    assert isinstance(info.value, ValueError)
+
+
+def test_builder_validation_raises_zoo_error() -> None:
+    with pytest.raises(ZooError):
+        build("vit_tiny?resolution=100", device="meta")
+    with pytest.raises(ZooError):
+        build("llama_small?kv_heads=3", device="meta")
+    with pytest.raises(ZooError):
+        build("resnet18", batch=0, device="meta")
+
+
+def test_determinism_dtype_and_batch() -> None:
+    a = build("randwire_small?seed=3&nodes=6&resolution=32", batch=3)
+    b = build("randwire_small?seed=3&nodes=6&resolution=32", batch=3)
+    for pa, pb in zip(a.module.state_dict().values(), b.module.state_dict().values(), strict=True):
+        assert torch.equal(pa, pb)
+    for ia, ib in zip(a.example_inputs, b.example_inputs, strict=True):
+        assert torch.equal(ia, ib)
+    assert a.example_inputs[0].shape == (3, 3, 32, 32)
+    c = build("randwire_small?seed=4&nodes=6&resolution=32")
+    assert repr(c.module) != repr(a.module) or _n_params(c.module) != _n_params(a.module)
+    half = build("resnet18?resolution=32", dtype=torch.bfloat16)
+    assert all(p.dtype == torch.bfloat16 for p in half.module.parameters())
+    assert half.example_inputs[0].dtype == torch.bfloat16
+    tokens = build("gpt2_tiny?seq_len=7", batch=2, dtype=torch.float16, device="meta")
+    assert tokens.example_inputs[0].dtype == torch.int64
+    assert tokens.example_inputs[0].shape == (2, 7)
+    assert tokens.input_names == ("input_ids",)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in ISSUE_CRITICAL if n != "llama_7b"])
+def test_issue_critical_full_size_export(name: str) -> None:
+    model = build(name)
+    exported = torch.export.export(model.module, model.example_inputs)
+    assert len(exported.graph_signature.user_inputs) == len(model.input_names)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .errors import AnalysisError, UnsupportedOperatorsError
 from .frontends import InputSpec, LoadedModel, load
@@ -47,6 +47,10 @@ def analyze_loaded(loaded: LoadedModel, *, strict: bool = False) -> Report:
     except IRError as exc:
         raise AnalysisError(str(exc)) from exc
     analysis = analyze_graph(graph)
+    if loaded.source_params is not None:
+        params, param_bytes = loaded.source_params
+        analysis.totals = replace(analysis.totals, params=params, param_bytes=param_bytes)
+        analysis.static_features.update(params=params, param_bytes=param_bytes)
     unsupported = analysis.totals.unsupported
     if strict and unsupported:
         raise UnsupportedOperatorsError(

@@ -11,6 +11,7 @@ class LoadedModel:
 
     `n_inputs` leading parameters of `main` are model inputs; the rest are weights.
     `unconverted` lists source operators that had no conversion and were kept as opaque calls.
+    `source_params`, when set, is what `totals.params` / `param_bytes` report.
     """
 
     mod: object  # tvm.IRModule
@@ -21,3 +22,6 @@ class LoadedModel:
     unconverted: list[str] = field(default_factory=list)
     input_names: tuple[str, ...] = ()
     warnings: list[str] = field(default_factory=list)
+    # (elements, bytes) of the weights the source file stores, when the importer's IR does not show
+    # them one to one (TVM's ONNX importer folds weight transforms such as Transpose(W) into new constants)
+    source_params: tuple[int, int] | None = None

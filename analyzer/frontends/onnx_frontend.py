@@ -104,4 +104,26 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
     except Exception as exc:  # noqa: BLE001 - the importer raises many error types
         raise AnalysisError(f"{path.name}: TVM's ONNX importer failed: {_one_line(exc)}") from exc
     return LoadedModel(mod=mod, framework="onnx", name=model.graph.name or path.stem, source=str(path),
-                       n_inputs=len(graph_inputs), input_names=tuple(shape_dict))
+                       n_inputs=len(graph_inputs), input_names=tuple(shape_dict),
+                       source_params=_file_params(model))
+
+
+_FLOAT_TYPES = {1: 4, 10: 2, 16: 2, 11: 8}  # TensorProto FLOAT, FLOAT16, BFLOAT16, DOUBLE -> bytes
+
+
+def _file_params(model) -> tuple[int, int]:
+    """Elements and bytes of the file's non-scalar floating-point initializers: the weights it stores.
+
+    Integer initializers are shape and index constants; TVM's importer folds weight transforms
+    (Transpose of a tied embedding, Gather of position tables) into new constants, so counting the
+    IR's constants would count some weights twice.
+    """
+    elements = nbytes = 0
+    for t in model.graph.initializer:
+        if t.data_type in _FLOAT_TYPES and len(t.dims):
+            n = 1
+            for d in t.dims:
+                n *= d
+            elements += n
+            nbytes += n * _FLOAT_TYPES[t.data_type]
+    return elements, nbytes

@@ -27,26 +27,37 @@ def _outer(attrs: dict, inputs: list[TensorInfo], outputs: tuple[TensorInfo, ...
 
 
 def einsum_macs(subscripts: str, shapes: list[tuple[int, ...]]) -> tuple[int, int]:
-    """(MACs, extra FLOPs) of a naive einsum.
+    """(MACs, extra FLOPs) of an einsum contracted pairwise, left to right (as torch.einsum does
+    without opt_einsum).
 
-    With two or more operands every combination of index values is one multiply-add per extra
-    operand: MACs = (n - 1) x prod(size of every index). A single operand only sums what it drops.
+    Each pairwise step costs the product of the sizes of every index either operand carries; the
+    intermediate keeps the indices a later operand or the output still needs. A single operand
+    only sums what it drops (extra FLOPs, no MACs).
     """
     lhs, _, rhs = subscripts.replace(" ", "").partition("->")
     terms = lhs.split(",")
     sizes: dict[str, int] = {}
+    letters_of: list[list[str]] = []
     n_ell = 0
     for term, shape in zip(terms, shapes, strict=False):
         letters = _letters(term, len(shape))
+        letters_of.append(letters)
         n_ell = max(n_ell, sum(1 for c in letters if c.startswith("#")))
         for letter, d in zip(letters, shape, strict=False):
             sizes[letter] = max(sizes.get(letter, 1), d)
-    total = math.prod(sizes.values()) if sizes else 1
-    if len(terms) >= 2:
-        return (len(terms) - 1) * total, 0
     out_letters = _letters(rhs, len(rhs.replace("...", "")) + n_ell) if rhs else []
-    kept = math.prod(sizes.get(c, 1) for c in out_letters)
-    return 0, total - kept if total > kept else 0
+    if len(terms) < 2:
+        total = math.prod(sizes.values()) if sizes else 1
+        kept = math.prod(sizes.get(c, 1) for c in out_letters)
+        return 0, total - kept if total > kept else 0
+    macs = 0
+    current = set(letters_of[0])
+    for i in range(1, len(letters_of)):
+        union = current | set(letters_of[i])
+        macs += math.prod(sizes[c] for c in union)
+        needed = set(out_letters).union(*(set(t) for t in letters_of[i + 1:]))
+        current = union & needed
+    return macs, 0
 
 
 def _letters(term: str, ndim: int) -> list[str]:

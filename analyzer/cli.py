@@ -143,6 +143,30 @@ def zoo(fmt: str) -> None:
     click.echo(f"\n{len(families)} families. Use zoo:NAME or zoo:FAMILY?key=value, e.g. zoo:resnet?depth=34")
 
 
+@cli.command()
+@click.option("--format", "fmt", type=click.Choice(("table", "json")), default="table", show_default=True)
+def devices(fmt: str) -> None:
+    """List the known GPUs: peak rates, bandwidth, memory and MIG profiles (usable memory)."""
+    from predictor.devices import DEVICES
+
+    if fmt == "json":
+        doc = [{"device": d.key, "name": d.name, "memory_mib": d.memory_mib, "bandwidth_gbs": d.bandwidth / 1e9,
+                "peak_tflops": {k: v / 1e12 for k, v in d.peak_flops.items()}, "tdp_w": d.tdp_w, "sms": d.sms,
+                "mig": [{"profile": p.name, "memory_mib": round(p.memory_mib), "sms": p.sms,
+                         "memory_slices": p.memory_slices, "measured": p.measured} for p in d.mig]}
+               for d in DEVICES.values()]
+        click.echo(json.dumps(doc, indent=2))
+        return
+    for d in DEVICES.values():
+        rates = ", ".join(f"{k} {v / 1e12:g}" for k, v in d.peak_flops.items())
+        click.echo(f"{d.key:<14} {d.name}: {d.memory_mib / 1024:.1f} GiB, {d.bandwidth / 1e12:.2f} TB/s, "
+                   f"{d.sms} SMs, {d.tdp_w:g} W; dense TFLOP/s {rates}")
+        mig = ", ".join(f"{p.name} {p.memory_mib / 1024:.2f} GiB/{p.sms} SMs{'' if p.measured else '*'}" for p in d.mig)
+        click.echo(f"{'':<14} MIG: {mig}")
+    click.echo("\n* derived lower bound of usable memory (no published nvidia-smi mig -lgip output); "
+               "see predictor/devices.py")
+
+
 def main() -> None:
     cli(prog_name="preflight")
 

@@ -1,0 +1,103 @@
+"""Roofline bound: the fastest a graph can run on a device, and what it needs in memory.
+
+Per operator: time = max(FLOPs / peak rate for its dtype and kind, bytes / bandwidth), summed over
+the graph (ops run one after another in eager PyTorch). Which peak applies (NB, PyTorch defaults):
+- conv in float32 runs on TF32 tensor cores (`torch.backends.cudnn.allow_tf32` is True by default);
+- matmul/attention in float32 runs on CUDA cores (`torch.backends.cuda.matmul.allow_tf32` is False);
+- float16 / bfloat16 conv, matmul and attention run on tensor cores at the fp16 / bf16 rate;
+- everything else (elementwise, normalisation, reductions, data movement) at the fp32 CUDA-core rate.
+Ops folded ahead of time (`weight_only`) cost nothing at run time.
+
+A MIG slice owns a share of the SMs (compute) and of the memory slices (bandwidth, L2): its bound
+scales the two terms separately.
+
+Memory estimate, each term stated: weights (the graph's parameter bytes) + peak live activations
+(liveness pass) + CUDA context + library workspace. The context and workspace are assumptions until
+calibrated from GPU measurements (the harness records the context it measures).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .devices import Device, MigProfile
+
+CONTEXT_MIB = 500.0  # CUDA context + cuBLAS/cuDNN handles with PyTorch on Hopper: assumed, to calibrate
+WORKSPACE_MIB = 64.0  # cuBLAS (32 MiB on Hopper) + cuDNN conv workspace: assumed, to calibrate
+
+_TENSOR_CORE_CATEGORIES = {"conv", "matmul", "attention"}
+
+
+def peak_rate(device: Device, category: str, dtype: str) -> float:
+    """FLOP/s available to an op of `category` computing in `dtype` (see the module docstring)."""
+    if category in _TENSOR_CORE_CATEGORIES:
+        if dtype == "float16":
+            return device.peak_flops["fp16"]
+        if dtype == "bfloat16":
+            return device.peak_flops["bf16"]
+        if dtype == "float32" and category == "conv":
+            return device.peak_flops["tf32"]
+    return device.peak_flops["fp32"]
+
+
+@dataclass(frozen=True)
+class OpBound:
+    """Roofline times of one op, in seconds."""
+
+    index: int
+    compute_s: float
+    memory_s: float
+
+    @property
+    def seconds(self) -> float:
+        return max(self.compute_s, self.memory_s)
+
+    @property
+    def compute_bound(self) -> bool:
+        return self.compute_s >= self.memory_s
+
+
+def op_bounds(ops: Iterable, device: Device, *, sm_share: float = 1.0, bandwidth_share: float = 1.0) -> list[OpBound]:
+    """Per-op bounds for `passes.costs.OpCost`-like records (flops, bytes, category, output dtype)."""
+    out = []
+    for op in ops:
+        if getattr(op, "weight_only", False):
+            continue
+        dtype = op.output.dtype if op.outputs else "float32"
+        rate = peak_rate(device, op.category, dtype) * sm_share
+        out.append(OpBound(op.index, op.flops / rate, (op.bytes_read + op.bytes_written) / (device.bandwidth
+                                                                                         * bandwidth_share)))
+    return out
+
+
+def latency_bound_ms(ops: Iterable, device: Device, profile: MigProfile | None = None) -> float:
+    """The roofline latency bound of a graph, in milliseconds, on the full GPU or one MIG slice."""
+    sm_share, bw_share = shares(device, profile)
+    return 1e3 * sum(b.seconds for b in op_bounds(ops, device, sm_share=sm_share, bandwidth_share=bw_share))
+
+
+def shares(device: Device, profile: MigProfile | None) -> tuple[float, float]:
+    """(share of SMs, share of memory bandwidth) a MIG profile owns; (1, 1) for the whole GPU."""
+    if profile is None:
+        return 1.0, 1.0
+    return profile.sms / device.sms, profile.memory_slices / 8
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Device memory a model needs, term by term, in MiB."""
+
+    weights_mib: float
+    activations_mib: float
+    context_mib: float = CONTEXT_MIB
+    workspace_mib: float = WORKSPACE_MIB
+
+    @property
+    def total_mib(self) -> float:
+        return self.weights_mib + self.activations_mib + self.context_mib + self.workspace_mib
+
+
+def memory_estimate(param_bytes: int, peak_activation_bytes: int) -> MemoryEstimate:
+    """weights + peak activations + CUDA context + workspace (the last two assumed: module docstring)."""
+    return MemoryEstimate(param_bytes / 2**20, peak_activation_bytes / 2**20)

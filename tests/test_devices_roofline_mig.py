@@ -1,0 +1,114 @@
+"""Device table, roofline bound and MIG rule on hand-computed examples."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from passes.graph import TensorInfo
+from predictor.devices import DEVICES, UnknownDeviceError, get_device
+from predictor.mig import recommend
+from predictor.roofline import CONTEXT_MIB, WORKSPACE_MIB, latency_bound_ms, memory_estimate, peak_rate
+
+
+@dataclass
+class Op:
+    index: int
+    category: str
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    dtype: str = "float32"
+    weight_only: bool = False
+
+    @property
+    def outputs(self):
+        return (TensorInfo((1,), self.dtype),)
+
+    @property
+    def output(self):
+        return self.outputs[0]
+
+
+H100 = get_device("h100-80gb")
+
+
+def test_every_required_device_is_in_the_table_with_mig():
+    for key in ("a100-40gb", "a100-80gb", "h100-80gb", "h100-nvl-94gb", "h200-141gb"):
+        d = DEVICES[key]
+        assert d.mig and d.bandwidth > 0 and d.peak_flops["fp16"] > d.peak_flops["fp32"]
+        assert all(p.memory_mib < d.memory_mib for p in d.mig)
+    assert get_device("H100").key == "h100-80gb" and get_device("h200").key == "h200-141gb"
+    with pytest.raises(UnknownDeviceError):
+        get_device("tpu-v5")
+
+
+def test_design_md_example_a100_7g40gb_is_39_50_gib():
+    assert DEVICES["a100-40gb"].profile("7g.40gb").memory_mib == 39.50 * 1024  # = 40448 MiB
+
+
+def test_peak_rate_follows_pytorch_defaults():
+    assert peak_rate(H100, "conv", "float32") == 494.7e12  # cuDNN may use TF32
+    assert peak_rate(H100, "matmul", "float32") == 67e12  # matmul TF32 is off by default
+    assert peak_rate(H100, "matmul", "float16") == 989.4e12
+    assert peak_rate(H100, "elementwise", "float16") == 67e12
+
+
+def test_roofline_on_hand_computed_ops():
+    ops = [
+        # fp16 matmul: compute 2e12 / 989.4e12 = 2.02143 ms; memory 1e9 / 3.35e12 = 0.29851 ms -> 2.02143
+        Op(0, "matmul", 2_000_000_000_000, 600_000_000, 400_000_000, "float16"),
+        # fp32 add: compute 1e9 / 67e12 = 0.014925 ms; memory 6.7e9 / 3.35e12 = 2.0 ms -> 2.0
+        Op(1, "elementwise", 1_000_000_000, 4_700_000_000, 2_000_000_000),
+        # folded weight transpose: costs nothing at run time
+        Op(2, "data_movement", 0, 10**12, 10**12, weight_only=True),
+    ]
+    assert latency_bound_ms(ops, H100) == pytest.approx(2.02143 + 2.0, rel=1e-5)
+    # 1g.10gb: 16 of 132 SMs, 1 of 8 memory slices.
+    # matmul: compute 2.02143 * 132 / 16 = 16.6768; memory 0.29851 * 8 = 2.388 -> 16.6768
+    # add: compute 0.014925 * 8.25 = 0.12313; memory 2.0 * 8 = 16.0 -> 16.0
+    assert latency_bound_ms(ops, H100, H100.profile("1g.10gb")) == pytest.approx(16.6768 + 16.0, rel=1e-4)
+
+
+def test_memory_estimate_states_each_term():
+    est = memory_estimate(param_bytes=100 * 2**20, peak_activation_bytes=50 * 2**20)
+    assert (est.weights_mib, est.activations_mib) == (100, 50)
+    assert est.total_mib == 150 + CONTEXT_MIB + WORKSPACE_MIB
+
+
+@pytest.mark.parametrize("key", sorted(DEVICES))
+def test_mig_boundaries_on_every_device(key):
+    d = DEVICES[key]
+    smallest = min(d.mig, key=lambda p: (p.memory_mib, p.sms))
+    # exactly at the usable memory (no headroom): fits
+    assert recommend(d, smallest.memory_mib, headroom=0).profile == smallest.name
+    # just under: fits
+    assert recommend(d, smallest.memory_mib - 1, headroom=0).profile == smallest.name
+    # just over: the next larger profile
+    over = recommend(d, smallest.memory_mib + 1, headroom=0)
+    assert over.profile != smallest.name and over.fits[smallest.name] is False
+    nxt = min((p for p in d.mig if p.memory_mib > smallest.memory_mib), key=lambda p: (p.memory_mib, p.sms))
+    assert over.profile == nxt.name
+    # headroom counts: 5% over the bound must fit too
+    assert recommend(d, smallest.memory_mib / 1.05 + 1).profile != smallest.name
+    assert recommend(d, smallest.memory_mib / 1.05 - 1).profile == smallest.name
+    # nothing fits
+    largest = max(d.mig, key=lambda p: p.memory_mib)
+    none = recommend(d, largest.memory_mib + 1, headroom=0)
+    assert none.profile is None and "no profile fits" in none.reason and not any(none.fits.values())
+
+
+def test_smallest_means_fewest_sms_at_equal_memory():
+    # H100 1g.20gb (26 SMs) and 2g.20gb (32 SMs) both hold 19.62 GiB: pick 1g.20gb
+    assert recommend(H100, 15_000, headroom=0).profile == "1g.20gb"
+
+
+def test_latency_slo_moves_to_a_bigger_slice():
+    lat = {"1g.10gb": 9.0, "1g.20gb": 7.0, "2g.20gb": 4.5, "3g.40gb": 2.5, "4g.40gb": 2.2, "7g.80gb": 1.1}
+    rec = recommend(H100, 5_000, latency_ms_by_profile=lat, latency_slo_ms=5.0, headroom=0)
+    assert rec.profile == "2g.20gb" and "5 ms SLO" in rec.reason
+    none = recommend(H100, 5_000, latency_ms_by_profile=lat, latency_slo_ms=1.0, headroom=0)
+    assert none.profile is None and "SLO" in none.reason
+    with pytest.raises(ValueError):
+        recommend(H100, 5_000, latency_slo_ms=5.0)

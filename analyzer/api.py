@@ -36,6 +36,7 @@ def _unsupported_message(unsupported: dict[str, int]) -> str:
 def analyze_loaded(loaded: LoadedModel, *, strict: bool = False) -> Report:
     """Run the passes over a loaded model and assemble the report."""
     from passes.analysis import analyze_graph
+    from passes.graph import with_float_dtype
     from passes.tvm_ir import DynamicShapeError, IRError, extract
 
     try:
@@ -46,6 +47,8 @@ def analyze_loaded(loaded: LoadedModel, *, strict: bool = False) -> Report:
         raise MissingShapeError(f"{exc}; set every input dimension with --input NAME:DIMS or --batch N") from exc
     except IRError as exc:
         raise AnalysisError(str(exc)) from exc
+    if loaded.float_dtype:
+        graph = with_float_dtype(graph, loaded.float_dtype)
     analysis = analyze_graph(graph)
     if loaded.source_params is not None:
         params, param_bytes = loaded.source_params

@@ -7,7 +7,7 @@ these dataclasses only, so nothing outside `passes/tvm_ir.py` touches TVM IR acc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 # Bytes per element of the dtypes the importers emit. `bool` is stored as one byte.
 _DTYPE_BYTES = {
@@ -130,3 +130,24 @@ class OpGraph:
                     seen.add((o.source, op.index))
                     out.append((o.source, op.index))
         return out
+
+
+def with_float_dtype(graph: OpGraph, dtype: str, source: str = "float32") -> OpGraph:
+    """The same graph computed in `dtype`: every `source`-typed tensor becomes `dtype`.
+
+    This is what `model.to(dtype)` does to a float32 model: shapes and arithmetic stay, bytes change.
+    (TVM 0.27's PyTorch importer hard-codes float32 outputs for convolutions and addmm, so float16
+    models are imported in float32 and retargeted here.)
+    """
+    if dtype == source:
+        return graph
+
+    def t(info: TensorInfo) -> TensorInfo:
+        return TensorInfo(info.shape, dtype) if info.dtype == source else info
+
+    ops = [replace(op, operands=[replace(o, tensor=t(o.tensor)) for o in op.operands],
+                   outputs=tuple(t(x) for x in op.outputs),
+                   attrs={k: (dtype if k == "out_dtype" and v == source else v) for k, v in op.attrs.items()})
+           for op in graph.ops]
+    sources = [replace(s, tensor=t(s.tensor)) for s in graph.sources]
+    return OpGraph(ops=ops, sources=sources, outputs=list(graph.outputs), value_producer=dict(graph.value_producer))

@@ -120,3 +120,33 @@ def test_dynamic_shape_is_reported_not_guessed():
     bound = tvm_ir.bind_symbolic_dims(mod, {"n": 3})
     graph = tvm_ir.extract(bound)
     assert graph.ops[0].output.shape == (3, 8)
+
+
+def test_float16_retargeting_keeps_arithmetic_and_halves_bytes():
+    from passes.analysis import analyze_graph
+    from passes.graph import with_float_dtype
+
+    graph = tvm_ir.extract(_diamond())
+    a32 = analyze_graph(graph)
+    a16 = analyze_graph(with_float_dtype(graph, "float16"))
+    assert a16.totals.flops == a32.totals.flops
+    # every tensor is 2x8: 64 B in float32, 32 B in float16
+    assert a16.totals.bytes_read * 2 == a32.totals.bytes_read
+    assert a16.totals.peak_activation_bytes == 96  # 192 / 2
+    assert {s.tensor.dtype for s in with_float_dtype(graph, "float16").sources} == {"float16"}
+
+
+def test_half_precision_module_is_analysed_in_half():
+    import torch
+
+    from analyzer import analyze
+
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8)).eval()
+    x = torch.randn(1, 3, 8, 8)
+    r32 = analyze(m, (x,))
+    r16 = analyze(m.half(), (x.half(),))
+    # conv 3->8 3x3 on 8x8 -> 6x6: MACs = 8*6*6*27 = 7776 in both precisions
+    assert r16.totals.macs == r32.totals.macs == 7776
+    # weights 8*27 + 8 (conv) + 4*8 (BN) = 256 elements: 1024 B in float32, 512 B in float16
+    assert (r32.totals.param_bytes, r16.totals.param_bytes) == (1024, 512)
+    assert r16.inputs[0]["dtype"] == "float16"

@@ -25,3 +25,5 @@ class LoadedModel:
     # (elements, bytes) of the weights the source file stores, when the importer's IR does not show
     # them one to one (TVM's ONNX importer folds weight transforms such as Transpose(W) into new constants)
     source_params: tuple[int, int] | None = None
+    # the model computes in this float dtype although it was imported in float32 (see graph.with_float_dtype)
+    float_dtype: str | None = None

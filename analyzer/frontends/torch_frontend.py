@@ -165,6 +165,9 @@ def from_module(module, example_inputs: Sequence, *, name: str | None = None, fr
         raise UsageError("an nn.Module needs example inputs (a tensor or a tuple of tensors)")
     module = module.eval()
     n_inputs = len(example_inputs)
+    float_dtype = _float_dtype(module, example_inputs)
+    if float_dtype is not None:  # TVM's importer cannot import float16 convs: import in float32, retarget after
+        module, example_inputs = _as_float32(module, example_inputs)
     try:
         with torch.inference_mode(False), torch.no_grad():
             if _on_meta(module):
@@ -176,7 +179,33 @@ def from_module(module, example_inputs: Sequence, *, name: str | None = None, fr
         raise AnalysisError(f"torch.export could not export the module: {_one_line(exc)}") from exc
     mod, n_inputs, missing = import_exported_program(ep, n_inputs=n_inputs)
     return LoadedModel(mod=mod, framework=framework, name=name or type(module).__name__, source=source,
-                       n_inputs=n_inputs, unconverted=missing, input_names=tuple(input_names or ()))
+                       n_inputs=n_inputs, unconverted=missing, input_names=tuple(input_names or ()),
+                       float_dtype=float_dtype)
+
+
+def _float_dtype(module, example_inputs) -> str | None:
+    """'float16'/'bfloat16' when the module computes in half precision, else None."""
+    import torch
+
+    dtypes = {p.dtype for p in module.parameters() if p.is_floating_point()}
+    dtypes |= {t.dtype for t in example_inputs if isinstance(t, torch.Tensor) and t.is_floating_point()}
+    half = dtypes & {torch.float16, torch.bfloat16}
+    if not half:
+        return None
+    if len(half) > 1 or torch.float32 in dtypes:
+        raise UsageError("the module mixes float dtypes; cast it and its inputs to one dtype")
+    return str(half.pop()).removeprefix("torch.")
+
+
+def _as_float32(module, example_inputs):
+    """A float32 copy of a half-precision module (on the meta device the copy allocates nothing)."""
+    import copy
+
+    import torch
+
+    copied = copy.deepcopy(module).float()
+    inputs = tuple(t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in example_inputs)
+    return copied, inputs
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,20 +8,48 @@ from .specs import InputSpec
 from .torch_frontend import from_module
 
 
+ZOO_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def split_dtype(spec: str):
+    """Take the `dtype=...` pseudo-parameter out of a zoo spec: ("resnet50?dtype=float16") -> ("resnet50", fp16)."""
+    import torch
+
+    name, _, query = spec.partition("?")
+    keep, dtype = [], "float32"
+    for part in filter(None, query.split("&")):
+        key, _, value = part.partition("=")
+        if key == "dtype":
+            if value not in ZOO_DTYPES:
+                raise UsageError(f"zoo:{spec}: dtype must be one of {', '.join(ZOO_DTYPES)}")
+            dtype = value
+        else:
+            keep.append(part)
+    return (name + ("?" + "&".join(keep) if keep else "")), getattr(torch, dtype)
+
+
 def load_zoo(spec: str, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
     """Build a zoo model's shapes only (meta device) and import it; weights are never allocated."""
+    import torch
+
     from .. import zoo
 
     if specs:
         raise UsageError("zoo models take their shapes from parameters: use zoo:NAME?resolution=...&seq_len=... "
                          "and --batch (see `preflight zoo`)")
+    source = f"zoo:{spec}"
+    spec, dtype = split_dtype(spec)
     try:
+        # float32 on purpose: TVM's importer cannot import float16 convs; the graph is retargeted after
         built = zoo.build(spec, batch=batch or 1, device="meta")
     except zoo.ZooError as exc:
         raise UsageError(f"zoo:{spec}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - a family's builder failed
         raise AnalysisError(f"zoo:{spec}: building the model failed: {exc}") from exc
     loaded = from_module(built.module, built.example_inputs, name=built.name, framework="zoo",
-                         source=f"zoo:{spec}", input_names=built.input_names)
+                         source=source, input_names=built.input_names)
     loaded.name = built.name
+    if dtype is not torch.float32:
+        loaded.float_dtype = str(dtype).removeprefix("torch.")
+        loaded.name = f"{built.name}?dtype={loaded.float_dtype}"
     return loaded

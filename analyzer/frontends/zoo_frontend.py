@@ -7,7 +7,6 @@ from .loaded import LoadedModel
 from .specs import InputSpec
 from .torch_frontend import from_module
 
-
 ZOO_DTYPES = ("float32", "float16", "bfloat16")
 
 

@@ -88,3 +88,26 @@ def analyze(model, example_inputs: Sequence | None = None, *, inputs: Sequence[I
         A `Report`; `report.to_json()` is the `preflight.report/1` document.
     """
     return analyze_loaded(load(model, inputs=inputs, batch=batch, example_inputs=example_inputs), strict=strict)
+
+
+def predict(model, example_inputs: Sequence | None = None, *, device: str = "h100-80gb",
+            inputs: Sequence[InputSpec | str] | None = None, batch: int | None = None, strict: bool = False,
+            latency_slo_ms: float | None = None) -> Report:
+    """Analyse `model` and predict its latency, energy, memory and MIG slice on `device`.
+
+    Uses the newest trained predictor for the device (`predictor/checkpoints/<device>@<n>`), or the
+    roofline estimate, labelled as such, when there is none. Arguments as for `analyze`.
+    """
+    from predictor.devices import UnknownDeviceError, get_device
+    from predictor.predict import predict as run
+
+    from .errors import UsageError
+
+    try:
+        get_device(device)
+    except UnknownDeviceError as exc:
+        raise UsageError(str(exc)) from exc
+    report = analyze(model, example_inputs, inputs=inputs, batch=batch, strict=strict)
+    report.prediction, warnings = run(report.analysis, device, latency_slo_ms=latency_slo_ms)
+    report.warnings.extend(warnings)
+    return report

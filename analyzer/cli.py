@@ -111,16 +111,39 @@ def analyze(model: str, inputs: tuple[str, ...], batch: int | None, fmt: str, ou
     MODEL is a .onnx or .pt2 (torch.export.save) file, or zoo:NAME[?key=value...].
     """
     from .api import analyze as run
-    from .report import render_markdown, render_table
 
     report = run(model, inputs=list(inputs), batch=batch, strict=strict)
+    _emit(_render(report, fmt, top), output)
+
+
+@cli.command()
+@click.argument("model")
+@model_options
+@click.option("--device", default="h100-80gb", show_default=True, help="Target GPU (see `preflight devices`).")
+@click.option("--latency-slo", "latency_slo", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="MS", help="The MIG slice must also meet this latency.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write to FILE instead of stdout.")
+@click.option("--strict", is_flag=True, help="Fail (exit 1) if any operator has no cost rule.")
+@click.option("--top", type=click.IntRange(min=0), default=15, show_default=True)
+def predict(model: str, inputs: tuple[str, ...], batch: int | None, device: str, latency_slo: float | None,
+            fmt: str, output: str | None, strict: bool, top: int) -> None:
+    """Predict latency, energy, memory and the MIG slice of MODEL on a GPU."""
+    from .api import predict as run
+
+    report = run(model, inputs=list(inputs), batch=batch, strict=strict, device=device, latency_slo_ms=latency_slo)
+    _emit(_render(report, fmt, top), output)
+
+
+def _render(report, fmt: str, top: int) -> str:
+    from .report import render_markdown, render_table
+
     if fmt == "json":
-        text = json.dumps(report.to_json(), indent=2) + "\n"
-    elif fmt == "markdown":
-        text = render_markdown(report, top)
-    else:
-        text = render_table(report, top)
-    _emit(text, output)
+        return json.dumps(report.to_json(), indent=2) + "\n"
+    if fmt == "markdown":
+        return render_markdown(report, top)
+    return render_table(report, top)
 
 
 @cli.command()

@@ -88,10 +88,30 @@ def _summary(report) -> list[tuple[str, str]]:
     ]
 
 
+def _prediction(report) -> list[tuple[str, str]]:
+    p = report.prediction
+    if not p:
+        return []
+
+    def iv(key: str, unit: str, fmt: str = ".3g") -> str:
+        lo, hi = p[f"{key}_interval"]
+        return f"{p[key]:{fmt}} {unit} ({lo:{fmt}} to {hi:{fmt}})"
+
+    mig = p["mig"]
+    return [
+        ("device", f"{p['device']} (predictor: {p['predictor']})"),
+        ("latency", iv("latency_ms", "ms")),
+        ("energy", iv("energy_j", "J")),
+        ("memory", iv("memory_mb", "MiB", ",.0f")),
+        ("roofline bound", f"{p['roofline_latency_ms']:.3g} ms"),
+        ("MIG slice", f"{mig['profile'] or 'none'}: {mig['reason']}"),
+    ]
+
+
 def render_table(report, top: int = 15) -> str:
-    """Plain-text view for a terminal: totals, then the costliest operators."""
+    """Plain-text view for a terminal: totals, the prediction, then the costliest operators."""
     lines = []
-    summary = _summary(report)
+    summary = _summary(report) + _prediction(report)
     width = max(len(k) for k, _ in summary)
     lines += [f"{k:<{width}}  {v}" for k, v in summary]
     header, rows = _rows(report, top)
@@ -110,7 +130,7 @@ def render_table(report, top: int = 15) -> str:
 def render_markdown(report, top: int = 15) -> str:
     """Markdown: a totals table and the costliest operators."""
     lines = [f"# preflight analysis: {report.model['name']}", "", "| | |", "|---|---|"]
-    lines += [f"| {k} | {v.replace('|', '/')} |" for k, v in _summary(report)]
+    lines += [f"| {k} | {v.replace('|', '/')} |" for k, v in _summary(report) + _prediction(report)]
     header, rows = _rows(report, top)
     if rows:
         lines += ["", f"## Costliest {len(rows)} operators", "", "| " + " | ".join(header) + " |",

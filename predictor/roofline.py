@@ -58,23 +58,39 @@ class OpBound:
         return self.compute_s >= self.memory_s
 
 
+def op_bound(index: int, flops: float, nbytes: float, category: str, dtype: str, device: Device,
+             sm_share: float = 1.0, bandwidth_share: float = 1.0) -> OpBound:
+    """Roofline times of one op from its FLOPs, bytes moved, category and dtype."""
+    rate = peak_rate(device, category, dtype) * sm_share
+    return OpBound(index, flops / rate, nbytes / (device.bandwidth * bandwidth_share))
+
+
 def op_bounds(ops: Iterable, device: Device, *, sm_share: float = 1.0, bandwidth_share: float = 1.0) -> list[OpBound]:
     """Per-op bounds for `passes.costs.OpCost`-like records (flops, bytes, category, output dtype)."""
-    out = []
-    for op in ops:
-        if getattr(op, "weight_only", False):
-            continue
-        dtype = op.output.dtype if op.outputs else "float32"
-        rate = peak_rate(device, op.category, dtype) * sm_share
-        out.append(OpBound(op.index, op.flops / rate, (op.bytes_read + op.bytes_written) / (device.bandwidth
-                                                                                         * bandwidth_share)))
-    return out
+    return [op_bound(op.index, op.flops, op.bytes_read + op.bytes_written, op.category,
+                     op.output.dtype if op.outputs else "float32", device, sm_share, bandwidth_share)
+            for op in ops if not getattr(op, "weight_only", False)]
 
 
 def latency_bound_ms(ops: Iterable, device: Device, profile: MigProfile | None = None) -> float:
     """The roofline latency bound of a graph, in milliseconds, on the full GPU or one MIG slice."""
     sm_share, bw_share = shares(device, profile)
     return 1e3 * sum(b.seconds for b in op_bounds(ops, device, sm_share=sm_share, bandwidth_share=bw_share))
+
+
+def latency_bound_ms_arrays(op_arrays: dict, device: Device, profile: MigProfile | None = None) -> float:
+    """`latency_bound_ms` from the per-op arrays a graph cache holds (see `analyzer.dataset`)."""
+    from passes.costs.registry import CATEGORIES
+
+    sm_share, bw_share = shares(device, profile)
+    total = 0.0
+    for i, (flops, nbytes, cat, dtype, folded) in enumerate(zip(
+            op_arrays["op_flops"], op_arrays["op_bytes"], op_arrays["op_category"], op_arrays["op_dtype"],
+            op_arrays["op_folded"], strict=True)):
+        if not folded:
+            total += op_bound(i, float(flops), float(nbytes), CATEGORIES[int(cat)], str(dtype), device,
+                              sm_share, bw_share).seconds
+    return 1e3 * total
 
 
 def shares(device: Device, profile: MigProfile | None) -> tuple[float, float]:

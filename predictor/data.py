@@ -1,0 +1,130 @@
+"""Dataset builder, predictor side: join measurement records with their cached graphs (no TVM).
+
+`analyzer.dataset` caches each configuration's graph; this module pairs every measured record with
+its graph, builds PyTorch Geometric `Data` objects, and splits them randomly or leave-family-out
+(a family never straddles train and test).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+TARGETS = ("latency_ms", "energy_j", "memory_mb")
+
+
+def labels(record: dict) -> tuple[float, float, float]:
+    """(latency_ms median, energy_j per inference, memory_mb total) of a record; NaN where absent."""
+    lat = record.get("latency_ms") or {}
+    mem = record.get("memory_mb") or {}
+    energy = record.get("energy_j")
+
+    def num(v) -> float:
+        return float(v) if isinstance(v, int | float) and v > 0 else math.nan
+
+    return num(lat.get("median")), num(energy), num(mem.get("total"))
+
+
+@dataclass
+class Sample:
+    """One measured configuration with its graph."""
+
+    key: str  # the config's graph key
+    family: str
+    device: str
+    y: np.ndarray  # (3,) TARGETS, NaN where not measured
+    x: np.ndarray  # (|V|, F) node features
+    edge_index: np.ndarray  # (2, |E|)
+    static: dict[str, float]
+    ops: dict[str, np.ndarray]  # per-op arrays for the roofline bound
+    totals: dict
+    record: dict = field(repr=False, default_factory=dict)
+
+
+def load_graph(path: Path) -> dict:
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def load_samples(records: Iterable[dict], graphs: dict[str, Path], *, feature_version: str | None = None,
+                 key_of=None) -> list[Sample]:
+    """Pair every successful record (`status == "ok"`) with its cached graph.
+
+    Args:
+        records: measurement records.
+        graphs: graph key -> cache file, as `analyzer.dataset.build_cache` returns.
+        feature_version: refuse graphs cached with another feature layout.
+        key_of: record -> graph key (defaults to `analyzer.dataset`'s hashing, imported lazily).
+    """
+    if key_of is None:
+        from analyzer.dataset import config_spec, graph_key
+
+        def key_of(rec: dict) -> str:
+            return graph_key(*config_spec(rec))
+
+    loaded: dict[str, dict] = {}
+    out = []
+    for rec in records:
+        if rec.get("status") != "ok":
+            continue
+        key = key_of(rec)
+        if key not in loaded:
+            g = load_graph(graphs[key])
+            if feature_version and str(g["feature_version"]) != feature_version:
+                raise ValueError(f"graph cache {graphs[key]} has features {g['feature_version']}, "
+                                 f"expected {feature_version}: rebuild the cache")
+            loaded[key] = g
+        g = loaded[key]
+        static = dict(zip((str(n) for n in g["static_names"]), (float(v) for v in g["static"]), strict=True))
+        ops = {k: g[k] for k in ("op_flops", "op_bytes", "op_category", "op_dtype", "op_folded")}
+        out.append(Sample(key=key, family=rec["family"], device=rec["device"], y=np.array(labels(rec)),
+                          x=g["x"], edge_index=g["edge_index"], static=static, ops=ops,
+                          totals=json.loads(str(g["totals"])), record=rec))
+    return out
+
+
+def random_split(samples: Sequence[Sample], test_fraction: float = 0.2, seed: int = 0) -> tuple[list[int], list[int]]:
+    """Indices of a seeded random split of the samples."""
+    idx = list(range(len(samples)))
+    random.Random(seed).shuffle(idx)
+    n_test = max(1, round(test_fraction * len(idx))) if idx else 0
+    return sorted(idx[n_test:]), sorted(idx[:n_test])
+
+
+def family_split(samples: Sequence[Sample], test_fraction: float = 0.2, seed: int = 0,
+                 test_families: Iterable[str] | None = None) -> tuple[list[int], list[int], list[str]]:
+    """Leave-family-out split: whole families go to test (about `test_fraction` of the samples).
+
+    Returns train indices, test indices and the held-out families.
+    """
+    families = sorted({s.family for s in samples})
+    if test_families is None:
+        order = families[:]
+        random.Random(seed).shuffle(order)
+        held, count = [], 0
+        for fam in order:
+            if count >= test_fraction * len(samples):
+                break
+            held.append(fam)
+            count += sum(1 for s in samples if s.family == fam)
+    else:
+        held = list(test_families)
+    held_set = set(held)
+    train = [i for i, s in enumerate(samples) if s.family not in held_set]
+    test = [i for i, s in enumerate(samples) if s.family in held_set]
+    return train, test, sorted(held)
+
+
+def data_hash(records: Iterable[dict]) -> str:
+    """A stable hash of the training records (their ids and labels), recorded in each artifact."""
+    h = hashlib.sha256()
+    for rec in sorted(records, key=lambda r: str(r.get("id"))):
+        h.update(json.dumps([rec.get("id"), rec.get("device"), labels(rec)], sort_keys=True).encode())
+    return h.hexdigest()[:16]

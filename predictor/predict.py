@@ -1,0 +1,102 @@
+"""Fill the `prediction` block of a report: a trained predictor for the device, else the roofline estimate.
+
+Roofline estimate (labelled `"predictor": "roofline"`, used for any device without a trained artifact):
+- latency: the roofline bound plus a kernel-launch floor of LAUNCH_US per operator (eager PyTorch runs
+  one kernel or more per op); interval from the bound to 3x the estimate;
+- energy: latency x power, power taken as 60% of TDP (interval: 30% of TDP at the low latency to TDP at
+  the high latency);
+- memory: `roofline.memory_estimate` (weights + peak activations + context + workspace); interval from
+  weights + activations + context to the estimate + 25% of the activations (allocator fragmentation).
+These factors are assumptions, not fits: the report says so. A trained predictor replaces them with
+its calibrated quantiles.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+
+from .data import Sample
+from .devices import Device, get_device
+from .mig import recommend
+from .roofline import CONTEXT_MIB, latency_bound_ms, memory_estimate
+
+CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
+LAUNCH_US = 5.0
+_ARTIFACT = re.compile(r"^(?P<device>[\w.-]+)@(?P<version>\d+)$")
+
+
+def find_artifact(device: str, root: Path = CHECKPOINTS) -> Path | None:
+    """The newest `<device>@<n>` artifact directory, or None."""
+    if not root.is_dir():
+        return None
+    best = None
+    for d in root.iterdir():
+        m = _ARTIFACT.match(d.name)
+        if m and m["device"] == device and (d / "meta.json").is_file():
+            if best is None or int(m["version"]) > int(_ARTIFACT.match(best.name)["version"]):
+                best = d
+    return best
+
+
+def _sample_from_analysis(analysis, device: str) -> Sample:
+    from passes.costs.registry import CATEGORIES
+
+    ops = analysis.ops
+    arrays = {
+        "op_flops": np.array([c.flops for c in ops], dtype=np.float64),
+        "op_bytes": np.array([c.bytes_read + c.bytes_written for c in ops], dtype=np.float64),
+        "op_category": np.array([CATEGORIES.index(c.category) for c in ops], dtype=np.int8),
+        "op_dtype": np.array([c.output.dtype if c.outputs else "float32" for c in ops]),
+        "op_folded": np.array([c.weight_only for c in ops], dtype=bool),
+    }
+    return Sample(key="", family="", device=device, y=np.full(3, math.nan), x=analysis.x,
+                  edge_index=analysis.edge_index, static=dict(analysis.static_features), ops=arrays, totals={})
+
+
+def _slice_latencies(analysis, device: Device, full_ms: float) -> dict[str, float]:
+    """Predicted latency on each MIG slice: the full-GPU prediction scaled by the roofline ratio."""
+    base = latency_bound_ms(analysis.ops, device) or 1e-12
+    return {p.name: full_ms * latency_bound_ms(analysis.ops, device, p) / base for p in device.mig}
+
+
+def predict(analysis, device_name: str, *, latency_slo_ms: float | None = None,
+            checkpoints: Path = CHECKPOINTS) -> tuple[dict, list[str]]:
+    """The `prediction` block for `analysis` on `device_name`, and warnings to show the user."""
+    device = get_device(device_name)
+    warnings: list[str] = []
+    bound = latency_bound_ms(analysis.ops, device)
+    artifact = find_artifact(device.key, checkpoints)
+    if artifact is not None:
+        from .train import load, prepare
+
+        trained, meta = load(artifact)
+        q = trained.predict_prepared([prepare(_sample_from_analysis(analysis, device.key), trained.variant)])[0]
+        (lat_lo, lat, lat_hi), (e_lo, e, e_hi), (m_lo, m, m_hi) = (tuple(float(v) for v in q[t]) for t in range(3))
+        name = artifact.name
+    else:
+        n_ops = sum(1 for c in analysis.ops if not c.weight_only)
+        lat = bound + n_ops * LAUNCH_US / 1e3
+        lat_lo, lat_hi = bound, 3 * lat
+        e = lat / 1e3 * 0.6 * device.tdp_w
+        e_lo, e_hi = lat_lo / 1e3 * 0.3 * device.tdp_w, lat_hi / 1e3 * device.tdp_w
+        est = memory_estimate(analysis.totals.param_bytes, analysis.totals.peak_activation_bytes)
+        m = est.total_mib
+        m_lo, m_hi = est.weights_mib + est.activations_mib + CONTEXT_MIB, m + 0.25 * est.activations_mib
+        name = "roofline"
+        warnings.append(f"no trained predictor for {device.key}: roofline estimate (bound + {LAUNCH_US:g} us launch "
+                        f"per op; energy at 60% of TDP; intervals are assumptions, not calibrated)")
+    slices = _slice_latencies(analysis, device, lat)
+    rec = recommend(device, m_hi, latency_ms_by_profile=slices, latency_slo_ms=latency_slo_ms)
+    block = {
+        "device": device.key, "predictor": name,
+        "latency_ms": lat, "latency_ms_interval": [lat_lo, lat_hi],
+        "energy_j": e, "energy_j_interval": [e_lo, e_hi],
+        "memory_mb": m, "memory_mb_interval": [m_lo, m_hi],
+        "roofline_latency_ms": bound,
+        "mig": rec.to_json(),
+    }
+    return block, warnings

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,8 +135,10 @@ class Normaliser:
         logy = np.log(ys)
 
         def ms(a: np.ndarray, axis=0) -> tuple[np.ndarray, np.ndarray]:
-            m = np.nanmean(a, axis=axis)
-            s = np.nanstd(a, axis=axis)
+            with warnings.catch_warnings():  # a target never measured (energy on CPU) is all NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                m = np.nanmean(a, axis=axis)
+                s = np.nanstd(a, axis=axis)
             m = np.where(np.isnan(m), 0.0, m)
             s = np.where(np.isnan(s) | (s < 1e-6), 1.0, s)
             return m.astype(np.float32), s.astype(np.float32)
@@ -261,7 +264,7 @@ def train(samples: Sequence[Sample], variant: Variant = OURS, cfg: TrainConfig |
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
             opt.step()
-            total += float(loss) * b.num_graphs
+            total += float(loss.detach()) * b.num_graphs
             n += b.num_graphs
         sched.step()
         losses.append(total / max(n, 1))

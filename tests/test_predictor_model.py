@@ -1,0 +1,102 @@
+"""The GraphSAGE predictor's building blocks: shapes, invariance, loss, artifacts (no measured data needed)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from predictor.model import CostPredictor, pinball_loss
+
+
+def _graph(n=6, f=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, f, generator=g)
+    edge_index = torch.tensor([[0, 0, 1, 2, 3, 4], [1, 2, 3, 3, 4, 5]])
+    return x, edge_index
+
+
+def test_output_shape_and_repr():
+    m = CostPredictor(5, 4, hidden=16)
+    x, ei = _graph()
+    out = m(x, ei, torch.zeros(6, dtype=torch.long), torch.zeros(1, 4))
+    assert out.shape == (1, 3, 3)
+    assert repr(m) == ("CostPredictor(node_dim=5, static_dim=4, hidden=16, layers=3, readout='mean+max+sum', "
+                       "quantiles=(0.05, 0.5, 0.95))")
+    with pytest.raises(ValueError):
+        CostPredictor(5, 4, readout="attention")
+
+
+@pytest.mark.parametrize("readout", ["mean+max+sum", "sum"])
+def test_prediction_does_not_change_when_nodes_are_permuted(readout):
+    torch.manual_seed(0)
+    m = CostPredictor(5, 4, hidden=16, readout=readout).eval()
+    x, ei = _graph()
+    static = torch.randn(1, 4)
+    batch = torch.zeros(6, dtype=torch.long)
+    perm = torch.tensor([3, 5, 0, 2, 4, 1])  # new position i holds old node perm[i]
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(6)
+    with torch.no_grad():
+        a = m(x, ei, batch, static)
+        b = m(x[perm], inv[ei], batch, static)
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_pinball_loss_by_hand_and_masks_missing_targets():
+    # one graph, one target, quantiles (0.1, 0.9); prediction 0 for both, label 1:
+    # q=0.1: max(0.1*1, -0.9*1) = 0.1; q=0.9: 0.9 -> mean 0.5
+    pred = torch.zeros(1, 1, 2)
+    assert float(pinball_loss(pred, torch.tensor([[1.0]]), (0.1, 0.9))) == pytest.approx(0.5)
+    # label -2: q=0.1: max(-0.2, 1.8) = 1.8; q=0.9: max(-1.8, 0.2) = 0.2 -> 1.0
+    assert float(pinball_loss(pred, torch.tensor([[-2.0]]), (0.1, 0.9))) == pytest.approx(1.0)
+    # NaN labels do not count
+    pred2 = torch.zeros(1, 2, 2)
+    assert float(pinball_loss(pred2, torch.tensor([[1.0, math.nan]]), (0.1, 0.9))) == pytest.approx(0.5)
+
+
+def test_roofline_fallback_is_labelled_and_mig_follows_memory():
+    from analyzer import predict
+
+    r = predict(torch.nn.Sequential(torch.nn.Linear(64, 64)).eval(), (torch.randn(4, 64),), device="h100-80gb")
+    p = r.prediction
+    assert p["predictor"] == "roofline" and any("roofline estimate" in w for w in r.warnings)
+    assert p["latency_ms_interval"][0] <= p["latency_ms"] <= p["latency_ms_interval"][1]
+    assert p["roofline_latency_ms"] == p["latency_ms_interval"][0]
+    assert p["mig"]["profile"] == "1g.10gb"  # a few hundred MiB fit the smallest slice
+    assert set(r.to_json()["prediction"]) >= {"device", "predictor", "latency_ms", "latency_ms_interval", "energy_j",
+                                              "energy_j_interval", "memory_mb", "memory_mb_interval",
+                                              "roofline_latency_ms", "mig"}
+
+
+def test_artifact_round_trip_and_version_check(tmp_path):
+    import json
+
+    from predictor.data import Sample
+    from predictor.train import ArtifactError, TrainConfig, load, prepare, save, train
+
+    rng = np.random.default_rng(0)
+    samples = []
+    for i in range(24):
+        n = 4 + i % 3
+        samples.append(Sample(key=str(i), family=f"f{i % 4}", device="cpu-test",
+                              y=np.array([1.0 + i, math.nan, 100.0 + 3 * i]),
+                              x=rng.random((n, 70)).astype(np.float32),
+                              edge_index=np.array([[j for j in range(n - 1)], [j + 1 for j in range(n - 1)]]),
+                              static={"macs": 1e6 * (i + 1), "batch_size": 1 + i % 4, "param_bytes": 1000,
+                                      "peak_activation_bytes": 1000},
+                              ops={}, totals={}))
+    trained = train(samples, cfg=TrainConfig(epochs=3, hidden=16))
+    before = trained.predict_prepared([prepare(s, trained.variant) for s in samples[:5]])
+    save(trained, tmp_path / "cpu-test@1", {"name": "cpu-test@1"})
+    loaded, meta = load(tmp_path / "cpu-test@1")
+    after = loaded.predict_prepared([prepare(s, loaded.variant) for s in samples[:5]])
+    np.testing.assert_allclose(before, after, rtol=1e-5)
+    assert meta["name"] == "cpu-test@1"
+    doc = json.loads((tmp_path / "cpu-test@1" / "meta.json").read_text())
+    doc["feature_version"] = "preflight.features/0"
+    (tmp_path / "cpu-test@1" / "meta.json").write_text(json.dumps(doc))
+    with pytest.raises(ArtifactError, match="retrain"):
+        load(tmp_path / "cpu-test@1")

@@ -190,6 +190,90 @@ def devices(fmt: str) -> None:
                "see predictor/devices.py")
 
 
+def _samples(data: tuple[str, ...], device: str, cache: str):
+    from predictor.data import load_samples
+
+    from .dataset import build_cache, read_records
+
+    records = [r for r in read_records(data) if r.get("device") == device]
+    if not records:
+        from .errors import UsageError
+
+        raise UsageError(f"no measurement records for device {device!r} in {', '.join(data)}")
+    graphs = build_cache(records, cache, log=lambda m: click.echo(m, err=True))
+    samples = load_samples(records, graphs)
+    if len(samples) < 10:
+        from .errors import AnalysisError
+
+        raise AnalysisError(f"only {len(samples)} successful measurements for {device}: too few to train on")
+    return records, samples
+
+
+def _train_options(f):
+    f = click.argument("data", nargs=-1, required=True, type=click.Path(exists=True))(f)
+    f = click.option("--device", required=True, help="Device key of the records to use (e.g. h100-80gb).")(f)
+    f = click.option("--epochs", type=click.IntRange(min=1), default=300, show_default=True)(f)
+    f = click.option("--seed", type=int, default=0, show_default=True)(f)
+    f = click.option("--cache", default="cache/graphs", show_default=True, help="Graph cache directory.")(f)
+    return f
+
+
+@cli.command()
+@_train_options
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the table to FILE instead of stdout.")
+def evaluate(data, device, epochs, seed, cache, output) -> None:
+    """Evaluation table for DEVICE's measurements: random and leave-family-out splits, against baselines."""
+    from predictor.evaluate import evaluate as run
+    from predictor.evaluate import table_markdown
+    from predictor.train import TrainConfig
+
+    records, samples = _samples(data, device, cache)
+    results = run(samples, TrainConfig(epochs=epochs, seed=seed), seed=seed, log=lambda m: click.echo(m, err=True))
+    _emit(table_markdown(results, f"Evaluation on {device}: {len(samples)} measured configurations, "
+                                  f"{len({s.family for s in samples})} families"), output)
+
+
+@cli.command()
+@_train_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Artifact directory (default: predictor/checkpoints/<device>@<next version>).")
+def train(data, device, epochs, seed, cache, out_dir) -> None:
+    """Train the predictor for DEVICE on all its measurements and write the artifact with its evaluation table."""
+    import datetime
+    from pathlib import Path
+
+    from predictor.data import data_hash
+    from predictor.evaluate import evaluate as run
+    from predictor.evaluate import table_markdown
+    from predictor.predict import CHECKPOINTS, find_artifact
+    from predictor.train import TrainConfig, save
+    from predictor.train import train as fit
+
+    records, samples = _samples(data, device, cache)
+    cfg = TrainConfig(epochs=epochs, seed=seed)
+    log = lambda m: click.echo(m, err=True)  # noqa: E731
+    if out_dir is None:
+        last = find_artifact(device)
+        version = int(last.name.rsplit("@", 1)[1]) + 1 if last else 1
+        out_dir = CHECKPOINTS / f"{device}@{version}"
+    out_dir = Path(out_dir)
+    title = (f"Evaluation of {out_dir.name}: {len(samples)} measured configurations, "
+             f"{len({s.family for s in samples})} families")
+    table = table_markdown(run(samples, cfg, seed=seed, log=log), title)
+    trained = fit(samples, cfg=cfg, log=log)
+    save(trained, out_dir, {
+        "name": out_dir.name, "device": device, "data_hash": data_hash(records), "n_records": len(records),
+        "n_samples": len(samples), "families": sorted({s.family for s in samples}), "epochs": epochs, "seed": seed,
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "reproduce": f"preflight train {' '.join(data)} --device {device} --epochs {epochs} --seed {seed}",
+    })
+    (out_dir / "EVAL.md").write_text(table + f"\nReproduce: `preflight train {' '.join(data)} --device {device} "
+                                             f"--epochs {epochs} --seed {seed}`\n")
+    click.echo(table)
+    click.echo(f"wrote {out_dir}", err=True)
+
+
 def main() -> None:
     cli(prog_name="preflight")
 

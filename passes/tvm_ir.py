@@ -163,13 +163,11 @@ def bind_symbolic_dims(mod: tvm.IRModule, values: dict[str, int], func_name: str
     """Replace symbolic dimension variables by integers and re-infer every shape."""
     func = main_function(mod, func_name)
     bound = func.bind_symbolic_vars(values)
-    mod = mod.with_func(func_name, bound) if hasattr(mod, "with_func") else _replace(mod, func_name, bound)
-    return relax.transform.Normalize()(mod)
+    return relax.transform.Normalize()(_replace(mod, func_name, bound))
 
 
 def _replace(mod: tvm.IRModule, name: str, func) -> tvm.IRModule:
-    new = tvm.IRModule({gv: (func if gv.name_hint == name else f) for gv, f in mod.functions.items()})
-    return new
+    return tvm.IRModule({gv: (func if gv.name_hint == name else f) for gv, f in mod.functions.items()})
 
 
 def strip_param_data(mod: tvm.IRModule, func_name: str = "main") -> tvm.IRModule:

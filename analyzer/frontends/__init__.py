@@ -26,7 +26,8 @@ def load(model, *, inputs: Sequence[InputSpec | str] | None = None, batch: int |
     """Lower `model` to a Relax IRModule with static shapes.
 
     Args:
-        model: a path (`.onnx`, `.pt2`), `"zoo:NAME[?key=value...]"`, an `nn.Module` (with
+        model: a path (`.onnx`, `.pt2`, `.keras`, `.tflite`, a SavedModel or Paddle inference directory,
+            a Paddle `.json`/`.pdmodel` file), `"zoo:NAME[?key=value...]"`, an `nn.Module` (with
             `example_inputs`), or a Relax `tvm.IRModule` with static shapes.
         inputs: `InputSpec`s or `"NAME:DIMS[:DTYPE]"` strings for the file's inputs.
         batch: sets dimension 0 of every input.
@@ -72,8 +73,7 @@ def _load_file(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Lo
     if not path.exists():
         raise UnreadableModelError(f"{path}: no such file or directory")
     if path.is_dir():
-        raise UnreadableModelError(f"{path}: a directory; preflight reads .onnx and .pt2 files "
-                                   f"(TensorFlow SavedModel and Paddle directories are not supported yet)")
+        return _load_dir(path, specs, batch)
     try:
         size = path.stat().st_size
         if size == 0:
@@ -91,11 +91,44 @@ def _load_file(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Lo
         return load_onnx(path, specs, batch)
     if suffix == ".pt2":
         return load_pt2(path, specs, batch)
-    if suffix in (".tflite", ".keras", ".h5", ".pdmodel", ".pdiparams"):
-        raise UnreadableModelError(f"{path.name}: TensorFlow/TFLite and PaddlePaddle models are not supported yet; "
-                                   f"export to ONNX instead")
-    raise UnreadableModelError(f"{path.name}: unknown model format '{suffix or '(no suffix)'}'; "
-                               f"preflight reads .onnx and .pt2 (torch.export.save) files and zoo:NAME")
+    if suffix == ".tflite":
+        from .tensorflow_frontend import load_tflite
+
+        return load_tflite(path, specs, batch)
+    if suffix in (".keras", ".h5", ".hdf5"):
+        from .tensorflow_frontend import load_keras
+
+        return load_keras(path, specs, batch)
+    if path.name == "saved_model.pb":
+        return _load_dir(path.parent, specs, batch)
+    if suffix in (".pdmodel", ".pdiparams") or (suffix == ".json" and path.with_suffix(".pdiparams").exists()):
+        from .paddle_frontend import load_paddle
+
+        return load_paddle(path, specs, batch)
+    raise UnreadableModelError(f"{path.name}: unknown model format '{suffix or '(no suffix)'}'; {_FORMATS}")
+
+
+_FORMATS = ("preflight reads .onnx, .pt2 (torch.export.save), .keras, .tflite and Paddle (.json/.pdmodel + "
+            ".pdiparams) files, SavedModel and Paddle inference directories, and zoo:NAME")
+
+
+def _load_dir(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
+    """A SavedModel directory (saved_model.pb) or a Paddle inference directory (model files + .pdiparams)."""
+    if (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file():
+        from .tensorflow_frontend import load_saved_model
+
+        return load_saved_model(path, specs, batch)
+    paddle_models = sorted(p for p in path.iterdir() if p.suffix == ".pdmodel"
+                           or (p.suffix == ".json" and p.with_suffix(".pdiparams").is_file()))
+    if len(paddle_models) == 1:
+        from .paddle_frontend import load_paddle
+
+        return load_paddle(paddle_models[0], specs, batch)
+    if len(paddle_models) > 1:
+        names = ", ".join(p.name for p in paddle_models)
+        raise UsageError(f"{path}: several Paddle models in one directory ({names}); give the model file's path")
+    raise UnreadableModelError(f"{path}: a directory that is neither a TensorFlow SavedModel (saved_model.pb) nor "
+                               f"a Paddle inference model (*.pdmodel or *.json with *.pdiparams); {_FORMATS}")
 
 
 __all__ = ["InputSpec", "LoadedModel", "load"]

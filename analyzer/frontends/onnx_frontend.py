@@ -39,6 +39,27 @@ def _check_external_data(model, base: Path, name: str) -> None:
                                        f"(keep it beside the model)")
 
 
+def _check_raw_sizes(model, name: str) -> None:
+    """Every initializer's raw bytes must match its shape (onnx < 1.18's checker does not look)."""
+    from onnx import helper
+
+    for t in model.graph.initializer:
+        if not t.HasField("raw_data") or t.data_type in (0, 8):  # UNDEFINED, STRING
+            continue
+        try:
+            itemsize = helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        except (KeyError, TypeError, ValueError):
+            continue
+        n = 1
+        for d in t.dims:
+            n *= d
+        if t.data_type in (21, 22, 23):  # UINT4, INT4, FLOAT4E2M1 pack two elements per byte
+            n, itemsize = (n + 1) // 2, 1
+        if len(t.raw_data) != n * itemsize:
+            raise UnreadableModelError(f"{name}: tensor '{t.name}' holds {len(t.raw_data)} bytes of data, its shape "
+                                       f"needs {n * itemsize}")
+
+
 def _supported_ops() -> set[str]:
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
@@ -70,6 +91,7 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
         onnx.checker.check_model(model)
     except Exception as exc:  # noqa: BLE001 - ValidationError and friends
         raise UnreadableModelError(f"{path.name}: invalid ONNX model: {_one_line(exc)}") from exc
+    _check_raw_sizes(model, path.name)
 
     supported = _supported_ops()
     missing: dict[str, int] = {}

@@ -1,0 +1,192 @@
+"""PaddlePaddle frontend: inference models as `paddle.jit.save` writes them.
+
+Route: Relax has no Paddle importer, so paddle2onnx converts the model (`model.json` of Paddle 3's PIR, or
+a legacy `model.pdmodel`, with `model.pdiparams`) to ONNX in memory, and the ONNX frontend imports it.
+paddle2onnx runs in a child process (a corrupt parameter file can abort its C++ code) and is called with
+`save_file=None`, so none of its Python post-optimizers runs (its default,
+polygraphy, installs packages at run time); its built-in C++ graph optimizer does.
+
+Safety: paddle2onnx reads the program (JSON or protobuf) and the parameter file (a raw tensor stream)
+directly; nothing is unpickled, and `pickle.load`/`loads` refuse while it runs, so a hostile file that
+reaches a pickle fallback inside paddle is refused rather than executed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ..errors import AnalysisError, MissingExtraError, PreflightError, UnreadableModelError
+from .loaded import LoadedModel
+from .native import QUIET_ENV, quiet_native_output
+from .specs import InputSpec
+
+CONVERT_TIMEOUT_S = 600
+
+OPSET = 17  # LayerNormalization is a single ONNX op from 17; paddle2onnx raises it if an op needs more
+
+
+def _model_files(path: Path) -> tuple[Path, Path]:
+    """(program file, parameter file) for a `.json`, `.pdmodel` or `.pdiparams` path."""
+    if path.suffix == ".pdiparams":
+        candidates = [path.with_suffix(".json"), path.with_suffix(".pdmodel")]
+        found = [c for c in candidates if c.is_file()]
+        if not found:
+            raise UnreadableModelError(f"{path.name}: a Paddle parameter file without its program "
+                                       f"({path.stem}.json or {path.stem}.pdmodel) beside it")
+        return found[0], path
+    params = path.with_suffix(".pdiparams")
+    if not params.is_file():
+        raise UnreadableModelError(f"{path.name}: its parameter file {params.name} is missing (keep the files "
+                                   f"paddle.jit.save writes together)")
+    return path, params
+
+
+def _check_program(program: Path) -> None:
+    """Refuse a program file that is not what paddle.jit.save writes, before paddle2onnx sees it."""
+    if program.stat().st_size == 0:
+        raise UnreadableModelError(f"{program.name}: the file is empty")
+    if program.suffix == ".json":
+        try:
+            doc = json.loads(program.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UnreadableModelError(f"{program.name}: not a Paddle program (invalid JSON: {exc})") from exc
+        if not isinstance(doc, dict) or "program" not in doc:
+            raise UnreadableModelError(f"{program.name}: not a Paddle program (no 'program' in the JSON)")
+        return
+    if program.read_bytes()[:1] in (b"{", b"["):
+        raise UnreadableModelError(f"{program.name}: a JSON file named .pdmodel; name it model.json")
+
+
+@contextlib.contextmanager
+def _no_unpickling(label: str):
+    def refuse(*args, **kwargs):
+        raise UnreadableModelError(f"{label}: the model asks to unpickle Python objects; preflight never "
+                                   f"unpickles files (it could run code)")
+
+    real = pickle.load, pickle.loads
+    pickle.load, pickle.loads = refuse, refuse
+    try:
+        yield
+    finally:
+        pickle.load, pickle.loads = real
+
+
+def _float_constants(model) -> tuple[int, int]:
+    """Elements and bytes of the floating-point weights in an ONNX graph: initializers and the
+    non-scalar float `Constant` nodes paddle2onnx writes its parameters as."""
+    from .onnx_frontend import _FLOAT_TYPES, _file_params
+
+    elements, nbytes = _file_params(model)
+    for node in model.graph.node:
+        if node.op_type != "Constant":
+            continue
+        for attr in node.attribute:
+            t = attr.t
+            if attr.name == "value" and t.data_type in _FLOAT_TYPES and len(t.dims):
+                n = 1
+                for d in t.dims:
+                    n *= d
+                elements += n
+                nbytes += n * _FLOAT_TYPES[t.data_type]
+    return elements, nbytes
+
+
+def load_paddle(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
+    """Convert a Paddle inference model to ONNX with paddle2onnx and import it with static shapes."""
+    program, params = _model_files(path)
+    _check_program(program)
+    for module in ("paddle", "paddle2onnx"):
+        if importlib.util.find_spec(module) is None:
+            raise MissingExtraError(f"PaddlePaddle models need the optional dependency '{module}': "
+                                    f"pip install \"preflight[paddle]\"")
+    if params.stat().st_size == 0:
+        raise UnreadableModelError(f"{params.name}: the file is empty")
+
+    import onnx
+
+    from .onnx_frontend import load_onnx
+
+    with tempfile.TemporaryDirectory(prefix="preflight-paddle-") as tmp:
+        onnx_path = Path(tmp) / f"{program.stem}.onnx"
+        _convert(program, params, onnx_path)
+        loaded = load_onnx(onnx_path, specs, batch)
+        weights = _float_constants(onnx.load(str(onnx_path)))
+    loaded.framework = "paddle"
+    loaded.name = program.stem
+    loaded.source = str(path)
+    loaded.source_params = weights
+    return loaded
+
+
+def _convert(program: Path, params: Path, onnx_path: Path) -> None:
+    """Run paddle2onnx in a child process: a corrupt parameter file can make its C++ code abort, and paddle's
+    protobuf runtime then never meets TensorFlow's in one process."""
+    env = dict(os.environ, **{k: os.environ.get(k, v) for k, v in QUIET_ENV.items()})
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    log_path = onnx_path.with_suffix(".log")
+    cmd = [sys.executable, "-c", "from analyzer.frontends.paddle_frontend import _child; _child()",
+           str(program), str(params), str(onnx_path), str(log_path)]
+    try:
+        proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=CONVERT_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise AnalysisError(f"{program.name}: paddle2onnx did not finish in {CONVERT_TIMEOUT_S} s") from exc
+    log = log_path.read_text(errors="replace") if log_path.is_file() else ""
+    if proc.returncode == 0 and onnx_path.is_file():
+        return
+    if proc.returncode == _RC_MISSING:
+        raise MissingExtraError(f"PaddlePaddle models need {log.strip() or 'paddle and paddle2onnx'}: "
+                                f"pip install \"preflight[paddle]\"")
+    if proc.returncode < 0:
+        raise UnreadableModelError(f"{program.name}: paddle2onnx crashed reading the model "
+                                   f"({signal.Signals(-proc.returncode).name}); the files are corrupt or not "
+                                   f"written by paddle.jit.save")
+    raise _conversion_error(program.name, log)
+
+
+_RC_MISSING, _RC_FAILED = 3, 4
+
+
+def _child() -> None:
+    """Child process: `program params out.onnx out.log`; exit 0, or 3 (missing package), 4 (failed)."""
+    program, params, out, log = sys.argv[1:5]
+    try:
+        import paddle  # noqa: F401 - paddle2onnx needs it; imported first to report it by name
+        import paddle2onnx
+    except ImportError as exc:
+        Path(log).write_text(f"the optional dependency '{exc.name or exc}'")
+        sys.exit(_RC_MISSING)
+    onnx_bytes = None
+    with quiet_native_output() as captured, _no_unpickling(Path(program).name):
+        try:
+            onnx_bytes = paddle2onnx.export(program, params, save_file=None, opset_version=OPSET,
+                                            auto_upgrade_opset=True, verbose=False, enable_onnx_checker=True,
+                                            enable_optimize=True, optimize_tool="onnxoptimizer")
+        except Exception as exc:  # noqa: BLE001 - paddle2onnx logs its error, then fails on an unbound name
+            captured.text += f"\n{type(exc).__name__}: {exc}"
+    if not onnx_bytes:
+        Path(log).write_text(captured.text)
+        sys.exit(_RC_FAILED)
+    Path(out).write_bytes(onnx_bytes)
+
+
+def _conversion_error(label: str, log: str) -> PreflightError:
+    """paddle2onnx failed: unsupported operators are an analysis failure (1), anything else unreadable (2)."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip() and not ln.lstrip().startswith(("File ", "^"))]
+    ops = sorted({ln.split("Oops, there are some operators not supported yet")[-1] for ln in lines
+                  if "not supported yet" in ln})
+    unsupported = [ln for ln in lines if "not supported" in ln.lower() or "no converter" in ln.lower()]
+    detail = next((ln for ln in reversed(lines) if "Error" in ln or "error" in ln), lines[-1] if lines else "")
+    if ops or unsupported:
+        return AnalysisError(f"{label}: paddle2onnx cannot convert the model: {(unsupported or ops)[-1][:300]}")
+    return UnreadableModelError(f"{label}: paddle2onnx could not read the model ({detail[:300] or 'no details'})")

@@ -1,0 +1,325 @@
+"""TensorFlow frontend: Keras `.keras` files, SavedModel directories and `.tflite` flatbuffers.
+
+Route: Relax has no TensorFlow GraphDef importer, so a Keras model or SavedModel is traced into a
+concrete function at the input shapes the user asks for (`--batch`, `--input`), its variables are frozen
+into constants, and TensorFlow's own TFLite converter (builtin ops only) lowers it to a TFLite flatbuffer
+that TVM's `from_tflite` imports. A `.tflite` file goes straight to `from_tflite`. TFLite tensors are
+NHWC with HWIO/OHWI kernels; the Relax ops carry those layouts and the cost rules read them.
+
+Safety: Keras files are loaded with `safe_mode=True` (a Lambda layer's Python code is refused);
+legacy `.h5` files, where Keras ignores safe_mode, are refused outright. A SavedModel is protobuf and
+checkpoint data: loading it runs no Python code, and preflight never executes the graph.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from pathlib import Path
+
+from ..errors import AnalysisError, PreflightError, UnreadableModelError, UnsupportedOperatorsError, UsageError
+from .loaded import LoadedModel
+from .native import import_extra, one_line, quiet_native_output
+from .specs import InputSpec, resolve_shape
+
+# tflite.TensorType -> numpy dtype name; bytes per element of the floating-point types (weights)
+_TFLITE_DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16",
+                  9: "int8", 10: "float64", 16: "bfloat16"}
+_FLOAT_BYTES = {0: 4, 1: 2, 10: 8, 16: 2}
+_H5_HINT = ("legacy HDF5 Keras files can carry marshalled Python code that Keras loads without safe_mode; "
+            "re-save the model with model.save('model.keras') or model.export('saved_model_dir')")
+
+
+def _import_tensorflow():
+    tf = import_extra("tensorflow", "tensorflow", "Keras and SavedModel models")
+    tf.get_logger().setLevel("ERROR")
+    return tf
+
+
+# --------------------------------------------------------------------------------------------
+# .tflite
+# --------------------------------------------------------------------------------------------
+
+def _op_name(model, op, builtin_names: dict[int, str]) -> str:
+    code = model.OperatorCodes(op.OpcodeIndex())
+    opc = max(code.DeprecatedBuiltinCode(), code.BuiltinCode())
+    name = builtin_names.get(opc, f"BUILTIN_{opc}")
+    if name == "CUSTOM":
+        custom = code.CustomCode()
+        name = f"CUSTOM:{custom.decode('utf-8', 'replace') if custom else '?'}"
+    return name
+
+
+def _check_ops(model, subgraph, label: str) -> None:
+    """Raise once, naming every TFLite operator (with its count) that TVM's importer cannot convert."""
+    from tflite.BuiltinOperator import BuiltinOperator
+    from tvm import relax
+    from tvm.relax.frontend.tflite.tflite_frontend import ExprTable, OperatorConverter
+
+    builtin_names = {v: k for k, v in vars(BuiltinOperator).items() if not k.startswith("_")}
+    convert_map = OperatorConverter(model, subgraph, ExprTable(), relax.BlockBuilder()).convert_map
+    missing: dict[str, int] = {}
+    for i in range(subgraph.OperatorsLength()):
+        name = _op_name(model, subgraph.Operators(i), builtin_names)
+        if name not in convert_map and name != "CUSTOM:TFLite_Detection_PostProcess":
+            missing[name] = missing.get(name, 0) + 1
+    if missing:
+        listed = ", ".join(f"{k} ({v})" for k, v in sorted(missing.items()))
+        raise UnsupportedOperatorsError(f"{label}: TFLite operators TVM's importer cannot read: {listed}", missing)
+
+
+def _file_params(model, subgraph) -> tuple[int, int]:
+    """Elements and bytes of the flatbuffer's floating-point constant tensors (each buffer once).
+
+    NB: TensorFlow's converter folds batch norm into the preceding conv's weights and bias, stores
+    identical constants once and drops all-zero biases, as ONNX exporters do.
+    """
+    inputs = set(subgraph.InputsAsNumpy().tolist()) if subgraph.InputsLength() else set()
+    seen: set[int] = set()
+    elements = nbytes = 0
+    for i in range(subgraph.TensorsLength()):
+        t = subgraph.Tensors(i)
+        b = t.Buffer()
+        if i in inputs or b <= 0 or b in seen or t.Type() not in _FLOAT_BYTES or t.ShapeLength() == 0:
+            continue
+        buf = model.Buffers(b)
+        if buf is None or (buf.DataLength() == 0 and buf.Size() == 0):
+            continue
+        seen.add(b)
+        n = math.prod(int(d) for d in t.ShapeAsNumpy())
+        elements += n
+        nbytes += n * _FLOAT_BYTES[t.Type()]
+    return elements, nbytes
+
+
+def _dynamic(model) -> bool:
+    """True when an input's shape signature leaves a dimension dynamic (-1)."""
+    subgraph = model.Subgraphs(0)
+    for i in range(subgraph.InputsLength()):
+        t = subgraph.Tensors(subgraph.Inputs(i))
+        if t.ShapeSignatureLength() and any(int(d) < 0 for d in t.ShapeSignatureAsNumpy()):
+            return True
+    return False
+
+
+def _parse_tflite(buf: bytes, label: str):
+    if len(buf) < 8 or buf[4:8] != b"TFL3":
+        raise UnreadableModelError(f"{label}: not a TFLite flatbuffer (no 'TFL3' file identifier)")
+    tflite = import_extra("tflite", "tensorflow", "TFLite models")
+    try:
+        model = tflite.Model.GetRootAsModel(buf, 0)
+        if model.SubgraphsLength() < 1:
+            raise UnreadableModelError(f"{label}: the TFLite model has no subgraph")
+        subgraph = model.Subgraphs(0)
+        inputs = []
+        for i in range(subgraph.InputsLength()):
+            t = subgraph.Tensors(subgraph.Inputs(i))
+            dims = [int(d) for d in t.ShapeAsNumpy()] if t.ShapeLength() else []
+            inputs.append((t.Name().decode("utf-8", "replace"), dims, _TFLITE_DTYPES.get(t.Type(), f"type{t.Type()}")))
+        _check_ops(model, subgraph, label)
+        params = _file_params(model, subgraph)
+    except PreflightError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a corrupt flatbuffer raises IndexError, struct.error...
+        raise UnreadableModelError(f"{label}: corrupt TFLite file ({one_line(exc)})") from exc
+    return model, inputs, params
+
+
+def _import_tflite(buf: bytes, label: str, shapes: dict[str, list[int]], dtypes: dict[str, str], *,
+                   framework: str, name: str, source: str, model=None, params=None,
+                   dynamic: bool = False) -> LoadedModel:
+    from tvm.relax.frontend.tflite import from_tflite
+
+    from passes import tvm_ir
+
+    if model is None:
+        model, _, params = _parse_tflite(buf, label)
+    failure = None
+    with quiet_native_output():
+        try:
+            mod = from_tflite(model, shape_dict=shapes, dtype_dict=dtypes)
+        except PreflightError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the importer raises OpNotImplemented, TVMError, AssertionError...
+            failure = one_line(exc)
+        if failure is not None:
+            gc.collect()  # the half-built BlockBuilder logs a warning when freed: free it while output is quiet
+    if failure is not None:
+        if "READ_VARIABLE" in failure or "VAR_HANDLE" in failure:
+            failure += (" (the file keeps its weights in resource variables; convert with "
+                        "TFLiteConverter.from_keras_model or from_saved_model, which freeze them, or give preflight "
+                        "the Keras model or SavedModel)")
+        elif dynamic:
+            failure += (" (this .tflite has a dynamic batch and computes shapes at run time, which TVM cannot "
+                        "import: analyse the Keras model or SavedModel with --batch N, or convert at a fixed batch)")
+        raise AnalysisError(f"{label}: TVM's TFLite importer failed: {failure}")
+    mod = tvm_ir.strip_param_data(mod)
+    return LoadedModel(mod=mod, framework=framework, name=name, source=source, n_inputs=len(shapes),
+                       input_names=tuple(shapes), source_params=params)
+
+
+def load_tflite(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
+    """Import a `.tflite` file. Its shapes are fixed: `--batch`/`--input` may only restate them."""
+    buf = path.read_bytes()
+    model, inputs, params = _parse_tflite(buf, path.name)
+    names = [n for n, _, _ in inputs]
+    unknown = set(specs) - set(names)
+    if unknown:
+        raise UsageError(f"--input names {', '.join(sorted(unknown))} not among the model's inputs: {', '.join(names)}")
+    shapes, dtypes = {}, {}
+    for name, dims, dtype in inputs:
+        spec = specs.get(name)
+        wanted = list(spec.shape) if spec is not None else list(dims)
+        if batch is not None and wanted:
+            wanted[0] = batch
+        if wanted != dims:
+            raise UsageError(f"input '{name}' is {'x'.join(map(str, dims))} in {path.name}, and a .tflite file fixes "
+                             f"every shape inside it, so it cannot become {'x'.join(map(str, wanted))}; analyse the "
+                             f"Keras model or SavedModel instead (preflight converts it at the shape you ask for)")
+        if spec is not None and spec.dtype is not None and spec.dtype != dtype:
+            raise UsageError(f"input '{name}' is {dtype} in {path.name}; a .tflite file fixes its dtypes")
+        shapes[name] = resolve_shape(name, dims, None, None, path.name)
+        dtypes[name] = dtype
+    return _import_tflite(buf, path.name, shapes, dtypes, framework="tflite", name=path.stem, source=str(path),
+                          model=model, params=params, dynamic=_dynamic(model))
+
+
+# --------------------------------------------------------------------------------------------
+# Keras and SavedModel: trace at the requested shapes, freeze, convert to TFLite
+# --------------------------------------------------------------------------------------------
+
+def _resolve(name: str, dims, dtype: str, specs: dict[str, InputSpec], batch: int | None, label: str):
+    spec = specs.get(name)
+    file_dims = [int(d) if d is not None else None for d in dims]
+    shape = resolve_shape(name, file_dims, spec, batch, label)
+    return shape, (spec.dtype if spec is not None and spec.dtype else dtype)
+
+
+def _convert(tf, concrete, label: str) -> bytes:
+    """Freeze a concrete function's variables and convert it to a TFLite flatbuffer (builtin ops only)."""
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    with quiet_native_output() as out:
+        try:
+            frozen = convert_variables_to_constants_v2(concrete)
+            converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen])
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+            return converter.convert()
+        except Exception as exc:  # noqa: BLE001 - ConverterError, ValueError...
+            err = exc
+    detail = _converter_message(err, out.text)
+    raise AnalysisError(f"{label}: TensorFlow's TFLite converter failed: {detail}") from err
+
+
+def _converter_message(exc: BaseException, log: str) -> str:
+    text = f"{exc}\n{log}"
+    ops = sorted({w.strip(",.;:'\"") for w in text.split() if w.startswith("tf.") and len(w) > 3})
+    if ops and ("not supported" in text or "Select TF" in text or "Flex" in text):
+        return f"TensorFlow ops with no TFLite builtin equivalent (TVM reads builtins only): {', '.join(ops)}"
+    return one_line(exc)
+
+
+def load_keras(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
+    """Load a `.keras` file with safe_mode=True and convert it at the requested input shapes."""
+    if path.suffix.lower() in (".h5", ".hdf5"):
+        raise UnreadableModelError(f"{path.name}: {_H5_HINT}")
+    tf = _import_tensorflow()
+    keras = import_extra("keras", "tensorflow", "Keras models")
+    with quiet_native_output() as out:
+        try:
+            model = keras.saving.load_model(str(path), safe_mode=True, compile=False)
+        except Exception as exc:  # noqa: BLE001 - ValueError, TypeError, OSError, zipfile errors...
+            err = exc
+        else:
+            err = None
+    if err is not None:
+        text = f"{err}"
+        if "safe_mode" in text or "lambda" in text.lower():
+            raise UnreadableModelError(
+                f"{path.name}: the model contains a Lambda layer (arbitrary Python code); preflight loads Keras "
+                f"files with safe_mode=True and refuses it: replace the Lambda with a built-in layer") from err
+        raise UnreadableModelError(f"{path.name}: not a loadable Keras file ({one_line(err) or out.last_line()})") \
+            from err
+    inputs = list(getattr(model, "inputs", None) or [])
+    if not inputs:
+        raise UnreadableModelError(f"{path.name}: the Keras model has no input signature; build it with "
+                                   f"keras.Input(...) (a functional or Sequential model) before saving")
+    names = [str(getattr(t, "name", f"input_{i}")).split(":")[0] for i, t in enumerate(inputs)]
+    unknown = set(specs) - set(names)
+    if unknown:
+        raise UsageError(f"--input names {', '.join(sorted(unknown))} not among the model's inputs: {', '.join(names)}")
+    tensor_specs = []
+    for name, t in zip(names, inputs, strict=True):
+        shape, dtype = _resolve(name, t.shape, str(t.dtype), specs, batch, path.name)
+        tensor_specs.append(tf.TensorSpec(shape, dtype, name=name))
+
+    def call(*xs):
+        return model(xs[0] if len(xs) == 1 else list(xs), training=False)
+
+    with quiet_native_output():
+        try:
+            concrete = tf.function(call).get_concrete_function(*tensor_specs)
+        except Exception as exc:  # noqa: BLE001
+            raise AnalysisError(f"{path.name}: TensorFlow could not trace the model: {one_line(exc)}") from exc
+    return _finish(tf, concrete, path, names, tensor_specs)
+
+
+def _finish(tf, concrete, path: Path, names: list[str], tensor_specs: list) -> LoadedModel:
+    buf = _convert(tf, concrete, path.name)
+    model, inputs, params = _parse_tflite(buf, path.name)
+    tfl_names = [n for n, _, _ in inputs]
+    # the converter names inputs after the TensorSpecs; map by position if it did not
+    order = tfl_names if set(tfl_names) == set(names) else names
+    by_name = dict(zip(names, tensor_specs, strict=True))
+    shapes = {tfl: [int(d) for d in by_name[user].shape] for tfl, user in zip(tfl_names, order, strict=True)}
+    dtypes = {tfl: by_name[user].dtype.name for tfl, user in zip(tfl_names, order, strict=True)}
+    loaded = _import_tflite(buf, path.name, shapes, dtypes, framework="tensorflow", name=path.stem or path.name,
+                            source=str(path), model=model, params=params)
+    loaded.input_names = tuple(order)
+    return loaded
+
+
+def load_saved_model(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
+    """Load a SavedModel directory's serving signature and convert it at the requested input shapes."""
+    tf = _import_tensorflow()
+    with quiet_native_output() as out:
+        try:
+            obj = tf.saved_model.load(str(path))
+        except Exception as exc:  # noqa: BLE001 - DecodeError, NotFoundError, ValueError...
+            err = exc
+        else:
+            err = None
+    if err is not None:
+        raise UnreadableModelError(f"{path.name}: not a loadable SavedModel ({one_line(err) or out.last_line()})") \
+            from err
+    signatures = dict(getattr(obj, "signatures", {}) or {})
+    if not signatures:
+        raise UnreadableModelError(f"{path.name}: the SavedModel has no serving signature; export it with "
+                                   f"model.export(dir) or tf.saved_model.save(obj, dir, signatures=...)")
+    key = "serving_default" if "serving_default" in signatures else sorted(signatures)[0]
+    sig = signatures[key]
+    kw = sig.structured_input_signature[1] if sig.structured_input_signature else {}
+    if not kw:
+        raise UnreadableModelError(f"{path.name}: signature '{key}' has no named tensor inputs")
+    names = list(kw)
+    unknown = set(specs) - set(names)
+    if unknown:
+        raise UsageError(f"--input names {', '.join(sorted(unknown))} not among the model's inputs: {', '.join(names)}")
+    tensor_specs = []
+    for name in names:
+        spec = kw[name]
+        dims = spec.shape.as_list() if spec.shape.rank is not None else None
+        if dims is None:
+            raise UsageError(f"input '{name}' has unknown rank in {path.name}; give its shape with --input {name}:DIMS")
+        shape, dtype = _resolve(name, dims, spec.dtype.name, specs, batch, path.name)
+        tensor_specs.append(tf.TensorSpec(shape, dtype, name=name))
+
+    def call(*xs):
+        return sig(**dict(zip(names, xs, strict=True)))
+
+    with quiet_native_output():
+        try:
+            concrete = tf.function(call).get_concrete_function(*tensor_specs)
+        except Exception as exc:  # noqa: BLE001
+            raise AnalysisError(f"{path.name}: TensorFlow could not trace signature '{key}': {one_line(exc)}") from exc
+    return _finish(tf, concrete, path, names, tensor_specs)

@@ -1,0 +1,237 @@
+"""Paddle frontend: inference models written by `paddle.jit.save` (Paddle 3: model.json + model.pdiparams),
+converted by paddle2onnx and imported as ONNX. Also: one CNN written in torch, Keras and Paddle."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import sys
+from importlib.util import find_spec
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from analyzer import analyze
+from analyzer.cli import cli
+
+HAS_PADDLE = find_spec("paddle") is not None and find_spec("paddle2onnx") is not None
+HAS_TF = find_spec("tensorflow") is not None and find_spec("tflite") is not None
+needs_paddle = pytest.mark.skipif(not HAS_PADDLE, reason="the paddle extra is not installed: "
+                                  "pip install -c constraints.txt -e '.[paddle]'")
+
+# CNN, same as tests/test_tensorflow.py but NCHW: conv3x3(3->16, pad 1, no bias) -> BN -> relu
+# -> conv3x3(16->32, stride 2, pad 1) -> relu -> global average pool -> linear(32->10)
+CNN_MACS = 32 * 32 * 16 * 27 + 16 * 16 * 32 * 144 + 32 * 10  # 442,368 + 1,179,648 + 320 = 1,622,336
+CNN_PARAMS = 432 + 4 * 16 + 4608 + 32 + 330  # conv1, BN (weight, bias, mean, variance), conv2, linear = 5,466
+# MLP: linear(64->128) -> relu -> linear(128->10)
+MLP_MACS = 64 * 128 + 128 * 10  # 8,192 + 1,280 = 9,472
+MLP_PARAMS = 64 * 128 + 128 + 128 * 10 + 10  # 9,610
+
+
+def _randomize(layer, seed: int) -> None:
+    import paddle
+
+    rng = np.random.default_rng(seed)
+    for _, t in list(layer.named_parameters()) + list(layer.named_buffers()):
+        t.set_value(paddle.to_tensor(rng.uniform(0.5, 1.5, t.shape).astype("float32")))
+
+
+def paddle_cnn():
+    import paddle
+    from paddle import nn
+
+    class CNN(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2D(3, 16, 3, padding=1, bias_attr=False)
+            self.bn = nn.BatchNorm2D(16)
+            self.conv2 = nn.Conv2D(16, 32, 3, stride=2, padding=1)
+            self.fc = nn.Linear(32, 10)
+
+        def forward(self, x):
+            x = nn.functional.relu(self.bn(self.conv1(x)))
+            x = nn.functional.relu(self.conv2(x))
+            return self.fc(paddle.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+    return CNN()
+
+
+def paddle_mlp():
+    from paddle import nn
+
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def jit_save(layer, folder, shape, seed):
+    import paddle
+
+    _randomize(layer, seed)
+    layer.eval()
+    paddle.jit.save(layer, str(folder / "model"),
+                    input_spec=[paddle.static.InputSpec(shape, "float32", name="x")])
+    return folder
+
+
+@pytest.fixture(scope="module")
+def pd_models(tmp_path_factory):
+    if not HAS_PADDLE:
+        pytest.skip("the paddle extra is not installed")
+    root = tmp_path_factory.mktemp("paddle")
+    (root / "cnn").mkdir()
+    (root / "mlp").mkdir()
+    return {"cnn": jit_save(paddle_cnn(), root / "cnn", [None, 3, 32, 32], 0),
+            "mlp": jit_save(paddle_mlp(), root / "mlp", [None, 64], 1)}
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def fails(code: int, *args) -> str:
+    res = run(*args)
+    assert res.exit_code == code, (res.exit_code, res.stdout, res.stderr, res.exception)
+    assert isinstance(res.exception, SystemExit), repr(res.exception)
+    assert "Traceback" not in res.output and res.stdout == ""
+    msg = res.stderr.strip()
+    assert msg and len(msg.splitlines()) <= 2, msg
+    return msg
+
+
+@needs_paddle
+def test_jit_save_writes_pir_files(pd_models):
+    assert sorted(p.name for p in pd_models["cnn"].iterdir()) == ["model.json", "model.pdiparams"]
+
+
+@needs_paddle
+@pytest.mark.parametrize("which", ["dir", "json", "pdiparams"])
+def test_cnn(pd_models, which):
+    d = pd_models["cnn"]
+    path = {"dir": d, "json": d / "model.json", "pdiparams": d / "model.pdiparams"}[which]
+    r = analyze(path, batch=1)
+    assert r.model["framework"] == "paddle"
+    assert r.inputs == [{"name": "x", "shape": [1, 3, 32, 32], "dtype": "float32"}]
+    assert r.totals.macs == CNN_MACS == 1_622_336
+    assert r.totals.params == CNN_PARAMS == 5_466  # BN stays a BatchNormalization op: nothing folded
+    assert r.totals.unsupported == {}
+    convs = [o for o in r.to_json()["ops"] if o["op"] == "relax.nn.conv2d"]
+    assert [o["macs"] for o in convs] == [442_368, 1_179_648] and all(o["flops"] == 2 * o["macs"] for o in convs)
+
+
+@needs_paddle
+def test_mlp_flops(pd_models):
+    r = analyze(pd_models["mlp"], batch=4)
+    assert r.totals.macs == 4 * MLP_MACS == 37_888
+    mm = [o for o in r.to_json()["ops"] if o["category"] == "matmul"]
+    assert sum(o["flops"] for o in mm) == 2 * 4 * MLP_MACS  # 75,776
+    assert r.totals.params == MLP_PARAMS == 9_610
+
+
+@needs_paddle
+def test_batch_and_input_override(pd_models):
+    d = pd_models["cnn"]
+    assert analyze(d, batch=3).totals.macs == 3 * CNN_MACS
+    r = analyze(d, inputs=["x:5x3x32x32"])
+    assert r.inputs[0]["shape"] == [5, 3, 32, 32] and r.totals.macs == 5 * CNN_MACS
+    msg = fails(2, "analyze", d)
+    assert "'x'" in msg and "--batch" in msg
+    assert "fixed to 32" in fails(2, "analyze", d, "--input", "x:1x3x64x64")
+    assert analyze(pd_models["mlp"], inputs=["x:7x64"]).totals.macs == 7 * MLP_MACS
+
+
+@needs_paddle
+def test_cli_json(pd_models, capfd):
+    res = run("analyze", pd_models["mlp"], "--batch", "2", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["model"]["framework"] == "paddle" and doc["totals"]["macs"] == 2 * MLP_MACS
+    out, err = capfd.readouterr()  # paddle2onnx prints from C++ to fd 1: none of it may leak
+    assert "Paddle2ONNX" not in out and "Paddle2ONNX" not in err
+
+
+# ---- bad and hostile files -------------------------------------------------------------------------
+
+@needs_paddle
+def test_corrupt_files(pd_models, tmp_path):
+    import shutil
+
+    d = tmp_path / "m"
+    shutil.copytree(pd_models["cnn"], d)
+    (d / "model.json").write_text("{not json")
+    assert "invalid JSON" in fails(2, "analyze", d, "--batch", "1")
+    (d / "model.json").write_text('{"hello": 1}')
+    assert "not a Paddle program" in fails(2, "analyze", d, "--batch", "1")
+    shutil.copy(pd_models["cnn"] / "model.json", d / "model.json")
+    data = (pd_models["cnn"] / "model.pdiparams").read_bytes()
+    (d / "model.pdiparams").write_bytes(data[: len(data) // 2])
+    fails(2, "analyze", d, "--batch", "1")
+    (d / "model.pdiparams").unlink()
+    fails(2, "analyze", d / "model.json", "--batch", "1")
+
+
+class _Touch:
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+@needs_paddle
+def test_pickled_params_never_run(pd_models, tmp_path):
+    import shutil
+
+    d = tmp_path / "m"
+    shutil.copytree(pd_models["mlp"], d)
+    marker = tmp_path / "pwned"
+    (d / "model.pdiparams").write_bytes(pickle.dumps(_Touch(marker)))
+    fails(2, "analyze", d, "--batch", "1")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("blocked", ["paddle", "paddle2onnx"])
+def test_missing_extra(monkeypatch, tmp_path, blocked):
+    monkeypatch.setitem(sys.modules, blocked, None)
+    (tmp_path / "model.json").write_text('{"program": {}}')
+    (tmp_path / "model.pdiparams").write_bytes(b"\0" * 16)
+    assert 'pip install "preflight[paddle]"' in fails(2, "analyze", tmp_path, "--batch", "1")
+
+
+# ---- one architecture, three frameworks -------------------------------------------------------------
+
+@needs_paddle
+@pytest.mark.skipif(not HAS_TF, reason="the tensorflow extra is not installed")
+def test_same_cnn_in_torch_keras_paddle(pd_models, tmp_path):
+    """MACs agree exactly. Params: torch (weights + the BN buffers the graph reads) and Paddle (BN's four
+    tensors) hold 5,466; TensorFlow's converter folds BN into conv1 (4 x 16 tensors -> a 16-element bias),
+    5,418: 48 fewer. FLOPs differ only where BN was: a batch_norm op in torch/Paddle, a bias add in Keras."""
+    import torch
+    from torch import nn
+
+    from tests.test_tensorflow import keras_cnn
+
+    class CNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+            self.bn = nn.BatchNorm2d(16)
+            self.conv2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)
+            self.fc = nn.Linear(32, 10)
+
+        def forward(self, x):
+            x = torch.relu(self.conv2(torch.relu(self.bn(self.conv1(x)))))
+            return self.fc(x.mean((2, 3)))
+
+    reports = {"torch": analyze(CNN().eval(), (torch.randn(2, 3, 32, 32),))}
+    keras_path = tmp_path / "cnn.keras"
+    keras_cnn().save(keras_path)
+    reports["keras"] = analyze(keras_path, batch=2)
+    reports["paddle"] = analyze(pd_models["cnn"], batch=2)
+    totals = {k: r.totals for k, r in reports.items()}
+    assert totals["torch"].macs == totals["keras"].macs == totals["paddle"].macs == 2 * CNN_MACS
+    assert totals["torch"].params == totals["paddle"].params == CNN_PARAMS == 5_466
+    assert totals["keras"].params == CNN_PARAMS - 48 == 5_418
+    # FLOPs: torch and Paddle count batch_norm at 4 FLOPs per element of 2x16x32x32 (32,768 elements):
+    # 131,072; Keras's folded bias add counts 1 per element: 32,768. Everything else is equal.
+    assert totals["torch"].flops == totals["paddle"].flops == 6_702_356
+    assert totals["keras"].flops == 6_702_356 - 131_072 + 32_768 == 6_604_052

@@ -29,7 +29,16 @@ anything. The estimate is ``context + weights + batch x activations x 1.3 + work
 meta forward fails anyway the activations fall back to ``8 x`` the largest module output seen so far or
 ``4 x`` the input bytes (``mem_method`` says which).
 
-Configs whose estimate exceeds 97% of the target's memory are skipped, except a handful (at most one per
+The live-bytes peak of a spec can differ by a few MiB between the first and later builds of the same
+architecture in one process (Hugging Face ``lru_cache``-d helpers allocate once), so estimates, and in rare
+borderline cases a fit decision, may depend on sampling history. Config ids and shard assignment never
+do; generate the list once (``python -m predictor.measure.configs``) and give every shard that file.
+
+**Time estimate**: the same meta forward runs under ``FlopCounterMode``; configs whose estimated run
+time (:func:`estimate_run_ms`) exceeds ``max_run_ms`` (500 ms) are skipped, so a config's >= 35 runs take
+well under a minute and a 10-minute shard stays near 30 configs per minute.
+
+Configs whose estimate exceeds 97% of the target's memory are skipped, except a handful (at most two per
 family, ``max_expected_oom`` overall) kept and flagged ``expected_oom`` so the OOM label path is exercised
 on the real GPU.
 """
@@ -51,6 +60,7 @@ from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
 
 from analyzer import zoo
 from predictor.measure.mig_profiles import DEVICE_MEMORY_MIB
@@ -84,6 +94,8 @@ CONTEXT_MIB = 600.0
 WORKSPACE_MIB = 256.0
 ACT_SAFETY = 1.3
 FIT_FRACTION = 0.97
+SUSTAINED_FLOPS = {"float32": 40e12, "float16": 400e12}
+MAX_RUN_MS = 500.0
 _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -123,6 +135,8 @@ class MeasureConfig:
         est_memory_mb: Estimated peak device MiB (context included).
         mem_method: How activations were estimated (``"meta-live"``, ``"fallback"``).
         expected_oom: The estimate exceeds the target device's memory.
+        gflops: Forward GFLOPs at this batch (``FlopCounterMode`` count; 0 if unknown).
+        est_run_ms: :func:`estimate_run_ms` (a sampling filter, not a label).
         fault: Test-only injected fault: ``"oom"``, ``"crash"``, ``"hang"`` or ``"error"``.
     """
 
@@ -138,6 +152,8 @@ class MeasureConfig:
     mem_method: str = ""
     expected_oom: bool = False
     fault: str | None = None
+    gflops: float = 0.0
+    est_run_ms: float = 0.0
 
     def to_dict(self) -> dict:
         """Return a JSON-serialisable dict (with the config schema tag).
@@ -172,6 +188,7 @@ class SpecInfo:
         act_bytes: Peak live activation bytes at batch 1 per dtype name.
         inputs: Input specs at batch 1 (float inputs as ``"float"``).
         mem_method: ``"meta-live"`` or ``"fallback"``.
+        flops: FLOPs of one forward at batch 1 (``FlopCounterMode`` on meta; 0 if unknown).
     """
 
     family: str
@@ -180,6 +197,7 @@ class SpecInfo:
     act_bytes: dict[str, int]
     inputs: tuple[tuple[str, tuple[int, ...], str], ...]
     mem_method: str
+    flops: int = 0
 
 
 class _LiveBytes(TorchDispatchMode):
@@ -266,18 +284,21 @@ def spec_info(spec: str) -> SpecInfo | None:
         for name, t in zip(model.input_names, model.example_inputs, strict=False)
     )
     tracker = _LiveBytes()
+    counter = FlopCounterMode(display=False)
     method = "meta-live"
+    flops = 0
     try:
-        with torch.inference_mode(), tracker:
+        with torch.inference_mode(), counter, tracker:
             out = model.module(*model.example_inputs)
         del out
         acts = dict(tracker.peak)
+        flops = int(counter.get_total_flops())
     except Exception:  # noqa: BLE001 - any meta failure falls back to a formula
         method = "fallback"
         in_bytes = sum(t.numel() * t.element_size() for t in model.example_inputs)
         base = max(8 * tracker.largest, 4 * in_bytes)
         acts = {"float32": base, "float16": base // 2}
-    info = SpecInfo(model.family, dict(model.params), weights, acts, inputs, method)
+    info = SpecInfo(model.family, dict(model.params), weights, acts, inputs, method, flops)
     _SPEC_CACHE[spec] = info
     return info
 
@@ -296,6 +317,24 @@ def estimate_memory_mib(info: SpecInfo, batch: int, dtype: str) -> float:
     weights = info.weight_bytes[dtype]
     acts = info.act_bytes[dtype] * batch * ACT_SAFETY
     return CONTEXT_MIB + WORKSPACE_MIB + (weights + acts) / 2**20
+
+
+def estimate_run_ms(info: SpecInfo, batch: int, dtype: str) -> float:
+    """Rough time of one forward on an H100-class GPU (ms), to keep each config's measurement short.
+
+    FLOPs over a sustained rate (float32 at torch defaults runs matmuls without TF32: 40 TFLOP/s;
+    float16: 400 TFLOP/s) plus 0.05 ms per launch-bound run. Only a sampling filter, never a label.
+
+    Args:
+        info: The spec's :class:`SpecInfo`.
+        batch: Batch size.
+        dtype: Dtype name.
+
+    Returns:
+        Estimated milliseconds per run.
+    """
+    rate = SUSTAINED_FLOPS.get(dtype, SUSTAINED_FLOPS["float32"])
+    return info.flops * batch / rate * 1e3 + 0.05
 
 
 def _size_axis(family: zoo.Family) -> tuple[str, tuple]:
@@ -326,7 +365,7 @@ def _family_specs(family: zoo.Family) -> list[list[str]]:
     keys = [size_key, *extra]
     values = [sizes, *extra.values()]
     out = []
-    for variant in _variants(family):
+    for variant in _variants(family):  # the family's variants in registry order (small to large), then defaults
         _, base = zoo.resolve(variant)
         limit = base.get("max_pos")
         specs = []
@@ -395,6 +434,8 @@ def _make_config(info: SpecInfo, spec: str, batch: int, dtype: str, est: float, 
         est_memory_mb=round(est, 1),
         mem_method=info.mem_method,
         expected_oom=oom,
+        gflops=round(info.flops * batch / 1e9, 3),
+        est_run_ms=round(estimate_run_ms(info, batch, dtype), 3),
     )
 
 
@@ -432,6 +473,7 @@ def sample_configs(
     dtypes: Iterable[str] | None = None,
     max_est_mib: float | None = None,
     progress: bool = False,
+    max_run_ms: float = MAX_RUN_MS,
 ) -> list[MeasureConfig]:
     """Draw a deterministic sample of configurations that fit the target device.
 
@@ -441,12 +483,14 @@ def sample_configs(
         seed: Sampling seed; the same seed, code and zoo give the same list.
         families: Restrict to these families (default: all).
         max_expected_oom: How many configs over the device memory to keep, flagged ``expected_oom``
-            (at most one per family).
+            (at most two per family: its smallest and largest over-size config).
         memory_mib: Override the target's memory.
         batches: Restrict batch sizes (default :data:`BATCHES`).
         dtypes: Restrict dtypes (default :data:`DTYPES`).
         max_est_mib: Also skip configs estimated above this (e.g. small configs for CPU tests).
         progress: Print one line per family to stderr.
+        max_run_ms: Skip configs whose :func:`estimate_run_ms` exceeds this, so that >= 35 runs of every
+            config fit comfortably in the per-config timeout and a shard keeps its pace.
 
     Returns:
         Configs sorted by family, then spec, batch and dtype.
@@ -462,22 +506,34 @@ def sample_configs(
         specs = _pick_specs(_family_specs(zoo.FAMILIES[name]), max(1, math.ceil(per_family / 4)), rng)
         decks = [rng.sample(pairs, len(pairs)) for _ in specs]
         taken: list[MeasureConfig] = []
-        oom_seen: MeasureConfig | None = None
         while len(taken) < per_family and any(decks):
             for (spec, info), deck in zip(specs, decks, strict=True):
                 while deck:
                     batch, dtype = deck.pop()
                     est = estimate_memory_mib(info, batch, dtype)
-                    if est <= limit:
+                    if est <= limit and estimate_run_ms(info, batch, dtype) <= max_run_ms:
                         taken.append(_make_config(info, spec, batch, dtype, est, False))
                         break
-                    if oom_seen is None and est > mem and max_est_mib is None:
-                        oom_seen = _make_config(info, spec, batch, dtype, est, True)
                 if len(taken) >= per_family:
                     break
         chosen.extend(taken)
-        if oom_seen is not None:
-            oom_candidates.append(oom_seen)
+        if max_est_mib is None and max_expected_oom > 0:
+            # The family's over-size candidate: the smallest config (of its picked specs) over the memory.
+            probes = list(specs)
+            # The last two variant lists hold the largest named variant (registry order is small to large,
+            # family defaults come last); probe each at its largest size.
+            largest = [specs[-1] for specs in _family_specs(zoo.FAMILIES[name])[-2:] if specs]
+            probes += [(spec, info) for spec in largest if (info := spec_info(spec)) is not None]
+            over = [
+                (estimate_memory_mib(info, b, d), spec, info, b, d)
+                for spec, info in probes
+                for b, d in pairs
+                if estimate_memory_mib(info, b, d) > mem
+            ]
+            over.sort(key=lambda item: (item[0], item[1], item[3], item[4]))
+            # The smallest over-size config (borderline: tests the estimate) and the largest (a clear OOM).
+            for est, spec, info, batch, dtype in {id(o): o for o in over[:1] + over[-1:]}.values():
+                oom_candidates.append(_make_config(info, spec, batch, dtype, est, True))
         if progress:
             print(f"  {name}: {len(taken)} configs from {len(specs)} specs", file=sys.stderr, flush=True)
     rng = random.Random(f"preflight-measure:{seed}:expected-oom")
@@ -554,9 +610,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     families = args.families.split(",") if args.families else None
-    configs = sample_configs(
-        args.target, args.per_family, args.seed, families, args.max_expected_oom, progress=True
-    )
+    configs = sample_configs(args.target, args.per_family, args.seed, families, args.max_expected_oom, progress=True)
     n = save_configs(configs, args.out)
     per: dict[str, int] = {}
     for cfg in configs:

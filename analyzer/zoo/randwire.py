@@ -91,7 +91,8 @@ class _Dense(nn.Module):
 
     def __init__(self, cin: int, cout: int, stride: int) -> None:
         super().__init__()
-        self.pool = nn.AvgPool2d(stride) if stride > 1 else nn.Identity()
+        # ceil_mode: odd sizes round up like the stride-2 convs and pools beside it (21 -> 11, not 10)
+        self.pool = nn.AvgPool2d(stride, ceil_mode=True) if stride > 1 else nn.Identity()
         self.fc = nn.Linear(cin, cout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -38,3 +38,9 @@ class UnsupportedOperatorsError(AnalysisError):
     def __init__(self, message: str, operators: dict[str, int]):
         super().__init__(message)
         self.operators = operators
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of an exception's message, at most 300 characters (for one-line user errors)."""
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]

@@ -101,7 +101,3 @@ def quiet_native_output() -> Iterator[CapturedOutput]:
             captured.text = sink.read().decode("utf-8", "replace") + py_out.getvalue()
 
 
-def one_line(exc: BaseException) -> str:
-    """The first line of an exception's message, at most 300 characters."""
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:300]

@@ -10,14 +10,10 @@ from ..errors import (
     UnreadableModelError,
     UnsupportedOperatorsError,
     UsageError,
+    one_line,
 )
 from .loaded import LoadedModel
 from .specs import InputSpec, resolve_shape
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:300]
 
 
 def _check_external_data(model, base: Path, name: str) -> None:
@@ -82,7 +78,7 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError, RuntimeWarning...
-        raise UnreadableModelError(f"{path.name}: not a valid ONNX file ({_one_line(exc)})") from exc
+        raise UnreadableModelError(f"{path.name}: not a valid ONNX file ({one_line(exc)})") from exc
     if not model.graph.node:
         raise UnreadableModelError(f"{path.name}: not a valid ONNX model (its graph has no nodes)")
     _check_external_data(model, path.parent, path.name)
@@ -90,7 +86,7 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
         onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
         onnx.checker.check_model(model)
     except Exception as exc:  # noqa: BLE001 - ValidationError and friends
-        raise UnreadableModelError(f"{path.name}: invalid ONNX model: {_one_line(exc)}") from exc
+        raise UnreadableModelError(f"{path.name}: invalid ONNX model: {one_line(exc)}") from exc
     _check_raw_sizes(model, path.name)
 
     supported = _supported_ops()
@@ -124,7 +120,7 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
     except PreflightError:
         raise
     except Exception as exc:  # noqa: BLE001 - the importer raises many error types
-        raise AnalysisError(f"{path.name}: TVM's ONNX importer failed: {_one_line(exc)}") from exc
+        raise AnalysisError(f"{path.name}: TVM's ONNX importer failed: {one_line(exc)}") from exc
     return LoadedModel(mod=mod, framework="onnx", name=model.graph.name or path.stem, source=str(path),
                        n_inputs=len(graph_inputs), input_names=tuple(shape_dict),
                        source_params=_file_params(model))
@@ -140,12 +136,15 @@ def _file_params(model) -> tuple[int, int]:
     (Transpose of a tied embedding, Gather of position tables) into new constants, so counting the
     IR's constants would count some weights twice.
     """
-    elements = nbytes = 0
-    for t in model.graph.initializer:
-        if t.data_type in _FLOAT_TYPES and len(t.dims):
-            n = 1
-            for d in t.dims:
-                n *= d
-            elements += n
-            nbytes += n * _FLOAT_TYPES[t.data_type]
-    return elements, nbytes
+    sizes = [float_tensor_size(t) for t in model.graph.initializer]
+    return sum(n for n, _ in sizes), sum(b for _, b in sizes)
+
+
+def float_tensor_size(t) -> tuple[int, int]:
+    """(elements, bytes) of a non-scalar floating-point TensorProto; (0, 0) for anything else."""
+    if t.data_type not in _FLOAT_TYPES or not len(t.dims):
+        return 0, 0
+    n = 1
+    for d in t.dims:
+        n *= d
+    return n, n * _FLOAT_TYPES[t.data_type]

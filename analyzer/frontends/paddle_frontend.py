@@ -83,20 +83,15 @@ def _no_unpickling(label: str):
 def _float_constants(model) -> tuple[int, int]:
     """Elements and bytes of the floating-point weights in an ONNX graph: initializers and the
     non-scalar float `Constant` nodes paddle2onnx writes its parameters as."""
-    from .onnx_frontend import _FLOAT_TYPES, _file_params
+    from .onnx_frontend import _file_params, float_tensor_size
 
     elements, nbytes = _file_params(model)
     for node in model.graph.node:
-        if node.op_type != "Constant":
-            continue
-        for attr in node.attribute:
-            t = attr.t
-            if attr.name == "value" and t.data_type in _FLOAT_TYPES and len(t.dims):
-                n = 1
-                for d in t.dims:
-                    n *= d
-                elements += n
-                nbytes += n * _FLOAT_TYPES[t.data_type]
+        if node.op_type == "Constant":
+            for attr in node.attribute:
+                if attr.name == "value":
+                    n, b = float_tensor_size(attr.t)
+                    elements, nbytes = elements + n, nbytes + b
     return elements, nbytes
 
 

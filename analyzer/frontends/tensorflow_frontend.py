@@ -17,9 +17,16 @@ import gc
 import math
 from pathlib import Path
 
-from ..errors import AnalysisError, PreflightError, UnreadableModelError, UnsupportedOperatorsError, UsageError
+from ..errors import (
+    AnalysisError,
+    PreflightError,
+    UnreadableModelError,
+    UnsupportedOperatorsError,
+    UsageError,
+    one_line,
+)
 from .loaded import LoadedModel
-from .native import import_extra, one_line, quiet_native_output
+from .native import import_extra, quiet_native_output
 from .specs import InputSpec, resolve_shape
 
 # tflite.TensorType -> numpy dtype name; bytes per element of the floating-point types (weights)

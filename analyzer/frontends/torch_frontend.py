@@ -16,7 +16,7 @@ import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import AnalysisError, PreflightError, UnreadableModelError, UsageError
+from ..errors import AnalysisError, PreflightError, UnreadableModelError, UsageError, one_line
 from .loaded import LoadedModel
 from .specs import InputSpec, resolve_shape
 
@@ -96,7 +96,7 @@ def import_exported_program(ep, *, n_inputs: int | None = None):
     try:
         ep = ep.run_decompositions()
     except Exception as exc:  # noqa: BLE001 - torch raises many error types here
-        raise AnalysisError(f"torch could not decompose the exported program: {_one_line(exc)}") from exc
+        raise AnalysisError(f"torch could not decompose the exported program: {one_line(exc)}") from exc
     targets = {n.target.__name__ for n in ep.graph.nodes if n.op == "call_function"}
     supported = _supported_targets()
     custom = {t: CONVERTERS[t] for t in targets if t in CONVERTERS}
@@ -108,16 +108,11 @@ def import_exported_program(ep, *, n_inputs: int | None = None):
     except PreflightError:
         raise
     except Exception as exc:  # noqa: BLE001 - TVM's importer raises AssertionError, ValueError, TVMError...
-        raise AnalysisError(f"TVM's PyTorch importer failed: {_one_line(exc)}") from exc
+        raise AnalysisError(f"TVM's PyTorch importer failed: {one_line(exc)}") from exc
     mod = tvm_ir.strip_param_data(mod)
     if n_inputs is None:
         n_inputs = tvm_ir.num_inputs(tvm_ir.main_function(mod))
     return mod, n_inputs, missing
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:300]
 
 
 
@@ -176,7 +171,7 @@ def from_module(module, example_inputs: Sequence, *, name: str | None = None, fr
             else:
                 ep = torch.export.export(module, example_inputs)
     except Exception as exc:  # noqa: BLE001 - torch.export raises many error types
-        raise AnalysisError(f"torch.export could not export the module: {_one_line(exc)}") from exc
+        raise AnalysisError(f"torch.export could not export the module: {one_line(exc)}") from exc
     mod, n_inputs, missing = import_exported_program(ep, n_inputs=n_inputs)
     return LoadedModel(mod=mod, framework=framework, name=name or type(module).__name__, source=source,
                        n_inputs=n_inputs, unconverted=missing, input_names=tuple(input_names or ()),
@@ -266,7 +261,7 @@ def check_pt2_archive(path: Path) -> None:
         with zipfile.ZipFile(path) as z:
             names = z.namelist()
     except (zipfile.BadZipFile, OSError) as exc:
-        raise UnreadableModelError(f"{path.name}: not a torch.export .pt2 archive ({_one_line(exc)})") from exc
+        raise UnreadableModelError(f"{path.name}: not a torch.export .pt2 archive ({one_line(exc)})") from exc
     if any(n.endswith("data.pkl") or n.endswith(".pkl") for n in names):
         raise refuse_pickle(path, "this is a torch.save pickle archive, not a torch.export program")
     if not any(n.endswith("archive_format") or n.endswith("serialized_exported_program.json") for n in names):
@@ -288,7 +283,7 @@ def load_pt2(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Load
     except pickle.UnpicklingError as exc:  # weights_only=True met something other than plain tensors
         raise refuse_pickle(path, "the archive holds pickled Python objects") from exc
     except Exception as exc:  # noqa: BLE001
-        raise UnreadableModelError(f"{path.name}: torch.export.load failed: {_one_line(exc)}") from exc
+        raise UnreadableModelError(f"{path.name}: torch.export.load failed: {one_line(exc)}") from exc
     mod, n_inputs, missing = import_exported_program(ep)
     mod = bind_input_shapes(mod, n_inputs, specs, batch, path.name)
     names = tuple(n for n, _ in tvm_ir.param_types(mod)[: n_inputs or 0])
@@ -328,7 +323,7 @@ def bind_input_shapes(mod, n_inputs: int | None, specs: dict[str, InputSpec], ba
     try:
         return tvm_ir.bind_symbolic_dims(mod, values)
     except Exception as exc:  # noqa: BLE001
-        raise AnalysisError(f"could not bind the input shapes: {_one_line(exc)}") from exc
+        raise AnalysisError(f"could not bind the input shapes: {one_line(exc)}") from exc
 
 
 def sniff_pickle(path: Path) -> bool:

@@ -59,8 +59,8 @@ def _zoo_model(spec: str, dtype: str) -> str:
 
 def featurize(spec: str, batch: int, dtype: str) -> dict[str, np.ndarray]:
     """The arrays cached for one configuration."""
-    from passes.costs import CATEGORIES
     from passes.features import FEATURE_VERSION
+    from predictor.roofline import op_arrays
 
     from .api import analyze
 
@@ -74,11 +74,7 @@ def featurize(spec: str, batch: int, dtype: str) -> dict[str, np.ndarray]:
         "edge_index": a.edge_index,
         "static_names": np.array(static_names),
         "static": np.array([a.static_features[k] for k in static_names], dtype=np.float64),
-        "op_flops": np.array([c.flops for c in ops], dtype=np.float64),
-        "op_bytes": np.array([c.bytes_read + c.bytes_written for c in ops], dtype=np.float64),
-        "op_category": np.array([CATEGORIES.index(c.category) for c in ops], dtype=np.int8),
-        "op_dtype": np.array([c.output.dtype if c.outputs else "float32" for c in ops]),
-        "op_folded": np.array([c.weight_only for c in ops], dtype=bool),
+        **op_arrays(ops),
         "totals": np.array(json.dumps({k: getattr(t, k) for k in (
             "flops", "macs", "params", "param_bytes", "peak_activation_bytes", "bytes_read", "bytes_written",
             "op_count")} | {"unsupported": t.unsupported})),

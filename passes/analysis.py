@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -45,12 +46,12 @@ class Analysis:
     static_features: dict[str, float]
     warnings: list[str] = field(default_factory=list)
 
-    @property
+    @cached_property
     def x(self) -> np.ndarray:
         """Node-feature matrix, (|V|, features.NUM_FEATURES)."""
         return feat.node_features(self.ops, [op.attrs for op in self.graph.ops])
 
-    @property
+    @cached_property
     def edge_index(self) -> np.ndarray:
         """(2, |E|) producer -> consumer pairs of the data flow."""
         return feat.edge_index(self.edges)

@@ -22,7 +22,7 @@ import numpy as np
 from .data import Sample
 from .devices import Device, get_device
 from .mig import recommend
-from .roofline import CONTEXT_MIB, latency_bound_ms, memory_estimate
+from .roofline import CONTEXT_MIB, latency_bound_ms_arrays, memory_estimate, op_arrays
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 LAUNCH_US = 5.0
@@ -42,25 +42,28 @@ def find_artifact(device: str, root: Path = CHECKPOINTS) -> Path | None:
     return best
 
 
-def _sample_from_analysis(analysis, device: str) -> Sample:
-    from passes.costs.registry import CATEGORIES
+_LOADED: dict[tuple[Path, float], object] = {}
 
-    ops = analysis.ops
-    arrays = {
-        "op_flops": np.array([c.flops for c in ops], dtype=np.float64),
-        "op_bytes": np.array([c.bytes_read + c.bytes_written for c in ops], dtype=np.float64),
-        "op_category": np.array([CATEGORIES.index(c.category) for c in ops], dtype=np.int8),
-        "op_dtype": np.array([c.output.dtype if c.outputs else "float32" for c in ops]),
-        "op_folded": np.array([c.weight_only for c in ops], dtype=bool),
-    }
+
+def _load_cached(directory: Path):
+    """Load an artifact once per process (keyed by path and modification time)."""
+    from .train import load
+
+    key = (directory, (directory / "model.pt").stat().st_mtime)
+    if key not in _LOADED:
+        _LOADED[key] = load(directory)[0]
+    return _LOADED[key]
+
+
+def _sample_from_analysis(analysis, device: str, arrays: dict) -> Sample:
     return Sample(key="", family="", device=device, y=np.full(3, math.nan), x=analysis.x,
                   edge_index=analysis.edge_index, static=dict(analysis.static_features), ops=arrays, totals={})
 
 
-def _slice_latencies(analysis, device: Device, full_ms: float) -> dict[str, float]:
+def _slice_latencies(arrays: dict, device: Device, full_ms: float) -> dict[str, float]:
     """Predicted latency on each MIG slice: the full-GPU prediction scaled by the roofline ratio."""
-    base = latency_bound_ms(analysis.ops, device) or 1e-12
-    return {p.name: full_ms * latency_bound_ms(analysis.ops, device, p) / base for p in device.mig}
+    base = latency_bound_ms_arrays(arrays, device) or 1e-12
+    return {p.name: full_ms * latency_bound_ms_arrays(arrays, device, p) / base for p in device.mig}
 
 
 def predict(analysis, device_name: str, *, latency_slo_ms: float | None = None,
@@ -68,13 +71,14 @@ def predict(analysis, device_name: str, *, latency_slo_ms: float | None = None,
     """The `prediction` block for `analysis` on `device_name`, and warnings to show the user."""
     device = get_device(device_name)
     warnings: list[str] = []
-    bound = latency_bound_ms(analysis.ops, device)
+    arrays = op_arrays(analysis.ops)
+    bound = latency_bound_ms_arrays(arrays, device)
     artifact = find_artifact(device.key, checkpoints)
     if artifact is not None:
-        from .train import load, prepare
+        from .train import prepare
 
-        trained, meta = load(artifact)
-        q = trained.predict_prepared([prepare(_sample_from_analysis(analysis, device.key), trained.variant)])[0]
+        trained = _load_cached(artifact)
+        q = trained.predict_prepared([prepare(_sample_from_analysis(analysis, device.key, arrays), trained.variant)])[0]
         (lat_lo, lat, lat_hi), (e_lo, e, e_hi), (m_lo, m, m_hi) = (tuple(float(v) for v in q[t]) for t in range(3))
         name = artifact.name
     else:
@@ -89,7 +93,7 @@ def predict(analysis, device_name: str, *, latency_slo_ms: float | None = None,
         name = "roofline"
         warnings.append(f"no trained predictor for {device.key}: roofline estimate (bound + {LAUNCH_US:g} us launch "
                         f"per op; energy at 60% of TDP; intervals are assumptions, not calibrated)")
-    slices = _slice_latencies(analysis, device, lat)
+    slices = _slice_latencies(arrays, device, lat)
     rec = recommend(device, m_hi, latency_ms_by_profile=slices, latency_slo_ms=latency_slo_ms)
     block = {
         "device": device.key, "predictor": name,

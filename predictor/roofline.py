@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
 from .devices import Device, MigProfile
 
 CONTEXT_MIB = 500.0  # CUDA context + cuBLAS/cuDNN handles with PyTorch on Hopper: assumed, to calibrate
@@ -72,25 +74,37 @@ def op_bounds(ops: Iterable, device: Device, *, sm_share: float = 1.0, bandwidth
             for op in ops if not getattr(op, "weight_only", False)]
 
 
+def op_arrays(ops: Iterable) -> dict[str, np.ndarray]:
+    """The per-op arrays the bound needs (the same arrays `analyzer.dataset` caches)."""
+    from passes.costs.registry import CATEGORIES
+
+    ops = list(ops)
+    return {
+        "op_flops": np.array([c.flops for c in ops], dtype=np.float64),
+        "op_bytes": np.array([c.bytes_read + c.bytes_written for c in ops], dtype=np.float64),
+        "op_category": np.array([CATEGORIES.index(c.category) for c in ops], dtype=np.int8),
+        "op_dtype": np.array([c.output.dtype if c.outputs else "float32" for c in ops]),
+        "op_folded": np.array([c.weight_only for c in ops], dtype=bool),
+    }
+
+
 def latency_bound_ms(ops: Iterable, device: Device, profile: MigProfile | None = None) -> float:
     """The roofline latency bound of a graph, in milliseconds, on the full GPU or one MIG slice."""
-    sm_share, bw_share = shares(device, profile)
-    return 1e3 * sum(b.seconds for b in op_bounds(ops, device, sm_share=sm_share, bandwidth_share=bw_share))
+    return latency_bound_ms_arrays(op_arrays(ops), device, profile)
 
 
-def latency_bound_ms_arrays(op_arrays: dict, device: Device, profile: MigProfile | None = None) -> float:
-    """`latency_bound_ms` from the per-op arrays a graph cache holds (see `analyzer.dataset`)."""
+def latency_bound_ms_arrays(arrays: dict, device: Device, profile: MigProfile | None = None) -> float:
+    """`latency_bound_ms` from per-op arrays (`op_arrays`, or a graph cache of `analyzer.dataset`)."""
     from passes.costs.registry import CATEGORIES
 
     sm_share, bw_share = shares(device, profile)
-    total = 0.0
-    for i, (flops, nbytes, cat, dtype, folded) in enumerate(zip(
-            op_arrays["op_flops"], op_arrays["op_bytes"], op_arrays["op_category"], op_arrays["op_dtype"],
-            op_arrays["op_folded"], strict=True)):
-        if not folded:
-            total += op_bound(i, float(flops), float(nbytes), CATEGORIES[int(cat)], str(dtype), device,
-                              sm_share, bw_share).seconds
-    return 1e3 * total
+    cats, dtypes = arrays["op_category"], arrays["op_dtype"]
+    rates = np.empty(len(cats), dtype=np.float64)
+    for c, d in {(int(c), str(d)) for c, d in zip(cats, dtypes, strict=True)}:
+        rates[(cats == c) & (dtypes == d)] = peak_rate(device, CATEGORIES[c], d)
+    compute = arrays["op_flops"] / (rates * sm_share)
+    memory = arrays["op_bytes"] / (device.bandwidth * bw_share)
+    return float(1e3 * np.maximum(compute, memory)[~arrays["op_folded"].astype(bool)].sum())
 
 
 def shares(device: Device, profile: MigProfile | None) -> tuple[float, float]:

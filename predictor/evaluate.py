@@ -76,8 +76,8 @@ def _static_model(kind: str, seed: int) -> Callable:
             if kind == "gbt":
                 reg = HistGradientBoostingRegressor(max_iter=300, learning_rate=0.05, random_state=seed)
             else:
-                reg = make_pipeline(StandardScaler(), MLPRegressor((128, 64), max_iter=3000, random_state=seed,
-                                                                   early_stopping=False, alpha=1e-3))
+                mlp = MLPRegressor(hidden_layer_sizes=(128, 64), max_iter=3000, random_state=seed, alpha=1e-3)
+                reg = make_pipeline(StandardScaler(), mlp)
             reg.fit(xa[ok], np.log(ya[ok, t]))
             out[:, t] = np.exp(reg.predict(xb))
         return out, {}

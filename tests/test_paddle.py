@@ -206,9 +206,8 @@ def test_same_cnn_in_torch_keras_paddle(pd_models, tmp_path):
     tensors) hold 5,466; TensorFlow's converter folds BN into conv1 (4 x 16 tensors -> a 16-element bias),
     5,418: 48 fewer. FLOPs differ only where BN was: a batch_norm op in torch/Paddle, a bias add in Keras."""
     import torch
+    from test_tensorflow import keras_cnn  # tests/ is on sys.path (pytest prepend import mode)
     from torch import nn
-
-    from tests.test_tensorflow import keras_cnn
 
     class CNN(nn.Module):
         def __init__(self):

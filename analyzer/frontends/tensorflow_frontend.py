@@ -263,11 +263,16 @@ def load_keras(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Lo
     def call(*xs):
         return model(xs[0] if len(xs) == 1 else list(xs), training=False)
 
+    return _trace(tf, call, path, names, tensor_specs, "the model")
+
+
+def _trace(tf, call, path: Path, names: list[str], tensor_specs: list, what: str) -> LoadedModel:
+    """Trace `call` at the given input specs, then convert and import it."""
     with quiet_native_output():
         try:
             concrete = tf.function(call).get_concrete_function(*tensor_specs)
-        except Exception as exc:  # noqa: BLE001
-            raise AnalysisError(f"{path.name}: TensorFlow could not trace the model: {one_line(exc)}") from exc
+        except Exception as exc:  # noqa: BLE001 - TensorFlow raises many error types while tracing
+            raise AnalysisError(f"{path.name}: TensorFlow could not trace {what}: {one_line(exc)}") from exc
     return _finish(tf, concrete, path, names, tensor_specs)
 
 
@@ -324,9 +329,4 @@ def load_saved_model(path: Path, specs: dict[str, InputSpec], batch: int | None)
     def call(*xs):
         return sig(**dict(zip(names, xs, strict=True)))
 
-    with quiet_native_output():
-        try:
-            concrete = tf.function(call).get_concrete_function(*tensor_specs)
-        except Exception as exc:  # noqa: BLE001
-            raise AnalysisError(f"{path.name}: TensorFlow could not trace signature '{key}': {one_line(exc)}") from exc
-    return _finish(tf, concrete, path, names, tensor_specs)
+    return _trace(tf, call, path, names, tensor_specs, f"signature '{key}'")

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["Report", "analyze", "load", "predict", "__version__"]
+__all__ = ["Report", "analyze", "check_budget", "load", "predict", "report", "__version__"]
 
 
 def __getattr__(name: str):
-    if name in ("analyze", "predict", "Report"):
+    if name in ("analyze", "predict", "report", "check_budget", "Report"):
         from . import api
 
         return getattr(api, name)

@@ -18,13 +18,16 @@ class Report:
     analysis: object  # passes.analysis.Analysis
     warnings: list[str] = field(default_factory=list)
     prediction: dict | None = None
+    predictions: list[dict] = field(default_factory=list)  # one block per device (report); [0] is `prediction`
+    predictors: dict[str, dict] = field(default_factory=dict)  # predictor name -> what it is, its evaluation
+    sweep: dict | None = None  # the batch-size sweep (report)
 
     @property
     def totals(self):
         return self.analysis.totals
 
     def to_json(self) -> dict:
-        from .report import report_json
+        from .render import report_json
 
         return report_json(self)
 
@@ -111,3 +114,93 @@ def predict(model, example_inputs: Sequence | None = None, *, device: str = "h10
     report.prediction, warnings = run(report.analysis, device, latency_slo_ms=latency_slo_ms)
     report.warnings.extend(warnings)
     return report
+
+
+def check_devices(devices: Sequence[str]) -> list[str]:
+    from predictor.devices import UnknownDeviceError, get_device
+
+    from .errors import UsageError
+
+    out = []
+    for d in devices:
+        try:
+            key = get_device(d).key
+        except UnknownDeviceError as exc:
+            raise UsageError(str(exc)) from exc
+        if key not in out:
+            out.append(key)
+    if not out:
+        raise UsageError("give at least one --device")
+    return out
+
+
+def report(model, example_inputs: Sequence | None = None, *, devices: Sequence[str] = ("h100-80gb",),
+           inputs: Sequence[InputSpec | str] | None = None, batch: int | None = None,
+           batches: Sequence[int] | None = None, max_batch: int | None = None, latency_slo_ms: float | None = None,
+           strict: bool = False, output: str | None = None, top: int = 15, progress=None) -> Report:
+    """The pre-deployment report: analysis, predictions on each device, and a batch-size sweep.
+
+    Args as for `predict`, and:
+        devices: the GPUs to predict for (the first one also gets the per-operator cost breakdown).
+        batches: the batch sizes to sweep; or `max_batch` for 1, 2, 4, ... up to it (default 32);
+            `batches=[]` skips the sweep.
+        output: also write the report to this `.html`, `.md` (with its charts in `<stem>_files/`) or `.json`.
+        top: how many of the costliest operators to list.
+        progress: called as `progress(n)` after each of the sweep's batches (`progress.total` is not needed).
+
+    Returns:
+        The `Report`; `report.to_json()` is the `preflight.report/1` document with `predictions`,
+        `predictors` and `sweep` blocks.
+    """
+    from predictor.predict import predict as run
+    from predictor.predict import predictor_info
+
+    from .predeploy import format_for, write
+    from .sweep import DEFAULT_MAX_BATCH, batch_points, run_sweep
+
+    devices = check_devices(devices)
+    if output is not None:
+        format_for(output)  # fail before the long part
+    if batches is None:
+        batches = batch_points(max_batch or DEFAULT_MAX_BATCH)
+    rep = analyze(model, example_inputs, inputs=inputs, batch=batch, strict=strict)
+    for d in devices:
+        block, warnings = run(rep.analysis, d, latency_slo_ms=latency_slo_ms)
+        rep.predictions.append(block)
+        rep.predictors.setdefault(block["predictor"], predictor_info(d))
+        rep.warnings.extend(w for w in warnings if w not in rep.warnings)
+    rep.prediction = rep.predictions[0]
+    if batches:
+        own = rep.inputs[0]["shape"][0] if rep.inputs and rep.inputs[0]["shape"] else None
+        rep.sweep, warnings = run_sweep(model, example_inputs, inputs=inputs, batches=list(batches), devices=devices,
+                                        latency_slo_ms=latency_slo_ms, strict=strict,
+                                        reuse={own: rep} if own is not None else None, progress=progress)
+        rep.warnings.extend(w for w in warnings if w not in rep.warnings)
+    if output is not None:
+        write(rep, output, top)
+    return rep
+
+
+def check_budget(report: Report, *, max_latency_ms: float | None = None, max_memory_mb: float | None = None,
+                 bound: str = "point") -> list[str]:
+    """Why `report`'s prediction breaks the budget (empty: within it); the pre-deployment gate.
+
+    `bound="point"` compares the point predictions, `"upper"` the upper ends of their intervals.
+    """
+    p = report.prediction
+    if p is None:
+        raise ValueError("the report has no prediction: use analyzer.predict or analyzer.report")
+    if bound not in ("point", "upper"):
+        raise ValueError("bound is 'point' or 'upper'")
+    out = []
+    for key, limit, unit, what in (("latency_ms", max_latency_ms, "ms", "latency"),
+                                   ("memory_mb", max_memory_mb, "MiB", "memory")):
+        if limit is None:
+            continue
+        value = p[key] if bound == "point" else p[f"{key}_interval"][1]
+        if value > limit:
+            lo, hi = p[f"{key}_interval"]
+            label = "predicted" if bound == "point" else "upper end of the predicted"
+            out.append(f"{label} {what} {value:,.4g} {unit} on {p['device']} exceeds the budget of {limit:,.4g} {unit} "
+                       f"(interval {lo:,.4g} to {hi:,.4g} {unit}; predictor {p['predictor']})")
+    return out

@@ -127,17 +127,78 @@ def analyze(model: str, inputs: tuple[str, ...], batch: int | None, fmt: str, ou
               help="Write to FILE instead of stdout.")
 @click.option("--strict", is_flag=True, help="Fail (exit 1) if any operator has no cost rule.")
 @click.option("--top", type=click.IntRange(min=0), default=15, show_default=True)
+@click.option("--max-latency-ms", "max_latency", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="MS", help="Budget: exit 1 if the predicted latency exceeds MS.")
+@click.option("--max-memory-mb", "max_memory", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="MIB", help="Budget: exit 1 if the predicted device memory exceeds MIB.")
+@click.option("--budget-bound", type=click.Choice(("point", "upper")), default="point", show_default=True,
+              help="Compare the budget with the point prediction or the upper end of its interval.")
 def predict(model: str, inputs: tuple[str, ...], batch: int | None, device: str, latency_slo: float | None,
-            fmt: str, output: str | None, strict: bool, top: int) -> None:
-    """Predict latency, energy, memory and the MIG slice of MODEL on a GPU."""
+            fmt: str, output: str | None, strict: bool, top: int, max_latency: float | None,
+            max_memory: float | None, budget_bound: str) -> None:
+    """Predict latency, energy, memory and the MIG slice of MODEL on a GPU.
+
+    With --max-latency-ms / --max-memory-mb it is a pre-deployment gate: the report is printed as usual,
+    then it exits 1 with the reason if the prediction breaks the budget.
+    """
+    from .api import check_budget
     from .api import predict as run
 
     report = run(model, inputs=list(inputs), batch=batch, strict=strict, device=device, latency_slo_ms=latency_slo)
     _emit(_render(report, fmt, top), output)
+    over = check_budget(report, max_latency_ms=max_latency, max_memory_mb=max_memory, bound=budget_bound)
+    if over:
+        for reason in over:
+            click.echo(f"budget exceeded: {reason}", err=True)
+        sys.exit(1)
+    if max_latency is not None or max_memory is not None:
+        click.echo("within budget", err=True)
+
+
+@cli.command()
+@click.argument("model")
+@model_options
+@click.option("--device", "devices", multiple=True, default=("h100-80gb",), show_default=True,
+              help="Target GPU (see `preflight devices`). Repeatable.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), required=True,
+              help="report.html (self-contained page), report.md (charts as SVG files in report_files/) or "
+                   "report.json (preflight.report/1 with a sweep block).")
+@click.option("--max-batch", type=click.IntRange(min=1, max=MAX_DIM), default=None, metavar="N",
+              help="Sweep batch sizes 1, 2, 4, ... up to N (default 32).")
+@click.option("--batches", default=None, metavar="LIST", help="Sweep exactly these batch sizes, e.g. 1,8,32.")
+@click.option("--no-sweep", is_flag=True, help="Skip the batch-size sweep.")
+@click.option("--latency-slo", "latency_slo", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="MS", help="The MIG slice (and the sweep's largest batch) must also meet this latency.")
+@click.option("--strict", is_flag=True, help="Fail (exit 1) if any operator has no cost rule.")
+@click.option("--top", type=click.IntRange(min=0), default=15, show_default=True,
+              help="How many of the costliest operators to list.")
+def report(model: str, inputs: tuple[str, ...], batch: int | None, devices: tuple[str, ...], output: str,
+           max_batch: int | None, batches: str | None, no_sweep: bool, latency_slo: float | None, strict: bool,
+           top: int) -> None:
+    """Write a pre-deployment report of MODEL: predictions per device, a batch-size sweep, where the cost is."""
+    from .api import check_devices
+    from .api import report as run
+    from .predeploy import format_for
+    from .sweep import DEFAULT_MAX_BATCH, batch_points, parse_batches
+
+    format_for(output)
+    devices = check_devices(devices)
+    if no_sweep:
+        sweep = []
+    elif batches is not None:
+        if max_batch is not None:
+            raise click.UsageError("give --batches or --max-batch, not both")
+        sweep = parse_batches(batches)
+    else:
+        sweep = batch_points(max_batch or DEFAULT_MAX_BATCH)
+    with click.progressbar(length=len(sweep), label="batch sweep", file=sys.stderr) as bar:
+        run(model, inputs=list(inputs), batch=batch, devices=devices, batches=sweep, latency_slo_ms=latency_slo,
+            strict=strict, output=output, top=top, progress=bar.update if sweep else None)
+    click.echo(f"wrote {output}", err=True)
 
 
 def _render(report, fmt: str, top: int) -> str:
-    from .report import render_markdown, render_table
+    from .render import render_markdown, render_table
 
     if fmt == "json":
         return json.dumps(report.to_json(), indent=2) + "\n"
@@ -245,7 +306,7 @@ def train(data, device, epochs, seed, cache, out_dir) -> None:
 
     from predictor.data import data_hash
     from predictor.evaluate import evaluate as run
-    from predictor.evaluate import table_markdown
+    from predictor.evaluate import summary, table_markdown
     from predictor.predict import CHECKPOINTS, find_artifact
     from predictor.train import TrainConfig, save
     from predictor.train import train as fit
@@ -260,12 +321,14 @@ def train(data, device, epochs, seed, cache, out_dir) -> None:
     out_dir = Path(out_dir)
     title = (f"Evaluation of {out_dir.name}: {len(samples)} measured configurations, "
              f"{len({s.family for s in samples})} families")
-    table = table_markdown(run(samples, cfg, seed=seed, log=log), title)
+    results = run(samples, cfg, seed=seed, log=log)
+    table = table_markdown(results, title)
     trained = fit(samples, cfg=cfg, log=log)
     save(trained, out_dir, {
         "name": out_dir.name, "device": device, "data_hash": data_hash(records), "n_records": len(records),
         "n_samples": len(samples), "families": sorted({s.family for s in samples}), "epochs": epochs, "seed": seed,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "evaluation": summary(results),
         "reproduce": f"preflight train {' '.join(data)} --device {device} --epochs {epochs} --seed {seed}",
     })
     (out_dir / "EVAL.md").write_text(table + f"\nReproduce: `preflight train {' '.join(data)} --device {device} "

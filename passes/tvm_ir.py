@@ -135,11 +135,19 @@ def num_inputs(func) -> int | None:
 def main_function(mod: tvm.IRModule, name: str = "main"):
     try:
         func = mod[name]
-    except (KeyError, ValueError, tvm.error.TVMError) as exc:
+    except Exception as exc:  # noqa: BLE001 - KeyError, ValueError or TVM's own error, by release
         raise IRError(f"the IRModule has no Relax function '{name}'") from exc
     if not isinstance(func, relax.Function):
         raise IRError(f"'{name}' is not a Relax function")
     return func
+
+
+def with_num_inputs(mod: tvm.IRModule, n_inputs: int, func_name: str = "main") -> tvm.IRModule:
+    """Set the function's `num_input` attribute (its first `n_inputs` parameters are inputs, the rest weights)."""
+    func = main_function(mod, func_name)
+    if num_inputs(func) == n_inputs or n_inputs >= len(func.params):
+        return mod
+    return with_function_attrs(mod, func_name, {"num_input": n_inputs})
 
 
 def param_types(mod: tvm.IRModule, func_name: str = "main") -> list[tuple[str, object]]:
@@ -377,3 +385,89 @@ def extract(mod: tvm.IRModule, func_name: str = "main", *, n_inputs: int | None 
 def registered_relax_ops() -> list[str]:
     """Names of every `relax.*` operator registered in this TVM build."""
     return sorted(str(n) for n in tvm.ir.Op.list_op_names() if str(n).startswith("relax."))
+
+
+# --------------------------------------------------------------------------------------------
+# Attributes, passes and instruments (used by passes.annotate)
+# --------------------------------------------------------------------------------------------
+
+def function_names(mod: tvm.IRModule) -> list[str]:
+    """Names of the Relax functions of the module."""
+    return [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, relax.Function)]
+
+
+def with_module_attrs(mod: tvm.IRModule, attrs: dict) -> tvm.IRModule:
+    """The module with `attrs` (str keys; str, int, float, bool, list, dict values) added."""
+    return mod.with_attrs(attrs)
+
+
+def with_function_attrs(mod: tvm.IRModule, func_name: str, attrs: dict) -> tvm.IRModule:
+    """A copy of the module with `attrs` added to the Relax function `func_name`."""
+    func = main_function(mod, func_name)
+    for k, v in attrs.items():
+        func = func.with_attr(k, v)
+    out = mod.clone()
+    out.update_func(out.get_global_var(func_name), func)
+    return out
+
+
+def module_attr(mod: tvm.IRModule, key: str):
+    """A module attribute as plain Python data, or None."""
+    attrs = mod.attrs
+    if attrs is None or key not in attrs.keys():
+        return None
+    return _plain(attrs[key])
+
+
+def function_attrs(mod: tvm.IRModule, func_name: str = "main") -> dict:
+    """Every attribute of the Relax function `func_name`, as plain Python data."""
+    attrs = main_function(mod, func_name).attrs
+    return {} if attrs is None else {str(k): _plain(v) for k, v in attrs.items()}
+
+
+def without_attrs(mod: tvm.IRModule, prefix: str) -> tvm.IRModule:
+    """A copy of the module without the module and function attributes whose key starts with `prefix`."""
+    out = mod.clone()
+    for gv, f in mod.functions.items():
+        if isinstance(f, relax.Function) and f.attrs is not None:
+            keys = [str(k) for k in f.attrs.keys() if str(k).startswith(prefix)]
+            for k in keys:
+                f = f.without_attr(k)
+            if keys:
+                out.update_func(out.get_global_var(gv.name_hint), f)
+    if out.attrs is not None:
+        for k in [str(k) for k in out.attrs.keys() if str(k).startswith(prefix)]:
+            out = out.without_attr(k)
+    return out
+
+
+def structural_equal(a, b) -> bool:
+    """TVM's structural equality of two IR objects (module attributes included)."""
+    import tvm_ffi
+
+    return bool(tvm_ffi.structural_equal(a, b))
+
+
+def module_pass(transform, name: str):
+    """A `tvm.transform` module pass (opt_level 0) running `transform(mod) -> mod`."""
+    return tvm.transform.module_pass(lambda mod, _ctx: transform(mod), opt_level=0, name=name)
+
+
+def pass_instrument(cls):
+    """Register `cls` (with `run_before_pass(mod, info)` / `run_after_pass(mod, info)`) as a TVM pass instrument."""
+    return tvm.instrument.pass_instrument(cls)
+
+
+def register_errors(*classes: type) -> None:
+    """Let these exception types cross TVM's FFI (e.g. raised inside a pass) as themselves, not RuntimeError.
+
+    Each must take the message as its only constructor argument."""
+    import tvm_ffi
+
+    for cls in classes:
+        tvm_ffi.register_error(cls)
+
+
+def pass_name(info) -> str:
+    """The name of the pass a `PassInfo` describes."""
+    return str(info.name)

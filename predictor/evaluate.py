@@ -154,6 +154,18 @@ def evaluate(samples: Sequence[Sample], cfg: TrainConfig | None = None, *, seed:
     return results
 
 
+def summary(results: Sequence[SplitResult], model: str = "preflight GraphSAGE") -> dict:
+    """Per split and target: MAPE, share within 10% and interval coverage of `model` (stored with an artifact)."""
+    out = {}
+    for r in results:
+        if model not in r.rows:
+            continue
+        num = lambda v: None if v is None or math.isnan(v) else round(float(v), 3)  # noqa: E731 - strict JSON
+        out[r.split] = {t: {"mape": num(m.mape), "within10": num(m.within10), "coverage90": num(c), "n": m.n}
+                        for t, m, c in zip(TARGETS, r.rows[model], r.coverage, strict=True)}
+    return out
+
+
 def _fmt(v: float, digits: int = 1) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
 

@@ -55,6 +55,25 @@ def _load_cached(directory: Path):
     return _LOADED[key]
 
 
+def predictor_info(device_name: str, checkpoints: Path = CHECKPOINTS) -> dict:
+    """Which predictor `predict` uses for a device, and its evaluation figures (for reports)."""
+    device = get_device(device_name)
+    artifact = find_artifact(device.key, checkpoints)
+    if artifact is None:
+        return {"name": "roofline", "trained": False, "evaluation": None, "evaluation_table": None,
+                "note": f"roofline estimate: the roofline bound + {LAUNCH_US:g} us kernel launch per operator, energy "
+                        f"at 60% of TDP, memory = weights + peak activations + {CONTEXT_MIB:g} MiB context + "
+                        f"workspace; the intervals are assumptions, not calibrated on measurements"}
+    import json
+
+    meta = json.loads((artifact / "meta.json").read_text())
+    table = artifact / "EVAL.md"
+    return {"name": artifact.name, "trained": True, "evaluation": meta.get("evaluation"),
+            "evaluation_table": str(table) if table.is_file() else None,
+            "note": f"GraphSAGE trained on {meta.get('n_samples', '?')} measured configurations of "
+                    f"{len(meta.get('families', []))} families ({meta.get('created', '?')})"}
+
+
 def _sample_from_analysis(analysis, device: str, arrays: dict) -> Sample:
     return Sample(key="", family="", device=device, y=np.full(3, math.nan), x=analysis.x,
                   edge_index=analysis.edge_index, static=dict(analysis.static_features), ops=arrays, totals={})

@@ -37,6 +37,16 @@ def load(model, *, inputs: Sequence[InputSpec | str] | None = None, batch: int |
         UsageError: bad arguments, unreadable or unsafe files, dynamic dims left unset (exit 2).
         AnalysisError: the model was read but could not be lowered (exit 1).
     """
+    loaded = _load(model, inputs, batch, example_inputs)
+    if loaded.n_inputs is not None:
+        from passes.tvm_ir import with_num_inputs
+
+        # the module says which parameters are inputs, so passes that see only the module (AnnotateCosts) agree
+        loaded.mod = with_num_inputs(loaded.mod, loaded.n_inputs)
+    return loaded
+
+
+def _load(model, inputs, batch: int | None, example_inputs) -> LoadedModel:
     if batch is not None and not 0 < batch <= MAX_DIM:
         raise UsageError(f"--batch must be an integer from 1 to {MAX_DIM}")
     specs = _specs(inputs)
@@ -47,6 +57,9 @@ def load(model, *, inputs: Sequence[InputSpec | str] | None = None, batch: int |
             raise UsageError("an nn.Module takes example inputs, not --input specs")
         return from_module(model, example_inputs or (), source=f"<{type(model).__name__}>")
     if _is_irmodule(model):
+        if specs or batch is not None:
+            raise UsageError("an IRModule's shapes are fixed: --batch/--input do not apply (bind its symbolic "
+                             "dimensions before passing it)")
         return LoadedModel(mod=model, framework="relax", name="IRModule", source="<IRModule>", n_inputs=None)
     if not isinstance(model, str | Path):
         raise UsageError(f"cannot analyse a {type(model).__name__}: give a path, 'zoo:NAME' or an nn.Module")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from . import __version__
 
 SCHEMA = "preflight.report/1"
+SCHEMA_FILE = Path(__file__).resolve().parent / "schema" / "report-1.schema.json"  # JSON Schema of the document
 
 
 def op_json(cost) -> dict:
@@ -39,6 +42,12 @@ def report_json(report) -> dict:
     }
     if report.prediction is not None:
         doc["prediction"] = report.prediction
+    if report.predictions:
+        doc["predictions"] = list(report.predictions)
+    if report.predictors:
+        doc["predictors"] = dict(report.predictors)
+    if report.sweep is not None:
+        doc["sweep"] = report.sweep
     return doc
 
 
@@ -139,3 +148,22 @@ def render_markdown(report, top: int = 15) -> str:
     if report.warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in report.warnings]
     return "\n".join(lines) + "\n"
+
+
+def render_pass_records(records) -> str:
+    """A table of `passes.CostRecorder` records: what each pass did to FLOPs, bytes, ops and kernels."""
+    header = ["pass", "FLOPs", "bytes moved", "peak activations", "ops", "call_tir", "change"]
+    rows = []
+    for r in records:
+        a, b = r.after, r.before
+        name = "  " * r.depth + r.name
+        if a.error or b.error:
+            rows.append([name, "-", "-", "-", "-", "-", f"not analysable: {a.error or b.error}"])
+            continue
+        d = r.delta
+        change = ", ".join(f"{k} {v:+,}" for k, v in d.items()) or "no change"
+        rows.append([name, si(a.flops), mib(a.bytes_read + a.bytes_written), mib(a.peak_activation_bytes),
+                     f"{a.op_count:,}", f"{a.tir_calls:,}", change])
+    widths = [max(len(x[i]) for x in [header, *rows]) for i in range(len(header))]
+    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()  # noqa: E731
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)]) + "\n"

@@ -1,0 +1,141 @@
+"""Batch-size sweep for pre-deployment reports: the model analysed and predicted at each batch size.
+
+Every point is a real analysis of the model lowered at that batch (nothing is extrapolated), predicted on
+each device with the same predictor `preflight predict` uses. A point "fits" a MIG profile by the MIG rule
+of DESIGN.md (upper end of the memory interval + headroom within the profile's usable memory, and the
+slice's predicted latency within the SLO when one is given); the largest fitting batch is the largest
+*swept* batch that fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .errors import PreflightError, UsageError
+
+DEFAULT_MAX_BATCH = 32
+MAX_SWEEP_POINTS = 64
+
+
+def batch_points(max_batch: int) -> list[int]:
+    """1, 2, 4, ... up to `max_batch`, and `max_batch` itself."""
+    if max_batch < 1:
+        raise UsageError("the sweep's largest batch must be at least 1")
+    points, b = [], 1
+    while b < max_batch:
+        points.append(b)
+        b *= 2
+    return [*points, max_batch]
+
+
+def parse_batches(text: str) -> list[int]:
+    """'1,2,8' -> [1, 2, 8] (sorted, unique)."""
+    try:
+        values = sorted({int(v) for v in text.replace(" ", "").split(",") if v})
+    except ValueError:
+        raise UsageError(f"--batches takes comma-separated integers, e.g. 1,2,4,8 (got {text!r})") from None
+    if not values or values[0] < 1:
+        raise UsageError(f"--batches takes positive integers (got {text!r})")
+    if len(values) > MAX_SWEEP_POINTS:
+        raise UsageError(f"--batches: at most {MAX_SWEEP_POINTS} batch sizes")
+    return values
+
+
+def _with_batch(example_inputs: Sequence | None, batch: int):
+    """Example tensors with dimension 0 set to `batch` (first row repeated; meta tensors stay meta)."""
+    if not example_inputs:
+        return example_inputs
+    out = []
+    for t in example_inputs:
+        if getattr(t, "ndim", 0) >= 1:
+            t = t.narrow(0, 0, 1).expand(batch, *t.shape[1:]).contiguous()
+        out.append(t)
+    return tuple(out)
+
+
+def _fits_full_gpu(device, memory_hi: float, latency_ms: float, latency_slo_ms: float | None) -> bool:
+    from predictor.mig import HEADROOM
+
+    ok = memory_hi * (1 + HEADROOM) <= device.memory_mib
+    return ok and (latency_slo_ms is None or latency_ms <= latency_slo_ms)
+
+
+def point(batch: int, block: dict, latency_slo_ms: float | None) -> dict:
+    """One sweep point from a `prediction` block."""
+    from predictor.devices import get_device
+
+    lat, (lo, hi) = block["latency_ms"], block["latency_ms_interval"]
+    mem_hi = block["memory_mb_interval"][1]
+    return {
+        "batch": batch,
+        "latency_ms": lat, "latency_ms_interval": [lo, hi],
+        "throughput_per_s": 1e3 * batch / lat, "throughput_per_s_interval": [1e3 * batch / hi, 1e3 * batch / lo],
+        "energy_j": block["energy_j"], "energy_j_per_sample": block["energy_j"] / batch,
+        "memory_mb": block["memory_mb"], "memory_mb_interval": list(block["memory_mb_interval"]),
+        "fits": dict(block["mig"]["fits"]),
+        "slice_latency_ms": dict(block["mig"].get("latency_ms") or {}),
+        "fits_full_gpu": _fits_full_gpu(get_device(block["device"]), mem_hi, lat, latency_slo_ms),
+    }
+
+
+def largest(points: list[dict]) -> tuple[dict[str, int | None], int | None]:
+    """Largest swept batch fitting each MIG profile, and the whole GPU (None: not even the smallest)."""
+    names = list(points[0]["fits"]) if points else []
+    per_profile = {n: max((p["batch"] for p in points if p["fits"][n]), default=None) for n in names}
+    full = max((p["batch"] for p in points if p["fits_full_gpu"]), default=None)
+    return per_profile, full
+
+
+def run_sweep(model, example_inputs, *, inputs, batches: Sequence[int], devices: Sequence[str],
+              latency_slo_ms: float | None, strict: bool, reuse: dict | None = None,
+              progress: Callable[[int], None] | None = None) -> tuple[dict, list[str]]:
+    """The `sweep` block of the report and the warnings it raised.
+
+    `reuse` maps a batch already analysed (the report's own) to its `Report`; `progress(n)` is called after
+    each batch.
+    """
+    from predictor.mig import HEADROOM
+    from predictor.predict import predict
+
+    from .api import analyze_loaded
+    from .frontends import load
+
+    reuse = reuse or {}
+    per_device: dict[str, list[dict]] = {d: [] for d in devices}
+    predictors: dict[str, str] = {}
+    skipped, warnings = [], []
+    for b in batches:
+        try:
+            if b in reuse:
+                analysis = reuse[b].analysis
+            else:
+                loaded = load(model, inputs=inputs, batch=None if example_inputs else b,
+                              example_inputs=_with_batch(example_inputs, b))
+                analysis = analyze_loaded(loaded, strict=strict).analysis
+            for d in devices:
+                block, w = predict(analysis, d, latency_slo_ms=latency_slo_ms)
+                predictors[d] = block["predictor"]
+                per_device[d].append(point(b, block, latency_slo_ms))
+                warnings += [x for x in w if x not in warnings]
+        except PreflightError as exc:
+            skipped.append({"batch": b, "reason": str(exc)})
+        finally:
+            if progress:
+                progress(1)
+    reasons: dict[str, list[str]] = {}
+    for s in skipped:
+        reasons.setdefault(s["reason"], []).append(str(s["batch"]))
+    for reason, bs in reasons.items():
+        warnings.append(f"batch sweep: batch{'es' if len(bs) > 1 else ''} {', '.join(bs)} skipped: {reason}")
+    doc = {
+        "batches": [b for b in batches if b not in {s["batch"] for s in skipped}],
+        "latency_slo_ms": latency_slo_ms,
+        "headroom": HEADROOM,
+        "devices": [],
+        "skipped": skipped,
+    }
+    for d, points in per_device.items():
+        per_profile, full = largest(points)
+        doc["devices"].append({"device": d, "predictor": predictors.get(d), "points": points,
+                               "largest_batch": per_profile, "largest_batch_full_gpu": full})
+    return doc, warnings

@@ -1,0 +1,159 @@
+"""Compiler-pipeline integration: the AnnotateCosts module pass and the CostRecorder pass instrument."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+import torch
+import tvm
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+from tvm import relax
+from tvm.script import ir as I  # noqa: E741
+from tvm.script import relax as R
+
+import analyzer
+from analyzer.errors import MissingShapeError, UsageError
+from analyzer.render import SCHEMA_FILE
+from passes import AnnotateCosts, CostRecorder, read_annotation
+from passes.analysis import analyze_module
+from passes.tvm_ir import function_attrs, module_attr, structural_equal, without_attrs
+
+
+def _mlp():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 32)).eval()
+    return model, (torch.randn(4, 64),)
+
+
+@pytest.fixture(scope="module")
+def mlp_mod():
+    model, inputs = _mlp()
+    return analyzer.load(model, example_inputs=inputs).mod
+
+
+@pytest.fixture(scope="module")
+def cnn_mod():
+    return analyzer.load("zoo:resnet18").mod
+
+
+@I.ir_module
+class Dynamic:
+    @R.function
+    def main(x: R.Tensor(("n", 8), "float32")):
+        y = R.nn.relu(x)
+        return y
+
+
+def test_annotate_in_sequential_changes_nothing_but_attributes(cnn_mod):
+    with_pass = tvm.transform.Sequential([relax.transform.FoldConstant(), AnnotateCosts(device="a100-40gb"),
+                                          relax.transform.LegalizeOps()])(cnn_mod)
+    without = tvm.transform.Sequential([relax.transform.FoldConstant(), relax.transform.LegalizeOps()])(cnn_mod)
+    assert not structural_equal(with_pass, without)  # the attributes are there
+    assert structural_equal(without_attrs(with_pass, "preflight"), without)
+    assert read_annotation(with_pass)["prediction"]["device"] == "a100-40gb"
+
+
+def test_annotation_matches_direct_analysis_and_prediction(cnn_mod):
+    out = AnnotateCosts(device="h100-80gb")(cnn_mod)
+    direct = analyzer.predict("zoo:resnet18", device="h100-80gb")
+    t = direct.totals
+    summary = module_attr(out, "preflight")
+    for key in ("flops", "macs", "bytes_read", "bytes_written", "peak_activation_bytes", "op_count", "params"):
+        assert summary[key] == getattr(t, key), key
+    fattrs = function_attrs(out)
+    assert fattrs["preflight.flops"] == t.flops and fattrs["preflight.op_count"] == t.op_count
+    assert fattrs["num_input"] == 1  # the loaded module says which parameters are weights
+    doc = read_annotation(out)
+    assert "ops" not in doc  # kept small unless include_ops=True
+    full = read_annotation(AnnotateCosts(device="h100-80gb", include_ops=True)(cnn_mod))
+    jsonschema.validate(full, json.loads(SCHEMA_FILE.read_text()))
+    assert {k: v for k, v in full.items() if k != "ops"} == doc
+    assert len(full["ops"]) == len(direct.analysis.ops)
+    for key in ("latency_ms", "memory_mb", "energy_j", "roofline_latency_ms"):
+        assert doc["prediction"][key] == pytest.approx(direct.prediction[key])
+        if key != "roofline_latency_ms":
+            assert fattrs[f"preflight.{key}"] == pytest.approx(direct.prediction[key])
+    assert doc["prediction"]["mig"] == direct.prediction["mig"]
+    assert summary["mig_profile"] == (direct.prediction["mig"]["profile"] or "")
+
+
+def test_annotated_macs_match_flop_counter_mode(mlp_mod):
+    model, inputs = _mlp()
+    with FlopCounterMode(display=False) as counter:
+        model(*inputs)
+    out = AnnotateCosts(predict=False)(mlp_mod)
+    assert 2 * function_attrs(out)["preflight.macs"] == counter.get_total_flops() == 2 * 4 * (64 * 256 + 256 * 32)
+    assert "prediction" not in read_annotation(out)
+    ops = read_annotation(AnnotateCosts(predict=False, include_ops=True)(mlp_mod))["ops"]
+    # 2 weight transposes (folded ahead of time), 2 matmuls, 2 bias adds, 1 relu
+    assert sorted(o["op"] for o in ops) == sorted(["relax.permute_dims"] * 2 + ["relax.matmul"] * 2
+                                                  + ["relax.add"] * 2 + ["relax.nn.relu"])
+    assert [o["folded"] for o in ops].count(True) == 2
+
+
+def test_annotated_module_still_compiles(mlp_mod):
+    out = AnnotateCosts(device="h100-80gb")(mlp_mod)
+    exe = tvm.compile(out, target="llvm")
+    assert exe is not None
+
+
+def test_annotate_errors_are_clear():
+    with pytest.raises(MissingShapeError, match="n"):
+        AnnotateCosts(predict=False)(Dynamic)
+    model, inputs = _mlp()
+    mod = analyzer.load(model, example_inputs=inputs).mod
+    with pytest.raises(UsageError, match="unknown device 'v100'"):
+        AnnotateCosts(device="v100")(mod)
+
+
+def _fields(snapshot_or_analysis):
+    return {k: getattr(snapshot_or_analysis, k) for k in
+            ("flops", "macs", "bytes_read", "bytes_written", "peak_activation_bytes", "op_count")}
+
+
+def test_recorder_matches_direct_analysis_before_and_after(cnn_mod):
+    steps = [relax.transform.FoldConstant(), relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+             relax.transform.FuseOps(), relax.transform.FuseTIR()]
+    names = ["FoldConstant", "LegalizeOps", "AnnotateTIROpPattern", "FuseOps", "FuseTIR"]
+    recorder = CostRecorder()
+    with tvm.transform.PassContext(instruments=[recorder]):
+        out = tvm.transform.Sequential(steps)(cnn_mod)
+    # the same passes one at a time, outside the instrument
+    mods = [cnn_mod]
+    for step in steps:
+        mods.append(step(mods[-1]))
+    assert structural_equal(out, mods[-1])
+    records = {r.name: r for r in recorder.records}
+    assert [r.name for r in recorder.records if r.depth == 1] == names
+    for i, name in enumerate(names):
+        r = records[name]
+        assert r.before.error is None and r.after.error is None
+        assert _fields(r.before) == _fields(analyze_module(mods[i]).totals), name
+        assert _fields(r.after) == _fields(analyze_module(mods[i + 1]).totals), name
+    assert records["LegalizeOps"].after.tir_calls == records["LegalizeOps"].after.op_count
+    assert records["LegalizeOps"].before.tir_calls == 0
+    assert records["AnnotateTIROpPattern"].delta == {}
+    fused = records["FuseTIR"]
+    assert fused.after.op_count < fused.before.op_count  # fusion merges kernels...
+    assert fused.after.bytes_written < fused.before.bytes_written  # ...and keeps intermediates out of memory
+    assert records["sequential"].depth == 0
+
+
+def test_recorder_records_errors_without_breaking_the_pipeline():
+    recorder = CostRecorder()
+    with tvm.transform.PassContext(instruments=[recorder]):
+        out = tvm.transform.Sequential([relax.transform.LegalizeOps()])(Dynamic)
+    assert structural_equal(out, relax.transform.LegalizeOps()(Dynamic))
+    legalize = next(r for r in recorder.records if r.name == "LegalizeOps")
+    assert "DynamicShapeError" in legalize.before.error and legalize.delta == {}
+    assert json.dumps(recorder.to_json())  # plain data
+
+
+def test_recorder_only_named_passes(cnn_mod):
+    recorder = CostRecorder(only=("LegalizeOps",))
+    with tvm.transform.PassContext(instruments=[recorder]):
+        tvm.transform.Sequential([relax.transform.FoldConstant(), relax.transform.LegalizeOps()])(cnn_mod)
+    assert [r.name for r in recorder.records] == ["LegalizeOps"]

@@ -1,0 +1,279 @@
+"""Pre-deployment reports (`preflight report`, `analyzer.report`): JSON against the schema, the batch sweep
+against the memory predictions and the MIG rule, HTML and Markdown content, and the budget gate."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+
+import jsonschema
+import pytest
+from click.testing import CliRunner
+
+import analyzer
+from analyzer.cli import cli
+from analyzer.predeploy import render_html, render_markdown, sections, write
+from analyzer.render import SCHEMA_FILE
+from predictor.devices import get_device
+
+HEADROOM = 0.05  # DESIGN.md's MIG rule, restated here on purpose
+CNN_DEVICES = ["h100-80gb", "a100-40gb"]
+CNN_BATCHES = [1, 256, 1024]
+SLO_MS = 2.0
+
+
+@pytest.fixture(scope="module")
+def schema():
+    doc = json.loads(SCHEMA_FILE.read_text())
+    jsonschema.Draft202012Validator.check_schema(doc)
+    return doc
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    return analyzer.report("zoo:resnet18", devices=CNN_DEVICES, batches=CNN_BATCHES)
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    return analyzer.report("zoo:bert_tiny", devices=["h100-80gb"], batches=[1, 8], latency_slo_ms=SLO_MS)
+
+
+@pytest.mark.parametrize("which", ["cnn", "transformer"])
+def test_json_validates_against_schema(request, schema, which):
+    doc = request.getfixturevalue(which).to_json()
+    jsonschema.validate(doc, schema)
+    assert doc["prediction"] == doc["predictions"][0]
+    assert set(doc["predictors"]) == {p["predictor"] for p in doc["predictions"]}
+    assert [d["device"] for d in doc["sweep"]["devices"]] == [p["device"] for p in doc["predictions"]]
+
+
+def test_schema_rejects_a_broken_document(schema, cnn):
+    doc = json.loads(json.dumps(cnn.to_json()))
+    doc["sweep"]["devices"][0]["points"][0]["batch"] = 0
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, schema)
+    doc = json.loads(json.dumps(cnn.to_json()))
+    del doc["totals"]["flops"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, schema)
+
+
+def test_analyze_and_predict_documents_validate(schema):
+    jsonschema.validate(analyzer.analyze("zoo:mobilenet_v3_small").to_json(), schema)
+    jsonschema.validate(analyzer.predict("zoo:mobilenet_v3_small", device="h200-141gb").to_json(), schema)
+
+
+def test_sweep_largest_batch_agrees_with_memory_predictions(cnn):
+    sweep = cnn.sweep
+    assert sweep["batches"] == CNN_BATCHES and not sweep["skipped"]
+    crossed = False
+    for dev in sweep["devices"]:
+        device = get_device(dev["device"])
+        points = dev["points"]
+        assert [p["batch"] for p in points] == CNN_BATCHES
+        for profile in device.mig:
+            fitting = [p["batch"] for p in points if p["memory_mb_interval"][1] * (1 + HEADROOM) <= profile.memory_mib]
+            assert dev["largest_batch"][profile.name] == (max(fitting) if fitting else None), profile.name
+            crossed |= 0 < len(fitting) < len(points)
+        full = [p["batch"] for p in points if p["memory_mb_interval"][1] * (1 + HEADROOM) <= device.memory_mib]
+        assert dev["largest_batch_full_gpu"] == (max(full) if full else None)
+        # memory grows with the batch; throughput = batch / latency
+        mems = [p["memory_mb"] for p in points]
+        assert mems == sorted(mems) and mems[0] < mems[-1]
+        for p in points:
+            assert p["throughput_per_s"] == pytest.approx(1e3 * p["batch"] / p["latency_ms"])
+    assert crossed, "the sweep should cross at least one profile's usable memory"
+
+
+def test_sweep_point_equals_a_prediction_at_that_batch(cnn):
+    direct = analyzer.predict("zoo:resnet18", batch=1024, device="a100-40gb").prediction
+    point = next(p for p in cnn.sweep["devices"][1]["points"] if p["batch"] == 1024)
+    assert point["memory_mb"] == pytest.approx(direct["memory_mb"])
+    assert point["latency_ms"] == pytest.approx(direct["latency_ms"])
+    assert point["fits"] == direct["mig"]["fits"]
+
+
+def test_sweep_with_latency_slo_follows_the_mig_rule(transformer):
+    sweep = transformer.sweep
+    assert sweep["latency_slo_ms"] == SLO_MS
+    device = get_device("h100-80gb")
+    outcomes = set()
+    for dev in sweep["devices"]:
+        for p in dev["points"]:
+            for profile in device.mig:
+                mem_ok = p["memory_mb_interval"][1] * (1 + HEADROOM) <= profile.memory_mib
+                lat_ok = p["slice_latency_ms"][profile.name] <= SLO_MS
+                assert p["fits"][profile.name] == (mem_ok and lat_ok)
+                outcomes.add(lat_ok)
+        for profile in device.mig:
+            ok = [p["batch"] for p in dev["points"] if p["fits"][profile.name]]
+            assert dev["largest_batch"][profile.name] == (max(ok) if ok else None)
+    assert outcomes == {True, False}, "the SLO should pass on some slices and fail on others"
+
+
+def test_batch_points_and_parsing():
+    from analyzer.errors import UsageError
+    from analyzer.sweep import batch_points, parse_batches
+
+    assert batch_points(1) == [1]
+    assert batch_points(32) == [1, 2, 4, 8, 16, 32]
+    assert batch_points(24) == [1, 2, 4, 8, 16, 24]
+    assert parse_batches("8, 1,8,2") == [1, 2, 8]
+    for bad in ("", "0,1", "a", "-1"):
+        with pytest.raises(UsageError):
+            parse_batches(bad)
+
+
+# ---- HTML and Markdown ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("which", ["cnn", "transformer"])
+def test_html_is_self_contained_with_every_chart(request, which):
+    rep = request.getfixturevalue(which)
+    html = render_html(rep)
+    assert "<script" not in html.lower()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html), "nothing may be fetched at view time"
+    assert "@media print" in html
+    n_dev = len(rep.predictions)
+    # 3 sweep charts per device + categories + roofline + memory timeline
+    assert html.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart"') == 3 * n_dev + 3
+    for title in ("Summary", "Predictions", "Batch-size sweep", "Where the cost is", "Unsupported operators"):
+        assert f"<h2>{title}" in html
+    assert f"{rep.totals.flops:,}" in html
+    for p in rep.predictions:
+        assert p["mig"]["reason"].replace("'", "&#x27;") in html
+
+
+@pytest.mark.parametrize("which", ["cnn", "transformer"])
+def test_markdown_links_svg_files_with_the_same_content(request, which, tmp_path):
+    rep = request.getfixturevalue(which)
+    out = tmp_path / "report.md"
+    written = write(rep, out)
+    text = out.read_text()
+    svgs = [p for p in written if p.suffix == ".svg"]
+    assert len(svgs) == 3 * len(rep.predictions) + 3
+    for p in svgs:
+        assert f"](report_files/{p.name})" in text
+        root = ET.fromstring(p.read_text())  # well-formed standalone SVG
+        assert root.tag.endswith("svg")
+        shapes = [e for e in root.iter() if e.get("class") in ("point", "series", "bar")]
+        assert shapes, p.name
+    title, secs = sections(rep)
+    for s in secs:
+        assert f"## {s.title}" in text
+    assert "| batch | latency ms (interval) |" in text
+    for p in rep.predictions:
+        assert p["mig"]["reason"] in text
+    md, files = render_markdown(rep, "x")
+    assert set(files) == {p.name for p in svgs}
+
+
+def test_memory_timeline_marks_the_liveness_peak(cnn):
+    m = cnn.analysis.memory
+    html = render_html(cnn)
+    assert f"peak {m.peak_bytes / 2**20:,.1f} MiB at op #{m.peak_op}" in html
+
+
+def test_report_json_file_and_cli(tmp_path, schema):
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(cli, ["report", "zoo:mobilenet_v3_small", "--device", "h100-80gb", "--device",
+                                   "h200-141gb", "--batches", "1,4", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, schema)
+    assert doc["sweep"]["batches"] == [1, 4]
+    assert [p["device"] for p in doc["predictions"]] == ["h100-80gb", "h200-141gb"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-o", "r.pdf"], "cannot tell the report format"),
+    (["-o", "r.html", "--device", "v100"], "unknown device"),
+    (["-o", "r.html", "--batches", "1,two"], "--batches takes"),
+    (["-o", "r.html", "--batches", "1,2", "--max-batch", "4"], "not both"),
+])
+def test_report_cli_usage_errors(tmp_path, args, message):
+    res = CliRunner().invoke(cli, ["report", "zoo:resnet18", *[a if not a.startswith("r.") else str(tmp_path / a)
+                                                                for a in args]])
+    assert res.exit_code == 2
+    assert message in res.output and "Traceback" not in res.output
+
+
+# ---- the budget gate -----------------------------------------------------------------------------
+
+def _fake_report(latency=10.0, memory=1000.0):
+    from analyzer.api import Report
+
+    pred = {"device": "h100-80gb", "predictor": "roofline", "latency_ms": latency,
+            "latency_ms_interval": [latency / 2, latency * 2], "memory_mb": memory,
+            "memory_mb_interval": [memory * 0.9, memory * 1.2]}
+    return Report(model={}, inputs=[], analysis=None, prediction=pred)
+
+
+def test_check_budget_point_and_upper():
+    rep = _fake_report(latency=10.0, memory=1000.0)
+    assert analyzer.check_budget(rep, max_latency_ms=10.0, max_memory_mb=1000.0) == []  # exactly at: within
+    over = analyzer.check_budget(rep, max_latency_ms=9.99, max_memory_mb=999.0)
+    assert len(over) == 2 and "latency 10 ms" in over[0] and "memory 1,000 MiB" in over[1]
+    assert analyzer.check_budget(rep, max_latency_ms=19.0, bound="upper")  # upper end 20 ms
+    assert analyzer.check_budget(rep, max_latency_ms=20.0, max_memory_mb=1200.0, bound="upper") == []
+    assert analyzer.check_budget(rep) == []
+
+
+def test_predict_gate_exit_codes():
+    runner = CliRunner()
+    rep = analyzer.predict("zoo:resnet18", device="h100-80gb").prediction
+    over = runner.invoke(cli, ["predict", "zoo:resnet18", "--max-latency-ms", f"{rep['latency_ms'] * 0.9:.6f}"])
+    assert over.exit_code == 1
+    assert "budget exceeded: predicted latency" in over.output
+    within = runner.invoke(cli, ["predict", "zoo:resnet18", "--max-latency-ms", f"{rep['latency_ms'] * 1.1:.6f}",
+                                 "--max-memory-mb", f"{rep['memory_mb'] * 1.1:.1f}"])
+    assert within.exit_code == 0 and "within budget" in within.output
+    upper = runner.invoke(cli, ["predict", "zoo:resnet18", "--max-memory-mb", f"{rep['memory_mb'] * 1.0001:.3f}",
+                                "--budget-bound", "upper"])
+    assert upper.exit_code == 1 and "upper end of the predicted memory" in upper.output
+
+
+def test_sweep_of_a_fixed_shape_irmodule_skips_other_batches(schema):
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()).eval()
+    mod = analyzer.load(model, example_inputs=(torch.randn(2, 16),)).mod
+    rep = analyzer.report(mod, devices=["h100-80gb"], batches=[1, 2, 4])
+    jsonschema.validate(rep.to_json(), schema)
+    assert rep.sweep["batches"] == [2]  # its own batch only
+    assert [s["batch"] for s in rep.sweep["skipped"]] == [1, 4]
+    assert "shapes are fixed" in rep.sweep["skipped"][0]["reason"]
+    assert sum("batches 1, 4 skipped" in w for w in rep.warnings) == 1
+
+
+def test_report_names_a_trained_predictor_and_its_evaluation(tmp_path, cnn, schema):
+    from pathlib import Path
+
+    from analyzer.api import Report
+    from analyzer.dataset import build_cache, read_records
+    from predictor.data import load_samples
+    from predictor.predict import predict, predictor_info
+    from predictor.train import TrainConfig, save, train
+
+    data = Path(__file__).resolve().parents[1] / "data" / "cpu-vm"
+    records = sorted((r for r in read_records([data]) if r.get("schema") == "preflight.measurement/1"),
+                     key=lambda r: r["id"])[:12]
+    samples = load_samples(records, build_cache(records, tmp_path / "graphs"))
+    artifact = tmp_path / "ckpt" / "h100-80gb@1"
+    evaluation = {"leave-family-out": {"latency_ms": {"mape": 12.5, "within10": 40.0, "coverage90": 88.0, "n": 5}}}
+    save(train(samples, cfg=TrainConfig(epochs=3, hidden=16)), artifact,
+         {"name": artifact.name, "n_samples": len(samples), "families": ["a", "b"], "created": "2026-11-22",
+          "evaluation": evaluation})
+    (artifact / "EVAL.md").write_text("# evaluation\n")
+    info = predictor_info("h100-80gb", checkpoints=artifact.parent)
+    assert info["trained"] and info["evaluation"] == evaluation and info["name"] == "h100-80gb@1"
+    block, warnings = predict(cnn.analysis, "h100-80gb", checkpoints=artifact.parent)
+    assert block["predictor"] == "h100-80gb@1" and warnings == []
+    rep = Report(model=cnn.model, inputs=cnn.inputs, analysis=cnn.analysis, prediction=block, predictions=[block],
+                 predictors={block["predictor"]: info})
+    jsonschema.validate(rep.to_json(), schema)
+    html = render_html(rep)
+    assert "Predictor h100-80gb@1: GraphSAGE trained on 12 measured configurations of 2 families" in html
+    assert "latency_ms MAPE 12.5% (88.0% inside the 90% interval)" in html
+    assert str(artifact / "EVAL.md") in html

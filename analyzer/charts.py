@@ -186,50 +186,44 @@ def _batch_range(xs: Sequence[int]) -> tuple[float, float]:
     return (min(xs) / 1.15, max(xs) * 1.15) if len(xs) > 1 else (min(xs) - 0.5, max(xs) + 0.5)
 
 
+def _sweep_chart(device: str, points: list[dict], key: str, what: str, ylabel: str, colour: str, tip: str,
+                 limits: list[tuple[str, float]] | None = None) -> str:
+    """`points[i][key]` (with its `_interval` band) against batch size; `limits` as labelled dashed lines."""
+    xs = [p["batch"] for p in points]
+    ys = [p[key] for p in points]
+    lo = [p[f"{key}_interval"][0] for p in points]
+    hi = [p[f"{key}_interval"][1] for p in points]
+    yrange = _range(lo + hi, log=False)
+    shown = []
+    if limits is not None:  # the usable-memory lines up to the first one above the data
+        top = max(hi) * 1.15
+        ordered = sorted(limits, key=lambda nv: nv[1])
+        above = [nv for nv in ordered if nv[1] > top][:1]
+        shown = [nv for nv in ordered if nv[1] <= top] + above
+        yrange = (0, max([top] + [v * 1.05 for _, v in shown]))
+    c = Chart(f"{device}: predicted {what}", "batch size", ylabel, _batch_range(xs), yrange, logx=len(xs) > 1,
+              xticks=xs)
+    for i, (name, v) in enumerate(shown):
+        c.hline(v, PALETTE[(i + 3) % len(PALETTE)], name)
+    c.band(xs, lo, hi, colour, "interval")
+    c.polyline(xs, ys, colour, "predicted")
+    c.dots(xs, ys, colour, titles=[f"batch {b}: {v:{tip}}" for b, v in zip(xs, ys, strict=True)])
+    return c.svg()
+
+
 def sweep_latency(device: str, points: list[dict]) -> str:
     """Predicted latency (with interval) against batch size."""
-    xs = [p["batch"] for p in points]
-    lat = [p["latency_ms"] for p in points]
-    lo = [p["latency_ms_interval"][0] for p in points]
-    hi = [p["latency_ms_interval"][1] for p in points]
-    c = Chart(f"{device}: predicted latency", "batch size", "latency (ms)", _batch_range(xs),
-              _range(lo + hi, log=False), logx=len(xs) > 1, xticks=xs)
-    c.band(xs, lo, hi, PALETTE[0], "interval")
-    c.polyline(xs, lat, PALETTE[0], "predicted")
-    c.dots(xs, lat, PALETTE[0], titles=[f"batch {b}: {v:.3g} ms" for b, v in zip(xs, lat, strict=True)])
-    return c.svg()
+    return _sweep_chart(device, points, "latency_ms", "latency", "latency (ms)", PALETTE[0], ".3g")
 
 
 def sweep_throughput(device: str, points: list[dict]) -> str:
     """Predicted throughput (samples/s) against batch size."""
-    xs = [p["batch"] for p in points]
-    thr = [p["throughput_per_s"] for p in points]
-    lo = [p["throughput_per_s_interval"][0] for p in points]
-    hi = [p["throughput_per_s_interval"][1] for p in points]
-    c = Chart(f"{device}: predicted throughput", "batch size", "samples / s", _batch_range(xs),
-              _range(lo + hi, log=False), logx=len(xs) > 1, xticks=xs)
-    c.band(xs, lo, hi, PALETTE[2], "interval")
-    c.polyline(xs, thr, PALETTE[2], "predicted")
-    c.dots(xs, thr, PALETTE[2], titles=[f"batch {b}: {v:,.0f}/s" for b, v in zip(xs, thr, strict=True)])
-    return c.svg()
+    return _sweep_chart(device, points, "throughput_per_s", "throughput", "samples / s", PALETTE[2], ",.0f")
 
 
 def sweep_memory(device: str, points: list[dict], limits: list[tuple[str, float]]) -> str:
     """Predicted memory (with interval) against batch size, with each MIG profile's usable memory as a line."""
-    xs = [p["batch"] for p in points]
-    mem = [p["memory_mb"] for p in points]
-    lo = [p["memory_mb_interval"][0] for p in points]
-    hi = [p["memory_mb_interval"][1] for p in points]
-    top = max(hi) * 1.15
-    shown = [(n, v) for n, v in limits if v <= max(top, min((v for _, v in limits), default=top) * 1.05)]
-    c = Chart(f"{device}: predicted memory", "batch size", "device memory (MiB)", _batch_range(xs),
-              (0, max([top] + [v * 1.05 for _, v in shown])), logx=len(xs) > 1, xticks=xs)
-    for i, (name, v) in enumerate(shown):
-        c.hline(v, PALETTE[(i + 3) % len(PALETTE)], name)
-    c.band(xs, lo, hi, PALETTE[1], "interval")
-    c.polyline(xs, mem, PALETTE[1], "predicted")
-    c.dots(xs, mem, PALETTE[1], titles=[f"batch {b}: {v:,.0f} MiB" for b, v in zip(xs, mem, strict=True)])
-    return c.svg()
+    return _sweep_chart(device, points, "memory_mb", "memory", "device memory (MiB)", PALETTE[1], ",.0f", limits)
 
 
 def roofline(device: str, ops: list[dict], roofs: list[tuple[str, float]], bandwidth: float) -> str:

@@ -222,6 +222,20 @@ def test_tflite_fixed_batch(tf_models):
 
 
 @needs_tf
+def test_report_sweeps_keras_and_skips_tflite_batches(tf_models):
+    """A Keras model is re-traced at every swept batch; a .tflite file's shapes are fixed, so the sweep keeps
+    its own batch and lists the others as skipped with the reason."""
+    import analyzer
+
+    keras = analyzer.report(tf_models["cnn"]["keras"], batch=1, devices=["h100-80gb"], batches=[1, 4])
+    points = keras.sweep["devices"][0]["points"]
+    assert [p["batch"] for p in points] == [1, 4] and not keras.sweep["skipped"]
+    tfl = analyzer.report(tf_models["cnn"]["tflite"], devices=["h100-80gb"], batches=[1, 4])
+    assert tfl.sweep["batches"] == [1]
+    assert tfl.sweep["skipped"][0]["batch"] == 4 and "fixes every shape" in tfl.sweep["skipped"][0]["reason"]
+
+
+@needs_tf
 def test_tflite_dynamic_batch(tf_models):
     """from_keras_model keeps the batch dynamic; TVM imports a CNN's graph at the stored batch-1 shapes, but a
     graph that computes reshape targets at run time (the transformer) is refused with a hint."""

@@ -276,6 +276,8 @@ def _train_options(f):
     f = click.option("--epochs", type=click.IntRange(min=1), default=300, show_default=True)(f)
     f = click.option("--seed", type=int, default=0, show_default=True)(f)
     f = click.option("--cache", default="cache/graphs", show_default=True, help="Graph cache directory.")(f)
+    f = click.option("--calibration", type=click.Choice(("random", "family")), default="random", show_default=True,
+                     help="Hold out random configurations or whole families to calibrate the 90% interval.")(f)
     return f
 
 
@@ -283,14 +285,15 @@ def _train_options(f):
 @_train_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the table to FILE instead of stdout.")
-def evaluate(data, device, epochs, seed, cache, output) -> None:
+def evaluate(data, device, epochs, seed, cache, calibration, output) -> None:
     """Evaluation table for DEVICE's measurements: random and leave-family-out splits, against baselines."""
     from predictor.evaluate import evaluate as run
     from predictor.evaluate import table_markdown
     from predictor.train import TrainConfig
 
     records, samples = _samples(data, device, cache)
-    results = run(samples, TrainConfig(epochs=epochs, seed=seed), seed=seed, log=lambda m: click.echo(m, err=True))
+    results = run(samples, TrainConfig(epochs=epochs, seed=seed, calibration_split=calibration), seed=seed,
+                  log=lambda m: click.echo(m, err=True))
     _emit(table_markdown(results, f"Evaluation on {device}: {len(samples)} measured configurations, "
                                   f"{len({s.family for s in samples})} families"), output)
 
@@ -299,7 +302,7 @@ def evaluate(data, device, epochs, seed, cache, output) -> None:
 @_train_options
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Artifact directory (default: predictor/checkpoints/<device>@<next version>).")
-def train(data, device, epochs, seed, cache, out_dir) -> None:
+def train(data, device, epochs, seed, cache, calibration, out_dir) -> None:
     """Train the predictor for DEVICE on all its measurements and write the artifact with its evaluation table."""
     import datetime
     from pathlib import Path
@@ -312,7 +315,7 @@ def train(data, device, epochs, seed, cache, out_dir) -> None:
     from predictor.train import train as fit
 
     records, samples = _samples(data, device, cache)
-    cfg = TrainConfig(epochs=epochs, seed=seed)
+    cfg = TrainConfig(epochs=epochs, seed=seed, calibration_split=calibration)
     log = lambda m: click.echo(m, err=True)  # noqa: E731
     if out_dir is None:
         last = find_artifact(device)
@@ -329,7 +332,8 @@ def train(data, device, epochs, seed, cache, out_dir) -> None:
         "n_samples": len(samples), "families": sorted({s.family for s in samples}), "epochs": epochs, "seed": seed,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "evaluation": summary(results),
-        "reproduce": f"preflight train {' '.join(data)} --device {device} --epochs {epochs} --seed {seed}",
+        "reproduce": f"preflight train {' '.join(data)} --device {device} --epochs {epochs} --seed {seed} "
+                     f"--calibration {calibration}",
     })
     (out_dir / "EVAL.md").write_text(table + f"\nReproduce: `preflight train {' '.join(data)} --device {device} "
                                              f"--epochs {epochs} --seed {seed}`\n")

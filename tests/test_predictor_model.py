@@ -100,3 +100,20 @@ def test_artifact_round_trip_and_version_check(tmp_path):
     (tmp_path / "cpu-test@1" / "meta.json").write_text(json.dumps(doc))
     with pytest.raises(ArtifactError, match="retrain"):
         load(tmp_path / "cpu-test@1")
+
+
+def test_calibration_split_by_family_keeps_families_whole():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from predictor.train import TrainConfig, _calibration_split
+
+    samples = [SimpleNamespace(family=f"f{i % 6}") for i in range(60)]
+    cal, fit = _calibration_split(samples, TrainConfig(calibration_split="family"), np.random.default_rng(0))
+    assert sorted([*cal, *fit]) == list(range(60))
+    cal_fams, fit_fams = {samples[i].family for i in cal}, {samples[i].family for i in fit}
+    assert cal_fams and not cal_fams & fit_fams  # no family on both sides
+    assert len(cal) >= round(0.15 * 60)
+    cal_r, fit_r = _calibration_split(samples, TrainConfig(calibration_split="random"), np.random.default_rng(0))
+    assert len(cal_r) == 9 and sorted([*cal_r, *fit_r]) == list(range(60))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -117,6 +117,51 @@ def models(cfg: TrainConfig) -> dict[str, Callable]:
     }
 
 
+def mig_metrics(samples: Sequence[Sample], memory_mb_high: np.ndarray) -> dict | None:
+    """The MIG recommender (memory rule, no SLO) against the measured MIG fit of each configuration.
+
+    Counts over the configurations whose record has `mig_fit` (GPU measurements): `unsafe` (the recommended
+    profile did not fit: must be 0), `smallest` (it is the smallest profile that fit), `larger` (it fits but a
+    smaller one also did), `none_but_fits` (nothing recommended although a profile fit), `none_correct`
+    (nothing recommended and nothing fit). None when no record has MIG labels.
+    """
+    from .devices import get_device
+    from .mig import recommend
+
+    out = {"n": 0, "unsafe": 0, "smallest": 0, "larger": 0, "none_but_fits": 0, "none_correct": 0}
+    for s, hi in zip(samples, memory_mb_high, strict=True):
+        fit = (s.record or {}).get("mig_fit")
+        if not fit or hi is None or math.isnan(hi):
+            continue
+        device = get_device(s.device)
+        order = [p.name for p in sorted(device.mig, key=lambda p: (p.memory_mib, p.sms)) if p.name in fit]
+        truth = next((name for name in order if fit[name]), None)
+        chosen = recommend(device, float(hi)).profile
+        out["n"] += 1
+        if chosen is None:
+            out["none_correct" if truth is None else "none_but_fits"] += 1
+        elif not fit.get(chosen, False):
+            out["unsafe"] += 1
+        else:
+            out["smallest" if chosen == truth else "larger"] += 1
+    return out if out["n"] else None
+
+
+def _roofline_memory_high(items: Sequence[Sample]) -> np.ndarray:
+    """Upper end of the roofline fallback's memory interval (predictor.predict) for each sample."""
+    from .roofline import memory_estimate
+
+    out = []
+    for s in items:
+        t = s.totals or {}
+        if "param_bytes" not in t or "peak_activation_bytes" not in t:
+            out.append(math.nan)
+            continue
+        est = memory_estimate(t["param_bytes"], t["peak_activation_bytes"])
+        out.append(est.total_mib + 0.25 * est.activations_mib)
+    return np.array(out, dtype=float)
+
+
 @dataclass
 class SplitResult:
     split: str
@@ -126,6 +171,7 @@ class SplitResult:
     rows: dict[str, list[Metrics]]  # model -> per target
     coverage: list[float]  # preflight's 90% interval, per target
     trained: Trained | None = None
+    mig: dict[str, dict] = field(default_factory=dict)  # memory source -> mig_metrics, where MIG labels exist
 
 
 def evaluate(samples: Sequence[Sample], cfg: TrainConfig | None = None, *, seed: int = 0,
@@ -139,7 +185,7 @@ def evaluate(samples: Sequence[Sample], cfg: TrainConfig | None = None, *, seed:
     for name, (tr, te, fams) in {"random": (tr_r, te_r, []), "leave-family-out": (tr_f, te_f, held)}.items():
         a, b = [samples[i] for i in tr], [samples[i] for i in te]
         y = np.stack([s.y for s in b])
-        rows, cov, trained = {}, [math.nan] * len(TARGETS), None
+        rows, cov, trained, mig = {}, [math.nan] * len(TARGETS), None, {}
         for model_name, run in models(cfg).items():
             if only and model_name.strip() not in only:
                 continue
@@ -150,7 +196,10 @@ def evaluate(samples: Sequence[Sample], cfg: TrainConfig | None = None, *, seed:
             if "lo" in extra and model_name == "preflight GraphSAGE":
                 cov = [coverage(extra["lo"][:, t], extra["hi"][:, t], y[:, t]) for t in range(len(TARGETS))]
                 trained = extra["trained"]
-        results.append(SplitResult(name, len(a), len(b), fams, rows, cov, trained))
+                mig["preflight GraphSAGE (upper memory quantile)"] = mig_metrics(b, extra["hi"][:, 2])
+        mig["roofline memory estimate (upper end)"] = mig_metrics(b, _roofline_memory_high(b))
+        results.append(SplitResult(name, len(a), len(b), fams, rows, cov, trained,
+                                   {k: v for k, v in mig.items() if v is not None}))
     return results
 
 
@@ -187,4 +236,15 @@ def table_markdown(results: Sequence[SplitResult], title: str) -> str:
                          + " | ".join(cells) + " |")
         cov = ", ".join(f"{t} {_fmt(c)}%" for t, c in zip(TARGETS, r.coverage, strict=True))
         lines += ["", f"preflight's 90% interval covers: {cov} of the test labels.", ""]
+        if r.mig:
+            lines += ["MIG recommendation against the measured MIG fit of the test configurations:", "",
+                      "| memory from | configs | would not fit | smallest fitting | larger than needed "
+                      "| none, but one fit | none, correctly |", "|---|---:|---:|---:|---:|---:|---:|"]
+            for source, m in r.mig.items():
+                pct = lambda k: f"{m[k]} ({100 * m[k] / m['n']:.0f}%)"  # noqa: E731, B023
+                lines.append(f"| {source} | {m['n']} | {pct('unsafe')} | {pct('smallest')} | {pct('larger')} | "
+                             f"{pct('none_but_fits')} | {pct('none_correct')} |")
+            lines.append("")
+        else:
+            lines += ["No MIG fit labels in these measurements (they come from GPU runs of the harness).", ""]
     return "\n".join(lines)

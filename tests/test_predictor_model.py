@@ -117,3 +117,33 @@ def test_calibration_split_by_family_keeps_families_whole():
     assert len(cal) >= round(0.15 * 60)
     cal_r, fit_r = _calibration_split(samples, TrainConfig(calibration_split="random"), np.random.default_rng(0))
     assert len(cal_r) == 9 and sorted([*cal_r, *fit_r]) == list(range(60))
+
+
+def test_mig_metrics_against_measured_fit_by_hand():
+    from predictor.data import Sample
+    from predictor.evaluate import SplitResult, mig_metrics, table_markdown
+
+    names = ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]  # H100-80GB, smallest first
+
+    def sample(fit):
+        record = {} if fit is None else {"mig_fit": dict(zip(names, fit, strict=True))}
+        return Sample(key="", family="f", device="h100-80gb", y=np.full(3, math.nan), x=np.zeros((1, 1)),
+                      edge_index=np.zeros((2, 0)), static={}, ops={}, totals={}, record=record)
+
+    yes, no = [True] * 6, [False] * 6
+    cases = [
+        (1000.0, yes),  # 1g.10gb recommended and it fits: the smallest that fits
+        (1000.0, [False] + [True] * 5),  # 1g.10gb recommended but it did not fit: unsafe
+        (15000.0, yes),  # 15000 x 1.05 > 9984 MiB: 1g.20gb, though 1g.10gb fit: larger than needed
+        (90000.0, [False] * 5 + [True]),  # more than 7g.80gb's 81152 MiB: none, but 7g fit
+        (90000.0, no),  # none, and none fit
+        (1000.0, None),  # no MIG labels: not counted
+        (math.nan, yes),  # no prediction: not counted
+    ]
+    m = mig_metrics([sample(f) for _, f in cases], np.array([hi for hi, _ in cases]))
+    assert m == {"n": 5, "unsafe": 1, "smallest": 1, "larger": 1, "none_but_fits": 1, "none_correct": 1}
+    assert mig_metrics([sample(None)], np.array([1000.0])) is None
+    result = SplitResult("random", 10, 5, [], {}, [math.nan] * 3, mig={"roofline": m})
+    table = table_markdown([result], "t")
+    assert "| roofline | 5 | 1 (20%) | 1 (20%) | 1 (20%) | 1 (20%) | 1 (20%) |" in table
+    assert "No MIG fit labels" in table_markdown([SplitResult("random", 10, 5, [], {}, [math.nan] * 3)], "t")

@@ -155,15 +155,27 @@ def report(model, example_inputs: Sequence | None = None, *, devices: Sequence[s
     from predictor.predict import predict as run
     from predictor.predict import predictor_info
 
-    from .predeploy import format_for, write
-    from .sweep import DEFAULT_MAX_BATCH, batch_points, run_sweep
+    from .errors import MissingShapeError, UsageError
+    from .predeploy import check_output, write
+    from .sweep import DEFAULT_MAX_BATCH, batch_points, check_batches, run_sweep
 
     devices = check_devices(devices)
     if output is not None:
-        format_for(output)  # fail before the long part
-    if batches is None:
-        batches = batch_points(max_batch or DEFAULT_MAX_BATCH)
-    rep = analyze(model, example_inputs, inputs=inputs, batch=batch, strict=strict)
+        check_output(output)  # fail before the long part
+    if batches is not None and max_batch is not None:
+        raise UsageError("give the sweep's batches or its max_batch, not both")
+    batches = check_batches(batches) if batches is not None else \
+        batch_points(DEFAULT_MAX_BATCH if max_batch is None else max_batch)
+    try:
+        rep = analyze(model, example_inputs, inputs=inputs, batch=batch, strict=strict)
+    except MissingShapeError:
+        if batch is not None or not batches:
+            raise
+        # a dynamic batch the sweep sets anyway: the main analysis takes the sweep's first batch (if the
+        # missing dimension is another one, this raises the same error)
+        rep = analyze(model, example_inputs, inputs=inputs, batch=batches[0], strict=strict)
+        rep.warnings.append(f"the model's batch dimension is dynamic: the report's own analysis uses batch "
+                            f"{batches[0]}, the sweep's first (set it with --batch)")
     for d in devices:
         block, warnings = run(rep.analysis, d, latency_slo_ms=latency_slo_ms)
         rep.predictions.append(block)
@@ -171,7 +183,8 @@ def report(model, example_inputs: Sequence | None = None, *, devices: Sequence[s
         rep.warnings.extend(w for w in warnings if w not in rep.warnings)
     rep.prediction = rep.predictions[0]
     if batches:
-        own = rep.inputs[0]["shape"][0] if rep.inputs and rep.inputs[0]["shape"] else None
+        dims0 = {i["shape"][0] if i["shape"] else None for i in rep.inputs}
+        own = dims0.pop() if len(dims0) == 1 else None  # reuse the analysis only if every input has that batch
         rep.sweep, warnings = run_sweep(model, example_inputs, inputs=inputs, batches=list(batches), devices=devices,
                                         latency_slo_ms=latency_slo_ms, strict=strict,
                                         reuse={own: rep} if own is not None else None, progress=progress)
@@ -183,24 +196,27 @@ def report(model, example_inputs: Sequence | None = None, *, devices: Sequence[s
 
 def check_budget(report: Report, *, max_latency_ms: float | None = None, max_memory_mb: float | None = None,
                  bound: str = "point") -> list[str]:
-    """Why `report`'s prediction breaks the budget (empty: within it); the pre-deployment gate.
+    """Why `report`'s predictions break the budget (empty: within it); the pre-deployment gate.
+
+    Every device of the report is checked (`analyzer.report` with several devices); each reason names its device.
 
     `bound="point"` compares the point predictions, `"upper"` the upper ends of their intervals.
     """
-    p = report.prediction
-    if p is None:
+    blocks = report.predictions or ([report.prediction] if report.prediction is not None else [])
+    if not blocks:
         raise ValueError("the report has no prediction: use analyzer.predict or analyzer.report")
     if bound not in ("point", "upper"):
         raise ValueError("bound is 'point' or 'upper'")
     out = []
-    for key, limit, unit, what in (("latency_ms", max_latency_ms, "ms", "latency"),
-                                   ("memory_mb", max_memory_mb, "MiB", "memory")):
-        if limit is None:
-            continue
-        value = p[key] if bound == "point" else p[f"{key}_interval"][1]
-        if value > limit:
-            lo, hi = p[f"{key}_interval"]
-            label = "predicted" if bound == "point" else "upper end of the predicted"
-            out.append(f"{label} {what} {value:,.4g} {unit} on {p['device']} exceeds the budget of {limit:,.4g} {unit} "
-                       f"(interval {lo:,.4g} to {hi:,.4g} {unit}; predictor {p['predictor']})")
+    for p in blocks:  # every device of a multi-device report
+        for key, limit, unit, what in (("latency_ms", max_latency_ms, "ms", "latency"),
+                                       ("memory_mb", max_memory_mb, "MiB", "memory")):
+            if limit is None:
+                continue
+            value = p[key] if bound == "point" else p[f"{key}_interval"][1]
+            if value > limit:
+                lo, hi = p[f"{key}_interval"]
+                label = "predicted" if bound == "point" else "upper end of the predicted"
+                out.append(f"{label} {what} {value:,.4g} {unit} on {p['device']} exceeds the budget of "
+                           f"{limit:,.4g} {unit} (interval {lo:,.4g} to {hi:,.4g} {unit}; predictor {p['predictor']})")
     return out

@@ -188,7 +188,15 @@ def _batch_range(xs: Sequence[int]) -> tuple[float, float]:
 
 def _sweep_chart(device: str, points: list[dict], key: str, what: str, ylabel: str, colour: str, tip: str,
                  limits: list[tuple[str, float]] | None = None) -> str:
-    """`points[i][key]` (with its `_interval` band) against batch size; `limits` as labelled dashed lines."""
+    """`points[i][key]` (with its `_interval` band) against batch size; `limits` as labelled dashed lines.
+
+    Points whose value or interval is missing or not finite (a graph with no work has no throughput) are left out.
+    """
+    def finite(v) -> bool:
+        return v is not None and math.isfinite(v)
+
+    points = [p for p in points if finite(p[key]) and all(finite(v) for v in p[f"{key}_interval"])] or \
+        [{"batch": 1, key: 0.0, f"{key}_interval": [0.0, 0.0]}]
     xs = [p["batch"] for p in points]
     ys = [p[key] for p in points]
     lo = [p[f"{key}_interval"][0] for p in points]

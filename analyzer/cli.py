@@ -178,16 +178,16 @@ def report(model: str, inputs: tuple[str, ...], batch: int | None, devices: tupl
     """Write a pre-deployment report of MODEL: predictions per device, a batch-size sweep, where the cost is."""
     from .api import check_devices
     from .api import report as run
-    from .predeploy import format_for
+    from .predeploy import check_output
     from .sweep import DEFAULT_MAX_BATCH, batch_points, parse_batches
 
-    format_for(output)
+    check_output(output)
     devices = check_devices(devices)
+    if sum((no_sweep, batches is not None, max_batch is not None)) > 1:
+        raise click.UsageError("give one of --batches, --max-batch and --no-sweep, not several")
     if no_sweep:
         sweep = []
     elif batches is not None:
-        if max_batch is not None:
-            raise click.UsageError("give --batches or --max-batch, not both")
         sweep = parse_batches(batches)
     else:
         sweep = batch_points(max_batch or DEFAULT_MAX_BATCH)
@@ -336,7 +336,7 @@ def train(data, device, epochs, seed, cache, calibration, out_dir) -> None:
                      f"--calibration {calibration}",
     })
     (out_dir / "EVAL.md").write_text(table + f"\nReproduce: `preflight train {' '.join(data)} --device {device} "
-                                             f"--epochs {epochs} --seed {seed}`\n")
+                                             f"--epochs {epochs} --seed {seed} --calibration {calibration}`\n")
     click.echo(table)
     click.echo(f"wrote {out_dir}", err=True)
 

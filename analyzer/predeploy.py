@@ -120,7 +120,8 @@ def _sweep_section(report) -> Section:
         for pt in dev["points"]:
             smallest = next((q.name for q in order if pt["fits"].get(q.name)), None)
             where = smallest or ("full GPU only" if pt["fits_full_gpu"] else "does not fit")
-            rows.append([str(pt["batch"]), _iv(pt, "latency_ms", ".3g"), f"{pt['throughput_per_s']:,.0f}",
+            thr = pt["throughput_per_s"]
+            rows.append([str(pt["batch"]), _iv(pt, "latency_ms", ".3g"), "-" if thr is None else f"{thr:,.0f}",
                          f"{pt['energy_j_per_sample']:.3g}", _iv(pt, "memory_mb", ",.0f"), where])
         sec.blocks.append(Table(["batch", "latency ms (interval)", "samples/s", "energy J/sample",
                                  "memory MiB (interval)", "smallest fitting slice"], rows, {0, 2, 3},
@@ -298,8 +299,13 @@ def render_html(report, top: int = 15) -> str:
 
 # ---- Markdown --------------------------------------------------------------------------------------
 
+def _md_text(text: str) -> str:
+    """Plain text for Markdown: one line, and no raw HTML (a model or file name could carry some)."""
+    return escape(" ".join(str(text).split()), quote=False)
+
+
 def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return _md_text(text).replace("|", "\\|")
 
 
 def _md_table(t: Table) -> list[str]:
@@ -313,20 +319,23 @@ def _md_table(t: Table) -> list[str]:
 
 def render_markdown(report, assets: str, top: int = 15) -> tuple[str, dict[str, str]]:
     """Markdown text, and the SVG files it links (file name -> SVG) to write into the folder `assets`."""
+    from urllib.parse import quote
+
     title, secs = sections(report, top)
-    lines, files = [f"# {title}", ""], {}
+    lines, files = [f"# {_md_text(title)}", ""], {}
     for s in secs:
-        lines += [f"## {s.title}", ""]
+        lines += [f"## {_md_text(s.title)}", ""]
         for b in s.blocks:
             if isinstance(b, Table):
                 lines += _md_table(b)
             elif isinstance(b, Figure):
                 files[f"{b.name}.svg"] = b.svg
-                lines += [f"![{_md_cell(b.caption)}]({assets}/{b.name}.svg)", "", f"*{_md_cell(b.caption)}*", ""]
+                lines += [f"![{_md_cell(b.caption)}]({quote(assets)}/{quote(b.name)}.svg)", "",
+                          f"*{_md_cell(b.caption)}*", ""]
             elif isinstance(b, list):
-                lines += [f"- {x}" for x in b] + [""]
+                lines += [f"- {_md_text(x)}" for x in b] + [""]
             else:
-                lines += [b, ""]
+                lines += [_md_text(b), ""]
     return "\n".join(lines), files
 
 
@@ -337,6 +346,21 @@ def format_for(path: str | Path) -> str:
     if suffix not in FORMATS:
         raise UsageError(f"cannot tell the report format from '{Path(path).name}': use a .html, .md or .json file")
     return FORMATS[suffix]
+
+
+def check_output(path: str | Path) -> str:
+    """The report format of `path`, after checking that its folder exists and is writable (before the long part)."""
+    import os
+
+    fmt = format_for(path)
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise UsageError(f"cannot write {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"cannot write {path}: the folder {folder} is not writable")
+    if Path(path).is_dir():
+        raise UsageError(f"cannot write {path}: it is a directory")
+    return fmt
 
 
 def write(report, path: str | Path, top: int = 15) -> list[Path]:
@@ -352,11 +376,15 @@ def write(report, path: str | Path, top: int = 15) -> list[Path]:
         else:
             assets = f"{path.stem}_files"
             text, files = render_markdown(report, assets, top)
-            path.write_text(text, encoding="utf-8")
-            (path.parent / assets).mkdir(exist_ok=True)
+            folder = path.parent / assets
+            try:
+                folder.mkdir(exist_ok=True)
+            except OSError as exc:
+                raise UsageError(f"cannot write the report's charts into {folder}: {exc.strerror}") from exc
             for name, svg in files.items():
-                (path.parent / assets / name).write_text(svg + "\n", encoding="utf-8")
-                written.append(path.parent / assets / name)
+                (folder / name).write_text(svg + "\n", encoding="utf-8")
+                written.append(folder / name)
+            path.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror}") from exc
+        raise UsageError(f"cannot write {exc.filename or path}: {exc.strerror}") from exc
     return written

@@ -19,8 +19,10 @@ MAX_SWEEP_POINTS = 64
 
 def batch_points(max_batch: int) -> list[int]:
     """1, 2, 4, ... up to `max_batch`, and `max_batch` itself."""
-    if max_batch < 1:
-        raise UsageError("the sweep's largest batch must be at least 1")
+    from .frontends.specs import MAX_DIM
+
+    if not isinstance(max_batch, int) or not 1 <= max_batch <= MAX_DIM:
+        raise UsageError(f"the sweep's largest batch must be an integer from 1 to {MAX_DIM} (got {max_batch!r})")
     points, b = [], 1
     while b < max_batch:
         points.append(b)
@@ -28,27 +30,37 @@ def batch_points(max_batch: int) -> list[int]:
     return [*points, max_batch]
 
 
+def check_batches(values) -> list[int]:
+    """The sweep's batch sizes, sorted and unique; each an integer from 1 to MAX_DIM, at most MAX_SWEEP_POINTS."""
+    from numbers import Integral
+
+    from .frontends.specs import MAX_DIM
+
+    values = list(values)
+    if not all(isinstance(v, Integral) and not isinstance(v, bool) and 1 <= v <= MAX_DIM for v in values):
+        raise UsageError(f"batch sizes must be integers from 1 to {MAX_DIM} (got {values!r})")
+    out = sorted({int(v) for v in values})
+    if len(out) > MAX_SWEEP_POINTS:
+        raise UsageError(f"at most {MAX_SWEEP_POINTS} batch sizes in a sweep")
+    return out
+
+
 def parse_batches(text: str) -> list[int]:
     """'1,2,8' -> [1, 2, 8] (sorted, unique)."""
-    try:
-        values = sorted({int(v) for v in text.replace(" ", "").split(",") if v})
-    except ValueError:
-        raise UsageError(f"--batches takes comma-separated integers, e.g. 1,2,4,8 (got {text!r})") from None
-    if not values or values[0] < 1:
-        raise UsageError(f"--batches takes positive integers (got {text!r})")
-    if len(values) > MAX_SWEEP_POINTS:
-        raise UsageError(f"--batches: at most {MAX_SWEEP_POINTS} batch sizes")
-    return values
+    parts = [v for v in text.replace(" ", "").split(",") if v]
+    if not parts or not all(v.isdigit() for v in parts):
+        raise UsageError(f"--batches takes comma-separated positive integers, e.g. 1,2,4,8 (got {text!r})")
+    return check_batches(int(v) for v in parts)
 
 
 def _with_batch(example_inputs: Sequence | None, batch: int):
-    """Example tensors with dimension 0 set to `batch` (first row repeated; meta tensors stay meta)."""
+    """Example tensors with dimension 0 set to `batch`: the first row, expanded (a view: nothing is allocated)."""
     if not example_inputs:
         return example_inputs
     out = []
     for t in example_inputs:
         if getattr(t, "ndim", 0) >= 1:
-            t = t.narrow(0, 0, 1).expand(batch, *t.shape[1:]).contiguous()
+            t = t.narrow(0, 0, 1).expand(batch, *t.shape[1:])
         out.append(t)
     return tuple(out)
 
@@ -66,10 +78,14 @@ def point(batch: int, block: dict, latency_slo_ms: float | None) -> dict:
 
     lat, (lo, hi) = block["latency_ms"], block["latency_ms_interval"]
     mem_hi = block["memory_mb_interval"][1]
+
+    def per_s(ms: float) -> float | None:  # a graph with no work has no throughput to speak of
+        return 1e3 * batch / ms if ms > 0 else None
+
     return {
         "batch": batch,
         "latency_ms": lat, "latency_ms_interval": [lo, hi],
-        "throughput_per_s": 1e3 * batch / lat, "throughput_per_s_interval": [1e3 * batch / hi, 1e3 * batch / lo],
+        "throughput_per_s": per_s(lat), "throughput_per_s_interval": [per_s(hi), per_s(lo)],
         "energy_j": block["energy_j"], "energy_j_per_sample": block["energy_j"] / batch,
         "memory_mb": block["memory_mb"], "memory_mb_interval": list(block["memory_mb_interval"]),
         "fits": dict(block["mig"]["fits"]),
@@ -101,6 +117,7 @@ def run_sweep(model, example_inputs, *, inputs, batches: Sequence[int], devices:
     from .frontends import load
 
     reuse = reuse or {}
+    batches = check_batches(batches)
     per_device: dict[str, list[dict]] = {d: [] for d in devices}
     predictors: dict[str, str] = {}
     skipped, warnings = [], []

@@ -14,7 +14,8 @@ to an IRModule, and a pass instrument that records how the static costs change a
 
 `AnnotateCosts` leaves the module unchanged apart from attributes:
 - module attribute `preflight` : a map of the totals and (with `predict=True`) the prediction's point values;
-- module attribute `preflight.report` : the whole `preflight.report/1` JSON document as a string;
+- module attribute `preflight.report` : the `preflight.report/1` JSON document as a string, without its
+  per-operator `ops` list unless `include_ops=True` (so it validates against the schema only with them);
 - attributes `preflight.flops`, `preflight.macs`, `preflight.bytes_read`, `preflight.bytes_written`,
   `preflight.peak_activation_bytes`, `preflight.op_count` (and `preflight.latency_ms`, `preflight.memory_mb`,
   `preflight.energy_j`, `preflight.device`) on the analysed function.
@@ -95,6 +96,7 @@ def annotate(mod, *, device: str | None = "h100-80gb", predict: bool = True, fun
                  "roofline_latency_ms": float(p["roofline_latency_ms"]), "mig_profile": p["mig"]["profile"] or ""}
         summary.update(point)
         func_attrs.update({f"preflight.{k}": point[k] for k in ("device", "latency_ms", "energy_j", "memory_mb")})
+    mod = tvm_ir.without_attrs(mod, "preflight")  # a second annotation replaces the first, stale keys included
     mod = tvm_ir.with_function_attrs(mod, func_name, func_attrs)
     return tvm_ir.with_module_attrs(mod, {MODULE_KEY: summary, REPORT_KEY: json.dumps(doc)})
 
@@ -117,7 +119,8 @@ def AnnotateCosts(device: str | None = "h100-80gb", predict: bool = True, func_n
 
 
 def read_annotation(mod) -> dict | None:
-    """The `preflight.report/1` document `AnnotateCosts` attached to `mod`, or None."""
+    """The `preflight.report/1` document `AnnotateCosts` attached to `mod` (no `ops` unless it was run with
+    `include_ops=True`), or None."""
     text = tvm_ir.module_attr(mod, REPORT_KEY)
     return None if text is None else json.loads(text)
 

@@ -157,3 +157,12 @@ def test_recorder_only_named_passes(cnn_mod):
     with tvm.transform.PassContext(instruments=[recorder]):
         tvm.transform.Sequential([relax.transform.FoldConstant(), relax.transform.LegalizeOps()])(cnn_mod)
     assert [r.name for r in recorder.records] == ["LegalizeOps"]
+
+
+def test_annotating_again_replaces_every_key(mlp_mod):
+    once = AnnotateCosts(device="h100-80gb")(mlp_mod)
+    again = AnnotateCosts(predict=False)(once)
+    assert not any(k.startswith("preflight.") and k.split(".")[1] in ("latency_ms", "memory_mb", "energy_j", "device")
+                   for k in function_attrs(again))
+    assert "prediction" not in read_annotation(again) and "latency_ms" not in module_attr(again, "preflight")
+    assert structural_equal(again, AnnotateCosts(predict=False)(mlp_mod))

@@ -190,7 +190,7 @@ def test_report_json_file_and_cli(tmp_path, schema):
     (["-o", "r.pdf"], "cannot tell the report format"),
     (["-o", "r.html", "--device", "v100"], "unknown device"),
     (["-o", "r.html", "--batches", "1,two"], "--batches takes"),
-    (["-o", "r.html", "--batches", "1,2", "--max-batch", "4"], "not both"),
+    (["-o", "r.html", "--batches", "1,2", "--max-batch", "4"], "not several"),
 ])
 def test_report_cli_usage_errors(tmp_path, args, message):
     res = CliRunner().invoke(cli, ["report", "zoo:resnet18", *[a if not a.startswith("r.") else str(tmp_path / a)
@@ -277,3 +277,60 @@ def test_report_names_a_trained_predictor_and_its_evaluation(tmp_path, cnn, sche
     assert "Predictor h100-80gb@1: GraphSAGE trained on 12 measured configurations of 2 families" in html
     assert "latency_ms MAPE 12.5% (88.0% inside the 90% interval)" in html
     assert str(artifact / "EVAL.md") in html
+
+
+class _Identity(__import__("torch").nn.Module):
+    def forward(self, x):
+        return x
+
+
+def test_report_of_a_graph_with_no_work(schema, tmp_path):
+    import torch
+
+    rep = analyzer.report(_Identity(), (torch.randn(2, 4),), batches=[1, 2], output=str(tmp_path / "r.md"))
+    jsonschema.validate(rep.to_json(), schema)
+    point = rep.sweep["devices"][0]["points"][0]
+    assert rep.prediction["latency_ms"] == 0 and point["throughput_per_s"] is None  # no work, no throughput
+    assert "<svg" in render_html(rep) and (tmp_path / "r_files" / "sweep-throughput-h100-80gb.svg").is_file()
+    md = (tmp_path / "r.md").read_text()
+    assert "&lt;_Identity&gt;" in md and "<_Identity>" not in md  # no raw HTML from names in Markdown
+
+
+def test_report_sets_a_dynamic_batch_from_the_sweep(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    path = tmp_path / "dyn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    rep = analyzer.report(str(path), batches=[4, 8])
+    assert rep.inputs[0]["shape"] == [4, 4] and rep.sweep["batches"] == [4, 8]
+    assert any("batch dimension is dynamic" in w for w in rep.warnings)
+    assert [p["batch"] for p in rep.sweep["devices"][0]["points"]] == [4, 8]
+    res = CliRunner().invoke(cli, ["report", str(path), "--batches", "1,2", "-o", str(tmp_path / "r.json")])
+    assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"batches": [0, 1]}, "from 1 to"),
+    ({"batches": [1.5]}, "from 1 to"),
+    ({"batches": [1], "max_batch": 4}, "not both"),
+    ({"max_batch": 0}, "largest batch"),
+    ({"output": "/nonexistent-folder/r.html"}, "does not exist"),
+    ({"output": "r.pdf"}, "report format"),
+])
+def test_report_api_rejects_bad_arguments_before_working(kwargs, message):
+    from analyzer.errors import UsageError
+
+    with pytest.raises(UsageError, match=message):
+        analyzer.report("zoo:no_such_model_is_loaded_first", **kwargs)
+
+
+def test_check_budget_covers_every_device_of_a_report(cnn):
+    lats = {p["device"]: p["latency_ms"] for p in cnn.predictions}
+    slow, fast = sorted(lats, key=lats.get, reverse=True)
+    limit = (lats[slow] + lats[fast]) / 2
+    over = analyzer.check_budget(cnn, max_latency_ms=limit)
+    assert len(over) == 1 and f"on {slow}" in over[0]

@@ -36,18 +36,21 @@ def _unsupported_message(unsupported: dict[str, int]) -> str:
     return ", ".join(f"{k} ({v})" for k, v in unsupported.items())
 
 
-def analyze_loaded(loaded: LoadedModel, *, strict: bool = False) -> Report:
-    """Run the passes over a loaded model and assemble the report."""
+def analyze_loaded(loaded: LoadedModel, *, strict: bool = False, func_name: str = "main",
+                   shape_hint: str = "set every input dimension with --input NAME:DIMS or --batch N") -> Report:
+    """Run the passes over a loaded model's function `func_name` and assemble the report.
+
+    `shape_hint` follows the error when a dimension is still symbolic (a pipeline binds it, a user sets it)."""
     from passes.analysis import analyze_graph
     from passes.graph import with_float_dtype
     from passes.tvm_ir import DynamicShapeError, IRError, extract
 
     try:
-        graph = extract(loaded.mod, n_inputs=loaded.n_inputs)
+        graph = extract(loaded.mod, func_name, n_inputs=loaded.n_inputs)
     except DynamicShapeError as exc:
         from .errors import MissingShapeError
 
-        raise MissingShapeError(f"{exc}; set every input dimension with --input NAME:DIMS or --batch N") from exc
+        raise MissingShapeError(f"{exc}; {shape_hint}") from exc
     except IRError as exc:
         raise AnalysisError(str(exc)) from exc
     if loaded.float_dtype:

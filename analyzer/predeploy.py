@@ -102,6 +102,7 @@ def _prediction_section(report) -> Section:
 
 def _sweep_section(report) -> Section:
     from predictor.devices import get_device
+    from predictor.mig import smallest_first
 
     sw = report.sweep
     sec = Section("Batch-size sweep")
@@ -115,7 +116,7 @@ def _sweep_section(report) -> Section:
         if not dev["points"]:
             continue
         device = get_device(dev["device"])
-        order = sorted(device.mig, key=lambda q: (q.memory_mib, q.sms))
+        order = smallest_first(device.mig)
         rows = []
         for pt in dev["points"]:
             smallest = next((q.name for q in order if pt["fits"].get(q.name)), None)

@@ -117,6 +117,17 @@ def _prediction(report) -> list[tuple[str, str]]:
     ]
 
 
+def _text_table(header: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
+    """Aligned plain-text columns: the header, a rule, the rows (`right`: right-aligned column indexes)."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def fmt(r: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
+
+    return [fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)]
+
+
 def render_table(report, top: int = 15) -> str:
     """Plain-text view for a terminal: totals, the prediction, then the costliest operators."""
     lines = []
@@ -125,12 +136,7 @@ def render_table(report, top: int = 15) -> str:
     lines += [f"{k:<{width}}  {v}" for k, v in summary]
     header, rows = _rows(report, top)
     if rows:
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-        right = {0, 5, 6, 7}
-        fmt = lambda r: "  ".join(c.rjust(w) if i in right else c.ljust(w)  # noqa: E731
-                                  for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
-        lines += ["", f"costliest {len(rows)} operators by FLOPs:", fmt(header), fmt(["-" * w for w in widths])]
-        lines += [fmt(r) for r in rows]
+        lines += ["", f"costliest {len(rows)} operators by FLOPs:", *_text_table(header, rows, {0, 5, 6, 7})]
     if report.warnings:
         lines += [""] + [f"warning: {w}" for w in report.warnings]
     return "\n".join(lines) + "\n"
@@ -164,6 +170,4 @@ def render_pass_records(records) -> str:
         change = ", ".join(f"{k} {v:+,}" for k, v in d.items()) or "no change"
         rows.append([name, si(a.flops), mib(a.bytes_read + a.bytes_written), mib(a.peak_activation_bytes),
                      f"{a.op_count:,}", f"{a.tir_calls:,}", change])
-    widths = [max(len(x[i]) for x in [header, *rows]) for i in range(len(header))]
-    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()  # noqa: E731
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)]) + "\n"
+    return "\n".join(_text_table(header, rows)) + "\n"

@@ -105,7 +105,7 @@ def largest(points: list[dict]) -> tuple[dict[str, int | None], int | None]:
 def run_sweep(model, example_inputs, *, inputs, batches: Sequence[int], devices: Sequence[str],
               latency_slo_ms: float | None, strict: bool, reuse: dict | None = None,
               progress: Callable[[int], None] | None = None) -> tuple[dict, list[str]]:
-    """The `sweep` block of the report and the warnings it raised.
+    """The `sweep` block of the report and the warnings it raised; `batches` as `check_batches` returns them.
 
     `reuse` maps a batch already analysed (the report's own) to its `Report`; `progress(n)` is called after
     each batch.
@@ -117,7 +117,6 @@ def run_sweep(model, example_inputs, *, inputs, batches: Sequence[int], devices:
     from .frontends import load
 
     reuse = reuse or {}
-    batches = check_batches(batches)
     per_device: dict[str, list[dict]] = {d: [] for d in devices}
     predictors: dict[str, str] = {}
     skipped, warnings = [], []

@@ -27,6 +27,7 @@ import json
 from dataclasses import dataclass
 
 from . import tvm_ir
+from .costs import TIR_CALLS
 
 MODULE_KEY = "preflight"
 REPORT_KEY = "preflight.report"
@@ -43,27 +44,15 @@ _register_errors()
 
 
 def _report(mod, func_name: str, device: str | None, latency_slo_ms: float | None):
-    from analyzer.api import Report
-    from analyzer.errors import AnalysisError, MissingShapeError
+    from analyzer.api import analyze_loaded
+    from analyzer.frontends import LoadedModel
 
-    from .analysis import analyze_graph
-
-    try:
-        analysis = analyze_graph(tvm_ir.extract(mod, func_name))
-    except tvm_ir.DynamicShapeError as exc:
-        raise MissingShapeError(f"{exc}; bind it first (relax.transform.BindSymbolicVars)") from exc
-    except tvm_ir.IRError as exc:
-        raise AnalysisError(str(exc)) from exc
-    report = Report(model={"source": "<IRModule>", "framework": "relax", "name": func_name}, inputs=[
-        {"name": f"input{i}", "shape": list(s.tensor.shape), "dtype": s.tensor.dtype}
-        for i, s in enumerate(analysis.graph.inputs)], analysis=analysis)
-    if analysis.totals.unsupported:
-        report.warnings.append("operators without a cost rule count 0 FLOPs: "
-                               + ", ".join(f"{k} ({v})" for k, v in analysis.totals.unsupported.items()))
+    loaded = LoadedModel(mod=mod, framework="relax", name=func_name, source="<IRModule>", n_inputs=None)
+    report = analyze_loaded(loaded, func_name=func_name, shape_hint="bind it first (relax.transform.BindSymbolicVars)")
     if device is not None:
         from predictor.predict import predict
 
-        report.prediction, warnings = predict(analysis, device, latency_slo_ms=latency_slo_ms)
+        report.prediction, warnings = predict(report.analysis, device, latency_slo_ms=latency_slo_ms)
         report.warnings.extend(warnings)
     return report
 
@@ -71,15 +60,10 @@ def _report(mod, func_name: str, device: str | None, latency_slo_ms: float | Non
 def annotate(mod, *, device: str | None = "h100-80gb", predict: bool = True, func_name: str = "main",
              latency_slo_ms: float | None = None, include_ops: bool = False):
     """`mod` with preflight's analysis (and prediction on `device`) attached as attributes (module docstring)."""
-    from predictor.devices import UnknownDeviceError, get_device
-
     if predict:
-        try:
-            get_device(device or "")
-        except UnknownDeviceError as exc:
-            from analyzer.errors import UsageError
+        from analyzer.api import check_devices
 
-            raise UsageError(str(exc)) from exc
+        check_devices([device or ""])
     report = _report(mod, func_name, device if predict else None, latency_slo_ms)
     doc = report.to_json()
     if not include_ops:
@@ -150,7 +134,7 @@ class CostSnapshot:
         except Exception as exc:  # noqa: BLE001 - a snapshot must never break the user's build
             return cls(error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200])
         t = a.totals
-        tir = sum(1 for op in a.graph.ops if op.op in tvm_ir._CALL_WITH_CALLEE and not op.weight_only)
+        tir = sum(1 for op in a.graph.ops if op.op in TIR_CALLS and not op.weight_only)
         return cls(t.flops, t.macs, t.bytes_read, t.bytes_written, t.peak_activation_bytes, t.op_count, tir,
                    sum(t.unsupported.values()))
 

@@ -126,7 +126,7 @@ def mig_metrics(samples: Sequence[Sample], memory_mb_high: np.ndarray) -> dict |
     (nothing recommended and nothing fit). None when no record has MIG labels.
     """
     from .devices import get_device
-    from .mig import recommend
+    from .mig import recommend, smallest_first
 
     out = {"n": 0, "unsafe": 0, "smallest": 0, "larger": 0, "none_but_fits": 0, "none_correct": 0}
     for s, hi in zip(samples, memory_mb_high, strict=True):
@@ -134,7 +134,7 @@ def mig_metrics(samples: Sequence[Sample], memory_mb_high: np.ndarray) -> dict |
         if not fit or hi is None or math.isnan(hi):
             continue
         device = get_device(s.device)
-        order = [p.name for p in sorted(device.mig, key=lambda p: (p.memory_mib, p.sms)) if p.name in fit]
+        order = [p.name for p in smallest_first(device.mig) if p.name in fit]
         truth = next((name for name in order if fit[name]), None)
         chosen = recommend(device, float(hi)).profile
         out["n"] += 1

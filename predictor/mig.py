@@ -26,7 +26,7 @@ class MigRecommendation:
         return doc
 
 
-def _order(profiles: tuple[MigProfile, ...]) -> list[MigProfile]:
+def smallest_first(profiles: tuple[MigProfile, ...]) -> list[MigProfile]:
     """Smallest first: by memory, then by SMs (1g.20gb before 2g.20gb)."""
     return sorted(profiles, key=lambda p: (p.memory_mib, p.sms))
 
@@ -49,7 +49,7 @@ def recommend(device: Device, memory_mb_high: float, *, latency_ms_by_profile: d
         raise ValueError("a latency SLO needs the predicted latency per profile")
     fits: dict[str, bool] = {}
     chosen: MigProfile | None = None
-    for p in _order(device.mig):
+    for p in smallest_first(device.mig):
         ok = p.memory_mib >= need
         if ok and latency_slo_ms is not None:
             ok = latency_ms_by_profile[p.name] <= latency_slo_ms
@@ -64,7 +64,7 @@ def recommend(device: Device, memory_mb_high: float, *, latency_ms_by_profile: d
             reason += (f" and whose predicted latency {latency_ms_by_profile[chosen.name]:.3g} ms meets the "
                        f"{latency_slo_ms:g} ms SLO")
         return MigRecommendation(chosen.name, reason + derived, fits, latency_ms_by_profile)
-    largest = _order(device.mig)[-1]
+    largest = smallest_first(device.mig)[-1]
     if largest.memory_mib < need:
         reason = (f"no profile fits: the largest, {largest.name}, has {largest.memory_mib:,.0f} MiB usable and the "
                   f"model needs {need:,.0f} MiB (upper bound + {headroom:.0%} headroom)")

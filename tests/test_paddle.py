@@ -10,10 +10,9 @@ from importlib.util import find_spec
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from test_cli import fails, run  # the CLI helpers (tests/ is on sys.path)
 
 from analyzer import analyze
-from analyzer.cli import cli
 
 HAS_PADDLE = find_spec("paddle") is not None and find_spec("paddle2onnx") is not None
 HAS_TF = find_spec("tensorflow") is not None and find_spec("tflite") is not None
@@ -82,20 +81,6 @@ def pd_models(tmp_path_factory):
     (root / "mlp").mkdir()
     return {"cnn": jit_save(paddle_cnn(), root / "cnn", [None, 3, 32, 32], 0),
             "mlp": jit_save(paddle_mlp(), root / "mlp", [None, 64], 1)}
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def fails(code: int, *args) -> str:
-    res = run(*args)
-    assert res.exit_code == code, (res.exit_code, res.stdout, res.stderr, res.exception)
-    assert isinstance(res.exception, SystemExit), repr(res.exception)
-    assert "Traceback" not in res.output and res.stdout == ""
-    msg = res.stderr.strip()
-    assert msg and len(msg.splitlines()) <= 2, msg
-    return msg
 
 
 @needs_paddle

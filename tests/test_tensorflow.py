@@ -17,10 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from test_cli import fails, run  # the CLI helpers (tests/ is on sys.path)
 
 from analyzer import analyze
-from analyzer.cli import cli
 
 REPO = Path(__file__).resolve().parents[1]
 HAS_TF = find_spec("tensorflow") is not None and find_spec("tflite") is not None
@@ -120,20 +119,6 @@ def tf_models(tmp_path_factory):
     root = tmp_path_factory.mktemp("tf")
     return {"cnn": save_all(keras_cnn(), root / "cnn"), "transformer": save_all(keras_transformer(), root / "tr"),
             "mobilenet": save_all(keras_mobilenet(), root / "mb")}
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def fails(code: int, *args) -> str:
-    res = run(*args)
-    assert res.exit_code == code, (res.exit_code, res.stdout, res.stderr, res.exception)
-    assert isinstance(res.exception, SystemExit), repr(res.exception)
-    assert "Traceback" not in res.output and res.stdout == ""
-    msg = res.stderr.strip()
-    assert msg and len(msg.splitlines()) <= 2, msg
-    return msg
 
 
 def op_names(report) -> list[str]:

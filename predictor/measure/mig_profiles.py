@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from predictor.devices import DEVICES, MigProfile
+from predictor.mig import smallest_first
 
 __all__ = [
     "DEVICE_MEMORY_MIB",
@@ -27,7 +28,7 @@ DEVICE_MEMORY_MIB: dict[str, int] = {key: d.memory_mib for key, d in DEVICES.ite
 #: MIG profiles per device key, smallest first (``predictor.devices.MigProfile``: ``memory_mib`` usable,
 #: ``sms``, ``measured`` False for derived lower bounds).
 MIG_PROFILES: dict[str, tuple[MigProfile, ...]] = {
-    key: tuple(sorted(d.mig, key=lambda p: (p.memory_mib, p.sms))) for key, d in DEVICES.items()
+    key: tuple(smallest_first(d.mig)) for key, d in DEVICES.items()
 }
 
 _NAME_RULES: tuple[tuple[str, str], ...] = (

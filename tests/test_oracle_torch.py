@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -179,11 +181,23 @@ def oracle_of(kind: str, name: str) -> int:
     return oracle_flops(module, inputs)
 
 
-@functools.cache
-def _workdir() -> Path:
-    import tempfile
+_WORKDIRS: list[Path] = []
 
-    return Path(tempfile.mkdtemp(prefix="preflight-oracle-"))
+
+def _workdir() -> Path:
+    """Where the exported files go; `_remove_exported_files` deletes it when this module's tests end."""
+    if not _WORKDIRS:
+        _WORKDIRS.append(Path(tempfile.mkdtemp(prefix="preflight-oracle-")))
+    return _WORKDIRS[0]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_exported_files():
+    """The exported zoo models weigh about 3 GB (random fp32 weights): never leave them behind."""
+    yield
+    onnx_path.cache_clear()
+    while _WORKDIRS:
+        shutil.rmtree(_WORKDIRS.pop(), ignore_errors=True)
 
 
 @functools.cache
@@ -191,7 +205,10 @@ def pt2_report(kind: str, name: str):
     module, inputs = get_model(kind, name)
     path = _workdir() / f"{kind}-{name}.pt2"
     torch.export.save(torch.export.export(module, inputs), path)
-    return analyze(str(path))
+    try:
+        return analyze(str(path))
+    finally:
+        path.unlink()  # only the report is reused
 
 
 @functools.cache

@@ -17,6 +17,29 @@ _ATTN = {"attn": ("sdpa", "eager")}
 _PIXELS = ("pixel_values",)
 
 
+def _vision(
+    name: str,
+    builder: Callable[..., nn.Module],
+    params: dict[str, object],
+    variants: dict[str, dict],
+    description: str,
+    choices: dict[str, tuple] = _ATTN,
+) -> None:
+    register(
+        Family(
+            name=name,
+            kind="vision_transformer",
+            params=params,
+            variants=variants,
+            builder=builder,
+            make_inputs=image_inputs,
+            description=description,
+            input_names=_PIXELS,
+            choices=choices,
+        )
+    )
+
+
 def _vit_params(patch: int) -> dict[str, object]:
     return {
         "layers": 12,
@@ -89,71 +112,47 @@ def _vit_like(name: str, config_cls: str, model_cls: str, **extra: object) -> Ca
     return builder
 
 
-register(
-    Family(
-        name="vit",
-        kind="vision_transformer",
-        params=_vit_params(16),
-        variants={
-            **_sized("vit", ("tiny", "small", "base", "large", "huge")),
-            "vit_base_32": {"patch": 32},
-            "vit_base_384": {"resolution": 384},
-        },
-        builder=_vit_like("vit", "ViTConfig", "ViTForImageClassification"),
-        make_inputs=image_inputs,
-        description="ViT (An Image is Worth 16x16 Words), CLS-token classifier",
-        input_names=_PIXELS,
-        choices=_ATTN,
-    )
+_vision(
+    "vit",
+    _vit_like("vit", "ViTConfig", "ViTForImageClassification"),
+    _vit_params(16),
+    {
+        **_sized("vit", ("tiny", "small", "base", "large", "huge")),
+        "vit_base_32": {"patch": 32},
+        "vit_base_384": {"resolution": 384},
+    },
+    "ViT (An Image is Worth 16x16 Words), CLS-token classifier",
 )
 
-register(
-    Family(
-        name="deit",
-        kind="vision_transformer",
-        params=_vit_params(16),
-        variants=_sized("deit", ("tiny", "small", "base")),
-        builder=_vit_like("deit", "DeiTConfig", "DeiTForImageClassification"),
-        make_inputs=image_inputs,
-        description="DeiT: ViT with an extra distillation token",
-        input_names=_PIXELS,
-        choices=_ATTN,
-    )
+_vision(
+    "deit",
+    _vit_like("deit", "DeiTConfig", "DeiTForImageClassification"),
+    _vit_params(16),
+    _sized("deit", ("tiny", "small", "base")),
+    "DeiT: ViT with an extra distillation token",
 )
 
-register(
-    Family(
-        name="beit",
-        kind="vision_transformer",
-        params=_vit_params(16),
-        variants=_sized("beit", ("small", "base", "large")),
-        builder=_vit_like(
-            "beit",
-            "BeitConfig",
-            "BeitForImageClassification",
-            use_relative_position_bias=True,
-            use_mean_pooling=True,
-            layer_scale_init_value=0.1,
-        ),
-        make_inputs=image_inputs,
-        description="BEiT: ViT with relative position bias, layer scale and mean pooling",
-        input_names=_PIXELS,
-        choices=_ATTN,
-    )
+_vision(
+    "beit",
+    _vit_like(
+        "beit",
+        "BeitConfig",
+        "BeitForImageClassification",
+        use_relative_position_bias=True,
+        use_mean_pooling=True,
+        layer_scale_init_value=0.1,
+    ),
+    _vit_params(16),
+    _sized("beit", ("small", "base", "large")),
+    "BEiT: ViT with relative position bias, layer scale and mean pooling",
 )
 
-register(
-    Family(
-        name="dinov2",
-        kind="vision_transformer",
-        params=_vit_params(14),
-        variants=_sized("dinov2", ("small", "base", "large")),
-        builder=_vit_like("dinov2", "Dinov2Config", "Dinov2ForImageClassification"),
-        make_inputs=image_inputs,
-        description="DINOv2-style ViT (patch 14, layer scale, interpolated positions)",
-        input_names=_PIXELS,
-        choices=_ATTN,
-    )
+_vision(
+    "dinov2",
+    _vit_like("dinov2", "Dinov2Config", "Dinov2ForImageClassification"),
+    _vit_params(14),
+    _sized("dinov2", ("small", "base", "large")),
+    "DINOv2-style ViT (patch 14, layer scale, interpolated positions)",
 )
 
 # --------------------------------------------------------------------------- Swin
@@ -203,32 +202,26 @@ def build_swin(
     return hf_module("SwinForImageClassification", cfg, "pixel_values")
 
 
-register(
-    Family(
-        name="swin",
-        kind="vision_transformer",
-        params={
-            "embed_dim": 96,
-            "depth3": 6,
-            "heads0": 3,
-            "window": 7,
-            "patch": 4,
-            "resolution": 224,
-            "num_classes": 1000,
-            "attn": "sdpa",
-        },
-        variants={
-            "swin_tiny": {},
-            "swin_small": {"depth3": 18},
-            "swin_base": {"embed_dim": 128, "depth3": 18, "heads0": 4},
-            "swin_base_384": {"embed_dim": 128, "depth3": 18, "heads0": 4, "window": 12, "resolution": 384},
-        },
-        builder=build_swin,
-        make_inputs=image_inputs,
-        description="Swin transformer: shifted-window attention, patch merging",
-        input_names=_PIXELS,
-        choices=_ATTN,
-    )
+_vision(
+    "swin",
+    build_swin,
+    {
+        "embed_dim": 96,
+        "depth3": 6,
+        "heads0": 3,
+        "window": 7,
+        "patch": 4,
+        "resolution": 224,
+        "num_classes": 1000,
+        "attn": "sdpa",
+    },
+    {
+        "swin_tiny": {},
+        "swin_small": {"depth3": 18},
+        "swin_base": {"embed_dim": 128, "depth3": 18, "heads0": 4},
+        "swin_base_384": {"embed_dim": 128, "depth3": 18, "heads0": 4, "window": 12, "resolution": 384},
+    },
+    "Swin transformer: shifted-window attention, patch merging",
 )
 
 # --------------------------------------------------------------------------- MobileViT
@@ -265,18 +258,13 @@ def build_mobilevit(size: str, resolution: int, num_classes: int, attn: str) -> 
     return hf_module("MobileViTForImageClassification", cfg, "pixel_values")
 
 
-register(
-    Family(
-        name="mobilevit",
-        kind="vision_transformer",
-        params={"size": "s", "resolution": 256, "num_classes": 1000, "attn": "eager"},
-        variants={f"mobilevit_{k}": {"size": k} for k in _MOBILEVIT},
-        builder=build_mobilevit,
-        make_inputs=image_inputs,
-        description="MobileViT: MobileNetV2 blocks interleaved with unfolded transformers",
-        input_names=_PIXELS,
-        choices={"size": tuple(_MOBILEVIT), "attn": ("eager",)},
-    )
+_vision(
+    "mobilevit",
+    build_mobilevit,
+    {"size": "s", "resolution": 256, "num_classes": 1000, "attn": "eager"},
+    {f"mobilevit_{k}": {"size": k} for k in _MOBILEVIT},
+    "MobileViT: MobileNetV2 blocks interleaved with unfolded transformers",
+    choices={"size": tuple(_MOBILEVIT), "attn": ("eager",)},
 )
 
 # --------------------------------------------------------------------------- LeViT
@@ -315,18 +303,13 @@ def build_levit(size: str, resolution: int, num_classes: int, attn: str) -> nn.M
     return hf_module("LevitForImageClassification", cfg, "pixel_values")
 
 
-register(
-    Family(
-        name="levit",
-        kind="vision_transformer",
-        params={"size": "128s", "resolution": 224, "num_classes": 1000, "attn": "eager"},
-        variants={f"levit_{k}": {"size": k} for k in _LEVIT},
-        builder=build_levit,
-        make_inputs=image_inputs,
-        description="LeViT: conv stem + attention with learned biases, hard-swish",
-        input_names=_PIXELS,
-        choices={"size": tuple(_LEVIT), "attn": ("eager",)},
-    )
+_vision(
+    "levit",
+    build_levit,
+    {"size": "128s", "resolution": 224, "num_classes": 1000, "attn": "eager"},
+    {f"levit_{k}": {"size": k} for k in _LEVIT},
+    "LeViT: conv stem + attention with learned biases, hard-swish",
+    choices={"size": tuple(_LEVIT), "attn": ("eager",)},
 )
 
 # --------------------------------------------------------------------------- PoolFormer
@@ -362,16 +345,11 @@ def build_poolformer(size: str, resolution: int, num_classes: int) -> nn.Module:
     return hf_module("PoolFormerForImageClassification", cfg, "pixel_values")
 
 
-register(
-    Family(
-        name="poolformer",
-        kind="vision_transformer",
-        params={"size": "s12", "resolution": 224, "num_classes": 1000},
-        variants={f"poolformer_{k}": {"size": k} for k in _POOLFORMER},
-        builder=build_poolformer,
-        make_inputs=image_inputs,
-        description="PoolFormer: MetaFormer blocks with pooling as the token mixer",
-        input_names=_PIXELS,
-        choices={"size": tuple(_POOLFORMER)},
-    )
+_vision(
+    "poolformer",
+    build_poolformer,
+    {"size": "s12", "resolution": 224, "num_classes": 1000},
+    {f"poolformer_{k}": {"size": k} for k in _POOLFORMER},
+    "PoolFormer: MetaFormer blocks with pooling as the token mixer",
+    choices={"size": tuple(_POOLFORMER)},
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from analyzer.zoo.registry import ZooError
+from analyzer.zoo.registry import ZooError, registrar
 
 
 def make_divisible(value: float, divisor: int = 8, min_value: int | None = None) -> int:
@@ -46,6 +46,9 @@ def image_inputs(
         A one-tuple with the image tensor.
     """
     return (torch.randn(batch, 3, resolution, resolution, dtype=dtype, device=device),)
+
+
+register_cnn = registrar("cnn", image_inputs)  # CNN families take one image input `x`
 
 
 def token_inputs(

@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from analyzer.zoo._common import conv_bn, image_inputs, require
-from analyzer.zoo.registry import Family, register
+from analyzer.zoo._common import conv_bn, register_cnn, require
 
 # --------------------------------------------------------------------------- VGG
 
@@ -69,24 +68,20 @@ def build_vgg(depth: int, batch_norm: bool, width: float, num_classes: int, reso
     return VGG(depth, batch_norm, width, num_classes)
 
 
-register(
-    Family(
-        name="vgg",
-        kind="cnn",
-        params={"depth": 16, "batch_norm": False, "width": 1.0, "num_classes": 1000, "resolution": 224},
-        variants={
-            "vgg11_x0_25": {"depth": 11, "width": 0.25},
-            "vgg11": {"depth": 11},
-            "vgg13": {"depth": 13},
-            "vgg16": {"depth": 16},
-            "vgg16_bn": {"depth": 16, "batch_norm": True},
-            "vgg19": {"depth": 19},
-        },
-        builder=build_vgg,
-        make_inputs=image_inputs,
-        description="VGG 11-19 plain 3x3 conv stacks with large FC classifier",
-        choices={"depth": tuple(_VGG_CFGS)},
-    )
+register_cnn(
+    "vgg",
+    build_vgg,
+    {"depth": 16, "batch_norm": False, "width": 1.0, "num_classes": 1000, "resolution": 224},
+    {
+    "vgg11_x0_25": {"depth": 11, "width": 0.25},
+        "vgg11": {"depth": 11},
+        "vgg13": {"depth": 13},
+        "vgg16": {"depth": 16},
+        "vgg16_bn": {"depth": 16, "batch_norm": True},
+        "vgg19": {"depth": 19},
+    },
+    "VGG 11-19 plain 3x3 conv stacks with large FC classifier",
+    choices={"depth": tuple(_VGG_CFGS)},
 )
 
 # --------------------------------------------------------------------------- AlexNet
@@ -144,20 +139,16 @@ def build_alexnet(width: float, num_classes: int, resolution: int) -> nn.Module:
     return AlexNet(width, num_classes)
 
 
-register(
-    Family(
-        name="alexnet",
-        kind="cnn",
-        params={"width": 1.0, "num_classes": 1000, "resolution": 224},
-        variants={
-            "alexnet_x0_25": {"width": 0.25},
-            "alexnet_x0_5": {"width": 0.5},
-            "alexnet": {},
-        },
-        builder=build_alexnet,
-        make_inputs=image_inputs,
-        description="AlexNet: large-kernel convolutions and a large FC classifier",
-    )
+register_cnn(
+    "alexnet",
+    build_alexnet,
+    {"width": 1.0, "num_classes": 1000, "resolution": 224},
+    {
+    "alexnet_x0_25": {"width": 0.25},
+        "alexnet_x0_5": {"width": 0.5},
+        "alexnet": {},
+    },
+    "AlexNet: large-kernel convolutions and a large FC classifier",
 )
 
 # --------------------------------------------------------------------------- DenseNet
@@ -235,22 +226,18 @@ def build_densenet(depth: int, growth: int, num_classes: int, resolution: int) -
     return DenseNet(growth or std_growth, blocks, init, num_classes)
 
 
-register(
-    Family(
-        name="densenet",
-        kind="cnn",
-        params={"depth": 121, "growth": 0, "num_classes": 1000, "resolution": 224},
-        variants={
-            "densenet121": {"depth": 121},
-            "densenet161": {"depth": 161},
-            "densenet169": {"depth": 169},
-            "densenet201": {"depth": 201},
-        },
-        builder=build_densenet,
-        make_inputs=image_inputs,
-        description="DenseNet-BC: dense concatenation blocks with transitions",
-        choices={"depth": tuple(_DENSENET)},
-    )
+register_cnn(
+    "densenet",
+    build_densenet,
+    {"depth": 121, "growth": 0, "num_classes": 1000, "resolution": 224},
+    {
+    "densenet121": {"depth": 121},
+        "densenet161": {"depth": 161},
+        "densenet169": {"depth": 169},
+        "densenet201": {"depth": 201},
+    },
+    "DenseNet-BC: dense concatenation blocks with transitions",
+    choices={"depth": tuple(_DENSENET)},
 )
 
 # --------------------------------------------------------------------------- GoogLeNet
@@ -331,18 +318,14 @@ def build_googlenet(width: float, num_classes: int, resolution: int) -> nn.Modul
     return GoogLeNet(width, num_classes)
 
 
-register(
-    Family(
-        name="googlenet",
-        kind="cnn",
-        params={"width": 1.0, "num_classes": 1000, "resolution": 224},
-        variants={
-            "googlenet_x0_5": {"width": 0.5},
-            "googlenet": {},
-            "googlenet_x1_5": {"width": 1.5},
-        },
-        builder=build_googlenet,
-        make_inputs=image_inputs,
-        description="GoogLeNet (Inception v1): 4-branch concat modules",
-    )
+register_cnn(
+    "googlenet",
+    build_googlenet,
+    {"width": 1.0, "num_classes": 1000, "resolution": 224},
+    {
+    "googlenet_x0_5": {"width": 0.5},
+        "googlenet": {},
+        "googlenet_x1_5": {"width": 1.5},
+    },
+    "GoogLeNet (Inception v1): 4-branch concat modules",
 )

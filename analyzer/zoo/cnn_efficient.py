@@ -8,9 +8,8 @@ import numpy as _np
 import torch
 from torch import nn
 
-from analyzer.zoo._common import conv_bn, image_inputs, make_divisible, require
+from analyzer.zoo._common import conv_bn, make_divisible, register_cnn, require
 from analyzer.zoo.cnn_mobile import SqueezeExcite
-from analyzer.zoo.registry import Family, register
 
 # --------------------------------------------------------------------------- EfficientNet
 
@@ -101,19 +100,15 @@ _EFFNET_VARIANTS = {  # width, depth, resolution, dropout
     "b7": (2.0, 3.1, 600, 0.5),
 }
 
-register(
-    Family(
-        name="efficientnet",
-        kind="cnn",
-        params={"width": 1.0, "depth": 1.0, "dropout": 0.2, "num_classes": 1000, "resolution": 224},
-        variants={
-            f"efficientnet_{k}": {"width": w, "depth": d, "resolution": r, "dropout": p}
-            for k, (w, d, r, p) in _EFFNET_VARIANTS.items()
-        },
-        builder=build_efficientnet,
-        make_inputs=image_inputs,
-        description="EfficientNet B0-B7: MBConv + squeeze-excitation + SiLU, compound scaling",
-    )
+register_cnn(
+    "efficientnet",
+    build_efficientnet,
+    {"width": 1.0, "depth": 1.0, "dropout": 0.2, "num_classes": 1000, "resolution": 224},
+    {
+    f"efficientnet_{k}": {"width": w, "depth": d, "resolution": r, "dropout": p}
+        for k, (w, d, r, p) in _EFFNET_VARIANTS.items()
+    },
+    "EfficientNet B0-B7: MBConv + squeeze-excitation + SiLU, compound scaling",
 )
 
 # --------------------------------------------------------------------------- RegNet
@@ -217,45 +212,41 @@ def build_regnet(
     return RegNet(w0, wa, wm, depth, group_width, se_ratio, num_classes)
 
 
-register(
-    Family(
-        name="regnet",
-        kind="cnn",
-        params={
-            "w0": 48,
-            "wa": 27.89,
-            "wm": 2.09,
+register_cnn(
+    "regnet",
+    build_regnet,
+    {
+    "w0": 48,
+        "wa": 27.89,
+        "wm": 2.09,
+        "depth": 16,
+        "group_width": 8,
+        "se_ratio": 0.25,
+        "num_classes": 1000,
+        "resolution": 224,
+    },
+    {
+    "regnet_y_400mf": {},
+        "regnet_x_400mf": {
+            "w0": 24,
+            "wa": 24.48,
+            "wm": 2.54,
+            "depth": 22,
+            "group_width": 16,
+            "se_ratio": 0.0,
+        },
+        "regnet_x_800mf": {
+            "w0": 56,
+            "wa": 35.73,
+            "wm": 2.28,
             "depth": 16,
-            "group_width": 8,
-            "se_ratio": 0.25,
-            "num_classes": 1000,
-            "resolution": 224,
+            "group_width": 16,
+            "se_ratio": 0.0,
         },
-        variants={
-            "regnet_y_400mf": {},
-            "regnet_x_400mf": {
-                "w0": 24,
-                "wa": 24.48,
-                "wm": 2.54,
-                "depth": 22,
-                "group_width": 16,
-                "se_ratio": 0.0,
-            },
-            "regnet_x_800mf": {
-                "w0": 56,
-                "wa": 35.73,
-                "wm": 2.28,
-                "depth": 16,
-                "group_width": 16,
-                "se_ratio": 0.0,
-            },
-            "regnet_y_800mf": {"w0": 56, "wa": 38.84, "wm": 2.4, "depth": 14, "group_width": 16},
-            "regnet_y_1_6gf": {"w0": 48, "wa": 20.71, "wm": 2.65, "depth": 27, "group_width": 24},
-        },
-        builder=build_regnet,
-        make_inputs=image_inputs,
-        description="RegNetX/Y: quantised linear widths, grouped bottlenecks, optional SE",
-    )
+        "regnet_y_800mf": {"w0": 56, "wa": 38.84, "wm": 2.4, "depth": 14, "group_width": 16},
+        "regnet_y_1_6gf": {"w0": 48, "wa": 20.71, "wm": 2.65, "depth": 27, "group_width": 24},
+    },
+    "RegNetX/Y: quantised linear widths, grouped bottlenecks, optional SE",
 )
 
 # --------------------------------------------------------------------------- ConvNeXt
@@ -326,20 +317,16 @@ def build_convnext(width: int, depth3: int, num_classes: int, resolution: int) -
     return ConvNeXt(dims, (3, 3, depth3, 3), num_classes)
 
 
-register(
-    Family(
-        name="convnext",
-        kind="cnn",
-        params={"width": 96, "depth3": 9, "num_classes": 1000, "resolution": 224},
-        variants={
-            "convnext_atto": {"width": 40, "depth3": 6},
-            "convnext_tiny": {"width": 96, "depth3": 9},
-            "convnext_small": {"width": 96, "depth3": 27},
-            "convnext_base": {"width": 128, "depth3": 27},
-            "convnext_large": {"width": 192, "depth3": 27},
-        },
-        builder=build_convnext,
-        make_inputs=image_inputs,
-        description="ConvNeXt: depthwise 7x7 + LayerNorm + GELU MLP + layer scale",
-    )
+register_cnn(
+    "convnext",
+    build_convnext,
+    {"width": 96, "depth3": 9, "num_classes": 1000, "resolution": 224},
+    {
+    "convnext_atto": {"width": 40, "depth3": 6},
+        "convnext_tiny": {"width": 96, "depth3": 9},
+        "convnext_small": {"width": 96, "depth3": 27},
+        "convnext_base": {"width": 128, "depth3": 27},
+        "convnext_large": {"width": 192, "depth3": 27},
+    },
+    "ConvNeXt: depthwise 7x7 + LayerNorm + GELU MLP + layer scale",
 )

@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from analyzer.zoo._common import conv_bn, image_inputs, make_divisible, require
-from analyzer.zoo.registry import Family, register
+from analyzer.zoo._common import conv_bn, make_divisible, register_cnn, require
 
 # --------------------------------------------------------------------------- MobileNetV2
 
@@ -80,21 +79,17 @@ def build_mobilenet_v2(width: float, num_classes: int, resolution: int) -> nn.Mo
     return MobileNetV2(width, num_classes, 0.2)
 
 
-register(
-    Family(
-        name="mobilenet_v2",
-        kind="cnn",
-        params={"width": 1.0, "num_classes": 1000, "resolution": 224},
-        variants={
-            "mobilenet_v2_x0_5": {"width": 0.5},
-            "mobilenet_v2_x0_75": {"width": 0.75},
-            "mobilenet_v2": {"width": 1.0},
-            "mobilenet_v2_x1_4": {"width": 1.4},
-        },
-        builder=build_mobilenet_v2,
-        make_inputs=image_inputs,
-        description="MobileNetV2 inverted residuals with ReLU6",
-    )
+register_cnn(
+    "mobilenet_v2",
+    build_mobilenet_v2,
+    {"width": 1.0, "num_classes": 1000, "resolution": 224},
+    {
+    "mobilenet_v2_x0_5": {"width": 0.5},
+        "mobilenet_v2_x0_75": {"width": 0.75},
+        "mobilenet_v2": {"width": 1.0},
+        "mobilenet_v2_x1_4": {"width": 1.4},
+    },
+    "MobileNetV2 inverted residuals with ReLU6",
 )
 
 # --------------------------------------------------------------------------- MobileNetV3
@@ -223,22 +218,18 @@ def build_mobilenet_v3(size: str, width: float, num_classes: int, resolution: in
     return MobileNetV3(size, width, num_classes)
 
 
-register(
-    Family(
-        name="mobilenet_v3",
-        kind="cnn",
-        params={"size": "large", "width": 1.0, "num_classes": 1000, "resolution": 224},
-        variants={
-            "mobilenet_v3_small": {"size": "small"},
-            "mobilenet_v3_large": {"size": "large"},
-            "mobilenet_v3_large_x0_75": {"size": "large", "width": 0.75},
-            "mobilenet_v3_large_x1_25": {"size": "large", "width": 1.25},
-        },
-        builder=build_mobilenet_v3,
-        make_inputs=image_inputs,
-        description="MobileNetV3 with squeeze-excitation, hard-swish and hard-sigmoid",
-        choices={"size": ("large", "small")},
-    )
+register_cnn(
+    "mobilenet_v3",
+    build_mobilenet_v3,
+    {"size": "large", "width": 1.0, "num_classes": 1000, "resolution": 224},
+    {
+    "mobilenet_v3_small": {"size": "small"},
+        "mobilenet_v3_large": {"size": "large"},
+        "mobilenet_v3_large_x0_75": {"size": "large", "width": 0.75},
+        "mobilenet_v3_large_x1_25": {"size": "large", "width": 1.25},
+    },
+    "MobileNetV3 with squeeze-excitation, hard-swish and hard-sigmoid",
+    choices={"size": ("large", "small")},
 )
 
 # --------------------------------------------------------------------------- MnasNet
@@ -310,21 +301,17 @@ def build_mnasnet(alpha: float, num_classes: int, resolution: int) -> nn.Module:
     return MnasNet(alpha, num_classes)
 
 
-register(
-    Family(
-        name="mnasnet",
-        kind="cnn",
-        params={"alpha": 1.0, "num_classes": 1000, "resolution": 224},
-        variants={
-            "mnasnet0_5": {"alpha": 0.5},
-            "mnasnet0_75": {"alpha": 0.75},
-            "mnasnet1_0": {"alpha": 1.0},
-            "mnasnet1_3": {"alpha": 1.3},
-        },
-        builder=build_mnasnet,
-        make_inputs=image_inputs,
-        description="MnasNet-B1 (NAS-found mobile CNN)",
-    )
+register_cnn(
+    "mnasnet",
+    build_mnasnet,
+    {"alpha": 1.0, "num_classes": 1000, "resolution": 224},
+    {
+    "mnasnet0_5": {"alpha": 0.5},
+        "mnasnet0_75": {"alpha": 0.75},
+        "mnasnet1_0": {"alpha": 1.0},
+        "mnasnet1_3": {"alpha": 1.3},
+    },
+    "MnasNet-B1 (NAS-found mobile CNN)",
 )
 
 # --------------------------------------------------------------------------- ShuffleNetV2
@@ -406,22 +393,18 @@ def build_shufflenet_v2(width: float, num_classes: int, resolution: int) -> nn.M
     return ShuffleNetV2(_SHUFFLE_CHANNELS[width], num_classes)
 
 
-register(
-    Family(
-        name="shufflenet_v2",
-        kind="cnn",
-        params={"width": 1.0, "num_classes": 1000, "resolution": 224},
-        variants={
-            "shufflenet_v2_x0_5": {"width": 0.5},
-            "shufflenet_v2_x1_0": {"width": 1.0},
-            "shufflenet_v2_x1_5": {"width": 1.5},
-            "shufflenet_v2_x2_0": {"width": 2.0},
-        },
-        builder=build_shufflenet_v2,
-        make_inputs=image_inputs,
-        description="ShuffleNetV2 (channel split + shuffle)",
-        choices={"width": tuple(_SHUFFLE_CHANNELS)},
-    )
+register_cnn(
+    "shufflenet_v2",
+    build_shufflenet_v2,
+    {"width": 1.0, "num_classes": 1000, "resolution": 224},
+    {
+    "shufflenet_v2_x0_5": {"width": 0.5},
+        "shufflenet_v2_x1_0": {"width": 1.0},
+        "shufflenet_v2_x1_5": {"width": 1.5},
+        "shufflenet_v2_x2_0": {"width": 2.0},
+    },
+    "ShuffleNetV2 (channel split + shuffle)",
+    choices={"width": tuple(_SHUFFLE_CHANNELS)},
 )
 
 # --------------------------------------------------------------------------- SqueezeNet
@@ -515,19 +498,15 @@ def build_squeezenet(version: str, width: float, num_classes: int, resolution: i
     return SqueezeNet(version, width, num_classes)
 
 
-register(
-    Family(
-        name="squeezenet",
-        kind="cnn",
-        params={"version": "1_1", "width": 1.0, "num_classes": 1000, "resolution": 224},
-        variants={
-            "squeezenet1_1": {"version": "1_1"},
-            "squeezenet1_0": {"version": "1_0"},
-            "squeezenet1_1_x2": {"version": "1_1", "width": 2.0},
-        },
-        builder=build_squeezenet,
-        make_inputs=image_inputs,
-        description="SqueezeNet fire modules (squeeze 1x1, expand 1x1 + 3x3)",
-        choices={"version": ("1_0", "1_1")},
-    )
+register_cnn(
+    "squeezenet",
+    build_squeezenet,
+    {"version": "1_1", "width": 1.0, "num_classes": 1000, "resolution": 224},
+    {
+    "squeezenet1_1": {"version": "1_1"},
+        "squeezenet1_0": {"version": "1_0"},
+        "squeezenet1_1_x2": {"version": "1_1", "width": 2.0},
+    },
+    "SqueezeNet fire modules (squeeze 1x1, expand 1x1 + 3x3)",
+    choices={"version": ("1_0", "1_1")},
 )

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 from torch import nn
 
-from analyzer.zoo._common import image_inputs, require
-from analyzer.zoo.registry import Family, register
+from analyzer.zoo._common import register_cnn, require
 
 _LAYOUTS: dict[int, tuple[str, tuple[int, int, int, int]]] = {
     10: ("basic", (1, 1, 1, 1)),
@@ -143,55 +140,43 @@ _DEFAULTS = {
 }
 _CHOICES = {"depth": tuple(sorted(_LAYOUTS))}
 
-RESNET = register(
-    Family(
-        name="resnet",
-        kind="cnn",
-        params=dict(_DEFAULTS),
-        variants={
-            "resnet18": {"depth": 18},
-            "resnet34": {"depth": 34},
-            "resnet50": {"depth": 50},
-            "resnet101": {"depth": 101},
-            "resnet152": {"depth": 152},
-        },
-        builder=build_resnet,
-        make_inputs=partial(image_inputs),
-        description="ResNet v1.5 (basic / bottleneck blocks), torchvision layout",
-        choices=_CHOICES,
-    )
+RESNET = register_cnn(
+    "resnet",
+    build_resnet,
+    dict(_DEFAULTS),
+    {
+    "resnet18": {"depth": 18},
+        "resnet34": {"depth": 34},
+        "resnet50": {"depth": 50},
+        "resnet101": {"depth": 101},
+        "resnet152": {"depth": 152},
+    },
+    "ResNet v1.5 (basic / bottleneck blocks), torchvision layout",
+    choices=_CHOICES,
 )
 
-WIDE_RESNET = register(
-    Family(
-        name="wide_resnet",
-        kind="cnn",
-        params={**_DEFAULTS, "base_width": 128},
-        variants={
-            "wide_resnet26_2": {"depth": 26},
-            "wide_resnet50_2": {"depth": 50},
-            "wide_resnet101_2": {"depth": 101},
-        },
-        builder=build_resnet,
-        make_inputs=partial(image_inputs),
-        description="Wide-ResNet: bottleneck ResNet with doubled inner width",
-        choices=_CHOICES,
-    )
+WIDE_RESNET = register_cnn(
+    "wide_resnet",
+    build_resnet,
+    {**_DEFAULTS, "base_width": 128},
+    {
+    "wide_resnet26_2": {"depth": 26},
+        "wide_resnet50_2": {"depth": 50},
+        "wide_resnet101_2": {"depth": 101},
+    },
+    "Wide-ResNet: bottleneck ResNet with doubled inner width",
+    choices=_CHOICES,
 )
 
-RESNEXT = register(
-    Family(
-        name="resnext",
-        kind="cnn",
-        params={**_DEFAULTS, "groups": 32, "base_width": 4},
-        variants={
-            "resnext26_32x4d": {"depth": 26},
-            "resnext50_32x4d": {"depth": 50},
-            "resnext101_32x8d": {"depth": 101, "base_width": 8},
-        },
-        builder=build_resnet,
-        make_inputs=partial(image_inputs),
-        description="ResNeXt: bottleneck ResNet with grouped 3x3 convolutions",
-        choices=_CHOICES,
-    )
+RESNEXT = register_cnn(
+    "resnext",
+    build_resnet,
+    {**_DEFAULTS, "groups": 32, "base_width": 4},
+    {
+    "resnext26_32x4d": {"depth": 26},
+        "resnext50_32x4d": {"depth": 50},
+        "resnext101_32x8d": {"depth": 101, "base_width": 8},
+    },
+    "ResNeXt: bottleneck ResNet with grouped 3x3 convolutions",
+    choices=_CHOICES,
 )

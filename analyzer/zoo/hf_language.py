@@ -12,7 +12,7 @@ from torch import nn
 
 from analyzer.zoo._common import require, token_inputs
 from analyzer.zoo._hf import hf_class, hf_module
-from analyzer.zoo.registry import Family, register
+from analyzer.zoo.registry import registrar
 
 _ATTN = {"attn": ("sdpa", "eager")}
 _TOKENS = ("input_ids",)
@@ -103,28 +103,7 @@ def _lm_builder(
     return builder
 
 
-def _language(
-    name: str,
-    builder: Callable[..., nn.Module],
-    params: dict[str, object],
-    variants: dict[str, dict],
-    description: str,
-    attn: tuple[str, ...] = _ATTN["attn"],
-) -> None:
-    register(
-        Family(
-            name=name,
-            kind="language",
-            params=params,
-            variants=variants,
-            builder=builder,
-            make_inputs=token_inputs,
-            description=description,
-            input_names=_TOKENS,
-            choices={"attn": attn},
-        )
-    )
-
+_language = registrar("language", token_inputs, _TOKENS, _ATTN)
 
 _BERT_FIELDS = {  # also RoBERTa's
     "vocab": "vocab_size",
@@ -194,7 +173,7 @@ _language(
         "t5_encoder_large": {"layers": 24, "hidden": 1024, "heads": 16, "intermediate": 4096},
     },
     "T5 encoder: RMSNorm, relative position bias, ReLU MLP",
-    attn=("eager",),  # T5 supports only eager attention
+    choices={"attn": ("eager",)},  # T5 supports only eager attention
 )
 
 # --------------------------------------------------------------------------- GPT-2 / OPT

@@ -11,33 +11,13 @@ from torch import nn
 
 from analyzer.zoo._common import image_inputs, require
 from analyzer.zoo._hf import hf_class, hf_module
-from analyzer.zoo.registry import Family, register
+from analyzer.zoo.registry import registrar
 
 _ATTN = {"attn": ("sdpa", "eager")}
 _PIXELS = ("pixel_values",)
 
 
-def _vision(
-    name: str,
-    builder: Callable[..., nn.Module],
-    params: dict[str, object],
-    variants: dict[str, dict],
-    description: str,
-    choices: dict[str, tuple] = _ATTN,
-) -> None:
-    register(
-        Family(
-            name=name,
-            kind="vision_transformer",
-            params=params,
-            variants=variants,
-            builder=builder,
-            make_inputs=image_inputs,
-            description=description,
-            input_names=_PIXELS,
-            choices=choices,
-        )
-    )
+_vision = registrar("vision_transformer", image_inputs, _PIXELS, _ATTN)
 
 
 def _vit_params(patch: int) -> dict[str, object]:

@@ -16,6 +16,7 @@ __all__ = [
     "build",
     "list_families",
     "register",
+    "registrar",
     "resolve",
 ]
 
@@ -115,6 +116,49 @@ def register(family: Family) -> Family:
         _VARIANTS[variant] = family.name
     return family
 
+
+def registrar(
+    kind: str,
+    make_inputs: Callable[..., tuple[torch.Tensor, ...]],
+    input_names: tuple[str, ...] = ("x",),
+    choices: dict[str, tuple] | None = None,
+) -> Callable[..., Family]:
+    """A ``register`` for the families of one kind, which share their inputs (and default choices).
+
+    Args:
+        kind: One of ``KINDS``.
+        make_inputs: The kind's example-input builder (see :class:`Family`).
+        input_names: Names of the forward arguments.
+        choices: Allowed values per parameter for families that give none.
+
+    Returns:
+        ``add(name, builder, params, variants, description, choices=None)``, which registers the
+        family and returns it.
+    """
+
+    def add(
+        name: str,
+        builder: Callable[..., torch.nn.Module],
+        params: dict[str, object],
+        variants: dict[str, dict],
+        description: str,
+        choices: dict[str, tuple] | None = choices,
+    ) -> Family:
+        return register(
+            Family(
+                name=name,
+                kind=kind,
+                params=params,
+                variants=variants,
+                builder=builder,
+                make_inputs=make_inputs,
+                description=description,
+                input_names=input_names,
+                choices=dict(choices or {}),
+            )
+        )
+
+    return add
 
 def list_families() -> list[Family]:
     """Return all registered families, sorted by name.

@@ -22,7 +22,7 @@ class MigRecommendation:
     def to_json(self) -> dict:
         doc = {"profile": self.profile, "reason": self.reason, "fits": dict(self.fits)}
         if self.latency_ms is not None:
-            doc["latency_ms"] = {k: round(v, 4) for k, v in self.latency_ms.items()}
+            doc["latency_ms"] = {k: float(f"{v:.5g}") for k, v in self.latency_ms.items()}  # 5 significant digits
         return doc
 
 

@@ -79,10 +79,19 @@ def _sample_from_analysis(analysis, device: str, arrays: dict) -> Sample:
                   edge_index=analysis.edge_index, static=dict(analysis.static_features), ops=arrays, totals={})
 
 
-def _slice_latencies(arrays: dict, device: Device, full_ms: float) -> dict[str, float]:
-    """Predicted latency on each MIG slice: the full-GPU prediction scaled by the roofline ratio."""
-    base = latency_bound_ms_arrays(arrays, device) or 1e-12
-    return {p.name: full_ms * latency_bound_ms_arrays(arrays, device, p) / base for p in device.mig}
+def _slice_latencies(arrays: dict, device: Device, full_ms: float, launch_ms: float) -> dict[str, float]:
+    """Predicted latency on each MIG slice.
+
+    The kernel-launch floor (`launch_ms`: host-side work and launch latency, which a smaller slice does not
+    slow down) is kept as it is; the rest of the full-GPU latency is scaled by the slice's roofline ratio (its
+    share of SMs and of memory bandwidth). Scaling the floor too would make a launch-bound model look up to
+    8x slower on a 1g slice than on the whole GPU.
+    """
+    fixed = min(launch_ms, full_ms)
+    base = latency_bound_ms_arrays(arrays, device)
+    if base <= 0:  # no work at all: only the floor
+        return {p.name: full_ms for p in device.mig}
+    return {p.name: fixed + (full_ms - fixed) * latency_bound_ms_arrays(arrays, device, p) / base for p in device.mig}
 
 
 def predict(analysis, device_name: str, *, latency_slo_ms: float | None = None,
@@ -92,6 +101,7 @@ def predict(analysis, device_name: str, *, latency_slo_ms: float | None = None,
     warnings: list[str] = []
     arrays = op_arrays(analysis.ops)
     bound = latency_bound_ms_arrays(arrays, device)
+    launch_ms = sum(1 for c in analysis.ops if not c.weight_only) * LAUNCH_US / 1e3
     artifact = find_artifact(device.key, checkpoints)
     if artifact is not None:
         from .train import prepare
@@ -101,8 +111,7 @@ def predict(analysis, device_name: str, *, latency_slo_ms: float | None = None,
         (lat_lo, lat, lat_hi), (e_lo, e, e_hi), (m_lo, m, m_hi) = (tuple(float(v) for v in q[t]) for t in range(3))
         name = artifact.name
     else:
-        n_ops = sum(1 for c in analysis.ops if not c.weight_only)
-        lat = bound + n_ops * LAUNCH_US / 1e3
+        lat = bound + launch_ms
         lat_lo, lat_hi = bound, 3 * lat
         e = lat / 1e3 * 0.6 * device.tdp_w
         e_lo, e_hi = lat_lo / 1e3 * 0.3 * device.tdp_w, lat_hi / 1e3 * device.tdp_w
@@ -112,7 +121,7 @@ def predict(analysis, device_name: str, *, latency_slo_ms: float | None = None,
         name = "roofline"
         warnings.append(f"no trained predictor for {device.key}: roofline estimate (bound + {LAUNCH_US:g} us launch "
                         f"per op; energy at 60% of TDP; intervals are assumptions, not calibrated)")
-    slices = _slice_latencies(arrays, device, lat)
+    slices = _slice_latencies(arrays, device, lat, launch_ms)
     rec = recommend(device, m_hi, latency_ms_by_profile=slices, latency_slo_ms=latency_slo_ms)
     block = {
         "device": device.key, "predictor": name,

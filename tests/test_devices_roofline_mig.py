@@ -112,3 +112,29 @@ def test_latency_slo_moves_to_a_bigger_slice():
     assert none.profile is None and "SLO" in none.reason
     with pytest.raises(ValueError):
         recommend(H100, 5_000, latency_slo_ms=5.0)
+
+
+def test_slice_latency_keeps_the_launch_floor():
+    """x + y on 2^20 fp32 values, through `predict` (roofline estimate, no artifact for the device).
+
+    By hand: one memory-bound op moving 3 x 4 x 2^20 = 12,582,912 bytes. Whole H100: bound
+    12,582,912 / 3.35e12 s = 0.00375609 ms, + one 5 us launch = 0.00875609 ms. 1g.10gb owns 1 of 8
+    memory slices (compute 2^20 / (67e12 x 16/132) s = 0.000129 ms, still memory-bound), so its bound is
+    8x = 0.0300487 ms and its latency 0.005 + 0.0300487 = 0.0350487 ms; scaling the launch too would give
+    8 x 0.00875609 = 0.0700487 ms. 7g.80gb owns all 8 slices and all 132 SMs: the whole-GPU latency.
+    """
+    import torch
+
+    from analyzer.api import predict
+
+    class Add(torch.nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    x = torch.zeros(1, 2**20)
+    report = predict(Add(), (x, x), device="h100-80gb")
+    assert len(report.analysis.ops) == 1 and report.prediction["predictor"] == "roofline"
+    assert report.prediction["latency_ms"] == pytest.approx(0.00875609, rel=1e-5)
+    slices = report.prediction["mig"]["latency_ms"]
+    assert slices["1g.10gb"] == pytest.approx(0.0350487, rel=1e-4)
+    assert slices["7g.80gb"] == pytest.approx(0.00875609, rel=1e-4)

@@ -106,8 +106,9 @@ def _sweep_section(report) -> Section:
 
     sw = report.sweep
     sec = Section("Batch-size sweep")
-    slo = f" and the slice's predicted latency within the {sw['latency_slo_ms']:g} ms SLO" \
-        if sw["latency_slo_ms"] is not None else ""
+    slo = f" and the slice's predicted latency within the {sw['latency_slo_ms']:g} ms SLO (on a slice the " \
+        "per-operator launch floor stays as on the whole GPU; the rest scales with the slice's share of SMs and " \
+        "bandwidth)" if sw["latency_slo_ms"] is not None else ""
     sec.blocks.append(f"The model analysed and predicted at batch sizes {', '.join(map(str, sw['batches']))}. "
                       f"A batch fits a MIG profile when the upper end of its memory interval plus "
                       f"{sw['headroom']:.0%} headroom is within the profile's usable memory{slo}; 'largest batch' "

@@ -20,7 +20,7 @@ from predictor.devices import get_device
 HEADROOM = 0.05  # DESIGN.md's MIG rule, restated here on purpose
 CNN_DEVICES = ["h100-80gb", "a100-40gb"]
 CNN_BATCHES = [1, 256, 1024]
-SLO_MS = 2.0
+SLO_MS = 1.0
 
 
 @pytest.fixture(scope="module")

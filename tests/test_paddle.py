@@ -1,5 +1,6 @@
-"""Paddle frontend: inference models written by `paddle.jit.save` (Paddle 3: model.json + model.pdiparams),
-converted by paddle2onnx and imported as ONNX. Also: one CNN written in torch, Keras and Paddle."""
+"""Paddle frontend: inference models written by `paddle.jit.save` (Paddle 3: model.json + model.pdiparams; the
+legacy model.pdmodel too), converted by paddle2onnx and imported as ONNX. Also: one CNN written in torch,
+Keras and Paddle."""
 
 from __future__ import annotations
 
@@ -101,6 +102,29 @@ def test_cnn(pd_models, which):
     assert r.totals.unsupported == {}
     convs = [o for o in r.to_json()["ops"] if o["op"] == "relax.nn.conv2d"]
     assert [o["macs"] for o in convs] == [442_368, 1_179_648] and all(o["flops"] == 2 * o["macs"] for o in convs)
+
+
+@needs_paddle
+def test_legacy_pdmodel(tmp_path):
+    """The same CNN saved in the pre-PIR format (model.pdmodel, a protobuf program) that Paddle 2 wrote and
+    Paddle 3 still writes with FLAGS_enable_pir_api=0; the flag must be set before paddle is imported, so a
+    child process saves it."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parent
+    code = ("import sys, pathlib; sys.path.insert(0, sys.argv[1]); from test_paddle import jit_save, paddle_cnn; "
+            "jit_save(paddle_cnn(), pathlib.Path(sys.argv[2]), [None, 3, 32, 32], 0)")
+    env = {**os.environ, "FLAGS_enable_pir_api": "0"}
+    subprocess.run([sys.executable, "-c", code, str(tests), str(tmp_path)], env=env, check=True,
+                   capture_output=True, timeout=300)
+    assert {"model.pdmodel", "model.pdiparams"} <= {p.name for p in tmp_path.iterdir()}
+    assert not (tmp_path / "model.json").exists()
+    for path in (tmp_path, tmp_path / "model.pdmodel"):
+        r = analyze(path, batch=2)
+        assert r.model["framework"] == "paddle" and r.totals.unsupported == {}
+        assert r.totals.macs == 2 * CNN_MACS and r.totals.params == CNN_PARAMS
 
 
 @needs_paddle

@@ -73,7 +73,7 @@ register_cnn(
     build_vgg,
     {"depth": 16, "batch_norm": False, "width": 1.0, "num_classes": 1000, "resolution": 224},
     {
-    "vgg11_x0_25": {"depth": 11, "width": 0.25},
+        "vgg11_x0_25": {"depth": 11, "width": 0.25},
         "vgg11": {"depth": 11},
         "vgg13": {"depth": 13},
         "vgg16": {"depth": 16},
@@ -144,7 +144,7 @@ register_cnn(
     build_alexnet,
     {"width": 1.0, "num_classes": 1000, "resolution": 224},
     {
-    "alexnet_x0_25": {"width": 0.25},
+        "alexnet_x0_25": {"width": 0.25},
         "alexnet_x0_5": {"width": 0.5},
         "alexnet": {},
     },
@@ -231,7 +231,7 @@ register_cnn(
     build_densenet,
     {"depth": 121, "growth": 0, "num_classes": 1000, "resolution": 224},
     {
-    "densenet121": {"depth": 121},
+        "densenet121": {"depth": 121},
         "densenet161": {"depth": 161},
         "densenet169": {"depth": 169},
         "densenet201": {"depth": 201},
@@ -323,7 +323,7 @@ register_cnn(
     build_googlenet,
     {"width": 1.0, "num_classes": 1000, "resolution": 224},
     {
-    "googlenet_x0_5": {"width": 0.5},
+        "googlenet_x0_5": {"width": 0.5},
         "googlenet": {},
         "googlenet_x1_5": {"width": 1.5},
     },

@@ -105,7 +105,7 @@ register_cnn(
     build_efficientnet,
     {"width": 1.0, "depth": 1.0, "dropout": 0.2, "num_classes": 1000, "resolution": 224},
     {
-    f"efficientnet_{k}": {"width": w, "depth": d, "resolution": r, "dropout": p}
+        f"efficientnet_{k}": {"width": w, "depth": d, "resolution": r, "dropout": p}
         for k, (w, d, r, p) in _EFFNET_VARIANTS.items()
     },
     "EfficientNet B0-B7: MBConv + squeeze-excitation + SiLU, compound scaling",
@@ -216,7 +216,7 @@ register_cnn(
     "regnet",
     build_regnet,
     {
-    "w0": 48,
+        "w0": 48,
         "wa": 27.89,
         "wm": 2.09,
         "depth": 16,
@@ -226,7 +226,7 @@ register_cnn(
         "resolution": 224,
     },
     {
-    "regnet_y_400mf": {},
+        "regnet_y_400mf": {},
         "regnet_x_400mf": {
             "w0": 24,
             "wa": 24.48,
@@ -322,7 +322,7 @@ register_cnn(
     build_convnext,
     {"width": 96, "depth3": 9, "num_classes": 1000, "resolution": 224},
     {
-    "convnext_atto": {"width": 40, "depth3": 6},
+        "convnext_atto": {"width": 40, "depth3": 6},
         "convnext_tiny": {"width": 96, "depth3": 9},
         "convnext_small": {"width": 96, "depth3": 27},
         "convnext_base": {"width": 128, "depth3": 27},

@@ -84,7 +84,7 @@ register_cnn(
     build_mobilenet_v2,
     {"width": 1.0, "num_classes": 1000, "resolution": 224},
     {
-    "mobilenet_v2_x0_5": {"width": 0.5},
+        "mobilenet_v2_x0_5": {"width": 0.5},
         "mobilenet_v2_x0_75": {"width": 0.75},
         "mobilenet_v2": {"width": 1.0},
         "mobilenet_v2_x1_4": {"width": 1.4},
@@ -223,7 +223,7 @@ register_cnn(
     build_mobilenet_v3,
     {"size": "large", "width": 1.0, "num_classes": 1000, "resolution": 224},
     {
-    "mobilenet_v3_small": {"size": "small"},
+        "mobilenet_v3_small": {"size": "small"},
         "mobilenet_v3_large": {"size": "large"},
         "mobilenet_v3_large_x0_75": {"size": "large", "width": 0.75},
         "mobilenet_v3_large_x1_25": {"size": "large", "width": 1.25},
@@ -306,7 +306,7 @@ register_cnn(
     build_mnasnet,
     {"alpha": 1.0, "num_classes": 1000, "resolution": 224},
     {
-    "mnasnet0_5": {"alpha": 0.5},
+        "mnasnet0_5": {"alpha": 0.5},
         "mnasnet0_75": {"alpha": 0.75},
         "mnasnet1_0": {"alpha": 1.0},
         "mnasnet1_3": {"alpha": 1.3},
@@ -398,7 +398,7 @@ register_cnn(
     build_shufflenet_v2,
     {"width": 1.0, "num_classes": 1000, "resolution": 224},
     {
-    "shufflenet_v2_x0_5": {"width": 0.5},
+        "shufflenet_v2_x0_5": {"width": 0.5},
         "shufflenet_v2_x1_0": {"width": 1.0},
         "shufflenet_v2_x1_5": {"width": 1.5},
         "shufflenet_v2_x2_0": {"width": 2.0},
@@ -503,7 +503,7 @@ register_cnn(
     build_squeezenet,
     {"version": "1_1", "width": 1.0, "num_classes": 1000, "resolution": 224},
     {
-    "squeezenet1_1": {"version": "1_1"},
+        "squeezenet1_1": {"version": "1_1"},
         "squeezenet1_0": {"version": "1_0"},
         "squeezenet1_1_x2": {"version": "1_1", "width": 2.0},
     },

@@ -140,12 +140,12 @@ _DEFAULTS = {
 }
 _CHOICES = {"depth": tuple(sorted(_LAYOUTS))}
 
-RESNET = register_cnn(
+register_cnn(
     "resnet",
     build_resnet,
     dict(_DEFAULTS),
     {
-    "resnet18": {"depth": 18},
+        "resnet18": {"depth": 18},
         "resnet34": {"depth": 34},
         "resnet50": {"depth": 50},
         "resnet101": {"depth": 101},
@@ -155,12 +155,12 @@ RESNET = register_cnn(
     choices=_CHOICES,
 )
 
-WIDE_RESNET = register_cnn(
+register_cnn(
     "wide_resnet",
     build_resnet,
     {**_DEFAULTS, "base_width": 128},
     {
-    "wide_resnet26_2": {"depth": 26},
+        "wide_resnet26_2": {"depth": 26},
         "wide_resnet50_2": {"depth": 50},
         "wide_resnet101_2": {"depth": 101},
     },
@@ -168,12 +168,12 @@ WIDE_RESNET = register_cnn(
     choices=_CHOICES,
 )
 
-RESNEXT = register_cnn(
+register_cnn(
     "resnext",
     build_resnet,
     {**_DEFAULTS, "groups": 32, "base_width": 4},
     {
-    "resnext26_32x4d": {"depth": 26},
+        "resnext26_32x4d": {"depth": 26},
         "resnext50_32x4d": {"depth": 50},
         "resnext101_32x8d": {"depth": 101, "base_width": 8},
     },

@@ -104,19 +104,19 @@ def predict(model, example_inputs: Sequence | None = None, *, device: str = "h10
     Uses the newest trained predictor for the device (`predictor/checkpoints/<device>@<n>`), or the
     roofline estimate, labelled as such, when there is none. Arguments as for `analyze`.
     """
-    from predictor.devices import UnknownDeviceError, get_device
+    check_devices([device])
+    report = analyze(model, example_inputs, inputs=inputs, batch=batch, strict=strict)
+    report.prediction = add_prediction(report, device, latency_slo_ms)
+    return report
+
+
+def add_prediction(report: Report, device: str, latency_slo_ms: float | None = None) -> dict:
+    """Predict `report`'s analysis on `device`: returns the `prediction` block; its warnings join the report's."""
     from predictor.predict import predict as run
 
-    from .errors import UsageError
-
-    try:
-        get_device(device)
-    except UnknownDeviceError as exc:
-        raise UsageError(str(exc)) from exc
-    report = analyze(model, example_inputs, inputs=inputs, batch=batch, strict=strict)
-    report.prediction, warnings = run(report.analysis, device, latency_slo_ms=latency_slo_ms)
-    report.warnings.extend(warnings)
-    return report
+    block, warnings = run(report.analysis, device, latency_slo_ms=latency_slo_ms)
+    report.warnings.extend(w for w in warnings if w not in report.warnings)
+    return block
 
 
 def check_devices(devices: Sequence[str]) -> list[str]:
@@ -155,7 +155,6 @@ def report(model, example_inputs: Sequence | None = None, *, devices: Sequence[s
         The `Report`; `report.to_json()` is the `preflight.report/1` document with `predictions`,
         `predictors` and `sweep` blocks.
     """
-    from predictor.predict import predict as run
     from predictor.predict import predictor_info
 
     from .errors import MissingShapeError, UsageError
@@ -180,10 +179,10 @@ def report(model, example_inputs: Sequence | None = None, *, devices: Sequence[s
         rep.warnings.append(f"the model's batch dimension is dynamic: the report's own analysis uses batch "
                             f"{batches[0]}, the sweep's first (set it with --batch)")
     for d in devices:
-        block, warnings = run(rep.analysis, d, latency_slo_ms=latency_slo_ms)
+        block = add_prediction(rep, d, latency_slo_ms)
         rep.predictions.append(block)
-        rep.predictors.setdefault(block["predictor"], predictor_info(d))
-        rep.warnings.extend(w for w in warnings if w not in rep.warnings)
+        if block["predictor"] not in rep.predictors:
+            rep.predictors[block["predictor"]] = predictor_info(d)
     rep.prediction = rep.predictions[0]
     if batches:
         dims0 = {i["shape"][0] if i["shape"] else None for i in rep.inputs}

@@ -65,16 +65,10 @@ def _with_batch(example_inputs: Sequence | None, batch: int):
     return tuple(out)
 
 
-def _fits_full_gpu(device, memory_hi: float, latency_ms: float, latency_slo_ms: float | None) -> bool:
-    from predictor.mig import HEADROOM
-
-    ok = memory_hi * (1 + HEADROOM) <= device.memory_mib
-    return ok and (latency_slo_ms is None or latency_ms <= latency_slo_ms)
-
-
 def point(batch: int, block: dict, latency_slo_ms: float | None) -> dict:
     """One sweep point from a `prediction` block."""
     from predictor.devices import get_device
+    from predictor.mig import fits
 
     lat, (lo, hi) = block["latency_ms"], block["latency_ms_interval"]
     mem_hi = block["memory_mb_interval"][1]
@@ -90,7 +84,7 @@ def point(batch: int, block: dict, latency_slo_ms: float | None) -> dict:
         "memory_mb": block["memory_mb"], "memory_mb_interval": list(block["memory_mb_interval"]),
         "fits": dict(block["mig"]["fits"]),
         "slice_latency_ms": dict(block["mig"].get("latency_ms") or {}),
-        "fits_full_gpu": _fits_full_gpu(get_device(block["device"]), mem_hi, lat, latency_slo_ms),
+        "fits_full_gpu": fits(get_device(block["device"]).memory_mib, mem_hi, lat, latency_slo_ms),
     }
 
 
@@ -107,8 +101,8 @@ def run_sweep(model, example_inputs, *, inputs, batches: Sequence[int], devices:
               progress: Callable[[int], None] | None = None) -> tuple[dict, list[str]]:
     """The `sweep` block of the report and the warnings it raised; `batches` as `check_batches` returns them.
 
-    `reuse` maps a batch already analysed (the report's own) to its `Report`; `progress(n)` is called after
-    each batch.
+    `reuse` maps a batch already analysed and predicted (the report's own) to its `Report`, whose `predictions`
+    are for `devices`, in order; `progress(n)` is called after each batch.
     """
     from predictor.mig import HEADROOM
     from predictor.predict import predict
@@ -122,14 +116,14 @@ def run_sweep(model, example_inputs, *, inputs, batches: Sequence[int], devices:
     skipped, warnings = [], []
     for b in batches:
         try:
-            if b in reuse:
-                analysis = reuse[b].analysis
+            if b in reuse:  # its warnings are in the report already
+                predicted = [(block, []) for block in reuse[b].predictions]
             else:
                 loaded = load(model, inputs=inputs, batch=None if example_inputs else b,
                               example_inputs=_with_batch(example_inputs, b))
                 analysis = analyze_loaded(loaded, strict=strict).analysis
-            for d in devices:
-                block, w = predict(analysis, d, latency_slo_ms=latency_slo_ms)
+                predicted = [predict(analysis, d, latency_slo_ms=latency_slo_ms) for d in devices]
+            for d, (block, w) in zip(devices, predicted, strict=True):
                 predictors[d] = block["predictor"]
                 per_device[d].append(point(b, block, latency_slo_ms))
                 warnings += [x for x in w if x not in warnings]

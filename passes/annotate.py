@@ -44,16 +44,13 @@ _register_errors()
 
 
 def _report(mod, func_name: str, device: str | None, latency_slo_ms: float | None):
-    from analyzer.api import analyze_loaded
+    from analyzer.api import add_prediction, analyze_loaded
     from analyzer.frontends import LoadedModel
 
     loaded = LoadedModel(mod=mod, framework="relax", name=func_name, source="<IRModule>", n_inputs=None)
     report = analyze_loaded(loaded, func_name=func_name, shape_hint="bind it first (relax.transform.BindSymbolicVars)")
     if device is not None:
-        from predictor.predict import predict
-
-        report.prediction, warnings = predict(report.analysis, device, latency_slo_ms=latency_slo_ms)
-        report.warnings.extend(warnings)
+        report.prediction = add_prediction(report, device, latency_slo_ms)
     return report
 
 

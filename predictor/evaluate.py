@@ -149,7 +149,7 @@ def mig_metrics(samples: Sequence[Sample], memory_mb_high: np.ndarray) -> dict |
 
 def _roofline_memory_high(items: Sequence[Sample]) -> np.ndarray:
     """Upper end of the roofline fallback's memory interval (predictor.predict) for each sample."""
-    from .roofline import memory_estimate
+    from .predict import roofline_memory_mib
 
     out = []
     for s in items:
@@ -157,8 +157,7 @@ def _roofline_memory_high(items: Sequence[Sample]) -> np.ndarray:
         if "param_bytes" not in t or "peak_activation_bytes" not in t:
             out.append(math.nan)
             continue
-        est = memory_estimate(t["param_bytes"], t["peak_activation_bytes"])
-        out.append(est.total_mib + 0.25 * est.activations_mib)
+        out.append(roofline_memory_mib(t["param_bytes"], t["peak_activation_bytes"])[2])
     return np.array(out, dtype=float)
 
 

@@ -31,6 +31,13 @@ def smallest_first(profiles: tuple[MigProfile, ...]) -> list[MigProfile]:
     return sorted(profiles, key=lambda p: (p.memory_mib, p.sms))
 
 
+def fits(memory_mib: float, memory_mb_high: float, latency_ms: float | None = None,
+         latency_slo_ms: float | None = None, headroom: float = HEADROOM) -> bool:
+    """The fit rule: `memory_mb_high` + headroom within `memory_mib` usable, and the latency within the SLO if any."""
+    ok = memory_mb_high * (1 + headroom) <= memory_mib
+    return ok and (latency_slo_ms is None or latency_ms <= latency_slo_ms)
+
+
 def recommend(device: Device, memory_mb_high: float, *, latency_ms_by_profile: dict[str, float] | None = None,
               latency_slo_ms: float | None = None, headroom: float = HEADROOM) -> MigRecommendation:
     """Pick the smallest MIG profile of `device` for a model.
@@ -47,13 +54,12 @@ def recommend(device: Device, memory_mb_high: float, *, latency_ms_by_profile: d
     need = memory_mb_high * (1 + headroom)
     if latency_slo_ms is not None and latency_ms_by_profile is None:
         raise ValueError("a latency SLO needs the predicted latency per profile")
-    fits: dict[str, bool] = {}
+    per_profile: dict[str, bool] = {}
     chosen: MigProfile | None = None
     for p in smallest_first(device.mig):
-        ok = p.memory_mib >= need
-        if ok and latency_slo_ms is not None:
-            ok = latency_ms_by_profile[p.name] <= latency_slo_ms
-        fits[p.name] = ok
+        ok = fits(p.memory_mib, memory_mb_high, latency_ms_by_profile[p.name] if latency_slo_ms is not None else None,
+                  latency_slo_ms, headroom)
+        per_profile[p.name] = ok
         if ok and chosen is None:
             chosen = p
     derived = "" if chosen is None or chosen.measured else " (its usable memory is a derived lower bound)"
@@ -63,11 +69,11 @@ def recommend(device: Device, memory_mb_high: float, *, latency_ms_by_profile: d
         if latency_slo_ms is not None:
             reason += (f" and whose predicted latency {latency_ms_by_profile[chosen.name]:.3g} ms meets the "
                        f"{latency_slo_ms:g} ms SLO")
-        return MigRecommendation(chosen.name, reason + derived, fits, latency_ms_by_profile)
+        return MigRecommendation(chosen.name, reason + derived, per_profile, latency_ms_by_profile)
     largest = smallest_first(device.mig)[-1]
     if largest.memory_mib < need:
         reason = (f"no profile fits: the largest, {largest.name}, has {largest.memory_mib:,.0f} MiB usable and the "
                   f"model needs {need:,.0f} MiB (upper bound + {headroom:.0%} headroom)")
     else:
         reason = f"no profile meets the {latency_slo_ms:g} ms latency SLO with enough memory"
-    return MigRecommendation(None, reason, fits, latency_ms_by_profile)
+    return MigRecommendation(None, reason, per_profile, latency_ms_by_profile)

@@ -79,19 +79,25 @@ def _sample_from_analysis(analysis, device: str, arrays: dict) -> Sample:
                   edge_index=analysis.edge_index, static=dict(analysis.static_features), ops=arrays, totals={})
 
 
-def _slice_latencies(arrays: dict, device: Device, full_ms: float, launch_ms: float) -> dict[str, float]:
+def roofline_memory_mib(param_bytes: int, peak_activation_bytes: int) -> tuple[float, float, float]:
+    """The roofline estimate's memory (low, point, high) in MiB (module docstring)."""
+    est = memory_estimate(param_bytes, peak_activation_bytes)
+    return (est.weights_mib + est.activations_mib + CONTEXT_MIB, est.total_mib,
+            est.total_mib + 0.25 * est.activations_mib)
+
+
+def _slice_latencies(arrays: dict, device: Device, bound: float, full_ms: float, launch_ms: float) -> dict[str, float]:
     """Predicted latency on each MIG slice.
 
     The kernel-launch floor (`launch_ms`: host-side work and launch latency, which a smaller slice does not
     slow down) is kept as it is; the rest of the full-GPU latency is scaled by the slice's roofline ratio (its
-    share of SMs and of memory bandwidth). Scaling the floor too would make a launch-bound model look up to
-    8x slower on a 1g slice than on the whole GPU.
+    share of SMs and of memory bandwidth) against `bound`, the whole GPU's roofline bound. Scaling the floor
+    too would make a launch-bound model look up to 8x slower on a 1g slice than on the whole GPU.
     """
     fixed = min(launch_ms, full_ms)
-    base = latency_bound_ms_arrays(arrays, device)
-    if base <= 0:  # no work at all: only the floor
+    if bound <= 0:  # no work at all: only the floor
         return {p.name: full_ms for p in device.mig}
-    return {p.name: fixed + (full_ms - fixed) * latency_bound_ms_arrays(arrays, device, p) / base for p in device.mig}
+    return {p.name: fixed + (full_ms - fixed) * latency_bound_ms_arrays(arrays, device, p) / bound for p in device.mig}
 
 
 def predict(analysis, device_name: str, *, latency_slo_ms: float | None = None,
@@ -115,13 +121,11 @@ def predict(analysis, device_name: str, *, latency_slo_ms: float | None = None,
         lat_lo, lat_hi = bound, 3 * lat
         e = lat / 1e3 * 0.6 * device.tdp_w
         e_lo, e_hi = lat_lo / 1e3 * 0.3 * device.tdp_w, lat_hi / 1e3 * device.tdp_w
-        est = memory_estimate(analysis.totals.param_bytes, analysis.totals.peak_activation_bytes)
-        m = est.total_mib
-        m_lo, m_hi = est.weights_mib + est.activations_mib + CONTEXT_MIB, m + 0.25 * est.activations_mib
+        m_lo, m, m_hi = roofline_memory_mib(analysis.totals.param_bytes, analysis.totals.peak_activation_bytes)
         name = "roofline"
         warnings.append(f"no trained predictor for {device.key}: roofline estimate (bound + {LAUNCH_US:g} us launch "
                         f"per op; energy at 60% of TDP; intervals are assumptions, not calibrated)")
-    slices = _slice_latencies(arrays, device, lat, launch_ms)
+    slices = _slice_latencies(arrays, device, bound, lat, launch_ms)
     rec = recommend(device, m_hi, latency_ms_by_profile=slices, latency_slo_ms=latency_slo_ms)
     block = {
         "device": device.key, "predictor": name,

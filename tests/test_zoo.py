@@ -1,14 +1,15 @@
-"""Tests for the ``analyzer.zoo`` model zoo (CPU only, random weights, offline)."""
+"""Tests for the ``zoo`` model zoo (CPU only, random weights, offline)."""
 
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pytest
 import torch
 
-from analyzer.zoo import FAMILIES, Family, ZooError, ZooModel, build, list_families, resolve
+from zoo import FAMILIES, Bounds, Family, ZooError, ZooModel, build, list_families, register, resolve
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -183,6 +184,64 @@ def test_resolve_errors(spec: str, fragment: str) -> None:
     assert fragment in message
     assert "\n" not in message
     assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("spec", "bound"),
+    [
+        ("resnet18?resolution=31", "'resolution' (must be >= 32)"),  # the CNN kind's bound
+        ("alexnet?resolution=62", "'resolution' (must be >= 63)"),  # a family's own bound replaces the kind's
+        ("vgg11?width=0", "'width' (must be > 0)"),
+        ("regnet_y_400mf?wm=1", "'wm' (must be > 1)"),
+        ("randwire_small?p=1.5", "'p' (must be <= 1.0)"),
+        ("randwire_small?m=8", "'m' (must be < nodes = 8)"),  # randwire_small has nodes = 8
+        ("gpt2?seq_len=1025", "'seq_len' (must be <= max_pos = 1024)"),
+        ("roberta_base?seq_len=513", "'seq_len' (must be <= max_pos - 2 = 512)"),  # 514 - 2
+        ("swin_tiny?resolution=128", "'resolution' (must be >= 8 * patch * window = 224)"),  # 8 * 4 * 7
+        ("swin_tiny?resolution=100", "'resolution' (must be a multiple of 8 * patch = 32)"),  # 8 * 4
+        ("randwire_small?resolution=8", "'resolution' (must be >= 2 ** (stages + 1) = 16)"),  # stages = 3
+        ("levit_128s?resolution=100", "'resolution' (must be a multiple of 16)"),
+        ("bert_base?hidden=100", "'hidden' (must be a multiple of heads = 12)"),
+        ("llama_small?kv_heads=3", "'heads' (must be a multiple of kv_heads = 3)"),  # llama_small has 8 heads
+        ("shufflenet_v2_x1_0?width=0.75", "'width' (choices: 0.5, 1.0, 1.5, 2.0)"),
+        ("t5_encoder_small?attn=sdpa", "'attn' (choices: 'eager')"),  # a family's choices replace the kind's
+        # Relations are checked only between values that are valid on their own (no division by zero).
+        ("llama_small?heads=0&kv_heads=0", "'heads' (must be >= 1)"),
+        ("swin_tiny?patch=0", "'resolution' (must be a multiple of 8 * patch = 0)"),
+    ],
+)
+def test_declared_bounds_are_checked_when_resolving(spec: str, bound: str) -> None:
+    with pytest.raises(ZooError, match=re.escape(bound)):
+        resolve(spec)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "gpt2?seq_len=1024",
+        "roberta_base?seq_len=512",
+        "randwire_small?resolution=16&m=7",
+        "swin_tiny?resolution=128&window=4",  # 8 * 4 * 4 = 128
+        "resnet18?resolution=32",
+        "regnet_y_400mf?w0=8",
+    ],
+)
+def test_values_on_a_bound_are_valid(spec: str) -> None:
+    resolve(spec)
+
+
+def test_register_checks_the_declared_bounds() -> None:
+    def family(**bounds: Bounds) -> Family:
+        return Family(
+            "bounds_probe", "cnn", {"width": 8, "resolution": 32}, {"bounds_probe_wide": {"width": 64}},
+            lambda **_: torch.nn.Identity(), lambda **_: (), "probe", bounds=bounds,
+        )  # fmt: skip
+
+    with pytest.raises(ZooError, match=re.escape("bounds of 'width' name unknown params ['depth']")):
+        register(family(width=Bounds(le="depth")))
+    with pytest.raises(ZooError, match=re.escape("bad value 64 for 'width' (must be <= 32)")):  # the variant
+        register(family(width=Bounds(le=32)))
+    assert "bounds_probe" not in FAMILIES
 
 
 def test_builder_validation_raises_zoo_error() -> None:

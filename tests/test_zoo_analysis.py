@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer import analyze, zoo
+import zoo
+from analyzer import analyze
 
 SMALLEST = [next(iter(f.variants)) for f in zoo.list_families()]
 

@@ -8,8 +8,9 @@ import numpy as _np
 import torch
 from torch import nn
 
-from analyzer.zoo._common import conv_bn, make_divisible, register_cnn, require
-from analyzer.zoo.cnn_mobile import SqueezeExcite
+from zoo._common import conv_bn, make_divisible, register_cnn
+from zoo.cnn_mobile import SqueezeExcite
+from zoo.registry import Bounds
 
 # --------------------------------------------------------------------------- EfficientNet
 
@@ -84,8 +85,6 @@ def build_efficientnet(width: float, depth: float, dropout: float, num_classes: 
     Returns:
         The model.
     """
-    require(width > 0 and depth > 0, "efficientnet: width and depth must be > 0")
-    require(resolution >= 32, "efficientnet: resolution must be >= 32")
     return EfficientNet(width, depth, dropout, num_classes)
 
 
@@ -109,6 +108,7 @@ register_cnn(
         for k, (w, d, r, p) in _EFFNET_VARIANTS.items()
     },
     "EfficientNet B0-B7: MBConv + squeeze-excitation + SiLU, compound scaling",
+    bounds={"width": Bounds(gt=0), "depth": Bounds(gt=0)},
 )
 
 # --------------------------------------------------------------------------- RegNet
@@ -206,9 +206,6 @@ def build_regnet(
     Returns:
         The model.
     """
-    require(w0 >= 8 and wa > 0 and wm > 1 and depth >= 1, "regnet: need w0>=8, wa>0, wm>1, depth>=1")
-    require(group_width >= 1, "regnet: group_width must be >= 1")
-    require(resolution >= 32, "regnet: resolution must be >= 32")
     return RegNet(w0, wa, wm, depth, group_width, se_ratio, num_classes)
 
 
@@ -247,6 +244,13 @@ register_cnn(
         "regnet_y_1_6gf": {"w0": 48, "wa": 20.71, "wm": 2.65, "depth": 27, "group_width": 24},
     },
     "RegNetX/Y: quantised linear widths, grouped bottlenecks, optional SE",
+    bounds={
+        "w0": Bounds(ge=8),
+        "wa": Bounds(gt=0),
+        "wm": Bounds(gt=1),
+        "depth": Bounds(ge=1),
+        "group_width": Bounds(ge=1),
+    },
 )
 
 # --------------------------------------------------------------------------- ConvNeXt
@@ -311,8 +315,6 @@ def build_convnext(width: int, depth3: int, num_classes: int, resolution: int) -
     Returns:
         The model.
     """
-    require(width >= 1 and depth3 >= 1, "convnext: width and depth3 must be >= 1")
-    require(resolution >= 32, "convnext: resolution must be >= 32")
     dims = tuple(width * 2**i for i in range(4))
     return ConvNeXt(dims, (3, 3, depth3, 3), num_classes)
 
@@ -329,4 +331,5 @@ register_cnn(
         "convnext_large": {"width": 192, "depth3": 27},
     },
     "ConvNeXt: depthwise 7x7 + LayerNorm + GELU MLP + layer scale",
+    bounds={"width": Bounds(ge=1), "depth3": Bounds(ge=1)},
 )

@@ -3,18 +3,19 @@
 Models are named by spec strings: ``"NAME"`` or ``"NAME?key=value&key2=value2"``,
 where ``NAME`` is a variant (``"resnet50"``, ``"llama_7b"``) or a family
 (``"resnet"``, meaning its defaults) and keys are the family's parameters
-(``Family.params``). All weights are random (seeded); ``transformers`` is only
+(``Family.params``), whose valid values each family declares (``Family.bounds``,
+checked when a spec is resolved). All weights are random (seeded); ``transformers`` is only
 imported when a Hugging Face based model is built, and ``device="meta"`` builds
 without allocating weight memory.
 
 Example:
-    >>> from analyzer.zoo import build
+    >>> from zoo import build
     >>> m = build("resnet18?resolution=64", batch=2)
     >>> m.module(*m.example_inputs).shape
     torch.Size([2, 1000])
 """
 
-from analyzer.zoo import (  # noqa: F401  (importing registers the families)
+from zoo import (  # noqa: F401  (importing registers the families)
     cnn_classic,
     cnn_efficient,
     cnn_mobile,
@@ -24,8 +25,10 @@ from analyzer.zoo import (  # noqa: F401  (importing registers the families)
     randwire,
     sequence,
 )
-from analyzer.zoo.registry import (
+from zoo.registry import (
     FAMILIES,
+    Bounds,
+    Expr,
     Family,
     ZooError,
     ZooModel,
@@ -37,6 +40,8 @@ from analyzer.zoo.registry import (
 
 __all__ = [
     "FAMILIES",
+    "Bounds",
+    "Expr",
     "Family",
     "ZooError",
     "ZooModel",

@@ -14,8 +14,8 @@ import random
 import torch
 from torch import nn
 
-from analyzer.zoo._common import image_inputs, require
-from analyzer.zoo.registry import Family, register
+from zoo._common import image_inputs
+from zoo.registry import Bounds, Expr, Family, register
 
 OPS = ("conv3x3", "sepconv3x3", "conv1x1", "maxpool", "avgpool", "dense")
 
@@ -221,12 +221,6 @@ def build_randwire(
     Returns:
         The model.
     """
-    require(nodes >= 2, "randwire: nodes must be >= 2")
-    require(0.0 <= p <= 1.0, "randwire: p must be in [0, 1]")
-    require(k >= 2 and k % 2 == 0 and k < nodes, "randwire: k must be even, >= 2 and < nodes")
-    require(1 <= m < nodes, "randwire: m must be in [1, nodes)")
-    require(width >= 2 and stages >= 1, "randwire: width >= 2 and stages >= 1")
-    require(resolution >= 2 ** (stages + 1), "randwire: resolution too small for the stages")
     return RandWireNet(seed, nodes, graph, k, p, m, width, stages, ops, num_classes)
 
 
@@ -256,6 +250,17 @@ register(
         builder=build_randwire,
         make_inputs=image_inputs,
         description="RandWire-style random DAG of conv / pooling / dense cells (seeded)",
-        choices={"graph": ("ws", "er", "ba"), "ops": ("mixed", *OPS)},
+        bounds={
+            "nodes": Bounds(ge=2),
+            "graph": Bounds(choices=("ws", "er", "ba")),
+            "k": Bounds(ge=2, lt="nodes", multiple_of=2),
+            "p": Bounds(ge=0.0, le=1.0),
+            "m": Bounds(ge=1, lt="nodes"),
+            "width": Bounds(ge=2),
+            "stages": Bounds(ge=1),
+            "ops": Bounds(choices=("mixed", *OPS)),
+            # The stem and every stage halve the image.
+            "resolution": Bounds(ge=Expr("2 ** (stages + 1)", lambda p: 2 ** (p["stages"] + 1))),
+        },
     )
 )

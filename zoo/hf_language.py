@@ -10,18 +10,21 @@ from typing import Any
 
 from torch import nn
 
-from analyzer.zoo._common import require, token_inputs
-from analyzer.zoo._hf import hf_class, hf_module
-from analyzer.zoo.registry import registrar
+from zoo._common import token_inputs
+from zoo._hf import hf_class, hf_module
+from zoo.registry import Bounds, Expr, registrar
 
-_ATTN = {"attn": ("sdpa", "eager")}
 _TOKENS = ("input_ids",)
-
-
-def _check(name: str, hidden: int, heads: int, layers: int, seq_len: int, max_pos: int) -> None:
-    require(layers >= 1 and heads >= 1, f"{name}: layers and heads must be >= 1")
-    require(hidden % heads == 0, f"{name}: hidden ({hidden}) must be divisible by heads ({heads})")
-    require(1 <= seq_len <= max_pos, f"{name}: seq_len must be in [1, {max_pos}], got {seq_len}")
+# Every language family: sizes >= 1, heads divide the hidden size, and positions for seq_len tokens.
+_LM_BOUNDS = {
+    "attn": Bounds(choices=("sdpa", "eager")),
+    "layers": Bounds(ge=1),
+    "heads": Bounds(ge=1),
+    "hidden": Bounds(multiple_of="heads"),
+    "seq_len": Bounds(ge=1, le="max_pos"),
+}
+# Grouped-query attention: the key/value heads divide the query heads.
+_GQA_BOUNDS = {"heads": Bounds(ge=1, multiple_of="kv_heads"), "kv_heads": Bounds(ge=1)}
 
 
 def _encoder_params(vocab: int, max_pos: int) -> dict[str, object]:
@@ -53,13 +56,6 @@ def _sized(prefix: str, sizes: dict[str, tuple[int, int, int]]) -> dict[str, dic
     }
 
 
-def _check_gqa(name: str, heads: int, kv_heads: int) -> None:
-    require(
-        kv_heads >= 1 and heads % kv_heads == 0,
-        f"{name}: heads ({heads}) must be a multiple of kv_heads ({kv_heads})",
-    )
-
-
 def _lm_builder(
     name: str,
     config_cls: str,
@@ -67,7 +63,6 @@ def _lm_builder(
     fields: dict[str, str],
     *,
     decoder: bool = False,
-    pos_offset: int = 0,
     derived: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> Callable[..., nn.Module]:
     """A builder for one ``transformers`` family: our parameter names mapped to its config's fields.
@@ -79,20 +74,14 @@ def _lm_builder(
             (``decoder=True``) the LM logits.
         fields: Our parameter (``layers``, ``hidden``, ...) -> the config's keyword for it.
         decoder: Whether the model is a causal LM (called with ``use_cache=False``).
-        pos_offset: Positions the model reserves (RoBERTa's padding offset), so the longest
-            sequence is ``max_pos - pos_offset``.
         derived: Config keywords computed from the parameters (e.g. T5's ``d_kv``).
 
     Returns:
-        ``builder(**params)``: validates ``layers``, ``hidden``, ``heads``, ``seq_len`` (and
-        ``kv_heads`` when the family has it) and returns the wrapped model with random weights.
+        ``builder(**params)``: the wrapped model with random weights (the parameters are checked
+        against the family's bounds when the spec is resolved).
     """
 
     def builder(**params: Any) -> nn.Module:
-        _check(name, params["hidden"], params["heads"], params["layers"], params["seq_len"],
-               params["max_pos"] - pos_offset)
-        if "kv_heads" in params:
-            _check_gqa(name, params["heads"], params["kv_heads"])
         config = {field: params[key] for key, field in fields.items()}
         config.update(derived(params) if derived else {})
         cfg = hf_class(config_cls)(**config, attn_implementation=params["attn"])
@@ -103,7 +92,7 @@ def _lm_builder(
     return builder
 
 
-_language = registrar("language", token_inputs, _TOKENS, _ATTN)
+_language = registrar("language", token_inputs, _TOKENS, _LM_BOUNDS)
 
 _BERT_FIELDS = {  # also RoBERTa's
     "vocab": "vocab_size",
@@ -127,11 +116,12 @@ _language(
 
 _language(
     "roberta",
-    _lm_builder("roberta", "RobertaConfig", "RobertaModel", _BERT_FIELDS, pos_offset=2,
-                derived=lambda p: {"pad_token_id": 1}),
+    _lm_builder("roberta", "RobertaConfig", "RobertaModel", _BERT_FIELDS, derived=lambda p: {"pad_token_id": 1}),
     _encoder_params(50265, 514),
     _sized("roberta", {k: _BERT_SIZES[k] for k in ("tiny", "small", "base", "large")}),
     "RoBERTa encoder (BERT architecture, padding-offset positions)",
+    # RoBERTa reserves 2 positions (its padding offset).
+    bounds={"seq_len": Bounds(ge=1, le=Expr("max_pos - 2", lambda p: p["max_pos"] - 2))},
 )
 
 _language(
@@ -140,8 +130,14 @@ _language(
         "distilbert",
         "DistilBertConfig",
         "DistilBertModel",
-        {"vocab": "vocab_size", "hidden": "dim", "layers": "n_layers", "heads": "n_heads",
-         "intermediate": "hidden_dim", "max_pos": "max_position_embeddings"},
+        {
+            "vocab": "vocab_size",
+            "hidden": "dim",
+            "layers": "n_layers",
+            "heads": "n_heads",
+            "intermediate": "hidden_dim",
+            "max_pos": "max_position_embeddings",
+        },
     ),
     {**_encoder_params(30522, 512), "layers": 6},
     {
@@ -161,8 +157,13 @@ _language(
         "T5Config",
         "T5EncoderModel",
         # Relative positions: max_pos only bounds seq_len.
-        {"vocab": "vocab_size", "hidden": "d_model", "intermediate": "d_ff", "layers": "num_layers",
-         "heads": "num_heads"},
+        {
+            "vocab": "vocab_size",
+            "hidden": "d_model",
+            "intermediate": "d_ff",
+            "layers": "num_layers",
+            "heads": "num_heads",
+        },
         derived=lambda p: {"d_kv": p["hidden"] // p["heads"]},
     ),
     {**_encoder_params(32128, 512), "attn": "eager"},
@@ -173,7 +174,7 @@ _language(
         "t5_encoder_large": {"layers": 24, "hidden": 1024, "heads": 16, "intermediate": 4096},
     },
     "T5 encoder: RMSNorm, relative position bias, ReLU MLP",
-    choices={"attn": ("eager",)},  # T5 supports only eager attention
+    bounds={"attn": Bounds(choices=("eager",))},  # T5 supports only eager attention
 )
 
 # --------------------------------------------------------------------------- GPT-2 / OPT
@@ -184,8 +185,14 @@ _language(
         "gpt2",
         "GPT2Config",
         "GPT2LMHeadModel",
-        {"vocab": "vocab_size", "hidden": "n_embd", "layers": "n_layer", "heads": "n_head",
-         "intermediate": "n_inner", "max_pos": "n_positions"},
+        {
+            "vocab": "vocab_size",
+            "hidden": "n_embd",
+            "layers": "n_layer",
+            "heads": "n_head",
+            "intermediate": "n_inner",
+            "max_pos": "n_positions",
+        },
         decoder=True,
     ),
     _encoder_params(50257, 1024),
@@ -248,6 +255,7 @@ _language(
         "llama_13b": {"layers": 40, "hidden": 5120, "heads": 40, "kv_heads": 40, "intermediate": 13824},
     },
     "Llama decoder LM: RMSNorm, RoPE, SwiGLU, grouped-query attention",
+    bounds=_GQA_BOUNDS,
 )
 
 _language(
@@ -267,4 +275,5 @@ _language(
         "mistral_7b": {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "intermediate": 14336},
     },
     "Mistral decoder LM: Llama block with GQA and sliding-window attention",
+    bounds=_GQA_BOUNDS,
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -10,6 +11,8 @@ import torch
 
 __all__ = [
     "FAMILIES",
+    "Bounds",
+    "Expr",
     "Family",
     "ZooError",
     "ZooModel",
@@ -28,6 +31,58 @@ class ZooError(ValueError):
 
 
 @dataclass(frozen=True)
+class Expr:
+    """A limit computed from a family's resolved parameters, e.g. ``Expr("8 * patch", lambda p: 8 * p["patch"])``.
+
+    Attributes:
+        text: How error messages show the limit.
+        fn: ``fn(params)`` returns the limit's value.
+    """
+
+    text: str
+    fn: Callable[[dict], float]
+
+
+#: A limit of :class:`Bounds`: a number, the name of another parameter of the family, or an :class:`Expr`.
+Limit = int | float | str | Expr
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The valid values of one family parameter, declared in the registry and checked by :func:`resolve`.
+
+    Every numeric parameter must also be ``>= 0`` (checked first). Limits that are numbers (and ``choices``)
+    are checked for all parameters before limits that refer to other parameters, so a relation is only
+    checked between values that are valid on their own.
+
+    Attributes:
+        choices: The allowed values.
+        ge: Inclusive lower limit.
+        gt: Exclusive lower limit.
+        le: Inclusive upper limit.
+        lt: Exclusive upper limit.
+        multiple_of: The value must be a multiple of this (a positive limit).
+    """
+
+    choices: tuple | None = None
+    ge: Limit | None = None
+    gt: Limit | None = None
+    le: Limit | None = None
+    lt: Limit | None = None
+    multiple_of: Limit | None = None
+
+
+# Bounds attribute -> (how a message says it, whether a value satisfies it).
+_LIMITS: dict[str, tuple[str, Callable[[float, float], bool]]] = {
+    "multiple_of": ("a multiple of", lambda value, limit: limit > 0 and value % limit == 0),
+    "ge": (">=", operator.ge),
+    "gt": (">", operator.gt),
+    "le": ("<=", operator.le),
+    "lt": ("<", operator.lt),
+}
+
+
+@dataclass(frozen=True)
 class Family:
     """A parameterised family of models.
 
@@ -43,7 +98,8 @@ class Family:
             the example input tensors.
         description: One-line human readable description.
         input_names: Names of the forward arguments, in order.
-        choices: Optional allowed values per parameter name.
+        bounds: Valid values per parameter name (see :class:`Bounds`); parameters without an entry need
+            only be ``>= 0`` when numeric.
     """
 
     name: str
@@ -54,7 +110,7 @@ class Family:
     make_inputs: Callable[..., tuple[torch.Tensor, ...]]
     description: str
     input_names: tuple[str, ...] = ("x",)
-    choices: dict[str, tuple] = field(default_factory=dict)
+    bounds: dict[str, Bounds] = field(default_factory=dict)
 
 
 @dataclass
@@ -95,8 +151,9 @@ def register(family: Family) -> Family:
         The same family, so this can be used in assignments.
 
     Raises:
-        ZooError: If the family or one of its variant names is already taken,
-            or a variant overrides an unknown parameter.
+        ZooError: If the family or one of its variant names is already taken, a variant overrides an
+            unknown parameter, a bound names an unknown parameter, or the defaults or a variant are out of
+            bounds.
     """
     if family.kind not in KINDS:
         raise ZooError(f"family {family.name!r}: unknown kind {family.kind!r}")
@@ -111,6 +168,13 @@ def register(family: Family) -> Family:
         unknown = set(overrides) - set(family.params)
         if unknown:
             raise ZooError(f"variant {variant!r} overrides unknown params {sorted(unknown)}")
+    for key, bounds in family.bounds.items():
+        named = {key} | {getattr(bounds, a) for a in _LIMITS if isinstance(getattr(bounds, a), str)}
+        unknown = named - set(family.params)
+        if unknown:
+            raise ZooError(f"family {family.name!r}: bounds of {key!r} name unknown params {sorted(unknown)}")
+    for overrides in (family.params, *family.variants.values()):
+        _check_params(family, {**family.params, **overrides})
     FAMILIES[family.name] = family
     for variant in family.variants:
         _VARIANTS[variant] = family.name
@@ -121,20 +185,21 @@ def registrar(
     kind: str,
     make_inputs: Callable[..., tuple[torch.Tensor, ...]],
     input_names: tuple[str, ...] = ("x",),
-    choices: dict[str, tuple] | None = None,
+    bounds: dict[str, Bounds] | None = None,
 ) -> Callable[..., Family]:
-    """A ``register`` for the families of one kind, which share their inputs (and default choices).
+    """A ``register`` for the families of one kind, which share their inputs (and default bounds).
 
     Args:
         kind: One of ``KINDS``.
         make_inputs: The kind's example-input builder (see :class:`Family`).
         input_names: Names of the forward arguments.
-        choices: Allowed values per parameter for families that give none.
+        bounds: The kind's bounds, for the parameters a family has and gives no bounds of its own.
 
     Returns:
-        ``add(name, builder, params, variants, description, choices=None)``, which registers the
+        ``add(name, builder, params, variants, description, bounds=None)``, which registers the
         family and returns it.
     """
+    kind_bounds = dict(bounds or {})
 
     def add(
         name: str,
@@ -142,8 +207,9 @@ def registrar(
         params: dict[str, object],
         variants: dict[str, dict],
         description: str,
-        choices: dict[str, tuple] | None = choices,
+        bounds: dict[str, Bounds] | None = None,
     ) -> Family:
+        inherited = {key: b for key, b in kind_bounds.items() if key in params}
         return register(
             Family(
                 name=name,
@@ -154,11 +220,12 @@ def registrar(
                 make_inputs=make_inputs,
                 description=description,
                 input_names=input_names,
-                choices=dict(choices or {}),
+                bounds={**inherited, **(bounds or {})},
             )
         )
 
     return add
+
 
 def list_families() -> list[Family]:
     """Return all registered families, sorted by name.
@@ -199,17 +266,44 @@ def _parse_value(family: Family, key: str, raw: str) -> object:
     except ValueError:
         kind = type(default).__name__
         raise ZooError(f"{family.name}: bad value {raw!r} for {key!r} (expected {kind}, default {default!r})") from None
-    _check_value(family, key, value)
     return value
 
 
-def _check_value(family: Family, key: str, value: object) -> None:
-    allowed = family.choices.get(key)
-    if allowed is not None and value not in allowed:
-        shown = ", ".join(repr(a) for a in allowed)
-        raise ZooError(f"{family.name}: bad value {value!r} for {key!r} (choices: {shown})")
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-        raise ZooError(f"{family.name}: bad value {value!r} for {key!r} (must be >= 0)")
+def _check_params(family: Family, params: dict) -> None:
+    """Check resolved parameters against the family's bounds: values on their own first, then relations.
+
+    Raises:
+        ZooError: Naming the first parameter out of bounds, its value and the bound.
+    """
+    for relative in (False, True):
+        for key, value in params.items():
+            _check_value(family, key, value, params, relative)
+
+
+def _check_value(family: Family, key: str, value: object, params: dict, relative: bool) -> None:
+    bounds = family.bounds.get(key, Bounds())
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not relative:
+        if bounds.choices is not None and value not in bounds.choices:
+            shown = ", ".join(repr(a) for a in bounds.choices)
+            raise ZooError(f"{family.name}: bad value {value!r} for {key!r} (choices: {shown})")
+        if numeric and value < 0:
+            raise ZooError(f"{family.name}: bad value {value!r} for {key!r} (must be >= 0)")
+    if not numeric:
+        return
+    for attr, (says, holds) in _LIMITS.items():
+        limit = getattr(bounds, attr)
+        if limit is None or isinstance(limit, (str, Expr)) != relative:
+            continue
+        if isinstance(limit, str):
+            bound, shown = params[limit], f"{limit} = {params[limit]}"
+        elif isinstance(limit, Expr):
+            bound = limit.fn(params)
+            shown = f"{limit.text} = {bound}"
+        else:
+            bound, shown = limit, str(limit)
+        if not holds(value, bound):
+            raise ZooError(f"{family.name}: bad value {value!r} for {key!r} (must be {says} {shown})")
 
 
 def _split_spec(spec: str) -> tuple[str, list[tuple[str, str]]]:
@@ -240,7 +334,8 @@ def resolve(spec: str) -> tuple[Family, dict]:
         overrides, then spec overrides.
 
     Raises:
-        ZooError: For an unknown name, unknown key or unparseable value.
+        ZooError: For an unknown name, unknown key, unparseable value or a value out of the family's
+            bounds (:class:`Bounds`).
     """
     name, pairs = _split_spec(spec)
     if name in _VARIANTS:
@@ -255,6 +350,7 @@ def resolve(spec: str) -> tuple[Family, dict]:
         if key not in family.params:
             raise ZooError(f"{family.name}: unknown parameter {key!r}; {_hint(key, sorted(family.params))}")
         params[key] = _parse_value(family, key, raw)
+    _check_params(family, params)
     return family, params
 
 

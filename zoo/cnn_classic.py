@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from analyzer.zoo._common import conv_bn, register_cnn, require
+from zoo._common import conv_bn, register_cnn
+from zoo.registry import Bounds
 
 # --------------------------------------------------------------------------- VGG
 
@@ -63,8 +64,6 @@ def build_vgg(depth: int, batch_norm: bool, width: float, num_classes: int, reso
     Returns:
         The model.
     """
-    require(width > 0, "vgg: width must be > 0")
-    require(resolution >= 32, "vgg: resolution must be >= 32")
     return VGG(depth, batch_norm, width, num_classes)
 
 
@@ -81,7 +80,7 @@ register_cnn(
         "vgg19": {"depth": 19},
     },
     "VGG 11-19 plain 3x3 conv stacks with large FC classifier",
-    choices={"depth": tuple(_VGG_CFGS)},
+    bounds={"depth": Bounds(choices=tuple(_VGG_CFGS)), "width": Bounds(gt=0)},
 )
 
 # --------------------------------------------------------------------------- AlexNet
@@ -134,8 +133,6 @@ def build_alexnet(width: float, num_classes: int, resolution: int) -> nn.Module:
     Returns:
         The model.
     """
-    require(width > 0, "alexnet: width must be > 0")
-    require(resolution >= 63, "alexnet: resolution must be >= 63")
     return AlexNet(width, num_classes)
 
 
@@ -149,6 +146,7 @@ register_cnn(
         "alexnet": {},
     },
     "AlexNet: large-kernel convolutions and a large FC classifier",
+    bounds={"width": Bounds(gt=0), "resolution": Bounds(ge=63)},
 )
 
 # --------------------------------------------------------------------------- DenseNet
@@ -221,7 +219,6 @@ def build_densenet(depth: int, growth: int, num_classes: int, resolution: int) -
     Returns:
         The model.
     """
-    require(resolution >= 32, "densenet: resolution must be >= 32")
     std_growth, blocks, init = _DENSENET[depth]
     return DenseNet(growth or std_growth, blocks, init, num_classes)
 
@@ -237,7 +234,7 @@ register_cnn(
         "densenet201": {"depth": 201},
     },
     "DenseNet-BC: dense concatenation blocks with transitions",
-    choices={"depth": tuple(_DENSENET)},
+    bounds={"depth": Bounds(choices=tuple(_DENSENET))},
 )
 
 # --------------------------------------------------------------------------- GoogLeNet
@@ -313,8 +310,6 @@ def build_googlenet(width: float, num_classes: int, resolution: int) -> nn.Modul
     Returns:
         The model.
     """
-    require(width > 0, "googlenet: width must be > 0")
-    require(resolution >= 32, "googlenet: resolution must be >= 32")
     return GoogLeNet(width, num_classes)
 
 
@@ -328,4 +323,5 @@ register_cnn(
         "googlenet_x1_5": {"width": 1.5},
     },
     "GoogLeNet (Inception v1): 4-branch concat modules",
+    bounds={"width": Bounds(gt=0)},
 )

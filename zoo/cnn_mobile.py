@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from analyzer.zoo._common import conv_bn, make_divisible, register_cnn, require
+from zoo._common import conv_bn, make_divisible, register_cnn
+from zoo.registry import Bounds
 
 # --------------------------------------------------------------------------- MobileNetV2
 
@@ -74,8 +75,6 @@ def build_mobilenet_v2(width: float, num_classes: int, resolution: int) -> nn.Mo
     Returns:
         The model.
     """
-    require(width > 0, "mobilenet_v2: width must be > 0")
-    require(resolution >= 32, "mobilenet_v2: resolution must be >= 32")
     return MobileNetV2(width, num_classes, 0.2)
 
 
@@ -90,6 +89,7 @@ register_cnn(
         "mobilenet_v2_x1_4": {"width": 1.4},
     },
     "MobileNetV2 inverted residuals with ReLU6",
+    bounds={"width": Bounds(gt=0)},
 )
 
 # --------------------------------------------------------------------------- MobileNetV3
@@ -213,8 +213,6 @@ def build_mobilenet_v3(size: str, width: float, num_classes: int, resolution: in
     Returns:
         The model.
     """
-    require(width > 0, "mobilenet_v3: width must be > 0")
-    require(resolution >= 32, "mobilenet_v3: resolution must be >= 32")
     return MobileNetV3(size, width, num_classes)
 
 
@@ -229,7 +227,7 @@ register_cnn(
         "mobilenet_v3_large_x1_25": {"size": "large", "width": 1.25},
     },
     "MobileNetV3 with squeeze-excitation, hard-swish and hard-sigmoid",
-    choices={"size": ("large", "small")},
+    bounds={"size": Bounds(choices=("large", "small")), "width": Bounds(gt=0)},
 )
 
 # --------------------------------------------------------------------------- MnasNet
@@ -296,8 +294,6 @@ def build_mnasnet(alpha: float, num_classes: int, resolution: int) -> nn.Module:
     Returns:
         The model.
     """
-    require(alpha > 0, "mnasnet: alpha must be > 0")
-    require(resolution >= 32, "mnasnet: resolution must be >= 32")
     return MnasNet(alpha, num_classes)
 
 
@@ -312,6 +308,7 @@ register_cnn(
         "mnasnet1_3": {"alpha": 1.3},
     },
     "MnasNet-B1 (NAS-found mobile CNN)",
+    bounds={"alpha": Bounds(gt=0)},
 )
 
 # --------------------------------------------------------------------------- ShuffleNetV2
@@ -389,7 +386,6 @@ def build_shufflenet_v2(width: float, num_classes: int, resolution: int) -> nn.M
     Returns:
         The model.
     """
-    require(resolution >= 32, "shufflenet_v2: resolution must be >= 32")
     return ShuffleNetV2(_SHUFFLE_CHANNELS[width], num_classes)
 
 
@@ -404,7 +400,7 @@ register_cnn(
         "shufflenet_v2_x2_0": {"width": 2.0},
     },
     "ShuffleNetV2 (channel split + shuffle)",
-    choices={"width": tuple(_SHUFFLE_CHANNELS)},
+    bounds={"width": Bounds(choices=tuple(_SHUFFLE_CHANNELS))},
 )
 
 # --------------------------------------------------------------------------- SqueezeNet
@@ -493,8 +489,6 @@ def build_squeezenet(version: str, width: float, num_classes: int, resolution: i
     Returns:
         The model.
     """
-    require(width > 0, "squeezenet: width must be > 0")
-    require(resolution >= 48, "squeezenet: resolution must be >= 48")
     return SqueezeNet(version, width, num_classes)
 
 
@@ -508,5 +502,5 @@ register_cnn(
         "squeezenet1_1_x2": {"version": "1_1", "width": 2.0},
     },
     "SqueezeNet fire modules (squeeze 1x1, expand 1x1 + 3x3)",
-    choices={"version": ("1_0", "1_1")},
+    bounds={"version": Bounds(choices=("1_0", "1_1")), "width": Bounds(gt=0), "resolution": Bounds(ge=48)},
 )

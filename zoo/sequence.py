@@ -12,8 +12,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from analyzer.zoo._common import require
-from analyzer.zoo.registry import Family, register
+from zoo.registry import Bounds, Family, register
 
 
 class _UnrolledLayer(nn.Module):
@@ -107,7 +106,6 @@ def _builder(cell: str) -> Callable[..., nn.Module]:
         impl: str,
         seq_len: int,
     ) -> nn.Module:
-        require(min(input_size, hidden, layers, seq_len) >= 1, f"{cell}: sizes must be >= 1")
         return RecurrentTagger(cell, input_size, hidden, layers, bidirectional, num_classes, impl)
 
     builder.__doc__ = f"Build a {cell.upper()} tagger (see ``RecurrentTagger``)."
@@ -162,6 +160,12 @@ for _cell in ("lstm", "gru"):
             builder=_builder(_cell),
             make_inputs=sequence_inputs,
             description=f"Stacked {_cell.upper()} per-step classifier over float sequences",
-            choices={"impl": ("module", "unrolled")},
+            bounds={
+                "input_size": Bounds(ge=1),
+                "hidden": Bounds(ge=1),
+                "layers": Bounds(ge=1),
+                "seq_len": Bounds(ge=1),
+                "impl": Bounds(choices=("module", "unrolled")),
+            },
         )
     )

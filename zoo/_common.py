@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from analyzer.zoo.registry import ZooError, registrar
+from zoo.registry import Bounds, registrar
 
 
 def make_divisible(value: float, divisor: int = 8, min_value: int | None = None) -> int:
@@ -48,7 +48,8 @@ def image_inputs(
     return (torch.randn(batch, 3, resolution, resolution, dtype=dtype, device=device),)
 
 
-register_cnn = registrar("cnn", image_inputs)  # CNN families take one image input `x`
+# CNN families take one image input `x`, at least 32 x 32 unless a family says otherwise.
+register_cnn = registrar("cnn", image_inputs, bounds={"resolution": Bounds(ge=32)})
 
 
 def token_inputs(
@@ -71,20 +72,6 @@ def token_inputs(
         A one-tuple with the token ids.
     """
     return (torch.randint(0, vocab, (batch, seq_len), dtype=torch.int64, device=device),)
-
-
-def require(condition: bool, message: str) -> None:
-    """Raise :class:`ZooError` with ``message`` unless ``condition`` holds.
-
-    Args:
-        condition: Condition that must hold.
-        message: Error message.
-
-    Raises:
-        ZooError: If ``condition`` is false.
-    """
-    if not condition:
-        raise ZooError(message)
 
 
 def conv_bn(

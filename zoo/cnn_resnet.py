@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from analyzer.zoo._common import register_cnn, require
+from zoo._common import register_cnn
+from zoo.registry import Bounds
 
 _LAYOUTS: dict[int, tuple[str, tuple[int, int, int, int]]] = {
     10: ("basic", (1, 1, 1, 1)),
@@ -124,9 +125,6 @@ def build_resnet(depth: int, width: int, groups: int, base_width: int, num_class
     Returns:
         The model.
     """
-    require(depth in _LAYOUTS, f"resnet: depth must be one of {sorted(_LAYOUTS)}, got {depth}")
-    require(width >= 1 and groups >= 1 and base_width >= 1, "resnet: width/groups must be >= 1")
-    require(resolution >= 32, f"resnet: resolution must be >= 32, got {resolution}")
     return ResNet(depth, width, groups, base_width, num_classes)
 
 
@@ -138,7 +136,12 @@ _DEFAULTS = {
     "num_classes": 1000,
     "resolution": 224,
 }
-_CHOICES = {"depth": tuple(sorted(_LAYOUTS))}
+_BOUNDS = {
+    "depth": Bounds(choices=tuple(sorted(_LAYOUTS))),
+    "width": Bounds(ge=1),
+    "groups": Bounds(ge=1),
+    "base_width": Bounds(ge=1),
+}
 
 register_cnn(
     "resnet",
@@ -152,7 +155,7 @@ register_cnn(
         "resnet152": {"depth": 152},
     },
     "ResNet v1.5 (basic / bottleneck blocks), torchvision layout",
-    choices=_CHOICES,
+    bounds=_BOUNDS,
 )
 
 register_cnn(
@@ -165,7 +168,7 @@ register_cnn(
         "wide_resnet101_2": {"depth": 101},
     },
     "Wide-ResNet: bottleneck ResNet with doubled inner width",
-    choices=_CHOICES,
+    bounds=_BOUNDS,
 )
 
 register_cnn(
@@ -178,5 +181,5 @@ register_cnn(
         "resnext101_32x8d": {"depth": 101, "base_width": 8},
     },
     "ResNeXt: bottleneck ResNet with grouped 3x3 convolutions",
-    choices=_CHOICES,
+    bounds=_BOUNDS,
 )

@@ -9,15 +9,24 @@ from collections.abc import Callable
 
 from torch import nn
 
-from analyzer.zoo._common import image_inputs, require
-from analyzer.zoo._hf import hf_class, hf_module
-from analyzer.zoo.registry import registrar
+from zoo._common import image_inputs
+from zoo._hf import hf_class, hf_module
+from zoo.registry import Bounds, Expr, registrar
 
-_ATTN = {"attn": ("sdpa", "eager")}
 _PIXELS = ("pixel_values",)
+_EAGER = Bounds(choices=("eager",))  # for models whose attention has no SDPA path in transformers
 
 
-_vision = registrar("vision_transformer", image_inputs, _PIXELS, _ATTN)
+_vision = registrar("vision_transformer", image_inputs, _PIXELS, {"attn": Bounds(choices=("sdpa", "eager"))})
+
+# ViT-like families: sizes >= 1, heads divide the hidden size, patches tile the image.
+_VIT_BOUNDS = {
+    "layers": Bounds(ge=1),
+    "heads": Bounds(ge=1),
+    "patch": Bounds(ge=1),
+    "hidden": Bounds(multiple_of="heads"),
+    "resolution": Bounds(multiple_of="patch"),
+}
 
 
 def _vit_params(patch: int) -> dict[str, object]:
@@ -54,15 +63,6 @@ def _sized(prefix: str, keys: tuple[str, ...], **extra: object) -> dict[str, dic
     }
 
 
-def _check_vit(name: str, layers: int, hidden: int, heads: int, patch: int, resolution: int) -> None:
-    require(layers >= 1 and heads >= 1 and patch >= 1, f"{name}: layers/heads/patch must be >= 1")
-    require(hidden % heads == 0, f"{name}: hidden ({hidden}) must be divisible by heads ({heads})")
-    require(
-        resolution % patch == 0,
-        f"{name}: resolution ({resolution}) must be a multiple of patch ({patch})",
-    )
-
-
 def _vit_like(name: str, config_cls: str, model_cls: str, **extra: object) -> Callable[..., nn.Module]:
     def builder(
         layers: int,
@@ -74,7 +74,6 @@ def _vit_like(name: str, config_cls: str, model_cls: str, **extra: object) -> Ca
         num_classes: int,
         attn: str,
     ) -> nn.Module:
-        _check_vit(name, layers, hidden, heads, patch, resolution)
         cfg = hf_class(config_cls)(
             hidden_size=hidden,
             num_hidden_layers=layers,
@@ -102,6 +101,7 @@ _vision(
         "vit_base_384": {"resolution": 384},
     },
     "ViT (An Image is Worth 16x16 Words), CLS-token classifier",
+    bounds=_VIT_BOUNDS,
 )
 
 _vision(
@@ -110,6 +110,7 @@ _vision(
     _vit_params(16),
     _sized("deit", ("tiny", "small", "base")),
     "DeiT: ViT with an extra distillation token",
+    bounds=_VIT_BOUNDS,
 )
 
 _vision(
@@ -125,6 +126,7 @@ _vision(
     _vit_params(16),
     _sized("beit", ("small", "base", "large")),
     "BEiT: ViT with relative position bias, layer scale and mean pooling",
+    bounds=_VIT_BOUNDS,
 )
 
 _vision(
@@ -133,6 +135,7 @@ _vision(
     _vit_params(14),
     _sized("dinov2", ("small", "base", "large")),
     "DINOv2-style ViT (patch 14, layer scale, interpolated positions)",
+    bounds=_VIT_BOUNDS,
 )
 
 # --------------------------------------------------------------------------- Swin
@@ -163,12 +166,6 @@ def build_swin(
     Returns:
         The wrapped model.
     """
-    require(embed_dim % heads0 == 0, "swin: embed_dim must be divisible by heads0")
-    require(resolution % (patch * 8) == 0, f"swin: resolution must be a multiple of {patch * 8}")
-    require(
-        resolution // (patch * 8) >= window,
-        f"swin: last stage ({resolution // (patch * 8)}) must be at least window ({window}) wide",
-    )
     cfg = hf_class("SwinConfig")(
         image_size=resolution,
         patch_size=patch,
@@ -202,6 +199,14 @@ _vision(
         "swin_base_384": {"embed_dim": 128, "depth3": 18, "heads0": 4, "window": 12, "resolution": 384},
     },
     "Swin transformer: shifted-window attention, patch merging",
+    # Four stages downsample by patch x 8 in all; the last stage must be at least one window wide.
+    bounds={
+        "embed_dim": Bounds(multiple_of="heads0"),
+        "resolution": Bounds(
+            ge=Expr("8 * patch * window", lambda p: 8 * p["patch"] * p["window"]),
+            multiple_of=Expr("8 * patch", lambda p: 8 * p["patch"]),
+        ),
+    },
 )
 
 # --------------------------------------------------------------------------- MobileViT
@@ -225,7 +230,6 @@ def build_mobilevit(size: str, resolution: int, num_classes: int, attn: str) -> 
     Returns:
         The wrapped model.
     """
-    require(resolution % 32 == 0, "mobilevit: resolution must be a multiple of 32")
     hidden, neck, expand = _MOBILEVIT[size]
     cfg = hf_class("MobileViTConfig")(
         image_size=resolution,
@@ -244,7 +248,7 @@ _vision(
     {"size": "s", "resolution": 256, "num_classes": 1000, "attn": "eager"},
     {f"mobilevit_{k}": {"size": k} for k in _MOBILEVIT},
     "MobileViT: MobileNetV2 blocks interleaved with unfolded transformers",
-    choices={"size": tuple(_MOBILEVIT), "attn": ("eager",)},
+    bounds={"size": Bounds(choices=tuple(_MOBILEVIT)), "attn": _EAGER, "resolution": Bounds(multiple_of=32)},
 )
 
 # --------------------------------------------------------------------------- LeViT
@@ -269,7 +273,6 @@ def build_levit(size: str, resolution: int, num_classes: int, attn: str) -> nn.M
     Returns:
         The wrapped model.
     """
-    require(resolution % 16 == 0, "levit: resolution must be a multiple of 16")
     hidden, heads, depths, key_dim = _LEVIT[size]
     cfg = hf_class("LevitConfig")(
         image_size=resolution,
@@ -289,7 +292,7 @@ _vision(
     {"size": "128s", "resolution": 224, "num_classes": 1000, "attn": "eager"},
     {f"levit_{k}": {"size": k} for k in _LEVIT},
     "LeViT: conv stem + attention with learned biases, hard-swish",
-    choices={"size": tuple(_LEVIT), "attn": ("eager",)},
+    bounds={"size": Bounds(choices=tuple(_LEVIT)), "attn": _EAGER, "resolution": Bounds(multiple_of=16)},
 )
 
 # --------------------------------------------------------------------------- PoolFormer
@@ -313,7 +316,6 @@ def build_poolformer(size: str, resolution: int, num_classes: int) -> nn.Module:
     Returns:
         The wrapped model.
     """
-    require(resolution % 32 == 0, "poolformer: resolution must be a multiple of 32")
     depths, hidden, scale = _POOLFORMER[size]
     cfg = hf_class("PoolFormerConfig")(
         image_size=resolution,
@@ -331,5 +333,5 @@ _vision(
     {"size": "s12", "resolution": 224, "num_classes": 1000},
     {f"poolformer_{k}": {"size": k} for k in _POOLFORMER},
     "PoolFormer: MetaFormer blocks with pooling as the token mixer",
-    choices={"size": tuple(_POOLFORMER)},
+    bounds={"size": Bounds(choices=tuple(_POOLFORMER)), "resolution": Bounds(multiple_of=32)},
 )

@@ -1,0 +1,1665 @@
+"""Kernel view: the kernels eager PyTorch launches on a CUDA GPU for a Relax graph.
+
+A Relax graph is not what eager PyTorch runs. This pass maps the ops of an extracted graph
+(`passes.graph.OpGraph` and its `passes.costs.OpCost` list) to the CUDA kernels eager PyTorch launches for
+the same model, dtype and shapes, each with its FLOPs, bytes, dtype, kind and sizes (the `Kernel` record,
+shared with the time model). Pure Python on plain data: `predictor/` may import it.
+
+Rules (docs/execution-model.md explains them for users):
+
+* **Views are free.** reshape, flatten, expand_dims, squeeze, permute_dims, broadcast_to, split,
+  strided_slice (basic slicing), take of one index (`x[:, 0]`), and astype to the same dtype launch nothing:
+  torch returns a view with new strides. The pass follows every tensor's strides as torch does, so it also
+  knows when a view is *not* free:
+  - a reshape whose strides torch cannot express as a view (`computeStride` fails, e.g. merging a transposed
+    head axis back, `x.transpose(1, 2).reshape(B, S, H * D)` after an attention that wrote (B, H, S, D))
+    copies: one "copy" kernel;
+  - ops that call `.contiguous()` on their input (softmax, layer/group/RMS/batch norm, convolution, pooling)
+    get a copy kernel first when the input is a non-contiguous view;
+  - a matmul folds its batch dimensions with `reshape` (copying when that is not a view) and cuBLAS reads
+    each operand's last two dimensions transposed or not, but not other strides (otherwise a copy);
+  - pointwise ops read strided and broadcast (stride-0) operands directly and write in the layout of their
+    first full-size operand (TensorIterator keeps a permuted layout).
+* **Attention is one kernel** (kind "attention", FLOPs of its two matmuls, bytes of Q, K, V, the output and
+  a real mask) when torch's CUDA dispatcher would pick a fused backend; see `sdpa_backend`. Recognised:
+  `relax.nn.attention[_bias]` (what preflight's PyTorch import keeps `scaled_dot_product_attention` as), and
+  decomposed patterns matmul(Q, K^T) -> [scale] -> [+ mask] -> softmax -> [fix-ups] -> matmul(P, V) with
+  torch's SDPA signature (Q and K^T both pre-scaled, as torch's math decomposition and the ONNX exporter
+  emit; or torch's `_safe_softmax` chain), and, with `attention_patterns="all"`, any such pattern (for
+  graphs whose source does not say whether the model used SDPA: ONNX, TensorFlow, Paddle). K and V
+  expanded or repeated over heads (GQA) are read once per K/V head by the fused kernel. The math backend is
+  the separate kernels.
+* **Constant masks collapse**: ops that depend on no model input and only build an attention mask launch
+  nothing (eager PyTorch passes `is_causal` or no mask); a mask counts as "real" (and its bytes as read)
+  only when it depends on a model input.
+* **Folded**: ops on weights alone (`OpCost.weight_only`) launch nothing (a transposed linear weight is a
+  view in torch).
+* **Epilogues**: a matmul with a 2-D weight followed by the add of a bias vector is one gemm kernel (addmm,
+  cuBLASLt bias epilogue); a depthwise 2-D convolution and its bias add are one kernel
+  (`_conv_depthwise2d`); other convolutions add their bias in a second kernel, as cuDNN convolutions do.
+* **Activations TVM's importers spell out**: hardsigmoid (`add(x, 3) -> clip(0, 6) -> divide(6)`) and
+  hardswish (that, times x) are one kernel ("fused:hardsigmoid", "fused:hardswish"), in every graph.
+* **Other exporters' spellings of one torch op** (graphs not from torch.export: `attention_patterns="all"`).
+  ONNX, TFLite and Paddle (through paddle2onnx) graphs write out what eager PyTorch runs as one kernel; each
+  exact spelling is one "elementwise" kernel named after the torch op ("fused:gelu", ...), reading its input
+  and writing its output once (its one-element constants are kernel arguments, not memory reads):
+  - GELU: a chain x -> pointwise ops -> erf / tanh -> up to four ops combining the running value with a
+    constant or x, that computes torch's GELU (erf or tanh form) at eight points to 1e-5 relative: torch's
+    ONNX exporters (`mul(mul(x, 1 + erf(x / sqrt 2)), 0.5)`, onnxscript's `mul(x, mul(0.5, ...))`, the tanh
+    forms with `x * x * x` or `pow(x, 3)`), TVM's TFLite GELU (`x * (0.5 + erf(x * sqrt 0.5) * 0.5)`). A
+    constant off by 1e-4 does not match. GELU written in Python (`0.5 * x * (1 + tanh(...))`, Hugging Face's
+    `gelu_new`) makes `0.5 * x` a tensor of its own, which no exporter's GELU does: it stays separate
+    kernels, as eager PyTorch runs it;
+  - SiLU `mul(x, sigmoid(x))` (the same x), torch's clamp as TVM's ONNX `Clip` (TIR `maximum` then
+    `minimum` with one-element bounds), hardsigmoid as ONNX's `HardSigmoid` with torch's constants (alpha
+    1/6, beta 0.5: `clip(add(mul(x, 1/6), 0.5), 0, 1)`, and hardswish as x times it), TFLite's hardswish
+    (`mul(x, clip(add(x, 3), 0, 6)) / 6`), rsqrt as `divide(1, sqrt(x))`, ne as `logical_not(equal(a, b))`;
+  - the index normalisation TVM's ONNX importer puts before a gather, `where(i < 0, i + n, i)` with n the
+    gathered axis's size (checked), is part of the gather (no traffic of its own).
+  A fused kernel's FLOPs are the sum of its Relax ops' FLOPs, so the kernel view partitions the Relax-op
+  view's FLOPs (for the exporters' GELU spellings that is the GELU rule's 5 or 9 per element; where a
+  spelling has other ops, such as `1 / sqrt`, it differs by a FLOP or two per element of a memory-bound
+  kernel, which does not change its time).
+* **Everything else** is one kernel per Relax op with the op's own FLOPs and bytes (`OpCost`), reads of
+  broadcast views counted once; batch norm in eval mode and layer norm are one kernel each; a global average
+  pool (adaptive average pooling to 1 x 1) is a "reduction" kernel (torch runs `mean` for it); a gather reads
+  its indices as they arrive (int64), not as the importer's integer cast made them; ops with no tensor output
+  (`shape_of`) launch nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ._gc import gc_paused
+from .costs import OpCost
+from .graph import OpGraph, OpNode, TensorInfo, dtype_bytes
+
+KERNEL_KINDS = (
+    "gemm",
+    "conv",
+    "attention",
+    "elementwise",
+    "reduction",
+    "softmax",
+    "norm",
+    "pooling",
+    "copy",
+    "other",
+)
+KERNEL_KINDS_VERSION = 1
+
+# What each op becomes in the view.
+ROLES = ("kernel", "view", "copy", "fused", "folded")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel eager PyTorch launches (the contract shared with the time model).
+
+    Attributes:
+        index: position in launch order.
+        kind: one of `KERNEL_KINDS`.
+        op: the Relax op it comes from ("fused:attention" for a recognised attention pattern, "copy:<op>"
+            for the copy torch makes of a non-contiguous view before `<op>`).
+        ops: indices (`OpCost.index`) of the Relax ops it covers (an attention covers its pattern).
+        flops: FLOPs under preflight's convention (2 x MACs for gemm, conv and attention).
+        bytes_read: bytes read from device memory.
+        bytes_written: bytes written.
+        dtype: compute dtype ("float32", "float16", ...).
+        params: kind-specific sizes (plain ints, strs, bools, lists): gemm {"b", "m", "n", "k"};
+            conv {"n", "c_in", "c_out", "out_spatial", "kernel", "groups", "stride"}; attention {"b", "h",
+            "h_kv", "s", "t", "d", "dv", "causal", "masked", "backend"}; others {"numel"}.
+    """
+
+    index: int
+    kind: str
+    op: str
+    ops: tuple[int, ...]
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    dtype: str
+    params: dict = field(default_factory=dict, hash=False, compare=True)
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    def to_json(self) -> dict:
+        return {
+            "index": self.index,
+            "kind": self.kind,
+            "op": self.op,
+            "ops": list(self.ops),
+            "flops": self.flops,
+            "bytes_read": self.bytes_read,
+            "bytes_written": self.bytes_written,
+            "dtype": self.dtype,
+            "params": dict(self.params),
+        }
+
+
+@dataclass(frozen=True)
+class KernelSummary:
+    """Totals of the kernel view beside the Relax-op view.
+
+    Attributes:
+        relax_ops: ops of the Relax view (weight-only ops excluded, as in `Totals.op_count`).
+        kernels: kernels launched.
+        bytes_ops: bytes read + written by the Relax ops (`Totals.bytes_read + bytes_written`).
+        bytes_kernels: bytes read + written by the kernels.
+        flops_kernels: FLOPs of the kernels.
+        by_kind: kernel count per kind.
+        by_role: op count per role ("kernel", "view", "copy", "fused", "folded").
+        attention: attention kernels per backend ("flash", "efficient", "math").
+    """
+
+    relax_ops: int
+    kernels: int
+    bytes_ops: int
+    bytes_kernels: int
+    flops_kernels: int
+    by_kind: dict[str, int]
+    by_role: dict[str, int]
+    attention: dict[str, int]
+
+    def to_json(self) -> dict:
+        return {
+            "relax_ops": self.relax_ops,
+            "kernels": self.kernels,
+            "bytes_ops": self.bytes_ops,
+            "bytes_kernels": self.bytes_kernels,
+            "flops_kernels": self.flops_kernels,
+            "by_kind": dict(self.by_kind),
+            "by_role": dict(self.by_role),
+            "attention": dict(self.attention),
+        }
+
+
+@dataclass(frozen=True)
+class KernelView:
+    """The kernels of one graph, and which kernels each Relax op maps to.
+
+    Attributes:
+        kernels: in launch order.
+        op_kernels: for each op index, the indices of the kernels that cover it (empty for a free view, a
+            folded op); an op may map to a copy kernel and its own kernel.
+        roles: for each op index, one of `ROLES`.
+        summary: totals beside the Relax-op view.
+    """
+
+    kernels: tuple[Kernel, ...]
+    op_kernels: tuple[tuple[int, ...], ...]
+    roles: tuple[str, ...]
+    summary: KernelSummary
+
+
+# --------------------------------------------------------------------------------------------
+# The attention backend rule
+# --------------------------------------------------------------------------------------------
+
+
+def sdpa_backend(dtype: str, d: int, dv: int, s: int, t: int, *, masked: bool, causal: bool) -> str:
+    """The backend torch's `scaled_dot_product_attention` picks on an A100/H100/H200 (sm80-sm90).
+
+    Restated from torch's CUDA dispatcher, aten/src/ATen/native/transformers/cuda/sdp_utils.cpp
+    (`select_sdp_backend`, default priority flash > memory-efficient > math, for 4-D inputs with a unit
+    last-dimension stride):
+    - flash: fp16/bf16 (`check_dtypes_flash_attention`), no mask (`check_for_attn_mask`), q, k, v head dims
+      equal and <= 256 (`check_head_dim_size_flash`), `is_causal` only with equal query and key lengths
+      (`check_flash_causal_non_square_seqlens`); grouped-query K/V allowed;
+    - efficient: fp16/bf16/fp32, q and k head dims equal, q and v head dims multiples of 8 (16-bit) or 4
+      (fp32) (`check_head_dim_size_mem_efficient`, `minimum_gemm_alignment`); masks allowed;
+    - math otherwise (separate kernels).
+    On sm90 with cuDNN > 9.15 torch tries cuDNN attention first; it is one fused kernel like flash.
+    """
+    half = dtype in ("float16", "bfloat16")
+    if half and not masked and d == dv <= 256 and not (causal and s != t):
+        return "flash"
+    align = 8 if half else 4
+    if dtype in ("float16", "bfloat16", "float32") and d % align == 0 and dv % align == 0:
+        return "efficient"
+    return "math"
+
+
+# --------------------------------------------------------------------------------------------
+# Strides (element units), as torch keeps them
+# --------------------------------------------------------------------------------------------
+
+Strides = tuple[int, ...]
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> Strides:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(out))
+
+
+def view_strides(shape: tuple[int, ...], strides: Strides, new_shape: tuple[int, ...]) -> Strides | None:
+    """Strides of `new_shape` viewing memory laid out as (shape, strides), or None if torch must copy.
+
+    The algorithm of torch's `computeStride` (aten/src/ATen/TensorUtils.cpp): dimensions are grouped into
+    chunks that are contiguous with each other, and a view may only split or merge within a chunk.
+    """
+    if math.prod(shape) != math.prod(new_shape):
+        return None
+    if not shape:
+        return (1,) * len(new_shape)
+    if math.prod(shape) == 0:
+        return contiguous_strides(new_shape)
+    new = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk_base = strides[-1]
+    tensor_numel = view_numel = 1
+    for d in range(len(shape) - 1, -1, -1):
+        tensor_numel *= shape[d]
+        if d == 0 or (shape[d - 1] != 1 and strides[d - 1] != tensor_numel * chunk_base):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                new[view_d] = view_numel * chunk_base
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if d > 0:
+                chunk_base = strides[d - 1]
+                tensor_numel = view_numel = 1
+    if view_d != -1:
+        return None
+    return tuple(new)
+
+
+def is_contiguous(shape: tuple[int, ...], strides: Strides) -> bool:
+    expected = 1
+    for d, s in zip(reversed(shape), reversed(strides), strict=True):
+        if d != 1 and s != expected:
+            return False
+        expected *= d
+    return True
+
+
+def is_channels_last(shape: tuple[int, ...], strides: Strides) -> bool:
+    """(N, C, *spatial) laid out as (N, *spatial, C) in memory (torch.channels_last)."""
+    if len(shape) < 3:
+        return False
+    expected = 1
+    for i in [1, *range(len(shape) - 1, 1, -1), 0]:
+        if shape[i] != 1 and strides[i] != expected:
+            return False
+        expected *= shape[i]
+    return True
+
+
+def _dense_order(shape: tuple[int, ...], strides: Strides) -> list[int] | None:
+    """The dimension order (outermost first) if (shape, strides) is a permuted contiguous layout, else None."""
+    order = sorted(range(len(shape)), key=lambda i: (-strides[i], -i))
+    expected = 1
+    for i in reversed(order):
+        if shape[i] == 1:
+            continue
+        if strides[i] != expected:
+            return None
+        expected *= shape[i]
+    return order
+
+
+def _permuted_contiguous(shape: tuple[int, ...], order: list[int]) -> Strides:
+    out = [0] * len(shape)
+    acc = 1
+    for i in reversed(order):
+        out[i] = acc
+        acc *= max(shape[i], 1)
+    return tuple(out)
+
+
+def unique_elements(shape: tuple[int, ...], strides: Strides) -> int:
+    """Elements of memory a view covers: broadcast (stride-0) dimensions are read once."""
+    if 0 in shape:
+        return 0
+    return math.prod(d for d, s in zip(shape, strides, strict=True) if s != 0)
+
+
+def _cublas_ok(shape: tuple[int, ...], strides: Strides) -> bool:
+    """cuBLAS reads a matrix (last two dims) row- or column-major with any leading dimension >= its size."""
+    if len(shape) < 2:
+        return True
+    r, c = shape[-2], shape[-1]
+    sr, sc = strides[-2], strides[-1]
+    if r == 1 or c == 1:
+        return True
+    return (sc == 1 and sr >= c) or (sr == 1 and sc >= r)
+
+
+# --------------------------------------------------------------------------------------------
+# Op vocabularies
+# --------------------------------------------------------------------------------------------
+
+_RESHAPES = {"relax.reshape", "relax.flatten", "relax.nn.batch_flatten"}
+_VIEW_OPS = _RESHAPES | {
+    "relax.permute_dims",
+    "relax.expand_dims",
+    "relax.squeeze",
+    "relax.broadcast_to",
+    "relax.strided_slice",
+    "relax.split",
+    "relax.nn.dropout",
+    "relax.wrap_param",
+}
+# Ops that make their input contiguous first (`.contiguous()` in their CUDA implementation).
+_NEED_CONTIGUOUS = {
+    "relax.nn.softmax",
+    "relax.nn.log_softmax",
+    "relax.nn.layer_norm",
+    "relax.nn.group_norm",
+    "relax.nn.instance_norm",
+    "relax.nn.rms_norm",
+}
+# Ops that take either memory format (`.contiguous(suggest_memory_format())`: cuDNN convolution and batch
+# norm, pooling): they copy only an input that is neither contiguous nor channels-last.
+_NEED_DENSE_NCHW_OR_NHWC = {
+    "relax.nn.batch_norm",
+    "relax.nn.conv1d",
+    "relax.nn.conv2d",
+    "relax.nn.conv3d",
+    "relax.nn.conv1d_transpose",
+    "relax.nn.conv2d_transpose",
+    "relax.nn.conv3d_transpose",
+    "relax.nn.max_pool1d",
+    "relax.nn.max_pool2d",
+    "relax.nn.max_pool3d",
+    "relax.nn.avg_pool1d",
+    "relax.nn.avg_pool2d",
+    "relax.nn.avg_pool3d",
+}
+_GATHER_OPS = {"relax.take", "relax.gather_elements", "relax.gather_nd", "relax.index_tensor"}
+_MAX_POOLS = {"relax.nn.max_pool1d", "relax.nn.max_pool2d", "relax.nn.max_pool3d"}
+_CONVS = {"relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d"}
+_ATTENTION_OPS = {"relax.nn.attention", "relax.nn.attention_bias"}
+_SCALE_OPS = {"relax.multiply", "relax.divide"}
+_FILLS = {
+    "relax.full",
+    "relax.full_like",
+    "relax.zeros",
+    "relax.zeros_like",
+    "relax.ones",
+    "relax.ones_like",
+    "relax.arange",
+    "relax.eye",
+    "relax.eye_like",
+}
+_CASTS = {"relax.astype", "relax.tril", "relax.triu", "relax.one_hot"}
+_COMPARISONS = {"relax.less", "relax.less_equal", "relax.greater", "relax.greater_equal"}
+# Pointwise ops the exporter-spelling matcher can evaluate on numbers (to check a chain is exactly GELU).
+_EVAL_UNARY = {
+    "relax.erf": math.erf,
+    "relax.tanh": math.tanh,
+    "relax.sqrt": math.sqrt,
+    "relax.negative": lambda a: -a,
+}
+_EVAL_BINARY = {
+    "relax.add": lambda a, b: a + b,
+    "relax.subtract": lambda a, b: a - b,
+    "relax.multiply": lambda a, b: a * b,
+    "relax.divide": lambda a, b: a / b,
+    "relax.power": lambda a, b: a**b,
+}
+_GELU_REFERENCE = {  # torch.nn.functional.gelu, approximate="none" (erf) and "tanh"
+    "relax.erf": lambda x: 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0))),
+    "relax.tanh": lambda x: 0.5 * x * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3))),
+}
+# Where the reference is compared: the negative side is where a wrong constant shows most (relative error).
+_GELU_POINTS = (-3.0, -2.0, -1.25, -0.5, 0.25, 0.75, 1.5, 2.5)
+_GELU_RTOL = 1e-5  # float32 constants (1/sqrt(2), 0.044715, ...) are within 6e-8; a constant 1e-4 off is not
+_POINTWISE_CATEGORIES = {"elementwise"}
+
+
+def _kind(cost: OpCost) -> str:
+    op, category = cost.op, cost.category
+    if op in ("relax.nn.softmax", "relax.nn.log_softmax") or (
+        op.startswith("relax.call_tir") and "softmax" in (cost.callee or "")
+    ):
+        return "softmax"
+    if category == "normalization":
+        return "norm"
+    if op in _FILLS or op in _CASTS:
+        return "elementwise"
+    return {
+        "matmul": "gemm",
+        "conv": "conv",
+        "attention": "attention",
+        "elementwise": "elementwise",
+        "reduction": "reduction",
+        "pooling": "pooling",
+        "data_movement": "copy",
+    }.get(category, "other")
+
+
+# --------------------------------------------------------------------------------------------
+# The pass
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Attention:
+    """A recognised attention: the ops it covers, its operands (value ids) and sizes."""
+
+    anchor: int  # op index where the kernel is launched (the last op of the pattern)
+    covered: set[int]
+    mask: int | None
+    out_value: int
+    b: int
+    h: int
+    h_kv: int
+    s: int
+    t: int
+    d: int
+    dv: int
+    causal: bool
+    bshd: bool  # q, k, v and the output are (B, S, H, D) (relax.nn.attention) rather than (B, H, S, D)
+    dtype: str
+
+
+class _View:
+    def __init__(self, graph: OpGraph, ops: list[OpCost], attention_patterns: str):
+        self.graph, self.costs, self.patterns = graph, ops, attention_patterns
+        self.node = graph.ops
+        self.outputs_of: dict[int, list[int]] = {}
+        for vid, i in graph.value_producer.items():
+            self.outputs_of.setdefault(i, []).append(vid)
+        for vids in self.outputs_of.values():
+            vids.sort()
+        self.producer = graph.value_producer
+        self.consumers: dict[int, list[int]] = {}
+        for op in self.node:
+            for o in op.operands:
+                self.consumers.setdefault(o.value, []).append(op.index)
+        self.info: dict[int, TensorInfo] = {s.value: s.tensor for s in graph.sources}
+        self.source = {s.value: s for s in graph.sources}
+        for op in self.node:
+            for vid, t in zip(self.outputs_of.get(op.index, []), op.outputs, strict=False):
+                self.info[vid] = t
+        self.graph_outputs = {vid for _, vid in graph.outputs}
+        self.index_casts = self.find_index_casts()
+        # values that depend on no model input (weights, constants, arange, and what is computed from them)
+        self.indep: set[int] = {s.value for s in graph.sources if s.kind == "weight"}
+        for op in self.node:
+            if all(o.value in self.indep for o in op.operands):
+                self.indep.update(self.outputs_of.get(op.index, []))
+
+    # -- helpers ----------------------------------------------------------------------------
+    def find_index_casts(self) -> set[int]:
+        """Integer astype ops whose result is only ever used (through reshapes) as gather/take indices."""
+        out: set[int] = set()
+        for op in self.node:
+            if op.op != "relax.astype" or not op.operands:
+                continue
+            src, dst = op.operands[0].tensor.dtype, op.output.dtype
+            if not (src.startswith(("int", "uint")) and dst.startswith(("int", "uint"))):
+                continue
+            stack, ok = list(self.outputs_of.get(op.index, [])), True
+            while stack and ok:
+                v = stack.pop()
+                users = self.consumers.get(v, [])
+                if not users or v in self.graph_outputs:
+                    ok = False
+                for c in users:
+                    user = self.node[c]
+                    if user.op in _RESHAPES or user.op in ("relax.expand_dims", "relax.squeeze"):
+                        stack.extend(self.outputs_of.get(c, []))
+                    elif not (user.op in _GATHER_OPS and all(o.value != v for o in user.operands[:1])):
+                        ok = False
+            if ok:
+                out.add(op.index)
+        return out
+
+    def index_source(self, vid: int) -> int:
+        """The tensor an index operand is before the integer casts and views TVM's importers put on it."""
+        while (op := self.op_of(vid)) is not None and op.operands:
+            if not (
+                op.index in self.index_casts or op.op in _RESHAPES or op.op in ("relax.expand_dims", "relax.squeeze")
+            ):
+                break
+            if self.info[op.operands[0].value].numel != self.info[vid].numel:
+                break
+            vid = op.operands[0].value
+        return vid
+
+    def op_of(self, vid: int) -> OpNode | None:
+        i = self.producer.get(vid)
+        return None if i is None else self.node[i]
+
+    def only_consumer(self, vid: int) -> int | None:
+        users = set(self.consumers.get(vid, []))
+        if len(users) != 1 or vid in self.graph_outputs:
+            return None
+        return next(iter(users))
+
+    def is_scalar_const(self, vid: int) -> bool:
+        return vid in self.indep and self.info[vid].numel == 1
+
+    def const_values(self, vid: int, depth: int = 0) -> list[float] | None:
+        """The values of a small constant tensor (at most 8 elements), flattened, or None if unknown.
+
+        Known: one-element literals (`SourceValue.scalar`), a static shape turned into a tensor, and what
+        take, astype and views make of them (how TVM's ONNX importer computes `data.shape[axis]`).
+        """
+        if vid not in self.indep or depth > 8 or self.info[vid].numel > 8:
+            return None
+        op = self.op_of(vid)
+        if op is None:
+            src = self.source.get(vid)
+            return None if src is None or src.scalar is None else [src.scalar]
+        if op.op == "relax.shape_to_tensor":
+            shape = op.attrs.get("shape")
+            return [float(d) for d in shape] if isinstance(shape, list) else None
+        if not op.operands:
+            return None
+        first = self.const_values(op.operands[0].value, depth + 1)
+        if first is None:
+            return None
+        if op.op == "relax.take" and len(op.operands) == 2 and op.operands[0].tensor.ndim == 1:
+            idx = self.const_values(op.operands[1].value, depth + 1)
+            if idx is None or any(not 0 <= int(i) < len(first) for i in idx):
+                return None
+            return [first[int(i)] for i in idx]
+        if op.op == "relax.astype" or (op.op in _VIEW_OPS and len(op.operands) == 1):
+            return first
+        return None
+
+    def scalar_value(self, vid: int) -> float | None:
+        """The value of a one-element constant, or None."""
+        vals = self.const_values(vid)
+        return vals[0] if vals is not None and len(vals) == 1 and self.info[vid].numel == 1 else None
+
+    def is_view_op(self, op: OpNode) -> bool:
+        if op.op in _VIEW_OPS:
+            return True
+        if op.op == "relax.astype" and op.operands:
+            # the same dtype; or an integer cast TVM's importers put before take/gather indices (torch's index
+            # kernels read int64 directly)
+            return op.operands[0].tensor.dtype == op.output.dtype or op.index in self.index_casts
+        if op.op == "relax.take" and len(op.operands) == 2 and op.operands[1].tensor.ndim == 0:
+            return op.operands[1].value in self.indep  # x[:, i] with a constant i: torch's select, a view
+        return False
+
+    # -- attention --------------------------------------------------------------------------
+    def find_attention(self) -> list[_Attention]:
+        found: list[_Attention] = []
+        claimed: set[int] = set()
+        for op in self.node:
+            att = None
+            if op.op in _ATTENTION_OPS and len(op.operands) >= 3:
+                att = self.fused_op(op)
+            elif op.op == "relax.nn.softmax" and op.attrs.get("axis", -1) in (-1, op.output.ndim - 1):
+                att = self.decomposed(op)
+            if att is not None and not (att.covered & claimed):
+                claimed |= att.covered
+                found.append(att)
+        return found
+
+    def fused_op(self, op: OpNode) -> _Attention:
+        q, k, v = (o.value for o in op.operands[:3])
+        covered = {op.index}
+        b, s, h, d = self.info[q].shape
+        t, dv = self.info[k].shape[1], self.info[v].shape[-1]
+        _, k_ratio = self.absorb_operand(k, covered)
+        _, v_ratio = self.absorb_operand(v, covered)
+        h_kv = self.kv_heads(self.info[k].shape[2], min(k_ratio, v_ratio))
+        mask = op.operands[3].value if len(op.operands) > 3 else None
+        causal = op.attrs.get("causal_mask") not in (None, "", "None")
+        mask, causal = self.classify_mask(mask, causal)
+        out = self.outputs_of[op.index][0]
+        return _Attention(op.index, covered, mask, out, b, h, h_kv, s, t, d, dv, causal, True, op.output.dtype)
+
+    @staticmethod
+    def kv_heads(heads: int, ratio: int) -> int:
+        """K/V heads read once each: `heads` as K arrives, divided by how many times it was repeated."""
+        return heads // ratio if ratio > 1 and heads % ratio == 0 else heads
+
+    def absorb_operand(self, vid: int, covered: set[int], allow_scale: bool = False) -> tuple[bool, int]:
+        """Absorb the views (and GQA repeats, and one scale by a constant) an attention operand goes through.
+
+        Walks up from `vid` while the producer is a view, a `repeat`/`tile`, or (with `allow_scale`) a
+        multiply/divide by a constant scalar, and nothing outside the pattern reads its output.
+        Returns (whether a scale was absorbed, how many times the operand repeats its smallest source:
+        the GQA head ratio when K/V were expanded over heads).
+        """
+        numel = self.info[vid].numel
+        smallest = numel
+        scaled = False
+        cur = vid
+        while True:
+            op = self.op_of(cur)
+            if op is None or not op.operands:
+                break
+            outs = self.outputs_of.get(op.index, [])
+            if any(v in self.graph_outputs or not set(self.consumers.get(v, [])) <= covered for v in outs):
+                break
+            if self.is_view_op(op) or self.is_repeat(op):
+                nxt = op.operands[0].value
+            elif allow_scale and not scaled and op.op in _SCALE_OPS and len(op.operands) == 2:
+                a, b = (o.value for o in op.operands)
+                if self.is_scalar_const(b):
+                    nxt = a
+                elif self.is_scalar_const(a) and op.op == "relax.multiply":
+                    nxt = b
+                else:
+                    break
+                scaled = True
+            else:
+                break
+            covered.add(op.index)
+            cur = nxt
+            smallest = min(smallest, self.info[cur].numel)
+        ratio = numel // smallest if smallest and numel % smallest == 0 else 1
+        return scaled, ratio
+
+    def is_repeat(self, op: OpNode) -> bool:
+        """repeat / tile (also as a TIR call from the ONNX importer) of one tensor: a GQA head repeat."""
+        if op.op in ("relax.repeat", "relax.tile"):
+            return True
+        return (
+            op.op == "relax.call_tir"
+            and (op.callee or "").startswith(("tile", "repeat"))
+            and sum(1 for o in op.operands if o.value not in self.indep) == 1
+        )
+
+    def classify_mask(self, mask: int | None, causal: bool) -> tuple[int | None, bool]:
+        """(real mask value or None, causal).
+
+        A mask that depends on no model input and reads no weight tensor (it is built from positions:
+        arange, comparisons, where) is not real: eager PyTorch passes `is_causal` or no mask at all, as
+        Hugging Face models do outside tracing. It is causal when it compares two position ranges or uses
+        tril/triu. A constant bias computed from weights (T5's relative position bias) is a real mask.
+        """
+        if mask is None or mask not in self.indep:
+            return mask, causal
+        reads_weights, builds_causal = self.mask_origin(mask)
+        if reads_weights:
+            return mask, causal
+        return None, causal or builds_causal
+
+    def mask_origin(self, vid: int) -> tuple[bool, bool]:
+        """(reads a non-scalar weight, compares two position ranges or uses tril/triu) for a constant value."""
+        seen: set[int] = set()
+        stack = [vid]
+        reads_weights = causal = False
+        while stack:
+            cur = stack.pop()
+            op = self.op_of(cur)
+            if op is None:
+                if self.info[cur].numel > 1:
+                    reads_weights = True
+                continue
+            if op.index in seen:
+                continue
+            seen.add(op.index)
+            if op.op in ("relax.tril", "relax.triu"):
+                causal = True
+            if op.op in _COMPARISONS and len(op.operands) == 2:
+                a, b = (o.tensor.shape for o in op.operands)
+                if len(a) >= 2 and len(b) >= 2 and a[-2:] != b[-2:] and math.prod(a) > 1 and math.prod(b) > 1:
+                    causal = True
+            stack.extend(o.value for o in op.operands)
+        return reads_weights, causal
+
+    def decomposed(self, sm: OpNode) -> _Attention | None:
+        """matmul(Q, K^T) -> [scale] -> [+mask] -> softmax -> [fix-ups] -> matmul(P, V), or None."""
+        covered = {sm.index}
+        scores = sm.operands[0].value
+        # up from the softmax to the Q.K^T matmul
+        mask = None
+        cur = scores
+        while True:
+            op = self.op_of(cur)
+            if op is None:
+                return None
+            covered.add(op.index)
+            if op.op == "relax.matmul":
+                m1 = op
+                break
+            a = op.operands[0].value if op.operands else None
+            b = op.operands[1].value if len(op.operands) > 1 else None
+            if self.is_view_op(op) or op.op == "relax.astype":
+                cur = a
+            elif op.op in _SCALE_OPS and b is not None and self.is_scalar_const(b):
+                cur = a
+            elif op.op == "relax.multiply" and b is not None and self.is_scalar_const(a):
+                cur = b
+            elif op.op == "relax.add" and b is not None and mask is None:
+                if self.reaches_matmul(a):
+                    cur, mask = a, b
+                elif self.reaches_matmul(b):
+                    cur, mask = b, a
+                else:
+                    return None
+            else:
+                return None
+        # down from the softmax (and the scores, which torch's safe softmax also reads) to the P.V matmul
+        region = {scores}
+        for i in covered:
+            region.update(self.outputs_of.get(i, []))
+        m2 = None
+        safe_softmax = False
+        frontier = [scores, *self.outputs_of[sm.index]]
+        while frontier:
+            vid = frontier.pop()
+            for c in sorted(set(self.consumers.get(vid, []))):
+                if c in covered:
+                    continue
+                op = self.node[c]
+                if op.op == "relax.matmul":
+                    if m2 is not None or op.operands[0].value not in region or op.operands[1].value in region:
+                        return None
+                    m2 = op
+                    covered.add(c)
+                    continue
+                if not all(o.value in region or o.value in self.indep for o in op.operands):
+                    return None
+                covered.add(c)
+                if op.op in ("relax.equal", "relax.isnan", "relax.logical_not"):
+                    safe_softmax = True
+                for out in self.outputs_of.get(c, []):
+                    region.add(out)
+                    frontier.append(out)
+        if m2 is None:
+            return None
+        q_scaled, _ = self.absorb_operand(m1.operands[0].value, covered, allow_scale=True)
+        k_scaled, k_ratio = self.absorb_operand(m1.operands[1].value, covered, allow_scale=True)
+        _, v_ratio = self.absorb_operand(m2.operands[1].value, covered)
+        if not (safe_softmax or (q_scaled and k_scaled)) and self.patterns != "all":
+            return None  # attention the model writes out itself: eager torch runs it unfused
+        # nothing computed inside may escape the pattern
+        for i in covered - {m2.index}:
+            for vid in self.outputs_of.get(i, []):
+                if vid in self.graph_outputs or not set(self.consumers.get(vid, [])) <= covered:
+                    return None
+        q_shape, kt_shape = m1.operands[0].tensor.shape, m1.operands[1].tensor.shape
+        v_shape, o_shape = m2.operands[1].tensor.shape, m2.output.shape
+        if len(q_shape) < 3 or len(kt_shape) < 3 or len(o_shape) < 3 or len(v_shape) < 2:
+            return None
+        s, d, t, dv = q_shape[-2], q_shape[-1], kt_shape[-1], v_shape[-1]
+        batch = o_shape[:-2]
+        b, h = (math.prod(batch[:-1]), batch[-1]) if len(batch) >= 2 else (1, batch[0])
+        kv_heads = kt_shape[-3] if len(kt_shape) >= 4 else h
+        h_kv = self.kv_heads(kv_heads, min(k_ratio, v_ratio))
+        mask, causal = self.classify_mask(mask, False)
+        out = self.outputs_of[m2.index][0]
+        return _Attention(m2.index, covered, mask, out, b, h, h_kv, s, t, d, dv, causal, False, m2.output.dtype)
+
+    def reaches_matmul(self, vid: int) -> bool:
+        for _ in range(8):
+            op = self.op_of(vid)
+            if op is None:
+                return False
+            if op.op == "relax.matmul":
+                return True
+            if not (self.is_view_op(op) or op.op in _SCALE_OPS or op.op == "relax.astype"):
+                return False
+            vid = next((o.value for o in op.operands if not self.is_scalar_const(o.value)), op.operands[0].value)
+        return False
+
+    # -- main -------------------------------------------------------------------------------
+    def run(self) -> KernelView:
+        n = len(self.node)
+        attentions = self.find_attention()
+        roles = ["kernel"] * n
+        anchor_of: dict[int, _Attention] = {}
+        backend: dict[int, str] = {}
+        for att in attentions:
+            masked = att.mask is not None
+            be = sdpa_backend(att.dtype, att.d, att.dv, att.s, att.t, masked=masked, causal=att.causal)
+            if be == "math" and att.bshd is False:
+                continue  # the decomposed ops stay as they are: they are the math backend's kernels
+            anchor_of[att.anchor] = att
+            backend[att.anchor] = be
+            for i in att.covered:
+                if i != att.anchor:
+                    roles[i] = "fused"
+
+        # constants: ops that depend on no model input (weights, shapes, arange, masks built from positions)
+        # are computed once, as a compiler folds them (and as the ONNX exporter already has)
+        for op in self.node:
+            outs = self.outputs_of.get(op.index, [])
+            if outs and all(v in self.indep for v in outs):
+                roles[op.index] = "folded"
+
+        # torch activations TVM's importers spell as several pointwise ops (one kernel in torch)
+        act_groups: dict[int, list[int]] = {}
+        self.group_names: dict[int, str] = {}  # the kernel name of a group (default: its last op)
+        for op in self.node:
+            if op.op == "relax.clip" and roles[op.index] == "kernel":
+                group = self.hard_activation(op, roles)
+                if group:
+                    act_groups[group[-1]] = group
+                    self.group_names[group[-1]] = "fused:hardswish" if len(group) == 4 else "fused:hardsigmoid"
+                    for i in group[:-1]:
+                        roles[i] = "fused"
+
+        # what other exporters and TVM's importers write as several ops for one torch kernel (GELU, SiLU,
+        # clamp, hardsigmoid, rsqrt, ne, a gather's index normalisation): for graphs not from torch.export
+        self.absorbed: dict[int, list[int]] = {}
+        if self.patterns == "all":
+            groups, self.absorbed = self.exporter_spellings(roles)
+            for last, (name, group) in groups.items():
+                act_groups[last] = group
+                self.group_names[last] = name
+                for i in group[:-1]:
+                    roles[i] = "fused"
+            for ops in self.absorbed.values():
+                for i in ops:
+                    roles[i] = "fused"
+
+        # epilogue fusion: gemm + bias, depthwise conv + bias
+        fused_into: dict[int, int] = {}  # add op -> producer op it is fused into
+        for op in self.node:
+            if roles[op.index] != "kernel" or op.op not in ("relax.matmul", *_CONVS):
+                continue
+            outs = self.outputs_of.get(op.index, [])
+            if len(outs) != 1:
+                continue
+            c = self.only_consumer(outs[0])
+            if c is None or self.node[c].op != "relax.add" or roles[c] != "kernel":
+                continue
+            add = self.node[c]
+            other = [o for o in add.operands if o.value != outs[0]]
+            if len(other) != 1 or other[0].value not in self.indep or add.output.shape != op.output.shape:
+                continue
+            if op.op == "relax.matmul":
+                ok = len(op.operands) == 2 and op.operands[1].tensor.ndim == 2
+                ok = ok and other[0].tensor.numel == op.output.shape[-1]
+            else:
+                x, w = op.operands[0].tensor, op.operands[1].tensor
+                groups = int(op.attrs.get("groups", 1))
+                ok = op.op == "relax.nn.conv2d" and groups > 1 and groups == x.shape[1] and w.shape[0] % groups == 0
+                ok = ok and other[0].tensor.numel == op.output.shape[1]
+            if ok:
+                fused_into[c] = op.index
+                roles[c] = "fused"
+
+        for i, cost in enumerate(self.costs):
+            if cost.weight_only:  # (the contract's rule; the constant rule above already covers it)
+                roles[i] = "folded"
+
+        # recurrent layers: one pointwise kernel per step for the gates (cuDNN's standard RNN algorithm)
+        for group in self.recurrences(roles, fused_into):
+            act_groups[group[-1]] = group
+            for i in group[:-1]:
+                roles[i] = "fused"
+
+        # walk in launch order, following strides
+        layout: dict[int, Strides] = {}
+        kernels: list[Kernel] = []
+        op_kernels: list[list[int]] = [[] for _ in range(n)]
+
+        def strides(vid: int) -> Strides:
+            s = layout.get(vid)
+            return s if s is not None else contiguous_strides(self.info[vid].shape)
+
+        def nbytes(vid: int, elems: int | None = None) -> int:
+            t = self.info[vid]
+            return int(math.ceil((t.numel if elems is None else elems) * dtype_bytes(t.dtype)))
+
+        def read_bytes(vid: int) -> int:
+            t = self.info[vid]
+            return nbytes(vid, unique_elements(t.shape, strides(vid)))
+
+        def emit(kind, op_name, covered, flops, read, written, dtype, params) -> int:
+            k = Kernel(
+                len(kernels), kind, op_name, tuple(sorted(covered)), int(flops), int(read), int(written), dtype, params
+            )
+            kernels.append(k)
+            for i in covered:
+                op_kernels[i].append(k.index)
+            return k.index
+
+        def copy(vid: int, before: OpNode, shape: tuple[int, ...] | None = None) -> None:
+            t = self.info[vid]
+            out_shape = shape or t.shape
+            emit(
+                "copy",
+                f"copy:{before.op}",
+                (before.index,),
+                0,
+                read_bytes(vid),
+                int(math.ceil(math.prod(out_shape) * dtype_bytes(t.dtype))),
+                t.dtype,
+                {"numel": math.prod(out_shape)},
+            )
+
+        for op in self.node:
+            i = op.index
+            outs = self.outputs_of.get(i, [])
+            role = roles[i]
+            if role in ("folded", "fused"):
+                continue
+            if i in act_groups:
+                self.emit_group(act_groups[i], emit, read_bytes)
+                outs_last = self.outputs_of.get(i, [])
+                x = self.node[act_groups[i][0]].operands
+                for o in x:
+                    if o.value not in self.indep and o.tensor.shape == op.output.shape and outs_last:
+                        order = _dense_order(op.output.shape, strides(o.value))
+                        if order is not None:
+                            layout[outs_last[0]] = _permuted_contiguous(op.output.shape, order)
+                        break
+                continue
+            if i in anchor_of:
+                self.emit_attention(anchor_of[i], backend[i], emit, read_bytes, layout, op)
+                continue
+            if role == "kernel" and not op.outputs:  # shape_of and friends: host-side metadata, no kernel
+                roles[i] = "view"
+                continue
+            if role == "kernel" and self.is_view_op(op):
+                new = self.view_layout(op, strides)
+                if new is not None:
+                    roles[i] = "view"
+                    for vid, st in zip(outs, new, strict=False):
+                        layout[vid] = st
+                    continue
+                roles[i] = "copy"
+                src = op.operands[0].value
+                copy(src, op, op.output.shape)
+                continue
+            cost = self.costs[i]
+            # operands the kernel needs contiguous (or cuBLAS-readable)
+            if (op.op in _NEED_CONTIGUOUS or op.op in _NEED_DENSE_NCHW_OR_NHWC) and op.operands:
+                src = op.operands[0].value
+                shape, st = self.info[src].shape, strides(src)
+                ok = is_contiguous(shape, st)
+                if not ok and op.op in _NEED_DENSE_NCHW_OR_NHWC:
+                    ok = is_channels_last(shape, st)
+                if not ok:
+                    copy(src, op)
+                    layout[src] = contiguous_strides(shape)
+            elif op.op == "relax.matmul" and len(op.operands) == 2:
+                self.matmul_copies(op, strides, layout, copy)
+            self.emit_op(op, cost, fused_into, emit, read_bytes)
+            # output layout
+            if cost.category in _POINTWISE_CATEGORIES or op.op in _CASTS:
+                out_shape = op.output.shape
+                for o in op.operands:
+                    if o.tensor.shape == out_shape and o.tensor.ndim > 1:
+                        order = _dense_order(out_shape, strides(o.value))
+                        if order is not None and outs:
+                            layout[outs[0]] = _permuted_contiguous(out_shape, order)
+                        break
+
+        live = [c for c in self.costs if not c.weight_only]
+        summary = KernelSummary(
+            relax_ops=len(live),
+            kernels=len(kernels),
+            bytes_ops=sum(c.bytes_read + c.bytes_written for c in live),
+            bytes_kernels=sum(k.bytes for k in kernels),
+            flops_kernels=sum(k.flops for k in kernels),
+            by_kind=dict(sorted(Counter(k.kind for k in kernels).items())),
+            by_role=dict(sorted(Counter(roles).items())),
+            attention=dict(sorted(Counter(k.params["backend"] for k in kernels if k.kind == "attention").items())),
+        )
+        return KernelView(tuple(kernels), tuple(tuple(x) for x in op_kernels), tuple(roles), summary)
+
+    def hard_activation(self, clip: OpNode, roles: list[str]) -> list[int] | None:
+        """hardsigmoid = add(x, 3) -> clip(0, 6) -> divide(6); hardswish = x * hardsigmoid(x): op indices or None."""
+        first = self.op_of(clip.operands[0].value) if clip.operands else None
+        if first is None or first.op != "relax.add" or roles[first.index] != "kernel":
+            return None
+        xs = [o.value for o in first.operands if not self.is_scalar_const(o.value)]
+        if len(xs) != 1 or self.only_consumer(self.outputs_of[first.index][0]) != clip.index:
+            return None
+        div_i = self.only_consumer(self.outputs_of[clip.index][0])
+        if div_i is None or self.node[div_i].op not in _SCALE_OPS:
+            return None
+        div = self.node[div_i]
+        if not any(self.is_scalar_const(o.value) for o in div.operands):
+            return None
+        group = [first.index, clip.index, div_i]
+        mul_i = self.only_consumer(self.outputs_of[div_i][0])
+        if mul_i is not None and self.node[mul_i].op == "relax.multiply":
+            if {o.value for o in self.node[mul_i].operands} == {xs[0], self.outputs_of[div_i][0]}:
+                group.append(mul_i)
+        return group
+
+    # -- spellings of one torch op by other exporters and importers ------------------------------
+    def exporter_spellings(self, roles: list[str]) -> tuple[dict[int, tuple[str, list[int]]], dict[int, list[int]]]:
+        """Op groups that other exporters and TVM's importers write for what eager PyTorch runs as one kernel.
+
+        Returns (pointwise groups keyed by their last op, with the kernel's name ("fused:gelu", ...): one
+        elementwise kernel each; index normalisations keyed by the gather op that absorbs them). Only exact
+        patterns are taken: constants are checked (a GELU chain by evaluating it against torch's GELU), and
+        every intermediate result is used only inside the group.
+        """
+        groups: dict[int, tuple[str, list[int]]] = {}
+        absorbed: dict[int, list[int]] = {}
+        matchers = {
+            "relax.erf": self.gelu_group,
+            "relax.tanh": self.gelu_group,
+            "relax.sigmoid": self.silu_group,
+            "relax.sqrt": self.rsqrt_group,
+            "relax.equal": self.not_equal_group,
+            "relax.clip": self.clip_group,
+            "relax.call_tir": self.clamp_group,
+        }
+        taken: set[int] = set()
+        for op in self.node:
+            match = matchers.get(op.op)
+            if match is None or roles[op.index] != "kernel" or op.index in taken:
+                continue
+            found = match(op, roles)
+            if found is None:
+                continue
+            name, group = found
+            if not taken & set(group) and all(roles[i] == "kernel" for i in group):
+                taken |= set(group)
+                groups[group[-1]] = (name, group)
+        for op in self.node:
+            if op.op == "relax.where" and roles[op.index] == "kernel" and op.index not in taken:
+                found = self.index_normalisation(op, roles)
+                if found is not None:
+                    gather, ops = found
+                    absorbed.setdefault(gather, []).extend(ops)
+                    taken |= set(ops)
+        return groups, absorbed
+
+    def sole_user(self, op: OpNode, roles: list[str]) -> OpNode | None:
+        """The one op reading `op`'s single output (a kernel not yet grouped), or None."""
+        outs = self.outputs_of.get(op.index, [])
+        if len(outs) != 1:
+            return None
+        c = self.only_consumer(outs[0])
+        return None if c is None or roles[c] != "kernel" else self.node[c]
+
+    def evaluate(self, group: set[int], x: int, out: int, xval: float) -> float | None:
+        """The value of `out` for x = xval, computed through the ops of `group` (None if not computable)."""
+        memo: dict[int, float] = {x: xval}
+
+        def ev(v: int) -> float:
+            if v in memo:
+                return memo[v]
+            c = self.scalar_value(v)
+            if c is not None:
+                return c
+            op = self.op_of(v)
+            if op is None or op.index not in group:
+                raise ValueError(v)
+            args = [ev(o.value) for o in op.operands]
+            f = _EVAL_UNARY.get(op.op) if len(args) == 1 else _EVAL_BINARY.get(op.op)
+            if f is None:
+                raise ValueError(op.op)
+            memo[v] = f(*args)
+            return memo[v]
+
+        try:
+            val = ev(out)
+        except (ValueError, ZeroDivisionError, OverflowError, RecursionError):
+            return None
+        return val if isinstance(val, float | int) else None
+
+    def gelu_group(self, e: OpNode, roles: list[str]) -> tuple[str, list[int]] | None:
+        """GELU written out by an exporter: x -> ... -> erf or tanh -> ... -> gelu(x), or None.
+
+        The chain from x to the erf/tanh (any pointwise ops on x and one-element constants), then up to
+        four ops after it, each combining the running value with a constant or x itself, must compute
+        torch's GELU (erf form for erf, tanh form for tanh) at every point of `_GELU_POINTS`. This takes
+        the spellings of torch's ONNX exporters (`mul(mul(x, 1 + erf(x / sqrt 2)), 0.5)`; onnxscript's
+        `mul(x, mul(0.5, 1 + erf(...)))`; the tanh forms with `x * x * x` or `pow(x, 3)`), paddle2onnx's,
+        and TVM's TFLite GELU (`x * (0.5 + erf(x * sqrt 0.5) * 0.5)`). It does not take GELU written out in
+        Python (`0.5 * x * (1 + tanh(...))`, HF's `gelu_new` for GPT-2): Python multiplies 0.5 by x first,
+        a tensor of its own, and eager PyTorch runs those ops as separate kernels.
+        """
+        if len(e.operands) != 1 or e.operands[0].value in self.indep:
+            return None
+        candidates: list[int] = []
+        frontier = [e.operands[0].value]
+        for _ in range(6):  # x is within a few pointwise ops of the erf / tanh
+            nxt = []
+            for v in frontier:
+                op = self.op_of(v)
+                if op is None or not (op.op in _EVAL_UNARY or op.op in _EVAL_BINARY):
+                    continue
+                for o in op.operands:
+                    if o.value not in self.indep and o.value not in candidates:
+                        candidates.append(o.value)
+                        nxt.append(o.value)
+            frontier = nxt
+        for x in candidates:
+            group = self.gelu_from(x, e, roles)
+            if group:
+                return ("fused:gelu" if e.op == "relax.erf" else "fused:gelu_tanh"), group
+        return None
+
+    def gelu_from(self, x: int, e: OpNode, roles: list[str]) -> list[int] | None:
+        """The GELU group of `gelu_group` with `x` as its input, or None."""
+        shape = e.output.shape
+        if self.info[x].shape != shape or not self.info[x].dtype.startswith(("float", "bfloat")):
+            return None
+        group: set[int] = set()
+        stack = [e.operands[0].value]
+        while stack:  # the erf / tanh argument: pointwise ops on x and one-element constants only
+            v = stack.pop()
+            if v == x or self.scalar_value(v) is not None:
+                continue
+            op = self.op_of(v)
+            if op is not None and op.index in group:
+                continue
+            if op is None or v in self.indep or roles[op.index] != "kernel" or len(group) >= 8:
+                return None
+            if not (op.op in _EVAL_UNARY or op.op in _EVAL_BINARY) or op.output.shape != shape:
+                return None
+            group.add(op.index)
+            stack.extend(o.value for o in op.operands)
+        group.add(e.index)
+        cur = e
+        for _ in range(4):
+            nxt = self.sole_user(cur, roles)
+            if nxt is None or nxt.op not in _EVAL_BINARY or nxt.output.shape != shape or len(nxt.operands) != 2:
+                return None
+            cur_out = self.outputs_of[cur.index][0]
+            others = [o.value for o in nxt.operands if o.value != cur_out]
+            if len(others) != 1 or not (others[0] == x or self.scalar_value(others[0]) is not None):
+                return None
+            group.add(nxt.index)
+            cur = nxt
+            out = self.outputs_of[cur.index][0]
+            ref = _GELU_REFERENCE[e.op]
+            if all(
+                (y := self.evaluate(group, x, out, p)) is not None and abs(y - ref(p)) <= _GELU_RTOL * abs(ref(p))
+                for p in _GELU_POINTS
+            ):
+                inside = group - {cur.index}
+                for i in inside:
+                    for v in self.outputs_of.get(i, []):
+                        if v in self.graph_outputs or not set(self.consumers.get(v, [])) <= group:
+                            return None
+                return sorted(group)
+        return None
+
+    def silu_group(self, sig: OpNode, roles: list[str]) -> tuple[str, list[int]] | None:
+        """SiLU as `mul(x, sigmoid(x))` (torch's ONNX exporters, TFLite's LOGISTIC + MUL): one kernel."""
+        if len(sig.operands) != 1:
+            return None
+        x = sig.operands[0].value
+        mul = self.sole_user(sig, roles)
+        if mul is None or mul.op != "relax.multiply" or mul.output.shape != sig.output.shape:
+            return None
+        if sorted(o.value for o in mul.operands) != sorted([x, self.outputs_of[sig.index][0]]):
+            return None
+        return "fused:silu", [sig.index, mul.index]
+
+    def rsqrt_group(self, sq: OpNode, roles: list[str]) -> tuple[str, list[int]] | None:
+        """`1 / sqrt(x)`: torch's rsqrt as the ONNX exporter writes it (Sqrt, Reciprocal): one kernel."""
+        div = self.sole_user(sq, roles)
+        if div is None or div.op != "relax.divide" or len(div.operands) != 2:
+            return None
+        num, den = (o.value for o in div.operands)
+        if den != self.outputs_of[sq.index][0] or self.scalar_value(num) != 1.0:
+            return None
+        return "fused:rsqrt", [sq.index, div.index]
+
+    def not_equal_group(self, eq: OpNode, roles: list[str]) -> tuple[str, list[int]] | None:
+        """`not(equal(a, b))`: torch's `ne` as the ONNX exporter writes it: one kernel."""
+        neg = self.sole_user(eq, roles)
+        return ("fused:ne", [eq.index, neg.index]) if neg is not None and neg.op == "relax.logical_not" else None
+
+    def clamp_group(self, mx: OpNode, roles: list[str]) -> tuple[str, list[int]] | None:
+        """TVM's ONNX `Clip` with min and max inputs: TIR `maximum` then `minimum` (torch's clamp, one kernel)."""
+        if not (mx.callee or "").startswith("maximum") or len(mx.operands) != 2:
+            return None
+        if not self.is_scalar_const(mx.operands[1].value):  # (the importer's NaN guard makes the bound a folded op)
+            return None
+        mn = self.sole_user(mx, roles)
+        if mn is None or mn.op != "relax.call_tir" or not (mn.callee or "").startswith("minimum"):
+            return None
+        if len(mn.operands) != 2 or not self.is_scalar_const(mn.operands[1].value):
+            return None
+        return "fused:clamp", [mx.index, mn.index]
+
+    def clip_group(self, clip: OpNode, roles: list[str]) -> tuple[str, list[int]] | None:
+        """Hard activations as the ONNX and TFLite importers write them (one kernel each in torch).
+
+        hardsigmoid (ONNX `HardSigmoid`, alpha 1/6, beta 0.5): `clip(add(mul(x, 1/6), 0.5), 0, 1)`, and
+        hardswish as `x * hardsigmoid(x)`; hardswish (TFLite `HARD_SWISH`): `mul(x, clip(add(x, 3), 0, 6)) / 6`.
+        """
+        lo, hi = clip.attrs.get("min"), clip.attrs.get("max")
+        if len(clip.operands) != 1:
+            return None
+        add = self.op_of(clip.operands[0].value)
+        if (
+            add is None
+            or add.op != "relax.add"
+            or roles[add.index] != "kernel"
+            or self.sole_user(add, roles) is not clip
+        ):
+            return None
+        consts = [self.scalar_value(o.value) for o in add.operands]
+        xs = [o.value for o, c in zip(add.operands, consts, strict=True) if c is None]
+        const = next((c for c in consts if c is not None), None)
+        if len(xs) != 1 or const is None:
+            return None
+        clip_out = self.outputs_of[clip.index][0]
+        if (lo, hi) == (0.0, 1.0) and const == 0.5:  # hardsigmoid
+            mul = self.op_of(xs[0])
+            if mul is None or mul.op != "relax.multiply" or self.sole_user(mul, roles) is not add:
+                return None
+            scale = [self.scalar_value(o.value) for o in mul.operands]
+            x = [o.value for o, c in zip(mul.operands, scale, strict=True) if c is None]
+            alpha = next((c for c in scale if c is not None), None)
+            if len(x) != 1 or alpha is None or abs(alpha * 6 - 1) > 1e-6:
+                return None
+            group = [mul.index, add.index, clip.index]
+            swish = self.sole_user(clip, roles)
+            if swish is not None and swish.op == "relax.multiply":
+                if sorted(o.value for o in swish.operands) == sorted([x[0], clip_out]):
+                    return "fused:hardswish", [*group, swish.index]
+            return "fused:hardsigmoid", group
+        if (lo, hi) == (0.0, 6.0) and const == 3.0:  # TFLite hardswish: x * relu6(x + 3) / 6
+            mul = self.sole_user(clip, roles)
+            if mul is None or mul.op != "relax.multiply":
+                return None
+            if sorted(o.value for o in mul.operands) != sorted([xs[0], clip_out]):
+                return None
+            div = self.sole_user(mul, roles)
+            if div is None or div.op != "relax.divide" or len(div.operands) != 2:
+                return None
+            if self.scalar_value(div.operands[1].value) != 6.0:
+                return None
+            return "fused:hardswish", [add.index, clip.index, mul.index, div.index]
+        return None
+
+    def index_normalisation(self, where: OpNode, roles: list[str]) -> tuple[int, list[int]] | None:
+        """`where(idx < 0, idx + n, idx)` before a gather, n = the gathered axis's size (TVM's ONNX Gather).
+
+        torch's index kernels take the indices as they are: the three ops are part of the gather.
+        Returns (the first gather reading it, the three op indices), or None.
+        """
+        if len(where.operands) != 3:
+            return None
+        cond, wrapped, idx = (o.value for o in where.operands)
+        less, add = self.op_of(cond), self.op_of(wrapped)
+        if less is None or add is None or less.op != "relax.less" or add.op != "relax.add":
+            return None
+        if roles[less.index] != "kernel" or roles[add.index] != "kernel":
+            return None
+        if [o.value for o in less.operands][:1] != [idx] or self.scalar_value(less.operands[1].value) != 0.0:
+            return None
+        others = [o.value for o in add.operands if o.value != idx]
+        if len(add.operands) != 2 or len(others) != 1:
+            return None
+        n = self.scalar_value(others[0])
+        if n is None or self.sole_user(less, roles) is not where or self.sole_user(add, roles) is not where:
+            return None
+        out = self.outputs_of[where.index][0]
+        users = sorted(set(self.consumers.get(out, [])))
+        if not users or out in self.graph_outputs:
+            return None
+        for u in users:
+            g = self.node[u]
+            if (
+                g.op not in ("relax.take", "relax.gather_elements")
+                or len(g.operands) != 2
+                or g.operands[1].value != out
+            ):
+                return None
+            data = g.operands[0].tensor
+            axis = int(g.attrs.get("axis", 0) or 0) % max(data.ndim, 1)
+            if data.ndim == 0 or data.shape[axis] != n or roles[u] != "kernel":
+                return None
+        return users[0], [less.index, add.index, where.index]
+
+    def emit_group(self, group: list[int], emit, read_bytes) -> None:
+        """One pointwise kernel for a group of ops: reads the group's outside operands once, writes what leaves it."""
+        members = set(group)
+        inside = {v for i in group for v in self.outputs_of.get(i, [])}
+        # one-element constants (3 and 6 of hardswish, GELU's 0.5) are the kernel's arguments, not memory reads
+        outside = {
+            o.value
+            for i in group
+            for o in self.node[i].operands
+            if o.value not in inside and not self.is_scalar_const(o.value)
+        }
+        read = sum(read_bytes(v) for v in outside)
+        written = sum(
+            self.info[v].nbytes
+            for v in inside
+            if v in self.graph_outputs or not set(self.consumers.get(v, [])) <= members
+        )
+        last = self.node[group[-1]]
+        flops = sum(self.costs[i].flops for i in group)
+        numel = max(self.info[v].numel for v in inside | outside)
+        name = self.group_names.get(last.index, last.op)
+        emit("elementwise", name, group, flops, read, written, last.output.dtype, {"numel": numel})
+
+    def is_pointwise(self, op: OpNode) -> bool:
+        cost = self.costs[op.index]
+        return cost.category == "elementwise" or op.op in _CASTS or self.is_view_op(op) or op.op == "relax.split"
+
+    def recurrences(self, roles: list[str], fused_into: dict[int, int]) -> list[list[int]]:
+        """The per-step gate ops of recurrent layers: lists of op indices (the last one launches the kernel).
+
+        A recurrence is a set of matmuls with one weight where each matmul's input depends, through pointwise
+        ops only, on the previous one's result (an RNN unrolled over time). Each step's pointwise ops (the
+        ops depending on step k's matmul, and on no later one) are one kernel, as cuDNN runs them.
+        """
+        by_weight: dict[int, list[OpNode]] = {}
+        for op in self.node:
+            if roles[op.index] not in ("kernel", "folded") or op.op != "relax.matmul" or len(op.operands) != 2:
+                continue  # (the first step's matmul is folded when the initial state is a constant zero)
+            w = op.operands[1].value
+            if w not in self.indep or op.operands[1].tensor.ndim != 2:
+                continue
+            while (p := self.op_of(w)) is not None and p.operands and self.is_view_op(p):
+                w = p.operands[0].value
+            by_weight.setdefault(w, []).append(op)
+        groups: list[list[int]] = []
+        bias_of = {p: c for c, p in fused_into.items()}
+        for gemms in by_weight.values():
+            if len(gemms) < 2:
+                continue
+            step_of = {g.index: k for k, g in enumerate(gemms)}
+            label: dict[int, int] = {}
+            for g in gemms:
+                for v in self.outputs_of.get(bias_of.get(g.index, g.index), []):
+                    label[v] = step_of[g.index]
+                if g.index in bias_of:
+                    for v in self.outputs_of.get(g.index, []):
+                        label[v] = step_of[g.index]
+            cells: dict[int, list[int]] = {}
+            recurrent = True
+            for op in self.node[gemms[0].index :]:
+                if op.index in step_of:
+                    k = step_of[op.index]
+                    if k > 0 and label.get(op.operands[0].value) != k - 1:
+                        recurrent = False
+                        break
+                    continue
+                if roles[op.index] not in ("kernel", "view", "folded") or not self.is_pointwise(op):
+                    continue
+                steps = [label[o.value] for o in op.operands if o.value in label]
+                if not steps:
+                    continue
+                k = max(steps)
+                for v in self.outputs_of.get(op.index, []):
+                    label[v] = k
+                if roles[op.index] == "kernel" and not self.is_view_op(op):
+                    cells.setdefault(k, []).append(op.index)
+            if recurrent:
+                groups.extend(cell for _, cell in sorted(cells.items()) if len(cell) > 1)
+        return groups
+
+    def view_layout(self, op: OpNode, strides) -> list[Strides] | None:
+        """Strides of the outputs of a view op, or None if torch has to copy."""
+        src = op.operands[0].value
+        t = self.info[src]
+        st = strides(src)
+        out = op.output.shape
+        name = op.op
+        if name in _RESHAPES:
+            new = view_strides(t.shape, st, out)
+            return None if new is None else [new]
+        if name == "relax.permute_dims":
+            axes = op.attrs.get("axes")
+            axes = list(range(t.ndim))[::-1] if axes is None else [a % max(t.ndim, 1) for a in axes]
+            return [tuple(st[a] for a in axes)]
+        if name == "relax.broadcast_to":
+            lead = len(out) - t.ndim
+            new = [0] * lead
+            for d, s, o in zip(t.shape, st, out[lead:], strict=True):
+                new.append(0 if d == 1 and o != 1 else s)
+            return [tuple(new)]
+        if name in ("relax.expand_dims", "relax.squeeze") or (name == "relax.take"):
+            keep = [(d, s) for d, s in zip(t.shape, st, strict=True) if d != 1]
+            if name == "relax.take":
+                axis = int(op.attrs.get("axis", 0) or 0) % t.ndim
+                keep = [(d, s) for j, (d, s) in enumerate(zip(t.shape, st, strict=True)) if d != 1 and j != axis]
+            it = iter(keep)
+            new = []
+            for d in out:
+                if d == 1:
+                    new.append(1)
+                else:
+                    nd, ns = next(it, (d, 1))
+                    new.append(ns)
+            return [tuple(new)]
+        if name == "relax.split":
+            return [st] * len(op.outputs)
+        # strided_slice (unit steps), dropout and wrap_param keep the strides; astype to the same dtype too
+        if len(out) == t.ndim:
+            return [st]
+        return [contiguous_strides(out)]
+
+    def matmul_copies(self, op: OpNode, strides, layout, copy) -> None:
+        """Copies torch makes to fold a matmul's operands for cuBLAS (`matmul` -> reshape -> mm/bmm)."""
+        a, b = op.operands
+        out = op.output.shape
+        if a.tensor.ndim >= 2 and b.tensor.ndim == 2:
+            shape, st = a.tensor.shape, strides(a.value)
+            folded = (math.prod(shape[:-1]), shape[-1])
+            new = view_strides(shape, st, folded)
+            if new is None or not _cublas_ok(folded, new):
+                copy(a.value, op)
+                layout[a.value] = contiguous_strides(shape)
+            if not _cublas_ok(b.tensor.shape, strides(b.value)):
+                copy(b.value, op)
+                layout[b.value] = contiguous_strides(b.tensor.shape)
+            return
+        if a.tensor.ndim >= 3 or b.tensor.ndim >= 3:
+            batch = out[:-2]
+            for o in (a, b):
+                shape, st = o.tensor.shape, strides(o.value)
+                if len(shape) < 2:
+                    continue
+                lead = len(batch) + 2 - len(shape)
+                full = batch + shape[-2:]
+                est = tuple(
+                    [0] * lead
+                    + [
+                        0 if d == 1 and f != 1 else s
+                        for d, s, f in zip(shape[:-2], st[:-2], batch[lead:], strict=False)
+                    ]
+                    + list(st[-2:])
+                )
+                folded = (math.prod(batch), *shape[-2:])
+                new = view_strides(full, est, folded)
+                if new is None or not _cublas_ok(folded, new):
+                    copy(o.value, op, full)
+                    layout[o.value] = contiguous_strides(shape)
+
+    def emit_op(self, op: OpNode, cost: OpCost, fused_into: dict[int, int], emit, read_bytes) -> None:
+        """One kernel for one Relax op (with a fused bias add): the op's FLOPs and bytes, broadcast reads once."""
+        operand_bytes = sum(o.tensor.nbytes for o in op.operands)
+        read = cost.bytes_read
+        if read == operand_bytes:  # the rule reads its inputs whole: count a broadcast view once
+            read = sum(read_bytes(o.value) if o.value in self.info else o.tensor.nbytes for o in op.operands)
+        if op.op in _GATHER_OPS:  # torch's index kernels read the indices as the model gave them (int64)
+            for o in op.operands[1:]:
+                src = self.index_source(o.value)
+                read += self.info[src].nbytes - o.tensor.nbytes
+        written = cost.bytes_written
+        flops = cost.flops
+        covered = [op.index]
+        bias = [c for c, p in fused_into.items() if p == op.index]
+        for c in bias:
+            add = self.node[c]
+            covered.append(c)
+            flops += self.costs[c].flops
+            read += sum(o.tensor.nbytes for o in add.operands if o.value in self.indep)
+        for i in self.absorbed.get(op.index, []):  # a gather's index normalisation: no traffic of its own
+            covered.append(i)
+            flops += self.costs[i].flops
+        if op.op in _MAX_POOLS:
+            written += op.output.numel * 8  # eager runs max_pool*_with_indices: it writes int64 indices too
+        kind = _kind(cost)
+        if op.op.startswith("relax.nn.adaptive_avg_pool") and op.outputs:
+            # a global average pool: torch's adaptive_avg_pool runs `mean` for a 1x1 output
+            layout = str(op.attrs.get("out_layout") or op.attrs.get("layout") or "NCHW")
+            if len(layout) == op.output.ndim:
+                if all(d == 1 for d, c in zip(op.output.shape, layout, strict=True) if c in "DHW"):
+                    kind = "reduction"
+        dtype = op.output.dtype if op.outputs else "float32"
+        if kind in ("gemm", "conv") and op.operands:
+            dtype = op.operands[0].tensor.dtype
+        emit(kind, op.op, covered, flops, read, written, dtype, self.params(op, kind))
+
+    def params(self, op: OpNode, kind: str) -> dict:
+        if kind == "gemm" and len(op.operands) == 2 and op.operands[0].tensor.ndim >= 1:
+            a, b = (o.tensor.shape for o in op.operands)
+            out = op.output.shape
+            k = a[-1]
+            n = out[-1] if len(out) >= 1 else 1
+            if len(b) == 2 and len(a) >= 2:  # folded to one mm
+                return {"b": 1, "m": math.prod(a[:-1]), "n": n, "k": k}
+            m = out[-2] if len(out) >= 2 else 1
+            return {"b": math.prod(out[:-2]) if len(out) > 2 else 1, "m": m, "n": n, "k": k}
+        if kind == "conv" and len(op.operands) >= 2:
+            x, w = op.operands[0].tensor.shape, op.operands[1].tensor.shape
+            out = op.output.shape
+            transposed = op.op.endswith("_transpose")
+            return {
+                "n": x[0],
+                "c_in": x[1],
+                "c_out": out[1],
+                "out_spatial": list(out[2:]),
+                "kernel": list(w[2:]),
+                "groups": int(op.attrs.get("groups", 1)),
+                "stride": [int(s) for s in op.attrs.get("strides", [1] * (len(x) - 2))],
+                **({"transposed": True} if transposed else {}),
+            }
+        tensors = [o.tensor for o in op.operands] + list(op.outputs)
+        return {"numel": max((t.numel for t in tensors), default=0)}
+
+    def emit_attention(self, att: _Attention, be: str, emit, read_bytes, layout, op: OpNode) -> None:
+        """The attention kernel of a recognised pattern, or the math backend's separate kernels."""
+        covered = sorted(att.covered)
+        params = {
+            "b": att.b,
+            "h": att.h,
+            "h_kv": att.h_kv,
+            "s": att.s,
+            "t": att.t,
+            "d": att.d,
+            "dv": att.dv,
+            "causal": att.causal,
+            "masked": att.mask is not None,
+            "backend": be,
+        }
+        flops = 2 * att.b * att.h * att.s * att.t * (att.d + att.dv)
+        out_vid = att.out_value
+        size = dtype_bytes(att.dtype)
+        bh = att.b * att.h
+        q_bytes = int(bh * att.s * att.d * size)
+        k_bytes = int(att.b * att.h_kv * att.t * att.d * size)
+        v_bytes = int(att.b * att.h_kv * att.t * att.dv * size)
+        o_bytes = int(bh * att.s * att.dv * size)
+        mask_bytes = read_bytes(att.mask) if att.mask is not None else 0
+        if be != "math":
+            idx = (op.index,)
+            written = o_bytes
+            if be == "flash":
+                written += bh * att.s * 4  # flash always writes the fp32 logsumexp (B, H, S)
+                if att.d % 8:  # attention.cpp pads q, k, v to a multiple of 8 for the flash kernel
+                    padded = -(-att.d // 8) * 8
+                    for heads, seq, nb in (
+                        (att.h, att.s, q_bytes),
+                        (att.h_kv, att.t, k_bytes),
+                        (att.h_kv, att.t, v_bytes),
+                    ):
+                        out = int(att.b * heads * seq * padded * size)
+                        emit("copy", "flash:pad_head_dim", idx, 0, nb, out, att.dtype, {"numel": int(out / size)})
+                    q_bytes, k_bytes, v_bytes = (int(x * padded / att.d) for x in (q_bytes, k_bytes, v_bytes))
+                    written += int(o_bytes * (padded / att.d - 1))  # the padded output, sliced after
+            if be == "efficient" and att.mask is not None and att.mask not in self.indep and att.t % 16:
+                # preprocess_mask (attention.cpp): the mask, expanded to (B, H, S, T), is padded to a multiple of 16
+                # (a constant mask, such as a relative position bias, is padded once, like every constant)
+                padded = int(bh * att.s * (-(-att.t // 16) * 16) * size)
+                emit("copy", "efficient:pad_mask", idx, 0, mask_bytes, padded, att.dtype, {"numel": int(padded / size)})
+                mask_bytes = int(bh * att.s * att.t * size)
+            name = op.op if att.bshd else "fused:attention"
+            emit(
+                "attention", name, covered, flops, q_bytes + k_bytes + v_bytes + mask_bytes, written, att.dtype, params
+            )
+            if not att.bshd and len(self.info[out_vid].shape) == 4:
+                # fused kernels write (B, S, H, D) memory and return it transposed to (B, H, S, D)
+                b, h, s, dv = self.info[out_vid].shape
+                layout[out_vid] = (s * h * dv, dv, h * dv, 1)
+            return
+        # math backend: the separate kernels of `_scaled_dot_product_attention_math`
+        scores = int(bh * att.s * att.t * size)
+        idx = (op.index,)
+        if att.h_kv != att.h:  # repeat_interleave of K and V to the query heads
+            for kv in (k_bytes, v_bytes):
+                full = kv * att.h // att.h_kv
+                emit("copy", "math:repeat_interleave", idx, 0, kv, full, att.dtype, {"numel": int(full / size)})
+            k_bytes, v_bytes = k_bytes * att.h // att.h_kv, v_bytes * att.h // att.h_kv
+        emit(
+            "elementwise",
+            "math:scale_q",
+            idx,
+            bh * att.s * att.d,
+            q_bytes,
+            q_bytes,
+            att.dtype,
+            {"numel": bh * att.s * att.d},
+        )
+        emit(
+            "elementwise",
+            "math:scale_k",
+            idx,
+            bh * att.t * att.d,
+            k_bytes,
+            k_bytes,
+            att.dtype,
+            {"numel": bh * att.t * att.d},
+        )
+        gemm = {"b": bh, "m": att.s, "n": att.t, "k": att.d}
+        emit("gemm", "math:matmul_qk", idx, 2 * bh * att.s * att.t * att.d, q_bytes + k_bytes, scores, att.dtype, gemm)
+        if att.mask is not None or att.causal:
+            emit(
+                "elementwise",
+                "math:add_mask",
+                idx,
+                bh * att.s * att.t,
+                scores + mask_bytes,
+                scores,
+                att.dtype,
+                {"numel": bh * att.s * att.t},
+            )
+        emit(
+            "softmax",
+            "math:softmax",
+            idx,
+            5 * bh * att.s * att.t,
+            scores,
+            scores,
+            att.dtype,
+            {"numel": bh * att.s * att.t},
+        )
+        gemm = {"b": bh, "m": att.s, "n": att.dv, "k": att.t}
+        emit("gemm", "math:matmul_pv", idx, 2 * bh * att.s * att.t * att.dv, scores + v_bytes, o_bytes, att.dtype, gemm)
+        if att.bshd:
+            b, s, h, dv = self.info[out_vid].shape
+            layout[out_vid] = (h * s * dv, dv, s * dv, 1)  # (B, H, S, D) memory seen as (B, S, H, D)
+
+
+@gc_paused
+def kernel_view(graph: OpGraph, ops: list[OpCost], *, attention_patterns: str = "sdpa") -> KernelView:
+    """The kernels eager PyTorch launches on a CUDA GPU for `graph`.
+
+    Args:
+        graph: the extracted graph.
+        ops: its op costs (`passes.costs.cost_of` of each op, same order).
+        attention_patterns: which decomposed matmul-softmax-matmul patterns become one attention kernel:
+            "sdpa" (only those with torch's SDPA signature: the right choice for graphs from torch.export,
+            where an explicit pattern is attention the model writes out and eager torch runs unfused) or
+            "all" (any pattern: for ONNX, TensorFlow and Paddle graphs, assuming the model would run SDPA;
+            also recognises how those exporters and TVM's importers spell GELU, SiLU, clamp, hardsigmoid,
+            hardswish, rsqrt, ne and a gather's index normalisation, each one kernel as in torch).
+
+    Returns:
+        The kernels in launch order, each op's kernels and role, and a summary.
+    """
+    if attention_patterns not in ("sdpa", "all"):
+        raise ValueError(f"attention_patterns must be 'sdpa' or 'all', not {attention_patterns!r}")
+    return _View(graph, ops, attention_patterns).run()

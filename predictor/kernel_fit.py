@@ -1,0 +1,795 @@
+"""Fit and evaluate the per-kernel time model (`predictor.kernel_model`) from measured kernel latencies.
+
+Two data shapes are read:
+- the NeuSight public measurements (`data/neusight-kernels/`, MIT licence, ASPLOS'25; see its README): float32
+  bmm / linear on H100 SXM and A100 PCIe 40/80 GB, elementwise, softmax and layer norm on the A100 PCIe parts;
+- a JSONL kernel sweep, one record per line with the kernel-contract fields `kind, op, dtype, flops,
+  bytes_read, bytes_written, params`, plus `latency_ms` (median) and `device` (a key or alias of
+  `predictor.devices`). Extra fields are ignored.
+
+Fit: per (device family, kind, dtype) group, least squares on log(predicted / measured) latency
+(`scipy.optimize.least_squares`, bounded, a few deterministic starts). Free parameters: gemm / conv
+`e_compute, launch_us, k0, tile_i0`; attention `e_compute, launch_us, k0`; memory-bound kinds `e_memory,
+launch_us`. The rest of an entry comes from the rules in `derive_entries` (documented defaults, transfers and
+calibrations to published figures), each entry saying which.
+
+Evaluation (written to KERNEL_EVAL.md), MAPE and median absolute percentage error, beside two baselines, the
+roofline bound (efficiency 1, no launch) and the roofline + 5 us per kernel (`predictor.predict.LAUNCH_US`):
+(a) NeuSight's own train/test split, where the data has one: fit on train, evaluate on test;
+(b) extrapolation in size: per (device, kind, dtype), fit on the smallest 80% of problems (FLOPs for gemm-like
+    kinds, bytes otherwise), evaluate on the largest 20%;
+(c) transfer: fit on all of one device, evaluate on each other device;
+and the committed fit's in-sample error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from .devices import DEVICES, Device, UnknownDeviceError, get_device
+from .kernel_model import (
+    _CATEGORY,
+    GEMM_LIKE,
+    KernelArrays,
+    KernelParams,
+    KernelParamsError,
+    ParamTable,
+    compute_efficiency,
+    gemm_dims,
+    kernel_arrays,
+)
+from .roofline import peak_rate
+
+TABLE_VERSION = "1"
+BASELINE_LAUNCH_US = 5.0  # predictor.predict.LAUNCH_US: today's roofline estimate charges 5 us per op
+
+#: Device families: a parameter fitted on one device applies to the others of its family.
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "ampere": ("a100-40gb", "a100-80gb", "a100-pcie-40gb", "a100-pcie-80gb"),
+    "hopper": ("h100-80gb", "h100-nvl-94gb", "h200-141gb"),
+}
+#: The kernel kinds of the contract (`passes.kernels.KERNEL_KINDS`); the table covers each.
+KINDS = ("gemm", "conv", "attention", "elementwise", "reduction", "softmax", "norm", "pooling", "copy", "other")
+#: Output tiles of the float32 GEMM kernels named in the NeuSight data (ampere_sgemm_*, sm80_xmma_* tilesize,
+#: CUTLASS SIMT), in both orientations; also the candidates for tensor-core kernels until measured.
+GEMM_TILES = ((256, 128), (128, 256), (256, 64), (64, 256), (128, 128), (128, 64), (64, 128), (128, 32), (32, 128))
+GEMM_TILES += ((64, 64), (64, 32), (32, 64), (32, 32))
+ATTENTION_TILES = ((128, 1),)  # 128 query rows x the whole head per work unit (module docstring of kernel_model)
+
+FREE = {
+    "gemm": ("e_compute", "launch_us", "k0", "tile_i0"),
+    "conv": ("e_compute", "launch_us", "k0", "tile_i0"),
+    "attention": ("e_compute", "launch_us", "k0"),
+}
+LAUNCH_FROM_ELEMENTWISE = ("norm", "softmax")  # kinds whose launch is the elementwise fit's (`fit_with`)
+BOUNDS = {"e_compute": (0.01, 1.0), "e_memory": (0.01, 1.0), "launch_us": (0.0, 1000.0), "k0": (0.0, 8192.0)}
+BOUNDS["tile_i0"] = (0.0, 1000.0)
+MIN_FIT = 12  # fewer records than this: no fit, the entry keeps its default
+
+# ---------------------------------------------------------------------------------------------------------
+# Published figures the defaults come from (docs/kernel-model.md lists them too).
+MAMF_A100 = (
+    267.9e12,
+    (6912, 16384, 2048),
+    "a100-80gb",
+    "Maximum Achievable Matmul FLOPS table of S. Bekman's Machine Learning Engineering book "
+    "(github.com/stas00/ml-engineering, compute/accelerator): A100 SXM bf16 267.9 TFLOP/s at 6912x16384x2048, "
+    "CUDA 12.1",
+)
+FA2_A100 = (
+    0.615,
+    "FlashAttention-2 (T. Dao, 2023, arXiv:2307.08691): 50-73% of A100's peak; midpoint 61.5% "
+    "(torch's flash SDPA backend is FlashAttention-2)",
+)
+FA2_H100 = (
+    0.35,
+    "FlashAttention-3 (J. Shah et al., 2024, arXiv:2407.08608): FlashAttention-2, torch's flash SDPA backend, "
+    "reaches about 35% of H100's peak",
+)
+# Defaults for a family with no measurement and nothing to transfer (not used by the committed table).
+FALLBACK_MEMORY = KernelParams(1.0, 0.85, 10.0, source="assumed: no measurement of this family (a fit starting point)")
+FALLBACK_GEMM = KernelParams(
+    0.8, 0.85, 20.0, GEMM_TILES, 10.0, 32.0, "assumed: no measurement of this family (a fit starting point)"
+)
+
+NEUSIGHT_CITATION = (
+    "NeuSight: S. Lee, A. Phanishayee, D. Mahajan, Forecasting GPU Performance for Deep Learning Training and "
+    "Inference, ASPLOS'25, doi:10.1145/3669940.3707265; data MIT licence, Copyright (c) 2025 Georgia Institute "
+    "of Technology and Microsoft Corporation (data/neusight-kernels/LICENSE)"
+)
+
+
+@dataclass(frozen=True)
+class MeasuredKernel:
+    """One measured kernel: the contract's fields, its median latency, and where it came from."""
+
+    kind: str
+    op: str
+    dtype: str
+    flops: float
+    bytes_read: float
+    bytes_written: float
+    params: dict
+    latency_s: float
+    device: str  # key of predictor.devices
+    source: str  # data set name ("NeuSight", a JSONL file name)
+    split: str = ""  # "train" / "test" where the data set has a split
+
+
+# --------------------------------------------------------------------------------------------------- readers
+_NEUSIGHT_FILES = {
+    "train-elem.csv": "train",
+    "test-elem.csv": "test",
+    "train-softmax.csv": "train",
+    "test-softmax.csv": "test",
+    "train-ln.csv": "train",
+    "test-ln.csv": "test",
+    "test-bmm.csv": "test",
+    "test-linear.csv": "test",
+}
+# NeuSight op -> (kind, preflight op name, tensors read per element, FLOPs per element (passes.costs convention))
+_NEUSIGHT_VEC = {
+    "add": ("elementwise", "add", 2, 1),
+    "mul": ("elementwise", "multiply", 2, 1),
+    "div": ("elementwise", "divide", 2, 1),
+    "pow": ("elementwise", "power", 2, 1),
+    "addu": ("elementwise", "add", 1, 1),
+    "mulu": ("elementwise", "multiply", 1, 1),
+    "divu": ("elementwise", "divide", 1, 1),
+    "powu": ("elementwise", "power", 1, 1),
+    "relu": ("elementwise", "relu", 1, 1),
+    "tanh": ("elementwise", "tanh", 1, 1),
+    "gelu": ("elementwise", "gelu", 1, 5),
+    "softmax": ("softmax", "softmax", 1, 5),
+    "ln": ("norm", "layer_norm", 1, 7),
+}
+
+
+def _device_by_name(name: str) -> str:
+    for d in DEVICES.values():
+        if d.name == name.strip():
+            return d.key
+    raise KernelParamsError(f"NeuSight device {name!r} is not in predictor/devices.py")
+
+
+def _neusight_row(row: dict, split: str) -> MeasuredKernel:
+    """One NeuSight CSV row as a kernel of the contract (float32; sizes from its B, M, N, K or B, H columns)."""
+    op, device = row["OPName"], _device_by_name(row["Device"])
+    latency = float(row["Latency"]) * 1e-3
+    if op == "bmm":  # bmm(randn(B, M, N), randn(B, N, K)): output B x M x K, reduction over N
+        b, m, red, n = (int(row[c]) for c in "BMNK")
+        flops, read, written = 2 * b * m * n * red, 4 * (b * m * red + b * red * n), 4 * b * m * n
+        return MeasuredKernel("gemm", "matmul", "float32", flops, read, written, dict(b=b, m=m, n=n, k=red), latency,
+                              device, "NeuSight", split)  # fmt: skip
+    if op == "linear":  # nn.Linear(N, K, bias=True) on (B, M, N): one addmm of (B*M, N) x (N, K) + bias
+        b, m, red, n = (int(row[c]) for c in "BMNK")
+        rows = b * m
+        flops = 2 * rows * n * red + rows * n  # the bias add counted as 1 FLOP per output element
+        read, written = 4 * (rows * red + red * n + n), 4 * rows * n
+        return MeasuredKernel("gemm", "linear", "float32", flops, read, written, dict(b=1, m=rows, n=n, k=red),
+                              latency, device, "NeuSight", split)  # fmt: skip
+    if op not in _NEUSIGHT_VEC:
+        raise KernelParamsError(f"unknown NeuSight operator {op!r}")
+    kind, name, inputs, per = _NEUSIGHT_VEC[op]
+    rows, h = int(row["B"]), int(row["H"])
+    numel = rows * h
+    read, written = 4 * inputs * numel, 4 * numel
+    if kind == "norm":  # + weight and bias read, + mean and rstd (one float per row each) written
+        read, written = read + 8 * h, written + 8 * rows
+    return MeasuredKernel(kind, name, "float32", per * numel, read, written, {"numel": numel}, latency, device,
+                          "NeuSight", split)  # fmt: skip
+
+
+def read_neusight(folder: Path | str) -> list[MeasuredKernel]:
+    """The NeuSight measurements of `folder` (its README: what each file holds) as measured kernels."""
+    folder = Path(folder)
+    out: list[MeasuredKernel] = []
+    found = [f for f in _NEUSIGHT_FILES if (folder / f).is_file()]
+    if not found:
+        raise KernelParamsError(f"{folder} holds none of the NeuSight files ({', '.join(_NEUSIGHT_FILES)})")
+    for name in found:
+        with open(folder / name, newline="") as fh:
+            for i, row in enumerate(csv.DictReader(fh), start=2):
+                try:
+                    out.append(_neusight_row(row, _NEUSIGHT_FILES[name]))
+                except (KeyError, ValueError) as e:
+                    raise KernelParamsError(f"{folder / name}:{i}: {e}") from e
+    return out
+
+
+_JSONL_FIELDS = ("kind", "op", "dtype", "flops", "bytes_read", "bytes_written", "params", "latency_ms", "device")
+
+
+def read_jsonl(path: Path | str) -> list[MeasuredKernel]:
+    """Records of a kernel sweep (module docstring: the fields), one JSON object per line."""
+    path = Path(path)
+    out: list[MeasuredKernel] = []
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise KernelParamsError(f"cannot read {path}: {e}") from e
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{i}"
+        try:
+            rec = json.loads(line)
+        except ValueError as e:
+            raise KernelParamsError(f"{where}: not JSON ({e})") from e
+        if not isinstance(rec, dict):
+            raise KernelParamsError(f"{where}: a record must be a JSON object")
+        missing = [f for f in _JSONL_FIELDS if f not in rec]
+        if missing:
+            raise KernelParamsError(f"{where}: missing field(s) {', '.join(missing)}")
+        if rec["kind"] not in KINDS:
+            raise KernelParamsError(f"{where}: unknown kind {rec['kind']!r} (kinds: {', '.join(KINDS)})")
+        try:
+            device = get_device(str(rec["device"])).key
+        except UnknownDeviceError as e:
+            raise KernelParamsError(f"{where}: {e}") from e
+        try:
+            nums = [float(rec[f]) for f in ("flops", "bytes_read", "bytes_written", "latency_ms")]
+        except (TypeError, ValueError) as e:
+            raise KernelParamsError(f"{where}: flops, bytes and latency_ms must be numbers") from e
+        if min(nums[:3]) < 0 or not nums[3] > 0 or not all(np.isfinite(nums)):
+            raise KernelParamsError(f"{where}: flops and bytes must be >= 0 and latency_ms > 0")
+        if not isinstance(rec["params"], dict):
+            raise KernelParamsError(f"{where}: params must be an object")
+        out.append(
+            MeasuredKernel(
+                str(rec["kind"]),
+                str(rec["op"]),
+                str(rec["dtype"]),
+                nums[0],
+                nums[1],
+                nums[2],
+                rec["params"],
+                nums[3] * 1e-3,
+                device,
+                path.name,
+                str(rec.get("split", "")),
+            )
+        )
+    return out
+
+
+def read_data(path: Path | str) -> list[MeasuredKernel]:
+    """A NeuSight folder, a JSONL file, or a folder of JSONL files."""
+    path = Path(path)
+    if path.is_dir():
+        if any((path / f).is_file() for f in _NEUSIGHT_FILES):
+            return read_neusight(path)
+        files = sorted(path.glob("*.jsonl"))
+        if not files:
+            raise KernelParamsError(f"{path} holds neither NeuSight CSV files nor *.jsonl kernel records")
+        return [r for f in files for r in read_jsonl(f)]
+    if path.is_file():
+        return read_jsonl(path)
+    raise KernelParamsError(f"no such file or folder: {path}")
+
+
+# ---------------------------------------------------------------------------------------------------- fitting
+def lookup_kind(r: MeasuredKernel) -> str:
+    """The kind a record's parameters are looked up under (math-fallback attention is a gemm)."""
+    return gemm_dims(r.kind, r.params)[0] if r.kind in GEMM_LIKE else r.kind
+
+
+def family_of(device_key: str) -> str:
+    for fam, keys in FAMILIES.items():
+        if device_key in keys:
+            return fam
+    raise KernelParamsError(f"device {device_key!r} is in no family of predictor.kernel_fit.FAMILIES")
+
+
+@dataclass
+class Group:
+    """Measured kernels of one (kind, dtype) as arrays, with each row's device resources."""
+
+    records: list[MeasuredKernel]
+    arrays: KernelArrays
+    peak: np.ndarray  # FLOP/s (peak_rate of the row's device)
+    bandwidth: np.ndarray  # bytes/s
+    sms: np.ndarray
+    latency: np.ndarray  # seconds
+    kind: str = ""
+    dtype: str = ""
+
+    @classmethod
+    def of(cls, records: Sequence[MeasuredKernel]) -> Group:
+        records = list(records)
+        arrays = kernel_arrays(records)
+        devs = [DEVICES[r.device] for r in records]
+        kinds = {str(k) for k in arrays.kind}
+        dtypes = {r.dtype for r in records}
+        if len(kinds) != 1 or len(dtypes) != 1:
+            raise KernelParamsError(f"a fit group needs one kind and dtype, got {sorted(kinds)} {sorted(dtypes)}")
+        kind, dtype = kinds.pop(), dtypes.pop()
+        peak = np.array([peak_rate(d, _CATEGORY.get(kind, kind), dtype) for d in devs])
+        return cls(
+            records,
+            arrays,
+            peak,
+            np.array([d.bandwidth for d in devs]),
+            np.array([d.sms for d in devs], dtype=np.float64),
+            np.array([r.latency_s for r in records]),
+            kind,
+            dtype,
+        )
+
+    def subset(self, index: np.ndarray) -> Group:
+        return Group(
+            [self.records[i] for i in index],
+            self.arrays.subset(index),
+            self.peak[index],
+            self.bandwidth[index],
+            self.sms[index],
+            self.latency[index],
+            self.kind,
+            self.dtype,
+        )
+
+    def size(self) -> np.ndarray:
+        """Problem size: FLOPs for gemm-like kinds, bytes for the others."""
+        return self.arrays.flops if self.kind in GEMM_LIKE else self.arrays.nbytes
+
+    def predict(self, p: KernelParams) -> np.ndarray:
+        compute = self.arrays.flops / (self.peak * compute_efficiency(self.arrays, p, self.sms))
+        memory = self.arrays.nbytes / (self.bandwidth * p.e_memory)
+        return np.maximum(compute, memory) + p.launch_us * 1e-6
+
+    def bound(self) -> np.ndarray:
+        return np.maximum(self.arrays.flops / self.peak, self.arrays.nbytes / self.bandwidth)
+
+
+def free_parameters(kind: str) -> tuple[str, ...]:
+    return FREE.get(kind, ("e_memory", "launch_us"))
+
+
+def fit_entry(group: Group, base: KernelParams, names: Sequence[str] | None = None) -> KernelParams:
+    """Least squares in log space over `names` (default: the kind's free parameters); the rest as in `base`."""
+    from scipy.optimize import least_squares  # deferred: only fitting needs scipy
+
+    names = tuple(names or free_parameters(group.kind))
+    lo = np.array([BOUNDS[n][0] for n in names])
+    hi = np.array([BOUNDS[n][1] for n in names])
+    log_y = np.log(group.latency)
+
+    def make(x: np.ndarray) -> KernelParams:
+        return replace(base, **{n: float(v) for n, v in zip(names, x, strict=True)})
+
+    def residual(x: np.ndarray) -> np.ndarray:
+        return np.log(group.predict(make(x))) - log_y
+
+    starts = []
+    for k0 in (1.0, 64.0, 512.0) if "k0" in names else (0.0,):
+        start = {"e_compute": 0.7, "e_memory": 0.8, "launch_us": 10.0, "k0": k0, "tile_i0": 16.0}
+        starts.append(np.clip([start[n] for n in names], lo + 1e-9, hi - 1e-9))
+    best = None
+    for x0 in starts:
+        res = least_squares(residual, x0, bounds=(lo, hi), x_scale="jac", method="trf")
+        if best is None or res.cost < best.cost - 1e-12:
+            best = res
+    return make(best.x)
+
+
+def ape(pred: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(mean, median) absolute percentage error, in percent."""
+    a = np.abs(pred / y - 1.0) * 100.0
+    return float(a.mean()), float(np.median(a))
+
+
+# ---------------------------------------------------------------------------------------------------- table
+def fit_with(group: Group, elementwise: KernelParams | None) -> KernelParams:
+    """Fit one group; a gemm-like fit keeps the memory efficiency of `elementwise` (a float32 elementwise fit
+    of the same family, or None: the fallback), which its own data rarely identifies."""
+    e_memory = (elementwise or FALLBACK_MEMORY).e_memory
+    if group.kind in ("gemm", "conv"):
+        return fit_entry(group, replace(FALLBACK_GEMM, e_memory=e_memory))
+    if group.kind == "attention":
+        return fit_entry(group, KernelParams(0.5, e_memory, 20.0, ATTENTION_TILES, 0.0, 32.0))
+    if group.kind in LAUNCH_FROM_ELEMENTWISE and elementwise is not None:
+        # NeuSight's softmax and layer-norm kernels are all large (>= 18 MB moved): their data cannot tell a
+        # launch from a lower bandwidth, and a free fit puts tens of microseconds into the launch, which every
+        # small norm of a model would then pay. The launch (host dispatch + launch latency) is the same for every
+        # kind of kernel: keep the elementwise fit's, measured on small kernels, and fit e_memory alone.
+        return fit_entry(group, replace(FALLBACK_MEMORY, launch_us=elementwise.launch_us), ("e_memory",))
+    return fit_entry(group, FALLBACK_MEMORY)
+
+
+def fit_groups(records: Sequence[MeasuredKernel]) -> dict[tuple[str, str, str], KernelParams]:
+    """Fit every (family, kind, dtype) with at least MIN_FIT records.
+
+    Memory-bound kinds go first; a gemm-like fit keeps the family's float32 elementwise e_memory, or, where the
+    family has none, another family's (the same transfer `derive_entries` makes for the elementwise entry).
+    """
+    buckets: dict[tuple[str, str, str], list[MeasuredKernel]] = defaultdict(list)
+    for r in records:
+        buckets[(family_of(r.device), lookup_kind(r), r.dtype)].append(r)
+    fitted: dict[tuple[str, str, str], KernelParams] = {}
+    for key in sorted(buckets, key=lambda k: (k[1] in GEMM_LIKE, k)):
+        if len(buckets[key]) >= MIN_FIT:
+            elem = next((fitted[(f, "elementwise", "float32")] for f in (key[0], *FAMILIES)
+                         if (f, "elementwise", "float32") in fitted), None)  # fmt: skip
+            fitted[key] = fit_with(Group.of(buckets[key]), elem)
+    return fitted
+
+
+def calibrate_e_compute(p: KernelParams, device: Device, shape: tuple[int, int, int], rate: float, dtype: str) -> float:
+    """The e_compute with which the model's rate on one m x n x k GEMM equals the measured `rate` (FLOP/s)."""
+    m, n, k = shape
+    one = KernelArrays(
+        kind=np.array(["gemm"]),
+        dtype=np.array([dtype]),
+        flops=np.array([2.0 * m * n * k]),
+        nbytes=np.zeros(1),
+        b=np.ones(1),
+        m=np.array([float(m)]),
+        n=np.array([float(n)]),
+        k=np.array([float(k)]),
+    )
+    shape_factor = compute_efficiency(one, replace(p, e_compute=1e-3), float(device.sms))[0] / 1e-3
+    return min(1.0, rate / peak_rate(device, "matmul", dtype) / shape_factor)
+
+
+def derive_entries(fitted: dict[tuple[str, str, str], KernelParams]) -> dict[tuple[str, str, str], KernelParams]:
+    """The whole table: the fits, then every other (family, kind, dtype) by the rules below.
+
+    Every derived entry's source starts with "transfer:" (another family's fit), "default:" (a published or
+    measured figure) or "assumed:" (a stated assumption), followed by the source of what it was derived from.
+    A fit always wins over a derived entry of the same key.
+    """
+    table = dict(fitted)
+
+    def other(fam: str, kind: str, dtype: str) -> tuple[str, KernelParams] | None:
+        return next(((f, fitted[(f, kind, dtype)]) for f in FAMILIES if f != fam and (f, kind, dtype) in fitted), None)
+
+    def put(key: tuple[str, str, str], p: KernelParams, source: str) -> None:
+        if key not in table:
+            table[key] = replace(p, source=source)
+
+    for fam in FAMILIES:
+        # memory-bound kinds: float32 fit, else another family's; one efficiency for every dtype (bytes carry it)
+        for kind in ("elementwise", "softmax", "norm"):
+            src = other(fam, kind, "float32")
+            if src is not None:
+                put((fam, kind, "float32"), src[1], f"transfer: the {src[0]} fit (no {fam} data); {src[1].source}")
+            own = [table[k] for k in sorted(table) if k[:2] == (fam, kind) and k[2] != "*"]
+            base = table.get((fam, kind, "float32"), own[0] if own else None)
+            if base is not None:
+                put((fam, kind, "*"), base, f"assumed: every dtype as this fit (bytes carry the dtype); {base.source}")
+            elif kind == "elementwise":
+                put((fam, kind, "*"), FALLBACK_MEMORY, FALLBACK_MEMORY.source)
+        elem = table[(fam, "elementwise", "*")]
+        for kind in ("softmax", "norm", "reduction", "pooling", "other"):
+            put((fam, kind, "*"), elem, f"assumed: as elementwise; {elem.source}")
+        measured = [d for d in FAMILIES[fam] if DEVICES[d].measured_bandwidth]
+        if measured:
+            share = float(np.mean([DEVICES[d].measured_bandwidth / DEVICES[d].bandwidth for d in measured]))
+            text = (
+                f"default: e_memory = a device-to-device copy measured on {', '.join(measured)} (predictor/devices.py "
+                f"measured_bandwidth), {share:.3f} of the datasheet bandwidth; launch as elementwise ({elem.source})"
+            )
+            put((fam, "copy", "*"), replace(elem, e_memory=share), text)
+        put((fam, "copy", "*"), elem, f"assumed: as elementwise; {elem.source}")
+
+        # GEMM: float32 fitted (else transferred); tensor-core dtypes calibrated to a measured rate
+        src = other(fam, "gemm", "float32")
+        if src is not None:
+            put((fam, "gemm", "float32"), src[1], f"transfer: the {src[0]} fit (no {fam} data); {src[1].source}")
+        put((fam, "gemm", "float32"), replace(FALLBACK_GEMM, e_memory=elem.e_memory), FALLBACK_GEMM.source)
+        g32 = table[(fam, "gemm", "float32")]
+        put((fam, "gemm", "*"), g32, f"assumed: as float32 (peak_rate gives other dtypes the fp32 rate); {g32.source}")
+        rate, shape, dev_key, text = _gemm_anchor(fam)
+        for dtype in ("float16", "bfloat16"):
+            if rate is None:
+                put((fam, "gemm", dtype), g32, f"assumed: as float32; {g32.source}")
+                continue
+            e = calibrate_e_compute(g32, DEVICES[dev_key], shape, rate, dtype)
+            put(
+                (fam, "gemm", dtype),
+                replace(g32, e_compute=e),
+                f"default: e_compute calibrated so that a {'x'.join(map(str, shape))} GEMM runs at {rate / 1e12:.1f} "
+                f"TFLOP/s on {dev_key} ({text}); tiles, tile_i0, k0, launch and e_memory assumed as the float32 fit",
+            )
+        for dtype in ("float16", "bfloat16"):
+            g = table[(fam, "gemm", dtype)]
+            put((fam, "conv", dtype), g, f"assumed: implicit GEMM at the {dtype} GEMM entry; {g.source}")
+        g16 = table[(fam, "gemm", "float16")]
+        put(
+            (fam, "conv", "float32"),
+            g16,
+            f"assumed: TF32 tensor cores (torch default) at the float16 GEMM entry; {g16.source}",
+        )
+        put((fam, "conv", "*"), g32, f"assumed: as the float32 GEMM entry (fp32 CUDA-core rate); {g32.source}")
+
+        # attention: flash (fp16/bf16) at the FlashAttention papers' efficiency; memory-efficient (fp32) as fp32 GEMM
+        e_flash, paper = FA2_H100 if fam == "hopper" else FA2_A100
+        flash = KernelParams(e_flash, g32.e_memory, g32.launch_us, ATTENTION_TILES)
+        for dtype in ("float16", "bfloat16"):
+            put(
+                (fam, "attention", dtype),
+                flash,
+                f"default: e_compute from {paper}; launch and e_memory assumed as the float32 GEMM entry",
+            )
+        efficient = KernelParams(g32.e_compute, g32.e_memory, g32.launch_us, ATTENTION_TILES)
+        for dtype in ("float32", "*"):
+            put(
+                (fam, "attention", dtype),
+                efficient,
+                "assumed: the memory-efficient kernel at the float32 GEMM entry's e_compute, launch and e_memory "
+                f"(no published figure); {g32.source}",
+            )
+    return table
+
+
+def _gemm_anchor(fam: str) -> tuple[float | None, tuple[int, int, int], str, str]:
+    """(rate FLOP/s, (m, n, k), device key, source) the family's tensor-core GEMM efficiency is calibrated to."""
+    if fam == "hopper":
+        d = DEVICES["h100-80gb"]
+        return (
+            d.measured_bf16_flops,
+            (8192, 8192, 8192),
+            d.key,
+            "an 8192^3 bf16 matmul measured on this project's H100, predictor/devices.py measured_bf16_flops",
+        )
+    if fam == "ampere":
+        return MAMF_A100[0], MAMF_A100[1], MAMF_A100[2], MAMF_A100[3]
+    return None, (0, 0, 0), "", ""
+
+
+# ------------------------------------------------------------------------------------------------- evaluation
+@dataclass(frozen=True)
+class EvalRow:
+    """One line of KERNEL_EVAL.md: a protocol's fit, where it was evaluated, and the errors (%) of the model and
+    the two baselines as (MAPE, median APE)."""
+
+    protocol: str
+    kind: str
+    dtype: str
+    fit_on: str
+    eval_on: str
+    n_fit: int
+    n_eval: int
+    model: tuple[float, float]
+    roofline: tuple[float, float]
+    roofline_launch: tuple[float, float]
+
+
+def _row(protocol: str, fit: Group, test: Group, fit_on: str, eval_on: str, p: KernelParams) -> EvalRow:
+    bound = test.bound()
+    return EvalRow(
+        protocol, test.kind, test.dtype, fit_on, eval_on, len(fit.records), len(test.records),
+        ape(test.predict(p), test.latency), ape(bound, test.latency),
+        ape(bound + BASELINE_LAUNCH_US * 1e-6, test.latency),
+    )  # fmt: skip
+
+
+def _fit_selected(
+    group: Group, records: Sequence[MeasuredKernel], keep: Callable[[MeasuredKernel], bool]
+) -> KernelParams:
+    """`fit_with` where the elementwise fit comes from the float32 elementwise records `keep` selects (the
+    same device or split), or none (nothing from other devices leaks in)."""
+    elem = None
+    if group.kind in GEMM_LIKE:
+        recs = [r for r in records if r.kind == "elementwise" and r.dtype == "float32" and keep(r)]
+        if len(recs) >= MIN_FIT:
+            elem = fit_with(Group.of(recs), None)
+    return fit_with(group, elem)
+
+
+PROTOCOLS = ("in-sample", "split", "largest 20%", "transfer")
+
+
+def evaluate(records: Sequence[MeasuredKernel], fitted: dict[tuple[str, str, str], KernelParams]) -> list[EvalRow]:
+    """The evaluation rows of the module docstring, for every (kind, dtype) in `records`."""
+    groups: dict[tuple[str, str], list[MeasuredKernel]] = defaultdict(list)
+    for r in records:
+        groups[(lookup_kind(r), r.dtype)].append(r)
+    rows: list[EvalRow] = []
+    for (kind, dtype), recs in sorted(groups.items(), key=lambda kv: (kv[0][0] in GEMM_LIKE, kv[0])):
+        devices = sorted({r.device for r in recs})
+        by_dev = {d: Group.of([r for r in recs if r.device == d]) for d in devices}
+        # in-sample: the committed (family) fit on each device
+        for d, g in by_dev.items():
+            fam = family_of(d)
+            p = fitted.get((fam, kind, dtype))
+            if p is not None:
+                whole = Group.of([r for r in recs if family_of(r.device) == fam])
+                rows.append(_row("in-sample", whole, g, f"all {fam}", d, p))
+        # (a) the data's own split
+        train = [r for r in recs if r.split == "train"]
+        test = [r for r in recs if r.split == "test"]
+        if len(train) >= MIN_FIT and test:
+            tg = Group.of(train)
+            p = _fit_selected(tg, records, lambda r: r.split == "train")
+            fit_on = "+".join(sorted({r.device for r in train})) + " train"
+            for d in sorted({r.device for r in test}):
+                rows.append(_row("split", tg, Group.of([r for r in test if r.device == d]), fit_on, d + " test", p))
+        # (b) the largest 20% held out, per device
+        for d, g in by_dev.items():
+            if len(g.records) < 5 * MIN_FIT // 2:
+                continue
+            order = np.argsort(g.size(), kind="stable")
+            cut = int(round(0.8 * len(order)))
+            small, large = g.subset(order[:cut]), g.subset(order[cut:])
+            p = _fit_selected(small, records, lambda r, d=d: r.device == d)
+            rows.append(_row("largest 20%", small, large, f"{d} smallest 80%", d, p))
+        # (c) transfer: all of one device -> each other device
+        for src in devices:
+            p = _fit_selected(by_dev[src], records, lambda r, s=src: r.device == s)
+            for dst in devices:
+                if dst != src:
+                    rows.append(_row("transfer", by_dev[src], by_dev[dst], src, dst, p))
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------- outputs
+def _sources_with_errors(
+    fitted: dict[tuple[str, str, str], KernelParams], records: Sequence[MeasuredKernel], rows: list[EvalRow]
+) -> dict[tuple[str, str, str], KernelParams]:
+    out = {}
+    for (scope, kind, dtype), p in fitted.items():
+        recs = [r for r in records if (family_of(r.device), lookup_kind(r), r.dtype) == (scope, kind, dtype)]
+        ops = "+".join(sorted({r.op for r in recs}))
+        devs = ", ".join(DEVICES[d].name for d in sorted({r.device for r in recs}))
+        data = ", ".join(
+            sorted({"NeuSight (ASPLOS'25, MIT licence)" if r.source == "NeuSight" else r.source for r in recs})
+        )
+        ins = [
+            r
+            for r in rows
+            if r.protocol == "in-sample" and r.kind == kind and r.dtype == dtype and family_of(r.eval_on) == scope
+        ]
+        held = [
+            r
+            for r in rows
+            if r.protocol == "largest 20%" and r.kind == kind and r.dtype == dtype and family_of(r.eval_on) == scope
+        ]
+        n = len(recs)
+        in_sample = np.average([r.model[0] for r in ins], weights=[r.n_eval for r in ins]) if ins else float("nan")
+        text = f"fit: {data} {dtype} {ops} on {devs}, n={n:,}; in-sample MAPE {in_sample:.1f}%"
+        if held:
+            text += "; largest 20% held out: " + ", ".join(f"{r.eval_on} {r.model[0]:.1f}%" for r in held)
+        out[(scope, kind, dtype)] = replace(p, source=text + " (KERNEL_EVAL.md)")
+    return out
+
+
+def _digest(records: Sequence[MeasuredKernel]) -> str:
+    h = hashlib.sha256()
+    for r in records:
+        h.update(
+            f"{r.device}|{r.kind}|{r.op}|{r.dtype}|{r.flops}|{r.bytes_read}|{r.bytes_written}|{r.latency_s!r}\n".encode()
+        )
+    return h.hexdigest()[:16]
+
+
+def build(
+    records: Sequence[MeasuredKernel], data_names: Sequence[str], out: str = "predictor/kernel_params.json"
+) -> tuple[ParamTable, list[EvalRow]]:
+    """Fit, evaluate and derive: the parameter table and its evaluation (`out`: where the table goes, recorded)."""
+    import scipy
+
+    fitted = fit_groups(records)
+    rows = evaluate(records, fitted)
+    entries = derive_entries(_sources_with_errors(fitted, records, rows))
+    missing = [(f, k) for f in FAMILIES for k in KINDS if not any((f, k, d) in entries for d in ("*", "float32"))]
+    if missing:
+        raise KernelParamsError(f"the table leaves kinds uncovered: {missing}")
+    neusight = any(r.source == "NeuSight" for r in records)
+    meta = {
+        "created_by": "python -m predictor.kernel_model fit "
+        + " ".join(f"--data {n}" for n in data_names)
+        + f" --out {out}",
+        "fit_environment": {"numpy": np.__version__, "scipy": scipy.__version__},
+        "data": {"records": len(records), "sha256_16": _digest(records), "sources": list(data_names)},
+        "licence": (
+            "Entries whose source names NeuSight are derived from NeuSight's measurements: " + NEUSIGHT_CITATION
+            if neusight
+            else ""
+        ),
+        "notice": "predictor/KERNEL_PARAMS_NOTICE.md",
+    }
+    table = ParamTable(entries, {k: tuple(v) for k, v in FAMILIES.items()}, TABLE_VERSION, meta)
+    return table, rows
+
+
+def eval_markdown(rows: list[EvalRow], table: ParamTable) -> str:
+    """KERNEL_EVAL.md: the evaluation table (numbers as measured), and what each protocol means."""
+    meta = table.meta
+    lines = [
+        "# Kernel time model: evaluation",
+        "",
+        f"Written by `{meta.get('created_by', '')}` (table version "
+        f"{table.version}, {meta.get('data', {}).get('records', 0):,} measured kernels, data digest "
+        f"`{meta.get('data', {}).get('sha256_16', '')}`); `tests/test_kernel_model.py` recomputes these numbers "
+        "from the committed data. The model and the protocols: `docs/kernel-model.md`, "
+        "`predictor/kernel_fit.py`.",
+        "",
+        "APE = |predicted / measured - 1|; MAPE is its mean, med its median, in %. Baselines: the roofline bound "
+        f"(efficiency 1, no launch) and the roofline + {BASELINE_LAUNCH_US:g} us per kernel (today's estimate).",
+        "Protocols: **in-sample** the committed fit on its own data; **split** NeuSight's train/test files "
+        "(fit on train, evaluate on test); **largest 20%** fit on the smallest 80% of one device's problems (FLOPs "
+        "for gemm, bytes otherwise), evaluate on the largest 20%; **transfer** fit on all of one device, "
+        "evaluate on another.",
+    ]
+    if meta.get("licence"):
+        lines += ["", "Data: " + meta["licence"] + "."]
+    lines += [
+        "",
+        "| protocol | kind | dtype | fit on | evaluated on | n fit | n eval | model MAPE | model med "
+        "| roofline MAPE | roofline med | roofline+5us MAPE | roofline+5us med |",
+        "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    order = {p: i for i, p in enumerate(PROTOCOLS)}
+    for r in sorted(rows, key=lambda r: (order[r.protocol], r.kind, r.dtype, r.fit_on, r.eval_on)):
+        lines.append(
+            f"| {r.protocol} | {r.kind} | {r.dtype} | {r.fit_on} | {r.eval_on} | {r.n_fit:,} | {r.n_eval:,} "
+            f"| {r.model[0]:.1f} | {r.model[1]:.1f} | {r.roofline[0]:.1f} | {r.roofline[1]:.1f} "
+            f"| {r.roofline_launch[0]:.1f} | {r.roofline_launch[1]:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def dump_table(table: ParamTable) -> str:
+    """The table as JSON text, one entry per line (diffs of a refit stay readable)."""
+    doc = table.to_json()
+    entries = doc.pop("entries")
+    head = json.dumps(doc, indent=1)[:-2]  # without the closing "\n}"
+    body = ",\n".join("  " + json.dumps(e) for e in entries)
+    return f'{head},\n "entries": [\n{body}\n ]\n}}\n'
+
+
+def parse_eval_markdown(text: str) -> list[dict]:
+    """The rows of a KERNEL_EVAL.md table as dicts (for the reproduction test)."""
+    out = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 13 or cells[0] not in PROTOCOLS:
+            continue
+        out.append(
+            {
+                "protocol": cells[0],
+                "kind": cells[1],
+                "dtype": cells[2],
+                "fit_on": cells[3],
+                "eval_on": cells[4],
+                "n_fit": int(cells[5].replace(",", "")),
+                "n_eval": int(cells[6].replace(",", "")),
+                "numbers": [float(c) for c in cells[7:]],
+            }  # fmt: skip
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m predictor.kernel_model", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    fit = sub.add_parser("fit", help="fit the kernel parameter table and write its evaluation")
+    fit.add_argument(
+        "--data", action="append", required=True, help="NeuSight folder, JSONL file or folder (repeatable)"
+    )
+    fit.add_argument("--out", required=True, help="the parameter table to write (JSON)")
+    fit.add_argument("--eval", help="the evaluation table to write (default: KERNEL_EVAL.md beside --out)")
+    args = parser.parse_args(argv)
+    try:
+        records = [r for d in args.data for r in read_data(d)]
+        table, rows = build(records, args.data, args.out)
+    except KernelParamsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.write_text(dump_table(table))
+    eval_path = Path(args.eval) if args.eval else out.with_name("KERNEL_EVAL.md")
+    eval_path.write_text(eval_markdown(rows, table))
+    print(f"{len(records):,} kernels, {len(table.entries)} entries -> {out}; evaluation -> {eval_path}")
+    return 0

@@ -1,0 +1,468 @@
+"""Per-kernel time model: what eager PyTorch's kernels take on a GPU, with the roofline bound beside it.
+
+For each kernel of the kernel view (`passes.kernels.Kernel`, or any object with `kind`, `flops`, `bytes_read`,
+`bytes_written`, `dtype` and `params`):
+
+    time = max(FLOPs / (peak x e_c), bytes / (bandwidth x e_m)) + launch
+
+- `peak` is `predictor.roofline.peak_rate` for the kernel's kind and dtype (gemm and attention in float32 on
+  CUDA cores, float32 conv on TF32 tensor cores, float16/bfloat16 gemm/conv/attention on tensor cores,
+  everything else at the fp32 CUDA-core rate), times the MIG slice's share of SMs; `bandwidth` is the
+  datasheet bandwidth times the slice's share of memory slices (`roofline.shares`).
+- `e_m` = `e_memory`, a constant per (device family, kind, dtype).
+- `e_c` = min(1, `e_compute` x q x k / (k + `k0`)) for gemm-like kinds (gemm, conv, attention), `e_compute`
+  for the others. A gemm-like kernel is seen as `b` independent products of an (m x k) by (k x n) matrix:
+  - gemm: the contract's `b, m, n, k`;
+  - conv: implicit GEMM, m = batch x output pixels, n = output channels, k = input channels per group x
+    kernel window (b = 1; a depthwise conv has k = the window, so it is inefficient at compute and
+    memory-bound, as it is on a GPU);
+  - attention (flash / memory-efficient): b = batch x heads work units of `s` query rows, tiles of 128
+    query rows x the whole head (tiles `[[128, 1]]`, n = 1), depth k = keys `t`; the math fallback is
+    costed as a gemm of (b x h, s, t, d).
+  q is the wave quantisation of the output tiles over the SMs, for the best of a few candidate tiles
+  (the tile sizes cuBLAS / CUTLASS kernels use): for a tile tm x tn, T = b x ceil(m/tm) x ceil(n/tn) tiles
+  run in ceil(T / SMs) waves, so the useful fraction of the tile slots is b m n / (ceil(T/SMs) x SMs x tm tn);
+  a smaller tile fills the machine better but runs at a lower rate, I / (I + `tile_i0`) with
+  I = tm tn / (tm + tn) its arithmetic intensity, relative to the largest candidate's (so `e_compute` is the
+  efficiency of a large, evenly tiled problem); q is the best product over the candidates (a library
+  heuristic picks the tile). k / (k + `k0`) is the cost of a shallow reduction (prologue and epilogue of
+  each tile). Small problems are inefficient through both: one partial wave of small tiles, a short k.
+- `launch` (`launch_us`) is a constant per (family, kind, dtype): the time the smallest kernels take, i.e.
+  host-side dispatch + launch latency + the minimum kernel duration, as measured op by op. Any saturation of
+  memory bandwidth with size ("a small kernel cannot reach full bandwidth") is carried by this constant: for a
+  memory-bound kernel an efficiency e(B) = e_inf B / (B + B_half) is exactly bytes / (bandwidth e_inf) +
+  B_half / (bandwidth e_inf), i.e. an added constant that single-device data cannot tell from launch.
+
+The roofline bound of a kernel is the same with e_c = e_m = 1 and no launch. Every efficiency is clipped to
+(0, 1] and every launch is >= 0, so the bound never exceeds the estimate, kernel by kernel.
+
+All parameters live in one versioned table, `predictor/kernel_params.json` (`SCHEMA`), keyed by
+(scope, kind, dtype): scope is a device key or a device family (`families` in the table: "ampere" for the A100s,
+"hopper" for H100/H200), dtype may be "*". Lookup tries (device, kind, dtype), (device, kind, "*"), (family,
+kind, dtype), (family, kind, "*"). Each entry says where its numbers come from (`source`: "fit: ...",
+"transfer: ...", "default: ..."). `python -m predictor.kernel_model fit --data DIR_OR_JSONL --out TABLE`
+refits it (`predictor.kernel_fit`) and writes the evaluation table `KERNEL_EVAL.md` beside it; see
+docs/kernel-model.md. The model itself needs only numpy and is vectorised over kernels.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from .devices import Device, MigProfile
+from .roofline import peak_rate, shares
+
+SCHEMA = "preflight.kernel_params/1"
+PARAMS_PATH = Path(__file__).resolve().parent / "kernel_params.json"
+
+#: Kinds whose compute efficiency follows the tile / wave / depth form (the others: a constant).
+GEMM_LIKE = ("gemm", "conv", "attention")
+#: Kernel kind -> the roofline category whose peak applies (`roofline.peak_rate`); other kinds map to themselves.
+_CATEGORY = {"gemm": "matmul", "conv": "conv", "attention": "attention"}
+
+
+class KernelParamsError(ValueError):
+    """A parameter table or a measurement file that cannot be used (the message says why)."""
+
+
+@dataclass(frozen=True)
+class KernelParams:
+    """One entry of the table: the efficiencies and launch time of one (scope, kind, dtype).
+
+    Attributes:
+        e_compute: fraction of `peak_rate` a large, evenly tiled, deep kernel reaches, in (0, 1].
+        e_memory: fraction of the datasheet bandwidth the kernel's bytes move at, in (0, 1].
+        launch_us: time added per kernel, microseconds (>= 0).
+        tiles: candidate output tiles (tm, tn) for the wave quantisation; empty: no quantisation.
+        tile_i0: tile-intensity half point (see the module docstring), >= 0.
+        k0: reduction-depth half point, >= 0.
+        source: where the numbers come from.
+    """
+
+    e_compute: float
+    e_memory: float
+    launch_us: float
+    tiles: tuple[tuple[int, int], ...] = ()
+    tile_i0: float = 0.0
+    k0: float = 0.0
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not (0 < self.e_compute <= 1 and 0 < self.e_memory <= 1):
+            raise KernelParamsError(
+                f"efficiencies must be in (0, 1]: e_compute {self.e_compute}, e_memory {self.e_memory}"
+            )
+        if self.launch_us < 0 or self.tile_i0 < 0 or self.k0 < 0:
+            raise KernelParamsError(f"launch_us, tile_i0 and k0 must be >= 0 ({self.source or 'entry'})")
+        if any(tm < 1 or tn < 1 for tm, tn in self.tiles):
+            raise KernelParamsError(f"tiles must be positive: {self.tiles}")
+
+    def to_json(self) -> dict:
+        doc = {
+            "e_compute": round(self.e_compute, 6),
+            "e_memory": round(self.e_memory, 6),
+            "launch_us": round(self.launch_us, 4),
+        }
+        if self.tiles:
+            doc |= {"tiles": [list(t) for t in self.tiles], "tile_i0": round(self.tile_i0, 4), "k0": round(self.k0, 4)}
+        elif self.k0:
+            doc["k0"] = round(self.k0, 4)
+        return doc | {"source": self.source}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> KernelParams:
+        try:
+            return cls(
+                e_compute=float(doc["e_compute"]),
+                e_memory=float(doc["e_memory"]),
+                launch_us=float(doc["launch_us"]),
+                tiles=tuple((int(a), int(b)) for a, b in doc.get("tiles", ())),
+                tile_i0=float(doc.get("tile_i0", 0.0)),
+                k0=float(doc.get("k0", 0.0)),
+                source=str(doc.get("source", "")),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            if isinstance(e, KernelParamsError):
+                raise
+            raise KernelParamsError(f"bad kernel-parameter entry {doc!r}: {e}") from e
+
+
+@dataclass(frozen=True)
+class ParamTable:
+    """The parameter table: entries keyed by (scope, kind, dtype), and the device families."""
+
+    entries: dict[tuple[str, str, str], KernelParams]
+    families: dict[str, tuple[str, ...]]
+    version: str = ""
+    meta: dict = field(default_factory=dict)
+
+    def family(self, device_key: str) -> str | None:
+        """The family a device key belongs to, or None."""
+        for fam, keys in self.families.items():
+            if device_key in keys:
+                return fam
+        return None
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(sorted({k for _, k, _ in self.entries}))
+
+    def lookup(self, device_key: str, kind: str, dtype: str) -> KernelParams:
+        """The entry for a kernel of `kind` computing in `dtype` on `device_key` (module docstring: lookup order)."""
+        scopes = [device_key]
+        fam = self.family(device_key)
+        if fam is not None:
+            scopes.append(fam)
+        for scope in scopes:
+            for dt in (dtype, "*"):
+                entry = self.entries.get((scope, kind, dt))
+                if entry is not None:
+                    return entry
+        where = f"device {device_key!r}" + (f" (family {fam!r})" if fam else " (in no family of the table)")
+        raise KernelParamsError(f"no kernel parameters for kind {kind!r}, dtype {dtype!r} on {where}")
+
+    def to_json(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "version": self.version,
+            **self.meta,
+            "families": {k: list(v) for k, v in self.families.items()},
+            "entries": [
+                {"scope": s, "kind": k, "dtype": d, **p.to_json()} for (s, k, d), p in sorted(self.entries.items())
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> ParamTable:
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+            got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+            raise KernelParamsError(f"not a kernel-parameter table (schema {got!r}, expected {SCHEMA!r})")
+        entries: dict[tuple[str, str, str], KernelParams] = {}
+        for e in doc.get("entries", []):
+            try:
+                key = (str(e["scope"]), str(e["kind"]), str(e["dtype"]))
+            except (KeyError, TypeError) as err:
+                raise KernelParamsError(f"kernel-parameter entry without scope/kind/dtype: {e!r}") from err
+            if key in entries:
+                raise KernelParamsError(f"duplicate kernel-parameter entry {key}")
+            entries[key] = KernelParams.from_json(e)
+        meta = {k: v for k, v in doc.items() if k not in ("schema", "version", "families", "entries")}
+        families = {str(k): tuple(str(x) for x in v) for k, v in doc.get("families", {}).items()}
+        return cls(entries, families, str(doc.get("version", "")), meta)
+
+
+_CACHE: dict[tuple[Path, float], ParamTable] = {}
+
+
+def load_params(path: Path | str | None = None) -> ParamTable:
+    """Read a parameter table (default: the committed `predictor/kernel_params.json`), once per file version."""
+    p = Path(path) if path is not None else PARAMS_PATH
+    try:
+        key = (p.resolve(), p.stat().st_mtime)
+    except OSError as e:
+        raise KernelParamsError(f"cannot read kernel-parameter table {p}: {e.strerror}") from e
+    if key not in _CACHE:
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError) as e:
+            raise KernelParamsError(f"cannot read kernel-parameter table {p}: {e}") from e
+        _CACHE[key] = ParamTable.from_json(doc)
+    return _CACHE[key]
+
+
+@dataclass(frozen=True)
+class KernelArrays:
+    """Kernels as arrays (one row per kernel), what the model computes on.
+
+    `b, m, n, k` are the gemm-like dimensions of the module docstring (0 where unknown or not gemm-like);
+    `kind` is the kind the parameters are looked up under (math-fallback attention becomes "gemm").
+    """
+
+    kind: np.ndarray  # (N,) str
+    dtype: np.ndarray  # (N,) str
+    flops: np.ndarray  # (N,) float64
+    nbytes: np.ndarray  # (N,) float64, read + written
+    b: np.ndarray  # (N,) float64
+    m: np.ndarray
+    n: np.ndarray
+    k: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.flops)
+
+    @cached_property
+    def groups(self) -> list[tuple[str, str, np.ndarray]]:
+        """(kind, dtype, row indices) for each (kind, dtype) present (computed once)."""
+        if not len(self):
+            return []
+        keys, inverse = np.unique(np.char.add(np.char.add(self.kind, "|"), self.dtype), return_inverse=True)
+        return [(*str(key).split("|", 1), np.flatnonzero(inverse == i)) for i, key in enumerate(keys)]
+
+    def subset(self, index: np.ndarray) -> KernelArrays:
+        return KernelArrays(*(getattr(self, f)[index] for f in self.__dataclass_fields__))
+
+
+def _prod(values) -> int:
+    return math.prod(int(v) for v in values) if isinstance(values, list | tuple) else int(values)
+
+
+def gemm_dims(kind: str, params: dict) -> tuple[str, tuple[float, float, float, float]]:
+    """(kind to look parameters up under, (b, m, n, k)) for one kernel; zeros when the params lack the sizes
+    or hold anything but non-negative numbers (the kernel is then costed without a shape penalty)."""
+    dims: tuple = (0, 0, 0, 0)
+    try:
+        if kind == "gemm":
+            dims = (params.get("b", 1), params["m"], params["n"], params["k"])
+        elif kind == "conv":
+            groups = max(int(params.get("groups", 1)), 1)
+            m = int(params["n"]) * _prod(params["out_spatial"])
+            dims = (1, m, params["c_out"], int(params["c_in"]) // groups * _prod(params["kernel"]))
+        elif kind == "attention":
+            bh = int(params["b"]) * int(params["h"])
+            if params.get("backend") == "math":
+                kind, dims = "gemm", (bh, params["s"], params["t"], params["d"])
+            else:
+                dims = (bh, params["s"], 1, params["t"])
+        dims = tuple(float(v) for v in dims)
+    except (KeyError, TypeError, ValueError):
+        return kind, (0.0, 0.0, 0.0, 0.0)
+    if not all(math.isfinite(v) and v >= 0 for v in dims):
+        return kind, (0.0, 0.0, 0.0, 0.0)
+    return kind, dims
+
+
+def kernel_arrays(kernels: Iterable) -> KernelArrays:
+    """Arrays of `kernels` (objects with kind, flops, bytes_read, bytes_written, dtype, params)."""
+    kinds, dtypes, flops, nbytes, dims = [], [], [], [], []
+    for kern in kernels:
+        kind, d = gemm_dims(kern.kind, kern.params or {}) if kern.kind in GEMM_LIKE else (kern.kind, (0, 0, 0, 0))
+        kinds.append(kind)
+        dtypes.append(kern.dtype)
+        flops.append(kern.flops)
+        nbytes.append(kern.bytes_read + kern.bytes_written)
+        dims.append(d)
+    dim = np.array(dims, dtype=np.float64).reshape(-1, 4)
+    arrays = KernelArrays(
+        np.array(kinds, dtype=str),
+        np.array(dtypes, dtype=str),
+        np.array(flops, dtype=np.float64),
+        np.array(nbytes, dtype=np.float64),
+        *dim.T.copy(),
+    )
+    if (arrays.flops < 0).any() or (arrays.nbytes < 0).any():
+        raise KernelParamsError("kernel FLOPs and bytes must be >= 0")
+    return arrays
+
+
+def tile_efficiency(
+    b: np.ndarray, m: np.ndarray, n: np.ndarray, sms: float | np.ndarray, tiles: Sequence[tuple[int, int]], i0: float
+) -> np.ndarray:
+    """q of the module docstring: the best (wave-quantised fill x tile rate) over the candidate tiles.
+
+    Rows with unknown dimensions (b m n = 0) get 1. Shapes: b, m, n (N,), sms scalar or (N,); result (N,).
+    """
+    work = b * m * n
+    if not tiles:
+        return np.ones_like(work)
+    rate = {t: t[0] * t[1] / (t[0] + t[1]) for t in tiles}  # arithmetic intensity of each tile
+    top = max(rate.values())
+    best = np.zeros_like(work)
+    for (tm, tn), intensity in rate.items():
+        count = b * np.ceil(m / tm) * np.ceil(n / tn)
+        slots = np.ceil(count / sms) * sms * (tm * tn)
+        relative = (intensity / (intensity + i0)) / (top / (top + i0))  # 1 for the largest tile
+        with np.errstate(invalid="ignore", divide="ignore"):
+            best = np.maximum(best, work / slots * relative)
+    return np.where(work > 0, best, 1.0)
+
+
+def compute_efficiency(arrays: KernelArrays, p: KernelParams, sms: float | np.ndarray) -> np.ndarray:
+    """e_c per kernel for one parameter entry (all rows of `arrays` use `p`)."""
+    if not p.tiles and not p.k0:
+        return np.full(len(arrays), p.e_compute)
+    q = tile_efficiency(arrays.b, arrays.m, arrays.n, sms, p.tiles, p.tile_i0)
+    depth = np.where(arrays.k > 0, arrays.k / (arrays.k + p.k0), 1.0) if p.k0 else 1.0
+    return np.clip(p.e_compute * q * depth, 1e-9, 1.0)
+
+
+@dataclass(frozen=True)
+class KernelTimes:
+    """Per-kernel times in seconds ((N,) arrays, launch order), and their sums.
+
+    `compute_s`/`memory_s` are the two terms of the estimate (at fitted efficiencies), `launch_s` its constant;
+    `bound_compute_s`/`bound_memory_s` the roofline terms (efficiency 1, no launch).
+    """
+
+    compute_s: np.ndarray
+    memory_s: np.ndarray
+    launch_s: np.ndarray
+    bound_compute_s: np.ndarray
+    bound_memory_s: np.ndarray
+
+    @property
+    def seconds(self) -> np.ndarray:
+        """Estimated time per kernel."""
+        return np.maximum(self.compute_s, self.memory_s) + self.launch_s
+
+    @property
+    def eager_s(self) -> np.ndarray:
+        """Time per kernel inside a model run eagerly, back to back: max(compute, memory, launch).
+
+        `seconds` adds the launch to the kernel's execution, as a kernel timed on its own pays it. Inside a
+        model the host dispatches the next kernel while the GPU runs this one, so the launch overlaps a long
+        kernel's execution and is only a floor for short ones (the GPU cannot run kernels faster than the host
+        issues them). An assumption until whole-model GPU measurements calibrate it (docs/kernel-model.md).
+        """
+        return np.maximum(np.maximum(self.compute_s, self.memory_s), self.launch_s)
+
+    @property
+    def eager_ms(self) -> float:
+        """Sum of `eager_s`: the model's predicted latency, in milliseconds."""
+        return float(self.eager_s.sum() * 1e3)
+
+    @property
+    def floor_ms(self) -> float:
+        """The part of `eager_ms` spent at the launch floor (kernels too short to hide it), in milliseconds."""
+        execution = np.maximum(self.compute_s, self.memory_s)
+        return float(np.where(self.launch_s >= execution, self.launch_s, 0.0).sum() * 1e3)
+
+    @property
+    def bound_s(self) -> np.ndarray:
+        """Roofline bound per kernel."""
+        return np.maximum(self.bound_compute_s, self.bound_memory_s)
+
+    @property
+    def compute_bound(self) -> np.ndarray:
+        """Per kernel: True where the roofline's compute term is the larger (the kernel is compute-bound)."""
+        return self.bound_compute_s >= self.bound_memory_s
+
+    @property
+    def total_ms(self) -> float:
+        return float(self.seconds.sum() * 1e3)
+
+    @property
+    def bound_ms(self) -> float:
+        return float(self.bound_s.sum() * 1e3)
+
+    @property
+    def launch_ms(self) -> float:
+        return float(self.launch_s.sum() * 1e3)
+
+    def summary(self) -> dict:
+        return {
+            "kernels": len(self.launch_s),
+            "latency_ms": self.total_ms,
+            "roofline_latency_ms": self.bound_ms,
+            "launch_ms": self.launch_ms,
+            "compute_bound_kernels": int(self.compute_bound.sum()),
+        }
+
+
+def _resources(device: Device, profile: MigProfile | None) -> tuple[float, float, int]:
+    sm_share, bw_share = shares(device, profile)
+    return sm_share, bw_share, profile.sms if profile is not None else device.sms
+
+
+def kernel_latency_arrays(
+    arrays: KernelArrays, device: Device, profile: MigProfile | None = None, params: ParamTable | None = None
+) -> KernelTimes:
+    """`kernel_latency` from `kernel_arrays` (compute the arrays once, cost them on many devices and slices)."""
+    table = params if params is not None else load_params()
+    sm_share, bw_share, sms = _resources(device, profile)
+    n = len(arrays)
+    out = {f: np.zeros(n) for f in KernelTimes.__dataclass_fields__}
+    bandwidth = device.bandwidth * bw_share
+    out["bound_memory_s"] = arrays.nbytes / bandwidth
+    for kind, dtype, rows in arrays.groups:
+        p = table.lookup(device.key, kind, dtype)
+        rate = peak_rate(device, _CATEGORY.get(kind, kind), dtype) * sm_share
+        sub = arrays.subset(rows)
+        out["bound_compute_s"][rows] = sub.flops / rate
+        out["compute_s"][rows] = sub.flops / (rate * compute_efficiency(sub, p, sms))
+        out["memory_s"][rows] = sub.nbytes / (bandwidth * p.e_memory)
+        out["launch_s"][rows] = p.launch_us * 1e-6
+    return KernelTimes(**out)
+
+
+def kernel_latency(
+    kernels: Iterable, device: Device, profile: MigProfile | None = None, params: ParamTable | None = None
+) -> KernelTimes:
+    """Estimated and roofline time of every kernel on `device` (or one of its MIG slices).
+
+    Args:
+        kernels: the kernel view, in launch order (`passes.kernels.Kernel` or alike).
+        device: the GPU.
+        profile: a MIG profile of `device`, or None for the whole GPU.
+        params: a parameter table (default: the committed one).
+    """
+    return kernel_latency_arrays(kernel_arrays(kernels), device, profile, params)
+
+
+def latency_bound_ms(kernels: Iterable, device: Device, profile: MigProfile | None = None) -> float:
+    """The roofline bound of a kernel sequence in milliseconds (efficiency 1, no launch)."""
+    arrays = kernel_arrays(kernels)
+    sm_share, bw_share, _ = _resources(device, profile)
+    total = 0.0
+    for kind, dtype, rows in arrays.groups:
+        rate = peak_rate(device, _CATEGORY.get(kind, kind), dtype) * sm_share
+        total += float(np.maximum(arrays.flops[rows] / rate, arrays.nbytes[rows] / (device.bandwidth * bw_share)).sum())
+    return total * 1e3
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m predictor.kernel_model fit ...`: see `predictor.kernel_fit.main`."""
+    from .kernel_fit import main as fit_main  # deferred: the fit needs scipy, the model does not
+
+    return fit_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

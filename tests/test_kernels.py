@@ -1,0 +1,723 @@
+"""Kernel view (passes/kernels.py): the kernels eager PyTorch launches on a CUDA GPU.
+
+Two kinds of checks:
+  * hand-checked small cases (attention through torch.export and ONNX, with a mask, causal, GQA; the
+    backend rule; views; batch norm), with the arithmetic beside each literal;
+  * the oracle (tests/kernel_trace.py: a dispatch trace of the eager forward with CUDA's attention backend
+    choice emulated) on the smallest variant of every zoo family: preflight's kernel count within 10% of
+    the trace's input-dependent kernels and its bytes within 15%.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+from kernel_trace import cuda_sdpa_backend, trace_kernels
+from oracle_models import ExplicitAttention
+from torch import nn
+
+import zoo
+from analyzer import analyze
+from passes.kernels import KERNEL_KINDS, Kernel, kernel_view, sdpa_backend, view_strides
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+B, S, H, D = 2, 32, 4, 16  # batch, sequence, heads, head dim of the attention module below
+
+
+class Attention(nn.Module):
+    """Self-attention with SDPA: q from one linear, k and v from another; GQA with half as many K/V heads."""
+
+    def __init__(self, causal: bool = False, gqa: str = ""):
+        super().__init__()
+        self.causal, self.gqa = causal, gqa
+        self.kv_heads = H // 2 if gqa else H
+        self.q = nn.Linear(H * D, H * D)
+        self.kv = nn.Linear(H * D, 2 * self.kv_heads * D)
+        self.o = nn.Linear(H * D, H * D)
+
+    def forward(self, x, mask=None):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, H, D).transpose(1, 2)
+        k, v = self.kv(x).view(b, s, 2, self.kv_heads, D).unbind(2)
+        k, v = k.transpose(1, 2), v.transpose(1, 2)
+        if self.gqa == "repeat":  # what an ONNX-exportable GQA looks like
+            k, v = k.repeat_interleave(H // self.kv_heads, dim=1), v.repeat_interleave(H // self.kv_heads, dim=1)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=self.causal, enable_gqa=self.gqa == "enable"
+        )
+        return self.o(y.transpose(1, 2).reshape(b, s, H * D))
+
+
+VARIANTS = {
+    "plain": dict(),
+    "mask": dict(),
+    "causal": dict(causal=True),
+    "gqa": dict(gqa="repeat"),
+    "gqa_enable": dict(gqa="enable"),
+}
+
+
+def _inputs(variant: str, dtype=torch.float32) -> tuple:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(B, S, H * D, generator=gen).to(dtype)
+    if variant == "mask":
+        return x, torch.rand(B, 1, S, S, generator=gen) > 0.5
+    return (x,)
+
+
+@functools.cache
+def _kernels(route: str, variant: str, tmp: str) -> tuple[Kernel, ...]:
+    torch.manual_seed(0)
+    module = Attention(**VARIANTS[variant]).eval()
+    inputs = _inputs(variant)
+    if route == "torch":
+        return analyze(module, inputs).analysis.kernels
+    path = os.path.join(tmp, f"attention_{variant}.onnx")
+    torch.onnx.export(module, inputs, path, dynamo=False, opset_version=17)
+    return analyze(path).analysis.kernels
+
+
+@pytest.fixture(scope="module")
+def tmp_dir(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("kernels"))
+
+
+def _attention(kernels) -> Kernel:
+    found = [k for k in kernels if k.kind == "attention"]
+    assert len(found) == 1, [k.op for k in kernels]
+    return found[0]
+
+
+FLOPS = 2 * B * H * S * S * (D + D)  # two matmuls, 2 FLOPs per MAC: 2 x 2 x 4 x 32 x 32 x 32 = 524,288
+QKV_BYTES = 3 * B * H * S * D * 4  # q, k and v in float32: 3 x 2 x 4 x 32 x 16 x 4 = 49,152
+OUT_BYTES = B * H * S * D * 4  # 16,384
+
+
+@pytest.mark.parametrize("route", ["torch", "onnx"])
+def test_attention_is_one_kernel(route, tmp_dir):
+    kernels = _kernels(route, "plain", tmp_dir)
+    att = _attention(kernels)
+    assert [k.kind for k in kernels] == ["gemm", "gemm", "attention", "gemm"]  # q, kv, attention, o (+ biases)
+    assert att.flops == FLOPS == 524_288
+    assert (att.bytes_read, att.bytes_written) == (QKV_BYTES, OUT_BYTES) == (49_152, 16_384)
+    assert att.params == {
+        "b": B,
+        "h": H,
+        "h_kv": H,
+        "s": S,
+        "t": S,
+        "d": D,
+        "dv": D,
+        "causal": False,
+        "masked": False,
+        "backend": "efficient",  # float32: flash needs fp16/bf16
+    }
+    assert att.dtype == "float32"
+
+
+def test_attention_same_kernel_through_torch_and_onnx(tmp_dir):
+    for variant in ("plain", "mask", "causal", "gqa"):
+        a, b = _attention(_kernels("torch", variant, tmp_dir)), _attention(_kernels("onnx", variant, tmp_dir))
+        assert (a.kind, a.flops, a.bytes_read, a.bytes_written, a.params) == (
+            b.kind,
+            b.flops,
+            b.bytes_read,
+            b.bytes_written,
+            b.params,
+        ), variant
+        assert len(_kernels("torch", variant, tmp_dir)) == len(_kernels("onnx", variant, tmp_dir)), variant
+
+
+@pytest.mark.parametrize("route", ["torch", "onnx"])
+def test_attention_with_a_real_mask(route, tmp_dir):
+    kernels = _kernels(route, "mask", tmp_dir)
+    att = _attention(kernels)
+    assert att.params["masked"] and att.params["backend"] == "efficient"  # flash takes no mask
+    # the additive float mask torch builds from the boolean one: 2 x 1 x 32 x 32 x 4 = 8,192 bytes
+    assert att.bytes_read == QKV_BYTES + 8_192 == 57_344
+    where = [k for k in kernels if k.op == "relax.where"]
+    assert len(where) == 1 and (where[0].bytes_written, where[0].kind) == (8_192, "elementwise")
+    assert where[0].bytes_read == 2 * 1 * 32 * 32 + 8  # the boolean mask, 1 byte each, and the -inf scalar
+
+
+def test_efficient_attention_pads_an_unaligned_mask():
+    """preprocess_mask: a mask whose key length is not a multiple of 16 is expanded and padded (a copy)."""
+    torch.manual_seed(0)
+    module = Attention().eval()
+    x, mask = torch.randn(2, 20, H * D), torch.rand(2, 1, 20, 20) > 0.5
+    kernels = analyze(module, (x, mask)).analysis.kernels
+    trace = trace_kernels(module, (x, mask))
+    pad = [k for k in kernels if k.op == "efficient:pad_mask"]
+    # reads the float mask 2 x 1 x 20 x 20 x 4 = 3,200 B; writes it expanded to heads and padded to 32 keys:
+    # 2 x 4 x 20 x 32 x 4 = 20,480 B
+    assert [(k.bytes_read, k.bytes_written) for k in pad] == [(3_200, 20_480)]
+    att = _attention(kernels)
+    # q, k, v: 3 x 2 x 4 x 20 x 16 x 4 = 30,720 B, and the padded mask as read: 2 x 4 x 20 x 20 x 4 = 12,800 B
+    assert att.bytes_read == 30_720 + 12_800
+    assert len(kernels) == trace.dependent_count == 6  # q, kv, where (bool -> float mask), pad, attention, o
+    # the trace's attention also writes its RNG seed and offset (16 B)
+    assert sum(k.bytes for k in kernels) == trace.dependent_bytes - 16
+
+
+@pytest.mark.parametrize("route", ["torch", "onnx"])
+def test_causal_attention(route, tmp_dir):
+    att = _attention(_kernels(route, "causal", tmp_dir))
+    assert att.params["causal"] and not att.params["masked"]
+    assert (att.flops, att.bytes_read) == (FLOPS, QKV_BYTES)  # FLOPs count the full product, as torch does
+
+
+@pytest.mark.parametrize(("route", "variant"), [("torch", "gqa"), ("onnx", "gqa"), ("torch", "gqa_enable")])
+def test_grouped_query_attention(route, variant, tmp_dir):
+    kernels = _kernels(route, variant, tmp_dir)
+    att = _attention(kernels)
+    assert (att.params["h"], att.params["h_kv"]) == (4, 2)
+    # q at 4 heads, k and v read once per K/V head (the repeat is absorbed): 16,384 + 2 x 8,192
+    assert att.bytes_read == B * H * S * D * 4 + 2 * B * 2 * S * D * 4 == 32_768
+    assert not [k for k in kernels if k.kind == "copy"]
+
+
+def test_half_precision_attention_runs_flash():
+    torch.manual_seed(0)
+    module = Attention().eval().half()
+    att = _attention(analyze(module, _inputs("plain", torch.float16)).analysis.kernels)
+    assert (att.params["backend"], att.dtype) == ("flash", "float16")
+    assert att.bytes_read == QKV_BYTES // 2 == 24_576
+    # the output (8,192) and flash's float32 logsumexp (B x H x S x 4 = 1,024)
+    assert att.bytes_written == OUT_BYTES // 2 + B * H * S * 4 == 9_216
+
+
+@pytest.mark.parametrize(
+    ("dtype", "d", "dv", "s", "t", "masked", "causal", "expected"),
+    [
+        ("float16", 64, 64, 128, 128, False, False, "flash"),
+        ("bfloat16", 256, 256, 128, 128, False, True, "flash"),  # head dim <= 256
+        ("float16", 64, 64, 128, 128, True, False, "efficient"),  # flash takes no mask
+        ("float16", 64, 64, 16, 128, False, True, "efficient"),  # flash: causal needs s == t
+        ("float16", 128, 64, 128, 128, False, False, "efficient"),  # flash: d == dv
+        ("float16", 512, 512, 128, 128, False, False, "efficient"),  # flash: d <= 256; efficient: 512 % 8 == 0
+        ("float16", 12, 12, 128, 128, True, False, "math"),  # efficient: 12 % 8 != 0 (16-bit alignment)
+        ("float32", 64, 64, 128, 128, False, False, "efficient"),  # flash: fp16/bf16 only
+        ("float32", 6, 6, 128, 128, False, False, "math"),  # efficient: 6 % 4 != 0 (fp32 alignment)
+        ("float64", 64, 64, 128, 128, False, False, "math"),
+    ],
+)
+def test_backend_rule(dtype, d, dv, s, t, masked, causal, expected):
+    assert sdpa_backend(dtype, d, dv, s, t, masked=masked, causal=causal) == expected
+    # the oracle restates torch's rule independently, on tensors
+    q = torch.empty(2, 4, s, d, dtype=getattr(torch, dtype), device="meta")
+    k = torch.empty(2, 4, t, d, dtype=q.dtype, device="meta")
+    v = torch.empty(2, 4, t, dv, dtype=q.dtype, device="meta")
+    mask = torch.empty(2, 1, s, t, dtype=torch.bool, device="meta") if masked else None
+    assert cuda_sdpa_backend(q, k, v, mask, 0.0, causal) == expected
+
+
+class Sdpa(nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+def test_math_backend_is_the_separate_kernels():
+    """Head dim 6 in float32 runs the math backend: the kernels of `_scaled_dot_product_attention_math`."""
+    q, k, v = (torch.randn(2, 4, 16, 6) for _ in range(3))
+    kernels = analyze(Sdpa(), (q, k, v)).analysis.kernels
+    trace = trace_kernels(Sdpa(), (q, k, v))
+    assert [k.op for k in kernels] == [
+        "math:scale_q",
+        "math:scale_k",
+        "math:matmul_qk",
+        "math:softmax",
+        "math:matmul_pv",
+    ]
+    assert [k.op for k in trace.kernels] == [
+        "aten.mul.Scalar",
+        "aten.mul.Scalar",
+        "aten.bmm.default",
+        "aten._safe_softmax.default",
+        "aten.bmm.default",
+    ]
+    qkv = 2 * 4 * 16 * 6 * 4  # 3,072 bytes each
+    scores = 2 * 4 * 16 * 16 * 4  # 8,192
+    assert (
+        [k.bytes for k in kernels]
+        == [k.bytes for k in trace.kernels]
+        == [
+            2 * qkv,  # q * sqrt(scale): 6,144
+            2 * qkv,  # k * sqrt(scale)
+            2 * qkv + scores,  # q k^T: 14,336
+            2 * scores,  # softmax: 16,384
+            scores + 2 * qkv,  # p v: 14,336
+        ]
+    )
+
+
+def test_explicit_attention_is_fused_only_when_asked():
+    """Attention the model writes out (matmul, /sqrt(d), softmax, matmul) runs unfused in eager torch; an ONNX
+    graph of it is fused when the source may have used SDPA (attention_patterns="all")."""
+    torch.manual_seed(0)
+    module, x = ExplicitAttention().eval(), torch.randn(2, 10, 64)
+    analysis = analyze(module, (x,)).analysis
+    assert not [k for k in analysis.kernels if k.kind == "attention"]
+    trace = trace_kernels(module, (x,))
+    # q, k, v (addmm); torch.matmul copies q and k (transposed views) to fold them for bmm; bmm; / sqrt(d);
+    # softmax; a copy of v; bmm; the copy merging the heads back; the output addmm
+    assert [k.kind for k in analysis.kernels] == ["gemm"] * 3 + ["copy"] * 2 + [
+        "gemm",
+        "elementwise",
+        "softmax",
+        "copy",
+        "gemm",
+        "copy",
+        "gemm",
+    ]
+    assert len(analysis.kernels) == trace.count == 12
+    # the same bytes, but for the divisor (a 4-byte scalar for TVM, a Python float for torch)
+    assert sum(k.bytes for k in analysis.kernels) == trace.bytes + 4
+    fused = kernel_view(analysis.graph, analysis.ops, attention_patterns="all")
+    att = _attention(fused.kernels)
+    # b=2, h=4, s=t=10, d=dv=16: 2 x 2 x 4 x 10 x 10 x 32 = 51,200
+    assert att.flops == 51_200 and att.params["backend"] == "efficient"
+    assert len(fused.kernels) == 5  # q, k, v, attention, out
+
+
+class ViewChain(nn.Module):
+    def forward(self, x):  # (2, 8, 16) -> (2, 4, 8, 4) and back: every step is a view
+        y = x.reshape(2, 8, 4, 4).permute(0, 2, 1, 3)
+        return y.transpose(1, 2).reshape(2, 8, 16).unsqueeze(0).squeeze(0)
+
+
+class TransposeMerge(nn.Module):
+    def forward(self, x):  # merging a transposed axis back cannot be a view: torch copies
+        return x.reshape(2, 8, 4, 4).transpose(1, 2).reshape(2, 4, 32)
+
+
+def test_views_are_free():
+    x = torch.randn(2, 8, 16)
+    view = analyze(ViewChain(), (x,)).analysis.kernel_view
+    assert view.kernels == () and view.summary.relax_ops > 0
+    assert set(view.roles) == {"view"}
+    assert trace_kernels(ViewChain(), (x,)).count == 0
+
+
+def test_reshape_of_a_transposed_tensor_copies():
+    x = torch.randn(2, 8, 16)
+    kernels = analyze(TransposeMerge(), (x,)).analysis.kernels
+    assert [(k.kind, k.bytes_read, k.bytes_written) for k in kernels] == [("copy", 1_024, 1_024)]  # 2x8x16x4 B
+    assert trace_kernels(TransposeMerge(), (x,)).counts() == {"aten.clone.default": 1}
+
+
+def test_view_strides_follow_torch():
+    for shape, new in [((2, 8, 16), (2, 8, 4, 4)), ((6, 4), (24,)), ((2, 3, 4), (6, 2, 2))]:
+        t = (
+            torch.empty(shape).permute(*reversed(range(len(shape)))).contiguous().permute(*reversed(range(len(shape))))
+        )  # a transposed layout
+        for x in (torch.empty(shape), t):
+            try:
+                expected = x.view(new).stride()
+            except RuntimeError:
+                expected = None
+            assert view_strides(tuple(x.shape), x.stride(), new) == expected, (shape, new, x.stride())
+
+
+def test_batch_norm_in_eval_is_one_kernel():
+    bn = nn.BatchNorm2d(8).eval()
+    x = torch.randn(2, 8, 5, 5)
+    (k,) = analyze(bn, (x,)).analysis.kernels
+    assert (k.kind, k.op) == ("norm", "relax.nn.batch_norm")
+    assert k.flops == 4 * 2 * 8 * 5 * 5 == 1_600  # subtract, scale, multiply, shift per element
+    assert k.bytes_read == 2 * 8 * 5 * 5 * 4 + 4 * 8 * 4 == 1_728  # x and weight, bias, mean, var
+    assert k.bytes_written == 1_600
+    assert trace_kernels(bn, (x,)).count == 1
+
+
+def test_conv_bias_and_layer_norm():
+    """A cuDNN convolution adds its bias in a second kernel; a depthwise one fuses it; a linear's bias is the
+    gemm's epilogue; layer norm is one kernel."""
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3), nn.Conv2d(8, 8, 3, groups=8), nn.Flatten(), nn.Linear(8 * 4 * 4, 10), nn.LayerNorm(10)
+    ).eval()
+    x = torch.randn(2, 3, 8, 8)
+    kernels = analyze(model, (x,)).analysis.kernels
+    assert [k.kind for k in kernels] == ["conv", "elementwise", "conv", "gemm", "norm"]
+    trace = trace_kernels(model, (x,))
+    assert [k.op for k in trace.kernels] == [
+        "aten.convolution.default",
+        "aten.add_.Tensor",
+        "aten.convolution.default",
+        "aten.addmm.default",
+        "aten.native_layer_norm.default",
+    ]
+    assert sum(k.bytes for k in kernels) == pytest.approx(trace.bytes, rel=0.01)
+
+
+def test_trace_counts_by_hand():
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU()).eval()
+    trace = trace_kernels(model, (torch.randn(4, 8),))
+    assert [k.op for k in trace.kernels] == ["aten.addmm.default", "aten.relu.default"]
+    # addmm reads the bias (64 B), x (4x8x4 = 128 B) and W^T (8x16x4 = 512 B), writes 4x16x4 = 256 B
+    assert [(k.bytes_in, k.bytes_out) for k in trace.kernels] == [(704, 256), (256, 256)]
+
+
+def test_kinds_are_the_contract():
+    assert KERNEL_KINDS == (
+        "gemm",
+        "conv",
+        "attention",
+        "elementwise",
+        "reduction",
+        "softmax",
+        "norm",
+        "pooling",
+        "copy",
+        "other",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# What other exporters write as several ops for one torch kernel
+# --------------------------------------------------------------------------------------------
+
+GX = (2, 8, 16)  # the tensor the hand-built ONNX graphs below work on: 256 float32 elements, 1,024 bytes
+SQRT2, SQRT_HALF, SQRT_2_PI = 1.4142135623730951, 0.7071067811865476, 0.7978845608028654
+
+
+def _onnx_graph(tmp_path, nodes, consts: dict, *, inputs=(), initializers=()):
+    """Analyse a hand-built ONNX graph: input x (float32, GX) and `inputs`, one-element float32 constants `consts`
+    and `initializers` (numpy arrays by name), output y (float32, GX)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(GX))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, list(GX))
+    inits = [numpy_helper.from_array(np.array(v, dtype=np.float32), k) for k, v in consts.items()]
+    inits += [numpy_helper.from_array(v, k) for k, v in dict(initializers).items()]
+    graph = helper.make_graph(nodes, "g", [x, *inputs], [y], inits)
+    path = tmp_path / "g.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return analyze(str(path)).analysis
+
+
+def _gelu_nodes(spelling: str):
+    """GELU as exporters spell it (ONNX nodes from x to y)."""
+    from onnx import helper
+
+    n = helper.make_node
+    if spelling == "torchscript":  # torch.onnx.export(dynamo=False): mul(mul(x, erf(x / sqrt2) + 1), 0.5)
+        return [
+            n("Div", ["x", "sqrt2"], ["a"]),
+            n("Erf", ["a"], ["b"]),
+            n("Add", ["b", "one"], ["c"]),
+            n("Mul", ["x", "c"], ["d"]),
+            n("Mul", ["d", "half"], ["y"]),
+        ]
+    if spelling == "onnxscript":  # torch.onnx.export(dynamo=True): mul(x, mul(0.5, erf(x / sqrt2) + 1))
+        return [
+            n("Div", ["x", "sqrt2"], ["a"]),
+            n("Erf", ["a"], ["b"]),
+            n("Add", ["b", "one"], ["c"]),
+            n("Mul", ["half", "c"], ["d"]),
+            n("Mul", ["x", "d"], ["y"]),
+        ]
+    if spelling == "tflite":  # TVM's TFLite GELU: x * (0.5 + erf(x * sqrt(0.5)) * 0.5)
+        return [
+            n("Mul", ["x", "sqrt_half"], ["a"]),
+            n("Erf", ["a"], ["b"]),
+            n("Mul", ["b", "half"], ["c"]),
+            n("Add", ["half", "c"], ["d"]),
+            n("Mul", ["x", "d"], ["y"]),
+        ]
+    if spelling == "onnxscript_tanh":  # x * (0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3)))))
+        return [
+            n("Pow", ["x", "three"], ["a"]),
+            n("Mul", ["kappa", "a"], ["b"]),
+            n("Add", ["x", "b"], ["c"]),
+            n("Mul", ["beta", "c"], ["d"]),
+            n("Tanh", ["d"], ["e"]),
+            n("Add", ["e", "one"], ["f"]),
+            n("Mul", ["half", "f"], ["g"]),
+            n("Mul", ["x", "g"], ["y"]),
+        ]
+    raise ValueError(spelling)
+
+
+GELU_CONSTS = {"sqrt2": SQRT2, "sqrt_half": SQRT_HALF, "one": 1.0, "half": 0.5, "three": 3.0}
+GELU_CONSTS_TANH = {**GELU_CONSTS, "kappa": 0.044715, "beta": SQRT_2_PI}
+
+
+@pytest.mark.parametrize(
+    ("spelling", "name", "flops"),
+    [
+        ("torchscript", "fused:gelu", 5 * 256),  # div, erf, add, mul, mul: 1 FLOP each per element = gelu's rule
+        ("onnxscript", "fused:gelu", 5 * 256),
+        ("tflite", "fused:gelu", 5 * 256),
+        ("onnxscript_tanh", "fused:gelu_tanh", 8 * 256),  # pow counts 1 (gelu_tanh's rule: 9, x * x * x is 2)
+    ],
+)
+def test_an_exported_gelu_chain_is_one_kernel(tmp_path, spelling, name, flops):
+    consts = GELU_CONSTS_TANH if "tanh" in spelling else GELU_CONSTS
+    analysis = _onnx_graph(tmp_path, _gelu_nodes(spelling), consts)
+    (k,) = analysis.kernels
+    assert (k.kind, k.op, len(k.ops)) == ("elementwise", name, len(_gelu_nodes(spelling)))
+    # reads x once (2 x 8 x 16 x 4 B = 1,024; the constants are the kernel's arguments), writes y (1,024)
+    assert (k.bytes_read, k.bytes_written) == (1_024, 1_024)
+    # its FLOPs are the Relax ops' sum: the Relax-op view is unchanged
+    assert k.flops == flops == analysis.totals.flops
+    # only for graphs that are not from torch.export: there a chain is what the model wrote, run op by op
+    assert len(kernel_view(analysis.graph, analysis.ops, attention_patterns="sdpa").kernels) == len(k.ops)
+
+
+@pytest.mark.parametrize(
+    ("spelling", "const", "value"),
+    [
+        ("torchscript", "sqrt2", 1.41),  # not 1/sqrt(2): 0.2% off
+        ("torchscript", "half", 0.49),
+        ("tflite", "sqrt_half", 0.7071),  # 1e-5 relative off
+        ("onnxscript_tanh", "kappa", 0.04472),  # 0.044715 + 1e-4 relative
+        ("onnxscript_tanh", "beta", 0.7979),
+        ("onnxscript_tanh", "three", 2.0),
+    ],
+)
+def test_a_near_miss_gelu_is_not_fused(tmp_path, spelling, const, value):
+    consts = {**(GELU_CONSTS_TANH if "tanh" in spelling else GELU_CONSTS), const: value}
+    kernels = _onnx_graph(tmp_path, _gelu_nodes(spelling), consts).kernels
+    assert len(kernels) == len(_gelu_nodes(spelling))  # one kernel per op
+    assert not [k for k in kernels if k.op.startswith("fused:")]
+
+
+class _Rsqrt(nn.Module):
+    def forward(self, x):
+        return torch.rsqrt(x.abs() + 1)
+
+
+class _Ne(nn.Module):
+    def forward(self, x):
+        return (x != 0.5).float()
+
+
+class _Embedding(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Embedding(100, 16)
+
+    def forward(self, ids):
+        return self.table(ids)
+
+
+class _SqueezeExcite(nn.Module):
+    """sigmoid(s) * x with s a different tensor: two kernels in torch, whatever the exporter."""
+
+    def forward(self, x):
+        return x * torch.sigmoid(x.mean((2, 3), keepdim=True))
+
+
+_IMG = (2, 4, 5, 5)
+ONE_KERNEL_OPS = {
+    "gelu": (nn.GELU, GX),
+    "gelu_tanh": (lambda: nn.GELU(approximate="tanh"), GX),  # x * x * x, no Pow
+    "silu": (nn.SiLU, GX),  # mul(x, sigmoid(x))
+    "relu6": (nn.ReLU6, GX),  # Clip(x, 0, 6): TIR maximum, then minimum
+    "hardsigmoid": (nn.Hardsigmoid, GX),  # HardSigmoid(alpha 1/6, beta 0.5): mul, add, clip
+    "hardswish": (nn.Hardswish, GX),
+    "rsqrt": (_Rsqrt, GX),  # Sqrt, Reciprocal
+    "ne": (_Ne, GX),  # Not(Equal)
+    "embedding": (_Embedding, (2, 5)),  # Gather, with TVM's where(i < 0, i + 100, i) before it
+    "squeeze_excite": (_SqueezeExcite, _IMG),  # not SiLU: stays mean, sigmoid, mul
+}
+
+
+@pytest.mark.parametrize("name", list(ONE_KERNEL_OPS))
+def test_exported_spellings_launch_what_torch_launches(tmp_path, name):
+    """The ONNX export of one torch op gives the kernels eager PyTorch dispatches (the trace), with the bytes of
+    the module route's kernels."""
+    make, shape = ONE_KERNEL_OPS[name]
+    torch.manual_seed(0)
+    module = make().eval()
+    x = torch.randint(0, 100, shape) if name == "embedding" else torch.randn(shape)
+    path = tmp_path / f"{name}.onnx"
+    torch.onnx.export(module, (x,), str(path), dynamo=False, opset_version=17)
+    onnx_analysis = analyze(str(path)).analysis
+    onnx_kernels = onnx_analysis.kernels
+    torch_kernels = analyze(module, (x,)).analysis.kernels
+    trace = trace_kernels(module, (x,))
+    assert len(onnx_kernels) == len(torch_kernels) == trace.count, [k.op for k in onnx_kernels]
+    assert [(k.kind, k.bytes_written) for k in onnx_kernels] == [(k.kind, k.bytes_written) for k in torch_kernels]
+    # reads agree but for the scalar constants torch's single op does not read (ne's 0.5, 4 B)
+    assert sum(k.bytes_read for k in onnx_kernels) == pytest.approx(sum(k.bytes_read for k in torch_kernels), abs=8)
+    if name == "embedding":
+        (k,) = onnx_kernels
+        # the gather covers TVM's index normalisation; reads 2 x 5 int64 indices (80 B) and 10 rows of 16 float32
+        # (640 B), writes 640 B: the trace's 1,360 B
+        ops = [onnx_analysis.graph.ops[i].op for i in k.ops]
+        assert ops == ["relax.less", "relax.add", "relax.where", "relax.take"]
+        assert (k.bytes_read, k.bytes_written) == (80 + 640, 640) and k.bytes == trace.bytes == 1_360
+
+
+def test_gelu_written_out_in_python_stays_separate_kernels(tmp_path):
+    """GPT-2's `gelu_new` (0.5 * x * (1 + tanh(...)), Hugging Face's NewGELUActivation) is eight kernels in eager
+    PyTorch: exported to ONNX it keeps them (0.5 * x is its own tensor, which no exporter's GELU makes)."""
+    from transformers.activations import NewGELUActivation
+
+    module, x = NewGELUActivation().eval(), torch.randn(GX)
+    path = tmp_path / "gelu_new.onnx"
+    torch.onnx.export(module, (x,), str(path), dynamo=False, opset_version=17)
+    onnx_kernels = analyze(str(path)).analysis.kernels
+    assert len(onnx_kernels) == len(analyze(module, (x,)).analysis.kernels) == trace_kernels(module, (x,)).count == 8
+    assert not [k for k in onnx_kernels if k.op.startswith("fused:")]
+
+
+def test_onnx_hardsigmoid_with_other_constants_is_not_fused(tmp_path):
+    """ONNX's HardSigmoid defaults (alpha 0.2, beta 0.5) are not torch's hardsigmoid (alpha 1/6): three kernels."""
+    from onnx import helper
+
+    kernels = _onnx_graph(tmp_path, [helper.make_node("HardSigmoid", ["x"], ["y"])], {}).kernels
+    assert len(kernels) == 3  # multiply, add, clip
+    kernels = _onnx_graph(tmp_path, [helper.make_node("HardSigmoid", ["x"], ["y"], alpha=1 / 6)], {}).kernels
+    assert [(k.op, k.bytes_read, k.bytes_written) for k in kernels] == [("fused:hardsigmoid", 1_024, 1_024)]
+
+
+def _tflite_hard_swish(six: float):
+    """A Relax module spelled as TVM's TFLite importer writes HARD_SWISH: x * clip(x + 3, 0, 6) / six."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(GX, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.add(x, relax.const(3.0, "float32")))
+            h = bb.emit(relax.op.clip(h, 0, 6))
+            h = bb.emit(relax.op.multiply(x, h))
+            y = bb.emit_output(relax.op.divide(h, relax.const(six, "float32")))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+def test_tflite_hard_swish_is_one_kernel():
+    (k,) = analyze(_tflite_hard_swish(6.0)).analysis.kernels
+    # reads x (1,024 B), writes y (1,024 B); add, clip (2), multiply, divide: 5 FLOPs per element
+    assert (k.op, k.bytes_read, k.bytes_written, k.flops) == ("fused:hardswish", 1_024, 1_024, 5 * 256)
+    assert len(analyze(_tflite_hard_swish(5.0)).analysis.kernels) == 4  # not hardswish: one kernel per op
+
+
+def test_an_index_normalisation_with_another_size_is_kept(tmp_path):
+    """where(i < 0, i + 7, i) in the model itself (7 is not the table's 100 rows) stays three kernels; the one TVM
+    adds before the Gather (i + 100) is part of the gather."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    n = helper.make_node
+    nodes = [
+        n("Less", ["i", "zero"], ["neg"]),
+        n("Add", ["i", "seven"], ["wrapped"]),
+        n("Where", ["neg", "wrapped", "i"], ["j"]),
+        n("Gather", ["table", "j"], ["rows"]),  # (2, 5, 16)
+        n("ReduceSum", ["rows", "axes"], ["s"], keepdims=0),  # (2, 16)
+        n("Reshape", ["s", "shape"], ["s2"]),  # (2, 1, 16)
+        n("Add", ["x", "s2"], ["y"]),
+    ]
+    initializers = {
+        "zero": np.array(0, dtype=np.int64),
+        "seven": np.array(7, dtype=np.int64),
+        "table": np.zeros((100, 16), dtype=np.float32),
+        "axes": np.array([1], dtype=np.int64),
+        "shape": np.array([2, 1, 16], dtype=np.int64),
+    }
+    i = helper.make_tensor_value_info("i", TensorProto.INT64, [2, 5])
+    analysis = _onnx_graph(tmp_path, nodes, {}, inputs=[i], initializers=initializers)
+    kernels = analysis.kernels
+    assert [k.op for k in kernels] == [
+        "relax.less",
+        "relax.add",
+        "relax.where",
+        "relax.take",  # with TVM's own normalisation inside
+        "relax.sum",
+        "relax.add",
+    ]
+    assert [analysis.graph.ops[j].op for j in kernels[3].ops] == [
+        "relax.less",
+        "relax.add",
+        "relax.where",
+        "relax.take",
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Models handed over as users write them
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_causal_lm_with_dynamic_cache(arch):
+    """use_cache=True (the default) returns a DynamicCache: analysed anyway, with a warning."""
+    import transformers
+
+    torch.manual_seed(0)
+    if arch == "llama":
+        config = transformers.LlamaConfig(
+            vocab_size=128,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+        )
+        model = transformers.LlamaForCausalLM(config).eval()
+    else:
+        config = transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=64)
+        model = transformers.GPT2LMHeadModel(config).eval()
+    x = torch.randint(0, 128, (1, 16))
+    report = analyze(model, (x,))
+    assert any("DynamicCache" in w and "use_cache=True" in w for w in report.warnings), report.warnings
+    assert report.analysis.graph.outputs  # the logits
+    view = report.analysis.kernel_view
+    assert view.summary.attention == {"efficient": 2}
+    trace = trace_kernels(model, (x,))
+    assert abs(view.summary.kernels / trace.dependent_count - 1) <= 0.10
+    assert abs(view.summary.bytes_kernels / trace.dependent_bytes - 1) <= 0.15
+
+
+# --------------------------------------------------------------------------------------------
+# The oracle on every zoo family
+# --------------------------------------------------------------------------------------------
+
+SMALLEST = [next(iter(f.variants)) for f in zoo.list_families()]
+COUNT_TOL, BYTES_TOL = 0.10, 0.15
+
+
+def _trace_zoo(variant: str):
+    """The eager trace on the meta device, or on the CPU for models whose forward reads data (HF decoders)."""
+    built = zoo.build(variant, batch=1, device="meta")
+    try:
+        return trace_kernels(built.module, built.example_inputs)
+    except (RuntimeError, NotImplementedError):
+        built = zoo.build(variant, batch=1, device="cpu")
+        return trace_kernels(built.module, built.example_inputs)
+
+
+@pytest.mark.parametrize("variant", SMALLEST)
+def test_zoo_kernels_match_the_eager_trace(variant):
+    report = analyze(f"zoo:{variant}")
+    view = report.analysis.kernel_view
+    trace = _trace_zoo(variant)
+    s = view.summary
+    count = s.kernels / trace.dependent_count - 1
+    nbytes = s.bytes_kernels / trace.dependent_bytes - 1
+    detail = f"kernels {s.kernels} vs {trace.dependent_count}, bytes {s.bytes_kernels:,} vs {trace.dependent_bytes:,}"
+    assert abs(count) <= COUNT_TOL, detail
+    assert abs(nbytes) <= BYTES_TOL, detail
+    # the same attention backends as torch's dispatcher picks
+    traced = {}
+    for k in trace.attention():
+        backend = k.op.split("_scaled_dot_product_")[-1].split("_attention")[0]
+        traced[backend] = traced.get(backend, 0) + 1
+    assert s.attention == traced
+    # the Relax-op view beside it
+    assert (s.relax_ops, s.bytes_ops) == (
+        report.totals.op_count,
+        report.totals.bytes_read + report.totals.bytes_written,
+    )

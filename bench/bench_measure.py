@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from predictor.measure.configs import _make_config, estimate_memory_mib, spec_info  # noqa: E402
-from predictor.measure.harness import Options, _WorkerHandle, run_shard  # noqa: E402
+from predictor.measure.harness import Options, WorkerHandle, run_shard  # noqa: E402
 
 SPECS = ("resnet18?resolution=32", "lstm_small?seq_len=16", "mobilenet_v2?resolution=32", "bert_tiny?seq_len=16")
 
@@ -45,7 +45,7 @@ def small_configs(n: int) -> list:
 def bench(configs: list, opts: Options) -> dict:
     """Measure ``configs`` into a temporary directory and summarise the timings."""
     t0 = time.perf_counter()
-    handle = _WorkerHandle(opts, 300)
+    handle = WorkerHandle(opts, 300)
     start_s = time.perf_counter() - t0
     handle.close()
     with tempfile.TemporaryDirectory() as tmp:

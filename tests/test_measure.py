@@ -7,12 +7,12 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pytest
+from measure_faults import FaultyWorker
 
-from analyzer.zoo import list_families
 from predictor.measure import configs as cfgmod
 from predictor.measure.__main__ import main as cli_main
 from predictor.measure.configs import (
@@ -27,6 +27,7 @@ from predictor.measure.configs import (
 )
 from predictor.measure.harness import RECORD_SCHEMA, Options, done_ids, latency_stats, run_shard
 from predictor.measure.mig_profiles import DEVICE_MEMORY_MIB, MIG_PROFILES, device_key
+from zoo import list_families
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -37,13 +38,10 @@ RECORD_KEYS = {
 }  # fmt: skip
 
 
-def _config(spec: str, batch: int, fault: str | None = None) -> MeasureConfig:
+def _config(spec: str, batch: int) -> MeasureConfig:
     info = spec_info(spec)
     assert info is not None
-    cfg = cfgmod._make_config(info, spec, batch, "float32", estimate_memory_mib(info, batch, "float32"), False)
-    if fault:
-        cfg = replace(cfg, fault=fault, id=config_id(info.family, info.params, batch, "float32", fault))
-    return cfg
+    return cfgmod._make_config(info, spec, batch, "float32", estimate_memory_mib(info, batch, "float32"), False)
 
 
 def _records(root: Path) -> list[dict]:
@@ -76,15 +74,10 @@ def test_cpu_measures_real_model_and_resumes(tmp_path: Path) -> None:
 
 def test_failures_are_labels_and_do_not_lose_other_configs(tmp_path: Path) -> None:
     ok_spec = "lstm_small?seq_len=8"  # pure torch: a fresh worker need not import transformers
-    cfgs = [
-        _config(ok_spec, 1, "oom"),
-        _config(ok_spec, 1, "crash"),
-        _config(ok_spec, 1, "hang"),
-        _config(ok_spec, 1, "error"),
-        _config(ok_spec, 2),
-    ]
-    summary = run_shard(cfgs, tmp_path, FAST, timeout=4.0, log=None)
-    by_fault = {c.fault: c.id for c in cfgs}
+    cfgs = [_config(ok_spec, batch) for batch in (1, 3, 4, 5, 2)]  # distinct batches: distinct config ids
+    by_fault = dict(zip(("oom", "crash", "hang", "error", None), (c.id for c in cfgs), strict=True))
+    faulty = partial(FaultyWorker, faults={cfg_id: fault for fault, cfg_id in by_fault.items() if fault})
+    summary = run_shard(cfgs, tmp_path, FAST, timeout=4.0, log=None, worker_factory=faulty)
     recs = {r["id"]: r for r in _records(tmp_path)}
     assert len(recs) == 5 and summary.measured == 5
     assert recs[by_fault["oom"]]["status"] == "oom" and "OutOfMemoryError" in recs[by_fault["oom"]]["error"]
@@ -98,7 +91,7 @@ def test_failures_are_labels_and_do_not_lose_other_configs(tmp_path: Path) -> No
             assert rec["latency_ms"] is None and rec["memory_mb"] is None
     assert summary.worker_starts == 5  # a fresh worker after each failure
     # retry_failed re-measures timeout/crash/error but not oom/ok.
-    retry = run_shard(cfgs[1:2], tmp_path, FAST, retry_failed=True, log=None)
+    retry = run_shard(cfgs[1:2], tmp_path, FAST, retry_failed=True, log=None, worker_factory=faulty)
     assert retry.measured == 1 and retry.statuses == {"crash": 1}
 
 
@@ -200,6 +193,13 @@ def test_memory_estimate_scales_with_batch_and_dtype() -> None:
     assert estimate_memory_mib(info, 8, "float16") < estimate_memory_mib(info, 8, "float32")
 
 
+def test_skip_estimate_is_the_predictor_figures_plus_margins() -> None:
+    assert cfgmod.SKIP_CONTEXT_MIB == 600.0 and cfgmod.SKIP_WORKSPACE_MIB == 256.0  # 500 + 100, 64 + 192
+    info = cfgmod.SpecInfo("f", {}, {"float32": 2**20}, {"float32": 10 * 2**20}, (), "meta-live")
+    # 600 + 256 MiB + 1 MiB weights + 4 x 10 MiB activations x 1.3 = 909 MiB
+    assert estimate_memory_mib(info, 4, "float32") == pytest.approx(909.0)
+
+
 def test_latency_stats() -> None:
     stats = latency_stats([float(v) for v in range(1, 101)])
     assert stats["median"] == 50.5 and stats["runs"] == 100
@@ -231,7 +231,8 @@ def test_mig_table_is_consistent() -> None:
 def test_measure_package_imports_neither_tvm_nor_passes() -> None:
     code = (
         "import sys, predictor.measure.harness, predictor.measure.configs, predictor.measure.__main__\n"
-        "bad = [m for m in sys.modules if m.split('.')[0] in ('tvm', 'passes')]\n"
+        "import predictor.measure.worker, predictor.measure.supervisor, predictor.measure.nvml\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('tvm', 'passes', 'analyzer')]\n"
         "print(bad); sys.exit(1 if bad else 0)"
     )
     root = Path(__file__).resolve().parents[1]

@@ -4,8 +4,15 @@ Pure torch + transformers (+ ``nvidia-ml-py`` imported lazily on CUDA); never im
 
 - :mod:`predictor.measure.configs`: seeded, enumerable config sampler over the zoo with a memory estimate.
 - :mod:`predictor.measure.harness`: persistent-worker harness that measures latency, energy, memory and
-  MIG fit as DESIGN.md's protocol defines them, writing ``preflight.measurement/1`` JSON lines.
+  MIG fit as docs/design.md's protocol defines them, writing ``preflight.measurement/1`` JSON lines; it drives
+  :mod:`predictor.measure.supervisor` (the parent's handle of the worker process), which runs
+  :mod:`predictor.measure.worker` (the protocol for one config) with :mod:`predictor.measure.nvml`.
 - :mod:`predictor.measure.mig_profiles`: minimal device memory and MIG profile table.
+- :mod:`predictor.measure.kernels`: the single-operator kernel sweep (``preflight.kernel-measurement/1``);
+  :mod:`predictor.measure.kernel_list` derives its list from the zoo config list on the meta device.
+- :mod:`predictor.measure.lease`: one command per step of a GPU session (smoke, kernels, models), and
+  ``collect``/``summary`` that file its output into ``data/``.
 
-Run ``python -m predictor.measure --help``.
+Run ``python -m predictor.measure --help``, ``python -m predictor.measure.kernels --help`` and
+``python -m predictor.measure.lease --help``; ``docs/measuring.md`` walks through a GPU session.
 """

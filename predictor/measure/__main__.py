@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     """
     p = argparse.ArgumentParser(
         prog="python -m predictor.measure",
-        description="Measure latency, energy, memory and MIG fit of zoo configs (DESIGN.md protocol).",
+        description="Measure latency, energy, memory and MIG fit of zoo configs (docs/design.md protocol).",
     )
     p.add_argument("--device", choices=("cuda", "cpu"), required=True)
     p.add_argument("--shard", type=_shard, default=(0, 1), help="i/n: measure the configs of shard i of n")

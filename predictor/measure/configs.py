@@ -24,7 +24,9 @@ peak of **live** tensor bytes during one meta-device forward pass at batch 1 und
 storage is freed (``weakref.finalize`` on the storage). That models what eager inference keeps alive,
 including residual branches and fused attention (SDPA is one op; no score matrix), without allocating
 anything. The estimate is ``context + weights + batch x activations x 1.3 + workspace`` with
-``context`` = 600 MiB and ``workspace`` = 256 MiB (cuBLAS/cuDNN); data-dependent host reads
+``context`` = :data:`SKIP_CONTEXT_MIB` (600 MiB) and ``workspace`` = :data:`SKIP_WORKSPACE_MIB` (256 MiB): the
+predictor's figures (``predictor.devices.CONTEXT_MIB`` = 500, ``WORKSPACE_MIB`` = 64) plus margins, because this
+estimate decides what to skip, not what to predict (see the constants); data-dependent host reads
 (``.item()`` in Hugging Face mask code) are answered with 1 so that decoders trace on meta. Where the
 meta forward fails anyway the activations fall back to ``8 x`` the largest module output seen so far or
 ``4 x`` the input bytes (``mem_method`` says which).
@@ -62,7 +64,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from analyzer import zoo
+import zoo
+from predictor.devices import CONTEXT_MIB, WORKSPACE_MIB
 from predictor.measure.mig_profiles import DEVICE_MEMORY_MIB
 
 __all__ = [
@@ -71,6 +74,7 @@ __all__ = [
     "RESOLUTIONS",
     "SEQ_LENS",
     "MeasureConfig",
+    "MetaDispatch",
     "SpecInfo",
     "config_id",
     "enumerate_space",
@@ -79,6 +83,7 @@ __all__ = [
     "save_configs",
     "shard_of",
     "spec_info",
+    "stratified_order",
     "target_memory_mib",
 ]
 
@@ -90,8 +95,17 @@ SEQ_LENS: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 819
 RNN_SEQ_LENS: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024)
 EXTRA_AXES: dict[str, dict[str, tuple]] = {"randwire": {"seed": tuple(range(8))}}
 
-CONTEXT_MIB = 600.0
-WORKSPACE_MIB = 256.0
+# The skip estimate's fixed terms (MiB) are the predictor's steady-state figures (predictor.devices) plus
+# margins, so the estimate errs high: an under-estimate costs a GPU run that ends in OOM, an over-estimate only
+# drops a borderline config. The workspace margin covers the warm-up, which the predictor's figure leaves out:
+# the harness runs with cudnn.benchmark, which tries candidate algorithms with their workspaces during the
+# first run (the transient peak the harness records as timing.warmup_peak_reserved_mb). The context margin
+# covers the context's spread across drivers and CUDA/torch versions and the kernels loaded lazily during the
+# runs (the harness measures the context after them).
+CONTEXT_MARGIN_MIB = 100.0
+WARMUP_WORKSPACE_MARGIN_MIB = 192.0
+SKIP_CONTEXT_MIB = CONTEXT_MIB + CONTEXT_MARGIN_MIB  # 500 + 100 = 600
+SKIP_WORKSPACE_MIB = WORKSPACE_MIB + WARMUP_WORKSPACE_MARGIN_MIB  # 64 + 192 = 256
 ACT_SAFETY = 1.3
 FIT_FRACTION = 0.97
 SUSTAINED_FLOPS = {"float32": 40e12, "float16": 400e12}
@@ -99,7 +113,7 @@ MAX_RUN_MS = 500.0
 _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def config_id(family: str, params: dict, batch: int, dtype: str, fault: str | None = None) -> str:
+def config_id(family: str, params: dict, batch: int, dtype: str, llm: dict | None = None) -> str:
     """Return the stable id of a configuration: a hash of its canonical content.
 
     Args:
@@ -107,14 +121,14 @@ def config_id(family: str, params: dict, batch: int, dtype: str, fault: str | No
         params: Fully resolved family parameters.
         batch: Batch size.
         dtype: ``"float32"`` or ``"float16"``.
-        fault: Test-only injected fault (part of the id only when set).
+        llm: An LLM serving step (:mod:`predictor.measure.llm_steps`; part of the id only when set).
 
     Returns:
         16 hex digits of SHA-256 over the sorted-key JSON of the content.
     """
     content: dict[str, object] = {"family": family, "params": params, "batch": batch, "dtype": dtype}
-    if fault:
-        content["fault"] = fault
+    if llm:
+        content["llm"] = llm
     blob = json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -137,7 +151,8 @@ class MeasureConfig:
         expected_oom: The estimate exceeds the target device's memory.
         gflops: Forward GFLOPs at this batch (``FlopCounterMode`` count; 0 if unknown).
         est_run_ms: :func:`estimate_run_ms` (a sampling filter, not a label).
-        fault: Test-only injected fault: ``"oom"``, ``"crash"``, ``"hang"`` or ``"error"``.
+        llm: When set, the config measures an LLM serving step (``{"step": "prefill", "prompt": P}`` or
+            ``{"step": "decode", "context": L}``, :mod:`predictor.measure.llm_steps`) rather than the forward.
     """
 
     id: str
@@ -151,9 +166,9 @@ class MeasureConfig:
     est_memory_mb: float = 0.0
     mem_method: str = ""
     expected_oom: bool = False
-    fault: str | None = None
     gflops: float = 0.0
     est_run_ms: float = 0.0
+    llm: dict | None = None  # an LLM serving step instead of the model's forward (predictor.measure.llm_steps)
 
     def to_dict(self) -> dict:
         """Return a JSON-serialisable dict (with the config schema tag).
@@ -165,7 +180,7 @@ class MeasureConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> MeasureConfig:
-        """Build a config from :meth:`to_dict` output.
+        """Build a config from :meth:`to_dict` output; keys that are not fields are ignored.
 
         Args:
             data: The dict.
@@ -200,7 +215,43 @@ class SpecInfo:
     flops: int = 0
 
 
-class _LiveBytes(TorchDispatchMode):
+class MetaDispatch(TorchDispatchMode):
+    """The meta-device forward trace shared by the memory estimate and the kernel list.
+
+    Answers data-dependent host reads (``.item()`` in Hugging Face mask code) with 1 so that decoders
+    trace on meta, runs every other ATen op (through :meth:`run`) and hands :meth:`observe` the outputs
+    whose storage is fresh: an output that aliases an input (a view, an in-place result) is not new
+    memory and was not written by a kernel of its own. Subclasses override :meth:`observe` (and
+    :meth:`run` to short-cut an op whose meta implementation is slow).
+    """
+
+    def run(self, func, args: tuple, kwargs: dict):
+        """Execute one op (the default: call it)."""
+        return func(*args, **kwargs)
+
+    def observe(self, func, args: tuple, kwargs: dict, out: object, fresh: list[torch.Tensor]) -> None:
+        """Look at one executed op; ``fresh``: its outputs with storage no input shares."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func._schema.name in _HOST_READS:
+            # Data-dependent host reads (HF mask helpers) cannot run on meta; answer "true"/1.
+            tensor = args[0]
+            return True if tensor.dtype == torch.bool else (1.0 if tensor.is_floating_point() else 1)
+        out = self.run(func, args, kwargs)
+        seen = {t.untyped_storage()._cdata for t in _flat_tensors((args, kwargs))}
+        fresh = []
+        for t in _flat_tensors(out):
+            storage = t.untyped_storage()
+            if storage._cdata in seen:  # a view or an in-place result: no new memory
+                continue
+            seen.add(storage._cdata)
+            fresh.append(t)
+        self.observe(func, args, kwargs, out, fresh)
+        return out
+
+
+class _LiveBytes(MetaDispatch):
     """Track the peak of live, freshly allocated tensor bytes (two dtype currencies at once)."""
 
     def __init__(self) -> None:
@@ -213,19 +264,9 @@ class _LiveBytes(TorchDispatchMode):
         for name, n in sizes.items():
             self.live[name] -= n
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        kwargs = kwargs or {}
-        if func._schema.name in _HOST_READS:
-            # Data-dependent host reads (HF mask helpers) cannot run on meta; answer "true"/1.
-            tensor = args[0]
-            return True if tensor.dtype == torch.bool else (1.0 if tensor.is_floating_point() else 1)
-        out = func(*args, **kwargs)
-        inputs = {t.untyped_storage()._cdata for t in _flat_tensors((args, kwargs))}
-        for t in _flat_tensors(out):
+    def observe(self, func, args: tuple, kwargs: dict, out: object, fresh: list[torch.Tensor]) -> None:
+        for t in fresh:
             storage = t.untyped_storage()
-            if storage._cdata in inputs:  # a view or an in-place result: no new memory
-                continue
-            inputs.add(storage._cdata)
             n = storage.nbytes()
             sizes = {"float32": n, "float16": n // 2 if t.dtype == torch.float32 else n}
             for name, s in sizes.items():
@@ -233,7 +274,6 @@ class _LiveBytes(TorchDispatchMode):
                 self.peak[name] = max(self.peak[name], self.live[name])
             self.largest = max(self.largest, n)
             weakref.finalize(storage, self._free, sizes)
-        return out
 
 
 _HOST_READS = frozenset({"aten::_local_scalar_dense", "aten::is_nonzero", "aten::item", "aten::equal"})
@@ -304,7 +344,9 @@ def spec_info(spec: str) -> SpecInfo | None:
 
 
 def estimate_memory_mib(info: SpecInfo, batch: int, dtype: str) -> float:
-    """Estimate the peak device memory (MiB) of one config, CUDA context included.
+    """Estimate the peak device memory (MiB) of one config on the high side, to decide what to skip.
+
+    ``SKIP_CONTEXT_MIB + SKIP_WORKSPACE_MIB + weights + batch x activations x ACT_SAFETY`` (module docstring).
 
     Args:
         info: The spec's :class:`SpecInfo`.
@@ -316,7 +358,7 @@ def estimate_memory_mib(info: SpecInfo, batch: int, dtype: str) -> float:
     """
     weights = info.weight_bytes[dtype]
     acts = info.act_bytes[dtype] * batch * ACT_SAFETY
-    return CONTEXT_MIB + WORKSPACE_MIB + (weights + acts) / 2**20
+    return SKIP_CONTEXT_MIB + SKIP_WORKSPACE_MIB + (weights + acts) / 2**20
 
 
 def estimate_run_ms(info: SpecInfo, batch: int, dtype: str) -> float:
@@ -493,7 +535,7 @@ def sample_configs(
             config fit comfortably in the per-config timeout and a shard keeps its pace.
 
     Returns:
-        Configs sorted by family, then spec, batch and dtype.
+        Configs in :func:`stratified_order`.
     """
     mem = memory_mib if memory_mib is not None else target_memory_mib(target)
     limit = mem * FIT_FRACTION if max_est_mib is None else min(mem * FIT_FRACTION, max_est_mib)
@@ -539,7 +581,56 @@ def sample_configs(
     rng = random.Random(f"preflight-measure:{seed}:expected-oom")
     chosen.extend(rng.sample(oom_candidates, min(max_expected_oom, len(oom_candidates))))
     unique = {c.id: c for c in chosen}
-    return sorted(unique.values(), key=lambda c: (c.family, c.zoo, c.batch, c.dtype))
+    return stratified_order(unique.values())
+
+
+#: Batch sizes in the order a family's configs are dealt out: each prefix spreads over the range.
+_BATCH_SPREAD = (1, 256, 16, 4, 64, 2, 128, 8, 32)
+
+
+def stratified_order(configs: Iterable[MeasureConfig]) -> list[MeasureConfig]:
+    """Order configs so that every prefix is a stratified sample of family, batch size and dtype.
+
+    Within a family, configs are bucketed by (batch, dtype); the buckets are visited round-robin, batches
+    in :data:`_BATCH_SPREAD` order with the dtype alternating (batch 1 float32, 256 float16, 16 float32,
+    ..., then each batch in its other dtype), each bucket yielding its configs sorted by spec. The
+    families are then interleaved round-robin (alphabetically), so the first ``k x F`` configs hold about
+    ``k`` of each of the ``F`` families. The harness measures a list (and each shard of it, see
+    :func:`shard_of`) in list order, so a run stopped by its time budget still covers every family,
+    batch size and dtype a little. Ids and shard membership do not depend on the order.
+
+    Args:
+        configs: The configs (any order).
+
+    Returns:
+        The same configs in stratified order (deterministic: independent of the input order).
+    """
+    batch_rank = {b: i for i, b in enumerate(_BATCH_SPREAD)}
+    dtype_rank = {d: i for i, d in enumerate(DTYPES)}
+    per_family: dict[str, list[MeasureConfig]] = {}
+    for cfg in sorted(configs, key=lambda c: (c.family, c.zoo, c.batch, c.dtype, c.id)):
+        per_family.setdefault(cfg.family, []).append(cfg)
+    queues = []
+    for family in sorted(per_family):
+        buckets: dict[tuple[int, str], list[MeasureConfig]] = {}
+        for cfg in per_family[family]:
+            buckets.setdefault((cfg.batch, cfg.dtype), []).append(cfg)
+
+        def bucket_key(key: tuple[int, str]) -> tuple:
+            b_rank = batch_rank.get(key[0], len(batch_rank))
+            return ((dtype_rank.get(key[1], 0) + b_rank) % 2, b_rank, key[0], key[1])
+
+        keys = sorted(buckets, key=bucket_key)
+        queues.append(_round_robin([buckets[k] for k in keys]))
+    return _round_robin(queues)
+
+
+def _round_robin(lists: list[list]) -> list:
+    """Interleave lists: the first item of each, then the second of each, and so on."""
+    out = []
+    for i in range(max((len(items) for items in lists), default=0)):
+        out.extend(items[i] for items in lists if i < len(items))
+    return out
 
 
 def shard_of(config_id_: str, n: int) -> int:

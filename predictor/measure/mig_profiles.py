@@ -27,9 +27,7 @@ DEVICE_MEMORY_MIB: dict[str, int] = {key: d.memory_mib for key, d in DEVICES.ite
 
 #: MIG profiles per device key, smallest first (``predictor.devices.MigProfile``: ``memory_mib`` usable,
 #: ``sms``, ``measured`` False for derived lower bounds).
-MIG_PROFILES: dict[str, tuple[MigProfile, ...]] = {
-    key: tuple(smallest_first(d.mig)) for key, d in DEVICES.items()
-}
+MIG_PROFILES: dict[str, tuple[MigProfile, ...]] = {key: tuple(smallest_first(d.mig)) for key, d in DEVICES.items()}
 
 _NAME_RULES: tuple[tuple[str, str], ...] = (
     (r"h100.*nvl", "h100-nvl-94gb"),

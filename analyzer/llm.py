@@ -1,0 +1,964 @@
+"""`preflight llm`: a decoder LM served with a static KV cache, from its prefill and decode-step graphs.
+
+The model (a zoo decoder, a transformers `config.json`, or a transformers causal-LM `nn.Module`) is built on the
+meta device and traced as two steps (`zoo.serving`): a prefill of `batch x prompt` tokens and one decode step of
+`batch` new tokens attending to a static cache of `context` slots. Both go through the house path: torch.export,
+TVM's importer (`frontends.torch_frontend.import_exported_program`), the passes (`pipeline.analyze_loaded`) and the
+predictor (`predictor.predict.predict`, the function `preflight predict` uses). The arithmetic on top (KV-cache
+bytes, memory per batch and context, capacity search, the MIG choice) is `predictor.llm`.
+
+Speed without approximation:
+- Each step is exported once with a symbolic batch and length and bound to each (batch, length) it is asked for
+  (TVM's `bind_symbolic_vars`), instead of one export per point.
+- A decoder whose layers are identical (same parameter shapes, same attention window) is traced at depth 1 and 2.
+  Every count of the graph (FLOPs, MACs, bytes, parameters, operators) and every latency of an additive predictor
+  (the roofline estimate, a per-kernel time model: sums over operators) is then exactly x(1) + (n - 1)(x(2) - x(1))
+  for n layers, and the transient activations (what is live besides the KV cache) peak at depth 2 as at any
+  larger depth. `full_depth=True`, a mixed stack, or a trained (not additive) predictor trace all n layers instead.
+  tests/test_llm.py checks the extrapolation against full-depth graphs.
+- The decode step's transient activations at any (batch, slots) come from four bound graphs: every tensor of one
+  decode step holds a batch dimension at most once and a slots dimension at most once, so the live bytes at each
+  operator are bilinear in (batch, slots) (`predictor.llm.BilinearTimeline`); the capacity search evaluates that,
+  after checking it against the request's own graph.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from passes.analysis import Analysis, Totals
+from passes.graph import OpGraph, TensorInfo, dtype_bytes
+from passes.memory import liveness
+from predictor import llm as serving
+from predictor.devices import get_device
+from predictor.mig import fits as mig_fits
+from predictor.predict import Prediction, predictor_info
+from predictor.predict import predict as run_predictor
+
+from .errors import AnalysisError, PreflightError, UsageError, one_line
+from .frontends.loaded import LoadedModel
+from .frontends.specs import MAX_DIM
+from .options import check_devices, check_dtype
+from .pipeline import Report, analyze_loaded
+
+DEFAULT_DTYPE = "float16"
+MAX_CONTEXT_GRID = 131072  # the context sweep stops here by default
+MIN_CONTEXT_GRID = 512
+_EXAMPLE_BATCH, _EXAMPLE_LENGTH = 3, 19  # example sizes of a symbolic export: unlike any fixed dimension
+
+
+# ---- the model ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LlmModel:
+    """A transformers causal LM (on the meta device unless a user passed theirs) and what describes it."""
+
+    lm: object  # transformers PreTrainedModel
+    config: object
+    name: str
+    source: str
+    framework: str
+    declared_dtype: str | None = None  # zoo ?dtype= or the config's dtype
+
+    @property
+    def layers(self) -> int:
+        return int(self.config.num_hidden_layers)
+
+    @property
+    def max_positions(self) -> int | None:
+        for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+            v = getattr(self.config, key, None)
+            if isinstance(v, int) and v > 0:
+                return v
+        return None
+
+
+def _declared(config) -> str | None:
+    import torch
+
+    d = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(d, torch.dtype):
+        d = str(d).removeprefix("torch.")
+    return d if d in ("float16", "bfloat16", "float32") else None
+
+
+def load_llm(model) -> LlmModel:
+    """The causal LM behind `model`: "zoo:NAME[?k=v]", a `config.json` (or a model directory holding one), a
+    transformers config object, or a transformers causal-LM `nn.Module`.
+
+    Raises:
+        UsageError: not a decoder LM, an unreadable or unsafe config, an unknown zoo name.
+    """
+    from .frontends.hf_config import build_model, config_path, is_causal_lm, read_config
+
+    if isinstance(model, str) and model.startswith("zoo:"):
+        return _load_zoo(model[4:])
+    if isinstance(model, str | Path):
+        path = Path(model)
+        if not path.exists():
+            raise UsageError(f"{path}: no such file or directory")
+        cfg_path = config_path(path)
+        if cfg_path is None:
+            raise UsageError(
+                f"{path.name}: preflight llm reads zoo:NAME, a transformers config.json or a model directory holding "
+                f"one (a .pt2 or .onnx file holds one fixed graph, not the prefill and decode steps)"
+            )
+        config = read_config(cfg_path)
+        lm = build_model(config, causal_lm=True)
+        name = f"{config.model_type}:{type(lm).__name__}"
+        return LlmModel(lm, lm.config, name, str(cfg_path), "transformers", _declared(config))
+    if _is_hf_config(model):
+        lm = build_model(model, causal_lm=True)
+        name = f"{model.model_type}:{type(lm).__name__}"
+        return LlmModel(lm, lm.config, name, f"<{type(model).__name__}>", "transformers", _declared(model))
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        if not is_causal_lm(model):
+            raise UsageError(
+                f"{type(model).__name__} is not a transformers causal LM (a *ForCausalLM model with a .config)"
+            )
+        return LlmModel(
+            model, model.config, type(model).__name__, f"<{type(model).__name__}>", "torch", _declared(model.config)
+        )
+    raise UsageError(f"cannot serve a {type(model).__name__}: give zoo:NAME, a config.json or a causal-LM nn.Module")
+
+
+def _is_hf_config(obj) -> bool:
+    return type(obj).__module__.startswith("transformers") and hasattr(obj, "model_type") and hasattr(obj, "to_dict")
+
+
+def _load_zoo(spec: str) -> LlmModel:
+    import zoo
+
+    from .frontends.hf_config import is_causal_lm
+    from .frontends.zoo_frontend import split_dtype
+
+    plain, dtype = split_dtype(spec)
+    try:
+        built = zoo.build(plain, device="meta")
+    except zoo.ZooError as exc:
+        raise UsageError(f"zoo:{spec}: {exc}") from exc
+    except Exception as exc:  # a family's builder failed
+        raise AnalysisError(f"zoo:{spec}: building the model failed: {one_line(exc)}") from exc
+    lm = getattr(built.module, "model", None)
+    if lm is None or not is_causal_lm(lm):
+        raise UsageError(f"zoo:{spec} is not a decoder LM (the llama, mistral, gpt2 and opt families are)")
+    declared = str(dtype).removeprefix("torch.") if "dtype=" in spec else None
+    return LlmModel(lm, lm.config, built.name, f"zoo:{spec}", "zoo", declared)
+
+
+# ---- depth: identical layers -----------------------------------------------------------------------------------
+
+
+def _layer_list(lm, n: int):
+    """The ModuleList of the decoder's n layers."""
+    import torch
+
+    for _, m in lm.named_modules():
+        if isinstance(m, torch.nn.ModuleList) and len(m) == n and n > 0:
+            return m
+    return None
+
+
+def _signature(module) -> tuple:
+    named = [(k, tuple(v.shape), str(v.dtype)) for k, v in module.named_parameters()]
+    named += [(k, tuple(v.shape), str(v.dtype)) for k, v in module.named_buffers()]
+    return (type(module).__name__, tuple(named))
+
+
+def identical_layers(lm, layout) -> bool:
+    """Every decoder layer has the same parameter shapes and the same attention window."""
+    if len(set(layout.windows)) > 1:
+        return False
+    layers = _layer_list(lm, layout.layers)
+    if layers is None:
+        return False
+    first = _signature(layers[0])
+    return all(_signature(m) == first for m in layers)
+
+
+def truncated(lm, depth: int):
+    """The same architecture with its first `depth` decoder layers, on the meta device (weights never allocated)."""
+    import torch
+
+    config = copy.deepcopy(lm.config)
+    config.num_hidden_layers = depth
+    for key in ("layer_types",):
+        v = getattr(config, key, None)
+        if isinstance(v, list):
+            setattr(config, key, v[:depth])
+    with torch.device("meta"):
+        probe = type(lm)(config)
+    return probe.eval()
+
+
+# ---- one step graph --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GraphPoint:
+    """One step graph bound to one (batch, length): its analysis and its transient activations."""
+
+    analysis: Analysis
+    transient_bytes: int  # peak live bytes besides the KV cache (cache inputs and the entries to store left out)
+    timeline: tuple[int, ...]  # live bytes at each operator, same exclusions
+    kv_input_bytes: int  # bytes of the cache tensors the graph reads (decode)
+    warnings: tuple[str, ...] = ()
+
+
+def transient(graph: OpGraph, cache_values: set[int]) -> tuple[int, tuple[int, ...]]:
+    """Peak and timeline of the live activations of `graph` without the KV cache: the cache inputs count 0 bytes
+    (they are the resident cache, counted apart) and only the first output (the logits) is kept live to the end
+    (the returned keys and values are written into the resident cache)."""
+    sources = [
+        replace(s, tensor=TensorInfo((0,), s.tensor.dtype)) if s.value in cache_values else s for s in graph.sources
+    ]
+    g = OpGraph(ops=graph.ops, sources=sources, outputs=graph.outputs[:1], value_producer=graph.value_producer)
+    prof = liveness(g)
+    return prof.peak_bytes, prof.timeline
+
+
+class StepGraph:
+    """A prefill or decode step of one model at one depth, exported with symbolic sizes, bound per point.
+
+    Prefill inputs: input_ids (batch, prompt). Decode inputs: input_ids (batch, 1) and per layer the key and value
+    cache (batch, kv_heads, slots, head_dim), slots = min(context, window).
+    """
+
+    def __init__(self, kind: str, lm, layout, dtype: str, *, name: str, source: str, framework: str):
+        if kind not in ("prefill", "decode"):
+            raise ValueError(kind)
+        self.kind, self.lm, self.layout, self.dtype = kind, lm, layout, dtype
+        self.name, self.source, self.framework = name, source, framework
+        self._symbolic: dict[tuple, tuple | None] = {}  # segment -> (mod, n_inputs, batch sym, length syms) | None
+        self._points: dict[tuple[int, int], GraphPoint] = {}
+        self.warnings: list[str] = []
+
+    # -- export
+
+    def _module(self, context: int | None):
+        from zoo.serving import DecodeStep, PrefillStep
+
+        if self.kind == "prefill":
+            return PrefillStep(self.lm, self.layout)
+        return DecodeStep(self.lm, context, layout=self.layout)
+
+    def _inputs(self, batch: int, length: int):
+        from zoo.serving import decode_inputs, prefill_inputs
+
+        if self.kind == "prefill":
+            return prefill_inputs(batch, length, vocab=self.layout.vocab, device="meta")
+        return decode_inputs(self.layout, batch, length, device="meta")
+
+    def _export(self, batch: int, length: int, dynamic: tuple | None):
+        """(Relax module, number of inputs, unconverted ops) of the step at (batch, length), symbolic when `dynamic`."""
+        import torch
+
+        from .frontends.torch_frontend import _ParamsAsInputs, import_exported_program
+
+        module = self._module(None if (dynamic is not None or self.kind == "prefill") else length)
+        inputs = self._inputs(batch, length)
+        wrapper, weights = _ParamsAsInputs.wrap(module, len(inputs))
+        # float32 stand-ins on the meta device: a user's real weights are never read or copied, and the graph is
+        # retargeted to the serving dtype after import (as every float32-imported model is)
+        weights = [
+            torch.empty(w.shape, dtype=torch.float32 if w.is_floating_point() else w.dtype, device="meta")
+            for w in weights
+        ]
+        shapes = None if dynamic is None else ((*dynamic, *[None] * len(weights)),)
+        try:
+            with torch.inference_mode(False), torch.no_grad():
+                ep = torch.export.export(wrapper, (*inputs, *weights), dynamic_shapes=shapes)
+        except PreflightError:
+            raise
+        except Exception as exc:  # torch.export raises many error types
+            raise AnalysisError(f"torch.export could not export the {self.kind} step: {one_line(exc)}") from exc
+        return (*import_exported_program(ep, n_inputs=len(inputs)), len(inputs))
+
+    def _dynamic_spec(self, lo: int, hi: int) -> tuple:
+        from torch.export import Dim
+
+        batch = Dim(f"{self.kind}_batch", min=1, max=MAX_DIM - 1)
+        if self.kind == "prefill":
+            return ({0: batch, 1: Dim("prompt", min=lo, max=hi)},)
+        by_window = {}
+        spec = [{0: batch}]
+        for w in self.layout.windows:
+            if w not in by_window:
+                top = hi if w is None else min(hi, w)
+                by_window[w] = Dim("slots" if w is None else f"slots_w{w}", min=min(lo, top), max=top)
+            spec += [{0: batch, 2: by_window[w]}] * 2
+        return tuple(spec)
+
+    def _segment(self, length: int, max_length: int) -> tuple[int, int]:
+        """The range of lengths one symbolic export covers: a prefill longer than the smallest window keeps only the
+        window's entries (another graph); everything else is one range."""
+        w = min((x for x in self.layout.windows if x is not None), default=None)
+        if self.kind == "prefill" and w is not None:
+            return (2, w) if length <= w else (w + 1, max(max_length, w + 1))
+        return (2, max(max_length, 2))
+
+    def _bound(self, batch: int, length: int, max_length: int):
+        """(Relax module at (batch, length), n_inputs, unconverted ops), from the symbolic export when possible."""
+        from passes import tvm_ir
+
+        lo, hi = self._segment(length, max_length)
+        key = (lo, hi)
+        if length >= 2 and lo < hi and key not in self._symbolic:
+            ex = max(lo, min(_EXAMPLE_LENGTH, hi))
+            try:
+                mod, n, missing, n_inputs = self._export(_EXAMPLE_BATCH, ex, self._dynamic_spec(lo, hi))
+                self._symbolic[key] = (mod, n_inputs, missing)
+            except PreflightError as exc:  # fall back to one export per point (slower, same graph)
+                self._symbolic[key] = None
+                self.warnings.append(f"{self.kind} step: symbolic export failed ({exc}); exporting each point")
+        sym = self._symbolic.get(key) if length >= 2 and lo < hi else None
+        if sym is None:
+            mod, n, missing, n_inputs = self._export(batch, length, None)
+            return mod, n_inputs, missing
+        mod, n_inputs, missing = sym
+        dims = [d for _, d, _ in tvm_ir.input_dims(mod, n_inputs)]
+        values: dict[str, int] = {}
+        for i, d in enumerate(dims):
+            if i == 0 and self.kind == "prefill":
+                values.update({str(d[0]): batch, str(d[1]): length})
+            elif i == 0:
+                values[str(d[0])] = batch
+            else:  # decode cache input i: layer (i - 1) // 2
+                values[str(d[2])] = self.layout.slots((i - 1) // 2, length)
+        values = {k: v for k, v in values.items() if not k.lstrip("-").isdigit()}
+        try:
+            return tvm_ir.bind_symbolic_dims(mod, values), n_inputs, missing
+        except Exception as exc:
+            raise AnalysisError(f"could not bind the {self.kind} step's sizes: {one_line(exc)}") from exc
+
+    # -- points
+
+    def point(self, batch: int, length: int, max_length: int) -> GraphPoint:
+        """The step at `batch` sequences and `length` tokens (prompt, or context for decode), memoised."""
+        key = (batch, length)
+        if key in self._points:
+            return self._points[key]
+        mod, n_inputs, missing = self._bound(batch, length, max_length)
+        loaded = LoadedModel(
+            mod=mod,
+            framework=self.framework,
+            name=self.name,
+            source=self.source,
+            n_inputs=n_inputs,
+            unconverted=list(missing),
+            input_names=self._input_names(),
+        )
+        report = analyze_loaded(loaded, dtype=self.dtype)
+        graph = report.analysis.graph
+        inputs = graph.inputs
+        cache = {s.value for s in inputs[1:]} if self.kind == "decode" else set()
+        peak, timeline = transient(graph, cache)
+        kv = sum(s.tensor.nbytes for s in inputs[1:]) if self.kind == "decode" else 0
+        warnings = tuple(w for w in report.warnings if not w.startswith("analysed as if computed"))
+        pt = GraphPoint(report.analysis, peak, timeline, kv, warnings)
+        self._points[key] = pt
+        return pt
+
+    def _input_names(self) -> tuple[str, ...]:
+        if self.kind == "prefill":
+            return ("input_ids",)
+        names = ["input_ids"]
+        for i in range(self.layout.layers):
+            names += [f"past_key_{i}", f"past_value_{i}"]
+        return tuple(names)
+
+
+# ---- one step at every depth: extrapolated counts and predictions -----------------------------------------------
+
+
+def _extrapolate(x1: float, x2: float, n: int) -> float:
+    """x at n identical layers from x at 1 and 2: x1 + (n - 1) (x2 - x1)."""
+    return x1 + (n - 1) * (x2 - x1)
+
+
+_ADDITIVE = ("flops", "macs", "params", "param_bytes", "bytes_read", "bytes_written", "op_count")
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One step (prefill or decode) at one (batch, length), for the whole model.
+
+    Counts are the n-layer graph's (extrapolated exactly from depth 1 and 2 when the layers are identical);
+    `activation_bytes` is the peak of the transient activations (besides the KV cache); latencies are predicted
+    per device: the whole GPU (`latency_ms`) and each MIG profile (`slice_ms`).
+    """
+
+    kind: str
+    batch: int
+    length: int  # prompt tokens (prefill) or context tokens (decode)
+    totals: dict  # flops, macs, params, param_bytes, bytes_read, bytes_written, op_count
+    activation_bytes: int
+    latency_ms: dict[str, float]
+    roofline_ms: dict[str, float]
+    slice_ms: dict[str, dict[str, float]]
+    predictor: dict[str, str]
+
+    @property
+    def tokens(self) -> int:
+        """Tokens this step processes: batch x prompt (prefill) or batch (decode)."""
+        return self.batch * (self.length if self.kind == "prefill" else 1)
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "batch": self.batch,
+            "length": self.length,
+            **{k: int(v) for k, v in self.totals.items()},
+            "activation_bytes": self.activation_bytes,
+            "latency_ms": dict(self.latency_ms),
+            "roofline_latency_ms": dict(self.roofline_ms),
+            "slice_latency_ms": {d: dict(v) for d, v in self.slice_ms.items()},
+            "predictor": dict(self.predictor),
+        }
+
+
+class Step:
+    """A step of the whole model: graphs at the traced depths, predictions per device, memoised per point."""
+
+    def __init__(self, kind: str, graphs: dict[int, StepGraph], layers: int, devices: Sequence[str], max_length: int):
+        self.kind, self.graphs, self.layers, self.devices, self.max_length = kind, graphs, layers, devices, max_length
+        self._costs: dict[tuple[int, int], StepCost] = {}
+        self.predict_warnings: list[str] = []
+
+    @property
+    def depths(self) -> tuple[int, ...]:
+        return tuple(sorted(self.graphs))
+
+    def point(self, depth: int, batch: int, length: int) -> GraphPoint:
+        return self.graphs[depth].point(batch, length, self.max_length)
+
+    def _combine(self, values: dict[int, float]) -> float:
+        if len(values) == 1:
+            return next(iter(values.values()))
+        return _extrapolate(values[1], values[2], self.layers)
+
+    def activation_bytes(self, batch: int, length: int) -> int:
+        """Peak transient activations, from the deepest graph traced: at depth 2 they are those of any deeper stack
+        of identical layers (a layer fed by a layer, not by the embedding, is the repeating pattern)."""
+        return self.point(max(self.depths), batch, length).transient_bytes
+
+    def cost(self, batch: int, length: int) -> StepCost:
+        key = (batch, length)
+        if key in self._costs:
+            return self._costs[key]
+        points = {d: self.point(d, batch, length) for d in self.depths}
+        totals = {
+            k: int(round(self._combine({d: getattr(p.analysis.totals, k) for d, p in points.items()})))
+            for k in _ADDITIVE
+        }
+        lat, roof, slices, names = {}, {}, {}, {}
+        for dev in self.devices:
+            preds: dict[int, Prediction] = {}
+            for d, p in points.items():
+                pred, warnings = run_predictor(p.analysis, dev)
+                preds[d] = pred
+                self.predict_warnings.extend(w for w in warnings if w not in self.predict_warnings)
+            lat[dev] = self._combine({d: p.latency_ms for d, p in preds.items()})
+            roof[dev] = self._combine({d: p.roofline_latency_ms for d, p in preds.items()})
+            profiles = next(iter(preds.values())).mig.latency_ms or {}
+            slices[dev] = {q: self._combine({d: p.mig.latency_ms[q] for d, p in preds.items()}) for q in profiles}
+            names[dev] = next(iter(preds.values())).predictor
+        cost = StepCost(
+            self.kind, batch, length, totals, self.activation_bytes(batch, length), lat, roof, slices, names
+        )
+        self._costs[key] = cost
+        return cost
+
+
+# ---- the whole analysis --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceServing:
+    """The stated request on one device: latencies, throughput, memory, where it fits, and the MIG choice."""
+
+    device: str
+    predictor: str
+    ttft_ms: float
+    tpot_ms: float
+    e2e_ms: float
+    prefill_tokens_per_s: float | None
+    decode_tokens_per_s: float | None
+    output_tokens_per_s: float | None
+    memory: serving.ServingMemory
+    fits: dict[str, bool]  # target (MIG profile or "full GPU") -> the request fits
+    sweep: list[dict]  # per context: ttft_ms, tpot_ms, decode tokens/s
+    capacity: serving.Capacity
+    recommendation: serving.LlmRecommendation
+
+    def to_json(self) -> dict:
+        return {
+            "device": self.device,
+            "predictor": self.predictor,
+            "ttft_ms": self.ttft_ms,
+            "tpot_ms": self.tpot_ms,
+            "e2e_ms": self.e2e_ms,
+            "prefill_tokens_per_s": self.prefill_tokens_per_s,
+            "decode_tokens_per_s": self.decode_tokens_per_s,
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "memory": self.memory.to_json(),
+            "fits": dict(self.fits),
+            "sweep": [dict(p) for p in self.sweep],
+            "capacity": self.capacity.to_json(),
+            "recommendation": self.recommendation.to_json(),
+        }
+
+
+@dataclass
+class LlmServing:
+    """Everything `preflight llm` says about serving one model (the report's `llm` block)."""
+
+    model: dict  # architecture summary
+    dtype: str
+    kv: serving.KvCacheSpec
+    batch: int
+    prompt: int
+    generate: int
+    concurrency: int
+    context: int  # of the recommendation
+    params: int
+    param_bytes: int
+    prefill: StepCost
+    decode: StepCost
+    devices: list[DeviceServing]
+    contexts: tuple[int, ...]
+    depth: dict  # how the graphs were traced
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def request_context(self) -> int:
+        """Cache slots of the stated request: prompt + generated tokens."""
+        return self.prompt + self.generate
+
+    def to_json(self) -> dict:
+        c = self.request_context
+        return {
+            "model": dict(self.model),
+            "dtype": self.dtype,
+            "request": {"batch": self.batch, "prompt": self.prompt, "generate": self.generate, "context": c},
+            "kv_cache": {
+                **self.kv.to_json(),
+                "bytes_per_sequence": self.kv.bytes_per_sequence(c),
+                "bytes_batch": self.kv.bytes(self.batch, c),
+            },
+            "weights": {"params": self.params, "bytes": self.param_bytes},
+            "prefill": self.prefill.to_json(),
+            "decode": self.decode.to_json(),
+            "concurrency": self.concurrency,
+            "context": self.context,
+            "contexts": list(self.contexts),
+            "devices": [d.to_json() for d in self.devices],
+            "depth": dict(self.depth),
+            "assumptions": list(self.assumptions),
+        }
+
+
+@dataclass
+class LlmReport(Report):
+    """A `Report` of the decode step with the serving analysis in `llm`."""
+
+    llm: LlmServing | None = None
+
+
+ASSUMPTIONS = (
+    "eager PyTorch on CUDA, transformers' sdpa attention, one static batch (no continuous batching, no paged "
+    "attention): every sequence of the batch has the same prompt and generates the same number of tokens",
+    "static KV cache preallocated for prompt + generated tokens per sequence (min(context, window) slots in a "
+    "sliding-window layer); a prefill attends over the prompt (the cache is empty before it) and returns only the "
+    "last position's logits; a decode step at context L attends over L slots",
+    "TPOT is the decode step at the full static cache (every step of a static cache attends over all its slots); "
+    "E2E = TTFT + (generated - 1) x TPOT",
+    "memory = weights + KV cache + activations + CUDA context + workspace; activations are the liveness pass's peak "
+    "of the graph besides the cache (its attention is the unfused form: for long prompts the prefill figure "
+    "includes score matrices fused SDPA kernels do not materialise); the capacity table counts the decode step's",
+    "latencies are predictions from the graphs (predictor as `preflight predict`), nothing was run on a GPU",
+)
+
+
+def context_grid(max_positions: int | None, extra: Sequence[int] = ()) -> tuple[int, ...]:
+    """Powers of two from MIN_CONTEXT_GRID to the model's positions (at most MAX_CONTEXT_GRID), and `extra`."""
+    top = min(max_positions or MAX_CONTEXT_GRID, MAX_CONTEXT_GRID)
+    grid = {2**k for k in range(int(math.log2(MIN_CONTEXT_GRID)), int(math.log2(max(top, 1))) + 1)}
+    grid |= {c for c in extra if c <= (max_positions or c)}
+    if max_positions and max_positions <= MAX_CONTEXT_GRID:
+        grid.add(max_positions)
+    return tuple(sorted(c for c in grid if c >= 2))
+
+
+MAX_CONTEXTS = 32  # points of the context sweep
+
+
+def parse_contexts(text: str) -> list[int]:
+    """'1024,4096' -> [1024, 4096] (sorted, unique; each at least 2 tokens, at most MAX_CONTEXTS of them)."""
+    parts = [v for v in text.replace(" ", "").split(",") if v]
+    if not parts or not all(v.isdigit() for v in parts):
+        raise UsageError(f"--contexts takes comma-separated token counts, e.g. 1024,4096 (got {text!r})")
+    return check_contexts(int(v) for v in parts)
+
+
+def check_contexts(values) -> list[int]:
+    """The sweep's contexts, sorted and unique: integers from 2 to MAX_DIM, at most MAX_CONTEXTS."""
+    values = list(values)
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and 2 <= v <= MAX_DIM for v in values):
+        raise UsageError(f"contexts must be integers from 2 to {MAX_DIM} tokens (got {values!r})")
+    out = sorted(set(values))
+    if len(out) > MAX_CONTEXTS:
+        raise UsageError(f"at most {MAX_CONTEXTS} contexts")
+    return out
+
+
+def _check_int(name: str, value, lo: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= MAX_DIM:
+        raise UsageError(f"{name} must be an integer from {lo} to {MAX_DIM} (got {value!r})")
+    return value
+
+
+def llm(
+    model,
+    *,
+    prompt: int = 1024,
+    generate: int = 256,
+    batch: int = 1,
+    devices: Sequence[str] = ("h100-80gb",),
+    dtype: str | None = None,
+    concurrency: int | None = None,
+    context: int | None = None,
+    ttft_ms: float | None = None,
+    tpot_ms: float | None = None,
+    contexts: Sequence[int] | None = None,
+    full_depth: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> LlmReport:
+    """Serve a decoder LM with a static KV cache: KV-cache bytes, TTFT/TPOT, capacity per GPU and MIG slice.
+
+    Args:
+        model: "zoo:NAME", a transformers `config.json` (or model directory), a transformers config, or a
+            transformers causal-LM `nn.Module`.
+        prompt: Prompt tokens per sequence.
+        generate: Tokens generated per sequence (the static cache holds prompt + generate).
+        batch: Sequences served together.
+        devices: GPUs to predict for.
+        dtype: Serving dtype ("float16", "bfloat16", "float32"); default: the model's declared one, else float16.
+        concurrency: Sequences of the MIG recommendation (default `batch`).
+        context: Their cache length in tokens (default prompt + generate); must exceed `prompt`.
+        ttft_ms: The recommended slice must also predict at most this TTFT (prefill of `concurrency` prompts).
+        tpot_ms: ... and at most this TPOT (one decode step of `concurrency` sequences at `context`).
+        contexts: Contexts of the latency sweep and the capacity table (default: powers of two up to the model's
+            positions).
+        full_depth: Trace all layers even when they are identical (exact per-operator list, slower).
+        log: Called with a line of progress now and then.
+
+    Returns:
+        An `LlmReport`: the decode step's report (totals; per-operator list with full depth) with the `llm` block.
+    """
+    say = log or (lambda _m: None)
+    prompt = _check_int("--prompt", prompt)
+    generate = _check_int("--generate", generate)
+    batch = _check_int("--batch", batch)
+    concurrency = batch if concurrency is None else _check_int("--concurrency", concurrency)
+    devices = check_devices(devices)
+    check_dtype(dtype)
+    for name, v in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
+        if v is not None and not (isinstance(v, int | float) and v > 0 and math.isfinite(v)):
+            raise UsageError(f"{name} must be a positive number of milliseconds (got {v!r})")
+
+    from zoo.serving import StepError, cache_layout
+
+    m = load_llm(model)
+    dtype = dtype or m.declared_dtype or DEFAULT_DTYPE
+    request_context = prompt + generate
+    context = request_context if context is None else _check_int("--context", context, 2)
+    if context <= prompt:
+        raise UsageError(f"--context ({context}) must exceed --prompt ({prompt}): the cache holds the prompt and more")
+    limit = m.max_positions
+    for what, v in (("prompt + generate", request_context), ("--context", context)):
+        if limit is not None and v > limit:
+            raise UsageError(f"{what} = {v:,} tokens exceeds the model's {limit:,} positions")
+    grid = tuple(check_contexts(contexts)) if contexts is not None else context_grid(limit, (request_context, context))
+    for c in grid:
+        if limit is not None and c > limit:
+            raise UsageError(f"context {c:,} exceeds the model's {limit:,} positions")
+    try:
+        layout = cache_layout(m.config)
+    except StepError as exc:
+        raise UsageError(f"{m.name}: {exc}") from exc
+    kv = serving.KvCacheSpec(layout.kv_heads, layout.head_dim, layout.windows, dtype_bytes(dtype))
+    n = layout.layers
+
+    depths, depth = choose_depths(m.lm, layout, full_depth=full_depth, devices=devices)
+    max_length = max([*grid, request_context, context, prompt])
+
+    def graphs(kind: str) -> dict[int, StepGraph]:
+        return {
+            d: StepGraph(
+                kind,
+                lm,
+                replace(layout, windows=layout.windows[:d]),
+                dtype,
+                name=f"{m.name} {kind} step",
+                source=m.source,
+                framework=m.framework,
+            )
+            for d, lm in depths.items()
+        }
+
+    prefill = Step("prefill", graphs("prefill"), n, devices, max_length)
+    decode = Step("decode", graphs("decode"), n, devices, max_length)
+
+    say(f"tracing the prefill step ({batch} x {prompt} tokens)")
+    pre = prefill.cost(batch, prompt)
+    say(f"tracing the decode step ({batch} sequences, {request_context} cache slots)")
+    dec = decode.cost(batch, request_context)
+
+    # the graph's cache inputs are the KV cache: its bytes must be the formula's
+    top_depth = max(decode.depths)
+    graph_kv = decode.point(top_depth, batch, request_context).kv_input_bytes
+    expect = batch * sum(layout.slots(i, request_context) for i in range(top_depth)) * kv.bytes_per_token_layer
+    if graph_kv != expect:
+        raise AnalysisError(f"the decode graph's cache inputs hold {graph_kv:,} bytes, the KV formula {expect:,}")
+
+    say("activation model of the decode step")
+    act_decode = _decode_timeline(decode, (batch, request_context))
+
+    weights = dec.totals["param_bytes"]
+
+    def need_mib(b: int, c: int, prompt_tokens: int | None = None) -> serving.ServingMemory:
+        act = act_decode(b, c)
+        if prompt_tokens is not None:
+            act = max(act, prefill.activation_bytes(b, prompt_tokens))
+        return serving.ServingMemory(b, c, weights, kv.bytes(b, c), act)
+
+    request_mem = need_mib(batch, request_context, prompt)
+    rec_mem = (
+        request_mem if (concurrency, context) == (batch, request_context) else need_mib(concurrency, context, prompt)
+    )
+    rec_pre = pre if concurrency == batch else prefill.cost(concurrency, prompt)
+    rec_dec = dec if (concurrency, context) == (batch, request_context) else decode.cost(concurrency, context)
+
+    say(f"latency sweep over {len(grid)} contexts")
+    sweep_pts = [(c, prefill.cost(batch, c) if c <= max_length else None, decode.cost(batch, c)) for c in grid]
+
+    out: list[DeviceServing] = []
+    for dev in devices:
+        device = get_device(dev)
+        say(f"capacity on {dev}")
+        cap = serving.capacity(device, grid, lambda b, c: need_mib(b, c).total_mib)
+        fits = {name: mig_fits(mib, request_mem.total_mib) for name, mib, _ in serving.targets(device)}
+        lat = {serving.FULL_GPU: serving.SliceLatency(rec_pre.latency_ms[dev], rec_dec.latency_ms[dev])}
+        for q in rec_dec.slice_ms[dev]:
+            lat[q] = serving.SliceLatency(rec_pre.slice_ms[dev][q], rec_dec.slice_ms[dev][q])
+        rec = serving.recommend(
+            device,
+            concurrency,
+            context,
+            rec_mem.total_mib,
+            lat,
+            ttft_target_ms=ttft_ms,
+            tpot_target_ms=tpot_ms,
+        )
+        ttft, tpot = pre.latency_ms[dev], dec.latency_ms[dev]
+        e2e = ttft + (generate - 1) * tpot
+        out.append(
+            DeviceServing(
+                device=dev,
+                predictor=dec.predictor[dev],
+                ttft_ms=ttft,
+                tpot_ms=tpot,
+                e2e_ms=e2e,
+                prefill_tokens_per_s=_per_s(batch * prompt, ttft),
+                decode_tokens_per_s=_per_s(batch, tpot),
+                output_tokens_per_s=_per_s(batch * generate, e2e),
+                memory=request_mem,
+                fits=fits,
+                sweep=[
+                    {
+                        "context": c,
+                        "ttft_ms": None if p is None else p.latency_ms[dev],
+                        "tpot_ms": d.latency_ms[dev],
+                        "decode_tokens_per_s": _per_s(batch, d.latency_ms[dev]),
+                        "prefill_activation_bytes": None if p is None else p.activation_bytes,
+                        "decode_activation_bytes": d.activation_bytes,
+                    }
+                    for c, p, d in sweep_pts
+                ],
+                capacity=cap,
+                recommendation=rec,
+            )
+        )
+
+    info = LlmServing(
+        model=_model_summary(m, layout),
+        dtype=dtype,
+        kv=kv,
+        batch=batch,
+        prompt=prompt,
+        generate=generate,
+        concurrency=concurrency,
+        context=context,
+        params=dec.totals["params"],
+        param_bytes=weights,
+        prefill=pre,
+        decode=dec,
+        devices=out,
+        contexts=grid,
+        depth=depth,
+        assumptions=list(ASSUMPTIONS),
+    )
+    report = _decode_report(m, decode, dec, batch, request_context, kv, depth)
+    report.llm = info
+    for g in (*prefill.graphs.values(), *decode.graphs.values()):
+        for w in [*g.warnings, *(w for pt in g._points.values() for w in pt.warnings)]:
+            if w not in report.warnings:
+                report.warnings.append(w)
+    for w in prefill.predict_warnings + decode.predict_warnings:
+        if w not in report.warnings:
+            report.warnings.append(w)
+    report.warnings.append(
+        f"analysed as if served in {dtype}: weights, activations and the KV cache are {dtype}"
+        + ("" if m.declared_dtype or dtype != DEFAULT_DTYPE else " (the default; set --dtype)")
+    )
+    return report
+
+
+def choose_depths(lm, layout, *, full_depth: bool, devices: Sequence[str]) -> tuple[dict[int, object], dict]:
+    """The models to trace by depth ({1: ..., 2: ...} or {n: lm}) and how the choice is reported (`depth` block).
+
+    Depth 1 and 2 (then extrapolated) when the n layers are identical, the depth-1 rebuild has the same layer,
+    and every device's predictor is additive (no trained artifact); otherwise all n layers.
+    """
+    n = layout.layers
+
+    def full(why: str) -> tuple[dict[int, object], dict]:
+        return {n: lm}, {"mode": "full", "layers": n, "traced": [n], "why": why}
+
+    if full_depth:
+        return full("asked for (full depth)")
+    if n <= 2:
+        return full("the model has at most 2 layers")
+    if not identical_layers(lm, layout):
+        return full("its layers differ (shapes or attention windows)")
+    trained = [d for d in devices if predictor_info(d)["trained"]]
+    if trained:
+        return full(f"a trained predictor ({', '.join(trained)}) is not additive over layers")
+    try:
+        probes = {1: truncated(lm, 1), 2: truncated(lm, 2)}
+    except Exception as exc:  # noqa: BLE001 - a class that cannot be rebuilt from its config: trace every layer
+        return full(f"rebuilding it with fewer layers failed ({one_line(exc)})")
+    first = _signature(_layer_list(lm, n)[0])
+    if any(_signature(_layer_list(p, d)[0]) != first for d, p in probes.items()):
+        return full("its rebuild with fewer layers has different layers")
+    return probes, {
+        "mode": "extrapolated",
+        "layers": n,
+        "traced": [1, 2],
+        "why": f"the {n} decoder layers are identical: counts and additive latencies are x(1) + (n - 1)(x(2) - x(1)); "
+        f"transient activations are the same at depth 2 as at any larger depth",
+    }
+
+
+def _model_summary(m: LlmModel, layout) -> dict:
+    return {
+        "name": m.name,
+        "model_type": getattr(m.config, "model_type", None),
+        "class": type(m.lm).__name__,
+        "layers": layout.layers,
+        "hidden_size": getattr(m.config, "hidden_size", None),
+        "attention_heads": getattr(m.config, "num_attention_heads", None),
+        "kv_heads": layout.kv_heads,
+        "head_dim": layout.head_dim,
+        "vocab": layout.vocab,
+        "max_positions": m.max_positions,
+        "tied_embeddings": bool(getattr(m.config, "tie_word_embeddings", False)),
+        "sliding_window": sorted({w for w in layout.windows if w is not None}) or None,
+    }
+
+
+def _per_s(tokens: int, ms: float) -> float | None:
+    return 1e3 * tokens / ms if ms > 0 else None
+
+
+def _decode_timeline(decode: Step, request: tuple[int, int]) -> Callable[[int, int], int]:
+    """The decode step's transient peak at any (batch, context).
+
+    Uniform windows: a bilinear timeline over (batch, slots) from four bound graphs (`predictor.llm.BilinearTimeline`),
+    checked against the request's own graph; otherwise (or when the check fails) each point's own graph.
+    """
+    depth = max(decode.depths)  # depth 2 already has every layer-to-layer liveness pattern of a deeper stack
+    layout = decode.graphs[depth].layout
+
+    def direct(b: int, c: int) -> int:
+        return decode.point(depth, b, c).transient_bytes
+
+    if len(set(layout.windows)) > 1:
+        return direct
+    samples = {(b, s): decode.point(depth, b, s).timeline for b in (1, 2) for s in (2, 3)}
+    tl = serving.BilinearTimeline.fit(samples, slots=lambda c: layout.slots(0, c))
+    b, c = request
+    if tl.peak(b, c) != direct(b, c):
+        decode.predict_warnings.append(
+            "the decode step's activations are not bilinear in (batch, slots); the capacity search analysed each point"
+        )
+        return direct
+    return tl.peak
+
+
+def _decode_report(m: LlmModel, decode: Step, dec: StepCost, batch: int, ctx: int, kv, depth: dict) -> LlmReport:
+    """The top-level report: the decode step (its full graph with full depth; otherwise its n-layer totals)."""
+    top = max(decode.depths)
+    pt = decode.point(top, batch, ctx)
+    a = pt.analysis
+    model = {"source": m.source, "framework": m.framework, "name": f"{m.name} decode step"}
+    names = decode.graphs[top]._input_names()
+    n_cache = 2 * m.layers
+    inputs = [{"name": "input_ids", "shape": [batch, 1], "dtype": "int64"}]
+    if depth["mode"] == "full":
+        inputs = [
+            {"name": names[i] if i < len(names) else s.name, "shape": list(s.tensor.shape), "dtype": s.tensor.dtype}
+            for i, s in enumerate(a.graph.inputs)
+        ]
+        return LlmReport(model=model, inputs=inputs, analysis=a, warnings=list(pt.warnings))
+    first = a.graph.inputs[1].tensor if len(a.graph.inputs) > 1 else None
+    if first is not None:
+        for i in range(n_cache):
+            layer = i // 2
+            shape = [batch, kv.kv_heads, kv.slots(layer, ctx), kv.head_dim]
+            inputs.append(
+                {"name": names[i + 1] if i + 1 < len(names) else f"cache_{i}", "shape": shape, "dtype": first.dtype}
+            )
+    kv_bytes = kv.bytes(batch, ctx)
+    totals = Totals(
+        flops=dec.totals["flops"],
+        macs=dec.totals["macs"],
+        params=dec.totals["params"],
+        param_bytes=dec.totals["param_bytes"],
+        peak_activation_bytes=kv_bytes + dec.activation_bytes,
+        bytes_read=dec.totals["bytes_read"],
+        bytes_written=dec.totals["bytes_written"],
+        op_count=dec.totals["op_count"],
+        unsupported=dict(a.totals.unsupported),
+    )
+    summary = Analysis(
+        graph=a.graph,
+        ops=[],
+        totals=totals,
+        memory=a.memory,
+        edges=[],
+        static_features=dict(a.static_features),
+    )
+    warnings = list(pt.warnings) + [
+        f"the {m.layers} identical decoder layers were traced at depth 1 and 2 and the totals extrapolated exactly; "
+        f"no per-operator list (use --full-depth for it); peak activations = KV cache + the step's transient peak"
+    ]
+    return LlmReport(model=model, inputs=inputs, analysis=summary, warnings=warnings)

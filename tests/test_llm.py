@@ -1,0 +1,407 @@
+"""LLM serving (`preflight llm`, `analyzer.llm`): KV-cache bytes by hand, decode-step FLOPs by hand, prefill FLOPs
+against FlopCounterMode, the depth-1/2 extrapolation against full-depth graphs, the config.json route against the
+zoo, capacity and MIG arithmetic by hand, the CLI's exit codes and the JSON Schema, the GPU harness's steps."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+
+import jsonschema
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from torch.utils.flop_counter import FlopCounterMode
+
+import zoo
+from analyzer.api import analyze
+from analyzer.cli import cli
+from analyzer.llm import StepGraph, context_grid, llm, parse_contexts, truncated
+from analyzer.predeploy import write
+from analyzer.render import SCHEMA_FILE
+from predictor.devices import get_device
+from predictor.llm import (
+    FULL_GPU,
+    BilinearTimeline,
+    KvCacheSpec,
+    LlmConfigError,
+    ServingMemory,
+    SliceLatency,
+    capacity,
+    largest_fitting,
+    recommend,
+)
+from predictor.roofline import CONTEXT_MIB, WORKSPACE_MIB
+from zoo.serving import DecodeStep, PrefillStep, cache_layout, decode_inputs, prefill_inputs
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+MIB = 2**20
+MULTIPLY_ADD = ("conv", "matmul", "attention")
+# a tiny Llama: hidden 64 = 4 heads x 16, 2 KV heads (grouped-query attention, 2 query heads per KV head)
+TINY = "llama?layers={n}&hidden=64&heads=4&kv_heads=2&intermediate=128&vocab=256&max_pos=512&seq_len=16"
+TINY_MISTRAL = (
+    "mistral?layers=2&hidden=64&heads=4&kv_heads=2&intermediate=128&vocab=256&max_pos=512&seq_len=16&sliding_window=16"
+)
+TINY_GPT2 = "gpt2?layers=2&hidden=64&heads=4&intermediate=256&vocab=256&max_pos=128&seq_len=16"
+DEVICES = ["h100-80gb", "a100-40gb"]
+
+
+def multiply_add_flops(analysis) -> int:
+    return sum(2 * c.macs for c in analysis.ops if c.category in MULTIPLY_ADD and not c.weight_only)
+
+
+def meta_lm(spec: str):
+    return zoo.build(spec, device="meta").module.model
+
+
+@pytest.fixture(scope="module")
+def schema():
+    return json.loads(SCHEMA_FILE.read_text())
+
+
+# ---- KV cache from the config alone ----------------------------------------------------------------------------
+
+
+def test_kv_bytes_llama_7b_from_config_alone():
+    # zoo llama_7b: 32 layers, hidden 4096, 32 heads, 32 KV heads (no GQA)
+    cfg = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 32}
+    kv = KvCacheSpec.from_config(cfg, dtype_bytes=2)
+    assert kv.bytes_per_token == 524_288  # 2 x 32 layers x 32 kv heads x 128 x 2 bytes = 0.5 MiB
+    assert kv.bytes_per_token == MIB // 2
+    assert kv.bytes_per_sequence(4096) == 2_147_483_648  # 4096 x 0.5 MiB = 2 GiB
+    assert kv.bytes(8, 1280) == 5_368_709_120  # 8 x 1280 x 0.5 MiB = 5 GiB
+
+
+def test_kv_bytes_mistral_7b_gqa_and_sliding_window():
+    # zoo mistral_7b: 32 layers, hidden 4096, 32 heads, 8 KV heads, window 4096
+    cfg = {
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "sliding_window": 4096,
+    }
+    kv = KvCacheSpec.from_config(cfg, dtype_bytes=2)
+    assert kv.bytes_per_token == 131_072  # 2 x 32 x 8 kv heads x 128 x 2 = 128 KiB: a quarter of llama_7b's
+    assert kv.bytes_per_sequence(1024) == 134_217_728  # 1024 x 128 KiB
+    # past the window every layer keeps 4096 slots: 4096 x 128 KiB = 512 MiB, at 4096 tokens and at 32768 alike
+    assert kv.bytes_per_sequence(32768) == kv.bytes_per_sequence(4096) == 536_870_912
+    cfg["use_sliding_window"] = False  # Qwen2's switch
+    assert KvCacheSpec.from_config(cfg, 2).bytes_per_sequence(32768) == 32768 * 131_072
+
+
+def test_kv_bytes_gpt2_no_gqa():
+    # GPT-2 small's config.json names: n_layer 12, n_head 12, n_embd 768; no num_key_value_heads
+    kv = KvCacheSpec.from_config({"n_layer": 12, "n_head": 12, "n_embd": 768}, dtype_bytes=2)
+    assert (kv.kv_heads, kv.head_dim) == (12, 64)
+    assert kv.bytes_per_token == 36_864  # 2 x 12 layers x 12 heads x 64 x 2 bytes
+    assert KvCacheSpec.from_config({"n_layer": 12, "n_head": 12, "n_embd": 768}, 4).bytes_per_token == 73_728
+
+
+def test_kv_spec_from_transformers_configs_matches_the_models_cache_layout():
+    for spec, per_token in (
+        ("llama_7b", 524_288),
+        ("mistral_7b", 131_072),
+        ("gpt2", 36_864),
+    ):
+        config = meta_lm(spec).config
+        kv = KvCacheSpec.from_config(config.to_dict(), dtype_bytes=2)
+        layout = cache_layout(config)
+        assert kv.bytes_per_token == per_token, spec
+        assert (kv.kv_heads, kv.head_dim, kv.windows) == (layout.kv_heads, layout.head_dim, layout.windows), spec
+
+
+def test_kv_spec_refuses_what_it_cannot_read():
+    with pytest.raises(LlmConfigError):
+        KvCacheSpec.from_config({"hidden_size": 64}, 2)
+    with pytest.raises(LlmConfigError):
+        KvCacheSpec.from_config(
+            {"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8, "layer_types": ["linear"] * 2}, 2
+        )
+
+
+# ---- memory, capacity and MIG arithmetic by hand ---------------------------------------------------------------
+
+
+def test_serving_memory_terms():
+    m = ServingMemory(batch=8, context=1280, weight_bytes=10 * MIB, kv_bytes=20 * MIB, activation_bytes=3 * MIB)
+    assert m.total_mib == 10 + 20 + 3 + CONTEXT_MIB + WORKSPACE_MIB  # 33 + 500 + 64 = 597
+
+
+def test_largest_fitting_by_hand():
+    # need(b) = 1000 + 10 b MiB; usable 10,000 MiB: (1000 + 10 b) x 1.05 <= 10000 -> b <= 852.38 -> 852
+    assert largest_fitting(lambda b: 1000 + 10 * b, 10_000) == 852
+    assert largest_fitting(lambda b: 20_000 + b, 10_000) == 0
+    assert largest_fitting(lambda b: 1.0, 10_000) == 2**20  # nothing grows with the batch: the search stops there
+
+
+def test_capacity_on_h100_by_hand():
+    # weights 4,000 MiB, 2 MiB of KV cache per sequence per 1024 tokens, no activations
+    def need(b, c):
+        return 4000 + CONTEXT_MIB + WORKSPACE_MIB + 2 * b * c / 1024
+
+    cap = capacity(get_device("h100-80gb"), [1024, 4096], need)
+    # 1g.10gb: 9.75 GiB = 9,984 MiB; (4564 + 2b) x 1.05 <= 9984 -> b <= 2,472.2 -> 2,472 at 1024 tokens
+    # at 4096 tokens: (4564 + 8b) x 1.05 <= 9984 -> b <= 618.07 -> 618
+    assert cap.largest_batch["1g.10gb"] == (2472, 618)
+    # full GPU 81,559 MiB: (4564 + 2b) x 1.05 <= 81559 -> b <= 36,555.8 -> 36,555
+    assert cap.largest_batch[FULL_GPU][0] == 36555
+    assert list(cap.largest_batch)[-1] == FULL_GPU and cap.derived == ()
+
+
+def test_recommendation_by_hand():
+    h100 = get_device("h100-80gb")
+    lat = {q.name: SliceLatency(ttft_ms=100.0 / q.compute_slices, tpot_ms=10.0 / q.compute_slices) for q in h100.mig}
+    lat[FULL_GPU] = SliceLatency(ttft_ms=14.0, tpot_ms=1.4)
+    # 12,000 MiB x 1.05 = 12,600: more than 1g.10gb's 9,984, within 1g.20gb's 20,091
+    rec = recommend(h100, 4, 4096, 12_000, lat)
+    assert rec.profile == "1g.20gb" and rec.fits["1g.10gb"] is False and rec.full_gpu_fits
+    assert "12,600 MiB" in rec.reason
+    # a TPOT target of 4 ms: 1g/2g slices predict 10 and 5 ms, 3g.40gb 3.33 ms
+    rec = recommend(h100, 4, 4096, 12_000, lat, tpot_target_ms=4.0)
+    assert rec.profile == "3g.40gb" and "TPOT <= 4 ms" in rec.reason
+    rec = recommend(h100, 4, 4096, 12_000, lat, ttft_target_ms=1.0)
+    assert rec.profile is None and "meets TTFT <= 1 ms" in rec.reason
+    rec = recommend(h100, 4, 4096, 90_000, lat)
+    assert rec.profile is None and "no profile holds" in rec.reason and not rec.full_gpu_fits
+
+
+def test_bilinear_timeline_is_exact_for_bilinear_sizes():
+    # three operators whose live bytes are 5 + 3b + 7s + 2bs, 100 + s, 40b
+    def live(b, s):
+        return [5 + 3 * b + 7 * s + 2 * b * s, 100 + s, 40 * b]
+
+    tl = BilinearTimeline.fit({(b, s): live(b, s) for b in (1, 2) for s in (2, 3)}, slots=lambda c: min(c, 50))
+    for b, s in ((1, 2), (7, 33), (64, 50)):
+        assert list(tl.at(b, s)) == live(b, s)
+    assert tl.peak(8, 1000) == max(live(8, 50))  # the slots stop at the window: 5 + 24 + 350 + 800 = 1,179
+
+
+def test_context_grid_and_parse():
+    assert context_grid(4096, (1280,)) == (512, 1024, 1280, 2048, 4096)
+    assert context_grid(1000) == (512, 1000)
+    assert parse_contexts("4096, 1024,1024") == [1024, 4096]
+
+
+# ---- the graphs --------------------------------------------------------------------------------------------------
+
+
+def test_decode_step_flops_by_hand_and_cache_inputs():
+    lm = meta_lm(TINY.format(n=2))
+    layout = cache_layout(lm.config)
+    g = StepGraph("decode", lm, layout, "float16", name="tiny", source="test", framework="zoo")
+    b, ctx = 2, 32
+    a = g.point(b, ctx, 512).analysis
+    # matmul weights per layer: q, o 64x64 each; k, v 64x(2 x 16) each; gate, up 64x128 each, down 128x64
+    #   2 x 4096 + 2 x 2048 + 3 x 8192 = 36,864; 2 layers: 73,728; LM head 64 x 256 = 16,384 -> 90,112 weights
+    # decode (one token per sequence): MACs = batch x weights = 2 x 90,112 = 180,224
+    # attention per layer: scores 2 (batch) x 4 heads x 32 slots x 16 = 4,096 MACs, and the same for P x V
+    #   -> 2 layers x 8,192 = 16,384 MACs; FLOPs = 2 x (180,224 + 16,384) = 393,216
+    assert multiply_add_flops(a) == 393_216
+    caches = a.graph.inputs[1:]
+    assert len(caches) == 4  # keys and values of 2 layers
+    assert all(s.tensor.shape == (2, 2, 32, 16) and s.tensor.dtype == "float16" for s in caches)
+    # 2 (K, V) x 2 layers x 2 kv heads x 16 x 2 bytes = 256 B per token; x 2 sequences x 32 tokens = 16,384 B
+    assert sum(s.tensor.nbytes for s in caches) == 16_384
+    assert KvCacheSpec.from_config(lm.config.to_dict(), 2).bytes(2, 32) == 16_384
+    # eager decoding folds the query heads onto the KV heads: no K or V repeated for the 4 query heads (2 x 4 x 32
+    # x 16 = 4,096 elements); the largest tensor holding slots and head_dim is a cache's 2 x 2 x 32 x 16 = 2,048
+    kv_like = [c.output.numel for c in a.ops if c.outputs and {32, 16} <= set(c.output.shape)]
+    assert max(kv_like) == 2_048
+
+
+def test_prefill_flops_match_flop_counter_on_the_same_module():
+    torch.manual_seed(0)
+    model = zoo.build(TINY.format(n=2), device="cpu").module.model  # real weights
+    step = PrefillStep(model).eval()
+    (ids,) = prefill_inputs(2, 24, vocab=256)
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH), counter:
+        step(ids)
+    g = StepGraph("prefill", model, step.layout, "float32", name="tiny", source="test", framework="torch")
+    a = g.point(2, 24, 512).analysis
+    assert multiply_add_flops(a) == counter.get_total_flops() > 0
+    # the nn.Module route of the whole analysis: the module's own parameters (and its rotary inv_freq buffer)
+    before = model.model.embed_tokens.weight.clone()
+    s = llm(model, prompt=24, generate=8, batch=2, devices=["h100"], contexts=[32]).llm
+    assert s.params == sum(p.numel() for p in model.parameters()) + model.model.rotary_emb.inv_freq.numel()
+    assert s.prefill.totals["flops"] == a.totals.flops  # 2 layers: traced at full depth, the same graph
+    assert torch.equal(model.model.embed_tokens.weight, before)  # real weights never touched
+
+
+def test_decode_step_in_place_writes_one_slot():
+    torch.manual_seed(0)
+    model = zoo.build(TINY.format(n=2), device="cpu").module.model
+    layout = cache_layout(model.config)
+    ids, *kv = decode_inputs(layout, 2, 8)
+    for t in kv:
+        t.normal_()
+    before = [t.clone() for t in kv]
+    with torch.no_grad():
+        logits = DecodeStep(model, 8, in_place=True, layout=layout)(ids, *kv)
+    assert logits.shape == (2, 1, 256)
+    for old, new in zip(before, kv, strict=True):
+        assert torch.equal(old[:, :, :7], new[:, :, :7]) and not torch.equal(old[:, :, 7], new[:, :, 7])
+
+
+# ---- the whole analysis ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_config(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cfg") / "config.json"
+    path.write_text(json.dumps(meta_lm(TINY.format(n=4)).config.to_dict()))
+    return path
+
+
+@pytest.fixture(scope="module")
+def extrapolated():
+    return llm(f"zoo:{TINY.format(n=4)}", prompt=24, generate=8, batch=2, devices=DEVICES, contexts=[32, 64])
+
+
+@pytest.fixture(scope="module")
+def full(tiny_config):
+    return llm(tiny_config, prompt=24, generate=8, batch=2, devices=DEVICES, contexts=[32, 64], full_depth=True)
+
+
+def test_depth_extrapolation_and_config_route_equal_full_depth_zoo(extrapolated, full):
+    a, b = extrapolated.llm, full.llm
+    assert a.depth["mode"] == "extrapolated" and a.depth["traced"] == [1, 2]
+    assert b.depth["mode"] == "full" and b.depth["traced"] == [4]
+    for x, y in ((a.prefill, b.prefill), (a.decode, b.decode)):
+        assert x.totals == y.totals, x.kind
+        assert x.activation_bytes == y.activation_bytes, x.kind
+        for dev in DEVICES:
+            assert x.latency_ms[dev] == pytest.approx(y.latency_ms[dev], rel=1e-9)
+            assert x.roofline_ms[dev] == pytest.approx(y.roofline_ms[dev], rel=1e-9)
+            assert x.slice_ms[dev] == pytest.approx(y.slice_ms[dev], rel=1e-9)
+    for x, y in zip(a.devices, b.devices, strict=True):
+        assert x.capacity == y.capacity
+        assert x.memory == y.memory
+        assert x.recommendation.profile == y.recommendation.profile
+    assert extrapolated.totals.flops == full.totals.flops and full.analysis.ops and not extrapolated.analysis.ops
+    assert full.model["framework"] == "transformers" and extrapolated.model["framework"] == "zoo"
+
+
+def test_request_numbers_by_hand(extrapolated):
+    s = extrapolated.llm
+    # tiny Llama: 4 layers x 2 kv heads x 16 x 2 (K, V) x 2 bytes (float16, the default) = 512 B per token
+    assert s.dtype == "float16" and s.kv.bytes_per_token == 512
+    d = s.devices[0]
+    assert d.memory.kv_bytes == 2 * 32 * 512  # batch 2 x (24 + 8) slots x 512 B = 32,768
+    assert d.memory.weight_bytes == 2 * s.params  # float16
+    assert d.e2e_ms == pytest.approx(d.ttft_ms + 7 * d.tpot_ms)  # 8 generated: the prefill's, then 7 decode steps
+    assert d.decode_tokens_per_s == pytest.approx(2 * 1000 / d.tpot_ms)
+    total = (d.memory.weight_bytes + d.memory.kv_bytes + d.memory.activation_bytes) / MIB + CONTEXT_MIB + WORKSPACE_MIB
+    assert d.memory.total_mib == pytest.approx(total)
+    # the capacity table against the MIG rule, with the activations of a separately traced depth-2 decode graph
+    # evaluated directly at the answer b and at b + 1 (not the bilinear model the search used)
+    lm = meta_lm(TINY.format(n=4))
+    layout = cache_layout(lm.config)
+    g = StepGraph(
+        "decode",
+        truncated(lm, 2),
+        replace(layout, windows=layout.windows[:2]),
+        "float16",
+        name="t",
+        source="t",
+        framework="zoo",
+    )
+    usable = get_device("h100-80gb").profile("1g.10gb").memory_mib
+    for i, c in enumerate(d.capacity.contexts):
+        b = d.capacity.largest_batch["1g.10gb"][i]
+
+        def need(n, c=c):  # weights + n x c x 512 B of KV cache + activations + context + workspace, MiB
+            return (d.memory.weight_bytes + n * c * 512 + g.point(n, c, 512).transient_bytes) / MIB + 564
+
+        assert need(b) * 1.05 <= usable < need(b + 1) * 1.05, (c, b)
+
+
+def test_sliding_window_cache_and_gpt2_tied_embeddings():
+    s = llm(f"zoo:{TINY_MISTRAL}", prompt=12, generate=12, batch=2, devices=["h100"], contexts=[24]).llm
+    # window 16 < 24 slots: each of 2 layers keeps 16; 2 x 2 kv heads x 16 x 2 B = 128 B per token and layer
+    assert s.model["sliding_window"] == [16]
+    assert s.devices[0].memory.kv_bytes == 2 * 2 * 16 * 128  # batch x layers x 16 slots x 128 B = 8,192
+    g = llm(f"zoo:{TINY_GPT2}", prompt=16, generate=4, batch=1, devices=["h100"], contexts=[32], dtype="float32").llm
+    # GPT-2: 2 x 2 layers x 4 heads x 16 x 4 bytes = 1,024 B per token; tied LM head counted once:
+    # wte 256 x 64 + wpe 128 x 64 + 2 x (2 LN x 128 + attn 64x192+192 + proj 64x64+64 + fc 64x256+256
+    #   + proj 256x64+64) + final LN 128 = 16,384 + 8,192 + 2 x 49,984 + 128 = 124,672
+    assert g.kv.bytes_per_token == 1024 and g.model["tied_embeddings"]
+    assert g.params == 124_672
+
+
+# ---- reports, CLI, schema ------------------------------------------------------------------------------------------
+
+
+def test_report_json_html_markdown(extrapolated, schema, tmp_path):
+    doc = extrapolated.to_json()
+    jsonschema.validate(doc, schema)
+    assert doc["llm"]["kv_cache"]["bytes_per_token"] == 512 and doc["ops"] == []
+    for name in ("r.html", "r.md", "r.json"):
+        write(extrapolated, tmp_path / name)
+    html = (tmp_path / "r.html").read_text()
+    assert "LLM serving report" in html and "Concurrency against context" in html and "<svg" in html
+    assert (tmp_path / "r_files" / "llm-capacity-h100-80gb.svg").is_file()
+    jsonschema.validate(json.loads((tmp_path / "r.json").read_text()), schema)
+
+
+def test_config_json_route_equals_zoo_for_analyze(tiny_config):
+    a = analyze(f"zoo:{TINY.format(n=4)}", batch=2)
+    b = analyze(str(tiny_config), inputs=["input_ids:2x16"])
+    assert a.totals == b.totals and [c.op for c in a.analysis.ops] == [c.op for c in b.analysis.ops]
+
+
+def test_cli_json_and_exit_codes(schema, tmp_path):
+    runner = CliRunner()
+    spec = f"zoo:{TINY.format(n=2)}"
+    res = runner.invoke(cli, ["llm", spec, "--prompt", "8", "--generate", "8", "--contexts", "16", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    jsonschema.validate(doc, schema)
+    assert doc["llm"]["request"] == {"batch": 1, "prompt": 8, "generate": 8, "context": 16}
+
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({"model_type": "llama", "auto_map": {"AutoModelForCausalLM": "evil.Model"}}))
+    huge = tmp_path / "huge" / "config.json"  # a model directory holding a config
+    huge.parent.mkdir()
+    huge.write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 10**9}))
+    for args, words in (
+        ([str(bad)], "custom model code"),
+        ([str(huge.parent)], "num_hidden_layers = 1000000000"),
+        ([spec, "--prompt", "16", "--context", "16"], "must exceed --prompt"),
+        ([spec, "--prompt", "500", "--generate", "100"], "512 positions"),
+        ([spec, "--device", "tpu"], "unknown device"),
+        (["zoo:resnet18"], "not a decoder LM"),
+        ([str(tmp_path / "missing.json")], "no such file"),
+        ([spec, "--contexts", "1,x"], "--contexts"),
+    ):
+        res = runner.invoke(cli, ["llm", *args])
+        assert res.exit_code == 2, (args, res.output)
+        assert words in res.stderr, (args, res.stderr)
+    res = runner.invoke(cli, ["analyze", str(bad)])  # the general route refuses it too
+    assert res.exit_code == 2 and "custom model code" in res.stderr
+
+
+# ---- the GPU harness's steps -------------------------------------------------------------------------------------
+
+
+def test_harness_step_configs_run_on_cpu():
+    from predictor.measure.configs import MeasureConfig
+    from predictor.measure.llm_steps import build, step_config
+
+    pre = step_config(TINY.format(n=2), "prefill", 2, 12, "float32")
+    dec = step_config(TINY.format(n=2), "decode", 2, 20, "float32")
+    assert pre.id != dec.id and MeasureConfig.from_dict(dec.to_dict()) == dec
+    # decode estimate: 600 MiB context + weights + KV; KV = 2 x 20 x (2 layers x 2 x 2 x 16 x 4 B = 512) = 20,480 B
+    weights = sum(p.numel() for p in meta_lm(TINY.format(n=2)).parameters()) * 4
+    assert dec.est_memory_mb == pytest.approx(600 + (weights + 20_480) / MIB, abs=1e-3)
+    for cfg, shape in ((pre, (2, 1, 256)), (dec, (2, 1, 256))):
+        fn, args, names = build(cfg.to_dict(), "cpu")
+        with torch.inference_mode():
+            out = fn(*args)
+        logits = out[0] if isinstance(out, tuple) else out
+        assert tuple(logits.shape) == shape and len(names) == len(args)
+        assert np.isfinite(logits.float().numpy()).all()

@@ -1,22 +1,29 @@
 """preflight: what a model will cost on a data-centre GPU, from its TVM Relax graph.
 
-The public API is imported lazily so that `analyzer.zoo` stays importable without TVM.
+The public API is imported lazily: `import analyzer` costs nothing until a function is used.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["Report", "analyze", "check_budget", "load", "predict", "report", "__version__"]
+_LAZY = {
+    "Report": "analyzer.pipeline",
+    "analyze": "analyzer.api",
+    "predict": "analyzer.api",
+    "report": "analyzer.api",
+    "check_budget": "analyzer.api",
+    "load": "analyzer.frontends",
+    "AnnotateCosts": "analyzer.annotate",
+    "read_annotation": "analyzer.annotate",
+    "CostRecorder": "passes.instrument",
+}
+__all__ = [*_LAZY, "__version__"]
 
 
 def __getattr__(name: str):
-    if name in ("analyze", "predict", "report", "check_budget", "Report"):
-        from . import api
+    if name in _LAZY:
+        import importlib
 
-        return getattr(api, name)
-    if name == "load":
-        from .frontends import load
-
-        return load
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'analyzer' has no attribute {name!r}")

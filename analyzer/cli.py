@@ -1,4 +1,4 @@
-"""The `preflight` command line (DESIGN.md: CLI). Errors are one or two lines on stderr with exit
+"""The `preflight` command line (docs/design.md: CLI). Errors are one or two lines on stderr with exit
 code 1 (analysis failed) or 2 (bad usage or input); PREFLIGHT_DEBUG=1 shows the traceback."""
 
 from __future__ import annotations
@@ -10,11 +10,15 @@ import warnings
 
 import click
 
+from passes.graph import FLOAT_DTYPES  # plain python: no TVM
+
 from . import __version__
 from .errors import PreflightError
 from .frontends.specs import MAX_DIM
 
 FORMATS = ("table", "json", "markdown")
+# Each subcommand imports the analyzer (TVM, torch: ~3 s) inside its function on purpose: `preflight --help`,
+# `zoo` and `devices` must not pay for it.
 
 
 def _debug() -> bool:
@@ -22,7 +26,7 @@ def _debug() -> bool:
 
 
 class _Group(click.Group):
-    """Turns preflight's errors into a short message and the exit code DESIGN.md gives them."""
+    """Turns preflight's errors into a short message and the exit code docs/design.md gives them."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         """Like click's, but usage errors are one line (`error: ...`), not click's four-line block."""
@@ -57,12 +61,14 @@ class _Group(click.Group):
         except MemoryError:
             click.echo("error: out of memory while analysing the model", err=True)
             ctx.exit(1)
-        except Exception as exc:  # noqa: BLE001 - never show a traceback to a user
+        except Exception as exc:  # never show a traceback to a user
             if _debug():
                 raise
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            click.echo(f"error: internal error ({type(exc).__name__}: {first}); "
-                       f"rerun with PREFLIGHT_DEBUG=1 for a traceback", err=True)
+            click.echo(
+                f"error: internal error ({type(exc).__name__}: {first}); rerun with PREFLIGHT_DEBUG=1 for a traceback",
+                err=True,
+            )
             ctx.exit(1)
 
 
@@ -86,57 +92,150 @@ def _emit(text: str, output: str | None) -> None:
         click.echo(text, nl=False)
 
 
+def explain_option(f):
+    """--explain, shared by analyze and predict."""
+    return click.option("--explain", is_flag=True, help="Add a footer saying what each row of the output means.")(f)
+
+
 def model_options(f):
     """Options shared by analyze / predict / report."""
-    f = click.option("--input", "inputs", multiple=True, metavar="NAME:DIMS[:DTYPE]",
-                     help="Shape (and dtype) of an input, e.g. x:8x3x224x224 or ids:1x128:int64. Repeatable.")(f)
-    f = click.option("--batch", type=click.IntRange(min=1, max=MAX_DIM), default=None,
-                     help="Set dimension 0 of every input.")(f)
+    f = click.option(
+        "--input",
+        "inputs",
+        multiple=True,
+        metavar="NAME:DIMS[:DTYPE]",
+        help="Shape (and dtype) of an input, e.g. x:8x3x224x224 or ids:1x128:int64. Repeatable.",
+    )(f)
+    f = click.option(
+        "--batch", type=click.IntRange(min=1, max=MAX_DIM), default=None, help="Set dimension 0 of every input."
+    )(f)
+    f = click.option(
+        "--dtype",
+        type=click.Choice(FLOAT_DTYPES),
+        default=None,
+        help="Analyse as if the model computed in this float dtype (what if I serve it in float16?).",
+    )(f)
     return f
 
 
 @cli.command()
 @click.argument("model")
 @model_options
+@explain_option
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write to FILE instead of stdout.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write to FILE instead of stdout.",
+)
 @click.option("--strict", is_flag=True, help="Fail (exit 1) if any operator has no cost rule.")
-@click.option("--top", type=click.IntRange(min=0), default=15, show_default=True,
-              help="How many of the costliest operators the table and Markdown list.")
-def analyze(model: str, inputs: tuple[str, ...], batch: int | None, fmt: str, output: str | None,
-            strict: bool, top: int) -> None:
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=15,
+    show_default=True,
+    help="How many of the costliest operators the table and Markdown list.",
+)
+def analyze(
+    model: str,
+    inputs: tuple[str, ...],
+    batch: int | None,
+    dtype: str | None,
+    fmt: str,
+    output: str | None,
+    strict: bool,
+    top: int,
+    explain: bool,
+) -> None:
     """Count FLOPs, MACs, bytes and peak memory of MODEL, operator by operator.
 
-    MODEL is a .onnx or .pt2 (torch.export.save) file, or zoo:NAME[?key=value...].
+    MODEL is a .onnx, .pt2 (torch.export.save), .keras or .tflite file, a TensorFlow SavedModel or Paddle
+    inference directory (or its .json/.pdmodel file), or zoo:NAME[?key=value...] (see `preflight zoo`).
     """
     from .api import analyze as run
 
-    report = run(model, inputs=list(inputs), batch=batch, strict=strict)
-    _emit(_render(report, fmt, top), output)
+    report = run(model, inputs=list(inputs), batch=batch, strict=strict, dtype=dtype)
+    _emit(_render(report, fmt, top, explain), output)
+
+
+def max_slowdown_option(f):
+    """--max-slowdown, shared by predict and report."""
+    return click.option(
+        "--max-slowdown",
+        type=click.FloatRange(min=1),
+        default=None,
+        metavar="X",
+        help="Also name the smallest MIG slice whose predicted latency is at most X times the whole GPU's (e.g. 2).",
+    )(f)
 
 
 @cli.command()
 @click.argument("model")
 @model_options
+@max_slowdown_option
+@explain_option
 @click.option("--device", default="h100-80gb", show_default=True, help="Target GPU (see `preflight devices`).")
-@click.option("--latency-slo", "latency_slo", type=click.FloatRange(min=0, min_open=True), default=None,
-              metavar="MS", help="The MIG slice must also meet this latency.")
+@click.option(
+    "--latency-slo",
+    "latency_slo",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="MS",
+    help="The MIG slice must also meet this latency.",
+)
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write to FILE instead of stdout.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write to FILE instead of stdout.",
+)
 @click.option("--strict", is_flag=True, help="Fail (exit 1) if any operator has no cost rule.")
 @click.option("--top", type=click.IntRange(min=0), default=15, show_default=True)
-@click.option("--max-latency-ms", "max_latency", type=click.FloatRange(min=0, min_open=True), default=None,
-              metavar="MS", help="Budget: exit 1 if the predicted latency exceeds MS.")
-@click.option("--max-memory-mb", "max_memory", type=click.FloatRange(min=0, min_open=True), default=None,
-              metavar="MIB", help="Budget: exit 1 if the predicted device memory exceeds MIB.")
-@click.option("--budget-bound", type=click.Choice(("point", "upper")), default="point", show_default=True,
-              help="Compare the budget with the point prediction or the upper end of its interval.")
-def predict(model: str, inputs: tuple[str, ...], batch: int | None, device: str, latency_slo: float | None,
-            fmt: str, output: str | None, strict: bool, top: int, max_latency: float | None,
-            max_memory: float | None, budget_bound: str) -> None:
-    """Predict latency, energy, memory and the MIG slice of MODEL on a GPU.
+@click.option(
+    "--max-latency-ms",
+    "max_latency",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="MS",
+    help="Budget: exit 1 if the predicted latency exceeds MS.",
+)
+@click.option(
+    "--max-memory-mb",
+    "max_memory",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="MIB",
+    help="Budget: exit 1 if the predicted device memory exceeds MIB.",
+)
+@click.option(
+    "--budget-bound",
+    type=click.Choice(("point", "upper")),
+    default="point",
+    show_default=True,
+    help="Compare the budget with the point prediction or the upper end of its interval.",
+)
+def predict(
+    model: str,
+    inputs: tuple[str, ...],
+    batch: int | None,
+    dtype: str | None,
+    device: str,
+    latency_slo: float | None,
+    fmt: str,
+    output: str | None,
+    strict: bool,
+    top: int,
+    max_latency: float | None,
+    max_memory: float | None,
+    budget_bound: str,
+    max_slowdown: float | None,
+    explain: bool,
+) -> None:
+    """Predict latency, energy, memory and the MIG slice of MODEL on a GPU (MODEL as for `preflight analyze`).
 
     With --max-latency-ms / --max-memory-mb it is a pre-deployment gate: the report is printed as usual,
     then it exits 1 with the reason if the prediction breaks the budget.
@@ -144,8 +243,17 @@ def predict(model: str, inputs: tuple[str, ...], batch: int | None, device: str,
     from .api import check_budget
     from .api import predict as run
 
-    report = run(model, inputs=list(inputs), batch=batch, strict=strict, device=device, latency_slo_ms=latency_slo)
-    _emit(_render(report, fmt, top), output)
+    report = run(
+        model,
+        inputs=list(inputs),
+        batch=batch,
+        strict=strict,
+        device=device,
+        latency_slo_ms=latency_slo,
+        max_slowdown=max_slowdown,
+        dtype=dtype,
+    )
+    _emit(_render(report, fmt, top, explain), output)
     over = check_budget(report, max_latency_ms=max_latency, max_memory_mb=max_memory, bound=budget_bound)
     if over:
         for reason in over:
@@ -158,24 +266,67 @@ def predict(model: str, inputs: tuple[str, ...], batch: int | None, device: str,
 @cli.command()
 @click.argument("model")
 @model_options
-@click.option("--device", "devices", multiple=True, default=("h100-80gb",), show_default=True,
-              help="Target GPU (see `preflight devices`). Repeatable.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), required=True,
-              help="report.html (self-contained page), report.md (charts as SVG files in report_files/) or "
-                   "report.json (preflight.report/1 with a sweep block).")
-@click.option("--max-batch", type=click.IntRange(min=1, max=MAX_DIM), default=None, metavar="N",
-              help="Sweep batch sizes 1, 2, 4, ... up to N (default 32).")
+@click.option(
+    "--device",
+    "devices",
+    multiple=True,
+    default=("h100-80gb",),
+    show_default=True,
+    help="Target GPU (see `preflight devices`). Repeatable.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    required=True,
+    help="report.html (self-contained page), report.md (charts as SVG files in report_files/) or "
+    "report.json (preflight.report/1 with a sweep block).",
+)
+@click.option(
+    "--max-batch",
+    type=click.IntRange(min=1, max=MAX_DIM),
+    default=None,
+    metavar="N",
+    help="Sweep batch sizes 1, 2, 4, ... up to N (default 32).",
+)
 @click.option("--batches", default=None, metavar="LIST", help="Sweep exactly these batch sizes, e.g. 1,8,32.")
 @click.option("--no-sweep", is_flag=True, help="Skip the batch-size sweep.")
-@click.option("--latency-slo", "latency_slo", type=click.FloatRange(min=0, min_open=True), default=None,
-              metavar="MS", help="The MIG slice (and the sweep's largest batch) must also meet this latency.")
+@click.option(
+    "--latency-slo",
+    "latency_slo",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="MS",
+    help="The MIG slice (and the sweep's largest batch) must also meet this latency.",
+)
+@max_slowdown_option
 @click.option("--strict", is_flag=True, help="Fail (exit 1) if any operator has no cost rule.")
-@click.option("--top", type=click.IntRange(min=0), default=15, show_default=True,
-              help="How many of the costliest operators to list.")
-def report(model: str, inputs: tuple[str, ...], batch: int | None, devices: tuple[str, ...], output: str,
-           max_batch: int | None, batches: str | None, no_sweep: bool, latency_slo: float | None, strict: bool,
-           top: int) -> None:
-    """Write a pre-deployment report of MODEL: predictions per device, a batch-size sweep, where the cost is."""
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=15,
+    show_default=True,
+    help="How many of the costliest operators to list.",
+)
+def report(
+    model: str,
+    inputs: tuple[str, ...],
+    batch: int | None,
+    dtype: str | None,
+    devices: tuple[str, ...],
+    output: str,
+    max_batch: int | None,
+    batches: str | None,
+    no_sweep: bool,
+    latency_slo: float | None,
+    max_slowdown: float | None,
+    strict: bool,
+    top: int,
+) -> None:
+    """Write a pre-deployment report of MODEL: predictions per device, a batch-size sweep, where the cost is.
+
+    MODEL as for `preflight analyze`.
+    """
     from .api import check_devices
     from .api import report as run
     from .predeploy import check_output
@@ -191,32 +342,188 @@ def report(model: str, inputs: tuple[str, ...], batch: int | None, devices: tupl
         sweep = parse_batches(batches)
     else:
         sweep = batch_points(max_batch or DEFAULT_MAX_BATCH)
-    with click.progressbar(length=len(sweep), label="batch sweep", file=sys.stderr) as bar:
-        run(model, inputs=list(inputs), batch=batch, devices=devices, batches=sweep, latency_slo_ms=latency_slo,
-            strict=strict, output=output, top=top, progress=bar.update if sweep else None)
+    args = dict(
+        inputs=list(inputs),
+        batch=batch,
+        devices=devices,
+        batches=sweep,
+        latency_slo_ms=latency_slo,
+        max_slowdown=max_slowdown,
+        dtype=dtype,
+        strict=strict,
+        output=output,
+        top=top,
+    )
+    if sweep:
+        with click.progressbar(length=len(sweep), label="batch sweep", file=sys.stderr) as bar:
+            rep = run(model, progress=bar.update, **args)
+    else:
+        rep = run(model, **args)
+    for w in rep.warnings:  # also in the report; said here so that a choice made for the user is seen
+        click.echo(f"warning: {w}", err=True)
     click.echo(f"wrote {output}", err=True)
 
 
-def _render(report, fmt: str, top: int) -> str:
+@cli.command()
+@click.argument("model")
+@click.option(
+    "--prompt", type=click.IntRange(min=1, max=MAX_DIM), default=1024, show_default=True, help="Prompt tokens."
+)
+@click.option(
+    "--generate", type=click.IntRange(min=1, max=MAX_DIM), default=256, show_default=True, help="Tokens generated."
+)
+@click.option(
+    "--batch", type=click.IntRange(min=1, max=MAX_DIM), default=1, show_default=True, help="Sequences served together."
+)
+@click.option(
+    "--device",
+    "devices",
+    multiple=True,
+    default=("h100-80gb",),
+    show_default=True,
+    help="Target GPU (see `preflight devices`). Repeatable.",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(FLOAT_DTYPES),
+    default=None,
+    help="Serving dtype of weights, activations and KV cache (default: the model's declared dtype, else float16).",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1, max=MAX_DIM),
+    default=None,
+    help="Sequences for the MIG recommendation (default: --batch).",
+)
+@click.option(
+    "--context",
+    type=click.IntRange(min=2, max=MAX_DIM),
+    default=None,
+    help="Their cache length in tokens for the MIG recommendation (default: prompt + generate).",
+)
+@click.option(
+    "--ttft-ms",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="MS",
+    help="The recommended slice must also predict at most this time to first token.",
+)
+@click.option(
+    "--tpot-ms",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="MS",
+    help="The recommended slice must also predict at most this time per output token.",
+)
+@click.option(
+    "--contexts",
+    default=None,
+    metavar="LIST",
+    help="Contexts of the latency sweep and capacity table, e.g. 1024,4096,32768 (default: powers of two).",
+)
+@click.option("--full-depth", is_flag=True, help="Trace every layer (per-operator list; slower) even when identical.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write the report to report.html, report.md (charts in report_files/) or report.json instead of stdout.",
+)
+def llm(
+    model: str,
+    prompt: int,
+    generate: int,
+    batch: int,
+    devices: tuple[str, ...],
+    dtype: str | None,
+    concurrency: int | None,
+    context: int | None,
+    ttft_ms: float | None,
+    tpot_ms: float | None,
+    contexts: str | None,
+    full_depth: bool,
+    fmt: str,
+    output: str | None,
+) -> None:
+    """Serve a decoder LM: KV cache, TTFT/TPOT, and how many sequences each GPU and MIG slice holds.
+
+    MODEL is zoo:NAME (the llama, mistral, gpt2 and opt families), a transformers config.json, or a model
+    directory holding one (no weights needed, nothing downloaded, no custom code run). The model is analysed as
+    a prefill graph (batch x prompt tokens) and a decode-step graph (batch x 1 token over a static KV cache).
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: it never goes to the network
+    from .llm import llm as run
+    from .llm import parse_contexts
+    from .predeploy import check_output, write
+
+    if output is not None:
+        check_output(output)
+    grid = None if contexts is None else parse_contexts(contexts)
+    rep = run(
+        model,
+        prompt=prompt,
+        generate=generate,
+        batch=batch,
+        devices=devices,
+        dtype=dtype,
+        concurrency=concurrency,
+        context=context,
+        ttft_ms=ttft_ms,
+        tpot_ms=tpot_ms,
+        contexts=grid,
+        full_depth=full_depth,
+        log=lambda m: click.echo(f"[llm] {m}", err=True),
+    )
+    if output is not None:
+        write(rep, output)
+        click.echo(f"wrote {output}", err=True)
+        return
+    _emit(_render_llm(rep, fmt), None)
+
+
+def _render_llm(report, fmt: str) -> str:
+    from .predeploy import sections
+    from .render import Figure, markdown_page, sections_text
+
+    if fmt == "json":
+        return json.dumps(report.to_json(), indent=2) + "\n"
+    title, secs = sections(report)
+    for s in secs:
+        s.blocks = [b for b in s.blocks if not isinstance(b, Figure)]
+    if fmt == "markdown":
+        return markdown_page(title, secs)[0] + "\n"
+    return sections_text(title, secs)
+
+
+def _render(report, fmt: str, top: int, explain: bool = False) -> str:
     from .render import render_markdown, render_table
 
     if fmt == "json":
         return json.dumps(report.to_json(), indent=2) + "\n"
     if fmt == "markdown":
-        return render_markdown(report, top)
-    return render_table(report, top)
+        return render_markdown(report, top, explain)
+    return render_table(report, top, explain)
 
 
 @cli.command()
 @click.option("--format", "fmt", type=click.Choice(("table", "json")), default="table", show_default=True)
 def zoo(fmt: str) -> None:
     """List the built-in models usable as MODEL = zoo:NAME[?key=value...]."""
-    from . import zoo as z
+    import zoo as z
 
     families = z.list_families()
     if fmt == "json":
-        doc = [{"family": f.name, "kind": f.kind, "params": dict(f.params), "variants": sorted(f.variants),
-                "description": f.description} for f in families]
+        doc = [
+            {
+                "family": f.name,
+                "kind": f.kind,
+                "params": dict(f.params),
+                "variants": sorted(f.variants),
+                "description": f.description,
+            }
+            for f in families
+        ]
         click.echo(json.dumps(doc, indent=2))
         return
     for f in families:
@@ -234,29 +541,120 @@ def devices(fmt: str) -> None:
     from predictor.devices import DEVICES
 
     if fmt == "json":
-        doc = [{"device": d.key, "name": d.name, "memory_mib": d.memory_mib, "bandwidth_gbs": d.bandwidth / 1e9,
-                "peak_tflops": {k: v / 1e12 for k, v in d.peak_flops.items()}, "tdp_w": d.tdp_w, "sms": d.sms,
-                "mig": [{"profile": p.name, "memory_mib": round(p.memory_mib), "sms": p.sms,
-                         "memory_slices": p.memory_slices, "measured": p.measured} for p in d.mig]}
-               for d in DEVICES.values()]
+        doc = [
+            {
+                "device": d.key,
+                "name": d.name,
+                "memory_mib": d.memory_mib,
+                "bandwidth_gbs": d.bandwidth / 1e9,
+                "peak_tflops": {k: v / 1e12 for k, v in d.peak_flops.items()},
+                "tdp_w": d.tdp_w,
+                "sms": d.sms,
+                "mig": [
+                    {
+                        "profile": p.name,
+                        "memory_mib": round(p.memory_mib),
+                        "sms": p.sms,
+                        "memory_slices": p.memory_slices,
+                        "measured": p.measured,
+                    }
+                    for p in d.mig
+                ],
+            }
+            for d in DEVICES.values()
+        ]
         click.echo(json.dumps(doc, indent=2))
         return
     for d in DEVICES.values():
         rates = ", ".join(f"{k} {v / 1e12:g}" for k, v in d.peak_flops.items())
-        click.echo(f"{d.key:<14} {d.name}: {d.memory_mib / 1024:.1f} GiB, {d.bandwidth / 1e12:.2f} TB/s, "
-                   f"{d.sms} SMs, {d.tdp_w:g} W; dense TFLOP/s {rates}")
+        click.echo(
+            f"{d.key:<14} {d.name}: {d.memory_mib / 1024:.1f} GiB, {d.bandwidth / 1e12:.2f} TB/s, "
+            f"{d.sms} SMs, {d.tdp_w:g} W; dense TFLOP/s {rates}"
+        )
         mig = ", ".join(f"{p.name} {p.memory_mib / 1024:.2f} GiB/{p.sms} SMs{'' if p.measured else '*'}" for p in d.mig)
         click.echo(f"{'':<14} MIG: {mig}")
-    click.echo("\n* derived lower bound of usable memory (no published nvidia-smi mig -lgip output); "
-               "see predictor/devices.py")
+    click.echo(
+        "\n* derived lower bound of usable memory (no published nvidia-smi mig -lgip output); see predictor/devices.py"
+    )
+
+
+@cli.command("analyze-many")
+@click.argument("manifest", type=click.Path(exists=True))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    required=True,
+    help="Results file: JSON Lines, one row per model, written as each finishes.",
+)
+@click.option(
+    "--device",
+    "devices",
+    multiple=True,
+    default=("h100-80gb",),
+    show_default=True,
+    help="Target GPU for the models whose manifest row names none (see `preflight devices`). Repeatable.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes (default: this machine's cores; with --address, the cluster's CPUs).",
+)
+@click.option(
+    "--address",
+    default=None,
+    metavar="ADDR",
+    help="Join a running Ray cluster (auto, HOST:PORT or ray://HOST:PORT) instead of starting a local one.",
+)
+@click.option("--resume", is_flag=True, help="Continue OUTPUT: run only the models it has no row for.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600,
+    show_default=True,
+    metavar="S",
+    help="Per-model time limit in seconds (the model's worker is then replaced).",
+)
+@click.option(
+    "--memory-mb",
+    type=click.IntRange(min=64),
+    default=8192,
+    show_default=True,
+    metavar="MIB",
+    help="Per-model memory cap: the address space a model may add to its worker, in MiB.",
+)
+def analyze_many(manifest, output, devices, workers, address, resume, timeout_s, memory_mb) -> None:
+    """Analyse every model of MANIFEST on Ray workers and predict it on each --device.
+
+    MANIFEST is a directory (every model file preflight reads, found recursively), a text file with one
+    MODEL per line, or a JSONL file of rows {"model": ..., "inputs": [...], "batch": N, "dtype": ...,
+    "devices": [...]}. Progress goes to stderr, a summary to stdout. Exits 0 when the job ran, whatever
+    single models did (each row says), and 2 for a bad manifest.
+    """
+    from .batch import analyze_many as run
+
+    summary = run(
+        manifest,
+        output,
+        devices=devices,
+        workers=workers,
+        address=address,
+        resume=resume,
+        timeout_s=timeout_s,
+        memory_mb=memory_mb,
+        progress=sys.stderr,
+    )
+    click.echo(summary.text(), nl=False)
 
 
 def _samples(data: tuple[str, ...], device: str, cache: str):
-    from predictor.data import load_samples
+    from predictor.data import load_samples, measurements
 
-    from .dataset import build_cache, read_records
+    from .dataset import build_cache
 
-    records = [r for r in read_records(data) if r.get("device") == device]
+    records = measurements(data, device)
     if not records:
         from .errors import UsageError
 
@@ -276,15 +674,25 @@ def _train_options(f):
     f = click.option("--epochs", type=click.IntRange(min=1), default=300, show_default=True)(f)
     f = click.option("--seed", type=int, default=0, show_default=True)(f)
     f = click.option("--cache", default="cache/graphs", show_default=True, help="Graph cache directory.")(f)
-    f = click.option("--calibration", type=click.Choice(("random", "family")), default="random", show_default=True,
-                     help="Hold out random configurations or whole families to calibrate the 90% interval.")(f)
+    f = click.option(
+        "--calibration",
+        type=click.Choice(("random", "family")),
+        default="random",
+        show_default=True,
+        help="Hold out random configurations or whole families to calibrate the 90% interval.",
+    )(f)
     return f
 
 
 @cli.command()
 @_train_options
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write the table to FILE instead of stdout.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write the table to FILE instead of stdout.",
+)
 def evaluate(data, device, epochs, seed, cache, calibration, output) -> None:
     """Evaluation table for DEVICE's measurements: random and leave-family-out splits, against baselines."""
     from predictor.evaluate import evaluate as run
@@ -292,16 +700,31 @@ def evaluate(data, device, epochs, seed, cache, calibration, output) -> None:
     from predictor.train import TrainConfig
 
     records, samples = _samples(data, device, cache)
-    results = run(samples, TrainConfig(epochs=epochs, seed=seed, calibration_split=calibration), seed=seed,
-                  log=lambda m: click.echo(m, err=True))
-    _emit(table_markdown(results, f"Evaluation on {device}: {len(samples)} measured configurations, "
-                                  f"{len({s.family for s in samples})} families"), output)
+    results = run(
+        samples,
+        TrainConfig(epochs=epochs, seed=seed, calibration_split=calibration),
+        seed=seed,
+        log=lambda m: click.echo(m, err=True),
+    )
+    _emit(
+        table_markdown(
+            results,
+            f"Evaluation on {device}: {len(samples)} measured configurations, "
+            f"{len({s.family for s in samples})} families",
+        ),
+        output,
+    )
 
 
 @cli.command()
 @_train_options
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Artifact directory (default: predictor/checkpoints/<device>@<next version>).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Artifact directory (default: predictor/checkpoints/<device>@<next version>).",
+)
 def train(data, device, epochs, seed, cache, calibration, out_dir) -> None:
     """Train the predictor for DEVICE on all its measurements and write the artifact with its evaluation table."""
     import datetime
@@ -322,21 +745,35 @@ def train(data, device, epochs, seed, cache, calibration, out_dir) -> None:
         version = int(last.name.rsplit("@", 1)[1]) + 1 if last else 1
         out_dir = CHECKPOINTS / f"{device}@{version}"
     out_dir = Path(out_dir)
-    title = (f"Evaluation of {out_dir.name}: {len(samples)} measured configurations, "
-             f"{len({s.family for s in samples})} families")
+    title = (
+        f"Evaluation of {out_dir.name}: {len(samples)} measured configurations, "
+        f"{len({s.family for s in samples})} families"
+    )
     results = run(samples, cfg, seed=seed, log=log)
     table = table_markdown(results, title)
     trained = fit(samples, cfg=cfg, log=log)
-    save(trained, out_dir, {
-        "name": out_dir.name, "device": device, "data_hash": data_hash(records), "n_records": len(records),
-        "n_samples": len(samples), "families": sorted({s.family for s in samples}), "epochs": epochs, "seed": seed,
-        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "evaluation": summary(results),
-        "reproduce": f"preflight train {' '.join(data)} --device {device} --epochs {epochs} --seed {seed} "
-                     f"--calibration {calibration}",
-    })
-    (out_dir / "EVAL.md").write_text(table + f"\nReproduce: `preflight train {' '.join(data)} --device {device} "
-                                             f"--epochs {epochs} --seed {seed} --calibration {calibration}`\n")
+    save(
+        trained,
+        out_dir,
+        {
+            "name": out_dir.name,
+            "device": device,
+            "data_hash": data_hash(records),
+            "n_records": len(records),
+            "n_samples": len(samples),
+            "families": sorted({s.family for s in samples}),
+            "epochs": epochs,
+            "seed": seed,
+            "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "evaluation": summary(results),
+            "reproduce": f"preflight train {' '.join(data)} --device {device} --epochs {epochs} --seed {seed} "
+            f"--calibration {calibration}",
+        },
+    )
+    (out_dir / "EVAL.md").write_text(
+        table + f"\nReproduce: `preflight train {' '.join(data)} --device {device} "
+        f"--epochs {epochs} --seed {seed} --calibration {calibration}`\n"
+    )
     click.echo(table)
     click.echo(f"wrote {out_dir}", err=True)
 

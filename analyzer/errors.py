@@ -1,4 +1,4 @@
-"""preflight's exceptions. Each carries the CLI exit code of DESIGN.md: 1 when a valid request
+"""preflight's exceptions. Each carries the CLI exit code of docs/design.md: 1 when a valid request
 could not be analysed, 2 for bad usage or unreadable / hostile input."""
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from html import escape
 from pathlib import Path
 
 from . import __version__
@@ -12,8 +14,14 @@ SCHEMA_FILE = Path(__file__).resolve().parent / "schema" / "report-1.schema.json
 
 def op_json(cost) -> dict:
     return {
-        "index": cost.index, "name": cost.name, "op": cost.op, "category": cost.category,
-        "flops": cost.flops, "macs": cost.macs, "bytes_read": cost.bytes_read, "bytes_written": cost.bytes_written,
+        "index": cost.index,
+        "name": cost.name,
+        "op": cost.op,
+        "category": cost.category,
+        "flops": cost.flops,
+        "macs": cost.macs,
+        "bytes_read": cost.bytes_read,
+        "bytes_written": cost.bytes_written,
         "inputs": [t.to_json() for t in cost.inputs],
         "output": cost.output.to_json() if cost.outputs else None,
         "weight_bytes": cost.weight_bytes,
@@ -23,7 +31,7 @@ def op_json(cost) -> dict:
 
 
 def report_json(report) -> dict:
-    """The `preflight.report/1` document (DESIGN.md)."""
+    """The `preflight.report/1` document (docs/design.md; JSON Schema in `SCHEMA_FILE`)."""
     a = report.analysis
     t = a.totals
     doc = {
@@ -32,26 +40,61 @@ def report_json(report) -> dict:
         "model": dict(report.model),
         "inputs": [dict(i) for i in report.inputs],
         "totals": {
-            "flops": t.flops, "macs": t.macs, "params": t.params, "param_bytes": t.param_bytes,
-            "peak_activation_bytes": t.peak_activation_bytes, "bytes_read": t.bytes_read,
-            "bytes_written": t.bytes_written, "op_count": t.op_count, "unsupported": dict(t.unsupported),
+            "flops": t.flops,
+            "macs": t.macs,
+            "params": t.params,
+            "param_bytes": t.param_bytes,
+            "peak_activation_bytes": t.peak_activation_bytes,
+            "bytes_read": t.bytes_read,
+            "bytes_written": t.bytes_written,
+            "op_count": t.op_count,
+            "unsupported": dict(t.unsupported),
         },
         "ops": [op_json(c) for c in a.ops],
+        "kernels": {**a.kernel_view.summary.to_json(), "list": [k.to_json() for k in a.kernels]},
         "graph": {"nodes": len(a.ops), "edges": len(a.edges)},
         "warnings": list(report.warnings),
     }
     if report.prediction is not None:
-        doc["prediction"] = report.prediction
+        doc["prediction"] = report.prediction.to_json()
     if report.predictions:
-        doc["predictions"] = list(report.predictions)
+        doc["predictions"] = [p.to_json() for p in report.predictions]
     if report.predictors:
         doc["predictors"] = dict(report.predictors)
     if report.sweep is not None:
         doc["sweep"] = report.sweep
+    llm = getattr(report, "llm", None)  # `preflight llm` (analyzer.llm.LlmReport)
+    if llm is not None:
+        doc["llm"] = llm.to_json()
     return doc
 
 
+# ---- the content model every page format renders ----
+
+
+@dataclass
+class Table:
+    header: list[str]
+    rows: list[list[str]]
+    right: set[int] = field(default_factory=set)  # right-aligned (numeric) columns
+    caption: str = ""
+
+
+@dataclass
+class Figure:
+    name: str  # file stem for Markdown's SVG files
+    svg: str
+    caption: str
+
+
+@dataclass
+class Section:
+    title: str
+    blocks: list = field(default_factory=list)  # str (a paragraph) | Table | Figure | list[str] (bullets)
+
+
 # ---- human units ---------------------------------------------------------------------------
+
 
 def si(n: float, unit: str = "") -> str:
     """1234567 -> '1.23 M' (powers of 1000)."""
@@ -75,9 +118,19 @@ def _rows(report, top: int) -> tuple[list[str], list[list[str]]]:
     live = [c for c in a.ops if not c.weight_only]
     ranked = sorted(live, key=lambda c: (c.flops, c.bytes_read + c.bytes_written), reverse=True)[:top]
     header = ["#", "name", "op", "category", "output", "FLOPs", "share", "bytes moved"]
-    rows = [[str(c.index), c.name, c.op.removeprefix("relax."), c.category,
-             _shape(c.output.shape) if c.outputs else "-", si(c.flops), f"{100 * c.flops / total:.1f}%",
-             mib(c.bytes_read + c.bytes_written)] for c in ranked]
+    rows = [
+        [
+            str(c.index),
+            c.name,
+            c.op.removeprefix("relax."),
+            c.category,
+            _shape(c.output.shape) if c.outputs else "-",
+            si(c.flops),
+            f"{100 * c.flops / total:.1f}%",
+            mib(c.bytes_read + c.bytes_written),
+        ]
+        for c in ranked
+    ]
     return header, rows
 
 
@@ -93,8 +146,23 @@ def _summary(report) -> list[tuple[str, str]]:
         ("peak activations", mib(t.peak_activation_bytes)),
         ("bytes read / written", f"{mib(t.bytes_read)} / {mib(t.bytes_written)}"),
         ("operators", f"{t.op_count:,} ({len(report.analysis.edges):,} data-flow edges)"),
+        ("CUDA kernels", _kernel_line(report.analysis.kernel_view.summary)),
         ("unsupported", ", ".join(f"{k} x{v}" for k, v in t.unsupported.items()) or "none"),
     ]
+
+
+def _kernel_line(k) -> str:
+    """What eager PyTorch launches, beside the Relax ops: '121 (91 views free, 1 fused attention), 180.2 MiB moved'."""
+    roles = k.by_role
+    parts = [
+        f"{roles[r]} {one if roles[r] == 1 else many}"
+        for r, one, many in (("view", "view free", "views free"), ("fused", "op fused", "ops fused"))
+        if roles.get(r)
+    ]
+    att = sum(k.attention.values())
+    if att:
+        parts.append(f"{att} attention kernel{'s' if att > 1 else ''} ({', '.join(sorted(k.attention))})")
+    return f"{k.kernels:,}" + (f" ({'; '.join(parts)})" if parts else "") + f", {mib(k.bytes_kernels)} moved"
 
 
 def _prediction(report) -> list[tuple[str, str]]:
@@ -102,18 +170,21 @@ def _prediction(report) -> list[tuple[str, str]]:
     if not p:
         return []
 
-    def iv(key: str, unit: str, fmt: str = ".3g") -> str:
-        lo, hi = p[f"{key}_interval"]
-        return f"{p[key]:{fmt}} {unit} ({lo:{fmt}} to {hi:{fmt}})"
+    def iv(value: float, interval, unit: str, fmt: str = ".3g") -> str:
+        lo, hi = interval
+        return f"{value:{fmt}} {unit} ({lo:{fmt}} to {hi:{fmt}})"
 
-    mig = p["mig"]
+    rt = p.runtime
+    tf32 = "TF32 convolutions, FP32 matmuls: torch defaults" if rt.get("dtype") == "float32" else "tensor cores"
     return [
-        ("device", f"{p['device']} (predictor: {p['predictor']})"),
-        ("latency", iv("latency_ms", "ms")),
-        ("energy", iv("energy_j", "J")),
-        ("memory", iv("memory_mb", "MiB", ",.0f")),
-        ("roofline bound", f"{p['roofline_latency_ms']:.3g} ms"),
-        ("MIG slice", f"{mig['profile'] or 'none'}: {mig['reason']}"),
+        ("device", f"{p.device} (predictor: {p.predictor})"),
+        ("assumes", f"eager PyTorch on CUDA, {rt.get('dtype', '?')} ({tf32})"),
+        ("latency", iv(p.latency_ms, p.latency_ms_interval, "ms")),
+        ("energy", iv(p.energy_j, p.energy_j_interval, "J")),
+        ("memory", iv(p.memory_mib, p.memory_mib_interval, "MiB", ",.0f")),
+        ("roofline bound", f"{p.roofline_latency_ms:.3g} ms"),
+        ("MIG slice", p.mig.summary()),
+        ("MIG reason", p.mig.reason),
     ]
 
 
@@ -122,13 +193,69 @@ def _text_table(header: list[str], rows: list[list[str]], right: set[int] = froz
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def fmt(r: list[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
 
     return [fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)]
 
 
-def render_table(report, top: int = 15) -> str:
+# What each row of the text and Markdown views means (`--explain`).
+EXPLAIN: tuple[tuple[str, str], ...] = (
+    (
+        "FLOPs",
+        "floating-point operations of one forward pass: 2 per multiply-accumulate for conv, matmul and "
+        "attention; a small documented constant per element for the other ops (softmax 5, GELU 5, add 1, ...)",
+    ),
+    ("MACs", "multiply-accumulates of conv, matmul and attention (FLOPs = 2 x MACs for those ops)"),
+    (
+        "params",
+        "elements of every weight tensor the graph reads: learnable parameters and constant buffers such "
+        "as batch-norm statistics; the MiB figure is their size at the model's dtype",
+    ),
+    (
+        "peak activations",
+        "the largest total size of intermediate tensors alive at once during one forward pass "
+        "(liveness over the execution order), weights not included",
+    ),
+    (
+        "bytes read / written",
+        "memory traffic of every operator of the Relax graph: its inputs and weights read, "
+        "its outputs written, at their dtypes (views and fusion in eager PyTorch can move less)",
+    ),
+    (
+        "operators",
+        "operators of the Relax graph that run (ops on weights alone are folded ahead of time and left "
+        "out); data-flow edges are producer -> consumer pairs",
+    ),
+    (
+        "latency / energy / memory",
+        "the point prediction for one forward pass, and in brackets an interval: "
+        "the roofline estimate's interval is an assumption (bound to 3x), a trained predictor's is its calibrated "
+        "90% interval; memory is device memory in MiB including the CUDA context and library workspace",
+    ),
+    ("roofline bound", "the fastest the graph can run: each op at the device's peak compute or bandwidth"),
+    (
+        "MIG slice",
+        "the smallest MIG profile whose usable memory holds the upper end of the memory interval plus "
+        "5% headroom, with its predicted latency and slowdown against the whole GPU",
+    ),
+)
+
+
+def explain_lines() -> list[str]:
+    """The `--explain` footer."""
+    import textwrap
+
+    width = max(len(k) for k, _ in EXPLAIN)
+    out = ["what the rows mean:"]
+    for k, v in EXPLAIN:
+        wrapped = textwrap.wrap(v, 112 - width)
+        out += [f"  {k:<{width}}  {wrapped[0]}"] + [f"  {'':<{width}}  {w}" for w in wrapped[1:]]
+    return out
+
+
+def render_table(report, top: int = 15, explain: bool = False) -> str:
     """Plain-text view for a terminal: totals, the prediction, then the costliest operators."""
     lines = []
     summary = _summary(report) + _prediction(report)
@@ -139,21 +266,22 @@ def render_table(report, top: int = 15) -> str:
         lines += ["", f"costliest {len(rows)} operators by FLOPs:", *_text_table(header, rows, {0, 5, 6, 7})]
     if report.warnings:
         lines += [""] + [f"warning: {w}" for w in report.warnings]
+    if explain:
+        lines += ["", *explain_lines()]
     return "\n".join(lines) + "\n"
 
 
-def render_markdown(report, top: int = 15) -> str:
-    """Markdown: a totals table and the costliest operators."""
-    lines = [f"# preflight analysis: {report.model['name']}", "", "| | |", "|---|---|"]
-    lines += [f"| {k} | {v.replace('|', '/')} |" for k, v in _summary(report) + _prediction(report)]
+def render_markdown(report, top: int = 15, explain: bool = False) -> str:
+    """Markdown for `preflight analyze`: a totals table, the costliest operators, the warnings."""
+    secs = [Section("Summary", [Table(["", ""], [[k, v] for k, v in _summary(report) + _prediction(report)])])]
     header, rows = _rows(report, top)
     if rows:
-        lines += ["", f"## Costliest {len(rows)} operators", "", "| " + " | ".join(header) + " |",
-                  "|" + "|".join("---:" if i in (0, 5, 6, 7) else "---" for i in range(len(header))) + "|"]
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        secs.append(Section(f"Costliest {len(rows)} operators", [Table(header, rows, {0, 5, 6, 7})]))
     if report.warnings:
-        lines += ["", "## Warnings", ""] + [f"- {w}" for w in report.warnings]
-    return "\n".join(lines) + "\n"
+        secs.append(Section("Warnings", [list(report.warnings)]))
+    if explain:
+        secs.append(Section("What the rows mean", [Table(["row", "meaning"], [list(e) for e in EXPLAIN])]))
+    return markdown_page(f"preflight analysis: {report.model['name']}", secs)[0]
 
 
 def render_pass_records(records) -> str:
@@ -168,6 +296,152 @@ def render_pass_records(records) -> str:
             continue
         d = r.delta
         change = ", ".join(f"{k} {v:+,}" for k, v in d.items()) or "no change"
-        rows.append([name, si(a.flops), mib(a.bytes_read + a.bytes_written), mib(a.peak_activation_bytes),
-                     f"{a.op_count:,}", f"{a.tir_calls:,}", change])
+        rows.append(
+            [
+                name,
+                si(a.flops),
+                mib(a.bytes_read + a.bytes_written),
+                mib(a.peak_activation_bytes),
+                f"{a.op_count:,}",
+                f"{a.tir_calls:,}",
+                change,
+            ]
+        )
     return "\n".join(_text_table(header, rows)) + "\n"
+
+
+def sections_text(title: str, secs: list[Section]) -> str:
+    """A report's sections as plain text for a terminal: aligned tables, paragraphs, bullets (figures left out)."""
+    import textwrap
+
+    lines = [title, "=" * len(title)]
+    for s in secs:
+        lines += ["", s.title, "-" * len(s.title)]
+        for b in s.blocks:
+            if isinstance(b, Table):
+                if b.caption:
+                    lines.append(b.caption + ":")
+                header = b.header if any(b.header) else None
+                if header is None:
+                    width = max((len(r[0]) for r in b.rows), default=0)
+                    lines += [f"{r[0]:<{width}}  {r[1]}" for r in b.rows]
+                else:
+                    lines += _text_table(header, b.rows, b.right)
+                lines.append("")
+            elif isinstance(b, list):
+                for x in b:
+                    lines += textwrap.wrap(str(x), 118, initial_indent="- ", subsequent_indent="  ")
+            elif isinstance(b, str):
+                lines += textwrap.wrap(b, 120)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# ---- the HTML writer ------------------------------------------------------------------------------------------
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1180px;padding:16px 24px;
+color:#1b1b1b;line-height:1.45}
+h1{font-size:1.6em;margin:.2em 0 .4em}h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em;
+margin-top:1.6em}
+table{border-collapse:collapse;margin:.6em 0 1em;font-size:.9em}caption{text-align:left;font-weight:600;
+padding:.2em 0}
+th,td{border:1px solid #ddd;padding:3px 8px;vertical-align:top}th{background:#f4f6f8;text-align:left}
+tr:nth-child(even) td{background:#fafbfc}td.r,th.r{text-align:right;font-variant-numeric:tabular-nums}
+.figures{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0 0 10px;flex:1 1 520px;max-width:580px}
+figcaption{font-size:.85em;color:#555}svg.chart{width:100%;height:auto;border:1px solid #eee}
+.table-wrap{overflow-x:auto}code{background:#f4f6f8;padding:0 3px}
+@media print{body{max-width:none;padding:0}h2{break-after:avoid}figure,table{break-inside:avoid}
+.table-wrap{overflow:visible}}
+"""
+
+
+def _html_table(t: Table) -> str:
+    cls = lambda i: ' class="r"' if i in t.right else ""  # noqa: E731
+    head = (
+        ""
+        if not any(t.header)
+        else "<tr>" + "".join(f"<th{cls(i)}>{escape(h)}</th>" for i, h in enumerate(t.header)) + "</tr>"
+    )
+    body = "".join("<tr>" + "".join(f"<td{cls(i)}>{escape(c)}</td>" for i, c in enumerate(r)) + "</tr>" for r in t.rows)
+    cap = f"<caption>{escape(t.caption)}</caption>" if t.caption else ""
+    return f'<div class="table-wrap"><table>{cap}{head}{body}</table></div>'
+
+
+def html_page(title: str, secs: list[Section]) -> str:
+    """A self-contained HTML page: inline CSS and SVG, no scripts, nothing fetched at view time."""
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{escape(title)}</h1>",
+    ]
+    for s in secs:
+        parts.append(f"<section><h2>{escape(s.title)}</h2>")
+        figs: list[str] = []
+        for b in s.blocks + [None]:
+            if isinstance(b, Figure):
+                figs.append(f"<figure>{b.svg}<figcaption>{escape(b.caption)}</figcaption></figure>")
+                continue
+            if figs:
+                parts.append('<div class="figures">' + "".join(figs) + "</div>")
+                figs = []
+            if isinstance(b, Table):
+                parts.append(_html_table(b))
+            elif isinstance(b, list):
+                parts.append("<ul>" + "".join(f"<li>{escape(x)}</li>" for x in b) + "</ul>")
+            elif isinstance(b, str):
+                parts.append(f"<p>{escape(b)}</p>")
+        parts.append("</section>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+# ---- the Markdown writer --------------------------------------------------------------------------------------
+
+
+def _md_text(text: str) -> str:
+    """Plain text for Markdown: one line, and no raw HTML (a model or file name could carry some)."""
+    return escape(" ".join(str(text).split()), quote=False)
+
+
+def _md_cell(text: str) -> str:
+    return _md_text(text).replace("|", "\\|")
+
+
+def _md_table(t: Table) -> list[str]:
+    lines = [f"**{_md_cell(t.caption)}**", ""] if t.caption else []
+    header = t.header if any(t.header) else ["", ""]
+    lines.append("| " + " | ".join(_md_cell(h) for h in header) + " |")
+    lines.append("|" + "|".join("---:" if i in t.right else "---" for i in range(len(header))) + "|")
+    lines += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in t.rows]
+    return lines + [""]
+
+
+def markdown_page(title: str, secs: list[Section], assets: str = "") -> tuple[str, dict[str, str]]:
+    """Markdown text, and the SVG files it links (file name -> SVG) to write into the folder `assets`.
+
+    The one Markdown writer: every cell and paragraph goes through `_md_text` (one line, HTML escaped) and
+    table cells also escape `|`.
+    """
+    from urllib.parse import quote
+
+    lines, files = [f"# {_md_text(title)}", ""], {}
+    for s in secs:
+        lines += [f"## {_md_text(s.title)}", ""]
+        for b in s.blocks:
+            if isinstance(b, Table):
+                lines += _md_table(b)
+            elif isinstance(b, Figure):
+                files[f"{b.name}.svg"] = b.svg
+                lines += [
+                    f"![{_md_cell(b.caption)}]({quote(assets)}/{quote(b.name)}.svg)",
+                    "",
+                    f"*{_md_cell(b.caption)}*",
+                    "",
+                ]
+            elif isinstance(b, list):
+                lines += [f"- {_md_text(x)}" for x in b] + [""]
+            else:
+                lines += [_md_text(b), ""]
+    return "\n".join(lines), files

@@ -2,7 +2,7 @@
 
 Every point is a real analysis of the model lowered at that batch (nothing is extrapolated), predicted on
 each device with the same predictor `preflight predict` uses. A point "fits" a MIG profile by the MIG rule
-of DESIGN.md (upper end of the memory interval + headroom within the profile's usable memory, and the
+of docs/design.md (upper end of the memory interval + headroom within the profile's usable memory, and the
 slice's predicted latency within the SLO when one is given); the largest fitting batch is the largest
 *swept* batch that fits.
 """
@@ -10,8 +10,17 @@ slice's predicted latency within the SLO when one is given); the largest fitting
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from numbers import Integral
+
+from predictor.devices import get_device
+from predictor.mig import HEADROOM, fits
+from predictor.predict import Prediction
+from predictor.predict import predict as run_predictor
 
 from .errors import PreflightError, UsageError
+from .frontends import load
+from .frontends.specs import MAX_DIM
+from .pipeline import analyze_loaded
 
 DEFAULT_MAX_BATCH = 32
 MAX_SWEEP_POINTS = 64
@@ -19,8 +28,6 @@ MAX_SWEEP_POINTS = 64
 
 def batch_points(max_batch: int) -> list[int]:
     """1, 2, 4, ... up to `max_batch`, and `max_batch` itself."""
-    from .frontends.specs import MAX_DIM
-
     if not isinstance(max_batch, int) or not 1 <= max_batch <= MAX_DIM:
         raise UsageError(f"the sweep's largest batch must be an integer from 1 to {MAX_DIM} (got {max_batch!r})")
     points, b = [], 1
@@ -32,9 +39,6 @@ def batch_points(max_batch: int) -> list[int]:
 
 def check_batches(values) -> list[int]:
     """The sweep's batch sizes, sorted and unique; each an integer from 1 to MAX_DIM, at most MAX_SWEEP_POINTS."""
-    from numbers import Integral
-
-    from .frontends.specs import MAX_DIM
 
     values = list(values)
     if not all(isinstance(v, Integral) and not isinstance(v, bool) and 1 <= v <= MAX_DIM for v in values):
@@ -65,26 +69,27 @@ def _with_batch(example_inputs: Sequence | None, batch: int):
     return tuple(out)
 
 
-def point(batch: int, block: dict, latency_slo_ms: float | None) -> dict:
-    """One sweep point from a `prediction` block."""
-    from predictor.devices import get_device
-    from predictor.mig import fits
-
-    lat, (lo, hi) = block["latency_ms"], block["latency_ms_interval"]
-    mem_hi = block["memory_mb_interval"][1]
+def point(batch: int, p: Prediction, latency_slo_ms: float | None) -> dict:
+    """One sweep point (JSON) from a prediction at that batch."""
+    lat, (lo, hi) = p.latency_ms, p.latency_ms_interval
+    mem_hi = p.memory_mib_interval[1]
 
     def per_s(ms: float) -> float | None:  # a graph with no work has no throughput to speak of
         return 1e3 * batch / ms if ms > 0 else None
 
     return {
         "batch": batch,
-        "latency_ms": lat, "latency_ms_interval": [lo, hi],
-        "throughput_per_s": per_s(lat), "throughput_per_s_interval": [per_s(hi), per_s(lo)],
-        "energy_j": block["energy_j"], "energy_j_per_sample": block["energy_j"] / batch,
-        "memory_mb": block["memory_mb"], "memory_mb_interval": list(block["memory_mb_interval"]),
-        "fits": dict(block["mig"]["fits"]),
-        "slice_latency_ms": dict(block["mig"].get("latency_ms") or {}),
-        "fits_full_gpu": fits(get_device(block["device"]).memory_mib, mem_hi, lat, latency_slo_ms),
+        "latency_ms": lat,
+        "latency_ms_interval": [lo, hi],
+        "throughput_per_s": per_s(lat),
+        "throughput_per_s_interval": [per_s(hi), per_s(lo)],
+        "energy_j": p.energy_j,
+        "energy_j_per_sample": p.energy_j / batch,
+        "memory_mb": p.memory_mib,
+        "memory_mb_interval": list(p.memory_mib_interval),
+        "fits": dict(p.mig.fits),
+        "slice_latency_ms": p.mig.to_json().get("latency_ms", {}),
+        "fits_full_gpu": fits(get_device(p.device).memory_mib, mem_hi, lat, latency_slo_ms),
     }
 
 
@@ -96,20 +101,24 @@ def largest(points: list[dict]) -> tuple[dict[str, int | None], int | None]:
     return per_profile, full
 
 
-def run_sweep(model, example_inputs, *, inputs, batches: Sequence[int], devices: Sequence[str],
-              latency_slo_ms: float | None, strict: bool, reuse: dict | None = None,
-              progress: Callable[[int], None] | None = None) -> tuple[dict, list[str]]:
+def run_sweep(
+    model,
+    example_inputs,
+    *,
+    inputs,
+    batches: Sequence[int],
+    devices: Sequence[str],
+    latency_slo_ms: float | None,
+    strict: bool,
+    dtype: str | None = None,
+    reuse: dict | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[dict, list[str]]:
     """The `sweep` block of the report and the warnings it raised; `batches` as `check_batches` returns them.
 
     `reuse` maps a batch already analysed and predicted (the report's own) to its `Report`, whose `predictions`
     are for `devices`, in order; `progress(n)` is called after each batch.
     """
-    from predictor.mig import HEADROOM
-    from predictor.predict import predict
-
-    from .api import analyze_loaded
-    from .frontends import load
-
     reuse = reuse or {}
     per_device: dict[str, list[dict]] = {d: [] for d in devices}
     predictors: dict[str, str] = {}
@@ -117,15 +126,19 @@ def run_sweep(model, example_inputs, *, inputs, batches: Sequence[int], devices:
     for b in batches:
         try:
             if b in reuse:  # its warnings are in the report already
-                predicted = [(block, []) for block in reuse[b].predictions]
+                predicted = [(p, []) for p in reuse[b].predictions]
             else:
-                loaded = load(model, inputs=inputs, batch=None if example_inputs else b,
-                              example_inputs=_with_batch(example_inputs, b))
-                analysis = analyze_loaded(loaded, strict=strict).analysis
-                predicted = [predict(analysis, d, latency_slo_ms=latency_slo_ms) for d in devices]
-            for d, (block, w) in zip(devices, predicted, strict=True):
-                predictors[d] = block["predictor"]
-                per_device[d].append(point(b, block, latency_slo_ms))
+                loaded = load(
+                    model,
+                    inputs=inputs,
+                    batch=None if example_inputs else b,
+                    example_inputs=_with_batch(example_inputs, b),
+                )
+                analysis = analyze_loaded(loaded, strict=strict, dtype=dtype).analysis
+                predicted = [run_predictor(analysis, d, latency_slo_ms=latency_slo_ms) for d in devices]
+            for d, (p, w) in zip(devices, predicted, strict=True):
+                predictors[d] = p.predictor
+                per_device[d].append(point(b, p, latency_slo_ms))
                 warnings += [x for x in w if x not in warnings]
         except PreflightError as exc:
             skipped.append({"batch": b, "reason": str(exc)})
@@ -146,6 +159,13 @@ def run_sweep(model, example_inputs, *, inputs, batches: Sequence[int], devices:
     }
     for d, points in per_device.items():
         per_profile, full = largest(points)
-        doc["devices"].append({"device": d, "predictor": predictors.get(d), "points": points,
-                               "largest_batch": per_profile, "largest_batch_full_gpu": full})
+        doc["devices"].append(
+            {
+                "device": d,
+                "predictor": predictors.get(d),
+                "points": points,
+                "largest_batch": per_profile,
+                "largest_batch_full_gpu": full,
+            }
+        )
     return doc, warnings

@@ -35,19 +35,32 @@ def onnx_chain(path: Path, blocks: int, width: int = 64) -> int:
     prev = "x"
     for i in range(blocks):
         w, b = f"w{i}", f"b{i}"
-        inits += [numpy_helper.from_array(rng.standard_normal((width, width)).astype(np.float32), w),
-                  numpy_helper.from_array(rng.standard_normal((width,)).astype(np.float32), b)]
-        nodes += [helper.make_node("MatMul", [prev, w], [f"m{i}"]), helper.make_node("Add", [f"m{i}", b], [f"a{i}"]),
-                  helper.make_node("Relu", [f"a{i}"], [f"r{i}"]), helper.make_node("Add", [f"r{i}", prev], [f"y{i}"])]
+        inits += [
+            numpy_helper.from_array(rng.standard_normal((width, width)).astype(np.float32), w),
+            numpy_helper.from_array(rng.standard_normal((width,)).astype(np.float32), b),
+        ]
+        nodes += [
+            helper.make_node("MatMul", [prev, w], [f"m{i}"]),
+            helper.make_node("Add", [f"m{i}", b], [f"a{i}"]),
+            helper.make_node("Relu", [f"a{i}"], [f"r{i}"]),
+            helper.make_node("Add", [f"r{i}", prev], [f"y{i}"]),
+        ]
         prev = f"y{i}"
-    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, width])],
-                              [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [8, width])], inits)
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, width])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [8, width])],
+        inits,
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return len(nodes)
 
 
-IMPORT_ONLY = ("import onnx, tvm, sys; from tvm.relax.frontend.onnx import from_onnx; "
-               "from_onnx(onnx.load(sys.argv[1]), shape_dict={'x': [8, 64]})")
+IMPORT_ONLY = (
+    "import onnx, tvm, sys; from tvm.relax.frontend.onnx import from_onnx; "
+    "from_onnx(onnx.load(sys.argv[1]), shape_dict={'x': [8, 64]})"
+)
 
 
 def timed(cmd: list[str]) -> float:
@@ -124,8 +137,9 @@ print(f'{dt:.1f} {rss:.0f} {r.totals.params} {r.totals.flops} {r.totals.op_count
 
 def bench_llama() -> None:
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    out = subprocess.run([sys.executable, "-c", LLAMA], check=True, capture_output=True, text=True, cwd=ROOT,
-                         env=env).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", LLAMA], check=True, capture_output=True, text=True, cwd=ROOT, env=env
+    ).stdout.split()
     dt, rss, params, flops, ops = out[-5:]
     print("\n3. zoo:llama_7b (meta device, batch 1, default sequence length), one fresh process")
     print("| wall s (goal <= 30) | peak RSS MiB (goal <= 2048) | params | FLOPs | ops |\n|---:|---:|---:|---:|---:|")

@@ -55,9 +55,14 @@ def bench_predict(repeat: int) -> None:
         node_dim = a.x.shape[1]
         static_dim = len(graph_vector(a.static_features, "h100-80gb", (1.0, 1.0)))
         model = CostPredictor(node_dim, static_dim)
-        norm = Normaliser(np.zeros(node_dim, np.float32), np.ones(node_dim, np.float32),
-                          np.zeros(static_dim, np.float32), np.ones(static_dim, np.float32),
-                          np.zeros(3, np.float32), np.ones(3, np.float32))
+        norm = Normaliser(
+            np.zeros(node_dim, np.float32),
+            np.ones(node_dim, np.float32),
+            np.zeros(static_dim, np.float32),
+            np.ones(static_dim, np.float32),
+            np.zeros(3, np.float32),
+            np.ones(3, np.float32),
+        )
         save(Trained(model, norm, OURS), root / "h100-80gb@1", {"name": "h100-80gb@1"})
         print(f"\n2. Prediction after analysis, median of {repeat} calls (device h100-80gb)")
         print("| model | ops | roofline fallback ms | GraphSAGE artifact ms (first call, with load) |")
@@ -76,8 +81,10 @@ def bench_predict(repeat: int) -> None:
                 t = time.perf_counter()
                 pp.predict(r.analysis, "h100-80gb", checkpoints=root)
                 gnn.append(time.perf_counter() - t)
-            print(f"| {name} | {len(r.analysis.ops)} | {statistics.median(fallback) * 1e3:.1f} | "
-                  f"{statistics.median(gnn) * 1e3:.1f} ({first * 1e3:.0f}) |")
+            print(
+                f"| {name} | {len(r.analysis.ops)} | {statistics.median(fallback) * 1e3:.1f} | "
+                f"{statistics.median(gnn) * 1e3:.1f} ({first * 1e3:.0f}) |"
+            )
 
 
 def main() -> None:

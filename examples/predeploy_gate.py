@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import analyzer
 from analyzer.errors import PreflightError
@@ -27,8 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.report:
-            report = analyzer.report(args.model, devices=[args.device], batch=args.batch, output=args.report,
-                                     batches=[])
+            Path(args.report).parent.mkdir(parents=True, exist_ok=True)  # build/ need not exist yet
+            report = analyzer.report(
+                args.model, devices=[args.device], batch=args.batch, output=args.report, batches=[]
+            )
         else:
             report = analyzer.predict(args.model, device=args.device, batch=args.batch)
     except PreflightError as exc:
@@ -36,8 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     over = analyzer.check_budget(report, max_latency_ms=args.max_latency_ms, max_memory_mb=args.max_memory_mb)
     p = report.prediction
-    print(f"{args.model} on {p['device']}: {p['latency_ms']:.3g} ms, {p['memory_mb']:,.0f} MiB "
-          f"(predictor {p['predictor']})")
+    print(f"{args.model} on {p.device}: {p.latency_ms:.3g} ms, {p.memory_mib:,.0f} MiB (predictor {p.predictor})")
     for reason in over:
         print(f"budget exceeded: {reason}", file=sys.stderr)
     return 1 if over else 0

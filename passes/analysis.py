@@ -12,6 +12,7 @@ from . import features as feat
 from ._gc import gc_paused
 from .costs import OpCost, cost_of
 from .graph import OpGraph
+from .kernels import Kernel, KernelView, kernel_view
 from .memory import MemoryProfile, liveness
 
 
@@ -45,11 +46,22 @@ class Analysis:
     edges: list[tuple[int, int]]
     static_features: dict[str, float]
     warnings: list[str] = field(default_factory=list)
+    attention_patterns: str = "sdpa"  # which decomposed attention patterns are fused (see passes.kernels)
+
+    @cached_property
+    def kernel_view(self) -> KernelView:
+        """The kernels eager PyTorch launches on a CUDA GPU for this graph (`passes.kernels`), computed once."""
+        return kernel_view(self.graph, self.ops, attention_patterns=self.attention_patterns)
+
+    @property
+    def kernels(self) -> tuple[Kernel, ...]:
+        """The kernel view's kernels in launch order."""
+        return self.kernel_view.kernels
 
     @cached_property
     def x(self) -> np.ndarray:
         """Node-feature matrix, (|V|, features.NUM_FEATURES)."""
-        return feat.node_features(self.ops, [op.attrs for op in self.graph.ops])
+        return feat.node_features(self.ops, [op.attrs for op in self.graph.ops], self.kernel_view)
 
     @cached_property
     def edge_index(self) -> np.ndarray:
@@ -58,8 +70,13 @@ class Analysis:
 
 
 @gc_paused
-def analyze_graph(graph: OpGraph) -> Analysis:
-    """Run every pass over an extracted graph."""
+def analyze_graph(graph: OpGraph, *, attention_patterns: str = "sdpa") -> Analysis:
+    """Run every pass over an extracted graph.
+
+    `attention_patterns` says which decomposed matmul-softmax-matmul patterns the kernel view fuses into one
+    attention kernel: "sdpa" (those with torch's SDPA signature; right for graphs from torch.export) or
+    "all" (any: for ONNX, TensorFlow and Paddle graphs). See `passes.kernels.kernel_view`.
+    """
     ops = [cost_of(op) for op in graph.ops]
     live = [c for c in ops if not c.weight_only]
     memory = liveness(graph)
@@ -67,17 +84,30 @@ def analyze_graph(graph: OpGraph) -> Analysis:
     params = sum(s.tensor.numel for s in weights)
     unsupported = Counter(c.unsupported_key for c in ops if not c.supported)
     totals = Totals(
-        flops=sum(c.flops for c in live), macs=sum(c.macs for c in live), params=params,
-        param_bytes=memory.weight_bytes, peak_activation_bytes=memory.peak_bytes,
-        bytes_read=sum(c.bytes_read for c in live), bytes_written=sum(c.bytes_written for c in live),
-        op_count=len(live), unsupported=dict(sorted(unsupported.items())),
+        flops=sum(c.flops for c in live),
+        macs=sum(c.macs for c in live),
+        params=params,
+        param_bytes=memory.weight_bytes,
+        peak_activation_bytes=memory.peak_bytes,
+        bytes_read=sum(c.bytes_read for c in live),
+        bytes_written=sum(c.bytes_written for c in live),
+        op_count=len(live),
+        unsupported=dict(sorted(unsupported.items())),
     )
     inputs = graph.inputs
     batch = inputs[0].tensor.shape[0] if inputs and inputs[0].tensor.shape else 1
-    static = feat.static_features(ops, batch_size=batch, params=params,
-                                  peak_activation_bytes=memory.peak_bytes, param_bytes=memory.weight_bytes)
-    return Analysis(graph=graph, ops=ops, totals=totals, memory=memory, edges=graph.edges(),
-                    static_features=static)
+    static = feat.static_features(
+        ops, batch_size=batch, params=params, peak_activation_bytes=memory.peak_bytes, param_bytes=memory.weight_bytes
+    )
+    return Analysis(
+        graph=graph,
+        ops=ops,
+        totals=totals,
+        memory=memory,
+        edges=graph.edges(),
+        static_features=static,
+        attention_patterns=attention_patterns,
+    )
 
 
 def analyze_module(mod, func_name: str = "main", *, n_inputs: int | None = None) -> Analysis:

@@ -15,30 +15,82 @@ import numpy as np
 from ._gc import gc_paused
 from .costs import CATEGORIES, OpCost
 
-FEATURE_VERSION = "preflight.features/1"
+FEATURE_VERSION = "preflight.features/2"  # /2: the kernel-view columns
 
 # Fixed operator vocabulary; anything else goes to the final "other" slot.
 OP_VOCAB: tuple[str, ...] = (
-    "relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d", "relax.nn.conv2d_transpose", "relax.matmul",
-    "relax.einsum", "relax.nn.attention", "relax.add", "relax.subtract", "relax.multiply", "relax.divide",
-    "relax.power", "relax.maximum", "relax.minimum", "relax.nn.relu", "relax.nn.gelu", "relax.nn.gelu_tanh",
-    "relax.nn.silu", "relax.sigmoid", "relax.tanh", "relax.exp", "relax.sqrt", "relax.rsqrt", "relax.clip",
-    "relax.nn.softmax", "relax.nn.layer_norm", "relax.nn.batch_norm", "relax.nn.group_norm",
-    "relax.nn.rms_norm", "relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.adaptive_avg_pool2d",
-    "relax.sum", "relax.mean", "relax.max", "relax.variance", "relax.reshape", "relax.permute_dims",
-    "relax.concat", "relax.split", "relax.strided_slice", "relax.take", "relax.broadcast_to",
-    "relax.astype", "relax.where", "relax.nn.pad", "relax.image.resize2d", "relax.call_tir",
+    "relax.nn.conv1d",
+    "relax.nn.conv2d",
+    "relax.nn.conv3d",
+    "relax.nn.conv2d_transpose",
+    "relax.matmul",
+    "relax.einsum",
+    "relax.nn.attention",
+    "relax.add",
+    "relax.subtract",
+    "relax.multiply",
+    "relax.divide",
+    "relax.power",
+    "relax.maximum",
+    "relax.minimum",
+    "relax.nn.relu",
+    "relax.nn.gelu",
+    "relax.nn.gelu_tanh",
+    "relax.nn.silu",
+    "relax.sigmoid",
+    "relax.tanh",
+    "relax.exp",
+    "relax.sqrt",
+    "relax.rsqrt",
+    "relax.clip",
+    "relax.nn.softmax",
+    "relax.nn.layer_norm",
+    "relax.nn.batch_norm",
+    "relax.nn.group_norm",
+    "relax.nn.rms_norm",
+    "relax.nn.max_pool2d",
+    "relax.nn.avg_pool2d",
+    "relax.nn.adaptive_avg_pool2d",
+    "relax.sum",
+    "relax.mean",
+    "relax.max",
+    "relax.variance",
+    "relax.reshape",
+    "relax.permute_dims",
+    "relax.concat",
+    "relax.split",
+    "relax.strided_slice",
+    "relax.take",
+    "relax.broadcast_to",
+    "relax.astype",
+    "relax.where",
+    "relax.nn.pad",
+    "relax.image.resize2d",
+    "relax.call_tir",
 )
 OTHER_SLOT = len(OP_VOCAB)
 _OP_INDEX = {op: i for i, op in enumerate(OP_VOCAB)}
 
 NUMERIC_COLUMNS: tuple[str, ...] = (
-    "log_flops", "log_macs", "log_bytes_read", "log_bytes_written", "log_weight_bytes", "log_out_elements",
-    "out_ndim", "out_dtype_bytes", "log_kernel_window", "max_stride", "log_groups", "folded",
+    "log_flops",
+    "log_macs",
+    "log_bytes_read",
+    "log_bytes_written",
+    "log_weight_bytes",
+    "log_out_elements",
+    "out_ndim",
+    "out_dtype_bytes",
+    "log_kernel_window",
+    "max_stride",
+    "log_groups",
+    "folded",
+    # the kernel view (passes.kernels): what eager PyTorch launches for this op; a free view has no kernel
+    "launches",  # 1 when the op becomes at least one kernel of its own or a copy (roles "kernel", "copy")
+    "log_kernel_flops",  # FLOPs of the kernels attributed to the op (a kernel covering n ops: 1/n each)
+    "log_kernel_bytes",  # bytes those kernels move: 0 for a view, a fused or a folded op
 )
 FEATURE_COLUMNS: tuple[str, ...] = (
-    tuple(f"op={op}" for op in OP_VOCAB) + ("op=other",) + tuple(f"category={c}" for c in CATEGORIES)
-    + NUMERIC_COLUMNS
+    tuple(f"op={op}" for op in OP_VOCAB) + ("op=other",) + tuple(f"category={c}" for c in CATEGORIES) + NUMERIC_COLUMNS
 )
 NUM_FEATURES = len(FEATURE_COLUMNS)
 
@@ -47,8 +99,8 @@ def _log(x: float) -> float:
     return math.log1p(max(x, 0))
 
 
-def node_row(cost: OpCost, attrs: dict) -> list[float]:
-    """One row of X for one op (see FEATURE_COLUMNS)."""
+def node_row(cost: OpCost, attrs: dict, kernel: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> list[float]:
+    """One row of X for one op (see FEATURE_COLUMNS); `kernel` is (launches, kernel FLOPs, kernel bytes)."""
     row = [0.0] * NUM_FEATURES
     row[_OP_INDEX.get(cost.op, OTHER_SLOT)] = 1.0
     row[len(OP_VOCAB) + 1 + CATEGORIES.index(cost.category)] = 1.0
@@ -61,21 +113,48 @@ def node_row(cost: OpCost, attrs: dict) -> list[float]:
         window = math.prod(attrs["pool_size"])
     strides = attrs.get("strides") or [1]
     numeric = [
-        _log(cost.flops), _log(cost.macs), _log(cost.bytes_read), _log(cost.bytes_written),
-        _log(cost.weight_bytes), _log(out.numel if cost.outputs else 0), float(len(out.shape)),
-        float(out.nbytes / out.numel) if cost.outputs and out.numel else 0.0, _log(window),
-        float(max(strides)), _log(attrs.get("groups", 1) or 1), float(cost.weight_only),
+        _log(cost.flops),
+        _log(cost.macs),
+        _log(cost.bytes_read),
+        _log(cost.bytes_written),
+        _log(cost.weight_bytes),
+        _log(out.numel if cost.outputs else 0),
+        float(len(out.shape)),
+        float(out.nbytes / out.numel) if cost.outputs and out.numel else 0.0,
+        _log(window),
+        float(max(strides)),
+        _log(attrs.get("groups", 1) or 1),
+        float(cost.weight_only),
+        float(kernel[0]),
+        _log(kernel[1]),
+        _log(kernel[2]),
     ]
-    row[-len(NUMERIC_COLUMNS):] = numeric
+    row[-len(NUMERIC_COLUMNS) :] = numeric
     return row
 
 
+def kernel_columns(view, n_ops: int) -> list[tuple[float, float, float]]:
+    """(launches, kernel FLOPs, kernel bytes) per op index from a `passes.kernels.KernelView`.
+
+    A kernel's FLOPs and bytes are shared evenly by the ops it covers (a fused attention covers its pattern).
+    """
+    flops = [0.0] * n_ops
+    nbytes = [0.0] * n_ops
+    for k in view.kernels:
+        for i in k.ops:
+            flops[i] += k.flops / len(k.ops)
+            nbytes[i] += k.bytes / len(k.ops)
+    return [(float(view.roles[i] in ("kernel", "copy")), flops[i], nbytes[i]) for i in range(n_ops)]
+
+
 @gc_paused
-def node_features(costs: Sequence[OpCost], attrs: Sequence[dict]) -> np.ndarray:
-    """X: (|V|, NUM_FEATURES) float32, one row per op in execution order."""
+def node_features(costs: Sequence[OpCost], attrs: Sequence[dict], kernel_view=None) -> np.ndarray:
+    """X: (|V|, NUM_FEATURES) float32, one row per op in execution order; `kernel_view` fills the kernel columns
+    (zeros without it)."""
     if not costs:
         return np.zeros((0, NUM_FEATURES), dtype=np.float32)
-    return np.asarray([node_row(c, a) for c, a in zip(costs, attrs, strict=True)], dtype=np.float32)
+    kernel = kernel_columns(kernel_view, len(costs)) if kernel_view is not None else [(0.0, 0.0, 0.0)] * len(costs)
+    return np.asarray([node_row(c, a, k) for c, a, k in zip(costs, attrs, kernel, strict=True)], dtype=np.float32)
 
 
 def edge_index(edges: Sequence[tuple[int, int]]) -> np.ndarray:
@@ -85,8 +164,9 @@ def edge_index(edges: Sequence[tuple[int, int]]) -> np.ndarray:
     return np.asarray(edges, dtype=np.int64).T.copy()
 
 
-def static_features(costs: Sequence[OpCost], *, batch_size: int, params: int, peak_activation_bytes: int,
-                    param_bytes: int) -> dict[str, float]:
+def static_features(
+    costs: Sequence[OpCost], *, batch_size: int, params: int, peak_activation_bytes: int, param_bytes: int
+) -> dict[str, float]:
     """Graph-level features: DIPPM's five (MACs, batch size, #conv, #dense/matmul, #relu) and more."""
     live = [c for c in costs if not c.weight_only]
     cats = Counter(c.category for c in live)

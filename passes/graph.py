@@ -11,9 +11,25 @@ from dataclasses import dataclass, field, replace
 
 # Bytes per element of the dtypes the importers emit. `bool` is stored as one byte.
 _DTYPE_BYTES = {
-    "bool": 1, "int4": 0.5, "uint4": 0.5, "int8": 1, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-    "e4m3_float8": 1, "e5m2_float8": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2,
-    "int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8,
+    "bool": 1,
+    "int4": 0.5,
+    "uint4": 0.5,
+    "int8": 1,
+    "uint8": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "e4m3_float8": 1,
+    "e5m2_float8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "float32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
 }
 
 
@@ -99,6 +115,7 @@ class SourceValue:
     tensor: TensorInfo
     kind: str  # "input" | "weight"
     scalar_const: bool = False  # an importer-made 0-d literal (not a model parameter)
+    scalar: float | None = None  # the value of a one-element numeric constant (None for anything else)
 
 
 @dataclass
@@ -145,9 +162,31 @@ def with_float_dtype(graph: OpGraph, dtype: str, source: str = "float32") -> OpG
     def t(info: TensorInfo) -> TensorInfo:
         return TensorInfo(info.shape, dtype) if info.dtype == source else info
 
-    ops = [replace(op, operands=[replace(o, tensor=t(o.tensor)) for o in op.operands],
-                   outputs=tuple(t(x) for x in op.outputs),
-                   attrs={k: (dtype if k == "out_dtype" and v == source else v) for k, v in op.attrs.items()})
-           for op in graph.ops]
+    ops = [
+        replace(
+            op,
+            operands=[replace(o, tensor=t(o.tensor)) for o in op.operands],
+            outputs=tuple(t(x) for x in op.outputs),
+            attrs={k: (dtype if k == "out_dtype" and v == source else v) for k, v in op.attrs.items()},
+        )
+        for op in graph.ops
+    ]
     sources = [replace(s, tensor=t(s.tensor)) for s in graph.sources]
     return OpGraph(ops=ops, sources=sources, outputs=list(graph.outputs), value_producer=dict(graph.value_producer))
+
+
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def with_compute_dtype(graph: OpGraph, dtype: str) -> OpGraph:
+    """The same graph computed in the float dtype `dtype`: every float32/float16/bfloat16 tensor becomes `dtype`.
+
+    What `model.to(dtype)` with inputs of that dtype does (mixed-precision islands included); integer and bool
+    tensors (ids, masks, indices) keep theirs.
+    """
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(FLOAT_DTYPES)}, got {dtype!r}")
+    for source in FLOAT_DTYPES:
+        if source != dtype:
+            graph = with_float_dtype(graph, dtype, source)
+    return graph

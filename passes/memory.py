@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 from .graph import OpGraph
 
-VIEW_OPS = frozenset({"relax.reshape", "relax.squeeze", "relax.expand_dims", "relax.flatten",
-                      "relax.nn.batch_flatten"})
+VIEW_OPS = frozenset({"relax.reshape", "relax.squeeze", "relax.expand_dims", "relax.flatten", "relax.nn.batch_flatten"})
 
 
 @dataclass(frozen=True)

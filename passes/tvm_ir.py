@@ -19,7 +19,10 @@ from .graph import Operand, OpGraph, OpNode, SourceValue, TensorInfo
 
 # The call ops whose first argument names a function and second holds the tensor arguments.
 _CALL_WITH_CALLEE = {
-    "relax.call_tir", "relax.call_tir_inplace", "relax.call_dps_packed", "relax.call_tir_with_grad",
+    "relax.call_tir",
+    "relax.call_tir_inplace",
+    "relax.call_dps_packed",
+    "relax.call_tir_with_grad",
     "relax.dist.call_tir_local_view",
 }
 _PACKED_CALLS = {"relax.call_pure_packed", "relax.call_inplace_packed", "relax.call_builtin_with_ctx"}
@@ -27,6 +30,14 @@ _PACKED_CALLS = {"relax.call_pure_packed", "relax.call_inplace_packed", "relax.c
 
 class IRError(ValueError):
     """The IRModule cannot be analysed as it is (dynamic shapes, control flow, ...)."""
+
+
+class DataDependentShapeError(IRError):
+    """A tensor's shape is computed from input values (e.g. ONNX ConstantOfShape of an input), not from shapes."""
+
+    def __init__(self, tensor: str):
+        self.tensor = tensor
+        super().__init__(f"tensor '{tensor}' has a shape computed from the values of the inputs")
 
 
 class DynamicShapeError(IRError):
@@ -41,6 +52,7 @@ class DynamicShapeError(IRError):
 # Small accessors
 # --------------------------------------------------------------------------------------------
 
+
 def _key(obj) -> int:
     return obj.__chandle__()
 
@@ -50,6 +62,16 @@ def _constant_key(const) -> int:
     value = getattr(const, "value", None)
     handle = getattr(value, "__chandle__", None)
     return handle() if handle is not None else _key(const)
+
+
+def _scalar_value(const, info: TensorInfo) -> float | None:
+    """The value of a one-element numeric constant (a literal such as GELU's 1/sqrt(2)), else None."""
+    if info.numel != 1 or not info.dtype.startswith(("float", "int", "uint", "bfloat")):
+        return None
+    try:
+        return float(const.value.numpy().reshape(-1)[0])
+    except (AttributeError, TypeError, ValueError):  # a payload numpy cannot read (e.g. bfloat16)
+        return None
 
 
 def _is_call(expr) -> bool:
@@ -67,6 +89,8 @@ def _tensor_infos(ty, where: str) -> tuple[TensorInfo, ...] | None:
         shape = ty.shape
         if shape is None:
             raise IRError(f"tensor '{where}' has unknown rank")
+        if not isinstance(shape, relax.ShapeExpr):  # a shape variable: known only when the graph runs
+            raise DataDependentShapeError(where)
         dims = []
         for i, d in enumerate(shape.values):
             if not isinstance(d, IntImm):
@@ -135,7 +159,7 @@ def num_inputs(func) -> int | None:
 def main_function(mod: tvm.IRModule, name: str = "main"):
     try:
         func = mod[name]
-    except Exception as exc:  # noqa: BLE001 - KeyError, ValueError or TVM's own error, by release
+    except Exception as exc:  # KeyError, ValueError or TVM's own error, by release
         raise IRError(f"the IRModule has no Relax function '{name}'") from exc
     if not isinstance(func, relax.Function):
         raise IRError(f"'{name}' is not a Relax function")
@@ -213,6 +237,7 @@ def legalize(mod: tvm.IRModule) -> tvm.IRModule:
 # Extraction
 # --------------------------------------------------------------------------------------------
 
+
 class _Extractor:
     def __init__(self, mod: tvm.IRModule, tir_flops: bool):
         self.mod = mod
@@ -231,9 +256,11 @@ class _Extractor:
         self.next_value += 1
         return self.next_value - 1
 
-    def add_source(self, name: str, tensor: TensorInfo, kind: str, scalar_const: bool = False) -> int:
+    def add_source(
+        self, name: str, tensor: TensorInfo, kind: str, scalar_const: bool = False, scalar: float | None = None
+    ) -> int:
         vid = self.new_value()
-        self.sources.append(SourceValue(vid, name, tensor, kind, scalar_const))
+        self.sources.append(SourceValue(vid, name, tensor, kind, scalar_const, scalar))
         if kind == "weight":
             self.weight_values.add(vid)
         return vid
@@ -249,8 +276,13 @@ class _Extractor:
             info = infos[0]
             key = _constant_key(expr)
             if key not in self.constants:  # one weight, however many ops read it
-                self.constants[key] = self.add_source(f"const{len(self.constants)}", info, "weight",
-                                                      scalar_const=not info.shape)
+                self.constants[key] = self.add_source(
+                    f"const{len(self.constants)}",
+                    info,
+                    "weight",
+                    scalar_const=not info.shape,
+                    scalar=_scalar_value(expr, info),
+                )
             return [(self.constants[key], None, info)]
         if isinstance(expr, tvm.ir.Tuple):
             out = []
@@ -312,8 +344,11 @@ class _Extractor:
             callee_name, tensor_args = None, list(call.args)
         elif name in _CALL_WITH_CALLEE:
             target = call.args[0]
-            callee_name = target.name_hint if isinstance(target, tvm.ir.GlobalVar) else _plain(
-                getattr(target, "global_symbol", target))
+            callee_name = (
+                target.name_hint
+                if isinstance(target, tvm.ir.GlobalVar)
+                else _plain(getattr(target, "global_symbol", target))
+            )
             tensor_args = list(call.args[1:])
         elif name in _PACKED_CALLS:
             target = call.args[0]
@@ -336,10 +371,29 @@ class _Extractor:
         elif name == "relax.call_tir" and isinstance(call.op, tvm.ir.GlobalVar) and self.tir_flops:
             tir = self._tir(call.op)
 
+        attrs = attrs_to_dict(call.attrs)
+        if name == "relax.shape_to_tensor" and call.args:
+            dims = getattr(getattr(call.args[0], "ty", None), "values", None)
+            if dims is not None and all(isinstance(d, IntImm) for d in dims):
+                attrs["shape"] = [int(d.value) for d in dims]  # the static shape it turns into a tensor
+        elif name == "relax.clip" and len(call.args) == 3:
+            bounds = [a.value for a in call.args[1:] if isinstance(a, IntImm | FloatImm)]
+            if len(bounds) == 2:
+                attrs["min"], attrs["max"] = (float(b) for b in bounds)  # relax.clip takes them as arguments
+
         index = len(self.ops)
         weight_only = bool(operands) and all(o.kind == "weight" for o in operands)
-        node = OpNode(index=index, name=var.name, op=name, attrs=attrs_to_dict(call.attrs), operands=operands,
-                      outputs=outputs, callee=callee_name, tir_flops=tir, weight_only=weight_only)
+        node = OpNode(
+            index=index,
+            name=var.name,
+            op=name,
+            attrs=attrs,
+            operands=operands,
+            outputs=outputs,
+            callee=callee_name,
+            tir_flops=tir,
+            weight_only=weight_only,
+        )
         self.ops.append(node)
         refs = []
         for j, info in enumerate(outputs):
@@ -358,8 +412,9 @@ class _Extractor:
 
 
 @gc_paused
-def extract(mod: tvm.IRModule, func_name: str = "main", *, n_inputs: int | None = None,
-            tir_flops: bool = True) -> OpGraph:
+def extract(
+    mod: tvm.IRModule, func_name: str = "main", *, n_inputs: int | None = None, tir_flops: bool = True
+) -> OpGraph:
     """Flatten a Relax function into an `OpGraph` of plain data.
 
     Args:
@@ -382,14 +437,32 @@ def extract(mod: tvm.IRModule, func_name: str = "main", *, n_inputs: int | None 
     return OpGraph(ops=ex.ops, sources=ex.sources, outputs=outputs, value_producer=ex.producer)
 
 
+_EP_CONVERT_OPS: frozenset[str] | None = None
+
+
+def exported_program_convert_ops() -> frozenset[str]:
+    """The ATen targets TVM's exported-program importer converts itself ("linear.default", "add.Tensor", ...).
+
+    The keys of its converter map, named as `torch.fx` node targets' `__name__` (`OpOverload` name without
+    the `aten.` namespace). Read once per process.
+    """
+    global _EP_CONVERT_OPS
+    if _EP_CONVERT_OPS is None:
+        from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+
+        _EP_CONVERT_OPS = frozenset(ExportedProgramImporter().create_convert_map().keys())
+    return _EP_CONVERT_OPS
+
+
 def registered_relax_ops() -> list[str]:
     """Names of every `relax.*` operator registered in this TVM build."""
     return sorted(str(n) for n in tvm.ir.Op.list_op_names() if str(n).startswith("relax."))
 
 
 # --------------------------------------------------------------------------------------------
-# Attributes, passes and instruments (used by passes.annotate)
+# Attributes, passes and instruments (used by analyzer.annotate and passes.instrument)
 # --------------------------------------------------------------------------------------------
+
 
 def function_names(mod: tvm.IRModule) -> list[str]:
     """Names of the Relax functions of the module."""
@@ -471,3 +544,302 @@ def register_errors(*classes: type) -> None:
 def pass_name(info) -> str:
     """The name of the pass a `PassInfo` describes."""
     return str(info.name)
+
+
+# --------------------------------------------------------------------------------------------
+# TVM importers' internals (converter maps, custom converters) used by analyzer/frontends
+# --------------------------------------------------------------------------------------------
+
+
+def onnx_convert_ops() -> set[str]:
+    """ONNX op types TVM's ONNX importer converts."""
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    return set(_get_convert_map().keys())
+
+
+def tflite_convert_ops(model, subgraph) -> set[str]:
+    """TFLite builtin operator names TVM's TFLite importer converts (it builds its map per model)."""
+    from tvm.relax.frontend.tflite.tflite_frontend import ExprTable, OperatorConverter
+
+    return set(OperatorConverter(model, subgraph, ExprTable(), relax.BlockBuilder()).convert_map)
+
+
+def reduce_converter(op_name: str):
+    """A `custom_convert_map` entry for an ATen reduction (`amax`, `amin`) as the Relax op `op_name`.
+
+    The importer calls it as `convert(fx_node, importer)`; `dim` and `keepdim` follow ATen (an empty dim
+    list reduces over everything).
+    """
+
+    def convert(node, importer):
+        x = importer.env[node.args[0]]
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", None)
+        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        if isinstance(dim, int):
+            dim = [dim]
+        axis = list(dim) if dim else None
+        return importer.block_builder.emit(getattr(relax.op, op_name)(x, axis=axis, keepdims=bool(keepdim)))
+
+    return convert
+
+
+def opaque_converter(callee: str):
+    """A `custom_convert_map` entry for an op TVM cannot import: a packed call `callee` with the right outputs.
+
+    The outputs' shapes and dtypes come from the fx node's `meta["val"]` (fake tensors); the call's arguments
+    are the node's tensor inputs, so the data flow stays intact. Returns None from `convert` when the node has
+    no tensor output to represent.
+    """
+
+    def convert(node, importer):
+        args = [
+            importer.env[a]
+            for a in node.all_input_nodes
+            if a in importer.env
+            and isinstance(importer.env[a], relax.Expr)
+            and isinstance(getattr(importer.env[a], "ty", None), relax.TensorType)
+        ]
+        vals = node.meta.get("val")
+        vals = list(vals) if isinstance(vals, list | tuple) else [vals]
+        out = [
+            relax.TensorType([int(d) for d in v.shape], str(v.dtype).replace("torch.", ""))
+            for v in vals
+            if v is not None
+        ]
+        if not out:
+            raise IRError(f"cannot represent {callee}: it has no tensor output")
+        call = relax.call_dps_packed(callee, relax.Tuple(args), out if len(out) > 1 else out[0])
+        return importer.block_builder.emit(call)
+
+    return convert
+
+
+def input_dims(mod: tvm.IRModule, n_inputs: int | None, func_name: str = "main") -> list[tuple[str, list, str]]:
+    """(name, dims, dtype) of the function's first `n_inputs` tensor parameters (all when None).
+
+    A dim is an int when static and the symbol's name (a str) when dynamic.
+    """
+    params = main_function(mod, func_name).params
+    out = []
+    for p in params[: n_inputs if n_inputs is not None else len(params)]:
+        ty = p.ty
+        if not isinstance(ty, relax.TensorType) or ty.shape is None:
+            continue
+        dims = [int(d.value) if isinstance(d, IntImm) else str(d) for d in ty.shape.values]
+        out.append((p.name, dims, str(ty.dtype)))
+    return out
+
+
+def batch_norm_eval_converter(node, importer):
+    """`aten.batch_norm` (input, weight, bias, mean, var, training, momentum, eps, cudnn) in eval mode.
+
+    TVM's converter map sends it to the `_native_batch_norm_legit_no_training` converter, which reads the
+    arguments of that op (momentum, eps at 5, 6) and marks it training; this reads them where they are.
+    """
+    import numpy as np
+
+    args, env = node.args, importer.env
+    if len(args) > 5 and args[5]:
+        raise NotImplementedError("batch_norm in training mode")
+    x = env[args[0]]
+    channels = int(x.ty.shape[1])
+    dtype = x.ty.dtype
+
+    def tensor(i, fill):
+        return env[args[i]] if args[i] is not None else relax.const(np.full(channels, fill), dtype=dtype)
+
+    eps = args[7] if len(args) > 7 else node.kwargs.get("eps", 1e-5)
+    bn = relax.op.nn.batch_norm(
+        x, tensor(1, 1.0), tensor(2, 0.0), tensor(3, 0.0), tensor(4, 1.0), axis=1, epsilon=eps, training=False
+    )
+    return importer.block_builder.emit(relax.TupleGetItem(importer.block_builder.emit(bn), 0))
+
+
+def sdpa_converter(node, importer):
+    """`aten.scaled_dot_product_attention` kept whole: `relax.nn.attention` on (B, S, H, D) views.
+
+    TVM's own converter refuses boolean masks and drops `scale` and `enable_gqa`; this one turns a boolean
+    mask into the additive mask torch builds (`where(mask, 0, -inf)`), passes the scale, and leaves fewer
+    key/value heads as they are (relax.nn.attention accepts them, as torch's fused kernels do).
+    """
+    env, bb = importer.env, importer.block_builder
+    args, kwargs = node.args, node.kwargs
+
+    def arg(i, name, default=None):
+        return args[i] if len(args) > i else kwargs.get(name, default)
+
+    q, k, v = (env[args[i]] for i in range(3))
+    if any(len(t.ty.shape) != 4 for t in (q, k, v)) or arg(4, "dropout_p", 0.0):
+        return importer._scaled_dot_product_attention(node)  # 2-D inputs: TVM's own conversion
+    mask = arg(3, "attn_mask")
+    bias = None
+    if mask is not None:
+        bias = env[mask]
+        if not str(bias.ty.dtype).startswith(("float", "bfloat")):  # a boolean mask (TVM may carry it as int)
+            if str(bias.ty.dtype) != "bool":
+                bias = bb.emit(relax.op.astype(bias, "bool"))
+            zero = relax.const(0.0, q.ty.dtype)
+            neg_inf = relax.const(float("-inf"), q.ty.dtype)
+            bias = bb.emit(relax.op.where(bias, zero, neg_inf))
+    causal = "TopLeft" if arg(5, "is_causal", False) else None
+    scale = kwargs.get("scale", args[6] if len(args) > 6 else None)
+
+    def bshd(t):
+        return bb.emit(relax.op.permute_dims(t, [0, 2, 1, 3]))
+
+    out = bb.emit(
+        relax.op.nn.attention(
+            bshd(q), bshd(k), bshd(v), bias=bias, scale=None if scale is None else float(scale), causal_mask=causal
+        )
+    )
+    return bshd(out)
+
+
+def cat_converter(node, importer):
+    """`aten.cat`, skipping empty 1-D tensors as torch does (a fresh transformers DynamicCache holds one)."""
+    tensors = importer.retrieve_args(node)[0]
+    axis = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    kept = [t for t in tensors if [int(d) for d in t.ty.shape] != [0]]
+    return importer.block_builder.emit(relax.op.concat(kept or tensors, axis=axis))
+
+
+# --------------------------------------------------------------------------------------------
+# Moving a module between processes (a frontend's child process hands its IRModule back)
+# --------------------------------------------------------------------------------------------
+# NB: tvm.ir.save_json (TVM 0.27.0.post1 with apache-tvm-ffi 0.1.15.post2) crashes with SIGSEGV in
+# tvm::ffi::ToJSONGraph on any IntImm, and a TVMScript round trip fails on `R.const("-inf")`, so the
+# object graph is written here from TVM's reflection: every object once (shared references kept), its
+# type key and fields; tensors (bound constants) as raw bytes after the JSON.
+
+_DUMP_MAGIC = b"PFIR0001"
+_LOADABLE_PREFIXES = ("ir.", "relax.", "tirx.", "prim.")
+
+
+def _field_names(cls, cache: dict) -> tuple[str, list[str]]:
+    out = cache.get(cls)
+    if out is None:
+        chain = []
+        info = cls.__tvm_ffi_type_info__
+        while info is not None:
+            chain.append(info)
+            info = info.parent_type_info
+        names = [f.name for info in reversed(chain) for f in info.fields]
+        out = cache[cls] = (chain[0].type_key, names)
+    return out
+
+
+@gc_paused
+def dump_module(mod: tvm.IRModule) -> bytes:
+    """The module as bytes that `load_module` turns back into an equal module (in another process)."""
+    import json
+    import struct
+
+    import tvm_ffi
+
+    nodes: list = []
+    index: dict[int, int] = {}
+    blobs: list[bytes] = []
+    cache: dict = {}
+
+    def enc(obj):
+        if obj is None or isinstance(obj, bool | int | float):
+            return ["v", obj]
+        if isinstance(obj, tvm_ffi.dtype):
+            return ["dt", str(obj)]
+        if isinstance(obj, str):
+            return ["v", str(obj)]
+        handle = obj.__chandle__() if hasattr(obj, "__chandle__") else None
+        if handle is not None and handle in index:
+            return ["r", index[handle]]
+        if isinstance(obj, tvm.ir.Op):
+            node = ["op", obj.name]
+        elif isinstance(obj, tvm.ir.EnvFunc):  # a registered global function (e.g. a FuncType's derive_func)
+            node = ["env", obj.name]
+        elif isinstance(obj, tvm.runtime.Tensor):
+            arr = obj.numpy()
+            blobs.append(arr.tobytes())
+            node = ["t", arr.dtype.name, list(arr.shape), len(blobs) - 1]
+        elif isinstance(obj, tvm_ffi.Array | list | tuple):
+            node = ["a", [enc(x) for x in obj]]
+        elif isinstance(obj, tvm_ffi.Map | dict):
+            node = ["m", [[enc(k), enc(v)] for k, v in obj.items()]]
+        elif not hasattr(type(obj), "__tvm_ffi_type_info__"):
+            raise ValueError(f"cannot write a {type(obj).__name__} into a module dump")
+        else:
+            key, names = _field_names(type(obj), cache)
+            if key == "ir.DictAttrs":
+                node = ["da", [[str(k), enc(v)] for k, v in obj.items()]]
+            else:
+                node = ["o", key, {n: enc(getattr(obj, n)) for n in names}]
+        nodes.append(node)
+        if handle is not None:
+            index[handle] = len(nodes) - 1
+        return ["r", len(nodes) - 1]
+
+    root = enc(mod)
+    head = json.dumps({"nodes": nodes, "root": root, "blobs": [len(b) for b in blobs]}).encode()
+    return b"".join([_DUMP_MAGIC, struct.pack("<Q", len(head)), head, *blobs])
+
+
+@gc_paused
+def load_module(data: bytes) -> tvm.IRModule:
+    """The IRModule `dump_module` wrote. Raises ValueError if `data` is not such a dump."""
+    import json
+    import struct
+
+    import numpy as np
+    import tvm_ffi
+
+    try:
+        import ml_dtypes  # noqa: F401 - registers bfloat16 and float8 with numpy
+    except ImportError:
+        pass
+
+    if not data.startswith(_DUMP_MAGIC):
+        raise ValueError("not a preflight module dump")
+    (head_len,) = struct.unpack("<Q", data[8:16])
+    doc = json.loads(data[16 : 16 + head_len])
+    nodes = doc["nodes"]
+    offsets, at = [], 16 + head_len
+    for n in doc["blobs"]:
+        offsets.append((at, at + n))
+        at += n
+    objs: list = [None] * len(nodes)
+    done = [False] * len(nodes)
+
+    def dec(ref):
+        kind, value = ref[0], ref[1]
+        if kind == "v":
+            return value
+        if kind == "dt":
+            return tvm.DataType(value)
+        if done[value]:
+            return objs[value]
+        node = nodes[value]
+        tag = node[0]
+        if tag == "op":
+            obj = tvm.ir.Op.get(node[1])
+        elif tag == "env":
+            obj = tvm.ir.EnvFunc.get(node[1])
+        elif tag == "t":
+            lo, hi = offsets[node[3]]
+            arr = np.frombuffer(data[lo:hi], dtype=np.dtype(node[1])).reshape(node[2])
+            obj = tvm.runtime.tensor(arr)
+        elif tag == "a":
+            obj = tvm_ffi.convert([dec(x) for x in node[1]])
+        elif tag == "m":
+            obj = tvm_ffi.convert({dec(k): dec(v) for k, v in node[1]})
+        elif tag == "da":
+            obj = tvm.ir.make_node("ir.DictAttrs", **{k: dec(v) for k, v in node[1]})
+        elif tag == "o" and str(node[1]).startswith(_LOADABLE_PREFIXES):
+            obj = tvm.ir.make_node(node[1], **{k: dec(v) for k, v in node[2].items()})
+        else:
+            raise ValueError(f"unexpected node {str(node)[:80]} in a module dump")
+        objs[value], done[value] = obj, True
+        return obj
+
+    mod = dec(doc["root"])
+    if not isinstance(mod, tvm.IRModule):
+        raise ValueError("a module dump whose root is not an IRModule")
+    return mod

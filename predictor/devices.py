@@ -13,6 +13,11 @@ Sources, per field:
   bound keeps the recommender from promising memory a slice may not have; replace these rows with
   `nvidia-smi mig -lgip` output when a machine with MIG enabled is at hand.
 - H100 NVL total memory (95830 MiB) is the datasheet's 94 GB as nvidia-smi reports it; not read here.
+- A100 PCIe parts (the GPUs of the NeuSight kernel measurements in data/neusight-kernels/, kept apart from
+  the SXM parts because they differ in bandwidth and power): 1,555 GB/s and 250 W (40 GB), 1,935 GB/s and
+  300 W (80 GB), peak rates as the SXM parts, from the NVIDIA A100 Tensor Core GPU datasheet (PCIe columns).
+  Their MIG rows repeat the SXM rows of the same memory size (same GA100 chip and memory stacks) and are
+  marked derived (`measured` False): no `nvidia-smi mig -lgip` output of a PCIe part was read.
 - `measured_*`: ceilings measured on this workplace's GPU machines (KINDS.md): an 8192^3 bf16 matmul
   and a device-to-device copy.
 """
@@ -22,6 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 GIB = 1024  # MiB per GiB
+
+# Device memory a PyTorch inference process needs besides its weights and activations, in MiB: the one
+# definition, used by the roofline memory estimate (`predictor.roofline.MemoryEstimate`) and, plus margins, by
+# the measurement sampler's skip estimate (`predictor.measure.configs`). Both are assumptions until calibrated
+# from GPU measurements (the harness records the context it measures, `memory_mb.context`).
+CONTEXT_MIB = 500.0  # CUDA context + cuBLAS/cuDNN handles with PyTorch on Hopper
+WORKSPACE_MIB = 64.0  # cuBLAS (32 MiB on Hopper) + cuDNN conv workspace, in steady state
 
 
 @dataclass(frozen=True)
@@ -74,47 +86,163 @@ def _mig(rows: list[tuple[str, float, int, int, int]], measured: bool | set[str]
 # Smallest usable GiB per memory slice on a Hopper part with published numbers: H200 1g.18gb = 16.00.
 _HOPPER_SLICE_FLOOR_GIB = {"h200": 16.00}
 
-DEVICES: dict[str, Device] = {d.key: d for d in (
-    Device(
-        key="a100-40gb", name="NVIDIA A100-SXM4-40GB", memory_mib=40960, bandwidth=1555e9,
-        peak_flops={"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12}, tdp_w=400, sms=108,
-        mig=_mig([("1g.5gb", 4.75, 14, 1, 1), ("2g.10gb", 9.75, 28, 2, 2), ("3g.20gb", 19.62, 42, 4, 3),
-                  ("4g.20gb", 19.62, 56, 4, 4), ("7g.40gb", 39.50, 98, 8, 7)]),
-        aliases=("a100", "a100-sxm4-40gb"),
-    ),
-    Device(
-        key="a100-80gb", name="NVIDIA A100-SXM4-80GB", memory_mib=81920, bandwidth=2039e9,
-        peak_flops={"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12}, tdp_w=400, sms=108,
-        mig=_mig([("1g.10gb", 9.50, 14, 1, 1), ("1g.20gb", 19.50, 14, 2, 1), ("2g.20gb", 19.50, 28, 2, 2),
-                  ("3g.40gb", 39.25, 42, 4, 3), ("4g.40gb", 39.25, 56, 4, 4), ("7g.80gb", 79.00, 98, 8, 7)]),
-        aliases=("a100-sxm4-80gb",),
-    ),
-    Device(
-        key="h100-80gb", name="NVIDIA H100 80GB HBM3", memory_mib=81559, bandwidth=3.35e12,
-        peak_flops={"fp32": 67e12, "tf32": 494.7e12, "fp16": 989.4e12, "bf16": 989.4e12}, tdp_w=700, sms=132,
-        mig=_mig([("1g.10gb", 9.75, 16, 1, 1), ("1g.20gb", 19.62, 26, 2, 1), ("2g.20gb", 19.62, 32, 2, 2),
-                  ("3g.40gb", 39.50, 60, 4, 3), ("4g.40gb", 39.50, 64, 4, 4), ("7g.80gb", 79.25, 132, 8, 7)]),
-        measured_bandwidth=3.0e12, measured_bf16_flops=798e12,
-        aliases=("h100", "h100-sxm", "h100-sxm5-80gb"),
-    ),
-    Device(
-        key="h100-nvl-94gb", name="NVIDIA H100 NVL", memory_mib=95830, bandwidth=3.9e12,
-        peak_flops={"fp32": 60e12, "tf32": 417.5e12, "fp16": 835e12, "bf16": 835e12}, tdp_w=400, sms=132,
-        mig=_mig([(n, _HOPPER_SLICE_FLOOR_GIB["h200"] * 94 / 141 * k, sms, k, c) for n, sms, k, c in (
-            ("1g.12gb", 16, 1, 1), ("1g.24gb", 26, 2, 1), ("2g.24gb", 32, 2, 2), ("3g.47gb", 60, 4, 3),
-            ("4g.47gb", 64, 4, 4), ("7g.94gb", 132, 8, 7))], measured=False),
-        aliases=("h100-nvl",),
-    ),
-    Device(
-        key="h200-141gb", name="NVIDIA H200", memory_mib=143771, bandwidth=4.8e12,
-        peak_flops={"fp32": 67e12, "tf32": 494.7e12, "fp16": 989.4e12, "bf16": 989.4e12}, tdp_w=700, sms=132,
-        mig=_mig([(n, _HOPPER_SLICE_FLOOR_GIB["h200"] * k, sms, k, c) for n, sms, k, c in (
-            ("1g.18gb", 16, 1, 1), ("1g.35gb", 26, 2, 1), ("2g.35gb", 32, 2, 2), ("3g.71gb", 60, 4, 3),
-            ("4g.71gb", 64, 4, 4), ("7g.141gb", 132, 8, 7))], measured={"1g.18gb"}),
-        measured_bandwidth=4.3e12, measured_bf16_flops=788e12,
-        aliases=("h200", "h200-sxm"),
-    ),
-)}
+DEVICES: dict[str, Device] = {
+    d.key: d
+    for d in (
+        Device(
+            key="a100-40gb",
+            name="NVIDIA A100-SXM4-40GB",
+            memory_mib=40960,
+            bandwidth=1555e9,
+            peak_flops={"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12},
+            tdp_w=400,
+            sms=108,
+            mig=_mig(
+                [
+                    ("1g.5gb", 4.75, 14, 1, 1),
+                    ("2g.10gb", 9.75, 28, 2, 2),
+                    ("3g.20gb", 19.62, 42, 4, 3),
+                    ("4g.20gb", 19.62, 56, 4, 4),
+                    ("7g.40gb", 39.50, 98, 8, 7),
+                ]
+            ),
+            aliases=("a100", "a100-sxm4-40gb"),
+        ),
+        Device(
+            key="a100-80gb",
+            name="NVIDIA A100-SXM4-80GB",
+            memory_mib=81920,
+            bandwidth=2039e9,
+            peak_flops={"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12},
+            tdp_w=400,
+            sms=108,
+            mig=_mig(
+                [
+                    ("1g.10gb", 9.50, 14, 1, 1),
+                    ("1g.20gb", 19.50, 14, 2, 1),
+                    ("2g.20gb", 19.50, 28, 2, 2),
+                    ("3g.40gb", 39.25, 42, 4, 3),
+                    ("4g.40gb", 39.25, 56, 4, 4),
+                    ("7g.80gb", 79.00, 98, 8, 7),
+                ]
+            ),
+            aliases=("a100-sxm4-80gb",),
+        ),
+        Device(
+            key="a100-pcie-40gb",
+            name="NVIDIA A100-PCIE-40GB",
+            memory_mib=40960,
+            bandwidth=1555e9,
+            peak_flops={"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12},
+            tdp_w=250,
+            sms=108,
+            mig=_mig(
+                [
+                    ("1g.5gb", 4.75, 14, 1, 1),
+                    ("2g.10gb", 9.75, 28, 2, 2),
+                    ("3g.20gb", 19.62, 42, 4, 3),
+                    ("4g.20gb", 19.62, 56, 4, 4),
+                    ("7g.40gb", 39.50, 98, 8, 7),
+                ],
+                measured=False,
+            ),
+            aliases=("a100-40gb-pcie",),
+        ),
+        Device(
+            key="a100-pcie-80gb",
+            name="NVIDIA A100 80GB PCIe",
+            memory_mib=81920,
+            bandwidth=1935e9,
+            peak_flops={"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12},
+            tdp_w=300,
+            sms=108,
+            mig=_mig(
+                [
+                    ("1g.10gb", 9.50, 14, 1, 1),
+                    ("1g.20gb", 19.50, 14, 2, 1),
+                    ("2g.20gb", 19.50, 28, 2, 2),
+                    ("3g.40gb", 39.25, 42, 4, 3),
+                    ("4g.40gb", 39.25, 56, 4, 4),
+                    ("7g.80gb", 79.00, 98, 8, 7),
+                ],
+                measured=False,
+            ),
+            aliases=("a100-80gb-pcie",),
+        ),
+        Device(
+            key="h100-80gb",
+            name="NVIDIA H100 80GB HBM3",
+            memory_mib=81559,
+            bandwidth=3.35e12,
+            peak_flops={"fp32": 67e12, "tf32": 494.7e12, "fp16": 989.4e12, "bf16": 989.4e12},
+            tdp_w=700,
+            sms=132,
+            mig=_mig(
+                [
+                    ("1g.10gb", 9.75, 16, 1, 1),
+                    ("1g.20gb", 19.62, 26, 2, 1),
+                    ("2g.20gb", 19.62, 32, 2, 2),
+                    ("3g.40gb", 39.50, 60, 4, 3),
+                    ("4g.40gb", 39.50, 64, 4, 4),
+                    ("7g.80gb", 79.25, 132, 8, 7),
+                ]
+            ),
+            measured_bandwidth=3.0e12,
+            measured_bf16_flops=798e12,
+            aliases=("h100", "h100-sxm", "h100-sxm5-80gb"),
+        ),
+        Device(
+            key="h100-nvl-94gb",
+            name="NVIDIA H100 NVL",
+            memory_mib=95830,
+            bandwidth=3.9e12,
+            peak_flops={"fp32": 60e12, "tf32": 417.5e12, "fp16": 835e12, "bf16": 835e12},
+            tdp_w=400,
+            sms=132,
+            mig=_mig(
+                [
+                    (n, _HOPPER_SLICE_FLOOR_GIB["h200"] * 94 / 141 * k, sms, k, c)
+                    for n, sms, k, c in (
+                        ("1g.12gb", 16, 1, 1),
+                        ("1g.24gb", 26, 2, 1),
+                        ("2g.24gb", 32, 2, 2),
+                        ("3g.47gb", 60, 4, 3),
+                        ("4g.47gb", 64, 4, 4),
+                        ("7g.94gb", 132, 8, 7),
+                    )
+                ],
+                measured=False,
+            ),
+            aliases=("h100-nvl",),
+        ),
+        Device(
+            key="h200-141gb",
+            name="NVIDIA H200",
+            memory_mib=143771,
+            bandwidth=4.8e12,
+            peak_flops={"fp32": 67e12, "tf32": 494.7e12, "fp16": 989.4e12, "bf16": 989.4e12},
+            tdp_w=700,
+            sms=132,
+            mig=_mig(
+                [
+                    (n, _HOPPER_SLICE_FLOOR_GIB["h200"] * k, sms, k, c)
+                    for n, sms, k, c in (
+                        ("1g.18gb", 16, 1, 1),
+                        ("1g.35gb", 26, 2, 1),
+                        ("2g.35gb", 32, 2, 2),
+                        ("3g.71gb", 60, 4, 3),
+                        ("4g.71gb", 64, 4, 4),
+                        ("7g.141gb", 132, 8, 7),
+                    )
+                ],
+                measured={"1g.18gb"},
+            ),
+            measured_bandwidth=4.3e12,
+            measured_bf16_flops=788e12,
+            aliases=("h200", "h200-sxm"),
+        ),
+    )
+}
 
 
 class UnknownDeviceError(KeyError):

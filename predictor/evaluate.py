@@ -32,8 +32,12 @@ def metrics(pred: np.ndarray, y: np.ndarray) -> Metrics:
     if not ok.any():
         return Metrics(math.nan, math.nan, math.nan, 0)
     rel = np.abs(pred[ok] - y[ok]) / y[ok]
-    return Metrics(float(rel.mean() * 100), float(np.sqrt(np.mean((pred[ok] - y[ok]) ** 2))),
-                   float((rel <= 0.10).mean() * 100), int(ok.sum()))
+    return Metrics(
+        float(rel.mean() * 100),
+        float(np.sqrt(np.mean((pred[ok] - y[ok]) ** 2))),
+        float((rel <= 0.10).mean() * 100),
+        int(ok.sum()),
+    )
 
 
 def coverage(lo: np.ndarray, hi: np.ndarray, y: np.ndarray) -> float:
@@ -173,8 +177,14 @@ class SplitResult:
     mig: dict[str, dict] = field(default_factory=dict)  # memory source -> mig_metrics, where MIG labels exist
 
 
-def evaluate(samples: Sequence[Sample], cfg: TrainConfig | None = None, *, seed: int = 0,
-             only: Sequence[str] | None = None, log=None) -> list[SplitResult]:
+def evaluate(
+    samples: Sequence[Sample],
+    cfg: TrainConfig | None = None,
+    *,
+    seed: int = 0,
+    only: Sequence[str] | None = None,
+    log=None,
+) -> list[SplitResult]:
     """Train and test every model on the random and the leave-family-out split."""
     cfg = cfg or TrainConfig(seed=seed)
     samples = list(samples)
@@ -197,8 +207,9 @@ def evaluate(samples: Sequence[Sample], cfg: TrainConfig | None = None, *, seed:
                 trained = extra["trained"]
                 mig["preflight GraphSAGE (upper memory quantile)"] = mig_metrics(b, extra["hi"][:, 2])
         mig["roofline memory estimate (upper end)"] = mig_metrics(b, _roofline_memory_high(b))
-        results.append(SplitResult(name, len(a), len(b), fams, rows, cov, trained,
-                                   {k: v for k, v in mig.items() if v is not None}))
+        results.append(
+            SplitResult(name, len(a), len(b), fams, rows, cov, trained, {k: v for k, v in mig.items() if v is not None})
+        )
     return results
 
 
@@ -209,8 +220,10 @@ def summary(results: Sequence[SplitResult], model: str = "preflight GraphSAGE") 
         if model not in r.rows:
             continue
         num = lambda v: None if v is None or math.isnan(v) else round(float(v), 3)  # noqa: E731 - strict JSON
-        out[r.split] = {t: {"mape": num(m.mape), "within10": num(m.within10), "coverage90": num(c), "n": m.n}
-                        for t, m, c in zip(TARGETS, r.rows[model], r.coverage, strict=True)}
+        out[r.split] = {
+            t: {"mape": num(m.mape), "within10": num(m.within10), "coverage90": num(c), "n": m.n}
+            for t, m, c in zip(TARGETS, r.rows[model], r.coverage, strict=True)
+        }
     return out
 
 
@@ -231,18 +244,23 @@ def table_markdown(results: Sequence[SplitResult], title: str) -> str:
             cells = []
             for m in ms:
                 cells += [_fmt(m.mape), _fmt(m.rmse, 3), _fmt(m.within10)]
-            lines.append(f"| {model_name.strip()} | "
-                         + " | ".join(cells) + " |")
+            lines.append(f"| {model_name.strip()} | " + " | ".join(cells) + " |")
         cov = ", ".join(f"{t} {_fmt(c)}%" for t, c in zip(TARGETS, r.coverage, strict=True))
         lines += ["", f"preflight's 90% interval covers: {cov} of the test labels.", ""]
         if r.mig:
-            lines += ["MIG recommendation against the measured MIG fit of the test configurations:", "",
-                      "| memory from | configs | would not fit | smallest fitting | larger than needed "
-                      "| none, but one fit | none, correctly |", "|---|---:|---:|---:|---:|---:|---:|"]
+            lines += [
+                "MIG recommendation against the measured MIG fit of the test configurations:",
+                "",
+                "| memory from | configs | would not fit | smallest fitting | larger than needed "
+                "| none, but one fit | none, correctly |",
+                "|---|---:|---:|---:|---:|---:|---:|",
+            ]
             for source, m in r.mig.items():
                 pct = lambda k: f"{m[k]} ({100 * m[k] / m['n']:.0f}%)"  # noqa: E731, B023
-                lines.append(f"| {source} | {m['n']} | {pct('unsafe')} | {pct('smallest')} | {pct('larger')} | "
-                             f"{pct('none_but_fits')} | {pct('none_correct')} |")
+                lines.append(
+                    f"| {source} | {m['n']} | {pct('unsafe')} | {pct('smallest')} | {pct('larger')} | "
+                    f"{pct('none_but_fits')} | {pct('none_correct')} |"
+                )
             lines.append("")
         else:
             lines += ["No MIG fit labels in these measurements (they come from GPU runs of the harness).", ""]

@@ -1,29 +1,85 @@
-"""MIG recommendation (DESIGN.md): the smallest profile whose usable memory holds the upper end of the
+"""MIG recommendation (docs/design.md): the smallest profile whose usable memory holds the upper end of the
 predicted memory interval plus headroom, and, with a latency SLO, whose predicted latency on that
 slice meets it. `None` when nothing fits, always with the reason.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .devices import Device, MigProfile
 
 HEADROOM = 0.05  # 5% of the predicted upper memory bound, for allocator fragmentation between runs
 
 
+def _g5(v: float) -> float:
+    return float(f"{v:.5g}")  # 5 significant digits
+
+
+@dataclass(frozen=True)
+class SliceChoice:
+    """A MIG profile with its predicted latency and slowdown against the whole GPU."""
+
+    profile: str
+    latency_ms: float
+    slowdown: float  # latency on the slice / latency on the whole GPU
+
+    def to_json(self) -> dict:
+        return {"profile": self.profile, "latency_ms": _g5(self.latency_ms), "slowdown": _g5(self.slowdown)}
+
+
 @dataclass(frozen=True)
 class MigRecommendation:
+    """The recommended MIG profile (None: nothing fits), why, and what it costs in latency.
+
+    `profile` is the smallest profile that fits (memory, and the SLO when one is given). `within_slowdown`,
+    asked for with `max_slowdown`, is the smallest fitting profile whose predicted latency is at most
+    `max_slowdown` times the whole GPU's.
+    """
+
     profile: str | None
     reason: str
     fits: dict[str, bool]  # per profile: memory fits (and the SLO, when given)
     latency_ms: dict[str, float] | None = None  # predicted latency per profile, when computed
+    full_gpu_latency_ms: float | None = None
+    max_slowdown: float | None = None
+    within_slowdown: SliceChoice | None = None
+
+    def choice(self, name: str | None) -> SliceChoice | None:
+        """`name`'s predicted latency and slowdown, when both latencies are known."""
+        if name is None or not self.latency_ms or self.full_gpu_latency_ms is None:
+            return None
+        lat, full = self.latency_ms[name], self.full_gpu_latency_ms
+        return SliceChoice(name, lat, lat / full if full > 0 else 1.0)  # a graph with no work is not slowed
+
+    @property
+    def chosen(self) -> SliceChoice | None:
+        """The recommended profile's latency and slowdown."""
+        return self.choice(self.profile)
 
     def to_json(self) -> dict:
         doc = {"profile": self.profile, "reason": self.reason, "fits": dict(self.fits)}
         if self.latency_ms is not None:
-            doc["latency_ms"] = {k: float(f"{v:.5g}") for k, v in self.latency_ms.items()}  # 5 significant digits
+            doc["latency_ms"] = {k: _g5(v) for k, v in self.latency_ms.items()}
+        if self.chosen is not None:
+            doc["profile_latency_ms"] = _g5(self.chosen.latency_ms)
+            doc["slowdown"] = _g5(self.chosen.slowdown)
+        if self.max_slowdown is not None:
+            doc["max_slowdown"] = self.max_slowdown
+            doc["within_slowdown"] = self.within_slowdown.to_json() if self.within_slowdown else None
         return doc
+
+    def summary(self) -> str:
+        """One line for people: the profile, its latency and slowdown, and the alternative within the slowdown."""
+        if self.profile is None:
+            return f"none: {self.reason}"
+        c = self.chosen
+        text = self.profile if c is None else f"{self.profile} ({c.latency_ms:.3g} ms, {c.slowdown:.2g}x the whole GPU)"
+        if self.max_slowdown is not None:
+            w = self.within_slowdown
+            alt = "none" if w is None else f"{w.profile} ({w.latency_ms:.3g} ms, {w.slowdown:.2g}x)"
+            text += f"; smallest within {self.max_slowdown:g}x slowdown: {alt}"
+        return text
 
 
 def smallest_first(profiles: tuple[MigProfile, ...]) -> list[MigProfile]:
@@ -31,49 +87,100 @@ def smallest_first(profiles: tuple[MigProfile, ...]) -> list[MigProfile]:
     return sorted(profiles, key=lambda p: (p.memory_mib, p.sms))
 
 
-def fits(memory_mib: float, memory_mb_high: float, latency_ms: float | None = None,
-         latency_slo_ms: float | None = None, headroom: float = HEADROOM) -> bool:
+def fits(
+    memory_mib: float,
+    memory_mb_high: float,
+    latency_ms: float | None = None,
+    latency_slo_ms: float | None = None,
+    headroom: float = HEADROOM,
+) -> bool:
     """The fit rule: `memory_mb_high` + headroom within `memory_mib` usable, and the latency within the SLO if any."""
     ok = memory_mb_high * (1 + headroom) <= memory_mib
     return ok and (latency_slo_ms is None or latency_ms <= latency_slo_ms)
 
 
-def recommend(device: Device, memory_mb_high: float, *, latency_ms_by_profile: dict[str, float] | None = None,
-              latency_slo_ms: float | None = None, headroom: float = HEADROOM) -> MigRecommendation:
+def recommend(
+    device: Device,
+    memory_mb_high: float,
+    *,
+    latency_ms_by_profile: dict[str, float] | None = None,
+    latency_slo_ms: float | None = None,
+    headroom: float = HEADROOM,
+    full_gpu_latency_ms: float | None = None,
+    max_slowdown: float | None = None,
+) -> MigRecommendation:
     """Pick the smallest MIG profile of `device` for a model.
 
     Args:
         device: the GPU.
         memory_mb_high: upper end of the predicted memory interval, in MiB.
-        latency_ms_by_profile: predicted latency on each profile (needed with `latency_slo_ms`).
+        latency_ms_by_profile: predicted latency on each profile (needed with `latency_slo_ms` or `max_slowdown`).
         latency_slo_ms: the latency the slice must meet.
         headroom: fraction added to `memory_mb_high` before comparing with a profile's usable memory.
+        full_gpu_latency_ms: the predicted latency on the whole GPU (gives each slice's slowdown).
+        max_slowdown: also find the smallest fitting profile at most this many times slower than the whole GPU.
     """
     if not device.mig:
         return MigRecommendation(None, f"{device.key} does not support MIG", {})
     need = memory_mb_high * (1 + headroom)
-    if latency_slo_ms is not None and latency_ms_by_profile is None:
-        raise ValueError("a latency SLO needs the predicted latency per profile")
+    if (latency_slo_ms is not None or max_slowdown is not None) and latency_ms_by_profile is None:
+        raise ValueError("a latency SLO or a maximum slowdown needs the predicted latency per profile")
+    if max_slowdown is not None and full_gpu_latency_ms is None:
+        raise ValueError("a maximum slowdown needs the whole GPU's predicted latency")
     per_profile: dict[str, bool] = {}
+
+    def done(profile: str | None, reason: str) -> MigRecommendation:
+        rec = MigRecommendation(
+            profile, reason, per_profile, latency_ms_by_profile, full_gpu_latency_ms, max_slowdown, None
+        )
+        if max_slowdown is not None:
+            within = next(
+                (
+                    c
+                    for q in smallest_first(device.mig)
+                    if per_profile[q.name] and (c := rec.choice(q.name)).slowdown <= max_slowdown
+                ),
+                None,
+            )
+            rec = replace(rec, within_slowdown=within)
+        return rec
+
     chosen: MigProfile | None = None
     for p in smallest_first(device.mig):
-        ok = fits(p.memory_mib, memory_mb_high, latency_ms_by_profile[p.name] if latency_slo_ms is not None else None,
-                  latency_slo_ms, headroom)
+        ok = fits(
+            p.memory_mib,
+            memory_mb_high,
+            latency_ms_by_profile[p.name] if latency_slo_ms is not None else None,
+            latency_slo_ms,
+            headroom,
+        )
         per_profile[p.name] = ok
         if ok and chosen is None:
             chosen = p
     derived = "" if chosen is None or chosen.measured else " (its usable memory is a derived lower bound)"
     if chosen is not None:
-        reason = (f"{chosen.name} is the smallest profile whose usable {chosen.memory_mib:,.0f} MiB holds the "
-                  f"predicted upper bound {memory_mb_high:,.0f} MiB + {headroom:.0%} headroom ({need:,.0f} MiB)")
+        reason = (
+            f"{chosen.name} is the smallest profile whose usable {chosen.memory_mib:,.0f} MiB holds the "
+            f"predicted upper bound {memory_mb_high:,.0f} MiB + {headroom:.0%} headroom ({need:,.0f} MiB)" + derived
+        )
         if latency_slo_ms is not None:
-            reason += (f" and whose predicted latency {latency_ms_by_profile[chosen.name]:.3g} ms meets the "
-                       f"{latency_slo_ms:g} ms SLO")
-        return MigRecommendation(chosen.name, reason + derived, per_profile, latency_ms_by_profile)
+            reason += (
+                f" and whose predicted latency {latency_ms_by_profile[chosen.name]:.3g} ms meets the "
+                f"{latency_slo_ms:g} ms SLO"
+            )
+        if latency_ms_by_profile is not None and full_gpu_latency_ms:
+            lat = latency_ms_by_profile[chosen.name]
+            reason += (
+                f"; predicted latency on it {lat:.3g} ms, {lat / full_gpu_latency_ms:.2g}x the whole GPU's "
+                f"{full_gpu_latency_ms:.3g} ms"
+            )
+        return done(chosen.name, reason)
     largest = smallest_first(device.mig)[-1]
     if largest.memory_mib < need:
-        reason = (f"no profile fits: the largest, {largest.name}, has {largest.memory_mib:,.0f} MiB usable and the "
-                  f"model needs {need:,.0f} MiB (upper bound + {headroom:.0%} headroom)")
+        reason = (
+            f"no profile fits: the largest, {largest.name}, has {largest.memory_mib:,.0f} MiB usable and the "
+            f"model needs {need:,.0f} MiB (upper bound + {headroom:.0%} headroom)"
+        )
     else:
         reason = f"no profile meets the {latency_slo_ms:g} ms latency SLO with enough memory"
-    return MigRecommendation(None, reason, per_profile, latency_ms_by_profile)
+    return done(None, reason)

@@ -32,37 +32,57 @@ class CostPredictor(nn.Module):
         quantiles: predicted quantiles of each target; (0.5,) for a point model.
     """
 
-    def __init__(self, node_dim: int, static_dim: int, *, hidden: int = 128, layers: int = 3,
-                 readout: str = "mean+max+sum", quantiles: tuple[float, ...] = QUANTILES, dropout: float = 0.0):
+    def __init__(
+        self,
+        node_dim: int,
+        static_dim: int,
+        *,
+        hidden: int = 128,
+        layers: int = 3,
+        readout: str = "mean+max+sum",
+        quantiles: tuple[float, ...] = QUANTILES,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         if readout not in ("mean+max+sum", "sum"):
             raise ValueError(f"unknown readout {readout!r}")
         self.readout = readout
         self.quantiles = tuple(quantiles)
-        self.config = {"node_dim": node_dim, "static_dim": static_dim, "hidden": hidden, "layers": layers,
-                       "readout": readout, "quantiles": list(quantiles), "dropout": dropout}
-        self.gnn = GraphSAGE(node_dim, hidden, num_layers=layers, out_channels=hidden, dropout=dropout,
-                             norm="layer_norm")
+        self.config = {
+            "node_dim": node_dim,
+            "static_dim": static_dim,
+            "hidden": hidden,
+            "layers": layers,
+            "readout": readout,
+            "quantiles": list(quantiles),
+            "dropout": dropout,
+        }
+        self.gnn = GraphSAGE(
+            node_dim, hidden, num_layers=layers, out_channels=hidden, dropout=dropout, norm="layer_norm"
+        )
         pooled = hidden * (3 if readout == "mean+max+sum" else 1)
-        self.head = MLP([pooled + static_dim, 256, 128, N_TARGETS * len(self.quantiles)], dropout=dropout,
-                        norm=None)
+        self.head = MLP([pooled + static_dim, 256, 128, N_TARGETS * len(self.quantiles)], dropout=dropout, norm=None)
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor,
-                static: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, edge_index: torch.Tensor, batch: torch.Tensor, static: torch.Tensor
+    ) -> torch.Tensor:
         h = self.gnn(x, edge_index)
         if self.readout == "sum":
             g = global_add_pool(h, batch)
         else:
             # NB: the sum is divided by 100 so that graphs of thousands of nodes stay in range
-            g = torch.cat([global_mean_pool(h, batch), global_max_pool(h, batch),
-                           global_add_pool(h, batch) / 100.0], dim=1)
+            g = torch.cat(
+                [global_mean_pool(h, batch), global_max_pool(h, batch), global_add_pool(h, batch) / 100.0], dim=1
+            )
         out = self.head(torch.cat([g, static], dim=1))
         return out.view(-1, N_TARGETS, len(self.quantiles))
 
     def __repr__(self) -> str:
         c = self.config
-        return (f"CostPredictor(node_dim={c['node_dim']}, static_dim={c['static_dim']}, hidden={c['hidden']}, "
-                f"layers={c['layers']}, readout={c['readout']!r}, quantiles={tuple(c['quantiles'])})")
+        return (
+            f"CostPredictor(node_dim={c['node_dim']}, static_dim={c['static_dim']}, hidden={c['hidden']}, "
+            f"layers={c['layers']}, readout={c['readout']!r}, quantiles={tuple(c['quantiles'])})"
+        )
 
 
 def pinball_loss(pred: torch.Tensor, y: torch.Tensor, quantiles: tuple[float, ...]) -> torch.Tensor:

@@ -1,31 +1,42 @@
-"""Fill the `prediction` block of a report: a trained predictor for the device, else the roofline estimate.
+"""The `Prediction` of a model on a device: a trained predictor for the device, else the kernel-model estimate.
 
-Roofline estimate (labelled `"predictor": "roofline"`, used for any device without a trained artifact):
-- latency: the roofline bound plus a kernel-launch floor of LAUNCH_US per operator (eager PyTorch runs
-  one kernel or more per op); interval from the bound to 3x the estimate;
+What is predicted is eager PyTorch on a CUDA GPU: the kernels of the analysis's kernel view (`passes.kernels`:
+views free, attention one fused kernel, constant work folded), each costed by the per-kernel time model
+(`predictor.kernel_model`: fitted efficiencies and launch overhead, see docs/kernel-model.md).
+
+Estimate without a trained predictor (labelled `"predictor": "roofline"`, as the schema has always called it):
+- latency: the sum over kernels of max(compute, memory, launch) from the kernel model (the launch of the next
+  kernel overlaps the current one's execution: `KernelTimes.eager_s`); interval from the roofline bound of the
+  same kernels
+  (efficiency 1, no launch: a true lower bound) to 2x the estimate (the model's held-out errors, and the
+  sanity checks against published eager measurements in docs/kernel-model.md, are well inside 2x);
 - energy: latency x power, power taken as 60% of TDP (interval: 30% of TDP at the low latency to TDP at
   the high latency);
 - memory: `roofline.memory_estimate` (weights + peak activations + context + workspace); interval from
   weights + activations + context to the estimate + 25% of the activations (allocator fragmentation).
-These factors are assumptions, not fits: the report says so. A trained predictor replaces them with
-its calibrated quantiles.
+The energy and memory factors are assumptions, not fits: the report says so. A trained predictor replaces
+them with its calibrated quantiles.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from .data import Sample
 from .devices import Device, get_device
-from .mig import recommend
-from .roofline import CONTEXT_MIB, latency_bound_ms_arrays, memory_estimate, op_arrays
+from .kernel_model import KernelTimes, kernel_arrays, kernel_latency_arrays
+from .mig import MigRecommendation, recommend
+from .roofline import CONTEXT_MIB, memory_estimate, op_arrays
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
-LAUNCH_US = 5.0
+ESTIMATE_HIGH = 2.0  # the estimate's interval reaches this many times the estimate
 _ARTIFACT = re.compile(r"^(?P<device>[\w.-]+)@(?P<version>\d+)$")
 
 
@@ -47,92 +58,228 @@ _LOADED: dict[tuple[Path, float], object] = {}
 
 def _load_cached(directory: Path):
     """Load an artifact once per process (keyed by path and modification time)."""
-    from .train import load
+    from .train import ArtifactError, load
 
-    key = (directory, (directory / "model.pt").stat().st_mtime)
+    try:
+        key = (directory, (directory / "model.pt").stat().st_mtime)
+    except OSError as exc:
+        raise ArtifactError(f"cannot load the predictor in {directory}: {exc.strerror}") from exc
     if key not in _LOADED:
         _LOADED[key] = load(directory)[0]
     return _LOADED[key]
 
 
-def predictor_info(device_name: str, checkpoints: Path = CHECKPOINTS) -> dict:
-    """Which predictor `predict` uses for a device, and its evaluation figures (for reports)."""
+def predictor_info(device_name: str, checkpoints: Path = CHECKPOINTS, name: str | None = None) -> dict:
+    """What the predictor `name` (default: the one `predict` looks for on the device) is, and its evaluation
+    figures (for reports). `name="roofline"` describes the roofline estimate."""
     device = get_device(device_name)
-    artifact = find_artifact(device.key, checkpoints)
+    artifact = None if name == "roofline" else find_artifact(device.key, checkpoints)
     if artifact is None:
-        return {"name": "roofline", "trained": False, "evaluation": None, "evaluation_table": None,
-                "note": f"roofline estimate: the roofline bound + {LAUNCH_US:g} us kernel launch per operator, energy "
-                        f"at 60% of TDP, memory = weights + peak activations + {CONTEXT_MIB:g} MiB context + "
-                        f"workspace; the intervals are assumptions, not calibrated on measurements"}
-    import json
-
+        return {
+            "name": "roofline",
+            "trained": False,
+            "evaluation": None,
+            "evaluation_table": None,
+            "note": f"estimate: the eager CUDA kernels of the graph, each timed by the kernel model (fitted on "
+            f"public single-kernel measurements; see docs/kernel-model.md), energy at 60% of TDP, memory = weights "
+            f"+ peak activations + {CONTEXT_MIB:g} MiB context + workspace; the intervals are assumptions, not "
+            f"calibrated on whole-model measurements",
+        }
     meta = json.loads((artifact / "meta.json").read_text())
     table = artifact / "EVAL.md"
-    return {"name": artifact.name, "trained": True, "evaluation": meta.get("evaluation"),
-            "evaluation_table": str(table) if table.is_file() else None,
-            "note": f"GraphSAGE trained on {meta.get('n_samples', '?')} measured configurations of "
-                    f"{len(meta.get('families', []))} families ({meta.get('created', '?')})"}
+    return {
+        "name": artifact.name,
+        "trained": True,
+        "evaluation": meta.get("evaluation"),
+        "evaluation_table": str(table) if table.is_file() else None,
+        "note": f"GraphSAGE trained on {meta.get('n_samples', '?')} measured configurations of "
+        f"{len(meta.get('families', []))} families ({meta.get('created', '?')})",
+    }
 
 
 def _sample_from_analysis(analysis, device: str, arrays: dict) -> Sample:
-    return Sample(key="", family="", device=device, y=np.full(3, math.nan), x=analysis.x,
-                  edge_index=analysis.edge_index, static=dict(analysis.static_features), ops=arrays, totals={})
+    return Sample(
+        key="",
+        family="",
+        device=device,
+        y=np.full(3, math.nan),
+        x=analysis.x,
+        edge_index=analysis.edge_index,
+        static=dict(analysis.static_features),
+        ops=arrays,
+        totals={},
+    )
 
 
 def roofline_memory_mib(param_bytes: int, peak_activation_bytes: int) -> tuple[float, float, float]:
     """The roofline estimate's memory (low, point, high) in MiB (module docstring)."""
     est = memory_estimate(param_bytes, peak_activation_bytes)
-    return (est.weights_mib + est.activations_mib + CONTEXT_MIB, est.total_mib,
-            est.total_mib + 0.25 * est.activations_mib)
+    return (
+        est.weights_mib + est.activations_mib + CONTEXT_MIB,
+        est.total_mib,
+        est.total_mib + 0.25 * est.activations_mib,
+    )
 
 
-def _slice_latencies(arrays: dict, device: Device, bound: float, full_ms: float, launch_ms: float) -> dict[str, float]:
+def _slice_latencies(
+    device: Device, whole: KernelTimes, slices: dict[str, KernelTimes], full_ms: float, trained: bool
+) -> dict[str, float]:
     """Predicted latency on each MIG slice.
 
-    The kernel-launch floor (`launch_ms`: host-side work and launch latency, which a smaller slice does not
-    slow down) is kept as it is; the rest of the full-GPU latency is scaled by the slice's roofline ratio (its
-    share of SMs and of memory bandwidth) against `bound`, the whole GPU's roofline bound. Scaling the floor
-    too would make a launch-bound model look up to 8x slower on a 1g slice than on the whole GPU.
+    The kernel model costs every kernel on the slice's share of SMs and memory bandwidth, launch overhead
+    unscaled (host-side work a smaller slice does not slow down). With a trained predictor (which predicts the
+    whole GPU), the launch floor is kept and the rest of its prediction scales by the kernels' roofline ratio.
     """
-    fixed = min(launch_ms, full_ms)
-    if bound <= 0:  # no work at all: only the floor
+    if not trained:
+        return {p.name: slices[p.name].eager_ms for p in device.mig}
+    fixed = min(whole.floor_ms, full_ms)
+    if whole.bound_ms <= 0:  # no work at all: only the floor
         return {p.name: full_ms for p in device.mig}
-    return {p.name: fixed + (full_ms - fixed) * latency_bound_ms_arrays(arrays, device, p) / bound for p in device.mig}
+    return {p.name: fixed + (full_ms - fixed) * slices[p.name].bound_ms / whole.bound_ms for p in device.mig}
 
 
-def predict(analysis, device_name: str, *, latency_slo_ms: float | None = None,
-            checkpoints: Path = CHECKPOINTS) -> tuple[dict, list[str]]:
-    """The `prediction` block for `analysis` on `device_name`, and warnings to show the user."""
+@dataclass(frozen=True)
+class Prediction:
+    """What preflight predicts for one model on one device (the `prediction` block of the report).
+
+    Latency in milliseconds, energy in joules per inference, memory in MiB (2**20 bytes; the JSON keys keep
+    the schema's `memory_mb` names, which have always held MiB). Each `*_interval` is (low, high).
+    """
+
+    device: str
+    predictor: str  # "name@version" of a trained predictor, or "roofline"
+    latency_ms: float
+    latency_ms_interval: tuple[float, float]
+    energy_j: float
+    energy_j_interval: tuple[float, float]
+    memory_mib: float
+    memory_mib_interval: tuple[float, float]
+    roofline_latency_ms: float  # the roofline bound on the whole GPU
+    mig: MigRecommendation
+    runtime: dict = field(default_factory=dict)  # what the prediction assumes runs the model (`runtime_of`)
+
+    def to_json(self) -> dict:
+        """The `prediction` block of `preflight.report/1`."""
+        return {
+            "device": self.device,
+            "predictor": self.predictor,
+            "latency_ms": self.latency_ms,
+            "latency_ms_interval": list(self.latency_ms_interval),
+            "energy_j": self.energy_j,
+            "energy_j_interval": list(self.energy_j_interval),
+            "memory_mb": self.memory_mib,
+            "memory_mb_interval": list(self.memory_mib_interval),
+            "roofline_latency_ms": self.roofline_latency_ms,
+            "mig": self.mig.to_json(),
+            "runtime": dict(self.runtime),
+        }
+
+
+def runtime_of(ops) -> dict:
+    """What a prediction assumes executes the model: eager PyTorch on CUDA at torch's default precision flags
+    (`torch.backends.cudnn.allow_tf32` True: float32 convolutions on TF32 tensor cores;
+    `torch.backends.cuda.matmul.allow_tf32` False: float32 matmuls on FP32 CUDA cores), in the dtype most of the
+    graph's multiply-add ops (else its ops) compute in."""
+    live = [c for c in ops if not c.weight_only and c.outputs]
+    heavy = [c for c in live if c.category in ("conv", "matmul", "attention")] or live
+    dtypes = Counter(c.output.dtype for c in heavy)
+    return {
+        "framework": "pytorch-eager-cuda",
+        "dtype": dtypes.most_common(1)[0][0] if dtypes else "float32",
+        "tf32_conv": True,
+        "tf32_matmul": False,
+    }
+
+
+def predict(
+    analysis,
+    device_name: str,
+    *,
+    latency_slo_ms: float | None = None,
+    max_slowdown: float | None = None,
+    checkpoints: Path = CHECKPOINTS,
+) -> tuple[Prediction, list[str]]:
+    """The prediction for `analysis` on `device_name`, and warnings to show the user.
+
+    `latency_slo_ms` and `max_slowdown` go to the MIG recommender (`predictor.mig.recommend`).
+    """
     device = get_device(device_name)
     warnings: list[str] = []
-    arrays = op_arrays(analysis.ops)
-    bound = latency_bound_ms_arrays(arrays, device)
-    launch_ms = sum(1 for c in analysis.ops if not c.weight_only) * LAUNCH_US / 1e3
+    karrays = kernel_arrays(analysis.kernels)
+    whole = kernel_latency_arrays(karrays, device)
+    bound = whole.bound_ms
     artifact = find_artifact(device.key, checkpoints)
+    trained = None
     if artifact is not None:
+        from .train import ArtifactError
+
+        try:
+            trained = _load_cached(artifact)
+        except ArtifactError as exc:  # stale or corrupt: the estimate still answers
+            warnings.append(f"{exc}; using the kernel-model estimate instead")
+    if trained is not None:
         from .train import prepare
 
-        trained = _load_cached(artifact)
+        arrays = op_arrays(analysis.ops)
         q = trained.predict_prepared([prepare(_sample_from_analysis(analysis, device.key, arrays), trained.variant)])[0]
         (lat_lo, lat, lat_hi), (e_lo, e, e_hi), (m_lo, m, m_hi) = (tuple(float(v) for v in q[t]) for t in range(3))
         name = artifact.name
     else:
-        lat = bound + launch_ms
-        lat_lo, lat_hi = bound, 3 * lat
+        lat = whole.eager_ms
+        lat_lo, lat_hi = bound, ESTIMATE_HIGH * lat
         e = lat / 1e3 * 0.6 * device.tdp_w
         e_lo, e_hi = lat_lo / 1e3 * 0.3 * device.tdp_w, lat_hi / 1e3 * device.tdp_w
         m_lo, m, m_hi = roofline_memory_mib(analysis.totals.param_bytes, analysis.totals.peak_activation_bytes)
         name = "roofline"
-        warnings.append(f"no trained predictor for {device.key}: roofline estimate (bound + {LAUNCH_US:g} us launch "
-                        f"per op; energy at 60% of TDP; intervals are assumptions, not calibrated)")
-    slices = _slice_latencies(arrays, device, bound, lat, launch_ms)
-    rec = recommend(device, m_hi, latency_ms_by_profile=slices, latency_slo_ms=latency_slo_ms)
-    block = {
-        "device": device.key, "predictor": name,
-        "latency_ms": lat, "latency_ms_interval": [lat_lo, lat_hi],
-        "energy_j": e, "energy_j_interval": [e_lo, e_hi],
-        "memory_mb": m, "memory_mb_interval": [m_lo, m_hi],
-        "roofline_latency_ms": bound,
-        "mig": rec.to_json(),
+        warnings.append(
+            f"no trained predictor for {device.key}: kernel-model estimate (each eager CUDA kernel timed with "
+            f"efficiencies fitted on public single-kernel measurements; energy at 60% of TDP; the intervals are "
+            f"assumptions, not calibrated on whole-model measurements)"
+        )
+    per_slice = {p.name: kernel_latency_arrays(karrays, device, p) for p in device.mig}
+    slices = _slice_latencies(device, whole, per_slice, lat, trained is not None)
+    rec = recommend(
+        device,
+        m_hi,
+        latency_ms_by_profile=slices,
+        latency_slo_ms=latency_slo_ms,
+        full_gpu_latency_ms=lat,
+        max_slowdown=max_slowdown,
+    )
+    prediction = Prediction(
+        device=device.key,
+        predictor=name,
+        latency_ms=lat,
+        latency_ms_interval=(lat_lo, lat_hi),
+        energy_j=e,
+        energy_j_interval=(e_lo, e_hi),
+        memory_mib=m,
+        memory_mib_interval=(m_lo, m_hi),
+        roofline_latency_ms=bound,
+        mig=rec,
+        runtime=runtime_of(analysis.ops),
+    )
+    return prediction, warnings
+
+
+def op_times_ms(analysis, prediction: Prediction) -> dict[int, tuple[float, bool]]:
+    """A prediction's latency apportioned over the live Relax ops: op index -> (ms, compute bound).
+
+    Each kernel's modelled time goes to the ops it covers (split evenly when it covers several, e.g. a fused
+    attention); views and folded ops get 0. With the estimate the shares add up to its latency exactly; a
+    trained predictor's latency (it predicts the graph, not each op) is spread the same way.
+    """
+    times = kernel_latency_arrays(kernel_arrays(analysis.kernels), get_device(prediction.device))
+    per_op: dict[int, float] = {}
+    bound: dict[int, bool] = {}
+    for kern, sec, cb in zip(analysis.kernels, times.eager_s, times.compute_bound, strict=True):
+        for i in kern.ops:
+            per_op[i] = per_op.get(i, 0.0) + sec / len(kern.ops)
+            bound[i] = bound.get(i, False) or bool(cb)
+    total = sum(per_op.values())
+    scale = prediction.latency_ms / (total * 1e3) if total > 0 else 0.0
+    return {
+        c.index: (per_op.get(c.index, 0.0) * 1e3 * scale, bound.get(c.index, False))
+        for c in analysis.ops
+        if not c.weight_only
     }
-    return block, warnings

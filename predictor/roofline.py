@@ -12,8 +12,8 @@ A MIG slice owns a share of the SMs (compute) and of the memory slices (bandwidt
 scales the two terms separately.
 
 Memory estimate, each term stated: weights (the graph's parameter bytes) + peak live activations
-(liveness pass) + CUDA context + library workspace. The context and workspace are assumptions until
-calibrated from GPU measurements (the harness records the context it measures).
+(liveness pass) + CUDA context + library workspace (`predictor.devices.CONTEXT_MIB` and `WORKSPACE_MIB`,
+assumptions until calibrated from GPU measurements: the harness records the context it measures).
 """
 
 from __future__ import annotations
@@ -23,17 +23,29 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .devices import Device, MigProfile
+from passes.costs.registry import CATEGORIES, MULTIPLY_ADD_CATEGORIES
 
-CONTEXT_MIB = 500.0  # CUDA context + cuBLAS/cuDNN handles with PyTorch on Hopper: assumed, to calibrate
-WORKSPACE_MIB = 64.0  # cuBLAS (32 MiB on Hopper) + cuDNN conv workspace: assumed, to calibrate
+from .devices import CONTEXT_MIB, WORKSPACE_MIB, Device, MigProfile
 
-_TENSOR_CORE_CATEGORIES = {"conv", "matmul", "attention"}
+__all__ = [
+    "CONTEXT_MIB",
+    "WORKSPACE_MIB",
+    "MemoryEstimate",
+    "OpBound",
+    "latency_bound_ms",
+    "latency_bound_ms_arrays",
+    "memory_estimate",
+    "op_arrays",
+    "op_bound",
+    "op_bounds",
+    "peak_rate",
+    "shares",
+]
 
 
 def peak_rate(device: Device, category: str, dtype: str) -> float:
     """FLOP/s available to an op of `category` computing in `dtype` (see the module docstring)."""
-    if category in _TENSOR_CORE_CATEGORIES:
+    if category in MULTIPLY_ADD_CATEGORIES:  # the matrix-multiply-accumulate ops tensor cores run
         if dtype == "float16":
             return device.peak_flops["fp16"]
         if dtype == "bfloat16":
@@ -60,8 +72,16 @@ class OpBound:
         return self.compute_s >= self.memory_s
 
 
-def op_bound(index: int, flops: float, nbytes: float, category: str, dtype: str, device: Device,
-             sm_share: float = 1.0, bandwidth_share: float = 1.0) -> OpBound:
+def op_bound(
+    index: int,
+    flops: float,
+    nbytes: float,
+    category: str,
+    dtype: str,
+    device: Device,
+    sm_share: float = 1.0,
+    bandwidth_share: float = 1.0,
+) -> OpBound:
     """Roofline times of one op from its FLOPs, bytes moved, category and dtype."""
     rate = peak_rate(device, category, dtype) * sm_share
     return OpBound(index, flops / rate, nbytes / (device.bandwidth * bandwidth_share))
@@ -69,15 +89,24 @@ def op_bound(index: int, flops: float, nbytes: float, category: str, dtype: str,
 
 def op_bounds(ops: Iterable, device: Device, *, sm_share: float = 1.0, bandwidth_share: float = 1.0) -> list[OpBound]:
     """Per-op bounds for `passes.costs.OpCost`-like records (flops, bytes, category, output dtype)."""
-    return [op_bound(op.index, op.flops, op.bytes_read + op.bytes_written, op.category,
-                     op.output.dtype if op.outputs else "float32", device, sm_share, bandwidth_share)
-            for op in ops if not getattr(op, "weight_only", False)]
+    return [
+        op_bound(
+            op.index,
+            op.flops,
+            op.bytes_read + op.bytes_written,
+            op.category,
+            op.output.dtype if op.outputs else "float32",
+            device,
+            sm_share,
+            bandwidth_share,
+        )
+        for op in ops
+        if not getattr(op, "weight_only", False)
+    ]
 
 
 def op_arrays(ops: Iterable) -> dict[str, np.ndarray]:
     """The per-op arrays the bound needs (the same arrays `analyzer.dataset` caches)."""
-    from passes.costs.registry import CATEGORIES
-
     ops = list(ops)
     return {
         "op_flops": np.array([c.flops for c in ops], dtype=np.float64),
@@ -95,8 +124,6 @@ def latency_bound_ms(ops: Iterable, device: Device, profile: MigProfile | None =
 
 def latency_bound_ms_arrays(arrays: dict, device: Device, profile: MigProfile | None = None) -> float:
     """`latency_bound_ms` from per-op arrays (`op_arrays`, or a graph cache of `analyzer.dataset`)."""
-    from passes.costs.registry import CATEGORIES
-
     sm_share, bw_share = shares(device, profile)
     cats, dtypes = arrays["op_category"], arrays["op_dtype"]
     rates = np.empty(len(cats), dtype=np.float64)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import time
 import warnings
 from collections.abc import Sequence
@@ -27,9 +28,25 @@ from .model import QUANTILES, CostPredictor, pinball_loss
 from .roofline import latency_bound_ms_arrays, memory_estimate
 
 STATIC_NAMES = (
-    "macs", "flops", "params", "param_bytes", "peak_activation_bytes", "bytes_read", "bytes_written", "op_count",
-    "batch_size", "n_conv", "n_dense", "n_relu", "n_attention", "n_elementwise", "n_reduction", "n_normalization",
-    "n_pooling", "n_data_movement", "n_other",
+    "macs",
+    "flops",
+    "params",
+    "param_bytes",
+    "peak_activation_bytes",
+    "bytes_read",
+    "bytes_written",
+    "op_count",
+    "batch_size",
+    "n_conv",
+    "n_dense",
+    "n_relu",
+    "n_attention",
+    "n_elementwise",
+    "n_reduction",
+    "n_normalization",
+    "n_pooling",
+    "n_data_movement",
+    "n_other",
 )
 DEVICE_FEATURES = ("log_fp32_tflops", "log_fp16_tflops", "log_bandwidth_gbs", "log_memory_gib", "is_cpu")
 DIPPM_STATIC = ("macs", "batch_size", "n_conv", "n_dense", "n_relu")
@@ -39,8 +56,13 @@ def device_vector(device: str) -> list[float]:
     d = DEVICES.get(device)
     if d is None:  # a CPU (or an unknown GPU): no datasheet figures
         return [0.0, 0.0, 0.0, 0.0, 1.0 if device.startswith("cpu") else 0.0]
-    return [math.log10(d.peak_flops["fp32"] / 1e12), math.log10(d.peak_flops["fp16"] / 1e12),
-            math.log10(d.bandwidth / 1e9), math.log10(d.memory_mib / 1024), 0.0]
+    return [
+        math.log10(d.peak_flops["fp32"] / 1e12),
+        math.log10(d.peak_flops["fp16"] / 1e12),
+        math.log10(d.bandwidth / 1e9),
+        math.log10(d.memory_mib / 1024),
+        0.0,
+    ]
 
 
 def roofline_features(sample_ops: dict, static: dict, device: str) -> tuple[float, float]:
@@ -52,8 +74,13 @@ def roofline_features(sample_ops: dict, static: dict, device: str) -> tuple[floa
     return latency_bound_ms_arrays(sample_ops, d), mem
 
 
-def graph_vector(static: dict, device: str, roofline: tuple[float, float], names: Sequence[str] = STATIC_NAMES,
-                 with_device: bool = True) -> np.ndarray:
+def graph_vector(
+    static: dict,
+    device: str,
+    roofline: tuple[float, float],
+    names: Sequence[str] = STATIC_NAMES,
+    with_device: bool = True,
+) -> np.ndarray:
     vec = [math.log1p(max(float(static.get(k, 0.0)), 0.0)) for k in names]
     if with_device:
         vec += device_vector(device)
@@ -67,11 +94,26 @@ def graph_vector(static: dict, device: str, roofline: tuple[float, float], names
 
 # DIPPM's 16-op vocabulary, mapped from preflight's op columns ("other" collects the rest).
 DIPPM_VOCAB = {
-    "relax.nn.conv2d": 0, "relax.nn.conv1d": 0, "relax.nn.conv3d": 0, "relax.nn.conv2d_transpose": 0,
-    "relax.matmul": 1, "relax.einsum": 1, "relax.nn.relu": 2, "relax.add": 3, "relax.nn.batch_norm": 4,
-    "relax.nn.max_pool2d": 5, "relax.nn.avg_pool2d": 6, "relax.nn.adaptive_avg_pool2d": 6, "relax.nn.softmax": 7,
-    "relax.concat": 8, "relax.multiply": 9, "relax.nn.layer_norm": 10, "relax.nn.gelu": 11, "relax.sigmoid": 12,
-    "relax.reshape": 13, "relax.permute_dims": 14,
+    "relax.nn.conv2d": 0,
+    "relax.nn.conv1d": 0,
+    "relax.nn.conv3d": 0,
+    "relax.nn.conv2d_transpose": 0,
+    "relax.matmul": 1,
+    "relax.einsum": 1,
+    "relax.nn.relu": 2,
+    "relax.add": 3,
+    "relax.nn.batch_norm": 4,
+    "relax.nn.max_pool2d": 5,
+    "relax.nn.avg_pool2d": 6,
+    "relax.nn.adaptive_avg_pool2d": 6,
+    "relax.nn.softmax": 7,
+    "relax.concat": 8,
+    "relax.multiply": 9,
+    "relax.nn.layer_norm": 10,
+    "relax.nn.gelu": 11,
+    "relax.sigmoid": 12,
+    "relax.reshape": 13,
+    "relax.permute_dims": 14,
 }
 
 
@@ -89,8 +131,15 @@ class Variant:
 
 
 OURS = Variant("preflight")
-DIPPM = Variant("dippm", dataflow_edges=False, node_vocab="dippm", static_names=DIPPM_STATIC, with_device=False,
-                readout="sum", quantiles=(0.5,))
+DIPPM = Variant(
+    "dippm",
+    dataflow_edges=False,
+    node_vocab="dippm",
+    static_names=DIPPM_STATIC,
+    with_device=False,
+    readout="sum",
+    quantiles=(0.5,),
+)
 
 
 def node_matrix(x: np.ndarray, variant: Variant) -> np.ndarray:
@@ -103,7 +152,7 @@ def node_matrix(x: np.ndarray, variant: Variant) -> np.ndarray:
     op_idx = x[:, :n_vocab].argmax(axis=1) if x.shape[0] else np.zeros(0, dtype=int)
     for row, i in enumerate(op_idx):
         onehot[row, DIPPM_VOCAB.get(OP_VOCAB[i] if i < len(OP_VOCAB) else "", 15)] = 1.0
-    return np.concatenate([onehot, x[:, -len(NUMERIC_COLUMNS):]], axis=1)
+    return np.concatenate([onehot, x[:, -len(NUMERIC_COLUMNS) :]], axis=1)
 
 
 def edges(sample_edges: np.ndarray, n_nodes: int, variant: Variant) -> np.ndarray:
@@ -118,6 +167,7 @@ def edges(sample_edges: np.ndarray, n_nodes: int, variant: Variant) -> np.ndarra
 # --------------------------------------------------------------------------------------------------
 # Normalisation and tensors
 # --------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Normaliser:
@@ -146,8 +196,10 @@ class Normaliser:
         return cls(*ms(allx), *ms(g), *ms(logy))
 
     def to_json(self) -> dict:
-        return {k: getattr(self, k).tolist() for k in ("node_mean", "node_std", "graph_mean", "graph_std",
-                                                       "y_mean", "y_std")}
+        return {
+            k: getattr(self, k).tolist()
+            for k in ("node_mean", "node_std", "graph_mean", "graph_std", "y_mean", "y_std")
+        }
 
     @classmethod
     def from_json(cls, doc: dict) -> Normaliser:
@@ -169,22 +221,28 @@ class Prepared:
 def prepare(sample: Sample, variant: Variant) -> Prepared:
     roof = roofline_features(sample.ops, sample.static, sample.device)
     nodes = node_matrix(sample.x, variant)
-    return Prepared(nodes, edges(sample.edge_index, nodes.shape[0], variant),
-                    graph_vector(sample.static, sample.device, roof, variant.static_names, variant.with_device),
-                    sample.y.astype(np.float32), *roof)
+    return Prepared(
+        nodes,
+        edges(sample.edge_index, nodes.shape[0], variant),
+        graph_vector(sample.static, sample.device, roof, variant.static_names, variant.with_device),
+        sample.y.astype(np.float32),
+        *roof,
+    )
 
 
 def to_data(p: Prepared, norm: Normaliser) -> Data:
     x = torch.from_numpy((p.nodes - norm.node_mean) / norm.node_std).float()
     g = torch.from_numpy((p.graph - norm.graph_mean) / norm.graph_std).float().unsqueeze(0)
     y = torch.from_numpy((np.log(p.y) - norm.y_mean) / norm.y_std).float().unsqueeze(0)
-    return Data(x=x, edge_index=torch.from_numpy(np.ascontiguousarray(p.edge_index)).long(), static=g, y=y,
-                num_nodes=x.shape[0])
+    return Data(
+        x=x, edge_index=torch.from_numpy(np.ascontiguousarray(p.edge_index)).long(), static=g, y=y, num_nodes=x.shape[0]
+    )
 
 
 # --------------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class TrainConfig:
@@ -234,13 +292,12 @@ def _calibrated(z: np.ndarray, quantiles: Sequence[float], factors: np.ndarray) 
         return z
     mid = list(quantiles).index(0.5)
     z = z.copy()
-    med = z[:, :, mid:mid + 1]
+    med = z[:, :, mid : mid + 1]
     z = med + (z - med) * factors[None, :, None]
     return np.sort(z, axis=2)
 
 
-def train(samples: Sequence[Sample], variant: Variant = OURS, cfg: TrainConfig | None = None,
-          log=None) -> Trained:
+def train(samples: Sequence[Sample], variant: Variant = OURS, cfg: TrainConfig | None = None, log=None) -> Trained:
     """Fit one predictor on `samples` (a calibration share is held out for the interval)."""
     cfg = cfg or TrainConfig()
     torch.manual_seed(cfg.seed)
@@ -254,8 +311,13 @@ def train(samples: Sequence[Sample], variant: Variant = OURS, cfg: TrainConfig |
     fit = [prepared[i] for i in fit_idx]
     norm = Normaliser.fit([p.nodes for p in fit], [p.graph for p in fit], np.stack([p.y for p in fit]))
     data = [to_data(p, norm) for p in fit]
-    model = CostPredictor(fit[0].nodes.shape[1], fit[0].graph.shape[0], hidden=cfg.hidden, readout=variant.readout,
-                          quantiles=variant.quantiles)
+    model = CostPredictor(
+        fit[0].nodes.shape[1],
+        fit[0].graph.shape[0],
+        hidden=cfg.hidden,
+        readout=variant.readout,
+        quantiles=variant.quantiles,
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.epochs)
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -331,6 +393,7 @@ def calibrate(trained: Trained, held: Sequence[Prepared], coverage: float = 0.9)
 # Artifacts
 # --------------------------------------------------------------------------------------------------
 
+
 def save(trained: Trained, directory: Path, meta: dict) -> None:
     """Write `model.pt` (a state dict: tensors only) and `meta.json` (everything else)."""
     from passes.features import FEATURE_VERSION
@@ -341,9 +404,13 @@ def save(trained: Trained, directory: Path, meta: dict) -> None:
     doc = {
         **meta,
         "feature_version": FEATURE_VERSION,
-        "variant": {"name": trained.variant.name, "static_names": list(trained.variant.static_names),
-                    "with_device": trained.variant.with_device, "dataflow_edges": trained.variant.dataflow_edges,
-                    "node_vocab": trained.variant.node_vocab},
+        "variant": {
+            "name": trained.variant.name,
+            "static_names": list(trained.variant.static_names),
+            "with_device": trained.variant.with_device,
+            "dataflow_edges": trained.variant.dataflow_edges,
+            "node_vocab": trained.variant.node_vocab,
+        },
         "model": trained.model.config,
         "normaliser": trained.norm.to_json(),
         "calibration": trained.calibration,
@@ -363,19 +430,37 @@ def load(directory: Path) -> tuple[Trained, dict]:
     directory = Path(directory)
     try:
         meta = json.loads((directory / "meta.json").read_text())
-        state = torch.load(directory / "model.pt", weights_only=True, map_location="cpu")
-    except (OSError, ValueError, RuntimeError) as exc:
+    except (OSError, ValueError) as exc:
         raise ArtifactError(f"cannot load the predictor in {directory}: {exc}") from exc
     if meta.get("feature_version") != FEATURE_VERSION:
-        raise ArtifactError(f"predictor {directory.name} was trained on features {meta.get('feature_version')}, "
-                            f"this preflight computes {FEATURE_VERSION}: retrain it")
+        raise ArtifactError(
+            f"predictor {directory.name} was trained on features {meta.get('feature_version')}, "
+            f"this preflight computes {FEATURE_VERSION}: retrain it"
+        )
+    try:
+        state = torch.load(directory / "model.pt", weights_only=True, map_location="cpu")
+    except (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+        raise ArtifactError(f"cannot load the predictor in {directory}: {exc}") from exc
     v = meta["variant"]
     m = meta["model"]
-    variant = Variant(v["name"], dataflow_edges=v["dataflow_edges"], node_vocab=v["node_vocab"],
-                      static_names=tuple(v["static_names"]), with_device=v["with_device"], readout=m["readout"],
-                      quantiles=tuple(m["quantiles"]))
-    model = CostPredictor(m["node_dim"], m["static_dim"], hidden=m["hidden"], layers=m["layers"],
-                          readout=m["readout"], quantiles=tuple(m["quantiles"]), dropout=m["dropout"])
+    variant = Variant(
+        v["name"],
+        dataflow_edges=v["dataflow_edges"],
+        node_vocab=v["node_vocab"],
+        static_names=tuple(v["static_names"]),
+        with_device=v["with_device"],
+        readout=m["readout"],
+        quantiles=tuple(m["quantiles"]),
+    )
+    model = CostPredictor(
+        m["node_dim"],
+        m["static_dim"],
+        hidden=m["hidden"],
+        layers=m["layers"],
+        readout=m["readout"],
+        quantiles=tuple(m["quantiles"]),
+        dropout=m["dropout"],
+    )
     model.load_state_dict(state)
     model.eval()
     return Trained(model, Normaliser.from_json(meta["normaliser"]), variant, list(meta["calibration"])), meta

@@ -76,11 +76,16 @@ class Wav2LetterSmall(nn.Module):
     def __init__(self, n_mels: int = 40, width: int = 64, n_classes: int = 29):
         super().__init__()
         self.layers = nn.Sequential(
-            nn.Conv1d(n_mels, width, 11, stride=2, padding=5), nn.ReLU(),
-            nn.Conv1d(width, width, 7, padding=3), nn.ReLU(),
-            nn.Conv1d(width, width, 7, padding=3), nn.ReLU(),
-            nn.Conv1d(width, 2 * width, 15, stride=1, padding=7, dilation=1), nn.ReLU(),
-            nn.Conv1d(2 * width, 2 * width, 1), nn.ReLU(),
+            nn.Conv1d(n_mels, width, 11, stride=2, padding=5),
+            nn.ReLU(),
+            nn.Conv1d(width, width, 7, padding=3),
+            nn.ReLU(),
+            nn.Conv1d(width, width, 7, padding=3),
+            nn.ReLU(),
+            nn.Conv1d(width, 2 * width, 15, stride=1, padding=7, dilation=1),
+            nn.ReLU(),
+            nn.Conv1d(2 * width, 2 * width, 1),
+            nn.ReLU(),
             nn.Conv1d(2 * width, n_classes, 1),
         )
 

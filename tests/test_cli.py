@@ -1,4 +1,4 @@
-"""The `preflight` command line (DESIGN.md: CLI, exit codes, JSON report preflight.report/1).
+"""The `preflight` command line (docs/design.md: CLI, exit codes, JSON report preflight.report/1).
 
 Models are built inside the tests: a hand-made ONNX conv (exact numbers), a small torch CNN saved as
 .pt2 and exported to ONNX, and a .pt2 using ATen ops TVM's importer lacks.
@@ -22,16 +22,46 @@ from analyzer.cli import cli
 
 REPO = Path(__file__).resolve().parents[1]
 
-TOP_KEYS = {"schema", "tool", "model", "inputs", "totals", "ops", "graph", "warnings"}
-TOTALS_KEYS = {"flops", "macs", "params", "param_bytes", "peak_activation_bytes", "bytes_read",
-               "bytes_written", "op_count", "unsupported"}
-OP_KEYS = {"index", "name", "op", "category", "flops", "macs", "bytes_read", "bytes_written", "inputs",
-           "output", "weight_bytes"}
-CATEGORIES = {"conv", "matmul", "attention", "elementwise", "reduction", "normalization", "pooling",
-              "data_movement", "other"}
+TOP_KEYS = {"schema", "tool", "model", "inputs", "totals", "ops", "kernels", "graph", "warnings"}
+TOTALS_KEYS = {
+    "flops",
+    "macs",
+    "params",
+    "param_bytes",
+    "peak_activation_bytes",
+    "bytes_read",
+    "bytes_written",
+    "op_count",
+    "unsupported",
+}
+OP_KEYS = {
+    "index",
+    "name",
+    "op",
+    "category",
+    "flops",
+    "macs",
+    "bytes_read",
+    "bytes_written",
+    "inputs",
+    "output",
+    "weight_bytes",
+}
+CATEGORIES = {
+    "conv",
+    "matmul",
+    "attention",
+    "elementwise",
+    "reduction",
+    "normalization",
+    "pooling",
+    "data_movement",
+    "other",
+}
 
 
 # ---- helpers -----------------------------------------------------------------------------
+
 
 def run(*args: str):
     return CliRunner().invoke(cli, [str(a) for a in args])
@@ -95,6 +125,7 @@ def hand_onnx(path: Path, *, batch: str | int = "N", bias: bool = True, conv: bo
 
 # ---- fixtures (built once per module) -------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     import torch
@@ -123,8 +154,13 @@ def models(tmp_path_factory) -> dict[str, Path]:
 
     torch.manual_seed(0)
     cnn, x = CNN().eval(), torch.randn(1, 3, 8, 8)
-    out = {"cnn_pt2": d / "cnn.pt2", "cnn_onnx": d / "cnn.onnx", "exotic": d / "exotic.pt2",
-           "amax": d / "amax.pt2", "dyn_pt2": d / "dyn.pt2"}
+    out = {
+        "cnn_pt2": d / "cnn.pt2",
+        "cnn_onnx": d / "cnn.onnx",
+        "exotic": d / "exotic.pt2",
+        "amax": d / "amax.pt2",
+        "dyn_pt2": d / "dyn.pt2",
+    }
     torch.export.save(torch.export.export(cnn, (x,)), out["cnn_pt2"])
     torch.onnx.export(cnn, (x,), str(out["cnn_onnx"]), dynamo=True, verbose=False)
     batch = torch.export.Dim("batch", min=1, max=64)
@@ -138,6 +174,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
 
 
 # ---- formats and the JSON schema ---------------------------------------------------------------
+
 
 def check_schema(doc: dict) -> None:
     assert set(doc) == TOP_KEYS  # no "prediction" for analyze
@@ -193,9 +230,21 @@ def test_analyze_text_formats(models, key, fmt):
         assert "nn.conv2d" in res.stdout
 
 
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_explain_says_what_every_row_means(models, fmt):
+    out = ok("predict", models["tiny"], "--batch", "2", "--format", fmt, "--explain").stdout
+    plain = ok("predict", models["tiny"], "--batch", "2", "--format", fmt).stdout
+    assert "what the rows mean" in out.lower() and "what the rows mean" not in plain.lower()
+    for row in ("FLOPs", "MACs", "params", "peak activations", "roofline bound", "MIG slice"):
+        assert row in out.split("hat the rows mean")[1], row
+    assert out.startswith(plain.rstrip("\n").split("\n")[0])
+
+
 def test_table_is_default_format(models):
-    assert ok("analyze", models["tiny"], "--batch", "2").stdout == \
-        ok("analyze", models["tiny"], "--batch", "2", "--format", "table").stdout
+    assert (
+        ok("analyze", models["tiny"], "--batch", "2").stdout
+        == ok("analyze", models["tiny"], "--batch", "2", "--format", "table").stdout
+    )
 
 
 def test_hand_built_conv_numbers(models):
@@ -229,6 +278,21 @@ def test_hand_built_conv_numbers(models):
     assert t["flops"] == sum(o["flops"] for o in doc["ops"])
 
 
+def test_dtype_knob_retargets_every_float_tensor(models):
+    doc = ok_json("analyze", models["tiny"], "--batch", "2", "--dtype", "float16")
+    conv = [o for o in doc["ops"] if o["op"] == "relax.nn.conv2d"][0]
+    # the fp32 numbers of test_hand_built_conv_numbers, at 2 bytes per element: x 2*3*8*8*2 = 768 B,
+    # weight 108*2 = 216 B, output 2*4*8*8*2 = 1024 B; FLOPs and params do not change
+    assert conv["bytes_read"] == 768 + 216 and conv["bytes_written"] == 1024 and conv["flops"] == 27648
+    assert doc["inputs"] == [{"name": "x", "shape": [2, 3, 8, 8], "dtype": "float16"}]
+    assert doc["totals"]["params"] == 112 and doc["totals"]["param_bytes"] == 112 * 2
+    assert any("--dtype" in w for w in doc["warnings"])
+    # the zoo's own float16 build (the module cast with .half()) gives the same bytes as the knob
+    knob = ok_json("analyze", "zoo:resnet18?resolution=32", "--dtype", "float16")["totals"]
+    built = ok_json("analyze", "zoo:resnet18?resolution=32&dtype=float16")["totals"]
+    assert knob == built
+
+
 def test_torch_cnn_numbers_agree_across_formats(models):
     # conv 3->8 3x3 pad 1 on 1x3x8x8: 8*8*8 outputs * 27 = 13824 MACs; linear 8->10: 80 MACs
     # -> 13904 MACs, whether read from the .pt2 or its ONNX export (which may fold the batch norm)
@@ -243,6 +307,7 @@ def test_torch_cnn_numbers_agree_across_formats(models):
 
 
 # ---- -o FILE ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("fmt", ["json", "table", "markdown"])
 def test_output_file(models, tmp_path, fmt):
@@ -259,10 +324,12 @@ def test_output_file(models, tmp_path, fmt):
 
 
 def test_output_to_unwritable_place(models, tmp_path):
-    fails(2, "analyze", models["tiny"], "--batch", "2", "-o", tmp_path / "no" / "such" / "dir" / "r.json")
+    msg = fails(2, "analyze", models["tiny"], "--batch", "2", "-o", tmp_path / "no" / "such" / "dir" / "r.json")
+    assert msg.startswith("error: cannot write") and "r.json" in msg
 
 
 # ---- shapes: --batch and --input ----------------------------------------------------------------
+
 
 def test_batch_and_input_set_a_dynamic_batch(models):
     b2 = ok_json("analyze", models["tiny"], "--batch", "2")["totals"]
@@ -296,7 +363,8 @@ def test_input_dtype_on_pt2_is_applied_or_refused(models):
     if res.exit_code == 0:
         assert json.loads(res.stdout)["inputs"][0]["dtype"] == "float16"
     else:
-        fails(2, "analyze", models["cnn_pt2"], "--input", "x:1x3x8x8:float16")
+        msg = fails(2, "analyze", models["cnn_pt2"], "--input", "x:1x3x8x8:float16")
+        assert "is float32" in msg and "fixes its dtypes" in msg
 
 
 def test_dynamic_dim_left_unset(models):
@@ -307,7 +375,8 @@ def test_dynamic_dim_left_unset(models):
 
 
 def test_dynamic_dim_left_unset_json_stdout_empty(models):
-    fails(2, "analyze", models["tiny"], "--format", "json")
+    msg = fails(2, "analyze", models["tiny"], "--format", "json")
+    assert "'x'" in msg and "dimension 0" in msg and "dynamic" in msg
 
 
 @pytest.mark.parametrize("spec", ["y:2x3x8x8", "X:2x3x8x8"])
@@ -316,19 +385,22 @@ def test_input_naming_a_missing_input(models, spec):
     assert spec.split(":")[0] in msg
 
 
-@pytest.mark.parametrize("spec", ["x:axb", "x:", "x", ":2x3x8x8", "x:2x3x8x0", "x:2x-3x8x8", "x:2x3x8x8:float7",
-                                  "x:2x3xx8"])
+@pytest.mark.parametrize(
+    "spec", ["x:axb", "x:", "x", ":2x3x8x8", "x:2x3x8x0", "x:2x-3x8x8", "x:2x3x8x8:float7", "x:2x3xx8"]
+)
 def test_malformed_input(models, spec):
     msg = fails(2, "analyze", models["tiny"], "--input", spec)
     assert "--input" in msg
 
 
 def test_input_given_twice(models):
-    fails(2, "analyze", models["tiny"], "--input", "x:2x3x8x8", "--input", "x:4x3x8x8")
+    msg = fails(2, "analyze", models["tiny"], "--input", "x:2x3x8x8", "--input", "x:4x3x8x8")
+    assert "--input x given twice" in msg
 
 
 def test_input_with_wrong_rank(models):
-    fails(2, "analyze", models["tiny"], "--input", "x:2x3x8")
+    msg = fails(2, "analyze", models["tiny"], "--input", "x:2x3x8")
+    assert "has 4 dimensions" in msg and "--input gives 3" in msg
 
 
 def test_input_contradicting_a_fixed_dim(models):
@@ -368,7 +440,8 @@ def test_pt2_dynamic_model_fixed_dims_still_fixed(models):
 @pytest.mark.parametrize("flag", ["--batch", "--input"])
 def test_dimension_beyond_int64(models, key, flag):
     value = str(2**64) if flag == "--batch" else f"x:{2**64}x3x8x8"
-    fails(2, "analyze", models[key], flag, value)
+    msg = fails(2, "analyze", models[key], flag, value)
+    assert ("--batch" in msg and "range" in msg) if flag == "--batch" else "larger than 2147483647" in msg
 
 
 @pytest.mark.parametrize("key", ["cnn_pt2", "cnn_onnx"])
@@ -388,13 +461,15 @@ def test_pt2_input_naming_a_missing_input(models):
 
 # ---- unsupported operators and --strict ---------------------------------------------------------
 
+
 def test_strict_fails_naming_unsupported_ops(models):
     msg = fails(1, "analyze", models["exotic"], "--strict")
     assert "bessel_j0" in msg and "lgamma" in msg
 
 
 def test_strict_fails_also_for_json(models):
-    fails(1, "analyze", models["exotic"], "--strict", "--format", "json")
+    msg = fails(1, "analyze", models["exotic"], "--strict", "--format", "json")
+    assert "no cost rule" in msg and "bessel_j0" in msg
 
 
 def test_unsupported_ops_without_strict(models):
@@ -425,6 +500,7 @@ def test_strict_passes_on_a_supported_model(models):
 
 # ---- zoo ----------------------------------------------------------------------------------
 
+
 def test_zoo_table():
     res = ok("zoo")
     assert "resnet" in res.stdout and "families" in res.stdout
@@ -452,31 +528,57 @@ def test_analyze_zoo_resnet18():
     assert abs(doc["totals"]["macs"] - 1.814e9) / 1.814e9 < 0.01
 
 
-@pytest.mark.parametrize("spec", ["zoo:nonexistent", "zoo:resnet?depth=abc", "zoo:resnet?depth=7",
-                                  "zoo:resnet?bogus=1", "zoo:"])
+@pytest.mark.parametrize(
+    "spec", ["zoo:nonexistent", "zoo:resnet?depth=abc", "zoo:resnet?depth=7", "zoo:resnet?bogus=1", "zoo:"]
+)
 def test_zoo_bad_names(spec):
-    fails(2, "analyze", spec)
+    msg = fails(2, "analyze", spec)
+    expected = {
+        "zoo:nonexistent": "unknown model 'nonexistent'",
+        "zoo:resnet?depth=abc": "'abc'",
+        "zoo:resnet?depth=7": "depth",
+        "zoo:resnet?bogus=1": "unknown parameter 'bogus'",
+        "zoo:": "empty or invalid model spec",
+    }[spec]
+    assert msg.startswith(f"error: {spec}") and expected in msg
 
 
 def test_zoo_rejects_input_specs():
-    fails(2, "analyze", "zoo:resnet18", "--input", "x:1x3x64x64")
+    msg = fails(2, "analyze", "zoo:resnet18", "--input", "x:1x3x64x64")
+    assert "zoo models take their shapes from parameters" in msg
 
 
 # ---- usage errors from click itself ----------------------------------------------------------------
 
-@pytest.mark.parametrize("args", [["analyze"], ["analyze", "m.onnx", "--format", "xml"], ["frobnicate"],
-                                  ["analyze", "m.onnx", "--top", "-1"], ["zoo", "--format", "markdown"]])
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["analyze"],
+        ["analyze", "m.onnx", "--format", "xml"],
+        ["frobnicate"],
+        ["analyze", "m.onnx", "--top", "-1"],
+        ["zoo", "--format", "markdown"],
+    ],
+)
 def test_click_usage_errors(args):
     click_usage_fails(*args)
 
 
 # ---- real processes: nothing on stderr but the message ---------------------------------------------
 
+
 def _subprocess(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     env.pop("PREFLIGHT_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "analyzer.cli", *map(str, args)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "analyzer.cli", *map(str, args)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_subprocess_error_is_short(models):
@@ -492,3 +594,37 @@ def test_subprocess_json_stdout_is_pure_json(models):
     p = _subprocess("analyze", models["tiny"], "--batch", "2", "--format", "json")
     assert p.returncode == 0, p.stderr
     check_schema(json.loads(p.stdout))
+
+
+# ---- shapes the file states exactly: empty tensors, shapes computed from values ----------------------------
+
+
+def _onnx_file(path, nodes, inputs, outputs, initializers=()):
+    import onnx
+    from onnx import helper
+
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_a_zero_sized_dimension_in_the_file_is_static(tmp_path):
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 0, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 0, 4])
+    path = _onnx_file(tmp_path / "empty.onnx", [helper.make_node("Relu", ["x"], ["y"])], [x], [y])
+    doc = ok_json("analyze", path)
+    # 2 x 0 x 4 = 0 elements: an empty tensor, analysed as such (0 FLOPs, 0 bytes), not "dynamic"
+    assert doc["inputs"] == [{"name": "x", "shape": [2, 0, 4], "dtype": "float32"}]
+    assert doc["totals"]["flops"] == 0 and doc["totals"]["bytes_read"] == 0
+
+
+def test_a_shape_computed_from_input_values_is_a_clean_missing_shape_error(tmp_path):
+    from onnx import TensorProto, helper
+
+    shape = helper.make_tensor_value_info("shape", TensorProto.INT64, [3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b", "c"])
+    path = _onnx_file(tmp_path / "cos.onnx", [helper.make_node("ConstantOfShape", ["shape"], ["y"])], [shape], [y])
+    msg = fails(2, "analyze", path)
+    assert "shape computed from the values of the inputs" in msg

@@ -20,6 +20,7 @@ def rule(op: str, attrs: dict, inputs: list[TensorInfo], *outputs: TensorInfo):
 
 # ---- matmul ------------------------------------------------------------------------------
 
+
 def test_matmul_2d():
     # a 8x16 @ b 16x32 -> out 8x32 = 256 elements, K = 16 -> MACs = 256 * 16 = 4096
     cost = rule("relax.matmul", {}, [T(8, 16), T(16, 32)], T(8, 32))
@@ -65,8 +66,14 @@ def test_matmul_batched_by_1d():
 def test_matmul_cost_of_bytes_and_weight_bytes():
     # linear layer in float16: x 8x16 activation, w 16x32 weight, out 8x32
     x, w, out = T(8, 16, dtype="float16"), T(16, 32, dtype="float16"), T(8, 32, dtype="float16")
-    node = OpNode(index=3, name="lv3", op="relax.matmul", attrs={},
-                  operands=[Operand(x, 2, "activation", 10), Operand(w, None, "weight", 4)], outputs=(out,))
+    node = OpNode(
+        index=3,
+        name="lv3",
+        op="relax.matmul",
+        attrs={},
+        operands=[Operand(x, 2, "activation", 10), Operand(w, None, "weight", 4)],
+        outputs=(out,),
+    )
     c = cost_of(node)
     assert c.category == "matmul" and c.supported
     assert c.macs == 4096 and c.flops == 8192  # 8*32 * 16
@@ -77,6 +84,7 @@ def test_matmul_cost_of_bytes_and_weight_bytes():
 
 # ---- outer -------------------------------------------------------------------------------
 
+
 def test_outer():
     # a (3,) outer b (4,) -> out 3x4: 1 multiply per output, no accumulation -> 12 FLOPs, 0 MACs
     cost = rule("relax.outer", {}, [T(3), T(4)], T(3, 4))
@@ -84,6 +92,7 @@ def test_outer():
 
 
 # ---- einsum ------------------------------------------------------------------------------
+
 
 def test_einsum_batched_matmul():
     # "bij,bjk->bik": a 2x3x4, b 2x4x5 -> b=2, i=3, j=4, k=5 -> MACs = 2*3*4*5 = 120
@@ -100,8 +109,7 @@ def test_einsum_matches_matmul():
 def test_einsum_ellipsis():
     # "...ij,...jk->...ik": a 2x3x4x5 (ellipsis 2x3, i=4, j=5), b 3x5x6 (ellipsis 3, j=5, k=6)
     # broadcast ellipsis 2x3 -> MACs = 2*3*4*5*6 = 720 (= numel(out 2x3x4x6 = 144) * K 5)
-    cost = rule("relax.einsum", {"subscripts": "...ij,...jk->...ik"}, [T(2, 3, 4, 5), T(3, 5, 6)],
-                T(2, 3, 4, 6))
+    cost = rule("relax.einsum", {"subscripts": "...ij,...jk->...ik"}, [T(2, 3, 4, 5), T(3, 5, 6)], T(2, 3, 4, 6))
     assert cost.macs == 720 and cost.flops == 1440  # 2 * 720
 
 
@@ -150,11 +158,11 @@ def test_einsum_single_operand_ellipsis_reduction():
 
 # ---- attention ---------------------------------------------------------------------------
 
+
 def test_attention_t_neq_s_dv_neq_d():
     # q (B=2, S=8, N=4, D=16), k (2, T=10, 4, 16), v (2, 10, 4, Dv=32) -> out 2x8x4x32
     # MACs = B*N*S*T*(D + Dv) = 2*4*8*10 * (16 + 32) = 640 * 48 = 30720
-    cost = rule("relax.nn.attention", {}, [T(2, 8, 4, 16), T(2, 10, 4, 16), T(2, 10, 4, 32)],
-                T(2, 8, 4, 32))
+    cost = rule("relax.nn.attention", {}, [T(2, 8, 4, 16), T(2, 10, 4, 16), T(2, 10, 4, 32)], T(2, 8, 4, 32))
     assert cost.macs == 30720 and cost.flops == 61440  # 2 * 30720
 
 
@@ -167,15 +175,25 @@ def test_attention_self():
 
 def test_attention_bias():
     # same shapes as test_attention_t_neq_s_dv_neq_d plus a bias (B, N, S, T) = 2x4x8x10: MACs 30720
-    cost = rule("relax.nn.attention_bias", {},
-                [T(2, 8, 4, 16), T(2, 10, 4, 16), T(2, 10, 4, 32), T(2, 4, 8, 10)], T(2, 8, 4, 32))
+    cost = rule(
+        "relax.nn.attention_bias",
+        {},
+        [T(2, 8, 4, 16), T(2, 10, 4, 16), T(2, 10, 4, 32), T(2, 4, 8, 10)],
+        T(2, 8, 4, 32),
+    )
     assert cost.macs == 30720 and cost.flops == 61440
 
 
 def test_attention_category_and_bytes():
     q, k, v, out = T(2, 8, 4, 16), T(2, 10, 4, 16), T(2, 10, 4, 32), T(2, 8, 4, 32)
-    node = OpNode(index=0, name="lv0", op="relax.nn.attention", attrs={},
-                  operands=[Operand(t, None, "input", i) for i, t in enumerate((q, k, v))], outputs=(out,))
+    node = OpNode(
+        index=0,
+        name="lv0",
+        op="relax.nn.attention",
+        attrs={},
+        operands=[Operand(t, None, "input", i) for i, t in enumerate((q, k, v))],
+        outputs=(out,),
+    )
     c = cost_of(node)
     assert c.category == "attention"
     # q 1024 el + k 1280 el + v 2560 el = 4864 el * 4 B = 19456

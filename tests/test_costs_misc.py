@@ -20,13 +20,20 @@ def rule(op: str, attrs: dict, inputs: list[TensorInfo], *outputs: TensorInfo):
     return RULES[op].fn(attrs, inputs, tuple(outputs))
 
 
-def node(op: str, inputs: list[TensorInfo], outputs: list[TensorInfo], attrs: dict | None = None,
-         kinds: list[str] | None = None, **kw) -> OpNode:
+def node(
+    op: str,
+    inputs: list[TensorInfo],
+    outputs: list[TensorInfo],
+    attrs: dict | None = None,
+    kinds: list[str] | None = None,
+    **kw,
+) -> OpNode:
     kinds = kinds or ["activation"] * len(inputs)
-    operands = [Operand(t, 0 if k == "activation" else None, k, 100 + i)
-                for i, (t, k) in enumerate(zip(inputs, kinds, strict=True))]
-    return OpNode(index=1, name="lv1", op=op, attrs=attrs or {}, operands=operands, outputs=tuple(outputs),
-                  **kw)
+    operands = [
+        Operand(t, 0 if k == "activation" else None, k, 100 + i)
+        for i, (t, k) in enumerate(zip(inputs, kinds, strict=True))
+    ]
+    return OpNode(index=1, name="lv1", op=op, attrs=attrs or {}, operands=operands, outputs=tuple(outputs), **kw)
 
 
 # ---- elementwise -------------------------------------------------------------------------
@@ -34,25 +41,28 @@ def node(op: str, inputs: list[TensorInfo], outputs: list[TensorInfo], attrs: di
 X = T(2, 3, 4)  # 24 elements, 96 bytes in float32
 
 
-@pytest.mark.parametrize(("op", "flops"), [
-    ("relax.add", 24),  # 1 * 24
-    ("relax.multiply", 24),  # 1 * 24
-    ("relax.nn.relu", 24),  # 1 * 24
-    ("relax.exp", 24),  # transcendental = 1 -> 24
-    ("relax.sigmoid", 96),  # 4 * 24
-    ("relax.nn.silu", 120),  # 5 * 24
-    ("relax.nn.gelu", 120),  # 5 * 24
-    ("relax.nn.gelu_tanh", 216),  # 9 * 24
-    ("relax.clip", 48),  # 2 * 24
-    ("relax.nn.leakyrelu", 48),  # 2 * 24
-    ("relax.nn.prelu", 48),  # 2 * 24
-    ("relax.nn.softplus", 72),  # 3 * 24
-    ("relax.nn.selu", 120),  # 5 * 24
-    ("relax.ewise_fma", 48),  # 2 * 24
-    ("relax.log_add_exp", 96),  # 4 * 24
-    ("relax.quantize", 72),  # 3 * 24
-    ("relax.dequantize", 48),  # 2 * 24
-])
+@pytest.mark.parametrize(
+    ("op", "flops"),
+    [
+        ("relax.add", 24),  # 1 * 24
+        ("relax.multiply", 24),  # 1 * 24
+        ("relax.nn.relu", 24),  # 1 * 24
+        ("relax.exp", 24),  # transcendental = 1 -> 24
+        ("relax.sigmoid", 96),  # 4 * 24
+        ("relax.nn.silu", 120),  # 5 * 24
+        ("relax.nn.gelu", 120),  # 5 * 24
+        ("relax.nn.gelu_tanh", 216),  # 9 * 24
+        ("relax.clip", 48),  # 2 * 24
+        ("relax.nn.leakyrelu", 48),  # 2 * 24
+        ("relax.nn.prelu", 48),  # 2 * 24
+        ("relax.nn.softplus", 72),  # 3 * 24
+        ("relax.nn.selu", 120),  # 5 * 24
+        ("relax.ewise_fma", 48),  # 2 * 24
+        ("relax.log_add_exp", 96),  # 4 * 24
+        ("relax.quantize", 72),  # 3 * 24
+        ("relax.dequantize", 48),  # 2 * 24
+    ],
+)
 def test_elementwise_flops_per_element(op, flops):
     cost = rule(op, {}, [X, X], X)
     assert cost.macs == 0 and cost.flops == flops
@@ -103,6 +113,7 @@ def test_tensor_nbytes_sub_byte_and_vector_dtypes():
 
 
 # ---- normalization -----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("op", ["relax.nn.softmax", "relax.nn.log_softmax"])
 def test_softmax(op):
@@ -159,8 +170,13 @@ def test_rms_norm():
 def _batch_norm_node(training: bool) -> OpNode:
     x = T(2, 4, 3, 3)  # 72 elements, 288 bytes
     c = T(4)  # 16 bytes each
-    return node("relax.nn.batch_norm", [x, c, c, c, c], [x, c, c], attrs={"axis": 1, "training": training},
-                kinds=["activation", "weight", "weight", "weight", "weight"])
+    return node(
+        "relax.nn.batch_norm",
+        [x, c, c, c, c],
+        [x, c, c],
+        attrs={"axis": 1, "training": training},
+        kinds=["activation", "weight", "weight", "weight", "weight"],
+    )
 
 
 def test_batch_norm_inference():
@@ -181,24 +197,22 @@ def test_batch_norm_training():
 
 # ---- pooling -----------------------------------------------------------------------------
 
+
 def test_max_pool2d_2x2_stride2():
     # in 1x4x8x8, pool 2x2 stride 2 -> out 1x4x4x4 = 64; 64 * (2*2) = 256
-    cost = rule("relax.nn.max_pool2d", {"pool_size": [2, 2], "strides": [2, 2]}, [T(1, 4, 8, 8)],
-                T(1, 4, 4, 4))
+    cost = rule("relax.nn.max_pool2d", {"pool_size": [2, 2], "strides": [2, 2]}, [T(1, 4, 8, 8)], T(1, 4, 4, 4))
     assert cost.flops == 256 and cost.macs == 0
 
 
 def test_max_pool2d_3x3_stride1():
     # in 1x4x8x8, pool 3x3 stride 1 -> out 1x4x6x6 = 144; 144 * 9 = 1296
-    cost = rule("relax.nn.max_pool2d", {"pool_size": [3, 3], "strides": [1, 1]}, [T(1, 4, 8, 8)],
-                T(1, 4, 6, 6))
+    cost = rule("relax.nn.max_pool2d", {"pool_size": [3, 3], "strides": [1, 1]}, [T(1, 4, 8, 8)], T(1, 4, 6, 6))
     assert cost.flops == 1296
 
 
 def test_avg_pool2d_3x3_stride2():
     # in 1x4x8x8, pool 3x3 stride 2 -> out floor((8-3)/2)+1 = 3 -> 1x4x3x3 = 36; 36 * 9 = 324
-    cost = rule("relax.nn.avg_pool2d", {"pool_size": [3, 3], "strides": [2, 2]}, [T(1, 4, 8, 8)],
-                T(1, 4, 3, 3))
+    cost = rule("relax.nn.avg_pool2d", {"pool_size": [3, 3], "strides": [2, 2]}, [T(1, 4, 8, 8)], T(1, 4, 3, 3))
     assert cost.flops == 324
 
 
@@ -210,15 +224,20 @@ def test_max_pool1d():
 
 def test_avg_pool3d():
     # in 1x1x4x4x4, pool 2x2x2 stride 2 -> out 1x1x2x2x2 = 8; 8 * 8 = 64
-    cost = rule("relax.nn.avg_pool3d", {"pool_size": [2, 2, 2], "strides": [2, 2, 2]}, [T(1, 1, 4, 4, 4)],
-                T(1, 1, 2, 2, 2))
+    cost = rule(
+        "relax.nn.avg_pool3d", {"pool_size": [2, 2, 2], "strides": [2, 2, 2]}, [T(1, 1, 4, 4, 4)], T(1, 1, 2, 2, 2)
+    )
     assert cost.flops == 64
 
 
 def test_pool_nhwc():
     # layout does not matter: in 1x8x8x4 NHWC, pool 2x2 stride 2 -> out 1x4x4x4 = 64; 64 * 4 = 256
-    cost = rule("relax.nn.max_pool2d", {"pool_size": [2, 2], "strides": [2, 2], "layout": "NHWC"},
-                [T(1, 8, 8, 4)], T(1, 4, 4, 4))
+    cost = rule(
+        "relax.nn.max_pool2d",
+        {"pool_size": [2, 2], "strides": [2, 2], "layout": "NHWC"},
+        [T(1, 8, 8, 4)],
+        T(1, 4, 4, 4),
+    )
     assert cost.flops == 256
 
 
@@ -235,8 +254,7 @@ def test_adaptive_avg_pool1d():
 
 def test_adaptive_avg_pool3d():
     # in 1x2x4x4x4 = 128, out 1x2x2x2x2 = 16 -> 144
-    cost = rule("relax.nn.adaptive_avg_pool3d", {"output_size": [2, 2, 2]}, [T(1, 2, 4, 4, 4)],
-                T(1, 2, 2, 2, 2))
+    cost = rule("relax.nn.adaptive_avg_pool3d", {"output_size": [2, 2, 2]}, [T(1, 2, 4, 4, 4)], T(1, 2, 2, 2, 2))
     assert cost.flops == 144
 
 
@@ -245,8 +263,9 @@ def test_adaptive_avg_pool3d():
 R = T(4, 5, 6)  # 120 elements
 
 
-@pytest.mark.parametrize("op", ["relax.sum", "relax.mean", "relax.max", "relax.min", "relax.prod",
-                                "relax.cumsum", "relax.cumprod"])
+@pytest.mark.parametrize(
+    "op", ["relax.sum", "relax.mean", "relax.max", "relax.min", "relax.prod", "relax.cumsum", "relax.cumprod"]
+)
 def test_reduction_one_per_input_element(op):
     # 1 * 120 input elements (the output size does not matter)
     cost = rule(op, {"axis": [1]}, [R], T(4, 6))
@@ -308,6 +327,7 @@ def test_median_axis_none_sorts_everything():
 
 # ---- data movement -----------------------------------------------------------------------
 
+
 def test_take_embedding_reads_only_rows():
     table = T(1000, 64)  # 64000 el * 4 B = 256000 B
     idx = T(2, 8, dtype="int64")  # 16 el * 8 B = 128 B
@@ -322,15 +342,15 @@ def test_take_embedding_reads_only_rows():
 
 def test_take_int32_indices():
     # out 2x8x64 float16 = 1024 * 2 B = 2048; indices 16 * 4 B = 64 -> 2112
-    cost = rule("relax.take", {"axis": 0}, [T(1000, 64, dtype="float16"), T(2, 8, dtype="int32")],
-                T(2, 8, 64, dtype="float16"))
+    cost = rule(
+        "relax.take", {"axis": 0}, [T(1000, 64, dtype="float16"), T(2, 8, dtype="int32")], T(2, 8, 64, dtype="float16")
+    )
     assert cost.bytes_read == 2112
 
 
 def test_strided_slice():
     # x 4x16 float32 -> out 4x8 = 32 el * 4 B = 128 B read, 128 written
-    c = cost_of(node("relax.strided_slice", [T(4, 16)], [T(4, 8)], attrs={"axes": [1], "begin": [0],
-                                                                         "end": [8]}))
+    c = cost_of(node("relax.strided_slice", [T(4, 16)], [T(4, 8)], attrs={"axes": [1], "begin": [0], "end": [8]}))
     assert c.flops == 0
     assert c.bytes_read == 128 and c.bytes_written == 128
 
@@ -353,12 +373,15 @@ def test_gather_nd():
     assert cost.bytes_read == 132
 
 
-@pytest.mark.parametrize(("op", "out"), [
-    ("relax.reshape", T(6, 4)),
-    ("relax.permute_dims", T(4, 3, 2)),
-    ("relax.flatten", T(24)),
-    ("relax.expand_dims", T(1, 2, 3, 4)),
-])
+@pytest.mark.parametrize(
+    ("op", "out"),
+    [
+        ("relax.reshape", T(6, 4)),
+        ("relax.permute_dims", T(4, 3, 2)),
+        ("relax.flatten", T(24)),
+        ("relax.expand_dims", T(1, 2, 3, 4)),
+    ],
+)
 def test_pure_data_movement(op, out):
     # x 2x3x4 float32: 0 FLOPs; reads 24 * 4 = 96 B, writes 96 B
     c = cost_of(node(op, [X], [out]))
@@ -396,9 +419,15 @@ def test_full_like_reads_only_fill_scalar():
     assert rule("relax.full_like", {}, [T(2, 3), T()], T(2, 3)).bytes_read == 4
 
 
-@pytest.mark.parametrize(("op", "inputs"), [
-    ("relax.zeros", []), ("relax.ones", []), ("relax.zeros_like", [T(2, 3)]), ("relax.ones_like", [T(2, 3)]),
-])
+@pytest.mark.parametrize(
+    ("op", "inputs"),
+    [
+        ("relax.zeros", []),
+        ("relax.ones", []),
+        ("relax.zeros_like", [T(2, 3)]),
+        ("relax.ones_like", [T(2, 3)]),
+    ],
+)
 def test_zeros_reads_nothing(op, inputs):
     c = cost_of(node(op, inputs, [T(2, 3)]))
     assert c.bytes_read == 0 and c.bytes_written == 24  # 6 el * 4 B
@@ -416,10 +445,10 @@ def test_meshgrid_reads_its_inputs():
 
 # ---- resize and other --------------------------------------------------------------------
 
+
 def test_resize2d_nearest():
     # in 1x3x4x4 = 48 el (192 B), out 1x3x8x8 = 192 el (768 B): 0 FLOPs
-    c = cost_of(node("relax.image.resize2d", [T(1, 3, 4, 4)], [T(1, 3, 8, 8)],
-                     attrs={"method": "nearest_neighbor"}))
+    c = cost_of(node("relax.image.resize2d", [T(1, 3, 4, 4)], [T(1, 3, 8, 8)], attrs={"method": "nearest_neighbor"}))
     assert c.flops == 0
     assert c.bytes_read == 192 and c.bytes_written == 768
 
@@ -476,6 +505,7 @@ def test_cross_entropy_scales_with_input():
 
 # ---- cost_of: weights, ignored, unsupported, call_tir ------------------------------------
 
+
 def test_weight_bytes_counts_only_weight_operands():
     # activation 2x3x4 (96 B), input 2x3x4 (96 B), weight 3x4 float16 (24 B) -> weight_bytes 24
     w = T(3, 4, dtype="float16")
@@ -513,8 +543,7 @@ def test_unsupported_key_includes_callee():
 
 
 def test_call_tir_with_flops():
-    c = cost_of(node("relax.call_tir", [T(8, 16), T(16, 32)], [T(8, 32)], callee="fused_einsum",
-                     tir_flops=1000))
+    c = cost_of(node("relax.call_tir", [T(8, 16), T(16, 32)], [T(8, 32)], callee="fused_einsum", tir_flops=1000))
     assert c.supported and c.category == "matmul"
     assert c.flops == 1000 and c.macs == 500  # 1000 // 2
     assert c.bytes_read == 2560  # (128 + 512) el * 4 B
@@ -532,28 +561,30 @@ def test_call_tir_inplace_conv():
 
 
 def test_call_tir_without_flops_is_unsupported():
-    c = cost_of(node("relax.call_tir", [T(8, 16), T(16, 32)], [T(8, 32)], callee="fused_einsum",
-                     tir_flops=None))
+    c = cost_of(node("relax.call_tir", [T(8, 16), T(16, 32)], [T(8, 32)], callee="fused_einsum", tir_flops=None))
     assert not c.supported and c.unsupported_key == "relax.call_tir:fused_einsum"
     assert c.category == "matmul" and c.flops == 0 and c.macs == 0
     assert c.bytes_read == 2560 and c.bytes_written == 1024  # bytes are still counted
 
 
-@pytest.mark.parametrize(("callee", "category"), [
-    ("conv2d_nchw", "conv"),
-    ("add", "elementwise"),
-    (None, "elementwise"),
-    ("fused_conv2d_add_relu", "conv"),
-    ("Fused_MatMul_Add", "matmul"),
-    ("dense", "matmul"),
-    ("softmax", "normalization"),  # "softmax" contains "max" but must not be a reduction
-    ("layer_norm", "normalization"),
-    ("max_pool2d", "pooling"),
-    ("sum", "reduction"),
-    ("argmax", "reduction"),
-    ("transpose", "data_movement"),
-    ("conv2d_transpose_nchw", "conv"),
-])
+@pytest.mark.parametrize(
+    ("callee", "category"),
+    [
+        ("conv2d_nchw", "conv"),
+        ("add", "elementwise"),
+        (None, "elementwise"),
+        ("fused_conv2d_add_relu", "conv"),
+        ("Fused_MatMul_Add", "matmul"),
+        ("dense", "matmul"),
+        ("softmax", "normalization"),  # "softmax" contains "max" but must not be a reduction
+        ("layer_norm", "normalization"),
+        ("max_pool2d", "pooling"),
+        ("sum", "reduction"),
+        ("argmax", "reduction"),
+        ("transpose", "data_movement"),
+        ("conv2d_transpose_nchw", "conv"),
+    ],
+)
 def test_tir_category(callee, category):
     assert tir_category(callee) == category
 
@@ -564,6 +595,7 @@ def test_tir_category_binary_max_min_is_elementwise(callee):
 
 
 # ---- registry ----------------------------------------------------------------------------
+
 
 def test_duplicate_registration_raises():
     def fn(attrs, inputs, outputs):
@@ -603,3 +635,47 @@ def test_rule_sets_are_disjoint():
     assert not set(RULES) & set(IGNORED)
     assert not set(RULES) & set(UNSUPPORTED)
     assert not set(IGNORED) & set(UNSUPPORTED)
+
+
+# ---- detection heads (relax.vision): documented approximations -------------------------------------------
+
+
+def _vision_cost(build, shapes):
+    import tvm  # noqa: F401
+    from tvm import relax
+
+    from passes import tvm_ir
+    from passes.costs import cost_of
+
+    bb = relax.BlockBuilder()
+    xs = [relax.Var(f"x{i}", relax.TensorType(s, "float32")) for i, s in enumerate(shapes)]
+    with bb.function("main", xs):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(build(relax.op.vision, *xs)))
+        bb.emit_func_output(out)
+    return cost_of(tvm_ir.extract(bb.get()).ops[0])
+
+
+def test_roi_align_counts_its_bilinear_samples():
+    c = _vision_cost(lambda v, d, r: v.roi_align(d, r, (7, 7), 0.0625, 2), [[1, 256, 50, 50], [100, 5]])
+    # out 100 x 256 x 7 x 7 = 1,254,400 elements, 2 x 2 samples each: 5,017,600 samples;
+    # 5,017,600 x (13 + 1) + 1,254,400 = 71,500,800 FLOPs
+    assert c.supported and c.category == "pooling" and c.flops == 71_500_800
+    # reads: rois 100 x 5 x 4 B = 2,000 B + min(feature map 2,560,000 B, 4 x 5,017,600 x 4 B) = 2,562,000 B
+    assert c.bytes_read == 2_562_000 and c.bytes_written == 1_254_400 * 4
+
+
+def test_roi_pool_and_nms_worst_cases():
+    c = _vision_cost(lambda v, d, r: v.roi_pool(d, r, (7, 7), 0.0625), [[1, 256, 50, 50], [100, 5]])
+    # bins of ceil(50 / 7)^2 = 8 x 8 = 64 compares for each of 1,254,400 outputs = 80,281,600
+    assert c.flops == 80_281_600
+    from tvm import relax
+
+    nms = _vision_cost(
+        lambda v, b, s: v.all_class_non_max_suppression(
+            b, s, relax.const(10, "int64"), relax.const(0.5, "float32"), relax.const(0.1, "float32")
+        ),
+        [[1, 1000, 4], [1, 80, 1000]],
+    )
+    # 80 classes x (sort ceil(1000 log2 1000) = 9,966 + 14 x 1000 x 999 / 2 = 6,993,000) = 560,232,480
+    assert nms.supported and nms.flops == 80 * (9_966 + 6_993_000)

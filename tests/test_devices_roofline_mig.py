@@ -114,15 +114,41 @@ def test_latency_slo_moves_to_a_bigger_slice():
         recommend(H100, 5_000, latency_slo_ms=5.0)
 
 
-def test_slice_latency_keeps_the_launch_floor():
-    """x + y on 2^20 fp32 values, through `predict` (roofline estimate, no artifact for the device).
+def test_recommendation_states_its_slowdown_and_the_smallest_slice_within_a_bound():
+    lat = {"1g.10gb": 9.0, "1g.20gb": 7.0, "2g.20gb": 4.5, "3g.40gb": 2.5, "4g.40gb": 2.2, "7g.80gb": 1.1}
+    rec = recommend(H100, 5_000, latency_ms_by_profile=lat, full_gpu_latency_ms=1.0, max_slowdown=3.0, headroom=0)
+    # the smallest that fits 5,000 MiB is 1g.10gb: 9.0 ms = 9.0 / 1.0 = 9x the whole GPU
+    assert rec.profile == "1g.10gb" and "9 ms, 9x the whole GPU's 1 ms" in rec.reason
+    assert (rec.chosen.latency_ms, rec.chosen.slowdown) == (9.0, 9.0)
+    # within 3x: 1g.10gb 9x, 1g.20gb 7x, 2g.20gb 4.5x, 3g.40gb 2.5x <= 3 -> 3g.40gb
+    assert rec.within_slowdown.profile == "3g.40gb" and rec.within_slowdown.slowdown == 2.5
+    doc = rec.to_json()
+    assert doc["profile_latency_ms"] == 9.0 and doc["slowdown"] == 9.0 and doc["max_slowdown"] == 3.0
+    assert doc["within_slowdown"] == {"profile": "3g.40gb", "latency_ms": 2.5, "slowdown": 2.5}
+    assert rec.summary() == "1g.10gb (9 ms, 9x the whole GPU); smallest within 3x slowdown: 3g.40gb (2.5 ms, 2.5x)"
+    # no slice within 1.05x (7g.80gb is 1.1x): said, not hidden
+    tight = recommend(H100, 5_000, latency_ms_by_profile=lat, full_gpu_latency_ms=1.0, max_slowdown=1.05)
+    assert tight.within_slowdown is None and tight.to_json()["within_slowdown"] is None
+    assert tight.summary().endswith("smallest within 1.05x slowdown: none")
+    with pytest.raises(ValueError):
+        recommend(H100, 5_000, latency_ms_by_profile=lat, max_slowdown=2.0)  # needs the whole GPU's latency
 
-    By hand: one memory-bound op moving 3 x 4 x 2^20 = 12,582,912 bytes. Whole H100: bound
-    12,582,912 / 3.35e12 s = 0.00375609 ms, + one 5 us launch = 0.00875609 ms. 1g.10gb owns 1 of 8
-    memory slices (compute 2^20 / (67e12 x 16/132) s = 0.000129 ms, still memory-bound), so its bound is
-    8x = 0.0300487 ms and its latency 0.005 + 0.0300487 = 0.0350487 ms; scaling the launch too would give
-    8 x 0.00875609 = 0.0700487 ms. 7g.80gb owns all 8 slices and all 132 SMs: the whole-GPU latency.
+
+def test_slice_latency_keeps_the_launch_floor():
+    """x + y on 2^20 fp32 values, through `predict` (the estimate: no artifact for the device).
+
+    The kernel-parameter table's hopper elementwise float32 entry (asserted below): e_memory 0.877243,
+    launch 16.621 us, e_compute 1. By hand: one memory-bound kernel moving 3 x 4 x 2^20 = 12,582,912 bytes.
+    Whole H100: bound 12,582,912 / 3.35e12 s = 0.00375609 ms; at e_memory the transfer takes
+    12,582,912 / (3.35e12 x 0.877243) s = 0.00428168 ms, under the 0.016621 ms launch floor, so the kernel
+    takes max(0.00428168, 0.016621) = 0.016621 ms. 1g.10gb owns 1 of 8 memory slices (compute
+    2^20 / (67e12 x 16/132) s = 0.000129 ms, still memory-bound): 8 x 0.00428168 = 0.0342535 ms, now above the
+    floor (which a slice does not scale). 7g.80gb owns all 8 slices and all 132 SMs: the whole-GPU latency.
     """
+    from predictor.kernel_model import load_params
+
+    entry = load_params().lookup("h100-80gb", "elementwise", "float32")
+    assert (entry.e_memory, entry.launch_us, entry.e_compute) == (0.877243, 16.621, 1.0)
     import torch
 
     from analyzer.api import predict
@@ -133,8 +159,15 @@ def test_slice_latency_keeps_the_launch_floor():
 
     x = torch.zeros(1, 2**20)
     report = predict(Add(), (x, x), device="h100-80gb")
-    assert len(report.analysis.ops) == 1 and report.prediction["predictor"] == "roofline"
-    assert report.prediction["latency_ms"] == pytest.approx(0.00875609, rel=1e-5)
-    slices = report.prediction["mig"]["latency_ms"]
-    assert slices["1g.10gb"] == pytest.approx(0.0350487, rel=1e-4)
-    assert slices["7g.80gb"] == pytest.approx(0.00875609, rel=1e-4)
+    assert len(report.analysis.ops) == 1 and report.prediction.predictor == "roofline"
+    assert report.prediction.runtime == {
+        "framework": "pytorch-eager-cuda",
+        "dtype": "float32",
+        "tf32_conv": True,
+        "tf32_matmul": False,
+    }
+    assert report.prediction.latency_ms == pytest.approx(0.016621, rel=1e-5)
+    assert report.prediction.roofline_latency_ms == pytest.approx(0.00375609, rel=1e-5)
+    slices = report.prediction.mig.latency_ms
+    assert slices["1g.10gb"] == pytest.approx(0.0342535, rel=1e-4)
+    assert slices["7g.80gb"] == pytest.approx(0.016621, rel=1e-4)

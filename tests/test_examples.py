@@ -20,12 +20,19 @@ def _example(name: str):
 def test_gate_script_fails_over_budget_and_passes_within(tmp_path, capsys):
     gate = _example("predeploy_gate")
     p = analyzer.predict("zoo:mobilenet_v3_small", device="a100-80gb").prediction
-    tight = ["zoo:mobilenet_v3_small", "--device", "a100-80gb", "--max-memory-mb", f"{p['memory_mb'] * 0.99:.3f}"]
+    tight = ["zoo:mobilenet_v3_small", "--device", "a100-80gb", "--max-memory-mb", f"{p.memory_mib * 0.99:.3f}"]
     assert gate.main(tight) == 1
     assert "budget exceeded: predicted memory" in capsys.readouterr().err
-    page = tmp_path / "r.html"
-    ok = ["zoo:mobilenet_v3_small", "--device", "a100-80gb", "--max-latency-ms", f"{p['latency_ms'] * 1.01:.6f}",
-          "--report", str(page)]
+    page = tmp_path / "build" / "r.html"  # a folder that does not exist yet, as on a fresh clone
+    ok = [
+        "zoo:mobilenet_v3_small",
+        "--device",
+        "a100-80gb",
+        "--max-latency-ms",
+        f"{p.latency_ms * 1.01:.6f}",
+        "--report",
+        str(page),
+    ]
     assert gate.main(ok) == 0
     assert page.read_text().startswith("<!DOCTYPE html>")
     assert gate.main(["zoo:no_such_model"]) == 2

@@ -48,16 +48,19 @@ def test_feature_layout_is_versioned_and_one_hot():
     a = analyze_module(_diamond())
     assert a.x.shape == (4, features.NUM_FEATURES)
     assert len(features.FEATURE_COLUMNS) == features.NUM_FEATURES
-    assert features.FEATURE_VERSION == "preflight.features/1"
+    assert features.FEATURE_VERSION == "preflight.features/2"
     n_vocab = len(features.OP_VOCAB) + 1
     # exactly one op slot and one category slot per row
     assert (a.x[:, :n_vocab].sum(axis=1) == 1).all()
-    assert (a.x[:, n_vocab:n_vocab + 9].sum(axis=1) == 1).all()
+    assert (a.x[:, n_vocab : n_vocab + 9].sum(axis=1) == 1).all()
     relu_col = features.FEATURE_COLUMNS.index("op=relax.nn.relu")
     assert a.x[0, relu_col] == 1
     flops_col = features.FEATURE_COLUMNS.index("log_flops")
     # relu on 2x8: 16 FLOPs -> log1p(16)
     assert a.x[0, flops_col] == pytest.approx(np.log1p(16))
+    # the kernel view: the relu is a kernel of its own, reading and writing 2x8 float32 = 64 B each way
+    col = features.FEATURE_COLUMNS.index
+    assert a.x[0, col("launches")] == 1 and a.x[0, col("log_kernel_bytes")] == pytest.approx(np.log1p(128))
 
 
 def test_unknown_op_goes_to_other_slot():

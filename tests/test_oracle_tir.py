@@ -7,29 +7,36 @@ every add and multiply of the loop nests, so for convolutions and matrix product
 from TIR's loops. The families are compared by category: preflight's op category on our side,
 `passes.costs.tir_category(PrimFunc name)` on TVM's.
 
-Measured TIR / preflight ratios (zoo models at batch 1, the sizes of ZOO_SPECS):
+Why they differ, and the tolerances, from the arithmetic of each op. Per element, TIR counts (TOPI's loop
+bodies after LegalizeOps; intrinsics such as exp, tanh, sqrt, rsqrt, sigmoid count 0) against preflight's
+documented constants (passes/costs/*.py):
 
-  family         resnet18/50  mobilenet_v2  efficientnet_b0  convnext  vit   swin  bert  gpt2  llama
-  conv + matmul  1.0000       1.0000        1.0000           1.0000    1.0   1.0   1.0   1.0   1.0
-  elementwise    1.0000       1.0000        0.2598           0.8585    0.86  0.87  0.86  0.81  0.57
-  normalization  1.006/1.007  1.0078        1.0095           1.5724    1.51  1.55  1.51  1.51  0.80
-  reduction      1.2500       1.2500        1.0529           1.2500    1.00  1.04  1.00  1.00  1.00
-  pooling        1.0000       -             -                -         -     -     -     -     -
-  total          1.0000       1.0003        0.9719           1.0004    1.0002 1.001 1.0002 1.0000 0.9995
+  op                                 TIR   preflight  ratio
+  add, subtract, multiply, divide    1     1          1
+  relu, clip (max+min)               1, 2  1, 2       1
+  silu = x * sigmoid(x)              1     5          0.2      (sigmoid is one intrinsic in TIR)
+  gelu (erf form)                    4     5          0.8
+  gelu_tanh                          8     9          0.889
+  sigmoid, exp, tanh, sqrt, rsqrt    0     1-4        0        (never alone in a model: mixed with adds)
+  softmax                            4     5          0.8
+  rms_norm (with scale)              4     4          1
+  layer_norm (scale and shift)       11 + 2/K per row of K      7   <= 12/7 for K >= 2
+  mean over K elements               1 + 1/K per output  1      <= 1.25 for K >= 4 (the smallest pooled window)
+  sum, max, min                      1     1          1
+  max/avg pooling windows            w     w          1
 
-Why they differ (and the tolerances below):
-  * elementwise: TIR counts one op per arithmetic node and none for calls like exp/erf/tanh,
-    while preflight charges sigmoid/SiLU (efficientnet, llama) and GELU several FLOPs per element
-    (the usual published convention); ReLU/add/multiply agree exactly. Bound: 0.2 <= ratio <= 1.05.
-  * normalization: TIR's layer_norm loops count mean, variance and the affine (~8-9 per element vs
-    preflight's 5) and softmax's exp as 0; batch_norm agrees within 1%; llama's rms_norm is 0.8.
-    Bound: 0.75 <= ratio <= 1.65.
-  * reduction: TIR's mean adds a division per output (global average pooling: 1.25 at 4 inputs
-    per output); sums agree. Bound: 0.95 <= ratio <= 1.3.
-  * pooling: max/avg pooling windows agree exactly. Bound: 1%.
-  * total: conv/matmul dominate, so the totals agree within 5% for CNNs (efficientnet's
-    sigmoid-heavy SiLU/SE blocks: -2.8%) and within 1% for transformers (max measured 0.1%).
-    TIR misses ops LegalizeOps leaves as Relax calls (gpt2/llama's cumsum over 16 ids).
+A family's ratio TIR / preflight is a weighted mean of its ops' ratios, so it lies between the smallest and the
+largest ratio of the ops it contains. The bounds below are those extremes over the ops of the compared models:
+  * elementwise: silu's 0.2 (efficientnet and llama are SiLU-heavy) to 1;
+  * normalization: softmax's 0.8 to layer norm's 12/7 (batch norm imports as multiply-adds that agree);
+  * reduction: sum's 1 to a mean over 4 elements' 1.25;
+  * pooling: exactly 1.
+  * ops LegalizeOps leaves as Relax calls (gpt2's and llama's cumsum over the position ids) are invisible to TIR:
+    they are taken out of their family and counted under "not legalized";
+  * total: conv and matmul agree to MULTIPLY_ADD_TOL; every other family f moves the total by at most
+    share_f x its largest deviation from 1 (share_f: its fraction of preflight's FLOPs), and a family with no
+    bound here ("not legalized", `other`) by at most its whole share. The test derives the total's tolerance
+    from the model's own shares that way.
 """
 
 from __future__ import annotations
@@ -41,25 +48,25 @@ from collections import defaultdict
 import pytest
 from oracle_models import SMALL_MODELS, ZOO_SPECS, build_small
 
-from analyzer import zoo
-from analyzer.api import analyze_loaded
+import zoo
 from analyzer.frontends import load
+from analyzer.pipeline import analyze_loaded
 from passes import tvm_ir
-from passes.costs import tir_category
+from passes.costs import MULTIPLY_ADD_CATEGORIES, tir_category
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-MULTIPLY_ADD = frozenset({"conv", "matmul", "attention"})
+# TIR's legalized relax.nn.attention counts 5 FLOPs per score (B x H x S x T) beyond its two matmuls (the scale
+# and the softmax); measured on sdpa_cross: 27,984 = 2 x 2x4x6x11 x (8 + 16) + 5 x 2x4x6x11.
+TIR_ATTENTION_EXTRA = 5
 MULTIPLY_ADD_TOL = 0.01
-FAMILY_BOUNDS = {  # TIR / preflight, see the module docstring for the measured values
-    "elementwise": (0.2, 1.05),
-    "normalization": (0.75, 1.65),
-    "reduction": (0.95, 1.3),
-    "pooling": (0.99, 1.01),
+EPS = 1e-9  # floating-point slack on bounds that are exact ratios
+FAMILY_BOUNDS = {  # TIR / preflight, from the per-op arithmetic of the module docstring
+    "elementwise": (1 / 5 - EPS, 1 + EPS),
+    "normalization": (4 / 5 - EPS, 12 / 7),
+    "reduction": (1 - EPS, 5 / 4 + EPS),
+    "pooling": (1 - EPS, 1 + EPS),
 }
-CNN_TOTAL_TOL = 0.05
-TRANSFORMER_TOTAL_TOL = 0.01
-CNNS = frozenset({"resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "convnext_tiny"})
 
 
 @functools.cache
@@ -83,9 +90,11 @@ def compare(kind: str, name: str) -> dict:
     graph = tvm_ir.extract(legalized, n_inputs=loaded.n_inputs)
     ours: dict[str, int] = defaultdict(int)
     tir: dict[str, int] = defaultdict(int)
+    # ops LegalizeOps leaves as Relax calls (e.g. cumsum) are invisible to TIR's estimate: compared apart
+    left_as_relax = {op.op for op in graph.ops if op.op not in tvm_ir._CALL_WITH_CALLEE}
     for op in analysis.ops:
         if not op.weight_only:
-            ours[op.category] += op.flops
+            ours["not legalized" if op.op in left_as_relax else op.category] += op.flops
     not_estimated = []
     for op in graph.ops:
         if op.op not in tvm_ir._CALL_WITH_CALLEE:
@@ -94,17 +103,32 @@ def compare(kind: str, name: str) -> dict:
             not_estimated.append(op.callee)
         elif not op.weight_only:
             tir[tir_category(op.callee)] += op.tir_flops
-    result = dict(ours=dict(ours), tir=dict(tir), ours_total=analysis.totals.flops,
-                  tir_total=tvm_ir.estimate_module_tir_flops(legalized), not_estimated=not_estimated,
-                  ours_mm=sum(v for k, v in ours.items() if k in MULTIPLY_ADD),
-                  tir_mm=sum(v for k, v in tir.items() if k in MULTIPLY_ADD))
+    result = dict(
+        ours=dict(ours),
+        tir=dict(tir),
+        ours_total=analysis.totals.flops,
+        tir_total=tvm_ir.estimate_module_tir_flops(legalized),
+        not_estimated=not_estimated,
+        ours_mm=sum(v for k, v in ours.items() if k in MULTIPLY_ADD_CATEGORIES),
+        tir_mm=sum(v for k, v in tir.items() if k in MULTIPLY_ADD_CATEGORIES),
+    )
+    # A fused attention op (scaled_dot_product_attention kept whole) is legalized with its scale and softmax
+    # inside: TIR counts TIR_ATTENTION_EXTRA FLOPs per score on top of the two matmuls preflight counts.
+    scores = sum(
+        op.inputs[0].shape[0] * op.inputs[0].shape[2] * op.inputs[0].shape[1] * op.inputs[1].shape[1]
+        for op in analysis.ops
+        if op.op in ("relax.nn.attention", "relax.nn.attention_bias") and not op.weight_only
+    )
+    result["ours_mm"] += TIR_ATTENTION_EXTRA * scores
     _print(name, result)
     return result
 
 
 def _print(name: str, r: dict) -> None:
-    print(f"\n{name}: total ours {r['ours_total']:,} tir {r['tir_total']:,} "
-          f"ratio {r['tir_total'] / max(r['ours_total'], 1):.4f}")
+    print(
+        f"\n{name}: total ours {r['ours_total']:,} tir {r['tir_total']:,} "
+        f"ratio {r['tir_total'] / max(r['ours_total'], 1):.4f}"
+    )
     for family in sorted(set(r["ours"]) | set(r["tir"])):
         o, t = r["ours"].get(family, 0), r["tir"].get(family, 0)
         ratio = f"{t / o:.4f}" if o else "-"
@@ -146,8 +170,13 @@ def test_zoo_other_families_within_bounds(name: str) -> None:
 @pytest.mark.parametrize("name", ZOO_NAMES)
 def test_zoo_total_close_to_tir(name: str) -> None:
     r = compare("zoo", name)
-    tol = CNN_TOTAL_TOL if name in CNNS else TRANSFORMER_TOTAL_TOL
-    assert abs(_ratio(r["tir_total"], r["ours_total"]) - 1) <= tol, (r["ours_total"], r["tir_total"])
+    total = r["ours_total"]
+    tol = sum(v for k, v in r["ours"].items() if k in MULTIPLY_ADD_CATEGORIES) / total * MULTIPLY_ADD_TOL
+    for family, flops in r["ours"].items():
+        if family not in MULTIPLY_ADD_CATEGORIES:
+            low, high = FAMILY_BOUNDS.get(family, (0.0, 2.0))
+            tol += flops / total * max(1 - low, high - 1)
+    assert abs(_ratio(r["tir_total"], total) - 1) <= tol, (total, r["tir_total"], tol)
 
 
 # TOPI's transposed convolution runs a direct conv over the zero-dilated, padded input, and TIR counts

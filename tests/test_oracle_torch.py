@@ -33,12 +33,12 @@ from oracle_models import SMALL_MODELS, ZOO_SPECS, build_small
 from torch.export.graph_signature import InputKind
 from torch.utils.flop_counter import FlopCounterMode
 
-from analyzer import zoo
+import zoo
 from analyzer.api import analyze
+from passes.costs import MULTIPLY_ADD_CATEGORIES
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-MULTIPLY_ADD = frozenset({"conv", "matmul", "attention"})
 REL_TOL = 0.01
 
 # ONNX export is slow for big graphs: a subset of the zoo goes through it.
@@ -52,6 +52,7 @@ UNUSED_PARAMS = {"bert_base": ("model.pooler.",)}
 # Oracle and helpers
 # --------------------------------------------------------------------------------------------
 
+
 def oracle_flops(module: torch.nn.Module, inputs: tuple) -> int:
     """torch's FlopCounterMode on a real CPU forward, attention decomposed to bmm (MATH backend)."""
     counter = FlopCounterMode(display=False)
@@ -62,8 +63,9 @@ def oracle_flops(module: torch.nn.Module, inputs: tuple) -> int:
 
 def multiply_add_flops(report) -> int:
     """Preflight's conv/matmul/attention FLOPs: 2 x MACs over the non-weight-only ops of those categories."""
-    return sum(2 * op.macs for op in report.analysis.ops
-               if op.category in MULTIPLY_ADD and not op.weight_only)
+    return sum(
+        2 * op.macs for op in report.analysis.ops if op.category in MULTIPLY_ADD_CATEGORIES and not op.weight_only
+    )
 
 
 def used_state(module: torch.nn.Module, inputs: tuple) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
@@ -81,16 +83,16 @@ def used_state(module: torch.nn.Module, inputs: tuple) -> tuple[dict[str, torch.
     for spec in ep.graph_signature.input_specs:
         if spec.kind not in (InputKind.PARAMETER, InputKind.BUFFER):
             continue
-        tensor = (module.get_parameter(spec.target) if spec.kind == InputKind.PARAMETER
-                  else module.get_buffer(spec.target))
+        tensor = (
+            module.get_parameter(spec.target) if spec.kind == InputKind.PARAMETER else module.get_buffer(spec.target)
+        )
         if users[spec.arg.name]:
             used[spec.target] = tensor
         else:
             unused.append((spec.target, spec.kind, tensor))
     used_ids = {id(t) for t in used.values()}
     unused = [(n, k) for n, k, t in unused if id(t) not in used_ids]
-    return (used, [n for n, k in unused if k == InputKind.PARAMETER],
-            [n for n, k in unused if k == InputKind.BUFFER])
+    return (used, [n for n, k in unused if k == InputKind.PARAMETER], [n for n, k in unused if k == InputKind.BUFFER])
 
 
 def _unique_numel(tensors) -> int:
@@ -128,8 +130,7 @@ def onnx_float_initializers(path: Path) -> int:
     import onnx
 
     model = onnx.load(str(path))
-    floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
-              onnx.TensorProto.DOUBLE}
+    floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
     return sum(int(np.prod(t.dims)) for t in model.graph.initializer if t.data_type in floats and len(t.dims))
 
 
@@ -156,6 +157,7 @@ def _print_table():
 # --------------------------------------------------------------------------------------------
 # Model builders, cached across the routes
 # --------------------------------------------------------------------------------------------
+
 
 @functools.cache
 def zoo_model(name: str):
@@ -249,13 +251,14 @@ def _check_flops(model: str, route: str, make_report) -> None:
     assert oracle > 0
     assert not report.totals.unsupported, report.totals.unsupported
     assert abs(rel_diff(ours, oracle)) <= REL_TOL, (
-        f"{model} via {route}: preflight {ours:,} vs FlopCounterMode {oracle:,} "
-        f"({rel_diff(ours, oracle) * 100:+.3f}%)")
+        f"{model} via {route}: preflight {ours:,} vs FlopCounterMode {oracle:,} ({rel_diff(ours, oracle) * 100:+.3f}%)"
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # FLOPs
 # --------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", list(ZOO_SPECS))
 def test_zoo_pt2_flops(name: str) -> None:
@@ -291,6 +294,7 @@ def test_small_onnx_flops(name: str) -> None:
 # --------------------------------------------------------------------------------------------
 # Parameters
 # --------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", list(ZOO_SPECS))
 def test_zoo_pt2_params(name: str) -> None:

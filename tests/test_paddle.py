@@ -17,8 +17,9 @@ from analyzer import analyze
 
 HAS_PADDLE = find_spec("paddle") is not None and find_spec("paddle2onnx") is not None
 HAS_TF = find_spec("tensorflow") is not None and find_spec("tflite") is not None
-needs_paddle = pytest.mark.skipif(not HAS_PADDLE, reason="the paddle extra is not installed: "
-                                  "pip install -c constraints.txt -e '.[paddle]'")
+needs_paddle = pytest.mark.skipif(
+    not HAS_PADDLE, reason="the paddle extra is not installed: pip install -c constraints.txt -e '.[paddle]'"
+)
 
 # CNN, same as tests/test_tensorflow.py but NCHW: conv3x3(3->16, pad 1, no bias) -> BN -> relu
 # -> conv3x3(16->32, stride 2, pad 1) -> relu -> global average pool -> linear(32->10)
@@ -68,8 +69,7 @@ def jit_save(layer, folder, shape, seed):
 
     _randomize(layer, seed)
     layer.eval()
-    paddle.jit.save(layer, str(folder / "model"),
-                    input_spec=[paddle.static.InputSpec(shape, "float32", name="x")])
+    paddle.jit.save(layer, str(folder / "model"), input_spec=[paddle.static.InputSpec(shape, "float32", name="x")])
     return folder
 
 
@@ -80,8 +80,10 @@ def pd_models(tmp_path_factory):
     root = tmp_path_factory.mktemp("paddle")
     (root / "cnn").mkdir()
     (root / "mlp").mkdir()
-    return {"cnn": jit_save(paddle_cnn(), root / "cnn", [None, 3, 32, 32], 0),
-            "mlp": jit_save(paddle_mlp(), root / "mlp", [None, 64], 1)}
+    return {
+        "cnn": jit_save(paddle_cnn(), root / "cnn", [None, 3, 32, 32], 0),
+        "mlp": jit_save(paddle_mlp(), root / "mlp", [None, 64], 1),
+    }
 
 
 @needs_paddle
@@ -114,11 +116,14 @@ def test_legacy_pdmodel(tmp_path):
     from pathlib import Path
 
     tests = Path(__file__).resolve().parent
-    code = ("import sys, pathlib; sys.path.insert(0, sys.argv[1]); from test_paddle import jit_save, paddle_cnn; "
-            "jit_save(paddle_cnn(), pathlib.Path(sys.argv[2]), [None, 3, 32, 32], 0)")
+    code = (
+        "import sys, pathlib; sys.path.insert(0, sys.argv[1]); from test_paddle import jit_save, paddle_cnn; "
+        "jit_save(paddle_cnn(), pathlib.Path(sys.argv[2]), [None, 3, 32, 32], 0)"
+    )
     env = {**os.environ, "FLAGS_enable_pir_api": "0"}
-    subprocess.run([sys.executable, "-c", code, str(tests), str(tmp_path)], env=env, check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-c", code, str(tests), str(tmp_path)], env=env, check=True, capture_output=True, timeout=300
+    )
     assert {"model.pdmodel", "model.pdiparams"} <= {p.name for p in tmp_path.iterdir()}
     assert not (tmp_path / "model.json").exists()
     for path in (tmp_path, tmp_path / "model.pdmodel"):
@@ -159,6 +164,7 @@ def test_cli_json(pd_models, capfd):
 
 
 # ---- bad and hostile files -------------------------------------------------------------------------
+
 
 @needs_paddle
 def test_corrupt_files(pd_models, tmp_path):
@@ -207,6 +213,7 @@ def test_missing_extra(monkeypatch, tmp_path, blocked):
 
 
 # ---- one architecture, three frameworks -------------------------------------------------------------
+
 
 @needs_paddle
 @pytest.mark.skipif(not HAS_TF, reason="the tensorflow extra is not installed")

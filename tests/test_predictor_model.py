@@ -23,8 +23,10 @@ def test_output_shape_and_repr():
     x, ei = _graph()
     out = m(x, ei, torch.zeros(6, dtype=torch.long), torch.zeros(1, 4))
     assert out.shape == (1, 3, 3)
-    assert repr(m) == ("CostPredictor(node_dim=5, static_dim=4, hidden=16, layers=3, readout='mean+max+sum', "
-                       "quantiles=(0.05, 0.5, 0.95))")
+    assert repr(m) == (
+        "CostPredictor(node_dim=5, static_dim=4, hidden=16, layers=3, readout='mean+max+sum', "
+        "quantiles=(0.05, 0.5, 0.95))"
+    )
     with pytest.raises(ValueError):
         CostPredictor(5, 4, readout="attention")
 
@@ -62,13 +64,22 @@ def test_roofline_fallback_is_labelled_and_mig_follows_memory():
 
     r = predict(torch.nn.Sequential(torch.nn.Linear(64, 64)).eval(), (torch.randn(4, 64),), device="h100-80gb")
     p = r.prediction
-    assert p["predictor"] == "roofline" and any("roofline estimate" in w for w in r.warnings)
-    assert p["latency_ms_interval"][0] <= p["latency_ms"] <= p["latency_ms_interval"][1]
-    assert p["roofline_latency_ms"] == p["latency_ms_interval"][0]
-    assert p["mig"]["profile"] == "1g.10gb"  # a few hundred MiB fit the smallest slice
-    assert set(r.to_json()["prediction"]) >= {"device", "predictor", "latency_ms", "latency_ms_interval", "energy_j",
-                                              "energy_j_interval", "memory_mb", "memory_mb_interval",
-                                              "roofline_latency_ms", "mig"}
+    assert p.predictor == "roofline" and any("kernel-model estimate" in w for w in r.warnings)
+    assert p.latency_ms_interval[0] <= p.latency_ms <= p.latency_ms_interval[1]
+    assert p.roofline_latency_ms == p.latency_ms_interval[0]
+    assert p.mig.profile == "1g.10gb"  # a few hundred MiB fit the smallest slice
+    assert set(r.to_json()["prediction"]) >= {
+        "device",
+        "predictor",
+        "latency_ms",
+        "latency_ms_interval",
+        "energy_j",
+        "energy_j_interval",
+        "memory_mb",
+        "memory_mb_interval",
+        "roofline_latency_ms",
+        "mig",
+    }
 
 
 def test_artifact_round_trip_and_version_check(tmp_path):
@@ -81,13 +92,24 @@ def test_artifact_round_trip_and_version_check(tmp_path):
     samples = []
     for i in range(24):
         n = 4 + i % 3
-        samples.append(Sample(key=str(i), family=f"f{i % 4}", device="cpu-test",
-                              y=np.array([1.0 + i, math.nan, 100.0 + 3 * i]),
-                              x=rng.random((n, 70)).astype(np.float32),
-                              edge_index=np.array([[j for j in range(n - 1)], [j + 1 for j in range(n - 1)]]),
-                              static={"macs": 1e6 * (i + 1), "batch_size": 1 + i % 4, "param_bytes": 1000,
-                                      "peak_activation_bytes": 1000},
-                              ops={}, totals={}))
+        samples.append(
+            Sample(
+                key=str(i),
+                family=f"f{i % 4}",
+                device="cpu-test",
+                y=np.array([1.0 + i, math.nan, 100.0 + 3 * i]),
+                x=rng.random((n, 70)).astype(np.float32),
+                edge_index=np.array([[j for j in range(n - 1)], [j + 1 for j in range(n - 1)]]),
+                static={
+                    "macs": 1e6 * (i + 1),
+                    "batch_size": 1 + i % 4,
+                    "param_bytes": 1000,
+                    "peak_activation_bytes": 1000,
+                },
+                ops={},
+                totals={},
+            )
+        )
     trained = train(samples, cfg=TrainConfig(epochs=3, hidden=16))
     before = trained.predict_prepared([prepare(s, trained.variant) for s in samples[:5]])
     save(trained, tmp_path / "cpu-test@1", {"name": "cpu-test@1"})
@@ -100,6 +122,23 @@ def test_artifact_round_trip_and_version_check(tmp_path):
     (tmp_path / "cpu-test@1" / "meta.json").write_text(json.dumps(doc))
     with pytest.raises(ArtifactError, match="retrain"):
         load(tmp_path / "cpu-test@1")
+
+
+def test_stale_artifact_falls_back_to_the_roofline_with_a_warning(tmp_path):
+    """An artifact made for another feature layout (or corrupt) must not become an internal error."""
+    import json
+
+    from analyzer import analyze
+    from predictor.predict import predict
+
+    artifact = tmp_path / "h100-80gb@1"
+    artifact.mkdir()
+    (artifact / "meta.json").write_text(json.dumps({"feature_version": "preflight.features/0"}))
+    (artifact / "model.pt").write_bytes(b"")
+    analysis = analyze(torch.nn.Sequential(torch.nn.Linear(8, 8)).eval(), (torch.randn(2, 8),)).analysis
+    p, warnings = predict(analysis, "h100-80gb", checkpoints=tmp_path)
+    assert p.predictor == "roofline"
+    assert any("h100-80gb@1" in w and "kernel-model estimate instead" in w for w in warnings)
 
 
 def test_calibration_split_by_family_keeps_families_whole():
@@ -127,8 +166,18 @@ def test_mig_metrics_against_measured_fit_by_hand():
 
     def sample(fit):
         record = {} if fit is None else {"mig_fit": dict(zip(names, fit, strict=True))}
-        return Sample(key="", family="f", device="h100-80gb", y=np.full(3, math.nan), x=np.zeros((1, 1)),
-                      edge_index=np.zeros((2, 0)), static={}, ops={}, totals={}, record=record)
+        return Sample(
+            key="",
+            family="f",
+            device="h100-80gb",
+            y=np.full(3, math.nan),
+            x=np.zeros((1, 1)),
+            edge_index=np.zeros((2, 0)),
+            static={},
+            ops={},
+            totals={},
+            record=record,
+        )
 
     yes, no = [True] * 6, [False] * 6
     cases = [

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyzer.dataset import build_cache, read_records
-from predictor.data import family_split, load_samples, random_split
+from analyzer.dataset import build_cache
+from predictor.data import family_split, load_samples, random_split, read_records
 from predictor.evaluate import metrics
 from predictor.train import TrainConfig, prepare, train
 

@@ -19,8 +19,17 @@ ARTIFACTS = Path(os.environ.get("PREFLIGHT_TEST_ARTIFACTS", Path(__file__).resol
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 # as root, with this machine's closed network: no sandbox, no background connections
-FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1366,900"]
+FLAGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1366,900",
+]
 
 
 def _requests(driver) -> list[str]:
@@ -66,10 +75,13 @@ def driver(tmp_path_factory):
     d.quit()
 
 
-@pytest.mark.parametrize("model, devices, batches", [
-    ("zoo:resnet18", ["h100-80gb", "a100-40gb"], [1, 4, 16]),
-    ("zoo:bert_tiny", ["h200-141gb"], [1, 8]),
-])
+@pytest.mark.parametrize(
+    "model, devices, batches",
+    [
+        ("zoo:resnet18", ["h100-80gb", "a100-40gb"], [1, 4, 16]),
+        ("zoo:bert_tiny", ["h200-141gb"], [1, 8]),
+    ],
+)
 def test_html_report_renders_in_chromium(driver, tmp_path, model, devices, batches):
     page = tmp_path / "report.html"
     analyzer.report(model, devices=devices, batches=batches, output=str(page))
@@ -92,9 +104,14 @@ def test_html_report_renders_in_chromium(driver, tmp_path, model, devices, batch
     # no horizontal overflow at a laptop width
     assert driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1")
     height = driver.execute_script("return document.documentElement.scrollHeight")
-    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {
-        "format": "png", "captureBeyondViewport": True,
-        "clip": {"x": 0, "y": 0, "width": 1366, "height": height, "scale": 1}})
+    shot = driver.execute_cdp_cmd(
+        "Page.captureScreenshot",
+        {
+            "format": "png",
+            "captureBeyondViewport": True,
+            "clip": {"x": 0, "y": 0, "width": 1366, "height": height, "scale": 1},
+        },
+    )
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     out = ARTIFACTS / f"report-{model.removeprefix('zoo:')}.png"
     out.write_bytes(base64.b64decode(shot["data"]))
@@ -105,8 +122,10 @@ def test_the_browser_check_catches_errors_and_fetches(driver, tmp_path):
     """Negative control: the checks above would see a console error and a fetched resource."""
     page = tmp_path / "bad.html"
     (tmp_path / "style.css").write_text("body { color: black }")
-    page.write_text('<!DOCTYPE html><html><head><title>bad</title><link rel="stylesheet" href="style.css"></head>'
-                    '<body><img src="missing-image.png"><script>console.error("boom")</script></body></html>')
+    page.write_text(
+        '<!DOCTYPE html><html><head><title>bad</title><link rel="stylesheet" href="style.css"></head>'
+        '<body><img src="missing-image.png"><script>console.error("boom")</script></body></html>'
+    )
     _requests(driver)
     driver.get(page.as_uri())
     messages = " ".join(e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE")

@@ -23,30 +23,37 @@ from analyzer import analyze
 
 REPO = Path(__file__).resolve().parents[1]
 HAS_TF = find_spec("tensorflow") is not None and find_spec("tflite") is not None
-needs_tf = pytest.mark.skipif(not HAS_TF, reason="the tensorflow extra is not installed: "
-                              "pip install -c constraints.txt -e '.[tensorflow]'")
+needs_tf = pytest.mark.skipif(
+    not HAS_TF, reason="the tensorflow extra is not installed: pip install -c constraints.txt -e '.[tensorflow]'"
+)
 
 # ---- hand counts (MACs for batch 1) -------------------------------------------------------------------
 # CNN: 32x32x3 -> conv3x3(16, same, no bias) -> BN -> relu -> conv3x3(32, stride 2, same) -> relu -> GAP -> dense(10)
-CNN_MACS = (32 * 32 * 16 * 3 * 3 * 3  # conv1: 442,368
-            + 16 * 16 * 32 * 3 * 3 * 16  # conv2: 1,179,648
-            + 32 * 10)  # dense: 320   -> 1,622,336
+CNN_MACS = (
+    32 * 32 * 16 * 3 * 3 * 3  # conv1: 442,368
+    + 16 * 16 * 32 * 3 * 3 * 16  # conv2: 1,179,648
+    + 32 * 10
+)  # dense: 320   -> 1,622,336
 # Keras weights: conv1 432, BN 4x16 = 64 (gamma, beta, mean, variance), conv2 4,608 + 32, dense 320 + 10
 CNN_PARAMS = 432 + 64 + 4608 + 32 + 330  # 5,466
 # TFLite folds BN into conv1: its 4x16 tensors become conv1's 16-element bias: 64 - 16 = 48 fewer
 CNN_PARAMS_FOLDED = CNN_PARAMS - 48  # 5,418
 # Transformer block, 16 tokens x 64: MHA (4 heads x 16) + residual + LN, FFN 64->128 (gelu)->64 + residual + LN
-TR_MACS = (3 * 16 * 64 * 64  # Q, K, V projections: 196,608
-           + 2 * 4 * 16 * 16 * 16  # QK^T and attn x V, 4 heads: 32,768
-           + 16 * 64 * 64  # output projection: 65,536
-           + 2 * 16 * 64 * 128)  # FFN: 262,144  -> 557,056
+TR_MACS = (
+    3 * 16 * 64 * 64  # Q, K, V projections: 196,608
+    + 2 * 4 * 16 * 16 * 16  # QK^T and attn x V, 4 heads: 32,768
+    + 16 * 64 * 64  # output projection: 65,536
+    + 2 * 16 * 64 * 128
+)  # FFN: 262,144  -> 557,056
 TR_PARAMS = 4 * (64 * 64 + 64) + 2 * 2 * 64 + (64 * 128 + 128) + (128 * 64 + 64)  # 33,472
 # MobileNet-style: conv3x3(8, stride 2) -> BN -> relu6 -> depthwise3x3 -> BN -> relu6 -> conv1x1(16) -> BN
 # -> relu6 -> GAP -> dense(10), all on 16x16 after the first conv
-MB_MACS = (16 * 16 * 8 * 3 * 3 * 3  # conv1: 55,296
-           + 16 * 16 * 8 * 3 * 3  # depthwise: one 3x3 filter per channel: 18,432
-           + 16 * 16 * 16 * 8  # pointwise: 32,768
-           + 16 * 10)  # dense: 160  -> 106,656
+MB_MACS = (
+    16 * 16 * 8 * 3 * 3 * 3  # conv1: 55,296
+    + 16 * 16 * 8 * 3 * 3  # depthwise: one 3x3 filter per channel: 18,432
+    + 16 * 16 * 16 * 8  # pointwise: 32,768
+    + 16 * 10
+)  # dense: 160  -> 106,656
 
 
 def _randomize(model, seed: int = 0) -> None:
@@ -98,8 +105,7 @@ def save_all(model, folder: Path) -> dict[str, Path]:
     import tensorflow as tf
 
     folder.mkdir(parents=True, exist_ok=True)
-    paths = {"keras": folder / "model.keras", "saved_model": folder / "saved_model",
-             "tflite": folder / "model.tflite"}
+    paths = {"keras": folder / "model.keras", "saved_model": folder / "saved_model", "tflite": folder / "model.tflite"}
     model.save(paths["keras"])
     model.export(str(paths["saved_model"]), verbose=False)
     # a static .tflite: export a SavedModel with a batch-1 signature, convert it
@@ -117,8 +123,11 @@ def tf_models(tmp_path_factory):
     if not HAS_TF:
         pytest.skip("the tensorflow extra is not installed")
     root = tmp_path_factory.mktemp("tf")
-    return {"cnn": save_all(keras_cnn(), root / "cnn"), "transformer": save_all(keras_transformer(), root / "tr"),
-            "mobilenet": save_all(keras_mobilenet(), root / "mb")}
+    return {
+        "cnn": save_all(keras_cnn(), root / "cnn"),
+        "transformer": save_all(keras_transformer(), root / "tr"),
+        "mobilenet": save_all(keras_mobilenet(), root / "mb"),
+    }
 
 
 def op_names(report) -> list[str]:
@@ -126,6 +135,7 @@ def op_names(report) -> list[str]:
 
 
 # ---- the three formats -----------------------------------------------------------------------------
+
 
 @needs_tf
 @pytest.mark.parametrize("fmt", ["keras", "saved_model", "tflite"])
@@ -181,6 +191,7 @@ def test_tflite_flops_nhwc_layout_attrs(tf_models):
 
 
 # ---- --batch and --input ---------------------------------------------------------------------------
+
 
 @needs_tf
 @pytest.mark.parametrize("fmt", ["keras", "saved_model"])
@@ -241,8 +252,22 @@ def test_cli_json_is_pure(tf_models):
 @needs_tf
 def test_cli_subprocess_stdout_is_only_json(tf_models):
     """TensorFlow's C++ logs go to file descriptors, not sys.stdout: check a real process."""
-    out = subprocess.run([sys.executable, "-m", "analyzer.cli", "analyze", str(tf_models["cnn"]["keras"]),
-                          "--batch", "2", "--format", "json"], capture_output=True, text=True, cwd=REPO)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "analyzer.cli",
+            "analyze",
+            str(tf_models["cnn"]["keras"]),
+            "--batch",
+            "2",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["totals"]["macs"] == 2 * CNN_MACS
     assert out.stderr.strip() == ""
@@ -250,13 +275,14 @@ def test_cli_subprocess_stdout_is_only_json(tf_models):
 
 # ---- safety and bad files --------------------------------------------------------------------------
 
+
 @needs_tf
 def test_lambda_layer_refused(tmp_path):
     import keras
 
     marker = tmp_path / "pwned"
     inp = keras.Input((4,), name="x")
-    out = keras.layers.Lambda(lambda t, p=str(marker): t * 2 + (0 if open(p, "w") else 0))(inp)  # noqa: SIM115
+    out = keras.layers.Lambda(lambda t, p=str(marker): t * 2 + (0 if open(p, "w") else 0))(inp)
     marker.unlink(missing_ok=True)
     keras.Model(inp, out).save(tmp_path / "evil.keras")
     marker.unlink(missing_ok=True)
@@ -302,6 +328,7 @@ def test_unknown_directory(tmp_path):
 
 # ---- missing extra ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("blocked, name", [("tensorflow", "model.keras"), ("tflite", "model.tflite")])
 def test_missing_extra(monkeypatch, tmp_path, blocked, name):
     monkeypatch.setitem(sys.modules, blocked, None)  # `import blocked` now raises ImportError
@@ -319,13 +346,15 @@ def test_saved_model_missing_extra(monkeypatch, tmp_path):
 
 def test_onnx_route_imports_no_framework(tmp_path):
     """`preflight analyze model.onnx` must not import TensorFlow or Paddle (seconds of start-up, log noise)."""
-    code = ("import sys, onnx\nfrom onnx import helper, TensorProto\n"
-            "x = helper.make_tensor_value_info('x', TensorProto.FLOAT, [1, 4])\n"
-            "y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [1, 4])\n"
-            "g = helper.make_graph([helper.make_node('Relu', ['x'], ['y'])], 'g', [x], [y])\n"
-            f"onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), r'{tmp_path}/m.onnx')\n"
-            f"from analyzer import analyze\nanalyze(r'{tmp_path}/m.onnx')\n"
-            "bad = [m for m in ('tensorflow', 'keras', 'tflite', 'paddle', 'paddle2onnx') if m in sys.modules]\n"
-            "assert not bad, bad\n")
+    code = (
+        "import sys, onnx\nfrom onnx import helper, TensorProto\n"
+        "x = helper.make_tensor_value_info('x', TensorProto.FLOAT, [1, 4])\n"
+        "y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [1, 4])\n"
+        "g = helper.make_graph([helper.make_node('Relu', ['x'], ['y'])], 'g', [x], [y])\n"
+        f"onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), r'{tmp_path}/m.onnx')\n"
+        f"from analyzer import analyze\nanalyze(r'{tmp_path}/m.onnx')\n"
+        "bad = [m for m in ('tensorflow', 'keras', 'tflite', 'paddle', 'paddle2onnx') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import UnreadableModelError, UsageError
+from ..errors import PreflightError, UnreadableModelError, UsageError
 from .loaded import LoadedModel
-from .specs import MAX_DIM, InputSpec
+from .specs import MAX_DIM, InputSpec, printable
 
 
 def _specs(inputs: Sequence[InputSpec | str] | None) -> dict[str, InputSpec]:
@@ -21,8 +22,13 @@ def _specs(inputs: Sequence[InputSpec | str] | None) -> dict[str, InputSpec]:
     return out
 
 
-def load(model, *, inputs: Sequence[InputSpec | str] | None = None, batch: int | None = None,
-         example_inputs: Sequence | None = None) -> LoadedModel:
+def load(
+    model,
+    *,
+    inputs: Sequence[InputSpec | str] | None = None,
+    batch: int | None = None,
+    example_inputs: Sequence | None = None,
+) -> LoadedModel:
     """Lower `model` to a Relax IRModule with static shapes.
 
     Args:
@@ -37,7 +43,11 @@ def load(model, *, inputs: Sequence[InputSpec | str] | None = None, batch: int |
         UsageError: bad arguments, unreadable or unsafe files, dynamic dims left unset (exit 2).
         AnalysisError: the model was read but could not be lowered (exit 1).
     """
-    loaded = _load(model, inputs, batch, example_inputs)
+    try:
+        loaded = _load(model, inputs, batch, example_inputs)
+    except PreflightError as exc:
+        exc.args = tuple(printable(a) if isinstance(a, str) else a for a in exc.args)
+        raise
     if loaded.n_inputs is not None:
         from passes.tvm_ir import with_num_inputs
 
@@ -58,8 +68,10 @@ def _load(model, inputs, batch: int | None, example_inputs) -> LoadedModel:
         return from_module(model, example_inputs or (), source=f"<{type(model).__name__}>")
     if _is_irmodule(model):
         if specs or batch is not None:
-            raise UsageError("an IRModule's shapes are fixed: --batch/--input do not apply (bind its symbolic "
-                             "dimensions before passing it)")
+            raise UsageError(
+                "an IRModule's shapes are fixed: --batch/--input do not apply (bind its symbolic "
+                "dimensions before passing it)"
+            )
         return LoadedModel(mod=model, framework="relax", name="IRModule", source="<IRModule>", n_inputs=None)
     if not isinstance(model, str | Path):
         raise UsageError(f"cannot analyse a {type(model).__name__}: give a path, 'zoo:NAME' or an nn.Module")
@@ -81,7 +93,7 @@ def _is_irmodule(model) -> bool:
 
 
 def _load_file(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
-    from .torch_frontend import PICKLE_SUFFIXES, load_pt2, refuse_pickle, sniff_pickle
+    from .torch_frontend import PICKLE_SUFFIXES, refuse_pickle, sniff_pickle
 
     if not path.exists():
         raise UnreadableModelError(f"{path}: no such file or directory")
@@ -98,41 +110,59 @@ def _load_file(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Lo
             raise refuse_pickle(path, "the file is a Python pickle")
     except OSError as exc:
         raise UnreadableModelError(f"{path}: cannot read the file ({exc.strerror})") from exc
-    if suffix == ".onnx":
-        from .onnx_frontend import load_onnx
-
-        return load_onnx(path, specs, batch)
-    if suffix == ".pt2":
-        return load_pt2(path, specs, batch)
-    if suffix == ".tflite":
-        from .tensorflow_frontend import load_tflite
-
-        return load_tflite(path, specs, batch)
-    if suffix in (".keras", ".h5", ".hdf5"):
-        from .tensorflow_frontend import load_keras
-
-        return load_keras(path, specs, batch)
-    if path.name == "saved_model.pb":
+    if suffix in FILE_LOADERS:
+        module, function = FILE_LOADERS[suffix]
+        return getattr(importlib.import_module(module, __name__), function)(path, specs, batch)
+    if path.name in SAVED_MODEL_MARKERS:
         return _load_dir(path.parent, specs, batch)
-    if suffix in (".pdmodel", ".pdiparams") or (suffix == ".json" and path.with_suffix(".pdiparams").exists()):
+    if is_paddle_program(path) or suffix == PADDLE_PARAMS:
         from .paddle_frontend import load_paddle
 
         return load_paddle(path, specs, batch)
+    # --- a transformers config.json (a JSON object with "model_type"; not a Paddle program): see hf_config.py ---
+    if suffix == ".json":
+        from .hf_config import is_hf_config, load_hf_config
+
+        if is_hf_config(path):
+            return load_hf_config(path, specs, batch)
     raise UnreadableModelError(f"{path.name}: unknown model format '{suffix or '(no suffix)'}'; {_FORMATS}")
 
 
-_FORMATS = ("preflight reads .onnx, .pt2 (torch.export.save), .keras, .tflite and Paddle (.json/.pdmodel + "
-            ".pdiparams) files, SavedModel and Paddle inference directories, and zoo:NAME")
+# The one table of model files: suffix -> (frontend module, loader). Directories: a SavedModel holds one of
+# SAVED_MODEL_MARKERS; a Paddle inference model is a program (`.pdmodel`, or a PIR `.json`) beside its `.pdiparams`.
+# `analyzer.batch` walks folders with the same table. (A transformers config.json is recognised by content.)
+FILE_LOADERS: dict[str, tuple[str, str]] = {
+    ".onnx": (".onnx_frontend", "load_onnx"),
+    ".pt2": (".torch_frontend", "load_pt2"),
+    ".tflite": (".tensorflow_frontend", "load_tflite"),
+    ".keras": (".tensorflow_frontend", "load_keras"),
+    ".h5": (".tensorflow_frontend", "load_keras"),  # refused there with a hint: legacy Keras ignores safe_mode
+    ".hdf5": (".tensorflow_frontend", "load_keras"),
+    ".pdmodel": (".paddle_frontend", "load_paddle"),
+}
+SAVED_MODEL_MARKERS = ("saved_model.pb", "saved_model.pbtxt")
+PADDLE_PROGRAM, PADDLE_PARAMS = ".pdmodel", ".pdiparams"
+
+
+def is_paddle_program(path: Path) -> bool:
+    """A Paddle program file: a legacy `.pdmodel`, or a PIR `.json` beside its `.pdiparams`."""
+    suffix = path.suffix.lower()
+    return suffix == PADDLE_PROGRAM or (suffix == ".json" and path.with_suffix(PADDLE_PARAMS).is_file())
+
+
+_FORMATS = (
+    "preflight reads .onnx, .pt2 (torch.export.save), .keras, .tflite and Paddle (.json/.pdmodel + "
+    ".pdiparams) files, transformers config.json files, SavedModel and Paddle inference directories, and zoo:NAME"
+)
 
 
 def _load_dir(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
     """A SavedModel directory (saved_model.pb) or a Paddle inference directory (model files + .pdiparams)."""
-    if (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file():
+    if any((path / m).is_file() for m in SAVED_MODEL_MARKERS):
         from .tensorflow_frontend import load_saved_model
 
         return load_saved_model(path, specs, batch)
-    paddle_models = sorted(p for p in path.iterdir() if p.suffix == ".pdmodel"
-                           or (p.suffix == ".json" and p.with_suffix(".pdiparams").is_file()))
+    paddle_models = sorted(p for p in path.iterdir() if is_paddle_program(p))
     if len(paddle_models) == 1:
         from .paddle_frontend import load_paddle
 
@@ -140,8 +170,10 @@ def _load_dir(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
     if len(paddle_models) > 1:
         names = ", ".join(p.name for p in paddle_models)
         raise UsageError(f"{path}: several Paddle models in one directory ({names}); give the model file's path")
-    raise UnreadableModelError(f"{path}: a directory that is neither a TensorFlow SavedModel (saved_model.pb) nor "
-                               f"a Paddle inference model (*.pdmodel or *.json with *.pdiparams); {_FORMATS}")
+    raise UnreadableModelError(
+        f"{path}: a directory that is neither a TensorFlow SavedModel (saved_model.pb) nor "
+        f"a Paddle inference model (*.pdmodel or *.json with *.pdiparams); {_FORMATS}"
+    )
 
 
 __all__ = ["InputSpec", "LoadedModel", "load"]

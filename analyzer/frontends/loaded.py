@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UnreadableModelError
+from . import sanity
+from .specs import printable
 
 
 @dataclass
@@ -27,3 +32,11 @@ class LoadedModel:
     source_params: tuple[int, int] | None = None
     # the model computes in this float dtype although it was imported in float32 (see graph.with_float_dtype)
     float_dtype: str | None = None
+
+    def check_graph(self, graph) -> None:
+        """Refuse shapes and window attributes no real model has (`sanity.check_graph`), naming the model."""
+        source = Path(self.source).name if self.source[:1] not in ("<", "") else self.name
+        try:
+            sanity.check_graph(graph, source)
+        except UnreadableModelError as exc:
+            raise UnreadableModelError(printable(str(exc))) from None

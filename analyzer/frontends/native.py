@@ -46,8 +46,21 @@ def import_extra(module: str, extra: str, what: str):
             warnings.simplefilter("ignore")
             return importlib.import_module(module)
     except ImportError as exc:
-        raise MissingExtraError(f"{what} need the optional dependency '{module}' ({exc.name or exc}): "
-                                f"pip install \"preflight[{extra}]\"") from exc
+        raise MissingExtraError(
+            f"{what} need the optional dependency '{module}' ({exc.name or exc}): pip install \"preflight[{extra}]\""
+        ) from exc
+
+
+def require_extra(module: str, extra: str, what: str) -> None:
+    """Raise `MissingExtraError` unless `module` is installed (without importing it: a child process will)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise MissingExtraError(f"{what} need the optional dependency '{module}': pip install \"preflight[{extra}]\"")
 
 
 class CapturedOutput:
@@ -99,5 +112,3 @@ def quiet_native_output() -> Iterator[CapturedOutput]:
                 logging.getLogger(name).setLevel(level)
             sink.seek(0)
             captured.text = sink.read().decode("utf-8", "replace") + py_out.getvalue()
-
-

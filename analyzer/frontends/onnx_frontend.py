@@ -13,7 +13,7 @@ from ..errors import (
     one_line,
 )
 from .loaded import LoadedModel
-from .specs import InputSpec, resolve_shape
+from .specs import MAX_DIM, InputSpec, resolve_shape
 
 
 def _check_external_data(model, base: Path, name: str) -> None:
@@ -26,13 +26,26 @@ def _check_external_data(model, base: Path, name: str) -> None:
             continue
         info = {e.key: e.value for e in tensor.external_data}
         loc = info.get("location", "")
-        target = (root / loc).resolve()
+        if "\x00" in loc or len(loc) > 4096:
+            raise UnreadableModelError(
+                f"{name}: external data of tensor '{tensor.name[:80]}' names an impossible file ({loc[:80]!r})"
+            )
+        try:
+            target = (root / loc).resolve()
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise UnreadableModelError(
+                f"{name}: external data of tensor '{tensor.name[:80]}' names a path that cannot be resolved "
+                f"({loc[:80]!r}: {one_line(exc)})"
+            ) from exc
         if Path(loc).is_absolute() or not target.is_relative_to(root):
-            raise UnreadableModelError(f"{name}: external data of tensor '{tensor.name}' points outside the "
-                                       f"model's folder ({loc!r}); refusing to read it")
+            raise UnreadableModelError(
+                f"{name}: external data of tensor '{tensor.name}' points outside the "
+                f"model's folder ({loc!r}); refusing to read it"
+            )
         if not target.is_file():
-            raise UnreadableModelError(f"{name}: external data file {loc!r} of tensor '{tensor.name}' is missing "
-                                       f"(keep it beside the model)")
+            raise UnreadableModelError(
+                f"{name}: external data file {loc!r} of tensor '{tensor.name}' is missing (keep it beside the model)"
+            )
 
 
 def _check_raw_sizes(model, name: str) -> None:
@@ -52,8 +65,62 @@ def _check_raw_sizes(model, name: str) -> None:
         if t.data_type in (21, 22, 23):  # UINT4, INT4, FLOAT4E2M1 pack two elements per byte
             n, itemsize = (n + 1) // 2, 1
         if len(t.raw_data) != n * itemsize:
-            raise UnreadableModelError(f"{name}: tensor '{t.name}' holds {len(t.raw_data)} bytes of data, its shape "
-                                       f"needs {n * itemsize}")
+            raise UnreadableModelError(
+                f"{name}: tensor '{t.name}' holds {len(t.raw_data)} bytes of data, its shape needs {n * itemsize}"
+            )
+
+
+# window attributes of convolutions and pools: (lowest value, highest value)
+_WINDOW_ATTRS = {
+    "kernel_shape": (1, MAX_DIM),
+    "strides": (1, MAX_DIM),
+    "dilations": (1, MAX_DIM),
+    "group": (1, MAX_DIM),
+    "pads": (0, MAX_DIM),
+    "output_padding": (0, MAX_DIM),
+    "output_shape": (0, MAX_DIM),
+}
+
+
+def check_nodes(model, name: str) -> None:
+    """Refuse what TVM's importer would take at face value: an opset newer than onnx knows, an input element
+    type that is not one, input dimensions above MAX_DIM, window attributes out of range (`pads=-5`,
+    `kernel_shape=[2**40]`)."""
+    import onnx
+    from onnx import TensorProto
+
+    newest = onnx.defs.onnx_opset_version()
+    for op in model.opset_import:
+        if op.domain in ("", "ai.onnx") and not 1 <= op.version <= newest:
+            raise UnreadableModelError(
+                f"{name}: the model imports ONNX opset {op.version}; this preflight knows opsets 1 to {newest}"
+            )
+    known = set(TensorProto.DataType.values())
+    for inp in model.graph.input:
+        t = inp.type.tensor_type
+        if t.elem_type not in known:
+            raise UnreadableModelError(
+                f"{name}: input '{inp.name[:80]}' has element type {t.elem_type}, not an ONNX one"
+            )
+        if t.elem_type in (TensorProto.STRING,):
+            raise UnreadableModelError(f"{name}: input '{inp.name[:80]}' holds strings; preflight analyses tensors")
+        for i, d in enumerate(t.shape.dim if t.HasField("shape") else ()):
+            if d.HasField("dim_value") and d.dim_value > MAX_DIM:
+                raise UnreadableModelError(
+                    f"{name}: input '{inp.name[:80]}' dimension {i} is {d.dim_value:,} (at most {MAX_DIM:,})"
+                )
+    for node in model.graph.node:
+        for attr in node.attribute:
+            bounds = _WINDOW_ATTRS.get(attr.name)
+            if bounds is None:
+                continue
+            values = list(attr.ints) if attr.ints else ([attr.i] if attr.type == onnx.AttributeProto.INT else [])
+            for v in values:
+                if not bounds[0] <= v <= bounds[1]:
+                    raise UnreadableModelError(
+                        f"{name}: node '{(node.name or node.op_type)[:80]}' ({node.op_type}) has {attr.name} {v:,} "
+                        f"(from {bounds[0]} to {bounds[1]:,}); the file is corrupt"
+                    )
 
 
 def _supported_ops() -> set[str]:
@@ -66,8 +133,8 @@ def _file_dims(value_info) -> list[int | str | None]:
     t = value_info.type.tensor_type
     if not t.HasField("shape"):
         return []
-    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or None)
-            for d in t.shape.dim]
+    # a dim_value is static, 0 included (an empty tensor); only a dim_param or an unset dim is dynamic
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
 
 
 def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
@@ -77,7 +144,7 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
 
     try:
         model = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError, RuntimeWarning...
+    except Exception as exc:  # protobuf raises DecodeError, RuntimeWarning...
         raise UnreadableModelError(f"{path.name}: not a valid ONNX file ({one_line(exc)})") from exc
     if not model.graph.node:
         raise UnreadableModelError(f"{path.name}: not a valid ONNX model (its graph has no nodes)")
@@ -85,11 +152,14 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
     try:
         onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
         onnx.checker.check_model(model)
-    except Exception as exc:  # noqa: BLE001 - ValidationError and friends
+    except Exception as exc:  # ValidationError and friends
         raise UnreadableModelError(f"{path.name}: invalid ONNX model: {one_line(exc)}") from exc
     _check_raw_sizes(model, path.name)
+    check_nodes(model, path.name)
 
-    supported = _supported_ops()
+    from passes.tvm_ir import onnx_convert_ops
+
+    supported = onnx_convert_ops()
     missing: dict[str, int] = {}
     for node in model.graph.node:
         key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
@@ -103,14 +173,21 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
     graph_inputs = [i for i in model.graph.input if i.name not in initializers]
     unknown = set(specs) - {i.name for i in graph_inputs}
     if unknown:
-        raise UsageError(f"--input names {', '.join(sorted(unknown))} not among the model's inputs: "
-                         f"{', '.join(i.name for i in graph_inputs)}")
+        raise UsageError(
+            f"--input names {', '.join(sorted(unknown))} not among the model's inputs: "
+            f"{', '.join(i.name for i in graph_inputs)}"
+        )
     shape_dict, dtype_dict = {}, {}
     for inp in graph_inputs:
         spec = specs.get(inp.name)
         shape_dict[inp.name] = list(resolve_shape(inp.name, _file_dims(inp), spec, batch, path.name))
         elem = inp.type.tensor_type.elem_type
-        dtype = str(helper.tensor_dtype_to_np_dtype(elem)) if elem else "float32"
+        try:
+            dtype = str(helper.tensor_dtype_to_np_dtype(elem)) if elem else "float32"
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UnreadableModelError(
+                f"{path.name}: input '{inp.name}' has element type {elem}, which TVM cannot read"
+            ) from exc
         dtype_dict[inp.name] = spec.dtype if spec and spec.dtype else dtype
 
     from tvm.relax.frontend.onnx import from_onnx
@@ -119,11 +196,17 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
         mod = from_onnx(model, shape_dict=shape_dict, dtype_dict=dtype_dict, keep_params_in_input=False)
     except PreflightError:
         raise
-    except Exception as exc:  # noqa: BLE001 - the importer raises many error types
+    except Exception as exc:  # the importer raises many error types
         raise AnalysisError(f"{path.name}: TVM's ONNX importer failed: {one_line(exc)}") from exc
-    return LoadedModel(mod=mod, framework="onnx", name=model.graph.name or path.stem, source=str(path),
-                       n_inputs=len(graph_inputs), input_names=tuple(shape_dict),
-                       source_params=_file_params(model))
+    return LoadedModel(
+        mod=mod,
+        framework="onnx",
+        name=model.graph.name or path.stem,
+        source=str(path),
+        n_inputs=len(graph_inputs),
+        input_names=tuple(shape_dict),
+        source_params=_file_params(model),
+    )
 
 
 _FLOAT_TYPES = {1: 4, 10: 2, 16: 2, 11: 8}  # TensorProto FLOAT, FLOAT16, BFLOAT16, DOUBLE -> bytes

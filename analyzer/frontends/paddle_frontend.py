@@ -2,7 +2,8 @@
 
 Route: Relax has no Paddle importer, so paddle2onnx converts the model (`model.json` of Paddle 3's PIR, or
 a legacy `model.pdmodel`, with `model.pdiparams`) to ONNX in memory, and the ONNX frontend imports it.
-paddle2onnx runs in a child process (a corrupt parameter file can abort its C++ code) and is called with
+paddle2onnx runs in a spawned child process with resource limits (`isolate.py`: a corrupt parameter file
+can abort its C++ code) and is called with
 `save_file=None`, so none of its Python post-optimizers runs (its default,
 polygraphy, installs packages at run time); its built-in C++ graph optimizer does.
 
@@ -16,17 +17,14 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
-import os
 import pickle
-import signal
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from ..errors import AnalysisError, MissingExtraError, PreflightError, UnreadableModelError
+from .isolate import GIB, Limits, run_isolated
 from .loaded import LoadedModel
-from .native import QUIET_ENV, quiet_native_output
+from .native import quiet_native_output
 from .specs import InputSpec
 
 CONVERT_TIMEOUT_S = 600
@@ -40,13 +38,16 @@ def _model_files(path: Path) -> tuple[Path, Path]:
         candidates = [path.with_suffix(".json"), path.with_suffix(".pdmodel")]
         found = [c for c in candidates if c.is_file()]
         if not found:
-            raise UnreadableModelError(f"{path.name}: a Paddle parameter file without its program "
-                                       f"({path.stem}.json or {path.stem}.pdmodel) beside it")
+            raise UnreadableModelError(
+                f"{path.name}: a Paddle parameter file without its program "
+                f"({path.stem}.json or {path.stem}.pdmodel) beside it"
+            )
         return found[0], path
     params = path.with_suffix(".pdiparams")
     if not params.is_file():
-        raise UnreadableModelError(f"{path.name}: its parameter file {params.name} is missing (keep the files "
-                                   f"paddle.jit.save writes together)")
+        raise UnreadableModelError(
+            f"{path.name}: its parameter file {params.name} is missing (keep the files paddle.jit.save writes together)"
+        )
     return path, params
 
 
@@ -69,8 +70,9 @@ def _check_program(program: Path) -> None:
 @contextlib.contextmanager
 def _no_unpickling(label: str):
     def refuse(*args, **kwargs):
-        raise UnreadableModelError(f"{label}: the model asks to unpickle Python objects; preflight never "
-                                   f"unpickles files (it could run code)")
+        raise UnreadableModelError(
+            f"{label}: the model asks to unpickle Python objects; preflight never unpickles files (it could run code)"
+        )
 
     real = pickle.load, pickle.loads
     pickle.load, pickle.loads = refuse, refuse
@@ -101,8 +103,9 @@ def load_paddle(path: Path, specs: dict[str, InputSpec], batch: int | None) -> L
     _check_program(program)
     for module in ("paddle", "paddle2onnx"):
         if importlib.util.find_spec(module) is None:
-            raise MissingExtraError(f"PaddlePaddle models need the optional dependency '{module}': "
-                                    f"pip install \"preflight[paddle]\"")
+            raise MissingExtraError(
+                f"PaddlePaddle models need the optional dependency '{module}': pip install \"preflight[paddle]\""
+            )
     if params.stat().st_size == 0:
         raise UnreadableModelError(f"{params.name}: the file is empty")
 
@@ -122,64 +125,62 @@ def load_paddle(path: Path, specs: dict[str, InputSpec], batch: int | None) -> L
     return loaded
 
 
+PADDLE_STEP = "paddle2onnx"
+
+
 def _convert(program: Path, params: Path, onnx_path: Path) -> None:
-    """Run paddle2onnx in a child process: a corrupt parameter file can make its C++ code abort, and paddle's
-    protobuf runtime then never meets TensorFlow's in one process."""
-    env = dict(os.environ, **{k: os.environ.get(k, v) for k, v in QUIET_ENV.items()})
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    log_path = onnx_path.with_suffix(".log")
-    cmd = [sys.executable, "-c", "from analyzer.frontends.paddle_frontend import _child; _child()",
-           str(program), str(params), str(onnx_path), str(log_path)]
-    try:
-        proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=CONVERT_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise AnalysisError(f"{program.name}: paddle2onnx did not finish in {CONVERT_TIMEOUT_S} s") from exc
-    log = log_path.read_text(errors="replace") if log_path.is_file() else ""
-    if proc.returncode == 0 and onnx_path.is_file():
-        return
-    if proc.returncode == _RC_MISSING:
-        raise MissingExtraError(f"PaddlePaddle models need {log.strip() or 'paddle and paddle2onnx'}: "
-                                f"pip install \"preflight[paddle]\"")
-    if proc.returncode < 0:
-        raise UnreadableModelError(f"{program.name}: paddle2onnx crashed reading the model "
-                                   f"({signal.Signals(-proc.returncode).name}); the files are corrupt or not "
-                                   f"written by paddle.jit.save")
-    raise _conversion_error(program.name, log)
+    """Run paddle2onnx in a child process (`isolate.py`, forked from a zygote that imported paddle once): a
+    corrupt parameter file can make its C++ code abort, and paddle's protobuf runtime then never meets
+    TensorFlow's in one process."""
+    size = program.stat().st_size + params.stat().st_size
+    result = run_isolated(
+        f"{__name__}:onnx_in_child",
+        [str(program.absolute()), str(params.absolute())],  # the child works in its scratch directory
+        label=program.name,
+        what=PADDLE_STEP,
+        limits=Limits(memory=6 * GIB + 8 * size, cpu_s=2 * CONVERT_TIMEOUT_S, wall_s=CONVERT_TIMEOUT_S),
+        start="zygote",
+        preload=("paddle", "paddle2onnx", __name__),
+    )
+    onnx_path.write_bytes(result.data)
 
 
-_RC_MISSING, _RC_FAILED = 3, 4
-
-
-def _child() -> None:
-    """Child process: `program params out.onnx out.log`; exit 0, or 3 (missing package), 4 (failed)."""
-    program, params, out, log = sys.argv[1:5]
+def onnx_in_child(program: str, params: str) -> tuple[dict, bytes]:
+    """Child process: the ONNX bytes paddle2onnx makes of `program` + `params`."""
     try:
         import paddle  # noqa: F401 - paddle2onnx needs it; imported first to report it by name
         import paddle2onnx
     except ImportError as exc:
-        Path(log).write_text(f"the optional dependency '{exc.name or exc}'")
-        sys.exit(_RC_MISSING)
+        raise MissingExtraError(
+            f"PaddlePaddle models need the optional dependency '{exc.name or exc}': pip install \"preflight[paddle]\""
+        ) from exc
     onnx_bytes = None
     with quiet_native_output() as captured, _no_unpickling(Path(program).name):
         try:
-            onnx_bytes = paddle2onnx.export(program, params, save_file=None, opset_version=OPSET,
-                                            auto_upgrade_opset=True, verbose=False, enable_onnx_checker=True,
-                                            enable_optimize=True, optimize_tool="onnxoptimizer")
-        except Exception as exc:  # noqa: BLE001 - paddle2onnx logs its error, then fails on an unbound name
+            onnx_bytes = paddle2onnx.export(
+                program,
+                params,
+                save_file=None,
+                opset_version=OPSET,
+                auto_upgrade_opset=True,
+                verbose=False,
+                enable_onnx_checker=True,
+                enable_optimize=True,
+                optimize_tool="onnxoptimizer",
+            )
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - paddle2onnx logs its error, then fails or exits
             captured.text += f"\n{type(exc).__name__}: {exc}"
     if not onnx_bytes:
-        Path(log).write_text(captured.text)
-        sys.exit(_RC_FAILED)
-    Path(out).write_bytes(onnx_bytes)
+        raise _conversion_error(Path(program).name, captured.text)
+    return {}, onnx_bytes
 
 
 def _conversion_error(label: str, log: str) -> PreflightError:
     """paddle2onnx failed: unsupported operators are an analysis failure (1), anything else unreadable (2)."""
     lines = [ln.strip() for ln in log.splitlines() if ln.strip() and not ln.lstrip().startswith(("File ", "^"))]
-    ops = sorted({ln.split("Oops, there are some operators not supported yet")[-1] for ln in lines
-                  if "not supported yet" in ln})
+    ops = sorted(
+        {ln.split("Oops, there are some operators not supported yet")[-1] for ln in lines if "not supported yet" in ln}
+    )
     unsupported = [ln for ln in lines if "not supported" in ln.lower() or "no converter" in ln.lower()]
     detail = next((ln for ln in reversed(lines) if "Error" in ln or "error" in ln), lines[-1] if lines else "")
     if ops or unsupported:

@@ -10,6 +10,14 @@ MAX_DIM = 2**31 - 1  # larger dimensions are typos; they would overflow the impo
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
 
 
+def printable(text: str) -> str:
+    """`text` with control characters escaped (`\\n`, `\\x00`): names from a model file can hold any, and an
+    error message stays one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 @dataclass(frozen=True)
 class InputSpec:
     """A user's shape (and optionally dtype) for one named model input."""
@@ -42,8 +50,9 @@ class InputSpec:
         return cls(name, shape, dtype)
 
 
-def resolve_shape(name: str, file_dims: list[int | str | None], spec: InputSpec | None, batch: int | None,
-                  source: str) -> tuple[int, ...]:
+def resolve_shape(
+    name: str, file_dims: list[int | str | None], spec: InputSpec | None, batch: int | None, source: str
+) -> tuple[int, ...]:
     """The concrete shape of input `name`.
 
     `file_dims` are the model file's dimensions: an int when fixed, a string or None when dynamic.
@@ -57,13 +66,17 @@ def resolve_shape(name: str, file_dims: list[int | str | None], spec: InputSpec 
             raise UsageError(f"input '{name}' has {len(dims)} dimensions in {source}, --input gives {len(spec.shape)}")
         for i, (f, u) in enumerate(zip(dims, spec.shape, strict=True)):
             if isinstance(f, int) and f != u:
-                raise UsageError(f"input '{name}' dimension {i} is fixed to {f} in {source}; --input asks for {u} "
-                                 f"(re-export the model with that dimension dynamic)")
+                raise UsageError(
+                    f"input '{name}' dimension {i} is fixed to {f} in {source}; --input asks for {u} "
+                    f"(re-export the model with that dimension dynamic)"
+                )
             dims[i] = u
     if batch is not None and dims:
         if isinstance(file_dims[0], int) and file_dims[0] != batch:
-            raise UsageError(f"input '{name}' dimension 0 is fixed to {file_dims[0]} in {source}; --batch {batch} "
-                             f"cannot change it (re-export the model with a dynamic batch dimension)")
+            raise UsageError(
+                f"input '{name}' dimension 0 is fixed to {file_dims[0]} in {source}; --batch {batch} "
+                f"cannot change it (re-export the model with a dynamic batch dimension)"
+            )
         dims[0] = batch
     for i, d in enumerate(dims):
         if not isinstance(d, int):

@@ -8,7 +8,11 @@ NHWC with HWIO/OHWI kernels; the Relax ops carry those layouts and the cost rule
 
 Safety: Keras files are loaded with `safe_mode=True` (a Lambda layer's Python code is refused);
 legacy `.h5` files, where Keras ignores safe_mode, are refused outright. A SavedModel is protobuf and
-checkpoint data: loading it runs no Python code, and preflight never executes the graph.
+checkpoint data: loading it runs no Python code, and preflight never executes the graph. TensorFlow
+loads, traces and converts in a child process with resource limits (`isolate.py`; forked from a zygote
+that imported TensorFlow once): a model can crash TensorFlow's graph optimiser (a Keras input of
+2x100000x100000x3 does), and this process never imports TensorFlow. A `.tflite` file is parsed here
+(the `tflite` flatbuffer reader) and every tensor's dimensions checked before TVM's importer sees it.
 """
 
 from __future__ import annotations
@@ -25,16 +29,29 @@ from ..errors import (
     UsageError,
     one_line,
 )
+from .isolate import GIB, Limits, run_isolated
 from .loaded import LoadedModel
-from .native import import_extra, quiet_native_output
-from .specs import InputSpec, resolve_shape
+from .native import import_extra, quiet_native_output, require_extra
+from .specs import MAX_DIM, InputSpec, resolve_shape
 
 # tflite.TensorType -> numpy dtype name; bytes per element of the floating-point types (weights)
-_TFLITE_DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16",
-                  9: "int8", 10: "float64", 16: "bfloat16"}
+_TFLITE_DTYPES = {
+    0: "float32",
+    1: "float16",
+    2: "int32",
+    3: "uint8",
+    4: "int64",
+    6: "bool",
+    7: "int16",
+    9: "int8",
+    10: "float64",
+    16: "bfloat16",
+}
 _FLOAT_BYTES = {0: 4, 1: 2, 10: 8, 16: 2}
-_H5_HINT = ("legacy HDF5 Keras files can carry marshalled Python code that Keras loads without safe_mode; "
-            "re-save the model with model.save('model.keras') or model.export('saved_model_dir')")
+_H5_HINT = (
+    "legacy HDF5 Keras files can carry marshalled Python code that Keras loads without safe_mode; "
+    "re-save the model with model.save('model.keras') or model.export('saved_model_dir')"
+)
 
 
 def _import_tensorflow():
@@ -46,6 +63,7 @@ def _import_tensorflow():
 # --------------------------------------------------------------------------------------------
 # .tflite
 # --------------------------------------------------------------------------------------------
+
 
 def _op_name(model, op, builtin_names: dict[int, str]) -> str:
     code = model.OperatorCodes(op.OpcodeIndex())
@@ -60,11 +78,11 @@ def _op_name(model, op, builtin_names: dict[int, str]) -> str:
 def _check_ops(model, subgraph, label: str) -> None:
     """Raise once, naming every TFLite operator (with its count) that TVM's importer cannot convert."""
     from tflite.BuiltinOperator import BuiltinOperator
-    from tvm import relax
-    from tvm.relax.frontend.tflite.tflite_frontend import ExprTable, OperatorConverter
+
+    from passes.tvm_ir import tflite_convert_ops
 
     builtin_names = {v: k for k, v in vars(BuiltinOperator).items() if not k.startswith("_")}
-    convert_map = OperatorConverter(model, subgraph, ExprTable(), relax.BlockBuilder()).convert_map
+    convert_map = tflite_convert_ops(model, subgraph)
     missing: dict[str, int] = {}
     for i in range(subgraph.OperatorsLength()):
         name = _op_name(model, subgraph.Operators(i), builtin_names)
@@ -109,6 +127,23 @@ def _dynamic(model) -> bool:
     return False
 
 
+def _check_shapes(model, label: str) -> None:
+    """Every tensor's shape holds dimensions from 0 to MAX_DIM (a -1 would count negative FLOPs)."""
+    for g in range(model.SubgraphsLength()):
+        subgraph = model.Subgraphs(g)
+        for i in range(subgraph.TensorsLength()):
+            t = subgraph.Tensors(i)
+            if not t.ShapeLength():
+                continue
+            for d, size in enumerate(int(x) for x in t.ShapeAsNumpy()):
+                if not 0 <= size <= MAX_DIM:
+                    name = (t.Name() or b"?").decode("utf-8", "replace")[:80]
+                    raise UnreadableModelError(
+                        f"{label}: tensor '{name}' has dimension {d} of {size:,} (dimensions are 0 to {MAX_DIM:,}); "
+                        f"the file is corrupt"
+                    )
+
+
 def _parse_tflite(buf: bytes, label: str):
     if len(buf) < 8 or buf[4:8] != b"TFL3":
         raise UnreadableModelError(f"{label}: not a TFLite flatbuffer (no 'TFL3' file identifier)")
@@ -118,6 +153,7 @@ def _parse_tflite(buf: bytes, label: str):
         if model.SubgraphsLength() < 1:
             raise UnreadableModelError(f"{label}: the TFLite model has no subgraph")
         subgraph = model.Subgraphs(0)
+        _check_shapes(model, label)
         inputs = []
         for i in range(subgraph.InputsLength()):
             t = subgraph.Tensors(subgraph.Inputs(i))
@@ -127,14 +163,24 @@ def _parse_tflite(buf: bytes, label: str):
         params = _file_params(model, subgraph)
     except PreflightError:
         raise
-    except Exception as exc:  # noqa: BLE001 - a corrupt flatbuffer raises IndexError, struct.error...
+    except Exception as exc:  # a corrupt flatbuffer raises IndexError, struct.error...
         raise UnreadableModelError(f"{label}: corrupt TFLite file ({one_line(exc)})") from exc
     return model, inputs, params
 
 
-def _import_tflite(buf: bytes, label: str, shapes: dict[str, list[int]], dtypes: dict[str, str], *,
-                   framework: str, name: str, source: str, model=None, params=None,
-                   dynamic: bool = False) -> LoadedModel:
+def _import_tflite(
+    buf: bytes,
+    label: str,
+    shapes: dict[str, list[int]],
+    dtypes: dict[str, str],
+    *,
+    framework: str,
+    name: str,
+    source: str,
+    model=None,
+    params=None,
+    dynamic: bool = False,
+) -> LoadedModel:
     from tvm.relax.frontend.tflite import from_tflite
 
     from passes import tvm_ir
@@ -153,16 +199,27 @@ def _import_tflite(buf: bytes, label: str, shapes: dict[str, list[int]], dtypes:
             gc.collect()  # the half-built BlockBuilder logs a warning when freed: free it while output is quiet
     if failure is not None:
         if "READ_VARIABLE" in failure or "VAR_HANDLE" in failure:
-            failure += (" (the file keeps its weights in resource variables; convert with "
-                        "TFLiteConverter.from_keras_model or from_saved_model, which freeze them, or give preflight "
-                        "the Keras model or SavedModel)")
+            failure += (
+                " (the file keeps its weights in resource variables; convert with "
+                "TFLiteConverter.from_keras_model or from_saved_model, which freeze them, or give preflight "
+                "the Keras model or SavedModel)"
+            )
         elif dynamic:
-            failure += (" (this .tflite has a dynamic batch and computes shapes at run time, which TVM cannot "
-                        "import: analyse the Keras model or SavedModel with --batch N, or convert at a fixed batch)")
+            failure += (
+                " (this .tflite has a dynamic batch and computes shapes at run time, which TVM cannot "
+                "import: analyse the Keras model or SavedModel with --batch N, or convert at a fixed batch)"
+            )
         raise AnalysisError(f"{label}: TVM's TFLite importer failed: {failure}")
     mod = tvm_ir.strip_param_data(mod)
-    return LoadedModel(mod=mod, framework=framework, name=name, source=source, n_inputs=len(shapes),
-                       input_names=tuple(shapes), source_params=params)
+    return LoadedModel(
+        mod=mod,
+        framework=framework,
+        name=name,
+        source=source,
+        n_inputs=len(shapes),
+        input_names=tuple(shapes),
+        source_params=params,
+    )
 
 
 def load_tflite(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
@@ -180,20 +237,106 @@ def load_tflite(path: Path, specs: dict[str, InputSpec], batch: int | None) -> L
         if batch is not None and wanted:
             wanted[0] = batch
         if wanted != dims:
-            raise UsageError(f"input '{name}' is {'x'.join(map(str, dims))} in {path.name}, and a .tflite file fixes "
-                             f"every shape inside it, so it cannot become {'x'.join(map(str, wanted))}; analyse the "
-                             f"Keras model or SavedModel instead (preflight converts it at the shape you ask for)")
+            raise UsageError(
+                f"input '{name}' is {'x'.join(map(str, dims))} in {path.name}, and a .tflite file fixes "
+                f"every shape inside it, so it cannot become {'x'.join(map(str, wanted))}; analyse the "
+                f"Keras model or SavedModel instead (preflight converts it at the shape you ask for)"
+            )
         if spec is not None and spec.dtype is not None and spec.dtype != dtype:
             raise UsageError(f"input '{name}' is {dtype} in {path.name}; a .tflite file fixes its dtypes")
         shapes[name] = resolve_shape(name, dims, None, None, path.name)
         dtypes[name] = dtype
-    return _import_tflite(buf, path.name, shapes, dtypes, framework="tflite", name=path.stem, source=str(path),
-                          model=model, params=params, dynamic=_dynamic(model))
+    return _import_tflite(
+        buf,
+        path.name,
+        shapes,
+        dtypes,
+        framework="tflite",
+        name=path.stem,
+        source=str(path),
+        model=model,
+        params=params,
+        dynamic=_dynamic(model),
+    )
 
 
 # --------------------------------------------------------------------------------------------
-# Keras and SavedModel: trace at the requested shapes, freeze, convert to TFLite
+# Keras and SavedModel: trace at the requested shapes, freeze, convert to TFLite (in a child process)
 # --------------------------------------------------------------------------------------------
+
+TF_STEP = "TensorFlow's converter"
+
+
+def _size_on_disk(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    total = 0
+    for i, p in enumerate(path.rglob("*")):
+        if i > 100_000:
+            break
+        if p.is_file() and not p.is_symlink():
+            total += p.stat().st_size
+    return total
+
+
+def _tf_limits(path: Path) -> Limits:
+    """TensorFlow itself maps about 2 GB; the model's weights are held as variables, frozen constants and the
+    TFLite flatbuffer at once."""
+    size = _size_on_disk(path)
+    return Limits(memory=6 * GIB + 8 * size, file_bytes=2 * GIB + 4 * size)
+
+
+def load_keras(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
+    """Load a `.keras` file with safe_mode=True and convert it at the requested input shapes (in a child)."""
+    if path.suffix.lower() in (".h5", ".hdf5"):
+        raise UnreadableModelError(f"{path.name}: {_H5_HINT}")
+    return _convert_in_child("keras", path, specs, batch)
+
+
+def load_saved_model(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
+    """Load a SavedModel directory's serving signature and convert it at the requested input shapes (in a child)."""
+    return _convert_in_child("saved_model", path, specs, batch)
+
+
+def _convert_in_child(kind: str, path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
+    """TensorFlow loads, traces and converts in a child with resource limits (a hostile or huge model can crash
+    its graph optimiser), forked from a zygote that imported TensorFlow once; this process only parses the
+    TFLite flatbuffer it returns."""
+    require_extra("tensorflow", "tensorflow", "Keras and SavedModel models")
+    if kind == "keras":
+        require_extra("keras", "tensorflow", "Keras models")
+    spec_list = [[s.name, list(s.shape), s.dtype] for s in specs.values()]
+    result = run_isolated(
+        f"{__name__}:tflite_in_child",
+        [kind, str(path.absolute()), spec_list, batch],  # the child works in its scratch directory
+        label=path.name,
+        what=TF_STEP,
+        limits=_tf_limits(path),
+        start="zygote",
+        preload=("tensorflow", "keras", __name__),
+    )
+    meta = result.meta
+    return _finish(result.data, path, list(meta["names"]), [list(s) for s in meta["shapes"]], list(meta["dtypes"]))
+
+
+def tflite_in_child(kind: str, path: str, spec_list: list, batch: int | None) -> tuple[dict, bytes]:
+    """Child process: load the Keras model or SavedModel, trace it at the requested shapes, convert it."""
+    specs = {n: InputSpec(n, tuple(shape), dtype) for n, shape, dtype in spec_list}
+    p = Path(path)
+    tf = _import_tensorflow()
+    if kind == "keras":
+        names, tensor_specs, call, what = _keras_signature(tf, p, specs, batch)
+    else:
+        names, tensor_specs, call, what = _saved_model_signature(tf, p, specs, batch)
+    concrete = _trace(tf, call, p, tensor_specs, what)
+    buf = _convert(tf, concrete, p.name)
+    meta = {
+        "names": names,
+        "shapes": [[int(d) for d in ts.shape] for ts in tensor_specs],
+        "dtypes": [ts.dtype.name for ts in tensor_specs],
+    }
+    return meta, buf
+
 
 def _resolve(name: str, dims, dtype: str, specs: dict[str, InputSpec], batch: int | None, label: str):
     spec = specs.get(name)
@@ -226,11 +369,8 @@ def _converter_message(exc: BaseException, log: str) -> str:
     return one_line(exc)
 
 
-def load_keras(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
-    """Load a `.keras` file with safe_mode=True and convert it at the requested input shapes."""
-    if path.suffix.lower() in (".h5", ".hdf5"):
-        raise UnreadableModelError(f"{path.name}: {_H5_HINT}")
-    tf = _import_tensorflow()
+def _keras_signature(tf, path: Path, specs: dict[str, InputSpec], batch: int | None):
+    """(input names, TensorSpecs at the requested shapes, the call, what) of a `.keras` file (child)."""
     keras = import_extra("keras", "tensorflow", "Keras models")
     with quiet_native_output() as out:
         try:
@@ -244,13 +384,17 @@ def load_keras(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Lo
         if "safe_mode" in text or "lambda" in text.lower():
             raise UnreadableModelError(
                 f"{path.name}: the model contains a Lambda layer (arbitrary Python code); preflight loads Keras "
-                f"files with safe_mode=True and refuses it: replace the Lambda with a built-in layer") from err
-        raise UnreadableModelError(f"{path.name}: not a loadable Keras file ({one_line(err) or out.last_line()})") \
-            from err
+                f"files with safe_mode=True and refuses it: replace the Lambda with a built-in layer"
+            ) from err
+        raise UnreadableModelError(
+            f"{path.name}: not a loadable Keras file ({one_line(err) or out.last_line()})"
+        ) from err
     inputs = list(getattr(model, "inputs", None) or [])
     if not inputs:
-        raise UnreadableModelError(f"{path.name}: the Keras model has no input signature; build it with "
-                                   f"keras.Input(...) (a functional or Sequential model) before saving")
+        raise UnreadableModelError(
+            f"{path.name}: the Keras model has no input signature; build it with "
+            f"keras.Input(...) (a functional or Sequential model) before saving"
+        )
     names = [str(getattr(t, "name", f"input_{i}")).split(":")[0] for i, t in enumerate(inputs)]
     unknown = set(specs) - set(names)
     if unknown:
@@ -263,37 +407,44 @@ def load_keras(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Lo
     def call(*xs):
         return model(xs[0] if len(xs) == 1 else list(xs), training=False)
 
-    return _trace(tf, call, path, names, tensor_specs, "the model")
+    return names, tensor_specs, call, "the model"
 
 
-def _trace(tf, call, path: Path, names: list[str], tensor_specs: list, what: str) -> LoadedModel:
-    """Trace `call` at the given input specs, then convert and import it."""
+def _trace(tf, call, path: Path, tensor_specs: list, what: str):
+    """The concrete function of `call` at the given input specs (child)."""
     with quiet_native_output():
         try:
-            concrete = tf.function(call).get_concrete_function(*tensor_specs)
-        except Exception as exc:  # noqa: BLE001 - TensorFlow raises many error types while tracing
+            return tf.function(call).get_concrete_function(*tensor_specs)
+        except Exception as exc:
             raise AnalysisError(f"{path.name}: TensorFlow could not trace {what}: {one_line(exc)}") from exc
-    return _finish(tf, concrete, path, names, tensor_specs)
 
 
-def _finish(tf, concrete, path: Path, names: list[str], tensor_specs: list) -> LoadedModel:
-    buf = _convert(tf, concrete, path.name)
+def _finish(buf: bytes, path: Path, names: list[str], shapes: list[list[int]], dtypes: list[str]) -> LoadedModel:
+    """Import the converted flatbuffer (parent); `names`, `shapes`, `dtypes` are the traced signature's."""
     model, inputs, params = _parse_tflite(buf, path.name)
     tfl_names = [n for n, _, _ in inputs]
     # the converter names inputs after the TensorSpecs; map by position if it did not
     order = tfl_names if set(tfl_names) == set(names) else names
-    by_name = dict(zip(names, tensor_specs, strict=True))
-    shapes = {tfl: [int(d) for d in by_name[user].shape] for tfl, user in zip(tfl_names, order, strict=True)}
-    dtypes = {tfl: by_name[user].dtype.name for tfl, user in zip(tfl_names, order, strict=True)}
-    loaded = _import_tflite(buf, path.name, shapes, dtypes, framework="tensorflow", name=path.stem or path.name,
-                            source=str(path), model=model, params=params)
+    by_name = {n: (s, d) for n, s, d in zip(names, shapes, dtypes, strict=True)}
+    shape_of = {tfl: list(by_name[user][0]) for tfl, user in zip(tfl_names, order, strict=True)}
+    dtype_of = {tfl: by_name[user][1] for tfl, user in zip(tfl_names, order, strict=True)}
+    loaded = _import_tflite(
+        buf,
+        path.name,
+        shape_of,
+        dtype_of,
+        framework="tensorflow",
+        name=path.stem or path.name,
+        source=str(path),
+        model=model,
+        params=params,
+    )
     loaded.input_names = tuple(order)
     return loaded
 
 
-def load_saved_model(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
-    """Load a SavedModel directory's serving signature and convert it at the requested input shapes."""
-    tf = _import_tensorflow()
+def _saved_model_signature(tf, path: Path, specs: dict[str, InputSpec], batch: int | None):
+    """(input names, TensorSpecs at the requested shapes, the call, what) of a SavedModel's signature (child)."""
     with quiet_native_output() as out:
         try:
             obj = tf.saved_model.load(str(path))
@@ -302,12 +453,15 @@ def load_saved_model(path: Path, specs: dict[str, InputSpec], batch: int | None)
         else:
             err = None
     if err is not None:
-        raise UnreadableModelError(f"{path.name}: not a loadable SavedModel ({one_line(err) or out.last_line()})") \
-            from err
+        raise UnreadableModelError(
+            f"{path.name}: not a loadable SavedModel ({one_line(err) or out.last_line()})"
+        ) from err
     signatures = dict(getattr(obj, "signatures", {}) or {})
     if not signatures:
-        raise UnreadableModelError(f"{path.name}: the SavedModel has no serving signature; export it with "
-                                   f"model.export(dir) or tf.saved_model.save(obj, dir, signatures=...)")
+        raise UnreadableModelError(
+            f"{path.name}: the SavedModel has no serving signature; export it with "
+            f"model.export(dir) or tf.saved_model.save(obj, dir, signatures=...)"
+        )
     key = "serving_default" if "serving_default" in signatures else sorted(signatures)[0]
     sig = signatures[key]
     kw = sig.structured_input_signature[1] if sig.structured_input_signature else {}
@@ -329,4 +483,5 @@ def load_saved_model(path: Path, specs: dict[str, InputSpec], batch: int | None)
     def call(*xs):
         return sig(**dict(zip(names, xs, strict=True)))
 
-    return _trace(tf, call, path, names, tensor_specs, f"signature '{key}'")
+    call.keep_alive = obj  # the signature's variables live as long as the loaded object
+    return names, tensor_specs, call, f"signature '{key}'"

@@ -1,119 +1,143 @@
 """PyTorch frontend: nn.Module + example inputs, `torch.export` `.pt2` files, zoo models.
 
-Route: `torch.export` -> core ATen decomposition -> TVM's `from_exported_program`, parameters
-kept as function inputs (never bound as constants) so that shapes, not weights, are what the
-analysis needs. Operators TVM's importer lacks get a conversion through `custom_convert_map`:
-real ones for what the zoo and tests need (`CONVERTERS`), and an opaque placeholder for the rest
-so the analysis still runs and lists them in `totals.unsupported`.
+Route: `torch.export` -> a decomposition of only what TVM cannot convert (attention, linear and
+normalisation layers stay whole) -> TVM's `from_exported_program`, parameters kept as function inputs
+(never bound as constants) so that shapes, not weights, are what the analysis needs. Operators TVM's
+importer lacks or misreads get a conversion through `custom_convert_map` (built in `passes.tvm_ir`), and
+an opaque placeholder for the rest so the analysis still runs and lists them in `totals.unsupported`.
+A `.pt2` file is checked by `pt2_safety` before torch sees it and loaded in a limited child process.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
-import pickle
-import zipfile
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import AnalysisError, PreflightError, UnreadableModelError, UsageError, one_line
+from ..errors import AnalysisError, PreflightError, UsageError, one_line
+from .isolate import GIB, Limits, run_isolated
 from .loaded import LoadedModel
+from .pt2_safety import (  # noqa: F401 - PICKLE_SUFFIXES, refuse_pickle, sniff_pickle: used by frontends.load
+    PICKLE_SUFFIXES,
+    SAVE_HINT,
+    build_exported_program,
+    inspect_pt2,
+    refuse_pickle,
+    sniff_pickle,
+)
 from .specs import InputSpec, resolve_shape
 
 UNCONVERTED_PREFIX = "torch:"  # callee name of placeholders for ATen ops TVM cannot import
 
 
-# --------------------------------------------------------------------------------------------
-# Conversions TVM's importer lacks (torch.fx node, importer) -> relax.Var
-# --------------------------------------------------------------------------------------------
+def _converters() -> dict[str, Callable]:
+    """Conversions TVM's importer lacks or gets wrong, by ATen target (passes.tvm_ir builds them: it owns every
+    access to importer internals). Anything else TVM cannot import becomes an opaque placeholder
+    (`tvm_ir.opaque_converter`) so the analysis still runs and lists it in `totals.unsupported`."""
+    from passes import tvm_ir
 
-def _reduce(op_name: str) -> Callable:
-    def convert(node, importer):
-        from tvm import relax
-
-        x = importer.env[node.args[0]]
-        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", None)
-        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-        if isinstance(dim, int):
-            dim = [dim]
-        axis = list(dim) if dim else None  # aten: an empty dim list reduces over everything
-        return importer.block_builder.emit(getattr(relax.op, op_name)(x, axis=axis, keepdims=bool(keepdim)))
-
-    return convert
+    return {"amax.default": tvm_ir.reduce_converter("max"), "amin.default": tvm_ir.reduce_converter("min")}
 
 
-CONVERTERS: dict[str, Callable] = {
-    "amax.default": _reduce("max"),
-    "amin.default": _reduce("min"),
-}
+def _whole_op_converters() -> dict[str, Callable]:
+    """Conversions of ATen ops kept whole (not decomposed) whose TVM conversion misreads them."""
+    from passes import tvm_ir
+
+    return {
+        "batch_norm.default": tvm_ir.batch_norm_eval_converter,
+        "scaled_dot_product_attention.default": tvm_ir.sdpa_converter,
+        "cat.default": tvm_ir.cat_converter,
+    }
 
 
-def _opaque(target: str) -> Callable:
-    """A placeholder for an ATen op with no conversion: a packed call with the right output types."""
-
-    def convert(node, importer):
-        from tvm import relax
-        args = [importer.env[a] for a in node.all_input_nodes if a in importer.env
-                and isinstance(importer.env[a], relax.Expr) and _is_tensor(importer.env[a])]
-        vals = node.meta.get("val")
-        vals = list(vals) if isinstance(vals, list | tuple) else [vals]
-        out = [relax.TensorType([int(d) for d in v.shape], _dtype_name(v.dtype)) for v in vals if v is not None]
-        if not out:
-            raise AnalysisError(f"cannot represent the unsupported ATen op {target}")
-        call = relax.call_dps_packed(f"{UNCONVERTED_PREFIX}aten.{target}", relax.Tuple(args),
-                                     out if len(out) > 1 else out[0])
-        return importer.block_builder.emit(call)
-
-    return convert
+# ATen ops TVM converts but torch's decomposition represents better: TVM unrolls recurrent layers with an input
+# projection per step (and refuses more than one layer); torch's computes it once per layer, as cuDNN does.
+_DECOMPOSE_ANYWAY = frozenset({"lstm.input", "gru.input", "rnn_tanh.input", "rnn_relu.input"})
 
 
-def _is_tensor(expr) -> bool:
-    from tvm import relax
-
-    return isinstance(getattr(expr, "ty", None), relax.TensorType)
+def _targets(ep) -> set[str]:
+    return {n.target.__name__ for n in ep.graph.nodes if n.op == "call_function"}
 
 
-def _dtype_name(dtype) -> str:
-    return str(dtype).replace("torch.", "")
+def _decompose_for_tvm(ep, keep: frozenset[str] | set[str]):
+    """Decompose only the ATen ops outside `keep` (the ops TVM's importer converts, and ours).
+
+    torch's full core-ATen decomposition re-traces the program and breaks `scaled_dot_product_attention`,
+    `linear`, `layer_norm` into their arithmetic; TVM converts those whole. When every op of the exported
+    graph is already in `keep` and the graph mutates nothing, the program is imported as exported (no
+    re-trace at all).
+    """
+    import torch
+
+    mutating = any(
+        getattr(getattr(n.target, "_schema", None), "is_mutable", False)
+        for n in ep.graph.nodes
+        if n.op == "call_function"
+    )
+    signature = ep.graph_signature
+    mutates = mutating or signature.buffers_to_mutate or signature.user_inputs_to_mutate
+    if _targets(ep) <= keep and not mutates:
+        # what the re-trace would have done: drop outputs the module computes but does not return
+        if ep.graph_module.graph.eliminate_dead_code():
+            ep.graph_module.recompile()
+        return ep
+    table = torch.export.default_decompositions()
+    for op in list(table.keys()):
+        name = op.name().split("::", 1)[-1]
+        if (name if "." in name else f"{name}.default") in keep:
+            table.pop(op)
+    return ep.run_decompositions(table)
 
 
-# --------------------------------------------------------------------------------------------
-# Import
-# --------------------------------------------------------------------------------------------
-
-def _supported_targets() -> set[str]:
-    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
-
-    return set(ExportedProgramImporter().create_convert_map().keys())
-
-
-def import_exported_program(ep, *, n_inputs: int | None = None):
-    """Relax IRModule of an ExportedProgram, plus the ATen ops that had no conversion."""
+def _import(ep, converters: dict[str, Callable]):
+    """TVM's `from_exported_program` with our conversions and opaque placeholders; (mod, missing ops)."""
     from tvm.relax.frontend.torch import from_exported_program
 
     from passes import tvm_ir
 
+    targets = _targets(ep)
+    supported = tvm_ir.exported_program_convert_ops()
+    custom = {t: converters[t] for t in targets if t in converters}
+    missing = sorted(t for t in targets if t not in supported and t not in converters)
+    custom.update({t: tvm_ir.opaque_converter(f"{UNCONVERTED_PREFIX}aten.{t}") for t in missing})
+    mod = from_exported_program(ep, keep_params_as_input=True, custom_convert_map=custom, run_ep_decomposition=False)
+    return mod, missing
+
+
+def import_exported_program(ep, *, n_inputs: int | None = None):
+    """Relax IRModule of an ExportedProgram, plus the ATen ops that had no conversion.
+
+    Decomposes only what TVM's importer cannot take (`_decompose_for_tvm`): attention stays one
+    `relax.nn.attention`, linear and normalisation layers stay whole, and most models skip torch's re-trace.
+    If TVM's conversion of a kept op fails (e.g. its multi-layer LSTM), the program is fully decomposed to
+    core ATen and imported again.
+    """
+    from passes import tvm_ir
+
+    converters = _converters()
+    whole = {**converters, **_whole_op_converters()}
+    keep = (tvm_ir.exported_program_convert_ops() | whole.keys()) - _DECOMPOSE_ANYWAY
+    mod = None
     try:
-        ep = ep.run_decompositions()
-    except Exception as exc:  # noqa: BLE001 - torch raises many error types here
-        raise AnalysisError(f"torch could not decompose the exported program: {one_line(exc)}") from exc
-    targets = {n.target.__name__ for n in ep.graph.nodes if n.op == "call_function"}
-    supported = _supported_targets()
-    custom = {t: CONVERTERS[t] for t in targets if t in CONVERTERS}
-    missing = sorted(t for t in targets if t not in supported and t not in CONVERTERS)
-    custom.update({t: _opaque(t) for t in missing})
-    try:
-        mod = from_exported_program(ep, keep_params_as_input=True, custom_convert_map=custom,
-                                    run_ep_decomposition=False)
-    except PreflightError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - TVM's importer raises AssertionError, ValueError, TVMError...
-        raise AnalysisError(f"TVM's PyTorch importer failed: {one_line(exc)}") from exc
+        mod, missing = _import(_decompose_for_tvm(ep, keep), whole)
+    except Exception:  # noqa: BLE001 - a kept op TVM cannot convert: fall back to the core-ATen decomposition
+        mod = None
+    if mod is None:
+        try:
+            ep = ep.run_decompositions()
+        except Exception as exc:
+            raise AnalysisError(f"torch could not decompose the exported program: {one_line(exc)}") from exc
+        try:
+            mod, missing = _import(ep, converters)
+        except PreflightError:
+            raise
+        except Exception as exc:
+            raise AnalysisError(f"TVM's PyTorch importer failed: {one_line(exc)}") from exc
     mod = tvm_ir.strip_param_data(mod)
     if n_inputs is None:
         n_inputs = tvm_ir.num_inputs(tvm_ir.main_function(mod))
     return mod, n_inputs, missing
-
 
 
 class _ParamsAsInputs:
@@ -142,12 +166,69 @@ class _ParamsAsInputs:
         return Wrapper(), [v for _, v in names_values]
 
 
+class _TensorOutputs:
+    """Wraps a module so that it returns only tensors, dropping objects torch.export cannot return.
+
+    A transformers causal LM called with `use_cache=True` (its default) returns a `DynamicCache` with its
+    logits; torch.export refuses it ("Found DynamicCache in output"). The wrapper returns the tensors of the
+    output (a tuple, a dict or a ModelOutput, flattened in order) and records the type of what it dropped.
+    """
+
+    @staticmethod
+    def wrap(module):
+        import torch
+
+        dropped: list[str] = []
+
+        def tensors(out) -> list:
+            if isinstance(out, torch.Tensor):
+                return [out]
+            if isinstance(out, dict):  # also transformers' ModelOutput
+                return [t for v in out.values() for t in tensors(v)]
+            if isinstance(out, list | tuple):
+                return [t for v in out for t in tensors(v)]
+            if out is not None:
+                dropped.append(type(out).__name__)
+            return []
+
+        class Wrapper(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = module
+
+            def forward(self, *args):
+                out = tensors(self.inner(*args))
+                return out[0] if len(out) == 1 else tuple(out)
+
+        return Wrapper(), dropped
+
+
+@contextlib.contextmanager
+def _no_stack_traces():
+    """torch.export without a Python stack trace per graph node (~15% of its CPU time; preflight never shows them)."""
+    import torch.fx.config
+
+    before = torch.fx.config.do_not_emit_stack_traces
+    torch.fx.config.do_not_emit_stack_traces = True
+    try:
+        yield
+    finally:
+        torch.fx.config.do_not_emit_stack_traces = before
+
+
 def _on_meta(module) -> bool:
     return any(p.is_meta for p in module.parameters())
 
 
-def from_module(module, example_inputs: Sequence, *, name: str | None = None, framework: str = "torch",
-                source: str = "<nn.Module>", input_names: Sequence[str] | None = None) -> LoadedModel:
+def from_module(
+    module,
+    example_inputs: Sequence,
+    *,
+    name: str | None = None,
+    framework: str = "torch",
+    source: str = "<nn.Module>",
+    input_names: Sequence[str] | None = None,
+) -> LoadedModel:
     """Export an nn.Module with its example inputs and import it to Relax."""
     import torch
 
@@ -163,19 +244,35 @@ def from_module(module, example_inputs: Sequence, *, name: str | None = None, fr
     float_dtype = _float_dtype(module, example_inputs)
     if float_dtype is not None:  # TVM's importer cannot import float16 convs: import in float32, retarget after
         module, example_inputs = _as_float32(module, example_inputs)
+    tensor_outputs, dropped = _TensorOutputs.wrap(module)
     try:
-        with torch.inference_mode(False), torch.no_grad():
+        with torch.inference_mode(False), torch.no_grad(), _no_stack_traces():
             if _on_meta(module):
-                wrapper, weights = _ParamsAsInputs.wrap(module, n_inputs)
+                wrapper, weights = _ParamsAsInputs.wrap(tensor_outputs, n_inputs)
                 ep = torch.export.export(wrapper, (*example_inputs, *weights))
             else:
-                ep = torch.export.export(module, example_inputs)
-    except Exception as exc:  # noqa: BLE001 - torch.export raises many error types
+                ep = torch.export.export(tensor_outputs, example_inputs)
+    except Exception as exc:
         raise AnalysisError(f"torch.export could not export the module: {one_line(exc)}") from exc
     mod, n_inputs, missing = import_exported_program(ep, n_inputs=n_inputs)
-    return LoadedModel(mod=mod, framework=framework, name=name or type(module).__name__, source=source,
-                       n_inputs=n_inputs, unconverted=missing, input_names=tuple(input_names or ()),
-                       float_dtype=float_dtype)
+    warnings = []
+    if dropped:
+        kinds = ", ".join(sorted(set(dropped)))
+        warnings.append(
+            f"{type(module).__name__} also returns {kinds} (e.g. a key/value cache with use_cache=True); "
+            "analysed the forward that returns only its tensors"
+        )
+    return LoadedModel(
+        mod=mod,
+        framework=framework,
+        name=name or type(module).__name__,
+        source=source,
+        n_inputs=n_inputs,
+        unconverted=missing,
+        input_names=tuple(input_names or ()),
+        warnings=warnings,
+        float_dtype=float_dtype,
+    )
 
 
 def _float_dtype(module, example_inputs) -> str | None:
@@ -204,91 +301,118 @@ def _as_float32(module, example_inputs):
 
 
 # --------------------------------------------------------------------------------------------
-# .pt2 files, loaded without ever unpickling
+# .pt2 files: checked by pt2_safety, loaded and imported in a limited child process
 # --------------------------------------------------------------------------------------------
 
-PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt", ".tar", ".joblib")
-SAVE_HINT = ("save the model with torch.export.save(torch.export.export(model, example_inputs), 'model.pt2') "
-             "or export it to ONNX")
+PT2_STEP = "torch's .pt2 loader"
 
 
-def refuse_pickle(path: Path, why: str) -> UnreadableModelError:
-    return UnreadableModelError(f"{path.name}: {why}; preflight never unpickles files (it could run code): "
-                                f"{SAVE_HINT}")
+def pt2_limits(plan) -> Limits:
+    """Resources of the child that loads a checked archive: its parameters' memory (never read), three times
+    its buffers and constants (file bytes, torch tensors, the module dump), and 6 GiB of working memory."""
+    return Limits(memory=6 * GIB + plan.param_bytes + 3 * plan.data_bytes, file_bytes=64 << 20)
 
 
-@contextlib.contextmanager
-def _no_unpickling(path: Path):
-    """Inside: torch.load only loads plain tensors (weights_only=True), and pickle.loads refuses."""
-    import torch
-
-    real_load, real_loads = torch.load, pickle.loads
-    real_obj = getattr(torch._C, "_pickle_load_obj", None)
-
-    def safe_load(*args, **kwargs):
-        kwargs["weights_only"] = True
-        return real_load(*args, **kwargs)
-
-    def refuse(*args, **kwargs):
-        raise refuse_pickle(path, "the archive holds pickled Python objects")
-
-    torch.load, pickle.loads = safe_load, refuse
-    if real_obj is not None:
-        torch._C._pickle_load_obj = refuse
-    try:
-        yield
-    finally:
-        torch.load, pickle.loads = real_load, real_loads
-        if real_obj is not None:
-            torch._C._pickle_load_obj = real_obj
+_PT2_LOADS = {"n": 0}
 
 
-@contextlib.contextmanager
-def _quiet_torch_export_log():
-    """torch.export.load logs a traceback when it falls back to its legacy reader; errors are ours to report."""
-    logger = logging.getLogger("torch.export")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
+@functools.cache
+def _warm_up() -> None:
+    """Load, decompose and import a small archive of our own here, once per process, so that every forked
+    child starts with torch's and TVM's lazy initialisation and per-operator caches filled for the common
+    operators (each child would otherwise pay it again: about 2 s for the first, and per operator). A process
+    that loads one archive (the CLI) skips it: its one child pays that once, as an in-process load would."""
+    import tempfile
 
-
-def check_pt2_archive(path: Path) -> None:
-    """Refuse anything but a torch.export archive (a torch.save zip is a pickle)."""
-    try:
-        with zipfile.ZipFile(path) as z:
-            names = z.namelist()
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise UnreadableModelError(f"{path.name}: not a torch.export .pt2 archive ({one_line(exc)})") from exc
-    if any(n.endswith("data.pkl") or n.endswith(".pkl") for n in names):
-        raise refuse_pickle(path, "this is a torch.save pickle archive, not a torch.export program")
-    if not any(n.endswith("archive_format") or n.endswith("serialized_exported_program.json") for n in names):
-        raise UnreadableModelError(f"{path.name}: not a torch.export .pt2 archive (no exported program inside)")
-
-
-def load_pt2(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
-    """Load a `torch.export.save` archive safely and import it, binding dynamic dims."""
     import torch
 
     from passes import tvm_ir
 
-    check_pt2_archive(path)
+    class Warm(torch.nn.Module):  # conv nets and transformers: the operators most models use
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+            self.bn = torch.nn.BatchNorm2d(4)
+            self.emb = torch.nn.Embedding(10, 8)
+            self.ln = torch.nn.LayerNorm(8)
+            self.fc = torch.nn.Linear(8, 8)
+
+        def forward(self, x, ids):
+            y = torch.nn.functional.max_pool2d(torch.relu(self.bn(self.conv(x))), 2)
+            y = torch.nn.functional.adaptive_avg_pool2d(y, 1).flatten(1)
+            h = self.ln(self.emb(ids))
+            q = self.fc(h).view(1, 4, 2, 4).transpose(1, 2)
+            a = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+            h = torch.nn.functional.gelu(self.fc(a.transpose(1, 2).reshape(1, 4, 8))).softmax(-1)
+            return y.sum() + torch.tanh(h).mean() + torch.cat([h, h], 1).sum()
+
+    with tempfile.TemporaryDirectory(prefix="preflight-warm-") as tmp:
+        path = Path(tmp) / "warm.pt2"
+        example = (torch.ones(1, 3, 8, 8), torch.zeros(1, 4, dtype=torch.long))
+        torch.export.save(torch.export.export(Warm().eval(), example), path)
+        plan = inspect_pt2(path)
+        try:
+            mod, _, _ = import_exported_program(build_exported_program(plan))
+        finally:
+            plan.close()
+    tvm_ir.load_module(tvm_ir.dump_module(mod))
+
+
+def load_pt2(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
+    """Load a `torch.export.save` archive safely and import it, binding dynamic dims.
+
+    The archive is checked first (`pt2_safety.inspect_pt2`: no pickles, no compiled code, no string torch
+    would evaluate); torch then deserializes it, decomposes it and TVM imports it in a forked child with
+    resource limits, which returns the Relax module as bytes.
+    """
+    from passes import tvm_ir
+
+    plan = inspect_pt2(path)
     try:
-        with _no_unpickling(path), _quiet_torch_export_log():
-            ep = torch.export.load(str(path))
-    except UnreadableModelError:
-        raise
-    except pickle.UnpicklingError as exc:  # weights_only=True met something other than plain tensors
-        raise refuse_pickle(path, "the archive holds pickled Python objects") from exc
-    except Exception as exc:  # noqa: BLE001
-        raise UnreadableModelError(f"{path.name}: torch.export.load failed: {one_line(exc)}") from exc
-    mod, n_inputs, missing = import_exported_program(ep)
+        if _PT2_LOADS["n"]:  # a process that loads several archives (a sweep, the API) forks warm children
+            _warm_up()
+        _PT2_LOADS["n"] += 1
+        result = run_isolated(
+            _pt2_in_child,
+            (str(path.absolute()), plan),
+            label=path.name,
+            what=PT2_STEP,
+            limits=pt2_limits(plan),
+            start="fork",
+        )
+    finally:
+        plan.close()
+    try:
+        mod = tvm_ir.load_module(result.data)
+    except ValueError as exc:
+        raise AnalysisError(f"{path.name}: {PT2_STEP} returned no module ({exc})") from exc
+    n_inputs, missing = result.meta.get("n_inputs"), list(result.meta.get("missing", []))
     mod = bind_input_shapes(mod, n_inputs, specs, batch, path.name)
     names = tuple(n for n, _ in tvm_ir.param_types(mod)[: n_inputs or 0])
-    return LoadedModel(mod=mod, framework="torch", name=path.stem, source=str(path), n_inputs=n_inputs,
-                       unconverted=missing, input_names=names)
+    return LoadedModel(
+        mod=mod,
+        framework="torch",
+        name=path.stem,
+        source=str(path),
+        n_inputs=n_inputs,
+        unconverted=missing,
+        input_names=names,
+        warnings=list(plan.warnings),
+    )
+
+
+def _pt2_in_child(path: str, plan=None) -> tuple[dict, bytes]:
+    """Child process: deserialize the checked archive, decompose, import; the Relax module as bytes.
+
+    `plan` comes from the parent when forked; a spawned child (no fork on this platform) checks the file itself.
+    """
+    from passes import tvm_ir
+
+    if plan is None:
+        plan = inspect_pt2(Path(path))
+    ep = build_exported_program(plan)
+    mod, n_inputs, missing = import_exported_program(ep)
+    return {"n_inputs": n_inputs, "missing": missing}, tvm_ir.dump_module(mod)
 
 
 def bind_input_shapes(mod, n_inputs: int | None, specs: dict[str, InputSpec], batch: int | None, source: str):
@@ -301,8 +425,9 @@ def bind_input_shapes(mod, n_inputs: int | None, specs: dict[str, InputSpec], ba
     user = params[: n_inputs if n_inputs is not None else len(params)]
     unknown = set(specs) - {n for n, _ in user}
     if unknown:
-        raise UsageError(f"--input names {', '.join(sorted(unknown))} not among the model's inputs: "
-                         f"{', '.join(n for n, _ in user)}")
+        raise UsageError(
+            f"--input names {', '.join(sorted(unknown))} not among the model's inputs: {', '.join(n for n, _ in user)}"
+        )
     values: dict[str, int] = {}
     for name, ty in user:
         if not isinstance(ty, relax.TensorType) or ty.shape is None:
@@ -310,8 +435,10 @@ def bind_input_shapes(mod, n_inputs: int | None, specs: dict[str, InputSpec], ba
         file_dims = [int(d.value) if hasattr(d, "value") else str(d) for d in ty.shape.values]
         spec = specs.get(name)
         if spec is not None and spec.dtype is not None and spec.dtype != str(ty.dtype):
-            raise UsageError(f"input '{name}' is {ty.dtype} in {source}; an exported program fixes its dtypes "
-                             f"(re-export with {spec.dtype} example inputs)")
+            raise UsageError(
+                f"input '{name}' is {ty.dtype} in {source}; an exported program fixes its dtypes "
+                f"(re-export with {spec.dtype} example inputs)"
+            )
         shape = resolve_shape(name, file_dims, spec, batch, source)
         for f, v in zip(file_dims, shape, strict=True):
             if isinstance(f, str):
@@ -322,17 +449,5 @@ def bind_input_shapes(mod, n_inputs: int | None, specs: dict[str, InputSpec], ba
         return mod
     try:
         return tvm_ir.bind_symbolic_dims(mod, values)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise AnalysisError(f"could not bind the input shapes: {one_line(exc)}") from exc
-
-
-def sniff_pickle(path: Path) -> bool:
-    """True for a raw pickle stream (protocol 2+ starts with 0x80) or a torch.save zip archive."""
-    with open(path, "rb") as f:
-        head = f.read(4)
-    if head[:1] == b"\x80":
-        return True
-    if head == b"PK\x03\x04":
-        with contextlib.suppress(zipfile.BadZipFile, OSError), zipfile.ZipFile(path) as z:
-            return any(n.endswith(".pkl") for n in z.namelist())
-    return False

@@ -31,11 +31,13 @@ def load_zoo(spec: str, specs: dict[str, InputSpec], batch: int | None) -> Loade
     """Build a zoo model's shapes only (meta device) and import it; weights are never allocated."""
     import torch
 
-    from .. import zoo
+    import zoo
 
     if specs:
-        raise UsageError("zoo models take their shapes from parameters: use zoo:NAME?resolution=...&seq_len=... "
-                         "and --batch (see `preflight zoo`)")
+        raise UsageError(
+            "zoo models take their shapes from parameters: use zoo:NAME?resolution=...&seq_len=... "
+            "and --batch (see `preflight zoo`)"
+        )
     source = f"zoo:{spec}"
     spec, dtype = split_dtype(spec)
     try:
@@ -43,12 +45,18 @@ def load_zoo(spec: str, specs: dict[str, InputSpec], batch: int | None) -> Loade
         built = zoo.build(spec, batch=batch or 1, device="meta")
     except zoo.ZooError as exc:
         raise UsageError(f"zoo:{spec}: {exc}") from exc
-    except Exception as exc:  # noqa: BLE001 - a family's builder failed
+    except Exception as exc:  # a family's builder failed
         raise AnalysisError(f"zoo:{spec}: building the model failed: {exc}") from exc
-    loaded = from_module(built.module, built.example_inputs, name=built.name, framework="zoo",
-                         source=source, input_names=built.input_names)
+    loaded = from_module(
+        built.module,
+        built.example_inputs,
+        name=built.name,
+        framework="zoo",
+        source=source,
+        input_names=built.input_names,
+    )
     loaded.name = built.name
     if dtype is not torch.float32:
         loaded.float_dtype = str(dtype).removeprefix("torch.")
-        loaded.name = f"{built.name}?dtype={loaded.float_dtype}"
+        loaded.name = f"{built.name}{'&' if '?' in built.name else '?'}dtype={loaded.float_dtype}"
     return loaded

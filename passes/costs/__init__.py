@@ -11,28 +11,52 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..graph import OpGraph, OpNode, TensorInfo
-from . import conv, data_movement, elementwise, matmul, normalization, other, pooling, reduction  # noqa: F401
-from .registry import CATEGORIES, IGNORED, RULES, UNSUPPORTED, Cost, RuleEntry, register
+from . import conv, data_movement, elementwise, matmul, normalization, other, pooling, reduction, vision  # noqa: F401
+from .registry import CATEGORIES, IGNORED, MULTIPLY_ADD_CATEGORIES, RULES, UNSUPPORTED, Cost, RuleEntry, register
 
 # Calls of TIR PrimFuncs (the ONNX importer's emit_te, LegalizeOps): costed from the PrimFunc
 # with TVM's estimate_tir_flops, which counts every add and multiply (so it equals 2 x MACs for
 # multiply-add kernels); categorised by the PrimFunc's name.
-TIR_CALLS = ("relax.call_tir", "relax.call_tir_inplace", "relax.call_tir_with_grad",
-             "relax.dist.call_tir_local_view")
+TIR_CALLS = ("relax.call_tir", "relax.call_tir_inplace", "relax.call_tir_with_grad", "relax.dist.call_tir_local_view")
 
 # Substrings of PrimFunc names (TOPI and LegalizeOps naming) -> category, first match wins.
 _TIR_CATEGORY = (
-    ("conv", "conv"), ("attention", "attention"), ("einsum", "matmul"), ("matmul", "matmul"),
-    ("dense", "matmul"), ("batch_matmul", "matmul"), ("softmax", "normalization"), ("norm", "normalization"),
-    ("pool", "pooling"), ("maximum", "elementwise"), ("minimum", "elementwise"), ("sum", "reduction"),
-    ("mean", "reduction"), ("max", "reduction"),
-    ("min", "reduction"), ("prod", "reduction"), ("variance", "reduction"), ("argm", "reduction"),
-    ("pad", "data_movement"), ("flip", "data_movement"), ("tile", "data_movement"),
-    ("resize", "data_movement"), ("reshape", "data_movement"), ("transpose", "data_movement"),
-    ("concat", "data_movement"), ("split", "data_movement"), ("take", "data_movement"),
-    ("gather", "data_movement"), ("slice", "data_movement"), ("broadcast", "data_movement"),
-    ("expand_dims", "data_movement"), ("squeeze", "data_movement"), ("cast", "data_movement"),
-    ("astype", "data_movement"), ("copy", "data_movement"), ("layout_transform", "data_movement"),
+    ("conv", "conv"),
+    ("attention", "attention"),
+    ("einsum", "matmul"),
+    ("matmul", "matmul"),
+    ("dense", "matmul"),
+    ("batch_matmul", "matmul"),
+    ("softmax", "normalization"),
+    ("norm", "normalization"),
+    ("pool", "pooling"),
+    ("maximum", "elementwise"),
+    ("minimum", "elementwise"),
+    ("sum", "reduction"),
+    ("mean", "reduction"),
+    ("max", "reduction"),
+    ("min", "reduction"),
+    ("prod", "reduction"),
+    ("variance", "reduction"),
+    ("argm", "reduction"),
+    ("pad", "data_movement"),
+    ("flip", "data_movement"),
+    ("tile", "data_movement"),
+    ("resize", "data_movement"),
+    ("reshape", "data_movement"),
+    ("transpose", "data_movement"),
+    ("concat", "data_movement"),
+    ("split", "data_movement"),
+    ("take", "data_movement"),
+    ("gather", "data_movement"),
+    ("slice", "data_movement"),
+    ("broadcast", "data_movement"),
+    ("expand_dims", "data_movement"),
+    ("squeeze", "data_movement"),
+    ("cast", "data_movement"),
+    ("astype", "data_movement"),
+    ("copy", "data_movement"),
+    ("layout_transform", "data_movement"),
 )
 
 
@@ -80,31 +104,65 @@ def cost_of(op: OpNode) -> OpCost:
     read_all = sum(t.nbytes for t in inputs)
     written_all = sum(t.nbytes for t in op.outputs)
     weight_bytes = sum(o.tensor.nbytes for o in op.operands if o.kind == "weight")
-    common = dict(index=op.index, name=op.name, op=op.op, weight_bytes=weight_bytes, inputs=inputs,
-                  outputs=op.outputs, callee=op.callee, weight_only=op.weight_only)
+    common = dict(
+        index=op.index,
+        name=op.name,
+        op=op.op,
+        weight_bytes=weight_bytes,
+        inputs=inputs,
+        outputs=op.outputs,
+        callee=op.callee,
+        weight_only=op.weight_only,
+    )
 
     if op.op in TIR_CALLS:
         category = tir_category(op.callee)
         if op.tir_flops is None:
-            return OpCost(category=category, macs=0, flops=0, bytes_read=read_all, bytes_written=written_all,
-                          supported=False, unsupported_key=_unsupported_key(op), **common)
-        macs = op.tir_flops // 2 if category in ("conv", "matmul", "attention") else 0
-        return OpCost(category=category, macs=macs, flops=op.tir_flops, bytes_read=read_all,
-                      bytes_written=written_all, supported=True, **common)
+            return OpCost(
+                category=category,
+                macs=0,
+                flops=0,
+                bytes_read=read_all,
+                bytes_written=written_all,
+                supported=False,
+                unsupported_key=_unsupported_key(op),
+                **common,
+            )
+        macs = op.tir_flops // 2 if category in MULTIPLY_ADD_CATEGORIES else 0
+        return OpCost(
+            category=category,
+            macs=macs,
+            flops=op.tir_flops,
+            bytes_read=read_all,
+            bytes_written=written_all,
+            supported=True,
+            **common,
+        )
 
     if op.op in IGNORED:
         return OpCost(category="other", macs=0, flops=0, bytes_read=0, bytes_written=0, supported=True, **common)
 
     entry = RULES.get(op.op)
     if entry is None:
-        return OpCost(category="other", macs=0, flops=0, bytes_read=read_all, bytes_written=written_all,
-                      supported=False, unsupported_key=_unsupported_key(op), **common)
+        return OpCost(
+            category="other",
+            macs=0,
+            flops=0,
+            bytes_read=read_all,
+            bytes_written=written_all,
+            supported=False,
+            unsupported_key=_unsupported_key(op),
+            **common,
+        )
     cost = entry.fn(op.attrs, list(inputs), op.outputs)
     return OpCost(
-        category=entry.category, macs=int(cost.macs), flops=int(cost.flops),
+        category=entry.category,
+        macs=int(cost.macs),
+        flops=int(cost.flops),
         bytes_read=read_all if cost.bytes_read is None else int(cost.bytes_read),
         bytes_written=written_all if cost.bytes_written is None else int(cost.bytes_written),
-        supported=True, **common,
+        supported=True,
+        **common,
     )
 
 
@@ -117,5 +175,18 @@ def op_costs(graph) -> list[OpCost]:
     return [cost_of(op) for op in graph.ops]
 
 
-__all__ = ["CATEGORIES", "IGNORED", "RULES", "TIR_CALLS", "UNSUPPORTED", "Cost", "OpCost", "RuleEntry",
-           "cost_of", "op_costs", "register", "tir_category"]
+__all__ = [
+    "CATEGORIES",
+    "IGNORED",
+    "MULTIPLY_ADD_CATEGORIES",
+    "RULES",
+    "TIR_CALLS",
+    "UNSUPPORTED",
+    "Cost",
+    "OpCost",
+    "RuleEntry",
+    "cost_of",
+    "op_costs",
+    "register",
+    "tir_category",
+]

@@ -51,8 +51,7 @@ def _conv(attrs: dict, inputs: list[TensorInfo], outputs: tuple[TensorInfo, ...]
     return Cost(macs=macs, flops=2 * macs)
 
 
-@register("relax.nn.conv1d_transpose", "relax.nn.conv2d_transpose", "relax.nn.conv3d_transpose",
-          category="conv")
+@register("relax.nn.conv1d_transpose", "relax.nn.conv2d_transpose", "relax.nn.conv3d_transpose", category="conv")
 def _conv_transpose(attrs: dict, inputs: list[TensorInfo], outputs: tuple[TensorInfo, ...]) -> Cost:
     """2 x in x (O/g) x kernel window FLOPs (as torch's flop counter counts transposed convs)."""
     w = inputs[1].shape

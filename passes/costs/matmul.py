@@ -55,7 +55,7 @@ def einsum_macs(subscripts: str, shapes: list[tuple[int, ...]]) -> tuple[int, in
     for i in range(1, len(letters_of)):
         union = current | set(letters_of[i])
         macs += math.prod(sizes[c] for c in union)
-        needed = set(out_letters).union(*(set(t) for t in letters_of[i + 1:]))
+        needed = set(out_letters).union(*(set(t) for t in letters_of[i + 1 :]))
         current = union & needed
     return macs, 0
 

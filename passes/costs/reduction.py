@@ -12,9 +12,19 @@ import math
 from ..graph import TensorInfo
 from .registry import Cost, per_input_element, register
 
-for _op in ("relax.sum", "relax.mean", "relax.max", "relax.min", "relax.prod", "relax.argmax",
-            "relax.argmin", "relax.cumsum", "relax.cumprod", "relax.collapse_sum_like",
-            "relax.collapse_sum_to"):
+for _op in (
+    "relax.sum",
+    "relax.mean",
+    "relax.max",
+    "relax.min",
+    "relax.prod",
+    "relax.argmax",
+    "relax.argmin",
+    "relax.cumsum",
+    "relax.cumprod",
+    "relax.collapse_sum_like",
+    "relax.collapse_sum_to",
+):
     register(_op, category="reduction")(per_input_element(1))
 
 for _op in ("relax.variance", "relax.std"):

@@ -7,7 +7,7 @@ Every Relax op lands in exactly one of three sets:
 An op in none of them is also reported as unsupported, and the coverage test fails until it is
 placed in one of the three.
 
-Counting convention (DESIGN.md): one MAC is a multiply-accumulate and FLOPs = 2 x MACs for
+Counting convention (docs/design.md): one MAC is a multiply-accumulate and FLOPs = 2 x MACs for
 multiply-add ops; other ops count a small documented number of FLOPs per output element.
 """
 
@@ -18,8 +18,21 @@ from dataclasses import dataclass
 
 from ..graph import TensorInfo
 
-CATEGORIES = ("conv", "matmul", "attention", "elementwise", "reduction", "normalization", "pooling",
-              "data_movement", "other")
+CATEGORIES = (
+    "conv",
+    "matmul",
+    "attention",
+    "elementwise",
+    "reduction",
+    "normalization",
+    "pooling",
+    "data_movement",
+    "other",
+)
+
+# The multiply-add categories: their ops are made of multiply-accumulates, so FLOPs = 2 x MACs (the
+# counting convention above); on a GPU they are the ops tensor cores run (`predictor.roofline.peak_rate`).
+MULTIPLY_ADD_CATEGORIES: frozenset[str] = frozenset({"conv", "matmul", "attention"})
 
 
 @dataclass(frozen=True)
@@ -79,6 +92,7 @@ def unsupported(reason: str, *ops: str) -> None:
 
 
 # ---- factories for families of trivial ops ------------------------------------------------
+
 
 def per_output_element(flops_per_element: float) -> Rule:
     """`k` FLOPs for each output element."""

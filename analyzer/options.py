@@ -1,0 +1,38 @@
+"""Checks of the user's options that every entry point shares (CLI, Python API, the Ray driver).
+
+Light on purpose: it imports neither TVM nor torch, so a command can refuse a bad option before it pays for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from passes.graph import FLOAT_DTYPES  # plain python: no TVM
+from predictor.devices import UnknownDeviceError, get_device
+
+from .errors import UsageError
+
+
+def check_devices(devices: Sequence[str], where: str | None = None) -> list[str]:
+    """The device keys of `devices` (aliases resolved, duplicates dropped); UsageError for an unknown one or none.
+
+    `where` (e.g. "manifest line 3") prefixes the message.
+    """
+    prefix = f"{where}: " if where else ""
+    out: list[str] = []
+    for d in devices:
+        try:
+            key = get_device(d).key
+        except UnknownDeviceError as exc:
+            raise UsageError(f"{prefix}{exc}") from exc
+        if key not in out:
+            out.append(key)
+    if not out:
+        raise UsageError(f"{prefix}give at least one --device")
+    return out
+
+
+def check_dtype(dtype: str | None) -> None:
+    """UsageError unless `dtype` is None or a float dtype preflight can retarget a model to."""
+    if dtype is not None and dtype not in FLOAT_DTYPES:
+        raise UsageError(f"--dtype must be one of {', '.join(FLOAT_DTYPES)} (got {dtype!r})")

@@ -1,0 +1,192 @@
+"""The composition: frontends -> passes -> predictor, in one place.
+
+`analyzer.api` (the public front), the batch sweep, the report and the TVM pass `AnnotateCosts` all run a
+model through these functions, so the three layers meet here and nowhere else:
+
+    load (frontends) -> analyze_loaded (passes) -> add_prediction (predictor) -> Report
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from passes.analysis import Analysis, analyze_graph
+from passes.graph import dtype_bytes, with_compute_dtype, with_float_dtype
+from passes.tvm_ir import DataDependentShapeError, DynamicShapeError, IRError, extract
+from predictor.kernel_model import KernelParamsError
+from predictor.predict import Prediction, predictor_info
+from predictor.predict import predict as run_predictor
+
+from .errors import AnalysisError, MissingShapeError, UnsupportedOperatorsError, UsageError
+from .frontends import InputSpec, LoadedModel, load
+from .options import check_dtype
+
+TORCH_EXPORTED = ("torch", "zoo", "transformers")  # frameworks whose graphs come from torch.export
+
+
+@dataclass
+class Report:
+    """One model's analysis, and its predictions when asked for, ready for `to_json()` or the renderers."""
+
+    model: dict  # {"source", "framework", "name"}
+    inputs: list[dict]  # [{"name", "shape", "dtype"}] in the model's input order
+    analysis: Analysis
+    warnings: list[str] = field(default_factory=list)
+    prediction: Prediction | None = None  # the first device's prediction
+    predictions: list[Prediction] = field(default_factory=list)  # one per device (report); [0] is `prediction`
+    predictors: dict[str, dict] = field(default_factory=dict)  # predictor name -> what it is, its evaluation
+    sweep: dict | None = None  # the batch-size sweep block (report)
+
+    @property
+    def totals(self):
+        return self.analysis.totals
+
+    def to_json(self) -> dict:
+        from .render import report_json
+
+        return report_json(self)
+
+
+def _unsupported_message(unsupported: dict[str, int]) -> str:
+    return ", ".join(f"{k} ({v})" for k, v in unsupported.items())
+
+
+def analyze_loaded(
+    loaded: LoadedModel,
+    *,
+    strict: bool = False,
+    func_name: str = "main",
+    shape_hint: str = "set every input dimension with --input NAME:DIMS or --batch N",
+    dtype: str | None = None,
+) -> Report:
+    """Run the passes over a loaded model's function `func_name` and assemble the report.
+
+    `shape_hint` follows the error when a dimension is still symbolic (a pipeline binds it, a user sets it).
+    `dtype` ("float16", "bfloat16", "float32"): analyse the model as if it computed in that float dtype.
+    """
+    check_dtype(dtype)
+    try:
+        graph = extract(loaded.mod, func_name, n_inputs=loaded.n_inputs)
+    except DynamicShapeError as exc:
+        raise MissingShapeError(f"{exc}; {shape_hint}") from exc
+    except DataDependentShapeError as exc:
+        raise MissingShapeError(
+            f"{exc}, which a static analysis cannot know; export the model with that shape fixed "
+            f"(e.g. make the shape a constant, not an input)"
+        ) from exc
+    except IRError as exc:
+        raise AnalysisError(str(exc)) from exc
+    loaded.check_graph(graph)  # every shape and window sane before any pass sizes anything from them
+    if loaded.float_dtype:
+        graph = with_float_dtype(graph, loaded.float_dtype)
+    if dtype is not None:
+        graph = with_compute_dtype(graph, dtype)
+    # graphs from torch.export keep torch's SDPA signature; other exporters write attention out in many ways
+    patterns = "sdpa" if loaded.framework in TORCH_EXPORTED else "all"
+    analysis = analyze_graph(graph, attention_patterns=patterns)
+    if loaded.source_params is not None:
+        params, param_bytes = loaded.source_params  # the file's float weights
+        if dtype is not None:
+            param_bytes = int(params * dtype_bytes(dtype))
+        analysis.totals = replace(analysis.totals, params=params, param_bytes=param_bytes)
+        analysis.static_features.update(params=params, param_bytes=param_bytes)
+    unsupported = analysis.totals.unsupported
+    if strict and unsupported:
+        raise UnsupportedOperatorsError(
+            f"{sum(unsupported.values())} operators have no cost rule: {_unsupported_message(unsupported)}",
+            unsupported,
+        )
+    warnings = list(loaded.warnings)
+    if loaded.unconverted:
+        warnings.append(
+            f"TVM cannot import these PyTorch operators; kept as opaque calls: {', '.join(loaded.unconverted)}"
+        )
+    if unsupported:
+        warnings.append(
+            f"operators without a cost rule count 0 FLOPs (use --strict to fail): {_unsupported_message(unsupported)}"
+        )
+    names = list(loaded.input_names)
+    inputs = [
+        {"name": names[i] if i < len(names) else s.name, "shape": list(s.tensor.shape), "dtype": s.tensor.dtype}
+        for i, s in enumerate(graph.inputs)
+    ]
+    model = {"source": loaded.source, "framework": loaded.framework, "name": loaded.name}
+    if dtype is not None:
+        warnings.append(f"analysed as if computed in {dtype} (--dtype): every float tensor of the model is {dtype}")
+    return Report(model=model, inputs=inputs, analysis=analysis, warnings=warnings)
+
+
+def analyze_model(
+    model,
+    example_inputs: Sequence | None = None,
+    *,
+    inputs: Sequence[InputSpec | str] | None = None,
+    batch: int | None = None,
+    strict: bool = False,
+    dtype: str | None = None,
+) -> Report:
+    """`load` then `analyze_loaded` (arguments as for `analyzer.analyze`)."""
+    check_dtype(dtype)
+    loaded = load(model, inputs=inputs, batch=batch, example_inputs=example_inputs)
+    return analyze_loaded(loaded, strict=strict, dtype=dtype)
+
+
+def add_prediction(
+    report: Report, device: str, latency_slo_ms: float | None = None, max_slowdown: float | None = None
+) -> Prediction:
+    """Predict `report`'s analysis on `device`; the predictor's warnings join the report's."""
+    try:
+        prediction, warnings = run_predictor(
+            report.analysis, device, latency_slo_ms=latency_slo_ms, max_slowdown=max_slowdown
+        )
+    except KernelParamsError as exc:  # an edited or corrupt kernel-parameter table
+        raise AnalysisError(str(exc)) from exc
+    report.warnings.extend(w for w in warnings if w not in report.warnings)
+    return prediction
+
+
+def predict_all(
+    report: Report, devices: Sequence[str], latency_slo_ms: float | None = None, max_slowdown: float | None = None
+) -> Report:
+    """Fill `report.predictions` (one per device, in order), `report.prediction` and `report.predictors`."""
+    if max_slowdown is not None and not max_slowdown >= 1:
+        raise UsageError(f"the maximum slowdown is a factor of at least 1 (got {max_slowdown})")
+    for d in devices:
+        p = add_prediction(report, d, latency_slo_ms, max_slowdown)
+        report.predictions.append(p)
+        if p.predictor not in report.predictors:
+            report.predictors[p.predictor] = predictor_info(d, name=p.predictor)
+    report.prediction = report.predictions[0] if report.predictions else None
+    return report
+
+
+def check_budget(
+    report: Report, *, max_latency_ms: float | None = None, max_memory_mb: float | None = None, bound: str = "point"
+) -> list[str]:
+    """Why `report`'s predictions break the budget (empty: within it); the pre-deployment gate.
+
+    Every device of the report is checked; each reason names its device. `max_memory_mb` is in MiB.
+    `bound="point"` compares the point predictions, `"upper"` the upper ends of their intervals.
+    """
+    blocks = report.predictions or ([report.prediction] if report.prediction is not None else [])
+    if not blocks:
+        raise ValueError("the report has no prediction: use analyzer.predict or analyzer.report")
+    if bound not in ("point", "upper"):
+        raise ValueError("bound is 'point' or 'upper'")
+    out = []
+    for p in blocks:
+        for what, point, (lo, hi), limit, unit in (
+            ("latency", p.latency_ms, p.latency_ms_interval, max_latency_ms, "ms"),
+            ("memory", p.memory_mib, p.memory_mib_interval, max_memory_mb, "MiB"),
+        ):
+            if limit is None:
+                continue
+            value = point if bound == "point" else hi
+            if value > limit:
+                label = "predicted" if bound == "point" else "upper end of the predicted"
+                out.append(
+                    f"{label} {what} {value:,.4g} {unit} on {p.device} exceeds the budget of "
+                    f"{limit:,.4g} {unit} (interval {lo:,.4g} to {hi:,.4g} {unit}; predictor {p.predictor})"
+                )
+    return out

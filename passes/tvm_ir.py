@@ -551,11 +551,40 @@ def pass_name(info) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+# ONNX op type -> converter class (an `OnnxOpConverter` subclass with `_impl_v<N>` class methods) for ops TVM's
+# ONNX importer lacks or converts wrongly; `onnx_import` hands them to the importer beside its own.
+ONNX_EXTRA_CONVERTERS: dict[str, type] = {}
+
+
 def onnx_convert_ops() -> set[str]:
-    """ONNX op types TVM's ONNX importer converts."""
+    """ONNX op types the ONNX import converts: TVM's importer's own and ONNX_EXTRA_CONVERTERS."""
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
-    return set(_get_convert_map().keys())
+    return set(_get_convert_map().keys()) | set(ONNX_EXTRA_CONVERTERS)
+
+
+def onnx_import(model, shape_dict: dict[str, list[int]], dtype_dict: dict[str, str]) -> tvm.IRModule:
+    """TVM's ONNX importer on `model` with ONNX_EXTRA_CONVERTERS added to its converter map.
+
+    The importer prints the failing operator's inputs to stdout before re-raising; that print is swallowed
+    (stdout belongs to the CLI's output) and the exception propagates unchanged.
+    """
+    import contextlib
+    import io
+
+    from tvm.relax.frontend.onnx import from_onnx, onnx_frontend
+
+    base = onnx_frontend._get_convert_map
+
+    def extended():
+        return {**base(), **ONNX_EXTRA_CONVERTERS}
+
+    onnx_frontend._get_convert_map = extended
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            return from_onnx(model, shape_dict=shape_dict, dtype_dict=dtype_dict, keep_params_in_input=False)
+    finally:
+        onnx_frontend._get_convert_map = base
 
 
 def tflite_convert_ops(model, subgraph) -> set[str]:

@@ -190,10 +190,10 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
             ) from exc
         dtype_dict[inp.name] = spec.dtype if spec and spec.dtype else dtype
 
-    from tvm.relax.frontend.onnx import from_onnx
+    from passes.tvm_ir import onnx_import
 
     try:
-        mod = from_onnx(model, shape_dict=shape_dict, dtype_dict=dtype_dict, keep_params_in_input=False)
+        mod = onnx_import(model, shape_dict, dtype_dict)
     except PreflightError:
         raise
     except Exception as exc:  # the importer raises many error types

@@ -308,7 +308,7 @@ def test_truncated_tflite(tf_models, tmp_path):
     data = tf_models["cnn"]["tflite"].read_bytes()
     p = tmp_path / "model.tflite"
     p.write_bytes(data[: len(data) // 3])
-    fails(2, "analyze", p)
+    assert "corrupt TFLite file" in fails(2, "analyze", p)
 
 
 @needs_tf

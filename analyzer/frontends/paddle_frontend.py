@@ -116,7 +116,14 @@ def load_paddle(path: Path, specs: dict[str, InputSpec], batch: int | None) -> L
     with tempfile.TemporaryDirectory(prefix="preflight-paddle-") as tmp:
         onnx_path = Path(tmp) / f"{program.stem}.onnx"
         _convert(program, params, onnx_path)
-        loaded = load_onnx(onnx_path, specs, batch)
+        try:
+            loaded = load_onnx(onnx_path, specs, batch)
+        except UnreadableModelError as exc:
+            cause = str(exc).removeprefix(f"{onnx_path.name}: ")
+            raise UnreadableModelError(
+                f"{params.name}: paddle2onnx turned {program.name} and {params.name} into an invalid ONNX graph; "
+                f"the parameter file may be truncated or belong to another program ({cause[:160]})"
+            ) from exc
         weights = _float_constants(onnx.load(str(onnx_path)))
     loaded.framework = "paddle"
     loaded.name = program.stem

@@ -173,9 +173,10 @@ INT8_DTYPES = ("int8", "uint8")
 def compute_dtype(cost: OpCost) -> str:
     """The dtype an op computes in: its output's, except a multiply-add op on 8-bit integer operands (an int8 conv
     or matmul accumulating in int32), which computes in its operands' dtype ("int8" or "uint8")."""
-    if cost.category in MULTIPLY_ADD_CATEGORIES and cost.inputs and cost.inputs[0].dtype in INT8_DTYPES:
-        return cost.inputs[0].dtype
-    return cost.output.dtype if cost.outputs else "float32"
+    inputs = getattr(cost, "inputs", ())  # also OpCost-like records without inputs
+    if cost.category in MULTIPLY_ADD_CATEGORIES and inputs and inputs[0].dtype in INT8_DTYPES:
+        return inputs[0].dtype
+    return cost.outputs[0].dtype if cost.outputs else "float32"
 
 
 def macs_by_dtype(costs: list[OpCost]) -> dict[str, int]:

@@ -143,7 +143,7 @@ def _summary(report) -> list[tuple[str, str]]:
         ("inputs", inputs or "-"),
         ("FLOPs", f"{si(t.flops)} ({t.flops:,})"),
         ("MACs", f"{si(t.macs)} ({t.macs:,})"),
-        *([("MACs by dtype", dtype_mix(t.macs_by_dtype))] if t.macs_by_dtype else []),
+        *([("MACs by dtype", dtype_mix(t.macs_by_dtype))] if _mixed(t.macs_by_dtype) else []),
         ("params", f"{si(t.params)} ({t.params:,}), {mib(t.param_bytes)}"),
         ("peak activations", mib(t.peak_activation_bytes)),
         ("bytes read / written", f"{mib(t.bytes_read)} / {mib(t.bytes_written)}"),
@@ -158,6 +158,12 @@ def dtype_mix(macs_by_dtype: dict[str, int]) -> str:
     total = sum(macs_by_dtype.values()) or 1
     ranked = sorted(macs_by_dtype.items(), key=lambda kv: (-kv[1], kv[0]))
     return ", ".join(f"{d} {100 * n / total:.1f}%" for d, n in ranked)
+
+
+def _mixed(macs_by_dtype: dict[str, int]) -> bool:
+    """Whether the dtype mix says something: MACs in more than one dtype, or in an integer one (a quantized model).
+    A model all in one float dtype shows it on the `inputs` and `assumes` rows already."""
+    return len(macs_by_dtype) > 1 or any(not d.startswith(("float", "bfloat")) for d in macs_by_dtype)
 
 
 def _kernel_line(k) -> str:
@@ -220,7 +226,8 @@ EXPLAIN: tuple[tuple[str, str], ...] = (
     (
         "MACs by dtype",
         "the share of the MACs computed in each dtype: the operands' dtype; int8 counts int8 and uint8 operands "
-        "(quantized models: an integer conv or matmul accumulating in int32 runs on int8 tensor cores)",
+        "(quantized models: an integer conv or matmul accumulating in int32 runs on int8 tensor cores); shown "
+        "when the MACs are not all in one float dtype (the JSON report always has it)",
     ),
     (
         "params",

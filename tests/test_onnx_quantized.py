@@ -178,9 +178,12 @@ def test_cnn_integer_macs_params_and_bytes(files, fmt):
 
 def test_float_cnn_is_float32(files):
     paths, _ = files
-    t = analyze(paths["cnn"]["float"]).totals
+    r = analyze(paths["cnn"]["float"])
+    t = r.totals
     assert t.macs == CNN_MACS and t.macs_by_dtype == {"float32": CNN_MACS}
     assert t.param_bytes == (CNN_WEIGHTS + CNN_BIASES) * 4
+    assert "MACs by dtype" not in render_table(r)  # all in one float dtype: nothing to say
+    assert "MACs by dtype         int8 100.0%" in render_table(analyze(paths["cnn"]["qdq"]))
 
 
 @pytest.mark.parametrize("fmt", ["qdq", "qop"])

@@ -115,7 +115,7 @@ class _Reader(ort_quant.CalibrationDataReader):
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    """name -> {"float", "qdq", "qop", "dynamic"} ONNX paths, and name -> the torch module."""
+    """name -> {"float", "qdq", "qop", "qdq_pc", "dynamic"} ONNX paths, and name -> the torch module."""
     tmp = tmp_path_factory.mktemp("quantized")
     out, modules = {}, {}
     torch.manual_seed(0)
@@ -130,6 +130,16 @@ def files(tmp_path_factory):
             for fmt, key in ((ort_quant.QuantFormat.QDQ, "qdq"), (ort_quant.QuantFormat.QOperator, "qop")):
                 paths[key] = tmp / f"{name}_{key}.onnx"
                 ort_quant.quantize_static(str(src), str(paths[key]), _Reader(shape), quant_format=fmt)
+            # per-channel weight scales (QDQ: DequantizeLinear axis 0 of the conv weight) and uint8 activations
+            paths["qdq_pc"] = tmp / f"{name}_qdq_pc.onnx"
+            ort_quant.quantize_static(
+                str(src),
+                str(paths["qdq_pc"]),
+                _Reader(shape),
+                quant_format=ort_quant.QuantFormat.QDQ,
+                per_channel=True,
+                activation_type=ort_quant.QuantType.QUInt8,
+            )
             paths["dynamic"] = tmp / f"{name}_dynamic.onnx"
             ort_quant.quantize_dynamic(str(src), str(paths["dynamic"]))
         out[name] = paths
@@ -153,9 +163,14 @@ def test_the_files_are_in_the_formats_under_test(files):
     assert {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear"} <= _op_types(paths["cnn"]["dynamic"])
     assert {"QLinearMatMul", "QLinearAdd", "QLinearSoftmax"} <= _op_types(paths["block"]["qop"])
     assert {"QLinearSigmoid", "QLinearMul", "QLinearGlobalAveragePool"} <= _op_types(paths["pool"]["qop"])
+    import onnx
+
+    pc = onnx.load(str(paths["cnn"]["qdq_pc"]))
+    weight_scales = [t for t in pc.graph.initializer if t.name.endswith("weight_scale")]
+    assert weight_scales and sorted(list(t.dims) for t in weight_scales) == [[8], [10], [16]]  # per out channel
 
 
-@pytest.mark.parametrize("fmt", ["qdq", "qop", "dynamic"])
+@pytest.mark.parametrize("fmt", ["qdq", "qop", "qdq_pc", "dynamic"])
 def test_cnn_integer_macs_params_and_bytes(files, fmt):
     paths, modules = files
     r = analyze(paths["cnn"][fmt])
@@ -186,7 +201,7 @@ def test_float_cnn_is_float32(files):
     assert "MACs by dtype         int8 100.0%" in render_table(analyze(paths["cnn"]["qdq"]))
 
 
-@pytest.mark.parametrize("fmt", ["qdq", "qop"])
+@pytest.mark.parametrize("fmt", ["qdq", "qop", "qdq_pc"])
 def test_block_static_quantization_is_all_int8(files, fmt):
     paths, modules = files
     r = analyze(paths["block"][fmt])

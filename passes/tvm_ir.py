@@ -875,6 +875,16 @@ def _input(inputs, i):
     return inputs[i] if len(inputs) > i else None
 
 
+def _need(op: str, inputs, names: str) -> None:
+    """Refuse a quantized op without its required inputs (onnx's checker does not check com.microsoft ops).
+
+    `names` lists the inputs by position; an optional one is written "-"."""
+    required = names.split(", ")
+    missing = [n for i, n in enumerate(required) if n != "-" and _input(inputs, i) is None]
+    if missing:
+        raise ValueError(f"{op} lacks its required input(s) {', '.join(missing)}")
+
+
 def _scale_fits(scale, axis: int, want_axis: int) -> bool:
     """A dequantize scale that factors out of a contraction: per tensor, or per channel along `want_axis`."""
     return _per_tensor(scale) or axis == want_axis
@@ -993,6 +1003,7 @@ class _QLinearConv(_OnnxConverter):
 
     @classmethod
     def _impl_v10(cls, bb, inputs, attr, params):
+        _need("QLinearConv", inputs, "x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point")
         acc = _int_conv(bb, inputs[0], inputs[3], attr, bias=_input(inputs, 8))
         return _rescale(bb, acc, inputs[1], inputs[4], 1, inputs[6], _input(inputs, 7))
 
@@ -1002,6 +1013,7 @@ class _QLinearMatMul(_OnnxConverter):
 
     @classmethod
     def _impl_v10(cls, bb, inputs, attr, params):
+        _need("QLinearMatMul", inputs, "a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point")
         acc = _int_matmul(bb, inputs[0], inputs[3])
         return _rescale(bb, acc, inputs[1], inputs[4], _rank(acc) - 1, inputs[6], _input(inputs, 7))
 
@@ -1012,6 +1024,7 @@ class _QGemm(_OnnxConverter):
 
     @classmethod
     def _impl_v1(cls, bb, inputs, attr, params):
+        _need("QGemm", inputs, "A, a_scale, a_zero_point, B, b_scale, b_zero_point")
         trans_a, trans_b = bool(attr.get("transA", 0)), bool(attr.get("transB", 0))
         acc = _int_matmul(bb, inputs[0], inputs[3], trans_a, trans_b, bias=_input(inputs, 6))
         alpha = float(attr.get("alpha", 1.0))
@@ -1042,6 +1055,7 @@ def _qlinear_binary(fn):
 
         @classmethod
         def _impl_v1(cls, bb, inputs, attr, params):
+            _need("QLinearAdd/QLinearMul", inputs, "A, A_scale, -, B, B_scale, -, C_scale")
             a = _dequantize(inputs[0], inputs[1], inputs[2])
             b = _dequantize(inputs[3], inputs[4], inputs[5])
             return _quantize(bb, fn(a, b), inputs[6], _input(inputs, 7))
@@ -1055,6 +1069,7 @@ def _qlinear_unary(fn):
 
         @classmethod
         def _impl_v1(cls, bb, inputs, attr, params):
+            _need("a QLinear op", inputs, "X, X_scale, -, Y_scale")
             x = bb.normalize(_dequantize(inputs[0], inputs[1], inputs[2]))
             return _quantize(bb, fn(bb, x, attr, params), inputs[3], _input(inputs, 4))
 
@@ -1085,7 +1100,9 @@ class _QLinearConcat(_OnnxConverter):
 
     @classmethod
     def _impl_v1(cls, bb, inputs, attr, params):
-        parts = [_dequantize(inputs[i], inputs[i + 1], inputs[i + 2]) for i in range(2, len(inputs) - 2, 3)]
+        if len(inputs) < 5 or (len(inputs) - 2) % 3 or any(inputs[i] is None for i in (0, 2, 3)) or "axis" not in attr:
+            raise ValueError("QLinearConcat needs Y_scale, Y_zero_point, (X, X_scale, X_zero_point) per input and axis")
+        parts = [_dequantize(inputs[i], inputs[i + 1], inputs[i + 2]) for i in range(2, len(inputs), 3)]
         return _quantize(bb, relax.op.concat(parts, axis=int(attr["axis"])), inputs[0], inputs[1])
 
 

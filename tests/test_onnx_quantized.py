@@ -267,3 +267,105 @@ def test_prediction_says_int8(files):
     r = predict(paths["cnn"]["qop"], device="h100")
     assert r.prediction.runtime["dtype"] == "int8"
     assert r.prediction.latency_ms > 0
+
+
+def _save(tmp_path, name, nodes, inputs, outputs, inits, opset=17, microsoft=False):
+    import onnx
+    from onnx import helper
+
+    graph = helper.make_graph(nodes, name, inputs, outputs, initializer=inits)
+    opsets = [helper.make_opsetid("", opset)] + ([helper.make_opsetid("com.microsoft", 1)] if microsoft else [])
+    model = helper.make_model(graph, opset_imports=opsets)
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def _q(name, array):
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def test_qlinearconv_same_upper_stride_and_groups(tmp_path):
+    """QLinearConv, auto_pad SAME_UPPER, stride 2, 2 groups, by hand."""
+    from onnx import TensorProto, helper
+
+    # x uint8 (1, 4, 7, 7), w int8 (6, 2, 3, 3), group 2, stride 2, SAME_UPPER: output 1x6x4x4 (ceil(7 / 2) = 4)
+    # MACs = 96 outputs x (4 / 2 channels x 3 x 3 = 18) = 1,728
+    inits = [
+        _q("xs", np.float32(0.1)),
+        _q("xz", np.uint8(128)),
+        _q("w", np.ones((6, 2, 3, 3), np.int8)),
+        _q("ws", np.full(6, 0.05, np.float32)),
+        _q("wz", np.zeros(6, np.int8)),
+        _q("ys", np.float32(0.2)),
+        _q("yz", np.uint8(128)),
+        _q("b", np.zeros(6, np.int32)),
+    ]
+    node = helper.make_node(
+        "QLinearConv",
+        ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"],
+        ["y"],
+        auto_pad="SAME_UPPER",
+        strides=[2, 2],
+        group=2,
+    )
+    path = _save(
+        tmp_path,
+        "qconv",
+        [node],
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 4, 7, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 6, 4, 4])],
+        inits,
+    )
+    r = analyze(path)
+    (conv,) = _mac_ops(r)
+    assert conv.output.shape == (1, 6, 4, 4) and conv.output.dtype == "int32"
+    assert conv.macs == 96 * 18 == r.totals.macs == r.totals.macs_by_dtype["int8"]
+    assert r.totals.params == 6 * 18 + 6  # int8 weight and int32 bias; scales and zero points are not params
+    assert r.totals.param_bytes == 6 * 18 * 1 + 6 * 4
+
+
+def test_weight_only_quantization_computes_in_float(tmp_path):
+    """DequantizeLinear on the weight alone (activation float): the matmul stays float32; the weight is int8."""
+    from onnx import TensorProto, helper
+
+    inits = [_q("w", np.ones((16, 8), np.int8)), _q("ws", np.float32(0.1)), _q("wz", np.int8(0))]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"]),
+        helper.make_node("MatMul", ["x", "wf"], ["y"]),
+    ]
+    path = _save(
+        tmp_path,
+        "wonly",
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+        inits,
+    )
+    t = analyze(path).totals
+    assert t.macs == 4 * 8 * 16 and t.macs_by_dtype == {"float32": 4 * 8 * 16}  # 512
+    assert t.params == 16 * 8 and t.param_bytes == 16 * 8  # 1 byte per int8 element
+
+
+def test_malformed_quantized_op_is_a_clean_error(tmp_path):
+    """QGemm (com.microsoft, not checked by onnx's checker) missing its scales: a PreflightError, not a crash."""
+    from onnx import TensorProto, helper
+
+    from analyzer.errors import PreflightError
+
+    path = _save(
+        tmp_path,
+        "bad_qgemm",
+        [helper.make_node("QGemm", ["a", "b"], ["y"], domain="com.microsoft")],
+        [
+            helper.make_tensor_value_info("a", TensorProto.UINT8, [2, 4]),
+            helper.make_tensor_value_info("b", TensorProto.INT8, [4, 3]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [],
+        microsoft=True,
+    )
+    with pytest.raises(PreflightError, match="QGemm lacks its required input"):
+        analyze(path)

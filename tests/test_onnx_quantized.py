@@ -369,3 +369,41 @@ def test_malformed_quantized_op_is_a_clean_error(tmp_path):
     )
     with pytest.raises(PreflightError, match="QGemm lacks its required input"):
         analyze(path)
+
+
+def test_other_com_microsoft_qlinear_ops(tmp_path):
+    """QLinearLeakyRelu -> QLinearAveragePool (2x2, stride 2) -> QLinearConcat with itself: shapes and costs."""
+    from onnx import TensorProto, helper
+
+    inits = [_q("s", np.float32(0.1)), _q("z", np.uint8(128))]
+    nodes = [
+        helper.make_node("QLinearLeakyRelu", ["x", "s", "z", "s", "z"], ["a"], domain="com.microsoft", alpha=0.1),
+        helper.make_node(
+            "QLinearAveragePool",
+            ["a", "s", "z", "s", "z"],
+            ["p"],
+            domain="com.microsoft",
+            kernel_shape=[2, 2],
+            strides=[2, 2],
+        ),
+        helper.make_node(
+            "QLinearConcat", ["s", "z", "p", "s", "z", "p", "s", "z"], ["y"], domain="com.microsoft", axis=1
+        ),
+    ]
+    path = _save(
+        tmp_path,
+        "qmisc",
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 8, 4, 4])],
+        inits,
+        microsoft=True,
+    )
+    r = analyze(path)
+    assert not r.totals.unsupported and r.totals.macs == 0
+    ops = {c.op: c for c in r.analysis.ops if not c.weight_only}
+    assert {"relax.nn.leakyrelu", "relax.nn.avg_pool2d", "relax.concat"} <= set(ops)
+    assert ops["relax.nn.avg_pool2d"].output.shape == (1, 4, 4, 4)
+    assert ops["relax.concat"].output.shape == (1, 8, 4, 4)
+    out = [c for c in r.analysis.ops if c.op == "relax.quantize"][-1]
+    assert out.output.shape == (1, 8, 4, 4) and out.output.dtype == "uint8"

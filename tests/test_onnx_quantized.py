@@ -260,13 +260,16 @@ def test_int8_peaks_and_roofline(files):
     assert kernels and all(k.dtype in ("int8", "uint8") for k in kernels)
 
 
-def test_prediction_says_int8(files):
-    from analyzer import predict
+def test_prediction_and_html_report_say_int8(files, tmp_path):
+    from analyzer import predict, report
 
     paths, _ = files
     r = predict(paths["cnn"]["qop"], device="h100")
     assert r.prediction.runtime["dtype"] == "int8"
     assert r.prediction.latency_ms > 0
+    html = tmp_path / "r.html"
+    report(paths["block"]["dynamic"], devices=["h100"], batches=[], output=str(html))
+    assert "MACs by dtype" in html.read_text() and "int8 95.5%, float32 4.5%" in html.read_text()
 
 
 def _save(tmp_path, name, nodes, inputs, outputs, inits, opset=17, microsoft=False):

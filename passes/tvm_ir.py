@@ -757,16 +757,20 @@ def _rank(expr) -> int:
     return len(expr.ty.shape.values)
 
 
-def _dequantized(bb, expr):
-    """(quantized tensor, scale, zero point, axis) when `expr` is `relax.dequantize` of an 8-bit tensor, else None."""
-    call = expr
-    if isinstance(call, tvm.ir.Var):
-        call = bb.lookup_binding(call)
+def _dequantize_call(bb, expr):
+    """The `relax.dequantize` call `expr` is (or a variable is bound to), else None."""
+    call = bb.lookup_binding(expr) if isinstance(expr, tvm.ir.Var) else expr
     if call is None or not _is_call(call) or _op_name(call) != "relax.dequantize":
         return None
-    q, scale, zp = call.args[0], call.args[1], call.args[2]
-    if _dtype_of(q) not in _INT8_DTYPES:
+    return call
+
+
+def _dequantized(bb, expr):
+    """(quantized tensor, scale, zero point, axis) when `expr` is `relax.dequantize` of an 8-bit tensor, else None."""
+    call = _dequantize_call(bb, expr)
+    if call is None or _dtype_of(call.args[0]) not in _INT8_DTYPES:
         return None
+    q, scale, zp = call.args[0], call.args[1], call.args[2]
     axis = int(call.attrs.axis)
     return q, scale, zp, axis + _rank(q) if axis < 0 else axis
 
@@ -927,20 +931,10 @@ class _QdqFused(_OnnxConverter):
         raise NotImplementedError
 
 
-def _dequantized_any(bb, expr):
-    """(tensor, scale, zero point) when `expr` is `relax.dequantize` of any tensor, else None."""
-    call = expr
-    if isinstance(call, tvm.ir.Var):
-        call = bb.lookup_binding(call)
-    if call is None or not _is_call(call) or _op_name(call) != "relax.dequantize":
-        return None
-    return call.args[0], call.args[1], call.args[2]
-
-
 def _bias_int32(bb, bias):
     """The int32 tensor behind a dequantized bias (its scale is the input scale x the weight scale), else None."""
-    dq = _dequantized_any(bb, bias) if bias is not None else None
-    return dq[0] if dq is not None and _dtype_of(dq[0]) == "int32" else None
+    call = _dequantize_call(bb, bias) if bias is not None else None
+    return call.args[0] if call is not None and _dtype_of(call.args[0]) == "int32" else None
 
 
 class _QdqConv(_QdqFused):

@@ -183,6 +183,9 @@ def test_cnn_integer_macs_params_and_bytes(files, fmt):
     assert t.param_bytes == CNN_WEIGHTS * 1 + CNN_BIASES * 4
     ops = _mac_ops(r)
     assert sorted(c.op for c in ops) == ["relax.matmul", "relax.nn.conv2d", "relax.nn.conv2d"]
+    # the weights' DequantizeLinear nodes are absorbed by the integer ops, not left behind as float copies
+    graph_ops = r.analysis.graph.ops
+    assert not [o for o in graph_ops if o.op == "relax.dequantize" and o.operands[0].kind == "weight"]
     for c in ops:
         a, w = c.inputs[0], c.inputs[1]
         assert a.dtype in ("int8", "uint8") and w.dtype == "int8" and c.output.dtype == "int32"

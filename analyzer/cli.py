@@ -566,7 +566,7 @@ def devices(fmt: str) -> None:
         click.echo(json.dumps(doc, indent=2))
         return
     for d in DEVICES.values():
-        rates = ", ".join(f"{k} {v / 1e12:g}" for k, v in d.peak_flops.items())
+        rates = ", ".join(f"{k} {v / 1e12:g}" + (" (TOPS)" if k == "int8" else "") for k, v in d.peak_flops.items())
         click.echo(
             f"{d.key:<14} {d.name}: {d.memory_mib / 1024:.1f} GiB, {d.bandwidth / 1e12:.2f} TB/s, "
             f"{d.sms} SMs, {d.tdp_w:g} W; dense TFLOP/s {rates}"

@@ -914,6 +914,17 @@ def _decode_timeline(decode: Step, request: tuple[int, int]) -> Callable[[int, i
     return tl.peak
 
 
+def _scaled_mix(mix: dict[str, int], macs: int) -> dict[str, int]:
+    """The sampled graph's MACs-per-dtype shares applied to the extrapolated `macs` (exact for one dtype)."""
+    total = sum(mix.values())
+    if not total or not macs:
+        return {}
+    out = {d: macs * n // total for d, n in mix.items()}
+    top = max(out, key=lambda d: (out[d], d))
+    out[top] += macs - sum(out.values())
+    return {d: n for d, n in out.items() if n}
+
+
 def _decode_report(m: LlmModel, decode: Step, dec: StepCost, batch: int, ctx: int, kv, depth: dict) -> LlmReport:
     """The top-level report: the decode step (its full graph with full depth; otherwise its n-layer totals)."""
     top = max(decode.depths)
@@ -948,6 +959,7 @@ def _decode_report(m: LlmModel, decode: Step, dec: StepCost, batch: int, ctx: in
         bytes_written=dec.totals["bytes_written"],
         op_count=dec.totals["op_count"],
         unsupported=dict(a.totals.unsupported),
+        macs_by_dtype=_scaled_mix(a.totals.macs_by_dtype, dec.totals["macs"]),
     )
     summary = Analysis(
         graph=a.graph,

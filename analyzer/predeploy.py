@@ -11,6 +11,7 @@ import datetime
 import json
 from pathlib import Path
 
+from passes.costs import compute_dtype
 from passes.costs.registry import CATEGORIES
 from predictor.devices import get_device
 from predictor.llm import FULL_GPU, MAX_BATCH
@@ -30,11 +31,7 @@ FORMATS = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "mar
 
 def _roofs(analysis, device) -> list[tuple[str, float]]:
     names = {v: k.upper() for k, v in device.peak_flops.items()}
-    rates = {
-        peak_rate(device, c.category, c.output.dtype if c.outputs else "float32")
-        for c in analysis.ops
-        if not c.weight_only
-    }
+    rates = {peak_rate(device, c.category, compute_dtype(c)) for c in analysis.ops if not c.weight_only}
     return sorted((names.get(r, f"{r / 1e12:g} TFLOP/s"), r) for r in rates)
 
 

@@ -49,6 +49,7 @@ def report_json(report) -> dict:
             "bytes_written": t.bytes_written,
             "op_count": t.op_count,
             "unsupported": dict(t.unsupported),
+            "macs_by_dtype": dict(t.macs_by_dtype),
         },
         "ops": [op_json(c) for c in a.ops],
         "kernels": {**a.kernel_view.summary.to_json(), "list": [k.to_json() for k in a.kernels]},
@@ -142,6 +143,7 @@ def _summary(report) -> list[tuple[str, str]]:
         ("inputs", inputs or "-"),
         ("FLOPs", f"{si(t.flops)} ({t.flops:,})"),
         ("MACs", f"{si(t.macs)} ({t.macs:,})"),
+        *([("MACs by dtype", dtype_mix(t.macs_by_dtype))] if _mixed(t.macs_by_dtype) else []),
         ("params", f"{si(t.params)} ({t.params:,}), {mib(t.param_bytes)}"),
         ("peak activations", mib(t.peak_activation_bytes)),
         ("bytes read / written", f"{mib(t.bytes_read)} / {mib(t.bytes_written)}"),
@@ -149,6 +151,19 @@ def _summary(report) -> list[tuple[str, str]]:
         ("CUDA kernels", _kernel_line(report.analysis.kernel_view.summary)),
         ("unsupported", ", ".join(f"{k} x{v}" for k, v in t.unsupported.items()) or "none"),
     ]
+
+
+def dtype_mix(macs_by_dtype: dict[str, int]) -> str:
+    """{"int8": 85, "float32": 15} -> 'int8 85.0%, float32 15.0%' (shares of the MACs, largest first)."""
+    total = sum(macs_by_dtype.values()) or 1
+    ranked = sorted(macs_by_dtype.items(), key=lambda kv: (-kv[1], kv[0]))
+    return ", ".join(f"{d} {100 * n / total:.1f}%" for d, n in ranked)
+
+
+def _mixed(macs_by_dtype: dict[str, int]) -> bool:
+    """Whether the dtype mix says something: MACs in more than one dtype, or in an integer one (a quantized model).
+    A model all in one float dtype shows it on the `inputs` and `assumes` rows already."""
+    return len(macs_by_dtype) > 1 or any(not d.startswith(("float", "bfloat")) for d in macs_by_dtype)
 
 
 def _kernel_line(k) -> str:
@@ -208,6 +223,12 @@ EXPLAIN: tuple[tuple[str, str], ...] = (
         "attention; a small documented constant per element for the other ops (softmax 5, GELU 5, add 1, ...)",
     ),
     ("MACs", "multiply-accumulates of conv, matmul and attention (FLOPs = 2 x MACs for those ops)"),
+    (
+        "MACs by dtype",
+        "the share of the MACs computed in each dtype: the operands' dtype; int8 counts int8 and uint8 operands "
+        "(quantized models: an integer conv or matmul accumulating in int32 runs on int8 tensor cores); shown "
+        "when the MACs are not all in one float dtype (the JSON report always has it)",
+    ),
     (
         "params",
         "elements of every weight tensor the graph reads: learnable parameters and constant buffers such "

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import features as feat
 from ._gc import gc_paused
-from .costs import OpCost, cost_of
+from .costs import OpCost, cost_of, macs_by_dtype
 from .graph import OpGraph
 from .kernels import Kernel, KernelView, kernel_view
 from .memory import MemoryProfile, liveness
@@ -33,6 +33,7 @@ class Totals:
     bytes_written: int
     op_count: int
     unsupported: dict[str, int]
+    macs_by_dtype: dict[str, int] = field(default_factory=dict)  # compute dtype -> MACs (`costs.macs_by_dtype`)
 
 
 @dataclass
@@ -93,6 +94,7 @@ def analyze_graph(graph: OpGraph, *, attention_patterns: str = "sdpa") -> Analys
         bytes_written=sum(c.bytes_written for c in live),
         op_count=len(live),
         unsupported=dict(sorted(unsupported.items())),
+        macs_by_dtype=macs_by_dtype(live),
     )
     inputs = graph.inputs
     batch = inputs[0].tensor.shape[0] if inputs and inputs[0].tensor.shape else 1

@@ -734,6 +734,397 @@ def cat_converter(node, importer):
 
 
 # --------------------------------------------------------------------------------------------
+# Quantized ONNX (int8): QDQ convolutions and matmuls as integer ops, QOperator converters
+# --------------------------------------------------------------------------------------------
+# An int8 runtime (onnxruntime, TensorRT) runs `DequantizeLinear -> Conv/MatMul/Gemm` (QDQ format) and the
+# QOperator ops (QLinearConv, QLinearMatMul, QGemm, ConvInteger, MatMulInteger) as one integer kernel: 8-bit
+# operands, int32 accumulation, then a rescale. The converters below import them that way: `relax.nn.conv*d` /
+# `relax.matmul` on the int8 or uint8 operands with `out_dtype="int32"` (+ an int32 bias), then `relax.dequantize`
+# by the product of the input scales (and `relax.quantize` where the op's output is quantized). The zero-point
+# corrections (terms such as x_zp * sum(w), which int8 kernels precompute or fold into the epilogue) are not
+# represented: the graph has the costs of an int8 kernel, not its exact arithmetic. The elementwise QLinear* ops
+# of the com.microsoft domain become dequantize -> the float op -> quantize.
+
+_INT8_DTYPES = ("int8", "uint8")
+
+
+def _dtype_of(expr) -> str:
+    ty = getattr(expr, "ty", None)
+    return str(ty.dtype) if isinstance(ty, relax.TensorType) else ""
+
+
+def _rank(expr) -> int:
+    return len(expr.ty.shape.values)
+
+
+def _dequantize_call(bb, expr):
+    """The `relax.dequantize` call `expr` is (or a variable is bound to), else None."""
+    call = bb.lookup_binding(expr) if isinstance(expr, tvm.ir.Var) else expr
+    if call is None or not _is_call(call) or _op_name(call) != "relax.dequantize":
+        return None
+    return call
+
+
+def _dequantized(bb, expr):
+    """(quantized tensor, scale, zero point, axis) when `expr` is `relax.dequantize` of an 8-bit tensor, else None."""
+    call = _dequantize_call(bb, expr)
+    if call is None or _dtype_of(call.args[0]) not in _INT8_DTYPES:
+        return None
+    q, scale, zp = call.args[0], call.args[1], call.args[2]
+    axis = int(call.attrs.axis)
+    return q, scale, zp, axis + _rank(q) if axis < 0 else axis
+
+
+def _numel(expr) -> int:
+    n = 1
+    for d in expr.ty.shape.values:
+        n *= int(d.value) if isinstance(d, IntImm) else -1
+    return n
+
+
+def _per_tensor(scale) -> bool:
+    return _numel(scale) == 1
+
+
+def _same_pads(in_shape, kernel, strides, dilations, mode: str) -> list[int]:
+    """ONNX auto_pad SAME_UPPER / SAME_LOWER as explicit [begin..., end...] pads (static shapes)."""
+    begins, ends = [], []
+    for n, k, s, d in zip(in_shape, kernel, strides, dilations, strict=True):
+        out = -(-n // s)
+        total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
+        small, big = total // 2, total - total // 2
+        begins.append(small if mode == "SAME_UPPER" else big)
+        ends.append(big if mode == "SAME_UPPER" else small)
+    return begins + ends
+
+
+def _int_conv(bb, x, w, attr: dict, bias=None):
+    """ONNX Conv attributes on integer operands: `relax.nn.conv{1,2,3}d(x, w, out_dtype="int32")` (+ int32 bias)."""
+    ndim = _rank(x)
+    if ndim not in (3, 4, 5):
+        raise ValueError(f"integer convolution of a rank-{ndim} tensor")
+    spatial = ndim - 2
+    op, data_layout, kernel_layout = {
+        3: (relax.op.nn.conv1d, "NCW", "OIW"),
+        4: (relax.op.nn.conv2d, "NCHW", "OIHW"),
+        5: (relax.op.nn.conv3d, "NCDHW", "OIDHW"),
+    }[ndim]
+    kernel = list(attr.get("kernel_shape") or [int(d.value) for d in w.ty.shape.values[2:]])
+    strides = list(attr.get("strides", [1] * spatial))
+    dilations = list(attr.get("dilations", [1] * spatial))
+    pads = list(attr.get("pads", [0] * 2 * spatial))
+    auto_pad = attr.get("auto_pad", b"NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        in_shape = [int(d.value) for d in x.ty.shape.values[2:]]
+        pads = _same_pads(in_shape, kernel, strides, dilations, auto_pad)
+    elif auto_pad == "VALID":
+        pads = [0] * 2 * spatial
+    out = op(
+        x,
+        w,
+        strides=strides,
+        padding=pads,
+        dilation=dilations,
+        groups=int(attr.get("group", 1)),
+        data_layout=data_layout,
+        kernel_layout=kernel_layout,
+        out_dtype="int32",
+    )
+    if bias is not None:
+        out = relax.op.add(bb.normalize(out), relax.op.reshape(_as_int32(bias), [1, -1] + [1] * spatial))
+    return bb.normalize(out)
+
+
+def _as_int32(expr):
+    return expr if _dtype_of(expr) == "int32" else relax.op.astype(expr, "int32")
+
+
+def _int_matmul(bb, a, b, trans_a: bool = False, trans_b: bool = False, bias=None):
+    """`relax.matmul(a, b, out_dtype="int32")` on integer operands (+ an int32 bias)."""
+    if trans_a:
+        a = relax.op.permute_dims(a, [1, 0])
+    if trans_b:
+        b = relax.op.permute_dims(b, [1, 0])
+    out = relax.op.matmul(a, b, out_dtype="int32")
+    if bias is not None:
+        out = relax.op.add(bb.normalize(out), _as_int32(bias))
+    return bb.normalize(out)
+
+
+def _rescale(bb, acc, scale_a, scale_b, axis: int, y_scale=None, y_zero_point=None):
+    """int32 accumulator -> float (x scale_a x scale_b), then quantized with (y_scale, y_zero_point) if given."""
+    scale = relax.op.multiply(scale_a, scale_b) if scale_b is not None else scale_a
+    y = relax.op.dequantize(acc, scale, relax.const(0, "int32"), axis=axis, out_dtype="float32")
+    if y_scale is None:
+        return y
+    return _quantize(bb, y, y_scale, y_zero_point, axis)
+
+
+def _quantize(bb, y, y_scale, y_zero_point, axis: int = -1):
+    y = bb.normalize(y)
+    zp = y_zero_point if y_zero_point is not None else relax.const(0, "uint8")
+    rank = _rank(y)
+    return relax.op.quantize(y, y_scale, zp, axis=axis % rank if rank else 0, out_dtype=_dtype_of(zp) or "uint8")
+
+
+def _dequantize(x, scale, zero_point, axis: int = 1):
+    zp = zero_point if zero_point is not None else relax.const(0, _dtype_of(x))
+    rank = _rank(x)
+    axis = (axis % rank) if rank else 0
+    return relax.op.dequantize(x, scale, zp, axis=axis, out_dtype="float32")
+
+
+def _input(inputs, i):
+    return inputs[i] if len(inputs) > i else None
+
+
+def _need(op: str, inputs, names: str) -> None:
+    """Refuse a quantized op without its required inputs (onnx's checker does not check com.microsoft ops).
+
+    `names` lists the inputs by position; an optional one is written "-"."""
+    required = names.split(", ")
+    missing = [n for i, n in enumerate(required) if n != "-" and _input(inputs, i) is None]
+    if missing:
+        raise ValueError(f"{op} lacks its required input(s) {', '.join(missing)}")
+
+
+def _scale_fits(scale, axis: int, want_axis: int) -> bool:
+    """A dequantize scale that factors out of a contraction: per tensor, or per channel along `want_axis`."""
+    return _per_tensor(scale) or axis == want_axis
+
+
+def _onnx_frontend():
+    from tvm.relax.frontend.onnx import onnx_frontend
+
+    return onnx_frontend
+
+
+class _OnnxConverter:
+    """The protocol of TVM's `OnnxOpConverter` (the `_impl_v<N>` class method for the model's opset), without
+    importing the ONNX frontend when this module loads."""
+
+    @classmethod
+    def get_converter(cls, opset):
+        versions = sorted(int(n[len("_impl_v") :]) for n in dir(cls) if n.startswith("_impl_v"))
+        fit = [v for v in versions if v <= opset]
+        return getattr(cls, f"_impl_v{max(fit) if fit else versions[0]}")
+
+
+class _QdqFused(_OnnxConverter):
+    """Base of the QDQ converters: `fuse` the int8 form when the operands are dequantized, else TVM's own."""
+
+    base = ""  # the name of TVM's float converter
+
+    @classmethod
+    def get_converter(cls, opset):
+        own = getattr(_onnx_frontend(), cls.base).get_converter(opset)
+
+        def convert(bb, inputs, attr, params):
+            fused = cls.fuse(bb, inputs, dict(attr))
+            return fused if fused is not None else own(bb, inputs, attr, params)
+
+        return convert
+
+    @classmethod
+    def fuse(cls, bb, inputs, attr):
+        raise NotImplementedError
+
+
+def _bias_int32(bb, bias):
+    """The int32 tensor behind a dequantized bias (its scale is the input scale x the weight scale), else None."""
+    call = _dequantize_call(bb, bias) if bias is not None else None
+    return call.args[0] if call is not None and _dtype_of(call.args[0]) == "int32" else None
+
+
+class _QdqConv(_QdqFused):
+    """Conv(DequantizeLinear(x_q), DequantizeLinear(w_q)[, DequantizeLinear(b_int32)]) as an int8 conv."""
+
+    base = "Conv"
+
+    @classmethod
+    def fuse(cls, bb, inputs, attr):
+        dx, dw = _dequantized(bb, inputs[0]), _dequantized(bb, inputs[1])
+        if dx is None or dw is None or not _per_tensor(dx[1]) or not _scale_fits(dw[1], dw[3], 0):
+            return None
+        bias = _input(inputs, 2)
+        b_int = _bias_int32(bb, bias)
+        y = _rescale(bb, _int_conv(bb, dx[0], dw[0], attr, bias=b_int), dx[1], dw[1], axis=1)
+        if bias is not None and b_int is None:  # a float bias: added after the rescale
+            y = relax.op.add(bb.normalize(y), relax.op.reshape(bias, [1, -1] + [1] * (_rank(dx[0]) - 2)))
+        return y
+
+
+class _QdqMatMul(_QdqFused):
+    """MatMul(DequantizeLinear(a_q), DequantizeLinear(b_q)) as an int8 matmul."""
+
+    base = "MatMul"
+
+    @classmethod
+    def fuse(cls, bb, inputs, attr):
+        da, db = _dequantized(bb, inputs[0]), _dequantized(bb, inputs[1])
+        if da is None or db is None or not _per_tensor(da[1]) or _rank(db[0]) < 2:
+            return None
+        if not _scale_fits(db[1], db[3], _rank(db[0]) - 1):
+            return None
+        acc = _int_matmul(bb, da[0], db[0])
+        return _rescale(bb, acc, da[1], db[1], axis=_rank(acc) - 1)
+
+
+class _QdqGemm(_QdqFused):
+    """Gemm(DequantizeLinear(a_q), DequantizeLinear(b_q)[, DequantizeLinear(c_int32)]) as an int8 matmul."""
+
+    base = "Gemm"
+
+    @classmethod
+    def fuse(cls, bb, inputs, attr):
+        da, db = _dequantized(bb, inputs[0]), _dequantized(bb, inputs[1])
+        if da is None or db is None or not _per_tensor(da[1]):
+            return None
+        if attr.get("alpha", 1.0) != 1.0 or attr.get("beta", 1.0) != 1.0:
+            return None
+        trans_a, trans_b = bool(attr.get("transA", 0)), bool(attr.get("transB", 0))
+        if not _scale_fits(db[1], db[3], 0 if trans_b else 1):
+            return None
+        bias = _input(inputs, 2)
+        b_int = _bias_int32(bb, bias)
+        y = _rescale(bb, _int_matmul(bb, da[0], db[0], trans_a, trans_b, bias=b_int), da[1], db[1], axis=1)
+        return y if bias is None or b_int is not None else relax.op.add(bb.normalize(y), bias)
+
+
+class _QLinearConv(_OnnxConverter):
+    """x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp[, B int32] -> int8 conv, rescale, quantize."""
+
+    @classmethod
+    def _impl_v10(cls, bb, inputs, attr, params):
+        _need("QLinearConv", inputs, "x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point")
+        acc = _int_conv(bb, inputs[0], inputs[3], attr, bias=_input(inputs, 8))
+        return _rescale(bb, acc, inputs[1], inputs[4], 1, inputs[6], _input(inputs, 7))
+
+
+class _QLinearMatMul(_OnnxConverter):
+    """a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp -> int8 matmul, rescale, quantize."""
+
+    @classmethod
+    def _impl_v10(cls, bb, inputs, attr, params):
+        _need("QLinearMatMul", inputs, "a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point")
+        acc = _int_matmul(bb, inputs[0], inputs[3])
+        return _rescale(bb, acc, inputs[1], inputs[4], _rank(acc) - 1, inputs[6], _input(inputs, 7))
+
+
+class _QGemm(_OnnxConverter):
+    """com.microsoft QGemm: A, a_scale, a_zp, B, b_scale, b_zp[, C int32][, y_scale, y_zp]; alpha, transA, transB.
+    Without y_scale the output is float."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        _need("QGemm", inputs, "A, a_scale, a_zero_point, B, b_scale, b_zero_point")
+        trans_a, trans_b = bool(attr.get("transA", 0)), bool(attr.get("transB", 0))
+        acc = _int_matmul(bb, inputs[0], inputs[3], trans_a, trans_b, bias=_input(inputs, 6))
+        alpha = float(attr.get("alpha", 1.0))
+        scale = inputs[1] if alpha == 1.0 else relax.op.multiply(inputs[1], relax.const(alpha, "float32"))
+        return _rescale(bb, acc, scale, inputs[4], 1, _input(inputs, 7), _input(inputs, 8))
+
+
+class _ConvInteger(_OnnxConverter):
+    """x, w[, x_zp, w_zp] -> int32: the int8 conv (zero points not represented)."""
+
+    @classmethod
+    def _impl_v10(cls, bb, inputs, attr, params):
+        return _int_conv(bb, inputs[0], inputs[1], attr)
+
+
+class _MatMulInteger(_OnnxConverter):
+    """a, b[, a_zp, b_zp] -> int32: the int8 matmul (TVM's own converter widens both operands to int32 first,
+    which would cost it as an int32 matmul at 4 bytes per element)."""
+
+    @classmethod
+    def _impl_v10(cls, bb, inputs, attr, params):
+        return _int_matmul(bb, inputs[0], inputs[1])
+
+
+def _qlinear_binary(fn):
+    class QLinearBinary(_OnnxConverter):
+        """A, A_scale, A_zp, B, B_scale, B_zp, C_scale[, C_zp] -> dequantize both, the float op, quantize."""
+
+        @classmethod
+        def _impl_v1(cls, bb, inputs, attr, params):
+            _need("QLinearAdd/QLinearMul", inputs, "A, A_scale, -, B, B_scale, -, C_scale")
+            a = _dequantize(inputs[0], inputs[1], inputs[2])
+            b = _dequantize(inputs[3], inputs[4], inputs[5])
+            return _quantize(bb, fn(a, b), inputs[6], _input(inputs, 7))
+
+    return QLinearBinary
+
+
+def _qlinear_unary(fn):
+    class QLinearUnary(_OnnxConverter):
+        """X, X_scale, X_zp, Y_scale[, Y_zp] -> dequantize, the float op, quantize."""
+
+        @classmethod
+        def _impl_v1(cls, bb, inputs, attr, params):
+            _need("a QLinear op", inputs, "X, X_scale, -, Y_scale")
+            x = bb.normalize(_dequantize(inputs[0], inputs[1], inputs[2]))
+            return _quantize(bb, fn(bb, x, attr, params), inputs[3], _input(inputs, 4))
+
+    return QLinearUnary
+
+
+def _global_average_pool(bb, x, attr, params):
+    rank = _rank(x)
+    axes = list(range(1, rank - 1)) if attr.get("channels_last", 0) else list(range(2, rank))
+    return relax.op.mean(x, axis=axes, keepdims=True)
+
+
+def _softmax(bb, x, attr, params):
+    opset = int(attr.get("opset", 13))
+    axis = attr.get("axis", -1 if opset >= 13 else 1)
+    return _onnx_frontend().Softmax.get_converter(opset)(bb, [x], {"axis": axis}, params)
+
+
+def _average_pool(bb, x, attr, params):
+    if attr.get("channels_last", 0):
+        raise ValueError("QLinearAveragePool with channels_last=1 is not supported")
+    pool_attr = {k: v for k, v in attr.items() if k != "channels_last"}
+    return _onnx_frontend().AveragePool.get_converter(19)(bb, [x], pool_attr, params)
+
+
+class _QLinearConcat(_OnnxConverter):
+    """Y_scale, Y_zp, then (X, X_scale, X_zp) per input -> dequantize each, concat, quantize."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        if len(inputs) < 5 or (len(inputs) - 2) % 3 or any(inputs[i] is None for i in (0, 2, 3)) or "axis" not in attr:
+            raise ValueError("QLinearConcat needs Y_scale, Y_zero_point, (X, X_scale, X_zero_point) per input and axis")
+        parts = [_dequantize(inputs[i], inputs[i + 1], inputs[i + 2]) for i in range(2, len(inputs), 3)]
+        return _quantize(bb, relax.op.concat(parts, axis=int(attr["axis"])), inputs[0], inputs[1])
+
+
+ONNX_EXTRA_CONVERTERS.update(
+    {
+        "Conv": _QdqConv,
+        "MatMul": _QdqMatMul,
+        "Gemm": _QdqGemm,
+        "QLinearConv": _QLinearConv,
+        "QLinearMatMul": _QLinearMatMul,
+        "QGemm": _QGemm,
+        "ConvInteger": _ConvInteger,
+        "MatMulInteger": _MatMulInteger,
+        "QLinearAdd": _qlinear_binary(relax.op.add),
+        "QLinearMul": _qlinear_binary(relax.op.multiply),
+        "QLinearSigmoid": _qlinear_unary(lambda bb, x, attr, params: relax.op.sigmoid(x)),
+        "QLinearLeakyRelu": _qlinear_unary(
+            lambda bb, x, attr, params: relax.op.nn.leakyrelu(x, float(attr.get("alpha", 0.01)))
+        ),
+        "QLinearGlobalAveragePool": _qlinear_unary(_global_average_pool),
+        "QLinearAveragePool": _qlinear_unary(_average_pool),
+        "QLinearSoftmax": _qlinear_unary(_softmax),
+        "QLinearConcat": _QLinearConcat,
+    }
+)
+
+
+# --------------------------------------------------------------------------------------------
 # Moving a module between processes (a frontend's child process hands its IRModule back)
 # --------------------------------------------------------------------------------------------
 # NB: tvm.ir.save_json (TVM 0.27.0.post1 with apache-tvm-ffi 0.1.15.post2) crashes with SIGSEGV in

@@ -2,6 +2,11 @@
 
 Sources, per field:
 - peak dense FLOP/s, bandwidth and TDP: the vendors' datasheets (SXM parts unless named);
+- peak dense INT8 tensor-core rate (`peak_flops["int8"]`, integer operations per second, 2 per MAC as for
+  FLOPs): the datasheets' INT8 Tensor Core TOPS without sparsity (the headline figures with sparsity are twice
+  these): NVIDIA A100 Tensor Core GPU datasheet, 624 TOPS (SXM and PCIe); NVIDIA H100 Tensor Core GPU
+  datasheet, 3,958 TOPS with sparsity -> 1,979 dense (H100 SXM) and 3,341 -> 1,670.5 dense (H100 NVL, the
+  datasheet's per-GPU column); NVIDIA H200 Tensor Core GPU datasheet, 3,958 -> 1,979 dense (H200 SXM);
 - total memory: what `nvidia-smi` reports (H100 81559 MiB and H200 143771 MiB were read on this
   workplace's GPU machines, see ../.library/device/KINDS.md; A100 values as NVIDIA documents them);
 - MIG profiles: usable memory and SM count as `nvidia-smi mig -lgip` prints them. Published outputs
@@ -56,7 +61,7 @@ class Device:
     name: str  # what nvidia-smi calls it
     memory_mib: int
     bandwidth: float  # bytes/s
-    peak_flops: dict[str, float]  # dense, by kind: fp32 (CUDA cores), tf32, fp16, bf16 (tensor cores)
+    peak_flops: dict[str, float]  # dense, by kind: fp32 (CUDA cores), tf32, fp16, bf16, int8 (tensor cores; OP/s)
     tdp_w: float
     sms: int
     mig: tuple[MigProfile, ...] = ()
@@ -94,7 +99,7 @@ DEVICES: dict[str, Device] = {
             name="NVIDIA A100-SXM4-40GB",
             memory_mib=40960,
             bandwidth=1555e9,
-            peak_flops={"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12},
+            peak_flops={"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12, "int8": 624e12},
             tdp_w=400,
             sms=108,
             mig=_mig(
@@ -113,7 +118,7 @@ DEVICES: dict[str, Device] = {
             name="NVIDIA A100-SXM4-80GB",
             memory_mib=81920,
             bandwidth=2039e9,
-            peak_flops={"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12},
+            peak_flops={"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12, "int8": 624e12},
             tdp_w=400,
             sms=108,
             mig=_mig(
@@ -133,7 +138,7 @@ DEVICES: dict[str, Device] = {
             name="NVIDIA A100-PCIE-40GB",
             memory_mib=40960,
             bandwidth=1555e9,
-            peak_flops={"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12},
+            peak_flops={"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12, "int8": 624e12},
             tdp_w=250,
             sms=108,
             mig=_mig(
@@ -153,7 +158,7 @@ DEVICES: dict[str, Device] = {
             name="NVIDIA A100 80GB PCIe",
             memory_mib=81920,
             bandwidth=1935e9,
-            peak_flops={"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12},
+            peak_flops={"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12, "int8": 624e12},
             tdp_w=300,
             sms=108,
             mig=_mig(
@@ -174,7 +179,7 @@ DEVICES: dict[str, Device] = {
             name="NVIDIA H100 80GB HBM3",
             memory_mib=81559,
             bandwidth=3.35e12,
-            peak_flops={"fp32": 67e12, "tf32": 494.7e12, "fp16": 989.4e12, "bf16": 989.4e12},
+            peak_flops={"fp32": 67e12, "tf32": 494.7e12, "fp16": 989.4e12, "bf16": 989.4e12, "int8": 1979e12},
             tdp_w=700,
             sms=132,
             mig=_mig(
@@ -196,7 +201,7 @@ DEVICES: dict[str, Device] = {
             name="NVIDIA H100 NVL",
             memory_mib=95830,
             bandwidth=3.9e12,
-            peak_flops={"fp32": 60e12, "tf32": 417.5e12, "fp16": 835e12, "bf16": 835e12},
+            peak_flops={"fp32": 60e12, "tf32": 417.5e12, "fp16": 835e12, "bf16": 835e12, "int8": 1670.5e12},
             tdp_w=400,
             sms=132,
             mig=_mig(
@@ -220,7 +225,7 @@ DEVICES: dict[str, Device] = {
             name="NVIDIA H200",
             memory_mib=143771,
             bandwidth=4.8e12,
-            peak_flops={"fp32": 67e12, "tf32": 494.7e12, "fp16": 989.4e12, "bf16": 989.4e12},
+            peak_flops={"fp32": 67e12, "tf32": 494.7e12, "fp16": 989.4e12, "bf16": 989.4e12, "int8": 1979e12},
             tdp_w=700,
             sms=132,
             mig=_mig(

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from passes.costs import INT8_DTYPES, compute_dtype
+
 from .data import Sample
 from .devices import Device, get_device
 from .kernel_model import KernelTimes, kernel_arrays, kernel_latency_arrays
@@ -179,10 +181,10 @@ def runtime_of(ops) -> dict:
     """What a prediction assumes executes the model: eager PyTorch on CUDA at torch's default precision flags
     (`torch.backends.cudnn.allow_tf32` True: float32 convolutions on TF32 tensor cores;
     `torch.backends.cuda.matmul.allow_tf32` False: float32 matmuls on FP32 CUDA cores), in the dtype most of the
-    graph's multiply-add ops (else its ops) compute in."""
+    graph's multiply-add ops (else its ops) compute in ("int8" for int8 or uint8 operands: a quantized model)."""
     live = [c for c in ops if not c.weight_only and c.outputs]
     heavy = [c for c in live if c.category in ("conv", "matmul", "attention")] or live
-    dtypes = Counter(c.output.dtype for c in heavy)
+    dtypes = Counter("int8" if d in INT8_DTYPES else d for d in map(compute_dtype, heavy))
     return {
         "framework": "pytorch-eager-cuda",
         "dtype": dtypes.most_common(1)[0][0] if dtypes else "float32",

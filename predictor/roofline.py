@@ -5,6 +5,9 @@ the graph (ops run one after another in eager PyTorch). Which peak applies (NB, 
 - conv in float32 runs on TF32 tensor cores (`torch.backends.cudnn.allow_tf32` is True by default);
 - matmul/attention in float32 runs on CUDA cores (`torch.backends.cuda.matmul.allow_tf32` is False);
 - float16 / bfloat16 conv, matmul and attention run on tensor cores at the fp16 / bf16 rate;
+- conv and matmul on 8-bit integer operands (int8 or uint8, accumulating in int32: quantized models) run on
+  tensor cores at the int8 rate (a device without one in the table falls back to fp32); the dtype of such an
+  op is its operands' (`passes.costs.compute_dtype`), not its int32 output's;
 - everything else (elementwise, normalisation, reductions, data movement) at the fp32 CUDA-core rate.
 Ops folded ahead of time (`weight_only`) cost nothing at run time.
 
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from passes.costs import INT8_DTYPES, compute_dtype
 from passes.costs.registry import CATEGORIES, MULTIPLY_ADD_CATEGORIES
 
 from .devices import CONTEXT_MIB, WORKSPACE_MIB, Device, MigProfile
@@ -52,6 +56,8 @@ def peak_rate(device: Device, category: str, dtype: str) -> float:
             return device.peak_flops["bf16"]
         if dtype == "float32" and category == "conv":
             return device.peak_flops["tf32"]
+        if dtype in INT8_DTYPES:
+            return device.peak_flops.get("int8", device.peak_flops["fp32"])
     return device.peak_flops["fp32"]
 
 
@@ -88,14 +94,14 @@ def op_bound(
 
 
 def op_bounds(ops: Iterable, device: Device, *, sm_share: float = 1.0, bandwidth_share: float = 1.0) -> list[OpBound]:
-    """Per-op bounds for `passes.costs.OpCost`-like records (flops, bytes, category, output dtype)."""
+    """Per-op bounds for `passes.costs.OpCost` records (flops, bytes, category, `compute_dtype`)."""
     return [
         op_bound(
             op.index,
             op.flops,
             op.bytes_read + op.bytes_written,
             op.category,
-            op.output.dtype if op.outputs else "float32",
+            compute_dtype(op),
             device,
             sm_share,
             bandwidth_share,
@@ -112,7 +118,7 @@ def op_arrays(ops: Iterable) -> dict[str, np.ndarray]:
         "op_flops": np.array([c.flops for c in ops], dtype=np.float64),
         "op_bytes": np.array([c.bytes_read + c.bytes_written for c in ops], dtype=np.float64),
         "op_category": np.array([CATEGORIES.index(c.category) for c in ops], dtype=np.int8),
-        "op_dtype": np.array([c.output.dtype if c.outputs else "float32" for c in ops]),
+        "op_dtype": np.array([compute_dtype(c) for c in ops]),
         "op_folded": np.array([c.weight_only for c in ops], dtype=bool),
     }
 

@@ -33,6 +33,7 @@ TOTALS_KEYS = {
     "bytes_written",
     "op_count",
     "unsupported",
+    "macs_by_dtype",
 }
 OP_KEYS = {
     "index",
@@ -185,9 +186,10 @@ def check_schema(doc: dict) -> None:
         assert set(inp) == {"name", "shape", "dtype"}
         assert all(isinstance(d, int) for d in inp["shape"])
     assert set(doc["totals"]) == TOTALS_KEYS
-    for k in TOTALS_KEYS - {"unsupported"}:
+    for k in TOTALS_KEYS - {"unsupported", "macs_by_dtype"}:
         assert isinstance(doc["totals"][k], int) and doc["totals"][k] >= 0, k
     assert isinstance(doc["totals"]["unsupported"], dict)
+    assert sum(doc["totals"]["macs_by_dtype"].values()) == doc["totals"]["macs"]
     assert doc["ops"], "no operators"
     for i, op in enumerate(doc["ops"]):
         assert OP_KEYS <= set(op), set(op) ^ OP_KEYS

@@ -210,17 +210,74 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
 
 
 _FLOAT_TYPES = {1: 4, 10: 2, 16: 2, 11: 8}  # TensorProto FLOAT, FLOAT16, BFLOAT16, DOUBLE -> bytes
+_INT_TYPES = {2: 1, 3: 1, 4: 2, 5: 2, 6: 4}  # UINT8, INT8, UINT16, INT16, INT32 -> bytes
+
+# Quantized ops: (input slots holding quantized data or an int32 bias, input slots holding scales and zero
+# points). An integer initializer in a data slot is a weight; a scale or zero point is not a parameter.
+_QUANT_SLOTS = {
+    "QuantizeLinear": ({0}, {1, 2}),
+    "DequantizeLinear": ({0}, {1, 2}),
+    "DynamicQuantizeLinear": ({0}, set()),
+    "QLinearConv": ({0, 3, 8}, {1, 2, 4, 5, 6, 7}),
+    "QLinearMatMul": ({0, 3}, {1, 2, 4, 5, 6, 7}),
+    "QGemm": ({0, 3, 6}, {1, 2, 4, 5, 7, 8}),
+    "ConvInteger": ({0, 1}, {2, 3}),
+    "MatMulInteger": ({0, 1}, {2, 3}),
+    "QLinearAdd": ({0, 3}, {1, 2, 4, 5, 6, 7}),
+    "QLinearMul": ({0, 3}, {1, 2, 4, 5, 6, 7}),
+}
+_QUANT_UNARY = (
+    "QLinearSigmoid",
+    "QLinearLeakyRelu",
+    "QLinearGlobalAveragePool",
+    "QLinearAveragePool",
+    "QLinearSoftmax",
+)
+
+
+def _quant_roles(model) -> tuple[set[str], set[str]]:
+    """(names in quantized-data slots, names in scale / zero-point slots) over the graph's nodes."""
+    data, qparams = set(), set()
+    for node in model.graph.node:
+        op = node.op_type
+        if op in _QUANT_SLOTS:
+            d, q = _QUANT_SLOTS[op]
+        elif op in _QUANT_UNARY:
+            d, q = {0}, {1, 2, 3, 4}
+        elif op == "QLinearConcat":
+            d = {i for i in range(2, len(node.input)) if (i - 2) % 3 == 0}
+            q = set(range(len(node.input))) - d
+        else:
+            continue
+        for i, name in enumerate(node.input):
+            if i in d:
+                data.add(name)
+            elif i in q:
+                qparams.add(name)
+    return data, qparams
 
 
 def _file_params(model) -> tuple[int, int]:
-    """Elements and bytes of the file's non-scalar floating-point initializers: the weights it stores.
+    """Elements and bytes of the weights the file stores: its non-scalar floating-point initializers, and in
+    quantized models its integer initializers that hold quantized weights or int32 biases.
 
-    Integer initializers are shape and index constants; TVM's importer folds weight transforms
-    (Transpose of a tied embedding, Gather of position tables) into new constants, so counting the
-    IR's constants would count some weights twice.
+    Other integer initializers are shape and index constants; scales and zero points of quantized ops are not
+    parameters. TVM's importer folds weight transforms (Transpose of a tied embedding, Gather of position
+    tables) into new constants, so counting the IR's constants would count some weights twice.
     """
-    sizes = [float_tensor_size(t) for t in model.graph.initializer]
-    return sum(n for n, _ in sizes), sum(b for _, b in sizes)
+    data, qparams = _quant_roles(model)
+    n_total = b_total = 0
+    for t in model.graph.initializer:
+        if t.name in qparams:
+            continue
+        n, b = float_tensor_size(t)
+        if not n and t.name in data and t.data_type in _INT_TYPES and len(t.dims):
+            n = 1
+            for d in t.dims:
+                n *= d
+            b = n * _INT_TYPES[t.data_type]
+        n_total, b_total = n_total + n, b_total + b
+    return n_total, b_total
 
 
 def float_tensor_size(t) -> tuple[int, int]:

@@ -166,6 +166,31 @@ def cost_of(op: OpNode) -> OpCost:
     )
 
 
+# 8-bit integer operand dtypes: a multiply-add op on them runs on int8 tensor cores (int8 x int8 or uint8 x int8)
+INT8_DTYPES = ("int8", "uint8")
+
+
+def compute_dtype(cost: OpCost) -> str:
+    """The dtype an op computes in: its output's, except a multiply-add op on 8-bit integer operands (an int8 conv
+    or matmul accumulating in int32), which computes in its operands' dtype ("int8" or "uint8")."""
+    inputs = getattr(cost, "inputs", ())  # also OpCost-like records without inputs
+    if cost.category in MULTIPLY_ADD_CATEGORIES and inputs and inputs[0].dtype in INT8_DTYPES:
+        return inputs[0].dtype
+    return cost.outputs[0].dtype if cost.outputs else "float32"
+
+
+def macs_by_dtype(costs: list[OpCost]) -> dict[str, int]:
+    """MACs per compute dtype over the ops that run (`compute_dtype`; uint8 and int8 both count as "int8"),
+    largest first."""
+    out: dict[str, int] = {}
+    for c in costs:
+        if c.macs and not c.weight_only:
+            dtype = compute_dtype(c)
+            key = "int8" if dtype in INT8_DTYPES else dtype
+            out[key] = out.get(key, 0) + c.macs
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def op_costs(graph) -> list[OpCost]:
     """Cost every op of `graph` (an OpGraph, or a tvm.IRModule which is extracted first)."""
     if not isinstance(graph, OpGraph):
@@ -178,6 +203,7 @@ def op_costs(graph) -> list[OpCost]:
 __all__ = [
     "CATEGORIES",
     "IGNORED",
+    "INT8_DTYPES",
     "MULTIPLY_ADD_CATEGORIES",
     "RULES",
     "TIR_CALLS",
@@ -185,7 +211,9 @@ __all__ = [
     "Cost",
     "OpCost",
     "RuleEntry",
+    "compute_dtype",
     "cost_of",
+    "macs_by_dtype",
     "op_costs",
     "register",
     "tir_category",

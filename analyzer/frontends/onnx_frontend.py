@@ -190,12 +190,14 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
             ) from exc
         dtype_dict[inp.name] = spec.dtype if spec and spec.dtype else dtype
 
-    from passes.tvm_ir import onnx_import
+    from passes.tvm_ir import UnsupportedOnnxNode, onnx_import
 
     try:
         mod = onnx_import(model, shape_dict, dtype_dict)
     except PreflightError:
         raise
+    except UnsupportedOnnxNode as exc:
+        raise AnalysisError(f"{path.name}: {exc}") from exc
     except Exception as exc:  # the importer raises many error types
         raise AnalysisError(f"{path.name}: TVM's ONNX importer failed: {one_line(exc)}") from exc
     return LoadedModel(

@@ -13,7 +13,7 @@ from ..errors import (
     one_line,
 )
 from .loaded import LoadedModel
-from .specs import MAX_DIM, InputSpec, resolve_shape
+from .specs import MAX_DIM, InputSpec, printable, resolve_shape
 
 
 def _check_external_data(model, base: Path, name: str) -> None:
@@ -137,6 +137,119 @@ def _file_dims(value_info) -> list[int | str | None]:
     return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
 
 
+# ONNX ops whose constant input fixes a shape (input index): a first element equal to the file's batch pins it
+_SHAPE_INPUTS = {"Reshape": 1, "Expand": 1, "Tile": 1, "ConstantOfShape": 0}
+
+
+def _constant_values(model) -> dict:
+    """{tensor name: numpy array} of the graph's initializers and Constant nodes' values."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    values = {t.name: t for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+            for attr in node.attribute:
+                if attr.name in ("value", "value_ints", "value_int"):
+                    values[node.output[0]] = helper.get_attribute_value(attr)
+    out = {}
+    for name, v in values.items():
+        try:
+            out[name] = numpy_helper.to_array(v) if hasattr(v, "dims") else np.asarray(v)
+        except (TypeError, ValueError):  # a tensor numpy cannot read (e.g. external data not loaded)
+            continue
+    return out
+
+
+def _batch_pins(model, inputs: set[str], old: int) -> list[str]:
+    """Nodes whose constant shape hard-codes batch `old`: a Reshape, Expand or Tile of data derived from the inputs
+    (`inputs`) whose shape (repeats) starts with `old`, or a ConstantOfShape of rank 2 or more starting with it."""
+    consts = _constant_values(model)
+    derived = set(inputs)
+    pins = []
+    for node in model.graph.node:
+        reads_inputs = any(i in derived for i in node.input)
+        at = _SHAPE_INPUTS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if at is not None and len(node.input) > at and node.input[at] in consts:
+            shape = consts[node.input[at]].reshape(-1)
+            data_ok = node.op_type == "ConstantOfShape" and shape.size >= 2
+            data_ok = data_ok or (node.op_type != "ConstantOfShape" and node.input[0] in derived)
+            if data_ok and shape.size and int(shape[0]) == old:
+                label = f"'{node.name[:80]}'" if node.name else f"writing '{(node.output or ['?'])[0][:80]}'"
+                pins.append(printable(f"{label} ({node.op_type} to {[int(d) for d in shape]})"))
+        if reads_inputs:
+            derived.update(o for o in node.output if o)
+    return pins
+
+
+def _rebatch(model, graph_inputs, specs: dict[str, InputSpec], batch: int | None, name: str):
+    """(model, warning): `model` with the fixed batch (dimension 0) of its inputs changed to the one asked for,
+    or unchanged (warning None) when nothing asks for a different batch.
+
+    The batch asked for is `--batch`, or else an `--input` whose dimension 0 differs from the file's fixed one while
+    its other dimensions agree. Every input whose dimension 0 equals the file's batch is rewritten, the graph's
+    value_info and output shapes are dropped and ONNX shape inference re-run. Refused (UsageError naming the node)
+    when a constant shape hard-codes the old batch (`_batch_pins`), or when shape inference fails or gives an
+    output a dimension 0 that follows neither batch.
+    """
+    import onnx
+
+    asked: dict[str, tuple[int, int]] = {}  # input -> (file's batch, batch asked for)
+    for inp in graph_inputs:
+        dims = _file_dims(inp)
+        if not dims or not isinstance(dims[0], int):
+            continue
+        spec = specs.get(inp.name)
+        want = batch
+        if want is None and spec is not None and len(spec.shape) == len(dims):
+            rest_ok = all(not isinstance(f, int) or f == u for f, u in zip(dims[1:], spec.shape[1:], strict=True))
+            want = spec.shape[0] if rest_ok else None
+        if want is not None and want != dims[0]:
+            asked[inp.name] = (dims[0], want)
+    if not asked:
+        return model, None
+    pairs = set(asked.values())
+    if len(pairs) != 1:
+        return model, None  # inputs with different fixed batches: resolve_shape names the conflict
+    ((old, new),) = pairs
+    if old == 0:
+        return model, None
+    targets = {i.name for i in graph_inputs if _file_dims(i)[:1] == [old]}
+    first = sorted(targets)[0]
+    flag = f"--batch {new}" if batch is not None else f"--input {first}:{new}x..."
+
+    def refused(why: str) -> UsageError:
+        return UsageError(
+            printable(f"{name}: input '{first}' dimension 0 is fixed to {old} in the file; {flag} cannot re-batch it: ")
+            + f"{why}; re-export the model with a dynamic batch dimension"
+        )
+
+    pins = _batch_pins(model, targets, old)
+    if pins:
+        more = f" (and {len(pins) - 1} more)" if len(pins) > 1 else ""
+        raise refused(f"node {pins[0]} hard-codes the batch{more}")
+    graph = model.graph  # (this load's own copy of the file)
+    for inp in graph.input:
+        if inp.name in targets:
+            inp.type.tensor_type.shape.dim[0].dim_value = new
+    old_outputs = {o.name: _file_dims(o) for o in graph.output}
+    del graph.value_info[:]
+    for out in graph.output:
+        if out.type.HasField("tensor_type"):
+            out.type.tensor_type.ClearField("shape")
+    try:
+        rebatched = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception as exc:  # InferenceError and friends
+        raise refused(f"ONNX shape inference fails ({one_line(exc)})") from exc
+    for out in rebatched.graph.output:
+        before, after = old_outputs.get(out.name, []), _file_dims(out)
+        if before[:1] == [old] and after and isinstance(after[0], int) and after[0] != new:
+            kept = f"output '{printable(out.name[:80])}' keeps dimension 0 = {after[0]} (a constant fixes it)"
+            raise refused(kept)
+    inputs = printable(", ".join(sorted(targets)))
+    return rebatched, f"re-batched from {old} to {new}: the file fixes dimension 0 of {inputs} to {old}"
+
+
 def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
     """Read, validate and import an ONNX file with static input shapes."""
     import onnx
@@ -177,6 +290,9 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
             f"--input names {', '.join(sorted(unknown))} not among the model's inputs: "
             f"{', '.join(i.name for i in graph_inputs)}"
         )
+    model, rebatched = _rebatch(model, graph_inputs, specs, batch, path.name)
+    if rebatched:
+        graph_inputs = [i for i in model.graph.input if i.name not in initializers]
     shape_dict, dtype_dict = {}, {}
     for inp in graph_inputs:
         spec = specs.get(inp.name)
@@ -208,6 +324,7 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
         n_inputs=len(graph_inputs),
         input_names=tuple(shape_dict),
         source_params=_file_params(model),
+        warnings=[rebatched] if rebatched else [],
     )
 
 

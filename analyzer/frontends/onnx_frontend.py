@@ -316,6 +316,7 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
         raise AnalysisError(f"{path.name}: {exc}") from exc
     except Exception as exc:  # the importer raises many error types
         raise AnalysisError(f"{path.name}: TVM's ONNX importer failed: {one_line(exc)}") from exc
+    params = file_params(model)
     return LoadedModel(
         mod=mod,
         framework="onnx",
@@ -323,8 +324,8 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
         source=str(path),
         n_inputs=len(graph_inputs),
         input_names=tuple(shape_dict),
-        source_params=_file_params(model),
-        warnings=[rebatched] if rebatched else [],
+        source_params=params[:2],
+        warnings=([rebatched] if rebatched else []) + params[2],
     )
 
 
@@ -332,14 +333,90 @@ _FLOAT_TYPES = {1: 4, 10: 2, 16: 2, 11: 8}  # TensorProto FLOAT, FLOAT16, BFLOAT
 
 
 def _file_params(model) -> tuple[int, int]:
-    """Elements and bytes of the file's non-scalar floating-point initializers: the weights it stores.
+    """Elements and bytes of the weights the file carries (see `file_params`)."""
+    elements, nbytes, _ = file_params(model)
+    return elements, nbytes
+
+
+def file_params(model) -> tuple[int, int, list[str]]:
+    """(elements, bytes, notes) of the file's weights: its non-scalar floating-point initializers, the float
+    tensors of its `Constant` nodes, and weights the graph computes from nothing but integer constants
+    (`_computed_weights`, e.g. a ConstantOfShape feeding a MatMul). `notes` names computed weights whose size
+    shape inference cannot tell (they are left out of the count).
 
     Integer initializers are shape and index constants; TVM's importer folds weight transforms
     (Transpose of a tied embedding, Gather of position tables) into new constants, so counting the
     IR's constants would count some weights twice.
     """
     sizes = [float_tensor_size(t) for t in model.graph.initializer]
-    return sum(n for n, _ in sizes), sum(b for _, b in sizes)
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            sizes.extend(float_tensor_size(a.t) for a in node.attribute if a.name == "value")
+    extra, extra_bytes, notes = _computed_weights(model)
+    return sum(n for n, _ in sizes) + extra, sum(b for _, b in sizes) + extra_bytes, notes
+
+
+def _computed_weights(model) -> tuple[int, int, list[str]]:
+    """Float tensors the graph materialises without reading a graph input or a stored float tensor (a
+    ConstantOfShape, a RandomNormal, a Cast of an integer constant...) and hands to an op that also reads the
+    inputs: weights made at load time. Sizes from ONNX shape inference; (elements, bytes, notes on the unknown)."""
+    import onnx
+
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = {i.name for i in model.graph.input if i.name not in initializers}
+    stored_float = {t.name for t in model.graph.initializer if t.data_type in _FLOAT_TYPES}
+    derived = set(inputs)  # values computed from the graph inputs
+    from_float = set(stored_float)  # constant values computed from a stored float tensor (already counted)
+    made: dict[str, str] = {}  # constant value computed from integer constants only -> the node making it
+    for node in model.graph.node:
+        ins = [i for i in node.input if i]
+        outs = [o for o in node.output if o]
+        if any(i in derived for i in ins) or node.op_type in ("If", "Loop", "Scan"):
+            derived.update(outs)
+        elif node.op_type == "Constant":
+            if any(a.name == "value" and a.t.data_type in _FLOAT_TYPES for a in node.attribute):
+                from_float.update(outs)
+        elif any(i in from_float for i in ins):
+            from_float.update(outs)
+        else:
+            made.update((o, node.name or node.op_type) for o in outs)
+    boundary: dict[str, str] = {}  # a made tensor read by an op on the inputs' data -> its maker
+    for node in model.graph.node:
+        if any(i in derived for i in node.input if i):
+            boundary.update((i, made[i]) for i in node.input if i in made)
+    if not boundary:
+        return 0, 0, []
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference failing only leaves the sizes unknown
+        inferred = model
+    infos = {v.name: v for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    elements = nbytes = 0
+    unknown = []
+    for name, maker in boundary.items():
+        info = infos.get(name)
+        t = info.type.tensor_type if info is not None else None
+        if t is None or t.elem_type not in _FLOAT_TYPES:
+            if t is None or not t.elem_type:
+                unknown.append(maker)
+            continue
+        dims = _file_dims(info)
+        if not t.HasField("shape") or not all(isinstance(d, int) for d in dims):
+            unknown.append(maker)
+            continue
+        if dims:  # (a scalar is a literal, not a weight)
+            n = 1
+            for d in dims:
+                n *= d
+            elements, nbytes = elements + n, nbytes + n * _FLOAT_TYPES[t.elem_type]
+    notes = []
+    if unknown:
+        names = ", ".join(printable(f"'{m[:60]}'") for m in sorted(set(unknown))[:3])
+        notes.append(
+            f"params leave out weights the graph computes whose size ONNX shape inference cannot tell "
+            f"(made by {names}{' and more' if len(set(unknown)) > 3 else ''})"
+        )
+    return elements, nbytes, notes
 
 
 def float_tensor_size(t) -> tuple[int, int]:

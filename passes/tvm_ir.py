@@ -864,8 +864,6 @@ class _OnnxRecurrent:
             refuse("input_forget=1 (coupled input and forget gates)")
         if attr.get("activation_alpha") or attr.get("activation_beta"):
             refuse("activation_alpha / activation_beta")
-        if _rnn_input(inputs, 7) is not None:
-            refuse("peephole weights (input P)")
         direction = attr.get("direction", b"forward")
         direction = direction.decode() if isinstance(direction, bytes) else str(direction)
         if direction not in ("forward", "reverse", "bidirectional"):
@@ -905,6 +903,7 @@ class _OnnxRecurrent:
             rb = None if b is None else _rnn_bias(bb, b, d, g, 2 * g)
             h = _rnn_state(bb, h0, d, batch, hidden, dtype)
             c = _rnn_state(bb, c0, d, batch, hidden, dtype) if cls.gates == 4 else None
+            extra = cls.direction_inputs(bb, inputs, d, hidden)
             weights: dict = {}  # one R^T (or slice of it) per direction, shared by every step
 
             def r_t(rows=None, d=d, weights=weights):
@@ -914,7 +913,7 @@ class _OnnxRecurrent:
 
             out = []
             for t in reversed(range(steps)) if reverse else range(steps):
-                h, c = cls.cell(bb, xs[t], h, c, r_t, rb, hidden, acts, attr)
+                h, c = cls.cell(bb, xs[t], h, c, r_t, rb, hidden, acts, attr, **extra)
                 out.append(h)
             if reverse:
                 out.reverse()
@@ -933,6 +932,11 @@ class _OnnxRecurrent:
         return relax.Tuple(results)
 
     @classmethod
+    def direction_inputs(cls, bb, inputs, d: int, hidden: int) -> dict:
+        """Keyword arguments of `cell` for direction `d` from the node's further inputs (LSTM: peepholes)."""
+        return {}
+
+    @classmethod
     def cell(cls, bb, x_t, h, c, r_t, rb, hidden: int, acts: list, attr: dict):
         """One time step: (H_t, C_t or None) from the step's input projection x_t [B, G*H], the previous state
         h, c [B, H], r_t(rows) the recurrent weight R^T [H, G*H] (or its rows [lo, hi) of G*H) and bias rb."""
@@ -940,19 +944,32 @@ class _OnnxRecurrent:
 
 
 class OnnxLSTM(_OnnxRecurrent):
-    """ONNX LSTM: gates i, o, f, c; C_t = f*C_{t-1} + i*g(c); H_t = o*h(C_t). No peepholes (input P)."""
+    """ONNX LSTM: gates i, o, f, c; C_t = f*C_{t-1} + i*g(c); H_t = o*h(C_t). Peepholes (input P [dirs, 3H], order
+    i, o, f) add P_i*C_{t-1} and P_f*C_{t-1} to the i and f gates, P_o*C_t to the o gate."""
 
     op_type = "LSTM"
     gates = 4
     default_activations = ("Sigmoid", "Tanh", "Tanh")
 
     @classmethod
-    def cell(cls, bb, x_t, h, c, r_t, rb, hidden, acts, attr):
+    def direction_inputs(cls, bb, inputs, d, hidden):
+        p = _rnn_input(inputs, 7)
+        if p is None:
+            return {"peep": None}
+        return {"peep": [_rnn_bias(bb, p, d, k * hidden, (k + 1) * hidden) for k in range(3)]}
+
+    @classmethod
+    def cell(cls, bb, x_t, h, c, r_t, rb, hidden, acts, attr, peep=None):
         f_act, g_act, h_act = acts
         i, o, f, cc = _rnn_split(bb, _recurrent_gemm(bb, h, r_t(), rb, x_t), 4, 1)
-        i, o, f, cc = bb.emit(f_act(i)), bb.emit(f_act(o)), bb.emit(f_act(f)), bb.emit(g_act(cc))
+        if peep is not None:
+            i = bb.emit(relax.op.add(i, bb.emit(relax.op.multiply(peep[0], c))))
+            f = bb.emit(relax.op.add(f, bb.emit(relax.op.multiply(peep[2], c))))
+        i, f, cc = bb.emit(f_act(i)), bb.emit(f_act(f)), bb.emit(g_act(cc))
         c = bb.emit(relax.op.add(bb.emit(relax.op.multiply(f, c)), bb.emit(relax.op.multiply(i, cc))))
-        return bb.emit(relax.op.multiply(o, bb.emit(h_act(c)))), c
+        if peep is not None:
+            o = bb.emit(relax.op.add(o, bb.emit(relax.op.multiply(peep[1], c))))
+        return bb.emit(relax.op.multiply(bb.emit(f_act(o)), bb.emit(h_act(c)))), c
 
 
 class OnnxGRU(_OnnxRecurrent):

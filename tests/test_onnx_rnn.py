@@ -175,12 +175,20 @@ def test_initial_state_and_full_sequence_lens(tmp_path):
     assert rep.totals.macs == B * T * 4 * H * (IN + H) - B * 4 * H * H
 
 
+def test_peepholes_add_no_macs(tmp_path):
+    """Peepholes are elementwise (P_i*C, P_f*C, P_o*C): the MACs stay B * T * 4H * (I + H); params add P [1, 3H]."""
+    path = tmp_path / "rnn.onnx"
+    onnx.save(_rnn_model("LSTM", {}, extra_inputs=(("P", np.ones((1, 3 * H), np.float32)),)), path)
+    rep = analyze(str(path))
+    assert rep.totals.macs == B * T * 4 * H * (IN + H)  # 2 * 8 * 128 * 48 = 98,304
+    assert rep.totals.params == 4 * H * IN + 4 * H * H + 8 * H + 3 * H
+
+
 @pytest.mark.parametrize(
     ("kind", "attrs", "extra", "words"),
     [
         ("LSTM", {"clip": 3.0}, (), "'clip'"),
         ("LSTM", {"input_forget": 1}, (), "input_forget"),
-        ("LSTM", {}, (("P", np.zeros((1, 3 * H), np.float32)),), "peephole"),
         ("GRU", {}, (("sequence_lens", np.array([T, 3], np.int32)),), "sequence_lens"),
         ("RNN", {"activations": ["Softsign"]}, (), "activations"),
     ],
@@ -194,17 +202,21 @@ def test_unsupported_features_are_named(tmp_path, kind, attrs, extra, words):
     assert f"my_{kind.lower()}" in text and words in text and "not supported" in text
 
 
+PEEPHOLES = (("P", np.random.default_rng(3).standard_normal((2, 3 * 5)).astype(np.float32)),)  # [dirs, 3H], H 5
+
+
 @pytest.mark.parametrize(
-    ("kind", "attrs", "dirs"),
+    ("kind", "attrs", "dirs", "extra"),
     [
-        ("LSTM", {"direction": "bidirectional"}, 2),
-        ("LSTM", {"direction": "reverse"}, 1),
-        ("GRU", {"linear_before_reset": 0}, 1),
-        ("GRU", {"direction": "bidirectional", "linear_before_reset": 1}, 2),
-        ("RNN", {}, 1),
+        ("LSTM", {"direction": "bidirectional"}, 2, ()),
+        ("LSTM", {"direction": "reverse"}, 1, ()),
+        ("LSTM", {"direction": "bidirectional"}, 2, PEEPHOLES),
+        ("GRU", {"linear_before_reset": 0}, 1, ()),
+        ("GRU", {"direction": "bidirectional", "linear_before_reset": 1}, 2, ()),
+        ("RNN", {}, 1, ()),
     ],
 )
-def test_outputs_match_onnxruntime(tmp_path, kind, attrs, dirs):
+def test_outputs_match_onnxruntime(tmp_path, kind, attrs, dirs, extra):
     """The conversion computes what the ONNX spec says: the Relax module, built for the CPU, against onnxruntime;
     layout 1 (batch first, which onnxruntime's CPU kernels refuse) against layout 0 transposed."""
     ort = pytest.importorskip("onnxruntime")
@@ -217,7 +229,8 @@ def test_outputs_match_onnxruntime(tmp_path, kind, attrs, dirs):
     x = np.random.default_rng(2).standard_normal((3, 2, 4)).astype(np.float32)  # [T, B, IN]
     outs = {}
     for layout in (0, 1):
-        model = _rnn_model(kind, {**attrs, "layout": layout} if layout else attrs, layout=layout, **small)
+        with_layout = {**attrs, "layout": layout} if layout else attrs
+        model = _rnn_model(kind, with_layout, layout=layout, extra_inputs=extra, **small)
         for t in model.graph.initializer[:2]:  # smaller weights keep the gates off saturation
             t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * 0.3, t.name))
         path = tmp_path / f"rnn{layout}.onnx"

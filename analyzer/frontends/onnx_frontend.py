@@ -338,77 +338,103 @@ def _file_params(model) -> tuple[int, int]:
     return elements, nbytes
 
 
+# ONNX ops that compute with weights: a constant tensor one of them reads beside the inputs' data is a weight
+_WEIGHT_CONSUMERS = frozenset(
+    {
+        "MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "LSTM", "GRU", "RNN", "Gather",
+        "BatchNormalization", "LayerNormalization", "InstanceNormalization", "GroupNormalization",
+        "SkipLayerNormalization", "Add", "Sub", "Mul", "Div", "PRelu",
+    }
+)  # fmt: skip
+
+
 def file_params(model) -> tuple[int, int, list[str]]:
-    """(elements, bytes, notes) of the file's weights: its non-scalar floating-point initializers, the float
-    tensors of its `Constant` nodes, and weights the graph computes from nothing but integer constants
-    (`_computed_weights`, e.g. a ConstantOfShape feeding a MatMul). `notes` names computed weights whose size
-    shape inference cannot tell (they are left out of the count).
+    """(elements, bytes, notes) of the file's weights.
+
+    Counted: every non-scalar floating-point initializer (what the file stores), and the weights the graph holds
+    elsewhere (`_graph_weights`): float `Constant` nodes and tensors the graph computes from integer constants
+    alone (a ConstantOfShape...), when an op of `_WEIGHT_CONSUMERS` reads them (directly or through ops on
+    constants) beside the inputs' data. `notes` names computed weights whose size ONNX shape inference cannot
+    tell (they are left out of the count).
 
     Integer initializers are shape and index constants; TVM's importer folds weight transforms
     (Transpose of a tied embedding, Gather of position tables) into new constants, so counting the
     IR's constants would count some weights twice.
     """
     sizes = [float_tensor_size(t) for t in model.graph.initializer]
-    for node in model.graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            sizes.extend(float_tensor_size(a.t) for a in node.attribute if a.name == "value")
-    extra, extra_bytes, notes = _computed_weights(model)
+    extra, extra_bytes, notes = _graph_weights(model)
     return sum(n for n, _ in sizes) + extra, sum(b for _, b in sizes) + extra_bytes, notes
 
 
-def _computed_weights(model) -> tuple[int, int, list[str]]:
-    """Float tensors the graph materialises without reading a graph input or a stored float tensor (a
-    ConstantOfShape, a RandomNormal, a Cast of an integer constant...) and hands to an op that also reads the
-    inputs: weights made at load time. Sizes from ONNX shape inference; (elements, bytes, notes on the unknown)."""
+def _graph_weights(model) -> tuple[int, int, list[str]]:
+    """(elements, bytes, notes) of the weights that are not initializers (see `file_params`). A float Constant
+    counts at its own size; a computed tensor at the size of what the consumer reads, from ONNX shape inference.
+    An exporter's literal (a zero initial state broadcast to the batch, a mask fill) reaches no weight consumer
+    as a constant and is not counted."""
     import onnx
 
     initializers = {t.name for t in model.graph.initializer}
-    inputs = {i.name for i in model.graph.input if i.name not in initializers}
-    stored_float = {t.name for t in model.graph.initializer if t.data_type in _FLOAT_TYPES}
-    derived = set(inputs)  # values computed from the graph inputs
-    from_float = set(stored_float)  # constant values computed from a stored float tensor (already counted)
-    made: dict[str, str] = {}  # constant value computed from integer constants only -> the node making it
+    derived = {i.name for i in model.graph.input if i.name not in initializers}  # values computed from the inputs
+    stored = {t.name for t in model.graph.initializer if t.data_type in _FLOAT_TYPES}  # counted already
+    constants: dict[str, tuple[int, int]] = {}  # float Constant node output -> (elements, bytes)
+    origin: dict[str, frozenset] = {}  # constant value -> the float Constant outputs it is computed from
+    made: dict[str, str] = {}  # value computed from integer constants alone -> the node that made it
     for node in model.graph.node:
         ins = [i for i in node.input if i]
         outs = [o for o in node.output if o]
         if any(i in derived for i in ins) or node.op_type in ("If", "Loop", "Scan"):
             derived.update(outs)
         elif node.op_type == "Constant":
-            if any(a.name == "value" and a.t.data_type in _FLOAT_TYPES for a in node.attribute):
-                from_float.update(outs)
-        elif any(i in from_float for i in ins):
-            from_float.update(outs)
+            for a in node.attribute:
+                n, b = float_tensor_size(a.t) if a.name == "value" else (0, 0)
+                if n and outs:
+                    constants[outs[0]] = (n, b)
+                    origin[outs[0]] = frozenset(outs[:1])
+        elif any(i in stored for i in ins):
+            stored.update(outs)
+        elif any(i in origin for i in ins):
+            merged = frozenset().union(*(origin[i] for i in ins if i in origin))
+            origin.update((o, merged) for o in outs)
         else:
             made.update((o, node.name or node.op_type) for o in outs)
-    boundary: dict[str, str] = {}  # a made tensor read by an op on the inputs' data -> its maker
+    used: set[str] = set()  # float Constant outputs a consumer reads
+    boundary: dict[str, str] = {}  # computed tensor a consumer reads -> its maker
     for node in model.graph.node:
-        if any(i in derived for i in node.input if i):
-            boundary.update((i, made[i]) for i in node.input if i in made)
+        if node.op_type not in _WEIGHT_CONSUMERS or not any(i in derived for i in node.input if i):
+            continue
+        for i in node.input:
+            if i in origin:
+                used.update(origin[i])
+            elif i in made:
+                boundary[i] = made[i]
+    elements = sum(constants[c][0] for c in used)
+    nbytes = sum(constants[c][1] for c in used)
     if not boundary:
-        return 0, 0, []
+        return elements, nbytes, []
     try:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception:  # noqa: BLE001 - inference failing only leaves the sizes unknown
         inferred = model
     infos = {v.name: v for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
-    elements = nbytes = 0
     unknown = []
     for name, maker in boundary.items():
         info = infos.get(name)
         t = info.type.tensor_type if info is not None else None
-        if t is None or t.elem_type not in _FLOAT_TYPES:
-            if t is None or not t.elem_type:
-                unknown.append(maker)
+        if t is None or not t.elem_type:
+            unknown.append(maker)
+            continue
+        if t.elem_type not in _FLOAT_TYPES:  # integer indices
             continue
         dims = _file_dims(info)
         if not t.HasField("shape") or not all(isinstance(d, int) for d in dims):
             unknown.append(maker)
             continue
-        if dims:  # (a scalar is a literal, not a weight)
-            n = 1
-            for d in dims:
-                n *= d
-            elements, nbytes = elements + n, nbytes + n * _FLOAT_TYPES[t.elem_type]
+        if not dims:  # a scalar is a literal
+            continue
+        n = 1
+        for d in dims:
+            n *= d
+        elements, nbytes = elements + n, nbytes + n * _FLOAT_TYPES[t.elem_type]
     notes = []
     if unknown:
         names = ", ".join(printable(f"'{m[:60]}'") for m in sorted(set(unknown))[:3])

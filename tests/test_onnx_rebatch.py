@@ -117,15 +117,43 @@ def test_expand_from_a_constant_node_is_refused(tmp_path):
 
 
 def test_constant_of_shape_with_the_batch_is_refused(tmp_path):
-    """A ConstantOfShape [1, 4] concatenated with the input along axis 1 would not follow a new batch."""
-    shape = numpy_helper.from_array(np.array([1, 4], np.int64), "shape")
+    """A ConstantOfShape [2, 4] concatenated with the input along axis 1 would not follow a new batch."""
+    shape = numpy_helper.from_array(np.array([2, 4], np.int64), "shape")
     nodes = [
         helper.make_node("ConstantOfShape", ["shape"], ["pad"], name="make_pad"),
         helper.make_node("Concat", ["x", "pad"], ["y"], axis=1, name="join"),
     ]
-    path = _graph_model(nodes, [shape], [1, 3], [1, 7], tmp_path / "c.onnx")
-    with pytest.raises(UsageError, match="'make_pad' \\(ConstantOfShape to \\[1, 4\\]\\)"):
+    path = _graph_model(nodes, [shape], [2, 3], [2, 7], tmp_path / "c.onnx")
+    with pytest.raises(UsageError, match="'make_pad' \\(ConstantOfShape to \\[2, 4\\]\\)"):
         analyze(path, batch=4)
+
+
+def test_tile_of_a_constant_to_the_batch_is_refused(tmp_path):
+    """A class token [1, 3] tiled to the file's batch of 2 and concatenated with the input: Tile names the pin."""
+    token = numpy_helper.from_array(np.ones((1, 3), np.float32), "token")
+    reps = numpy_helper.from_array(np.array([2, 1], np.int64), "reps")
+    nodes = [
+        helper.make_node("Tile", ["token", "reps"], ["tokens"], name="repeat_token"),
+        helper.make_node("Concat", ["tokens", "x"], ["y"], axis=1),
+    ]
+    path = _graph_model(nodes, [token, reps], [2, 3], [2, 6], tmp_path / "t.onnx")
+    with pytest.raises(UsageError, match=r"'repeat_token' \(Tile to \[2, 1\]\)"):
+        analyze(path, batch=4)
+
+
+def test_a_broadcasting_expand_or_tile_of_the_input_follows_the_new_batch(tmp_path):
+    """Expand to [1, 4] broadcasts a dimension of 1 and Tile [1, 2] repeats the batch once: neither pins batch 1."""
+    shape = numpy_helper.from_array(np.array([1, 4], np.int64), "shape")
+    reps = numpy_helper.from_array(np.array([1, 2], np.int64), "reps")
+    w = numpy_helper.from_array(np.ones((8, 3), np.float32), "w")
+    nodes = [
+        helper.make_node("Expand", ["x", "shape"], ["wide"], name="widen"),
+        helper.make_node("Tile", ["wide", "reps"], ["twice"], name="twice"),
+        helper.make_node("MatMul", ["twice", "w"], ["y"]),
+    ]
+    path = _graph_model(nodes, [shape, reps, w], [1, 1], [1, 3], tmp_path / "b.onnx")
+    rep = analyze(path, batch=5)
+    assert rep.totals.macs == 5 * 8 * 3  # [5, 8] @ [8, 3]
 
 
 def test_a_weight_reshaped_with_a_leading_one_does_not_pin(tmp_path):

@@ -161,23 +161,41 @@ def _constant_values(model) -> dict:
     return out
 
 
+def _pins(op: str, shape, from_inputs: bool, old: int) -> bool:
+    """Whether `op` with the constant shape (Tile: repeats) `shape` hard-codes batch `old`.
+
+    Reshape of the inputs' data to a first dimension `old` pins it, 1 included (`[1, -1]`); -1 and 0 follow the
+    input. Expand broadcasts a dimension of 1, so it pins only a batch above 1: an Expand to `[old, ...]`.
+    Tile pins when it repeats a constant (a class token) `old` times, above 1; repeats of the inputs' data follow
+    their batch. ConstantOfShape pins when it makes a tensor of rank 2 or more whose first dimension is `old`,
+    above 1 (a `[1, N]` fill broadcasts; where it cannot, ONNX shape inference fails after the rewrite).
+    """
+    if not shape.size or int(shape[0]) != old:
+        return False
+    if op == "Reshape":
+        return from_inputs
+    if op == "Expand":
+        return old != 1
+    if op == "Tile":
+        return old != 1 and not from_inputs
+    return old != 1 and shape.size >= 2  # ConstantOfShape
+
+
 def _batch_pins(model, inputs: set[str], old: int) -> list[str]:
-    """Nodes whose constant shape hard-codes batch `old`: a Reshape, Expand or Tile of data derived from the inputs
-    (`inputs`) whose shape (repeats) starts with `old`, or a ConstantOfShape of rank 2 or more starting with it."""
+    """Nodes whose constant shape hard-codes batch `old` (`_pins`), as 'name' (Op to [shape]); `inputs` are the
+    graph inputs that carry the batch."""
     consts = _constant_values(model)
     derived = set(inputs)
     pins = []
     for node in model.graph.node:
-        reads_inputs = any(i in derived for i in node.input)
         at = _SHAPE_INPUTS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
         if at is not None and len(node.input) > at and node.input[at] in consts:
             shape = consts[node.input[at]].reshape(-1)
-            data_ok = node.op_type == "ConstantOfShape" and shape.size >= 2
-            data_ok = data_ok or (node.op_type != "ConstantOfShape" and node.input[0] in derived)
-            if data_ok and shape.size and int(shape[0]) == old:
+            from_inputs = bool(node.input) and node.input[0] in derived
+            if _pins(node.op_type, shape, from_inputs, old):
                 label = f"'{node.name[:80]}'" if node.name else f"writing '{(node.output or ['?'])[0][:80]}'"
                 pins.append(printable(f"{label} ({node.op_type} to {[int(d) for d in shape]})"))
-        if reads_inputs:
+        if any(i in derived for i in node.input):
             derived.update(o for o in node.output if o)
     return pins
 

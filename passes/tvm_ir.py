@@ -1125,6 +1125,290 @@ ONNX_EXTRA_CONVERTERS.update(
 
 
 # --------------------------------------------------------------------------------------------
+# ONNX recurrent layers (LSTM, GRU, RNN): converters for ONNX_EXTRA_CONVERTERS
+# --------------------------------------------------------------------------------------------
+# TVM 0.27's ONNX importer has no LSTM, GRU or RNN. These unroll the time loop (the sequence length is static) the
+# way cuDNN's standard algorithm and torch's decomposition run it: per layer and direction one matmul projects the
+# input of every step (X [T, B, I] @ W^T [I, G*H]), then per step one matmul with the recurrent weight
+# (H_{t-1} [B, H] @ R^T [H, G*H]) and the gates' pointwise ops, G = 4 (LSTM), 3 (GRU), 1 (RNN). So a step of one
+# direction costs G*H*(I+H) MACs per batch row, and the kernel view finds the recurrence (passes/kernels.py).
+
+
+class UnsupportedOnnxNode(IRError):
+    """An ONNX node uses a feature preflight's conversion of it does not cover (e.g. LSTM peepholes)."""
+
+    def __init__(self, op_type: str, node: str, what: str):
+        super().__init__(f"{op_type} node '{node[:80]}': {what} is not supported")
+
+
+_RNN_ACTIVATIONS = {"sigmoid": relax.op.sigmoid, "tanh": relax.op.tanh, "relu": relax.op.nn.relu}
+
+
+def _rnn_input(inputs, i: int):
+    return inputs[i] if len(inputs) > i else None
+
+
+def _static_shape(expr) -> list[int]:
+    return [int(d) for d in expr.ty.shape]
+
+
+def _zero_constant(bb, expr) -> bool:
+    """Whether `expr` is a constant all-zero tensor, or a broadcast of one (an exporter's default initial state)."""
+    import numpy as np
+
+    for _ in range(8):
+        if isinstance(expr, tvm.ir.Var):
+            bound = bb.lookup_binding(expr)
+            if bound is None:
+                return False
+            expr = bound
+        elif _is_call(expr) and _op_name(expr) in ("relax.broadcast_to", "relax.reshape", "relax.astype"):
+            expr = expr.args[0]
+        else:
+            break
+    return isinstance(expr, tvm.ir.Constant) and not np.any(expr.value.numpy())
+
+
+def _rnn_weight(bb, w, d: int, rows: tuple[int, int] | None = None):
+    """Direction `d` of an ONNX weight [dirs, G*H, K], transposed to [K, G*H] (rows: a slice of G*H)."""
+    if isinstance(w, tvm.ir.Constant):
+        arr = w.value.numpy()[d]
+        if rows is not None:
+            arr = arr[rows[0] : rows[1]]
+        return relax.const(arr.T.copy())
+    n = _static_shape(w)[1]
+    lo, hi = rows if rows is not None else (0, n)
+    part = bb.emit(relax.op.strided_slice(w, axes=[0, 1], begin=[d, lo], end=[d + 1, hi]))
+    return bb.emit(relax.op.permute_dims(relax.op.squeeze(part, [0]), [1, 0]))
+
+
+def _rnn_bias(bb, b, d: int, lo: int, hi: int):
+    """Elements [lo, hi) of direction `d` of an ONNX bias [dirs, 2*G*H]."""
+    if isinstance(b, tvm.ir.Constant):
+        return relax.const(b.value.numpy()[d, lo:hi].copy())
+    return bb.emit(relax.op.squeeze(relax.op.strided_slice(b, axes=[0, 1], begin=[d, lo], end=[d + 1, hi]), [0]))
+
+
+def _rnn_state(bb, state, d: int, batch: int, hidden: int, dtype: str):
+    """Direction `d` of an initial state [dirs, B, H]: zeros (a `relax.zeros`, as torch starts) when absent or 0."""
+    if state is None or _zero_constant(bb, state):
+        return bb.emit(relax.op.zeros((batch, hidden), dtype))
+    return bb.emit(relax.op.squeeze(relax.op.strided_slice(state, axes=[0], begin=[d], end=[d + 1]), [0]))
+
+
+def _rnn_slice(bb, v, lo: int, hi: int):
+    """Elements [lo, hi) of the last axis of `v` (a new constant when `v` is one)."""
+    if isinstance(v, tvm.ir.Constant):
+        return relax.const(v.value.numpy()[..., lo:hi].copy())
+    return bb.emit(relax.op.strided_slice(v, axes=[len(v.ty.shape) - 1], begin=[lo], end=[hi]))
+
+
+def _rnn_split(bb, v, n: int, axis: int) -> list:
+    """`v` split into `n` equal parts along `axis`."""
+    if n == 1:
+        return [v]
+    parts = bb.emit(relax.op.split(v, n, axis=axis))
+    return [bb.emit(relax.TupleGetItem(parts, k)) for k in range(n)]
+
+
+def _recurrent_gemm(bb, h, r_t, rb, x_t=None):
+    """h [B, H] @ r_t (R^T, [H, G*H]) (+ its bias, + the step's input projection): the step's recurrent GEMM."""
+    out = bb.emit(relax.op.matmul(h, r_t))
+    if rb is not None:
+        out = bb.emit(relax.op.add(out, rb))
+    if x_t is not None:
+        out = bb.emit(relax.op.add(out, x_t))
+    return out
+
+
+def _rnn_stack(bb, states: list):
+    """Final states [B, H] of each direction as [dirs, B, H] (one direction: a view, no copy)."""
+    if len(states) == 1:
+        return bb.emit(relax.op.expand_dims(states[0], 0))
+    return bb.emit(relax.op.stack(states, axis=0))
+
+
+class _OnnxRecurrent:
+    """Shared unrolling of ONNX LSTM, GRU and RNN (layout 0: X [T, B, I], states [dirs, B, H]; layout 1: X
+    [B, T, I], states [B, dirs, H]). Outputs Y [T, dirs, B, H] (layout 1: [B, T, dirs, H]), Y_h and (LSTM) Y_c
+    [dirs, B, H]. Subclasses set `op_type`, `gates`, `default_activations` and define `cell`."""
+
+    op_type = ""
+    gates = 1
+    default_activations: tuple[str, ...] = ()
+
+    @classmethod
+    def get_converter(cls, opset: int):
+        """The conversion for any opset (7, 14 and 22 differ only in `layout` and accepted dtypes)."""
+        return cls._impl_v7
+
+    @classmethod
+    def _impl_v7(cls, bb, inputs, attr, params):
+        node = str(attr.get("tvm_custom", {}).get("name", "") or cls.op_type)
+
+        def refuse(what):
+            raise UnsupportedOnnxNode(cls.op_type, node, what)
+
+        if attr.get("clip") is not None:
+            refuse("the 'clip' attribute (cell clipping)")
+        if attr.get("input_forget", 0):
+            refuse("input_forget=1 (coupled input and forget gates)")
+        if attr.get("activation_alpha") or attr.get("activation_beta"):
+            refuse("activation_alpha / activation_beta")
+        direction = attr.get("direction", b"forward")
+        direction = direction.decode() if isinstance(direction, bytes) else str(direction)
+        if direction not in ("forward", "reverse", "bidirectional"):
+            refuse(f"direction '{direction}'")
+        dirs = 2 if direction == "bidirectional" else 1
+        layout = int(attr.get("layout", 0))
+        x, w, r = inputs[0], inputs[1], inputs[2]
+        b, seq_lens = _rnn_input(inputs, 3), _rnn_input(inputs, 4)
+        h0, c0 = _rnn_input(inputs, 5), _rnn_input(inputs, 6) if cls.gates == 4 else None
+        if layout:  # batch-first
+            x = bb.emit(relax.op.permute_dims(x, [1, 0, 2]))
+            h0 = None if h0 is None else bb.emit(relax.op.permute_dims(h0, [1, 0, 2]))
+            c0 = None if c0 is None else bb.emit(relax.op.permute_dims(c0, [1, 0, 2]))
+        steps, batch, _ = _static_shape(x)
+        hidden = int(attr["hidden_size"]) if "hidden_size" in attr else _static_shape(r)[-1]
+        if seq_lens is not None:
+            import numpy as np
+
+            if not isinstance(seq_lens, tvm.ir.Constant) or np.any(seq_lens.value.numpy() != steps):
+                refuse("sequence_lens other than a constant equal to the sequence length")
+        names = attr.get("activations")
+        names = [n.decode() if isinstance(n, bytes) else str(n) for n in names] if names else []
+        per_dir = len(cls.default_activations)
+        names = names or list(cls.default_activations) * dirs
+        if len(names) != per_dir * dirs or any(n.lower() not in _RNN_ACTIVATIONS for n in names):
+            refuse(f"activations {names} (Sigmoid, Tanh or Relu, {per_dir} per direction)")
+        dtype = str(x.ty.dtype)
+        g = cls.gates * hidden
+        ys, hs, cs = [], [], []
+        for d in range(dirs):
+            reverse = direction == "reverse" or d == 1
+            acts = [_RNN_ACTIVATIONS[n.lower()] for n in names[d * per_dir : (d + 1) * per_dir]]
+            xp = bb.emit(relax.op.matmul(x, _rnn_weight(bb, w, d)))  # [T, B, G*H]: every step's input projection
+            if b is not None:
+                xp = bb.emit(relax.op.add(xp, _rnn_bias(bb, b, d, 0, g)))
+            xs = [bb.emit(relax.op.squeeze(p, [0])) for p in _rnn_split(bb, xp, steps, 0)]
+            rb = None if b is None else _rnn_bias(bb, b, d, g, 2 * g)
+            h = _rnn_state(bb, h0, d, batch, hidden, dtype)
+            c = _rnn_state(bb, c0, d, batch, hidden, dtype) if cls.gates == 4 else None
+            extra = cls.direction_inputs(bb, inputs, d, hidden)
+            weights: dict = {}  # one R^T (or slice of it) per direction, shared by every step
+
+            def r_t(rows=None, d=d, weights=weights):
+                if rows not in weights:
+                    weights[rows] = _rnn_weight(bb, r, d, rows)
+                return weights[rows]
+
+            out = []
+            for t in reversed(range(steps)) if reverse else range(steps):
+                h, c = cls.cell(bb, xs[t], h, c, r_t, rb, hidden, acts, attr, **extra)
+                out.append(h)
+            if reverse:
+                out.reverse()
+            ys.append(out)
+            hs.append(h)
+            cs.append(c)
+        # Y [T, dirs, B, H] in one copy: every step's H_t of every direction stacked in (t, d) order, then a view
+        y = bb.emit(relax.op.stack([ys[d][t] for t in range(steps) for d in range(dirs)], axis=0))
+        results = [bb.emit(relax.op.reshape(y, (steps, dirs, batch, hidden))), _rnn_stack(bb, hs)]
+        if cls.gates == 4:
+            results.append(_rnn_stack(bb, cs))
+        if layout:
+            results = [bb.emit(relax.op.permute_dims(results[0], [2, 0, 1, 3]))] + [
+                bb.emit(relax.op.permute_dims(s, [1, 0, 2])) for s in results[1:]
+            ]
+        return relax.Tuple(results)
+
+    @classmethod
+    def direction_inputs(cls, bb, inputs, d: int, hidden: int) -> dict:
+        """Keyword arguments of `cell` for direction `d` from the node's further inputs (LSTM: peepholes)."""
+        return {}
+
+    @classmethod
+    def cell(cls, bb, x_t, h, c, r_t, rb, hidden: int, acts: list, attr: dict):
+        """One time step: (H_t, C_t or None) from the step's input projection x_t [B, G*H], the previous state
+        h, c [B, H], r_t(rows) the recurrent weight R^T [H, G*H] (or its rows [lo, hi) of G*H) and bias rb."""
+        raise NotImplementedError
+
+
+class OnnxLSTM(_OnnxRecurrent):
+    """ONNX LSTM: gates i, o, f, c; C_t = f*C_{t-1} + i*g(c); H_t = o*h(C_t). Peepholes (input P [dirs, 3H], order
+    i, o, f) add P_i*C_{t-1} and P_f*C_{t-1} to the i and f gates, P_o*C_t to the o gate."""
+
+    op_type = "LSTM"
+    gates = 4
+    default_activations = ("Sigmoid", "Tanh", "Tanh")
+
+    @classmethod
+    def direction_inputs(cls, bb, inputs, d, hidden):
+        p = _rnn_input(inputs, 7)
+        if p is None:
+            return {"peep": None}
+        return {"peep": [_rnn_bias(bb, p, d, k * hidden, (k + 1) * hidden) for k in range(3)]}
+
+    @classmethod
+    def cell(cls, bb, x_t, h, c, r_t, rb, hidden, acts, attr, peep=None):
+        f_act, g_act, h_act = acts
+        i, o, f, cc = _rnn_split(bb, _recurrent_gemm(bb, h, r_t(), rb, x_t), 4, 1)
+        if peep is not None:
+            i = bb.emit(relax.op.add(i, bb.emit(relax.op.multiply(peep[0], c))))
+            f = bb.emit(relax.op.add(f, bb.emit(relax.op.multiply(peep[2], c))))
+        i, f, cc = bb.emit(f_act(i)), bb.emit(f_act(f)), bb.emit(g_act(cc))
+        c = bb.emit(relax.op.add(bb.emit(relax.op.multiply(f, c)), bb.emit(relax.op.multiply(i, cc))))
+        if peep is not None:
+            o = bb.emit(relax.op.add(o, bb.emit(relax.op.multiply(peep[1], c))))
+        return bb.emit(relax.op.multiply(bb.emit(f_act(o)), bb.emit(h_act(c)))), c
+
+
+class OnnxGRU(_OnnxRecurrent):
+    """ONNX GRU: gates z, r, h; linear_before_reset=0 applies r before the recurrent GEMM of h (a second GEMM per
+    step, same MACs), 1 after it (torch's nn.GRU); H_t = (1 - z)*h + z*H_{t-1}."""
+
+    op_type = "GRU"
+    gates = 3
+    default_activations = ("Sigmoid", "Tanh")
+
+    @classmethod
+    def cell(cls, bb, x_t, h, c, r_t, rb, hidden, acts, attr):
+        f_act, g_act = acts
+        xz, xr, xh = _rnn_split(bb, x_t, 3, 1)
+        if attr.get("linear_before_reset", 0):
+            hz, hr, hh = _rnn_split(bb, _recurrent_gemm(bb, h, r_t(), rb), 3, 1)
+            z = bb.emit(f_act(bb.emit(relax.op.add(xz, hz))))
+            rr = bb.emit(f_act(bb.emit(relax.op.add(xr, hr))))
+            n = bb.emit(g_act(bb.emit(relax.op.add(xh, bb.emit(relax.op.multiply(rr, hh))))))
+        else:
+            zr_b = None if rb is None else _rnn_slice(bb, rb, 0, 2 * hidden)
+            h_b = None if rb is None else _rnn_slice(bb, rb, 2 * hidden, 3 * hidden)
+            hz, hr = _rnn_split(bb, _recurrent_gemm(bb, h, r_t((0, 2 * hidden)), zr_b), 2, 1)
+            z = bb.emit(f_act(bb.emit(relax.op.add(xz, hz))))
+            rr = bb.emit(f_act(bb.emit(relax.op.add(xr, hr))))
+            rh = bb.emit(relax.op.multiply(rr, h))
+            hh = _recurrent_gemm(bb, rh, r_t((2 * hidden, 3 * hidden)), h_b)
+            n = bb.emit(g_act(bb.emit(relax.op.add(xh, hh))))
+        # (1 - z)*n + z*H_{t-1} written n + z*(H_{t-1} - n), as torch computes it
+        return bb.emit(relax.op.add(n, bb.emit(relax.op.multiply(z, bb.emit(relax.op.subtract(h, n)))))), None
+
+
+class OnnxRNN(_OnnxRecurrent):
+    """ONNX RNN: H_t = f(X_t W^T + Wb + H_{t-1} R^T + Rb), f Tanh by default."""
+
+    op_type = "RNN"
+    gates = 1
+    default_activations = ("Tanh",)
+
+    @classmethod
+    def cell(cls, bb, x_t, h, c, r_t, rb, hidden, acts, attr):
+        return bb.emit(acts[0](_recurrent_gemm(bb, h, r_t(), rb, x_t))), None
+
+
+ONNX_EXTRA_CONVERTERS.update({"LSTM": OnnxLSTM, "GRU": OnnxGRU, "RNN": OnnxRNN})
+
+
+# --------------------------------------------------------------------------------------------
 # Moving a module between processes (a frontend's child process hands its IRModule back)
 # --------------------------------------------------------------------------------------------
 # NB: tvm.ir.save_json (TVM 0.27.0.post1 with apache-tvm-ffi 0.1.15.post2) crashes with SIGSEGV in

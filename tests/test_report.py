@@ -381,7 +381,10 @@ def test_report_of_a_fixed_batch_model_says_why_its_largest_batch_is_1(tmp_path)
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    # the Reshape's constant target [1, 4] hard-codes the batch: the file cannot be re-batched
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [1, 4])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Reshape", ["r", "shape"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [x], [y], initializer=[shape])
     path = tmp_path / "fixed.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     rep = analyzer.report(str(path), batches=[1, 2, 4], output=str(tmp_path / "r.md"))

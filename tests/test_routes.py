@@ -1,11 +1,11 @@
 """One model, one prediction: the same model through nn.Module, `.pt2` and ONNX is predicted within 5% of itself.
 
-Each architecture (small zoo configurations, batch 2) is analysed three ways: the `nn.Module` with example inputs,
-the `.pt2` that `torch.export.save` writes of it, and the ONNX file `torch.onnx.export` writes of it; each report
-is predicted on an H100 and an A100. The ONNX graphs spell out what eager PyTorch runs as one kernel (GELU as
-div/erf/add/mul/mul, SiLU as sigmoid and mul, ReLU6 as TIR maximum and minimum, hardsigmoid as mul/add/clip, ne as
-not(equal), rsqrt as 1/sqrt, a gather's index normalisation): the kernel view recognises those spellings
-(`passes/kernels.py`), so every route launches the same kernels.
+Each architecture (small zoo configurations, batch 2: CNNs, transformers, recurrent layers) is analysed three ways:
+the `nn.Module` with example inputs, the `.pt2` that `torch.export.save` writes of it, and the ONNX file
+`torch.onnx.export` writes of it; each report is predicted on an H100 and an A100. The ONNX graphs spell out what
+eager PyTorch runs as one kernel (GELU as div/erf/add/mul/mul, SiLU as sigmoid and mul, ReLU6 as TIR maximum and
+minimum, hardsigmoid as mul/add/clip, ne as not(equal), rsqrt as 1/sqrt, a gather's index normalisation): the kernel
+view recognises those spellings (`passes/kernels.py`), so every route launches the same kernels.
 
 The exporter is chosen per model: the TorchScript exporter (`dynamo=False`, opset 17) works offline for all but
 GPT-2, whose Hugging Face mask code calls `aten::diff`, which opset 17 lacks (the dynamo exporter takes it).
@@ -60,7 +60,12 @@ TRANSFORMERS = {
     "vit_tiny": ("vit_tiny", TORCHSCRIPT),
     "gpt2_tiny": ("gpt2_tiny", DYNAMO),
 }
-ARCHS = {**CNNS, **TRANSFORMERS}
+# recurrent layers (nn.LSTM, nn.GRU): TorchScript exports them as ONNX LSTM / GRU nodes, which preflight converts
+RECURRENT = {
+    "lstm_small": ("lstm_small?seq_len=16", TORCHSCRIPT),
+    "gru_bidir": ("gru_bidir?seq_len=16&hidden=64&input_size=32", TORCHSCRIPT),
+}
+ARCHS = {**CNNS, **TRANSFORMERS, **RECURRENT}
 
 # Where a route's kernels differ from the module's, and why: {name: {route: {kind: kernels more than the module}}}.
 DIFFERENT = {
@@ -70,7 +75,14 @@ DIFFERENT = {
     # The default export folds each of ResNet-18's 20 batch norms into the convolution before it: cuDNN adds the
     # folded bias in a second kernel, so each batch-norm kernel becomes a bias-add kernel (the same count).
     "resnet18": {"onnx": {"norm": -20, "elementwise": 20}},
+    # A bidirectional layer's outputs: torch's decomposition concatenates each direction's steps, flips the reverse
+    # one and concatenates the two (4 copies per layer); the ONNX graph stacks Y [T, dirs, B, H] in one copy and
+    # transposes it to [T, B, dirs*H] in a second (the final states' stack is a third): 3 per layer, 2 layers.
+    "gru_bidir": {"onnx": {"copy": -2}},
 }
+# Kernel bytes further apart than 2%, and why: gru_bidir's two fewer copies (and no flip of the reverse direction's
+# outputs) make the ONNX route's kernels read and write 2.3% fewer bytes than the module's (3,981,440 vs 4,075,648).
+BYTES_TOL = {"gru_bidir": 0.03}
 
 _WORKDIR: list[Path] = []
 
@@ -107,8 +119,8 @@ def _routes(name: str) -> dict:
     return out
 
 
-def test_the_architectures_are_cnns_and_transformers():
-    assert len(CNNS) >= 3 and len(TRANSFORMERS) >= 3 and len(ARCHS) >= 6
+def test_the_architectures_are_cnns_transformers_and_rnns():
+    assert len(CNNS) >= 3 and len(TRANSFORMERS) >= 3 and len(RECURRENT) >= 2 and len(ARCHS) >= 8
 
 
 @pytest.mark.parametrize("name", list(ARCHS))
@@ -138,7 +150,7 @@ def test_the_routes_launch_the_same_kernels(name):
     assert kinds["onnx"] == kinds["module"]
     nbytes = {route: rep.analysis.kernel_view.summary.bytes_kernels for route, rep in reports.items()}
     for route in ("pt2", "onnx"):
-        assert abs(nbytes[route] / nbytes["module"] - 1) <= 0.02, (route, nbytes)
+        assert abs(nbytes[route] / nbytes["module"] - 1) <= BYTES_TOL.get(name, 0.02), (route, nbytes)
 
 
 def test_folded_batch_norm_is_a_different_program(tmp_path):

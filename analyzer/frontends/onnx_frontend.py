@@ -13,7 +13,7 @@ from ..errors import (
     one_line,
 )
 from .loaded import LoadedModel
-from .specs import MAX_DIM, InputSpec, resolve_shape
+from .specs import MAX_DIM, InputSpec, printable, resolve_shape
 
 
 def _check_external_data(model, base: Path, name: str) -> None:
@@ -137,6 +137,137 @@ def _file_dims(value_info) -> list[int | str | None]:
     return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
 
 
+# ONNX ops whose constant input fixes a shape (input index): a first element equal to the file's batch pins it
+_SHAPE_INPUTS = {"Reshape": 1, "Expand": 1, "Tile": 1, "ConstantOfShape": 0}
+
+
+def _constant_values(model) -> dict:
+    """{tensor name: numpy array} of the graph's initializers and Constant nodes' values."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    values = {t.name: t for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+            for attr in node.attribute:
+                if attr.name in ("value", "value_ints", "value_int"):
+                    values[node.output[0]] = helper.get_attribute_value(attr)
+    out = {}
+    for name, v in values.items():
+        try:
+            out[name] = numpy_helper.to_array(v) if hasattr(v, "dims") else np.asarray(v)
+        except (TypeError, ValueError):  # a tensor numpy cannot read (e.g. external data not loaded)
+            continue
+    return out
+
+
+def _pins(op: str, shape, from_inputs: bool, old: int) -> bool:
+    """Whether `op` with the constant shape (Tile: repeats) `shape` hard-codes batch `old`.
+
+    Reshape of the inputs' data to a first dimension `old` pins it, 1 included (`[1, -1]`); -1 and 0 follow the
+    input. Expand broadcasts a dimension of 1, so it pins only a batch above 1: an Expand to `[old, ...]`.
+    Tile pins when it repeats a constant (a class token) `old` times, above 1; repeats of the inputs' data follow
+    their batch. ConstantOfShape pins when it makes a tensor of rank 2 or more whose first dimension is `old`,
+    above 1 (a `[1, N]` fill broadcasts; where it cannot, ONNX shape inference fails after the rewrite).
+    """
+    if not shape.size or int(shape[0]) != old:
+        return False
+    if op == "Reshape":
+        return from_inputs
+    if op == "Expand":
+        return old != 1
+    if op == "Tile":
+        return old != 1 and not from_inputs
+    return old != 1 and shape.size >= 2  # ConstantOfShape
+
+
+def _batch_pins(model, inputs: set[str], old: int) -> list[str]:
+    """Nodes whose constant shape hard-codes batch `old` (`_pins`), as 'name' (Op to [shape]); `inputs` are the
+    graph inputs that carry the batch."""
+    consts = _constant_values(model)
+    derived = set(inputs)
+    pins = []
+    for node in model.graph.node:
+        at = _SHAPE_INPUTS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if at is not None and len(node.input) > at and node.input[at] in consts:
+            shape = consts[node.input[at]].reshape(-1)
+            from_inputs = bool(node.input) and node.input[0] in derived
+            if _pins(node.op_type, shape, from_inputs, old):
+                label = f"'{node.name[:80]}'" if node.name else f"writing '{(node.output or ['?'])[0][:80]}'"
+                pins.append(printable(f"{label} ({node.op_type} to {[int(d) for d in shape]})"))
+        if any(i in derived for i in node.input):
+            derived.update(o for o in node.output if o)
+    return pins
+
+
+def _rebatch(model, graph_inputs, specs: dict[str, InputSpec], batch: int | None, name: str):
+    """(model, warning): `model` with the fixed batch (dimension 0) of its inputs changed to the one asked for,
+    or unchanged (warning None) when nothing asks for a different batch.
+
+    The batch asked for is `--batch`, or else an `--input` whose dimension 0 differs from the file's fixed one while
+    its other dimensions agree. Every input whose dimension 0 equals the file's batch is rewritten, the graph's
+    value_info and output shapes are dropped and ONNX shape inference re-run. Refused (UsageError naming the node)
+    when a constant shape hard-codes the old batch (`_batch_pins`), or when shape inference fails or gives an
+    output a dimension 0 that follows neither batch.
+    """
+    import onnx
+
+    asked: dict[str, tuple[int, int]] = {}  # input -> (file's batch, batch asked for)
+    for inp in graph_inputs:
+        dims = _file_dims(inp)
+        if not dims or not isinstance(dims[0], int):
+            continue
+        spec = specs.get(inp.name)
+        want = batch
+        if want is None and spec is not None and len(spec.shape) == len(dims):
+            rest_ok = all(not isinstance(f, int) or f == u for f, u in zip(dims[1:], spec.shape[1:], strict=True))
+            want = spec.shape[0] if rest_ok else None
+        if want is not None and want != dims[0]:
+            asked[inp.name] = (dims[0], want)
+    if not asked:
+        return model, None
+    pairs = set(asked.values())
+    if len(pairs) != 1:
+        return model, None  # inputs with different fixed batches: resolve_shape names the conflict
+    ((old, new),) = pairs
+    if old == 0:
+        return model, None
+    targets = {i.name for i in graph_inputs if _file_dims(i)[:1] == [old]}
+    first = sorted(targets)[0]
+    flag = f"--batch {new}" if batch is not None else f"--input {first}:{new}x..."
+
+    def refused(why: str) -> UsageError:
+        return UsageError(
+            printable(f"{name}: input '{first}' dimension 0 is fixed to {old} in the file; {flag} cannot re-batch it: ")
+            + f"{why}; re-export the model with a dynamic batch dimension"
+        )
+
+    pins = _batch_pins(model, targets, old)
+    if pins:
+        more = f" (and {len(pins) - 1} more)" if len(pins) > 1 else ""
+        raise refused(f"node {pins[0]} hard-codes the batch{more}")
+    graph = model.graph  # (this load's own copy of the file)
+    for inp in graph.input:
+        if inp.name in targets:
+            inp.type.tensor_type.shape.dim[0].dim_value = new
+    old_outputs = {o.name: _file_dims(o) for o in graph.output}
+    del graph.value_info[:]
+    for out in graph.output:
+        if out.type.HasField("tensor_type"):
+            out.type.tensor_type.ClearField("shape")
+    try:
+        rebatched = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception as exc:  # InferenceError and friends
+        raise refused(f"ONNX shape inference fails ({one_line(exc)})") from exc
+    for out in rebatched.graph.output:
+        before, after = old_outputs.get(out.name, []), _file_dims(out)
+        if before[:1] == [old] and after and isinstance(after[0], int) and after[0] != new:
+            kept = f"output '{printable(out.name[:80])}' keeps dimension 0 = {after[0]} (a constant fixes it)"
+            raise refused(kept)
+    inputs = printable(", ".join(sorted(targets)))
+    return rebatched, f"re-batched from {old} to {new}: the file fixes dimension 0 of {inputs} to {old}"
+
+
 def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
     """Read, validate and import an ONNX file with static input shapes."""
     import onnx
@@ -177,6 +308,9 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
             f"--input names {', '.join(sorted(unknown))} not among the model's inputs: "
             f"{', '.join(i.name for i in graph_inputs)}"
         )
+    model, rebatched = _rebatch(model, graph_inputs, specs, batch, path.name)
+    if rebatched:
+        graph_inputs = [i for i in model.graph.input if i.name not in initializers]
     shape_dict, dtype_dict = {}, {}
     for inp in graph_inputs:
         spec = specs.get(inp.name)
@@ -190,14 +324,17 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
             ) from exc
         dtype_dict[inp.name] = spec.dtype if spec and spec.dtype else dtype
 
-    from passes.tvm_ir import onnx_import
+    from passes.tvm_ir import UnsupportedOnnxNode, onnx_import
 
     try:
         mod = onnx_import(model, shape_dict, dtype_dict)
     except PreflightError:
         raise
+    except UnsupportedOnnxNode as exc:
+        raise AnalysisError(f"{path.name}: {exc}") from exc
     except Exception as exc:  # the importer raises many error types
         raise AnalysisError(f"{path.name}: TVM's ONNX importer failed: {one_line(exc)}") from exc
+    params = file_params(model)
     return LoadedModel(
         mod=mod,
         framework="onnx",
@@ -205,7 +342,8 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
         source=str(path),
         n_inputs=len(graph_inputs),
         input_names=tuple(shape_dict),
-        source_params=_file_params(model),
+        source_params=params[:2],
+        warnings=([rebatched] if rebatched else []) + params[2],
     )
 
 
@@ -258,15 +396,46 @@ def _quant_roles(model) -> tuple[set[str], set[str]]:
 
 
 def _file_params(model) -> tuple[int, int]:
-    """Elements and bytes of the weights the file stores: its non-scalar floating-point initializers, and in
-    quantized models its integer initializers that hold quantized weights or int32 biases.
+    """Elements and bytes of the weights the file carries (see `file_params`)."""
+    elements, nbytes, _ = file_params(model)
+    return elements, nbytes
+
+
+# ONNX ops that compute with weights: a constant tensor one of them reads beside the inputs' data is a weight
+_WEIGHT_CONSUMERS = frozenset(
+    {
+        "MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "LSTM", "GRU", "RNN", "Gather",
+        "BatchNormalization", "LayerNormalization", "InstanceNormalization", "GroupNormalization",
+        "SkipLayerNormalization", "Add", "Sub", "Mul", "Div", "PRelu",
+    }
+)  # fmt: skip
+
+
+def file_params(model) -> tuple[int, int, list[str]]:
+    """(elements, bytes, notes) of the file's weights.
+
+    Counted: every non-scalar floating-point initializer (what the file stores), and the weights the graph holds
+    elsewhere (`_graph_weights`): float `Constant` nodes and tensors the graph computes from integer constants
+    alone (a ConstantOfShape...), when an op of `_WEIGHT_CONSUMERS` reads them (directly or through ops on
+    constants) beside the inputs' data. `notes` names computed weights whose size ONNX shape inference cannot
+    tell (they are left out of the count).
+    Quantized models: their integer initializers that hold quantized weights or int32 biases count too.
 
     Other integer initializers are shape and index constants; scales and zero points of quantized ops are not
     parameters. TVM's importer folds weight transforms (Transpose of a tied embedding, Gather of position
     tables) into new constants, so counting the IR's constants would count some weights twice.
     """
+    n_stored, b_stored, counted = _stored_weights(model)
+    extra, extra_bytes, notes = _graph_weights(model, counted)
+    return n_stored + extra, b_stored + extra_bytes, notes
+
+
+def _stored_weights(model) -> tuple[int, int, set[str]]:
+    """(elements, bytes, names) of the initializers that are weights: non-scalar floating-point ones, and in
+    quantized models the integer ones that hold quantized weights or int32 biases."""
     data, qparams = _quant_roles(model)
     n_total = b_total = 0
+    counted: set[str] = set()
     for t in model.graph.initializer:
         if t.name in qparams:
             continue
@@ -277,7 +446,88 @@ def _file_params(model) -> tuple[int, int]:
                 n *= d
             b = n * _INT_TYPES[t.data_type]
         n_total, b_total = n_total + n, b_total + b
-    return n_total, b_total
+        if n:
+            counted.add(t.name)
+    return n_total, b_total, counted
+
+
+def _graph_weights(model, counted: set[str]) -> tuple[int, int, list[str]]:
+    """(elements, bytes, notes) of the weights that are not initializers (see `file_params`). A float Constant
+    counts at its own size; a computed tensor at the size of what the consumer reads, from ONNX shape inference.
+    An exporter's literal (a zero initial state broadcast to the batch, a mask fill) reaches no weight consumer
+    as a constant and is not counted."""
+    import onnx
+
+    initializers = {t.name for t in model.graph.initializer}
+    derived = {i.name for i in model.graph.input if i.name not in initializers}  # values computed from the inputs
+    stored = set(counted)  # initializers counted already, and what is computed from them
+    constants: dict[str, tuple[int, int]] = {}  # float Constant node output -> (elements, bytes)
+    origin: dict[str, frozenset] = {}  # constant value -> the float Constant outputs it is computed from
+    made: dict[str, str] = {}  # value computed from integer constants alone -> the node that made it
+    for node in model.graph.node:
+        ins = [i for i in node.input if i]
+        outs = [o for o in node.output if o]
+        if any(i in derived for i in ins) or node.op_type in ("If", "Loop", "Scan"):
+            derived.update(outs)
+        elif node.op_type == "Constant":
+            for a in node.attribute:
+                n, b = float_tensor_size(a.t) if a.name == "value" else (0, 0)
+                if n and outs:
+                    constants[outs[0]] = (n, b)
+                    origin[outs[0]] = frozenset(outs[:1])
+        elif any(i in stored for i in ins):
+            stored.update(outs)
+        elif any(i in origin for i in ins):
+            merged = frozenset().union(*(origin[i] for i in ins if i in origin))
+            origin.update((o, merged) for o in outs)
+        else:
+            made.update((o, node.name or node.op_type) for o in outs)
+    used: set[str] = set()  # float Constant outputs a consumer reads
+    boundary: dict[str, str] = {}  # computed tensor a consumer reads -> its maker
+    for node in model.graph.node:
+        if node.op_type not in _WEIGHT_CONSUMERS or not any(i in derived for i in node.input if i):
+            continue
+        for i in node.input:
+            if i in origin:
+                used.update(origin[i])
+            elif i in made:
+                boundary[i] = made[i]
+    elements = sum(constants[c][0] for c in used)
+    nbytes = sum(constants[c][1] for c in used)
+    if not boundary:
+        return elements, nbytes, []
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference failing only leaves the sizes unknown
+        inferred = model
+    infos = {v.name: v for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    unknown = []
+    for name, maker in boundary.items():
+        info = infos.get(name)
+        t = info.type.tensor_type if info is not None else None
+        if t is None or not t.elem_type:
+            unknown.append(maker)
+            continue
+        if t.elem_type not in _FLOAT_TYPES:  # integer indices
+            continue
+        dims = _file_dims(info)
+        if not t.HasField("shape") or not all(isinstance(d, int) for d in dims):
+            unknown.append(maker)
+            continue
+        if not dims:  # a scalar is a literal
+            continue
+        n = 1
+        for d in dims:
+            n *= d
+        elements, nbytes = elements + n, nbytes + n * _FLOAT_TYPES[t.elem_type]
+    notes = []
+    if unknown:
+        names = ", ".join(printable(f"'{m[:60]}'") for m in sorted(set(unknown))[:3])
+        notes.append(
+            f"params leave out weights the graph computes whose size ONNX shape inference cannot tell "
+            f"(made by {names}{' and more' if len(set(unknown)) > 3 else ''})"
+        )
+    return elements, nbytes, notes
 
 
 def float_tensor_size(t) -> tuple[int, int]:

@@ -961,8 +961,9 @@ def _decode_report(m: LlmModel, decode: Step, dec: StepCost, batch: int, ctx: in
         unsupported=dict(a.totals.unsupported),
         macs_by_dtype=_scaled_mix(a.totals.macs_by_dtype, dec.totals["macs"]),
     )
+    # no per-operator list, so no op graph either: the kernel view of the summary is empty, like its op list
     summary = Analysis(
-        graph=a.graph,
+        graph=OpGraph(ops=[], sources=list(a.graph.sources), outputs=[]),
         ops=[],
         totals=totals,
         memory=a.memory,

@@ -45,8 +45,9 @@ ZOO_SOURCES = ("zoo/hf_language.py", "zoo/hf_vision.py", "zoo/registry.py", "zoo
 ROOT = Path(__file__).resolve().parents[1]
 
 # Matrix FLOPs preflight folds (ops whose every operand is a weight, docs/design.md: listed, left out of the totals)
-# and eager torch runs on every call; the ONNX exporter computes them ahead of time. DeBERTa projects its relative-position embedding table (32 x 64) through pos_proj (64 -> 64) and
-# pos_q_proj (64 -> 64) in each of 2 layers: 2 layers x 2 projections x (32 x 64 x 64 MACs) x 2 = 1,048,576 FLOPs.
+# and eager torch runs on every call; the ONNX exporter computes them ahead of time. DeBERTa projects its
+# relative-position embedding table (32 x 64) through pos_proj (64 -> 64) and pos_q_proj (64 -> 64) in each of its
+# 2 layers: 2 layers x 2 projections x (32 x 64 x 64 MACs) x 2 = 1,048,576 FLOPs.
 FOLDED_FLOPS = {"deberta": 2 * 2 * (32 * 64 * 64) * 2}
 
 # Module and .pt2 routes: preflight params = module params + buffers forward reads - params forward never reads.
@@ -83,15 +84,11 @@ MODULE_PARAMS = {
 # {name: (parameters not in the file, elements stored in more than one copy, elements of constants it computed)}
 # "mask" is the (1, 1, 16, 16) attention mask, 256 elements; "rows" are embedding rows gathered for the 16 positions.
 ONNX_PARAMS = {
-    "electra": (
-        {"embeddings.position_embeddings.weight", "encoder.rel_embeddings.weight"},
-        0,
-        16 * 32 + 256,
-    ),  # position rows (1, 16, 32), mask
+    "electra": ({"embeddings.position_embeddings.weight"}, 0, 16 * 32 + 256),  # position rows (1, 16, 32), mask
     "deberta": (
         # position rows; the relative-position table projected (rel_embeddings through pos_proj, pos_q_proj) and
         # q_bias / v_bias reshaped ahead of time
-        {"embeddings.position_embeddings.weight"}
+        {"embeddings.position_embeddings.weight", "encoder.rel_embeddings.weight"}
         | {
             f"encoder.layer.{i}.attention.self.{p}"
             for i in (0, 1)

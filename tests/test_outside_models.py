@@ -261,6 +261,77 @@ def report(name: str, route: str):
 
 
 # --------------------------------------------------------------------------------------------------------------
+# The two conversions the suite needed (passes/tvm_ir.py), checked on values against torch
+# --------------------------------------------------------------------------------------------------------------
+
+
+class _Index(torch.nn.Module):
+    """x[...] with an index tensor where `mask` is 1 and a full slice (None in aten.index.Tensor) where it is 0."""
+
+    def __init__(self, mask):
+        super().__init__()
+        self.mask = mask
+
+    def forward(self, x, *indices):
+        it = iter(indices)
+        return x[tuple(next(it) if m else slice(None) for m in self.mask)]
+
+
+class _Aranges(torch.nn.Module):
+    def forward(self, x):
+        return x + 1, torch.arange(15, -17, -1), torch.arange(16, -16, -3), torch.arange(2.0, -1.0, -0.3)
+
+
+def _run_on_tvm(module, inputs):
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    from analyzer.frontends.torch_frontend import import_exported_program
+
+    mod, _, missing = import_exported_program(torch.export.export(module, inputs), n_inputs=len(inputs))
+    assert not missing
+    ret = mod["main"].ret_ty  # the shapes preflight reads (the analysis never runs the module)
+    declared = [tuple(int(d) for d in f.shape) for f in (ret.fields if hasattr(ret, "fields") else [ret])]
+    vm = relax.VirtualMachine(tvm.compile(relax.transform.LegalizeOps()(mod), target="llvm"), tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(t.numpy()) for t in inputs])
+    outs = [np.asarray(o.numpy()) for o in (out if isinstance(out, tvm.ir.Array | list | tuple) else [out])]
+    assert declared == [o.shape for o in outs]
+    return outs
+
+
+@pytest.mark.parametrize(
+    ("shape", "mask", "index_shapes"),
+    [
+        ((1, 32, 20, 1), (0, 0, 1, 1), ((5, 16, 1, 1), (1, 1))),  # ConvBERT's unfold (im2col) -> (1, 32, 5, 16, 1, 1)
+        ((4, 5, 6, 7), (0, 1, 1, 0), ((3,), (3,))),  # adjacent, sliced axes both sides -> (4, 3, 7)
+        ((4, 5, 6, 7), (1, 0, 1, 0), ((2, 3), (3,))),  # not adjacent: the broadcast shape first -> (2, 3, 5, 7)
+        ((4, 5, 6, 7), (0, 1, 0, 1), ((2, 1), (1, 3))),  # not adjacent, outer-product indices -> (2, 3, 4, 6)
+    ],
+)
+def test_advanced_indexing_with_sliced_axes(shape, mask, index_shapes):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=gen)
+    sizes = [d for d, m in zip(shape, mask, strict=True) if m]
+    indices = [torch.randint(0, n, s, generator=gen) for n, s in zip(sizes, index_shapes, strict=True)]
+    module = _Index(mask)
+    (out,) = _run_on_tvm(module, (x, *indices))
+    expected = module(x, *indices).numpy()
+    assert out.shape == expected.shape
+    assert (out == expected).all()
+
+
+def test_arange_with_a_negative_step():
+    """TVM's relax.arange gives arange(15, -17, -1) 34 elements; torch (and the converter) 32."""
+    x = torch.zeros(2)
+    outs = _run_on_tvm(_Aranges(), (x,))
+    for out, expected in zip(outs[1:], _Aranges()(x)[1:], strict=True):
+        assert out.shape == tuple(expected.shape)
+        assert abs(out - expected.numpy()).max() < 1e-6
+    assert [o.shape for o in outs[1:]] == [(32,), (11,), (10,)]  # ceil(32/1), ceil(32/3), ceil(3/0.3)
+
+
+# --------------------------------------------------------------------------------------------------------------
 # The suite itself
 # --------------------------------------------------------------------------------------------------------------
 

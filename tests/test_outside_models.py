@@ -19,7 +19,8 @@ What the suite found and fixed (passes/tvm_ir.py, "Outside models" block): TVM's
 with sliced axes (None) next to two or more index tensors failed (ConvBERT's unfold) or gave a wrong shape; TVM's
 `relax.arange` with a negative step had the wrong length (Funnel Transformer). Both are checked on values here.
 Left as they are, and stated: `torch.onnx.export(..., optimize=False)` files fail TVM's ONNX importer ("no value in
-Constant": Constant nodes with `value_ints`/`value_float`), so the default (optimized) export is used; Falcon's
+Constant": Constant nodes with `value_ints`/`value_float`; reading those, its attribute parser fails next), so the
+default (optimized) export is used; Falcon's
 count carries 4 one-element int64 index constants of TVM's importer (`MODULE_PARAMS`).
 
 Measured on the 2-core shared dev box (load average 3-4 from other jobs): the whole file, 121 tests, 2 min 8 s

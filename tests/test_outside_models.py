@@ -107,23 +107,23 @@ ONNX_PARAMS = {
         # rows (1, 16, 64) + the (1, 16, 1) mask + per layer q_bias and v_bias as (1, 4, 1, 16) and the projected
         # table for content->position and position->content as (1, 4, 16, 32)
         16 * 64 + 16 + 2 * (2 * 4 * 16 + 2 * 4 * 16 * 32),
-    ),  # fmt: skip
+    ),
     "mpnet": ({"encoder.relative_attention_bias.weight"}, 0, 4 * 16 * 16 + 256),  # its (1, 4, 16, 16) bias, mask
     "convbert": (
         {"embeddings.position_embeddings.weight", "embeddings.token_type_embeddings.weight"},
         0,
         2 * 16 * 64 + 256,
-    ),  # position rows and token-type rows (1, 16, 64), mask  # fmt: skip
+    ),  # position rows and token-type rows (1, 16, 64), mask
     "squeezebert": (
         {"embeddings.position_embeddings.weight", "embeddings.token_type_embeddings.weight"},
         0,
         2 * 16 * 64 + 256,
-    ),  # fmt: skip
+    ),
     "mobilebert": (
         {"embeddings.position_embeddings.weight", "embeddings.token_type_embeddings.weight"},
         0,
         2 * 16 * 64 + 256,
-    ),  # fmt: skip
+    ),
     # the shared layer's 6 matrices are stored transposed once per use (2 layers): 4 x 64 x 64 + 2 x 64 x 128 more
     "albert": ({"embeddings.position_embeddings.weight"}, 4 * 64 * 64 + 2 * 64 * 128, 16 * 32 + 256),
     "funnel": (
@@ -136,7 +136,7 @@ ONNX_PARAMS = {
         # two sinusoid position tables (64 x 64), the (16, 16) and (8, 16) masks of the two block sizes, the 9
         # biases (4 x 16) times the 1/sqrt(d_head) scale, and the (1, 1, 1, 16) token-type mask
         2 * 64 * 64 + 16 * 16 + 8 * 16 + 9 * 4 * 16 + 16,
-    ),  # fmt: skip
+    ),
     "bart": ({"encoder.embed_positions.weight", "decoder.embed_positions.weight"}, 0, 2 * 16 * 64 + 2 * 256),
     "gpt_neo": ({"transformer.wpe.weight"}, 0, 16 * 64 + 256),
     # embed_positions (64 x 8, the same in both layers) stored once, as (1, 64, 8)
@@ -157,12 +157,13 @@ ONNX_PARAMS = {
         | {f"model.layers.{i}.{n}.weight" for i in (0, 1) for n in ("input_layernorm", "post_attention_layernorm")},
         0,
         2 * 16 * 16 + 256 + 5 * 64,
-    ),  # fmt: skip
+    ),
     "qwen3": ({"model.rotary_emb.inv_freq", "model.rotary_emb.original_inv_freq"}, 0, 2 * 16 * 16 + 256),
     "gpt_bigcode": ({"transformer.wpe.weight"}, 0, 16 * 64 + 256),
     # embed_positions gathered for the 16 positions, (1, 16, 8)
     "codegen": ({"transformer.h.0.attn.embed_positions", "transformer.h.1.attn.embed_positions"}, 0, 16 * 8 + 256),
-    # BatchNorm folded into the 1x1 fuse convolution (32 x 64): its weight replaced (BN's bias stays as the bias)
+    # BatchNorm folded into the 1x1 fuse convolution (32 x 64): its weight replaced; the folded bias is BN's bias
+    # (fresh running_mean 0), so the file's bias matches batch_norm.bias
     "segformer": (
         {
             "decode_head.linear_fuse.weight",
@@ -172,7 +173,7 @@ ONNX_PARAMS = {
         },
         0,
         32 * 64,
-    ),  # fmt: skip
+    ),
     "convnextv2": (set(), 0, 0),
     # the class embedding expanded to (1, 1, 64) and the position embedding gathered (1, 17, 64)
     "clip_vision": ({"embeddings.class_embedding", "embeddings.position_embedding.weight"}, 0, 64 + 17 * 64),
@@ -186,7 +187,7 @@ ONNX_PARAMS = {
         },
         0,
         4 * 32 + 39 * 39,
-    ),  # fmt: skip
+    ),
 }
 
 SLOW = {"funnel", "bart", "gptj", "wav2vec2"}  # the longest to export and analyse

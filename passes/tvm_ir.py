@@ -1409,6 +1409,70 @@ ONNX_EXTRA_CONVERTERS.update({"LSTM": OnnxLSTM, "GRU": OnnxGRU, "RNN": OnnxRNN})
 
 
 # --------------------------------------------------------------------------------------------
+# Outside models: advanced indexing with sliced (None) axes (ConvBERT's unfold, tests/test_outside_models.py)
+# --------------------------------------------------------------------------------------------
+
+
+def index_tensor_converter(node, importer):
+    """`aten.index.Tensor` (data, [idx or None per axis]) with torch's advanced-indexing semantics.
+
+    TVM's converter turns each None (a sliced axis) into an `arange` reshaped to [n, 1, ...] and broadcasts it
+    with the index tensors, which is wrong (and fails) when the index tensors have more dimensions or other
+    shapes: `im2col`'s decomposition (ConvBERT's `nn.Unfold`) indexes a (1, 32, 20, 1) tensor with
+    [None, None, (5, 16, 1, 1), (1, 1)]. torch's rule: the index tensors broadcast to a shape B; the result is
+    the sliced axes before them, B, the sliced axes after them when the indexed axes are adjacent, else B
+    followed by every sliced axis. Here: move the indexed axes to the front, `index_tensor` (broadcast, zipped),
+    then move B into place. Cases without a None after an index, or with one index, stay TVM's.
+    """
+    indices = node.args[1]
+    axes = [i for i, idx in enumerate(indices) if idx is not None]
+    if len(axes) < 2 or len(axes) == len(indices):
+        return importer._index_tensor(node)
+    bb, env = importer.block_builder, importer.env
+    data = env[node.args[0]]
+    rank = len(data.ty.shape)
+    sliced = [i for i in range(rank) if i not in axes]
+    moved = bb.emit(relax.op.permute_dims(data, axes + sliced)) if axes + sliced != list(range(rank)) else data
+    out = bb.emit(relax.op.index_tensor(moved, [env[indices[i]] for i in axes]))
+    if axes != list(range(axes[0], axes[-1] + 1)):
+        return out  # indexed axes not adjacent: B comes first, as index_tensor leaves it
+    nb = len(out.ty.shape) - len(sliced)
+    lead = axes[0]  # sliced axes before the indexed ones
+    perm = list(range(nb, nb + lead)) + list(range(nb)) + list(range(nb + lead, nb + len(sliced)))
+    return bb.emit(relax.op.permute_dims(out, perm)) if perm != list(range(len(perm))) else out
+
+
+def arange_converter(node, importer):
+    """`aten.arange` with a negative step: the same values as the flipped arange with the positive step.
+
+    TVM 0.27's `relax.arange` infers the wrong length for a negative step (`arange(15, -17, -1)` gets 34
+    elements, not 32: Funnel Transformer's relative positions), which then fails a broadcast further on. The
+    length is torch's (the fx node's fake tensor); the values run from the last one up, then `flip`.
+    """
+    import numbers
+
+    args = list(node.args) + [None] * (3 - len(node.args))
+    start, end, step = (node.kwargs.get(k, a) for k, a in zip(("start", "end", "step"), args, strict=True))
+    val = node.meta.get("val")
+    if (
+        len(node.args) < 3
+        or not all(isinstance(v, numbers.Number) for v in (start, end, step))
+        or step >= 0
+        or val is None
+    ):
+        return importer._arange(node)
+    n = int(val.shape[0])
+    dtype = str(val.dtype).replace("torch.", "")
+    last = start + (n - 1) * step
+    up = -step
+    top = start + 1 if dtype.startswith(("int", "uint")) else start + up / 2  # n values from `last`, exactly
+    ascending = importer.block_builder.emit(relax.op.arange(last, top, up, dtype=dtype))
+    if [int(d) for d in ascending.ty.shape] != [n]:
+        return importer._arange(node)
+    return importer.block_builder.emit(relax.op.flip(ascending, axis=0))
+
+
+# --------------------------------------------------------------------------------------------
 # Moving a module between processes (a frontend's child process hands its IRModule back)
 # --------------------------------------------------------------------------------------------
 # NB: tvm.ir.save_json (TVM 0.27.0.post1 with apache-tvm-ffi 0.1.15.post2) crashes with SIGSEGV in

@@ -37,7 +37,12 @@ def _converters() -> dict[str, Callable]:
     (`tvm_ir.opaque_converter`) so the analysis still runs and lists it in `totals.unsupported`."""
     from passes import tvm_ir
 
-    return {"amax.default": tvm_ir.reduce_converter("max"), "amin.default": tvm_ir.reduce_converter("min")}
+    return {
+        "amax.default": tvm_ir.reduce_converter("max"),
+        "amin.default": tvm_ir.reduce_converter("min"),
+        "index.Tensor": tvm_ir.index_tensor_converter,
+        "arange.start_step": tvm_ir.arange_converter,
+    }
 
 
 def _whole_op_converters() -> dict[str, Callable]:

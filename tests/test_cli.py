@@ -408,11 +408,32 @@ def test_input_contradicting_a_fixed_dim(models):
     assert "'x'" in msg and "dimension 1" in msg
 
 
-def _relu_onnx(path: Path, dims: list) -> Path:
+@pytest.mark.parametrize("graph_name", ["main_graph", "torch-jit-export", "torch_jit", "tf2onnx", "Graph"])
+def test_generic_onnx_graph_name_gives_the_file_stem(tmp_path, graph_name):
+    path = _relu_onnx(tmp_path / "my_detector.onnx", [1, 3, 8, 8], graph_name)
+    assert ok_json("analyze", path)["model"]["name"] == "my_detector"
+
+
+def test_onnx_graph_name_kept_when_it_says_something(models, tmp_path):
+    assert ok_json("analyze", models["tiny"], "--batch", "1")["model"]["name"] == "tiny"  # hand_onnx's graph name
+    path = _relu_onnx(tmp_path / "file.onnx", [1, 3, 8, 8], "resnet_backbone")
+    assert ok_json("analyze", path)["model"]["name"] == "resnet_backbone"
+
+
+def test_torch_exported_onnx_named_after_its_file(models):
+    """torch.onnx.export calls every graph 'main_graph'."""
+    assert onnx.load(str(models["cnn_onnx"]), load_external_data=False).graph.name == "main_graph"
+    doc = ok_json("analyze", models["cnn_onnx"])
+    assert doc["model"]["name"] == "cnn"
+    text = ok("analyze", models["cnn_onnx"]).stdout
+    assert "cnn" in text and "main_graph" not in text
+
+
+def _relu_onnx(path: Path, dims: list, graph_name: str = "relu_dyn") -> Path:
     """x[dims] -> Relu -> y: one FLOP per element, no weights."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu_dyn", [x], [y])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], graph_name, [x], [y])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(path))

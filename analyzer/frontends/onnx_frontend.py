@@ -246,6 +246,30 @@ def _file_dims(value_info) -> list[int | str | None]:
     return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
 
 
+# Graph names exporters write whatever the model: torch.onnx.export (both exporters, old and new spellings),
+# tf2onnx, paddle2onnx, MXNet, CNTK, and placeholder words. Such a model is named after its file.
+GENERIC_GRAPH_NAMES = frozenset(
+    {
+        "main_graph",
+        "torch-jit-export",
+        "torch_jit",
+        "tf2onnx",
+        "model from paddlepaddle.",
+        "mxnet_converted_model",
+        "cntkgraph",
+        "graph",
+        "main",
+        "model",
+        "onnx",
+    }
+)
+
+
+def model_name(graph_name: str, path: Path) -> str:
+    """The model's name in reports: the ONNX graph's name, or the file's stem when that is empty or generic."""
+    return path.stem if graph_name.strip().lower() in GENERIC_GRAPH_NAMES or not graph_name.strip() else graph_name
+
+
 def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
     """Read, validate and import an ONNX file with static input shapes."""
     import onnx
@@ -310,7 +334,7 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
     return LoadedModel(
         mod=mod,
         framework="onnx",
-        name=model.graph.name or path.stem,
+        name=model_name(model.graph.name, path),
         source=str(path),
         n_inputs=len(graph_inputs),
         input_names=tuple(shape_dict),

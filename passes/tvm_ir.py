@@ -738,6 +738,60 @@ def cat_converter(node, importer):
 
 
 # --------------------------------------------------------------------------------------------
+# PyTorch import: integer inputs of ops whose torch result is floating point (issue 11: DeBERTa-v2)
+# --------------------------------------------------------------------------------------------
+# torch promotes integer operands of true division and of transcendental functions to the default float dtype
+# (`int64_tensor / 16` is float32; `torch.log(int_tensor)` is float32). TVM's converters keep the integer dtype, so
+# DeBERTa-v2's relative-position buckets (`log(abs_pos / mid)`) reach `relax.log` as int64 and the import fails.
+
+# ATen ops (core-ATen names, each one TVM converts) whose integer operands torch promotes to float
+TORCH_FLOAT_RESULT_OPS = (
+    "div.Tensor",
+    "div.Scalar",
+    "log.default",
+    "log2.default",
+    "log10.default",
+    "log1p.default",
+    "exp.default",
+    "expm1.default",
+    "sqrt.default",
+    "rsqrt.default",
+    "reciprocal.default",
+    "sigmoid.default",
+    "tanh.default",
+    "erf.default",
+    "sin.default",
+    "cos.default",
+)
+
+
+def float_promoting_converter(target: str):
+    """A `custom_convert_map` entry for ATen op `target`: TVM's own conversion, after casting each integer (or
+    bool) tensor operand to the float dtype torch computes the node's result in (`meta["val"].dtype`)."""
+
+    def convert(node, importer):
+        base = getattr(importer, "_preflight_tvm_convert_map", None)
+        if base is None:  # TVM's converters, before custom_convert_map replaced this one
+            base = importer._preflight_tvm_convert_map = importer.create_convert_map()
+        val = node.meta.get("val")
+        want = str(getattr(val, "dtype", "")).replace("torch.", "")
+        swapped = {}
+        if want.startswith(("float", "bfloat")):
+            for a in node.all_input_nodes:
+                x = importer.env.get(a)
+                ty = getattr(x, "ty", None)
+                if isinstance(ty, relax.TensorType) and not str(ty.dtype).startswith(("float", "bfloat")):
+                    swapped[a] = x
+                    importer.env[a] = importer.block_builder.emit(relax.op.astype(x, want))
+        try:
+            return base[target](node)
+        finally:
+            importer.env.update(swapped)  # other users of the operand see its own dtype
+
+    return convert
+
+
+# --------------------------------------------------------------------------------------------
 # ONNX import without weight data (issue 12: memory of the ONNX route)
 # --------------------------------------------------------------------------------------------
 # TVM's importer turns each initializer into a numpy array and then a TVM tensor (two copies of every weight) and

@@ -51,10 +51,10 @@ else:
 """
 
 
-def measure(cmd: list[str], env: dict | None = None) -> dict:
+def measure(cmd: list[str], env: dict, cwd: Path) -> dict:
     """Run `cmd` in a fresh wrapper process: wall seconds and the peak RSS (bytes) of cmd and its children."""
-    wrapper = [sys.executable, __file__, "--measure", json.dumps(cmd)]
-    out = subprocess.run(wrapper, check=True, capture_output=True, text=True, env=env)
+    wrapper = [sys.executable, str(Path(__file__).resolve()), "--measure", json.dumps(cmd)]
+    out = subprocess.run(wrapper, check=True, capture_output=True, text=True, env=env, cwd=cwd)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -148,7 +148,7 @@ def analyze_row(label: str, route: str, path: Path, weights: int, src: Path = RO
     out = path.parent / f"{path.stem}.{route.split()[0]}.json"
     cmd = [sys.executable, "-m", "analyzer.cli", "analyze", str(path), "--format", "json", "-o", str(out)]
     env = {**os.environ, "PYTHONPATH": str(src)}
-    m = measure(cmd, env)
+    m = measure(cmd, env, src)  # `python -m` imports from the working directory first
     row = {"model": label, "weights": weights, "route": route, **m}
     if "error" not in m:
         doc = json.loads(out.read_text())

@@ -806,8 +806,8 @@ _ONNX_DTYPES = {1: "float32", 10: "float16", 16: "bfloat16", 11: "float64", 2: "
 @contextlib.contextmanager
 def _onnx_shape_only_weights():
     """While active, TVM's ONNX importer gives EXTERNAL-marked tensors an uninitialised tensor of their shape, and
-    folds a Transpose of one (a tied embedding's output projection) into another such tensor, as it would fold
-    the data (the real fold copies the weight three times)."""
+    folds a Transpose of one (a tied embedding's output projection) or a Cast to another float or 8-bit type into
+    another such tensor, as it would fold the data (the real fold copies the weight two or three times)."""
     from onnx import TensorProto
     from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
@@ -829,10 +829,14 @@ def _onnx_shape_only_weights():
 
     def convert_operator(self, op_name, inputs, attrs, opset):
         data = inputs[0] if inputs else None
-        if op_name == "Transpose" and isinstance(data, tvm.ir.Constant) and data.value.__chandle__() in shape_only:
+        if isinstance(data, tvm.ir.Constant) and data.value.__chandle__() in shape_only:
             shape = [int(d) for d in data.value.shape]
-            perm = attrs.get("perm") or list(reversed(range(len(shape))))  # numpy's default, as TVM's converter
-            return relax.const(empty([shape[p] for p in perm], str(data.value.dtype)))
+            if op_name == "Transpose":
+                perm = attrs.get("perm") or list(reversed(range(len(shape))))  # numpy's default, as TVM's converter
+                return relax.const(empty([shape[p] for p in perm], str(data.value.dtype)))
+            to = _ONNX_DTYPES.get(attrs.get("to")) if op_name == "Cast" else None
+            if to is not None:  # a weight cast to another float type (a mixed-precision export)
+                return relax.const(empty(shape, to))
         return convert_original(self, op_name, inputs, attrs, opset)
 
     ONNXGraphImporter._parse_array, ONNXGraphImporter._convert_operator = parse_array, convert_operator

@@ -81,6 +81,32 @@ def test_shape_only_weights_count_as_their_data(tmp_path, external):
     assert t.flops == 4_198_400
 
 
+def test_shape_only_weight_cast_to_float16(tmp_path):
+    """A mixed-precision export casts a float32 weight to float16: TVM folds the Cast; so do the placeholders."""
+    w = TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[256, 512])
+    (tmp_path / "w.bin").write_bytes(bytes(256 * 512 * 4))
+    _external(w, "w.bin", 0, 256 * 512 * 4)
+    nodes = [
+        helper.make_node("Cast", ["W"], ["W16"], to=TensorProto.FLOAT16),
+        helper.make_node("MatMul", ["x", "W16"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "cast",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 8, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 8, 512])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "cast.onnx"))
+    report = analyze(str(tmp_path / "cast.onnx"))
+    matmul = next(op for op in report.analysis.graph.ops if op.op == "relax.matmul")
+    assert [t.dtype for t in matmul.inputs] == ["float16", "float16"] and matmul.inputs[1].shape == (256, 512)
+    assert report.totals.macs == 8 * 256 * 512  # 1,048,576
+    assert report.totals.params == 256 * 512 and report.totals.param_bytes == 256 * 512 * 4  # as the file stores it
+
+
 def test_onnxruntime_agrees_on_the_output_shape(tmp_path):
     """The graph TVM imported with placeholders is the real one: same output shape as onnxruntime computes."""
     ort = pytest.importorskip("onnxruntime")

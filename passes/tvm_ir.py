@@ -828,8 +828,9 @@ def _onnx_shape_only_weights():
         return parse_original(self, tensor_proto)
 
     def convert_operator(self, op_name, inputs, attrs, opset):
-        data = inputs[0] if inputs else None
-        if isinstance(data, tvm.ir.Constant) and data.value.__chandle__() in shape_only:
+        value = getattr(inputs[0], "value", None) if inputs else None  # a Constant's tensor (IntImm: an int)
+        if isinstance(value, tvm.runtime.Tensor) and value.__chandle__() in shape_only:
+            data = inputs[0]
             shape = [int(d) for d in data.value.shape]
             if op_name == "Transpose":
                 perm = attrs.get("perm") or list(reversed(range(len(shape))))  # numpy's default, as TVM's converter

@@ -497,6 +497,8 @@ def test_pt2_dynamic_batch(models):
     assert b2["totals"]["macs"] == 27808 and b4["totals"]["macs"] == 55616 == 2 * 27808
     assert b4["inputs"] == i4["inputs"] == [{"name": "x", "shape": [4, 3, 8, 8], "dtype": "float32"}]
     assert i4["totals"] == b4["totals"]
+    q4 = ok_json("analyze", models["dyn_pt2"], "--batch", "4", "--input", "x:?x?x?x?")  # ? keeps the file's dims
+    assert q4["inputs"] == b4["inputs"] and q4["totals"] == b4["totals"]
 
 
 def test_pt2_dynamic_batch_left_unset(models):

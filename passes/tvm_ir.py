@@ -8,6 +8,7 @@ preflight works on the plain dataclasses of `passes.graph`.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 
 import tvm
@@ -566,13 +567,16 @@ def onnx_convert_ops() -> set[str]:
 def onnx_import(model, shape_dict: dict[str, list[int]], dtype_dict: dict[str, str]) -> tvm.IRModule:
     """TVM's ONNX importer on `model` with ONNX_EXTRA_CONVERTERS added to its converter map.
 
+    Initializers marked `data_location == EXTERNAL` are shape-only: they become uninitialised constants of their
+    shape and dtype (no data is read; see `_onnx_shape_only_weights`). Every other tensor must hold its data.
+
     The importer prints the failing operator's inputs to stdout before re-raising; that print is swallowed
     (stdout belongs to the CLI's output) and the exception propagates unchanged.
     """
     import contextlib
     import io
 
-    from tvm.relax.frontend.onnx import from_onnx, onnx_frontend
+    from tvm.relax.frontend.onnx import onnx_frontend
 
     base = onnx_frontend._get_convert_map
 
@@ -581,8 +585,8 @@ def onnx_import(model, shape_dict: dict[str, list[int]], dtype_dict: dict[str, s
 
     onnx_frontend._get_convert_map = extended
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            return from_onnx(model, shape_dict=shape_dict, dtype_dict=dtype_dict, keep_params_in_input=False)
+        with contextlib.redirect_stdout(io.StringIO()), _onnx_shape_only_weights():
+            return _onnx_from_model(model, shape_dict, dtype_dict)
     finally:
         onnx_frontend._get_convert_map = base
 
@@ -1470,6 +1474,133 @@ def arange_converter(node, importer):
     if [int(d) for d in ascending.ty.shape] != [n]:
         return importer._arange(node)
     return importer.block_builder.emit(relax.op.flip(ascending, axis=0))
+
+
+# --------------------------------------------------------------------------------------------
+# PyTorch import: integer inputs of ops whose torch result is floating point (issue 11: DeBERTa-v2)
+# --------------------------------------------------------------------------------------------
+# torch promotes integer operands of true division and of transcendental functions to the default float dtype
+# (`int64_tensor / 16` is float32; `torch.log(int_tensor)` is float32). TVM's converters keep the integer dtype, so
+# DeBERTa-v2's relative-position buckets (`log(abs_pos / mid)`) reach `relax.log` as int64 and the import fails.
+
+# ATen ops (core-ATen names, each one TVM converts) whose integer operands torch promotes to float
+TORCH_FLOAT_RESULT_OPS = (
+    "div.Tensor",
+    "div.Scalar",
+    "log.default",
+    "log2.default",
+    "log10.default",
+    "log1p.default",
+    "exp.default",
+    "expm1.default",
+    "sqrt.default",
+    "rsqrt.default",
+    "reciprocal.default",
+    "sigmoid.default",
+    "tanh.default",
+    "erf.default",
+    "sin.default",
+    "cos.default",
+)
+
+
+def float_promoting_converter(target: str):
+    """A `custom_convert_map` entry for ATen op `target`: TVM's own conversion, after casting each integer (or
+    bool) tensor operand to the float dtype torch computes the node's result in (`meta["val"].dtype`)."""
+
+    def convert(node, importer):
+        base = getattr(importer, "_preflight_tvm_convert_map", None)
+        if base is None:  # TVM's converters, before custom_convert_map replaced this one
+            base = importer._preflight_tvm_convert_map = importer.create_convert_map()
+        val = node.meta.get("val")
+        want = str(getattr(val, "dtype", "")).replace("torch.", "")
+        swapped = {}
+        if want.startswith(("float", "bfloat")):
+            for a in node.all_input_nodes:
+                x = importer.env.get(a)
+                ty = getattr(x, "ty", None)
+                if isinstance(ty, relax.TensorType) and not str(ty.dtype).startswith(("float", "bfloat")):
+                    swapped[a] = x
+                    importer.env[a] = importer.block_builder.emit(relax.op.astype(x, want))
+        try:
+            return base[target](node)
+        finally:
+            importer.env.update(swapped)  # other users of the operand see its own dtype
+
+    return convert
+
+
+# --------------------------------------------------------------------------------------------
+# ONNX import without weight data (issue 12: memory of the ONNX route)
+# --------------------------------------------------------------------------------------------
+# TVM's importer turns each initializer into a numpy array and then a TVM tensor (two copies of every weight) and
+# runs onnx's checker on the whole ModelProto (a third, serialised). The analysis reads only shapes and dtypes, so
+# the frontend leaves large weights' data out of the model and marks them `data_location == EXTERNAL`; here they
+# become `tvm.runtime.empty` tensors: allocated but never written, so they cost address space, not memory, until
+# something reads them (a converter folding a weight with numpy makes a real copy of that one result).
+
+_ONNX_DTYPES = {1: "float32", 10: "float16", 16: "bfloat16", 11: "float64", 2: "uint8", 3: "int8"}
+
+
+@contextlib.contextmanager
+def _onnx_shape_only_weights():
+    """While active, TVM's ONNX importer gives EXTERNAL-marked tensors an uninitialised tensor of their shape, and
+    folds a Transpose of one (a tied embedding's output projection) or a Cast to another float or 8-bit type into
+    another such tensor, as it would fold the data (the real fold copies the weight two or three times)."""
+    from onnx import TensorProto
+    from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
+
+    parse_original, convert_original = ONNXGraphImporter._parse_array, ONNXGraphImporter._convert_operator
+    shape_only: set[int] = set()  # handles of the uninitialised tensors
+
+    def empty(shape, dtype):
+        t = tvm.runtime.empty(tuple(int(d) for d in shape), dtype)
+        shape_only.add(t.__chandle__())
+        return t
+
+    def parse_array(self, tensor_proto):
+        if tensor_proto.data_location == TensorProto.EXTERNAL:
+            dtype = _ONNX_DTYPES.get(tensor_proto.data_type)
+            if dtype is None:
+                raise IRError(f"tensor {tensor_proto.name[:80]!r} has no data (element type {tensor_proto.data_type})")
+            return empty(tensor_proto.dims, dtype)
+        return parse_original(self, tensor_proto)
+
+    def convert_operator(self, op_name, inputs, attrs, opset):
+        value = getattr(inputs[0], "value", None) if inputs else None  # a Constant's tensor (IntImm: an int)
+        if isinstance(value, tvm.runtime.Tensor) and value.__chandle__() in shape_only:
+            data = inputs[0]
+            shape = [int(d) for d in data.value.shape]
+            if op_name == "Transpose":
+                perm = attrs.get("perm") or list(reversed(range(len(shape))))  # numpy's default, as TVM's converter
+                return relax.const(empty([shape[p] for p in perm], str(data.value.dtype)))
+            to = _ONNX_DTYPES.get(attrs.get("to")) if op_name == "Cast" else None
+            if to is not None:  # a weight cast to another float type (a mixed-precision export)
+                return relax.const(empty(shape, to))
+        return convert_original(self, op_name, inputs, attrs, opset)
+
+    ONNXGraphImporter._parse_array, ONNXGraphImporter._convert_operator = parse_array, convert_operator
+    try:
+        yield
+    finally:
+        ONNXGraphImporter._parse_array, ONNXGraphImporter._convert_operator = parse_original, convert_original
+
+
+def _onnx_from_model(model, shape_dict: dict[str, list[int]], dtype_dict: dict[str, str]) -> tvm.IRModule:
+    """`tvm.relax.frontend.onnx.from_onnx(model, ...)` without its own run of onnx's checker (the frontend ran it
+    on a copy without weight data; on `model` it would serialise every weight and then fail on the shape-only
+    ones)."""
+    from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
+
+    if model.ir_version < 3:
+        raise ValueError(f"Model IR version {model.ir_version} not supported. Must be at least after 1.1.0.")
+    opset = 1
+    for op in model.opset_import:
+        if str(op.domain) in ("ai.onnx", ""):
+            opset = op.version
+            break
+    importer = ONNXGraphImporter(shape_dict, dtype_dict, keep_params_in_input=False, sanitize=True)
+    return importer.from_onnx(model.graph, opset)
 
 
 # --------------------------------------------------------------------------------------------

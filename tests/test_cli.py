@@ -410,6 +410,79 @@ def test_input_contradicting_a_fixed_dim(models):
     assert "'x'" in msg and "dimension 1" in msg
 
 
+@pytest.mark.parametrize("graph_name", ["main_graph", "torch-jit-export", "torch_jit", "tf2onnx", "Graph"])
+def test_generic_onnx_graph_name_gives_the_file_stem(tmp_path, graph_name):
+    path = _relu_onnx(tmp_path / "my_detector.onnx", [1, 3, 8, 8], graph_name)
+    assert ok_json("analyze", path)["model"]["name"] == "my_detector"
+
+
+def test_onnx_graph_name_kept_when_it_says_something(models, tmp_path):
+    assert ok_json("analyze", models["tiny"], "--batch", "1")["model"]["name"] == "tiny"  # hand_onnx's graph name
+    path = _relu_onnx(tmp_path / "file.onnx", [1, 3, 8, 8], "resnet_backbone")
+    assert ok_json("analyze", path)["model"]["name"] == "resnet_backbone"
+
+
+def test_torch_exported_onnx_named_after_its_file(models):
+    """torch.onnx.export calls every graph 'main_graph'."""
+    assert onnx.load(str(models["cnn_onnx"]), load_external_data=False).graph.name == "main_graph"
+    doc = ok_json("analyze", models["cnn_onnx"])
+    assert doc["model"]["name"] == "cnn"
+    text = ok("analyze", models["cnn_onnx"]).stdout
+    assert "cnn" in text and "main_graph" not in text
+
+
+def _relu_onnx(path: Path, dims: list, graph_name: str = "relu_dyn") -> Path:
+    """x[dims] -> Relu -> y: one FLOP per element, no weights."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], graph_name, [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_question_mark_keeps_the_files_dim(models):
+    """`?` in DIMS keeps the file's value: x is [N, 3, 8, 8] in tiny.onnx."""
+    b4 = ok_json("analyze", models["tiny"], "--batch", "4")
+    for spec in ("x:?x3x8x8", "x:4x?x?x?", "x:?x?x?x?"):
+        doc = ok_json("analyze", models["tiny"], "--batch", "4", "--input", spec)
+        assert doc["inputs"] == [{"name": "x", "shape": [4, 3, 8, 8], "dtype": "float32"}], spec
+        assert doc["totals"] == b4["totals"], spec
+    f16 = ok_json("analyze", models["relu"], "--input", "x:2x?x?x?:float16")
+    assert f16["inputs"] == [{"name": "x", "shape": [2, 3, 8, 8], "dtype": "float16"}]
+    # a ? on a dimension the file leaves dynamic keeps it dynamic: the same error as without --input
+    msg = fails(2, "analyze", models["tiny"], "--input", "x:?x3x8x8")
+    assert "'x'" in msg and "dimension 0" in msg and "dynamic" in msg
+
+
+@pytest.mark.parametrize("spec", ["x:2x??x8x8", "x:2x?3x8x8", "x:?x"])
+def test_question_mark_malformed(models, spec):
+    msg = fails(2, "analyze", models["tiny"], "--input", spec)
+    assert "--input" in msg and "?" in msg
+
+
+def test_the_dynamic_dim_hint_pasted_works(tmp_path):
+    """The error's `--input` hint, pasted with each N replaced by a size, analyses the model."""
+    import re
+    import shlex
+
+    path = _relu_onnx(tmp_path / "relu_dyn.onnx", ["batch", 3, "height", "width"])
+    for extra in ([], ["--batch", "2"]):
+        msg = fails(2, "analyze", path, *extra)
+        hint = re.search(r"--input (\S+)", msg).group(1)
+        assert hint == ("x:Nx3xNxN" if not extra else "x:2x3xNxN"), msg
+        assert "N a size" in msg and "? keeps" in msg
+        pasted = shlex.split(f"--input {hint.replace('N', '8')}")
+        doc = ok_json("analyze", path, *extra, *pasted)
+        shape = [8, 3, 8, 8] if not extra else [2, 3, 8, 8]
+        assert doc["inputs"][0]["shape"] == shape
+        assert doc["totals"]["flops"] == shape[0] * 3 * 8 * 8  # Relu: 1 FLOP per element
+    # --batch fills dimension 0 and ? keeps the channel count: only the spatial dims typed
+    doc = ok_json("analyze", path, "--batch", "2", "--input", "x:?x?x16x8")
+    assert doc["inputs"][0]["shape"] == [2, 3, 16, 8] and doc["totals"]["flops"] == 2 * 3 * 16 * 8
+
+
 @pytest.mark.parametrize("batch", ["0", "-1", "two"])
 def test_bad_batch(models, batch):
     # click rejects these itself (IntRange(min=1)): its usage error, exit 2, naming the option
@@ -426,6 +499,8 @@ def test_pt2_dynamic_batch(models):
     assert b2["totals"]["macs"] == 27808 and b4["totals"]["macs"] == 55616 == 2 * 27808
     assert b4["inputs"] == i4["inputs"] == [{"name": "x", "shape": [4, 3, 8, 8], "dtype": "float32"}]
     assert i4["totals"] == b4["totals"]
+    q4 = ok_json("analyze", models["dyn_pt2"], "--batch", "4", "--input", "x:?x?x?x?")  # ? keeps the file's dims
+    assert q4["inputs"] == b4["inputs"] and q4["totals"] == b4["totals"]
 
 
 def test_pt2_dynamic_batch_left_unset(models):

@@ -17,7 +17,8 @@ from .specs import MAX_DIM, InputSpec, printable, resolve_shape
 
 
 def _check_external_data(model, base: Path, name: str) -> None:
-    """Every external-data location must be a file inside the model's folder."""
+    """Every external-data reference must name a file inside the model's folder and a byte range inside that file
+    exactly as long as the tensor's shape and dtype need. Checks the references only: no data is read."""
     from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
     root = base.resolve()
@@ -46,28 +47,136 @@ def _check_external_data(model, base: Path, name: str) -> None:
             raise UnreadableModelError(
                 f"{name}: external data file {loc!r} of tensor '{tensor.name}' is missing (keep it beside the model)"
             )
+        _check_external_range(tensor, info, target.stat().st_size, name)
+
+
+def _check_external_range(tensor, info: dict[str, str], file_size: int, name: str) -> None:
+    """`offset` and `length` of an external tensor lie inside its file, and `length` is what its shape needs
+    (onnx reads the rest of the file when `length` is absent)."""
+    try:
+        offset = int(info.get("offset") or 0)
+        length = int(info["length"]) if info.get("length") else file_size - offset
+    except ValueError:
+        raise UnreadableModelError(
+            f"{name}: external data of tensor '{tensor.name[:80]}' has offset {info.get('offset', '')[:40]!r} "
+            f"and length {info.get('length', '')[:40]!r}, not integers"
+        ) from None
+    if offset < 0 or length < 0 or offset + length > file_size:
+        raise UnreadableModelError(
+            f"{name}: external data of tensor '{tensor.name[:80]}' lies at bytes {offset:,} to {offset + length:,} "
+            f"of a {file_size:,}-byte file; the file is truncated or the reference is corrupt"
+        )
+    need = tensor_nbytes(tensor)
+    if need is not None and length != need:
+        raise UnreadableModelError(
+            f"{name}: tensor '{tensor.name[:80]}' holds {length} bytes of data, its shape needs {need}"
+        )
+
+
+def tensor_nbytes(t) -> int | None:
+    """Bytes of data a TensorProto's dims and dtype need; None for strings and unknown element types."""
+    from onnx import helper
+
+    if t.data_type in (0, 8):  # UNDEFINED, STRING
+        return None
+    try:
+        itemsize = helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        return None
+    n = 1
+    for d in t.dims:
+        n *= d
+    if t.data_type in (21, 22, 23):  # UINT4, INT4, FLOAT4E2M1 pack two elements per byte
+        return (n + 1) // 2
+    return n * itemsize
 
 
 def _check_raw_sizes(model, name: str) -> None:
     """Every initializer's raw bytes must match its shape (onnx < 1.18's checker does not look)."""
-    from onnx import helper
-
     for t in model.graph.initializer:
-        if not t.HasField("raw_data") or t.data_type in (0, 8):  # UNDEFINED, STRING
+        if not t.HasField("raw_data"):
             continue
-        try:
-            itemsize = helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-        except (KeyError, TypeError, ValueError):
+        need = tensor_nbytes(t)
+        if need is not None and len(t.raw_data) != need:
+            raise UnreadableModelError(
+                f"{name}: tensor '{t.name}' holds {len(t.raw_data)} bytes of data, its shape needs {need}"
+            )
+
+
+# Weights the analysis needs only the shape and dtype of: floating-point and 8-bit initializers of the main graph
+# of at least SHAPE_ONLY_MIN_BYTES. Their data is never read (external) or dropped once checked (inline), and TVM's
+# importer gets uninitialised tensors of their shape. Smaller and integer tensors (Reshape targets, Slice bounds,
+# Gather indices) keep their values: converters read them.
+_SHAPE_ONLY_TYPES = {1: "float32", 10: "float16", 16: "bfloat16", 11: "float64", 2: "uint8", 3: "int8"}
+SHAPE_ONLY_MIN_BYTES = 1 << 16
+# the typed field an inline tensor of each of those types may hold its values in instead of raw_data
+_TYPED_FIELD = {1: "float_data", 11: "double_data"} | dict.fromkeys((10, 16, 2, 3), "int32_data")
+
+
+def _shape_only(t) -> bool:
+    return t.data_type in _SHAPE_ONLY_TYPES and (tensor_nbytes(t) or 0) >= SHAPE_ONLY_MIN_BYTES
+
+
+def _load_weights_lazily(model, base: Path, name: str) -> None:
+    """Leave the large weights' data out of `model`; load every other tensor's external data.
+
+    After this, a tensor is marked `data_location == EXTERNAL` exactly when it is a shape-only main-graph
+    initializer (see `passes.tvm_ir.onnx_import`). Inline shape-only tensors are checked against their shape
+    (raw bytes or typed values) before their data is dropped. External references were checked by
+    `_check_external_data`.
+    """
+    from onnx import TensorProto
+    from onnx.external_data_helper import _get_all_tensors, load_external_data_for_tensor, uses_external_data
+
+    lazy = []
+    for t in model.graph.initializer:
+        if not _shape_only(t):
+            continue
+        lazy.append(t)
+        if uses_external_data(t):
             continue
         n = 1
         for d in t.dims:
             n *= d
-        if t.data_type in (21, 22, 23):  # UINT4, INT4, FLOAT4E2M1 pack two elements per byte
-            n, itemsize = (n + 1) // 2, 1
-        if len(t.raw_data) != n * itemsize:
-            raise UnreadableModelError(
-                f"{name}: tensor '{t.name}' holds {len(t.raw_data)} bytes of data, its shape needs {n * itemsize}"
-            )
+        field = _TYPED_FIELD[t.data_type]
+        if t.HasField("raw_data") and len(getattr(t, field)):
+            raise UnreadableModelError(f"{name}: tensor '{t.name[:80]}' holds its data twice (raw and {field})")
+        held = len(t.raw_data) if t.HasField("raw_data") else len(getattr(t, field))
+        need = tensor_nbytes(t) if t.HasField("raw_data") else n
+        if held != need:
+            unit = "bytes of data" if t.HasField("raw_data") else "values"
+            raise UnreadableModelError(f"{name}: tensor '{t.name[:80]}' holds {held} {unit}, its shape needs {need}")
+    for t in lazy:
+        for f in ("raw_data", "float_data", "int32_data", "double_data", "external_data"):
+            t.ClearField(f)
+        t.data_location = TensorProto.EXTERNAL
+    for t in _get_all_tensors(model):
+        if uses_external_data(t) and len(t.external_data):
+            load_external_data_for_tensor(t, str(base))
+            t.data_location = TensorProto.DEFAULT
+            del t.external_data[:]
+
+
+def _check_model(model, name: str) -> None:
+    """onnx's checker on `model` with its shape-only initializers turned into graph inputs of the same type: the
+    checker wants data in every initializer; their references and sizes were checked beforehand."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # cheap: shape-only initializers hold no data
+    graph = copy.graph
+    inputs = {i.name for i in graph.input}
+    for i in reversed(range(len(graph.initializer))):
+        t = graph.initializer[i]
+        if t.data_location == TensorProto.EXTERNAL:
+            if t.name not in inputs:
+                graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+            del graph.initializer[i]
+    try:
+        onnx.checker.check_model(copy)
+    except Exception as exc:  # ValidationError and friends
+        raise UnreadableModelError(f"{name}: invalid ONNX model: {one_line(exc)}") from exc
 
 
 # window attributes of convolutions and pools: (lowest value, highest value)
@@ -268,6 +377,30 @@ def _rebatch(model, graph_inputs, specs: dict[str, InputSpec], batch: int | None
     return rebatched, f"re-batched from {old} to {new}: the file fixes dimension 0 of {inputs} to {old}"
 
 
+# Graph names exporters write whatever the model: torch.onnx.export (both exporters, old and new spellings),
+# tf2onnx, paddle2onnx, MXNet, CNTK, and placeholder words. Such a model is named after its file.
+GENERIC_GRAPH_NAMES = frozenset(
+    {
+        "main_graph",
+        "torch-jit-export",
+        "torch_jit",
+        "tf2onnx",
+        "model from paddlepaddle.",
+        "mxnet_converted_model",
+        "cntkgraph",
+        "graph",
+        "main",
+        "model",
+        "onnx",
+    }
+)
+
+
+def model_name(graph_name: str, path: Path) -> str:
+    """The model's name in reports: the ONNX graph's name, or the file's stem when that is empty or generic."""
+    return path.stem if graph_name.strip().lower() in GENERIC_GRAPH_NAMES or not graph_name.strip() else graph_name
+
+
 def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
     """Read, validate and import an ONNX file with static input shapes."""
     import onnx
@@ -281,11 +414,11 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
         raise UnreadableModelError(f"{path.name}: not a valid ONNX model (its graph has no nodes)")
     _check_external_data(model, path.parent, path.name)
     try:
-        onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
-        onnx.checker.check_model(model)
-    except Exception as exc:  # ValidationError and friends
-        raise UnreadableModelError(f"{path.name}: invalid ONNX model: {one_line(exc)}") from exc
+        _load_weights_lazily(model, path.parent, path.name)
+    except OSError as exc:
+        raise UnreadableModelError(f"{path.name}: cannot read external data ({one_line(exc)})") from exc
     _check_raw_sizes(model, path.name)
+    _check_model(model, path.name)
     check_nodes(model, path.name)
 
     from passes.tvm_ir import onnx_convert_ops
@@ -338,7 +471,7 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
     return LoadedModel(
         mod=mod,
         framework="onnx",
-        name=model.graph.name or path.stem,
+        name=model_name(model.graph.name, path),
         source=str(path),
         n_inputs=len(graph_inputs),
         input_names=tuple(shape_dict),

@@ -23,12 +23,13 @@ class InputSpec:
     """A user's shape (and optionally dtype) for one named model input."""
 
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[int | None, ...]  # None: keep the file's value (`?` in DIMS)
     dtype: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> InputSpec:
-        """Parse `NAME:DIMS[:DTYPE]`, DIMS `x`-separated, e.g. `pixel_values:8x3x224x224:float16`."""
+        """Parse `NAME:DIMS[:DTYPE]`, DIMS `x`-separated, e.g. `pixel_values:8x3x224x224:float16`; a `?` in
+        DIMS keeps the file's value of that dimension (`x:?x3x64x64`)."""
         parts = text.rsplit(":", 2) if text.count(":") >= 2 else text.rsplit(":", 1)
         if len(parts) == 3 and parts[2] not in DTYPES:
             # the name itself may contain ':' (ONNX names like "input:0"): re-split keeping it
@@ -37,13 +38,14 @@ class InputSpec:
             raise UsageError(f"--input {text!r}: expected NAME:DIMS[:DTYPE], e.g. x:1x3x224x224")
         name, dims = parts[0], parts[1]
         dtype = parts[2] if len(parts) == 3 else None
+        bad = f"--input {text!r}: DIMS must be positive integers (or ? for the file's value) separated by 'x'"
         try:
-            shape = tuple(int(d) for d in dims.lower().split("x"))
+            shape = tuple(None if d == "?" else int(d) for d in dims.lower().split("x"))
         except ValueError:
-            raise UsageError(f"--input {text!r}: DIMS must be positive integers separated by 'x'") from None
-        if not shape or any(d <= 0 for d in shape):
-            raise UsageError(f"--input {text!r}: DIMS must be positive integers separated by 'x'")
-        if any(d > MAX_DIM for d in shape):
+            raise UsageError(bad) from None
+        if not shape or any(d is not None and d <= 0 for d in shape):
+            raise UsageError(bad)
+        if any(d is not None and d > MAX_DIM for d in shape):
             raise UsageError(f"--input {text!r}: a dimension is larger than {MAX_DIM}")
         if dtype is not None and dtype not in DTYPES:
             raise UsageError(f"--input {text!r}: unknown dtype {dtype!r} (one of {', '.join(DTYPES)})")
@@ -56,15 +58,18 @@ def resolve_shape(
     """The concrete shape of input `name`.
 
     `file_dims` are the model file's dimensions: an int when fixed, a string or None when dynamic.
-    A user's `--input` wins over the file for dynamic dims; `--batch` sets dimension 0. A dim that
-    stays dynamic, or a user value that contradicts a fixed dim, raises an error naming the input,
-    the dimension and the flag that sets it.
+    A user's `--input` wins over the file for dynamic dims (a None in it, `?`, keeps the file's);
+    `--batch` sets dimension 0. A dim that stays dynamic, or a user value that contradicts a fixed
+    dim, raises an error naming the input, the dimension and the flag that sets it; its `--input`
+    hint writes each dynamic dimension as N, to be replaced by a size.
     """
     dims = list(file_dims)
     if spec is not None:
         if len(spec.shape) != len(dims):
             raise UsageError(f"input '{name}' has {len(dims)} dimensions in {source}, --input gives {len(spec.shape)}")
         for i, (f, u) in enumerate(zip(dims, spec.shape, strict=True)):
+            if u is None:
+                continue
             if isinstance(f, int) and f != u:
                 raise UsageError(
                     f"input '{name}' dimension {i} is fixed to {f} in {source}; --input asks for {u} "
@@ -84,6 +89,7 @@ def resolve_shape(
             raise MissingShapeError(
                 f"input '{name}' dimension {i}{label} is dynamic: set it with "
                 + ("--batch N or " if i == 0 else "")
-                + f"--input {name}:{'x'.join(str(x) if isinstance(x, int) else '?' for x in dims)}"
+                + f"--input {name}:{'x'.join(str(x) if isinstance(x, int) else 'N' for x in dims)} "
+                + "(each N a size; ? keeps the file's value)"
             )
     return tuple(dims)

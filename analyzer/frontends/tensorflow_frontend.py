@@ -233,7 +233,10 @@ def load_tflite(path: Path, specs: dict[str, InputSpec], batch: int | None) -> L
     shapes, dtypes = {}, {}
     for name, dims, dtype in inputs:
         spec = specs.get(name)
-        wanted = list(spec.shape) if spec is not None else list(dims)
+        wanted = list(dims)
+        if spec is not None:  # a ? (None) keeps the file's value; a rank mismatch is refused below
+            wanted = [d if u is None else u for u, d in zip(spec.shape, dims, strict=False)]
+            wanted += list(spec.shape[len(dims) :])
         if batch is not None and wanted:
             wanted[0] = batch
         if wanted != dims:

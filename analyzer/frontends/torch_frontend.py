@@ -37,7 +37,9 @@ def _converters() -> dict[str, Callable]:
     (`tvm_ir.opaque_converter`) so the analysis still runs and lists it in `totals.unsupported`."""
     from passes import tvm_ir
 
+    promoting = {t: tvm_ir.float_promoting_converter(t) for t in tvm_ir.TORCH_FLOAT_RESULT_OPS}
     return {
+        **promoting,
         "amax.default": tvm_ir.reduce_converter("max"),
         "amin.default": tvm_ir.reduce_converter("min"),
         "index.Tensor": tvm_ir.index_tensor_converter,

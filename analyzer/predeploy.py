@@ -31,7 +31,7 @@ FORMATS = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "mar
 
 def _roofs(analysis, device) -> list[tuple[str, float]]:
     names = {v: k.upper() for k, v in device.peak_flops.items()}
-    rates = {peak_rate(device, c.category, compute_dtype(c)) for c in analysis.ops if not c.weight_only}
+    rates = {peak_rate(device, c.category, compute_dtype(c)) for c in analysis.ops if not c.folded}
     return sorted((names.get(r, f"{r / 1e12:g} TFLOP/s"), r) for r in rates)
 
 
@@ -205,7 +205,7 @@ def _cost_section(report, top: int) -> Section:
     p = report.predictions[0] if report.predictions else None
     sec = Section("Where the cost is")
     times = op_times_ms(a, p) if p else {}
-    live = [c for c in a.ops if not c.weight_only]
+    live = [c for c in a.ops if not c.folded]
     total_flops = a.totals.flops or 1
     if p:
         sec.blocks.append(

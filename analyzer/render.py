@@ -25,7 +25,7 @@ def op_json(cost) -> dict:
         "inputs": [t.to_json() for t in cost.inputs],
         "output": cost.output.to_json() if cost.outputs else None,
         "weight_bytes": cost.weight_bytes,
-        "folded": cost.weight_only,
+        "folded": cost.folded,
         "supported": cost.supported,
     }
 
@@ -116,7 +116,7 @@ def _shape(s) -> str:
 def _rows(report, top: int) -> tuple[list[str], list[list[str]]]:
     a = report.analysis
     total = a.totals.flops or 1
-    live = [c for c in a.ops if not c.weight_only]
+    live = [c for c in a.ops if not c.folded]
     ranked = sorted(live, key=lambda c: (c.flops, c.bytes_read + c.bytes_written), reverse=True)[:top]
     header = ["#", "name", "op", "category", "output", "FLOPs", "share", "bytes moved"]
     rows = [

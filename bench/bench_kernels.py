@@ -104,7 +104,7 @@ def table(families: list[str] | None) -> None:
         except (RuntimeError, NotImplementedError):  # a forward that reads data (HF decoders): on the CPU
             built = zoo.build(variant, batch=1, device="cpu")
             trace = trace_kernels(built.module, built.example_inputs)
-        live = [c for c in a.ops if not c.weight_only]
+        live = [c for c in a.ops if not c.folded]
         bound_ops = _bound_ms(live, h100, lambda c: (c.category, c.output.dtype))
         bound_kernels = _bound_ms(view.kernels, h100, lambda k: (_KIND_CATEGORY.get(k.kind, "other"), k.dtype))
         s = view.summary

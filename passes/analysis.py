@@ -20,7 +20,7 @@ from .memory import MemoryProfile, liveness
 class Totals:
     """Model totals, as in the `totals` block of the JSON report.
 
-    Ops that only transform weights (`OpCost.weight_only`, e.g. a transposed linear weight) are
+    Ops that only transform weights (`OpCost.folded`, e.g. a transposed linear weight) are
     folded ahead of time by compilers and are left out of the FLOP, byte and op counts.
     """
 
@@ -79,7 +79,7 @@ def analyze_graph(graph: OpGraph, *, attention_patterns: str = "sdpa") -> Analys
     "all" (any: for ONNX, TensorFlow and Paddle graphs). See `passes.kernels.kernel_view`.
     """
     ops = [cost_of(op) for op in graph.ops]
-    live = [c for c in ops if not c.weight_only]
+    live = [c for c in ops if not c.folded]
     memory = liveness(graph)
     weights = [s for s in graph.weights if not s.scalar_const]
     params = sum(s.tensor.numel for s in weights)

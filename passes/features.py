@@ -124,7 +124,7 @@ def node_row(cost: OpCost, attrs: dict, kernel: tuple[float, float, float] = (0.
         _log(window),
         float(max(strides)),
         _log(attrs.get("groups", 1) or 1),
-        float(cost.weight_only),
+        float(cost.folded),
         float(kernel[0]),
         _log(kernel[1]),
         _log(kernel[2]),
@@ -168,7 +168,7 @@ def static_features(
     costs: Sequence[OpCost], *, batch_size: int, params: int, peak_activation_bytes: int, param_bytes: int
 ) -> dict[str, float]:
     """Graph-level features: DIPPM's five (MACs, batch size, #conv, #dense/matmul, #relu) and more."""
-    live = [c for c in costs if not c.weight_only]
+    live = [c for c in costs if not c.folded]
     cats = Counter(c.category for c in live)
     feats: dict[str, float] = {
         "macs": sum(c.macs for c in live),

@@ -95,7 +95,7 @@ class OpNode:
     outputs: tuple[TensorInfo, ...]  # more than one for tuple-returning ops (split, batch_norm)
     callee: str | None = None  # PrimFunc / packed function name for call_tir and friends
     tir_flops: int | None = None  # TVM's estimate for call_tir PrimFuncs, None if unavailable
-    weight_only: bool = False  # every operand is a weight: a compiler folds it ahead of time
+    folded: bool = False  # every operand is a weight: a compiler folds it ahead of time
 
     @property
     def inputs(self) -> list[TensorInfo]:

@@ -42,7 +42,7 @@ class CostSnapshot:
         except Exception as exc:  # noqa: BLE001 - a snapshot must never break the user's build
             return cls(error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200])
         t = a.totals
-        tir = sum(1 for op in a.graph.ops if op.op in TIR_CALLS and not op.weight_only)
+        tir = sum(1 for op in a.graph.ops if op.op in TIR_CALLS and not op.folded)
         return cls(
             t.flops,
             t.macs,

@@ -32,7 +32,7 @@ Rules (docs/execution-model.md explains them for users):
 * **Constant masks collapse**: ops that depend on no model input and only build an attention mask launch
   nothing (eager PyTorch passes `is_causal` or no mask); a mask counts as "real" (and its bytes as read)
   only when it depends on a model input.
-* **Folded**: ops on weights alone (`OpCost.weight_only`) launch nothing (a transposed linear weight is a
+* **Folded**: ops on weights alone (`OpCost.folded`) launch nothing (a transposed linear weight is a
   view in torch).
 * **Epilogues**: a matmul with a 2-D weight followed by the add of a bias vector is one gemm kernel (addmm,
   cuBLASLt bias epilogue); a depthwise 2-D convolution and its bias add are one kernel
@@ -882,7 +882,7 @@ class _View:
                 roles[c] = "fused"
 
         for i, cost in enumerate(self.costs):
-            if cost.weight_only:  # (the contract's rule; the constant rule above already covers it)
+            if cost.folded:  # (the contract's rule; the constant rule above already covers it)
                 roles[i] = "folded"
 
         # recurrent layers: one pointwise kernel per step for the gates (cuDNN's standard RNN algorithm)
@@ -989,7 +989,7 @@ class _View:
                             layout[outs[0]] = _permuted_contiguous(out_shape, order)
                         break
 
-        live = [c for c in self.costs if not c.weight_only]
+        live = [c for c in self.costs if not c.folded]
         summary = KernelSummary(
             relax_ops=len(live),
             kernels=len(kernels),

@@ -3,7 +3,7 @@
 A tensor lives from the op that produces it (graph inputs: from the start) to its last consumer
 (graph outputs: to the end). Views (reshape, squeeze, expand_dims, flatten) share their input's
 storage, as they do in PyTorch and after TVM's memory planning, so they extend the input's life
-instead of allocating. Tensors computed from weights alone (`OpNode.weight_only`) are folded by
+instead of allocating. Tensors computed from weights alone (`OpNode.folded`) are folded by
 a compiler and count as weights, not activations. The peak is the largest sum of live bytes at
 any op, while that op runs (its inputs and outputs are both live).
 """
@@ -52,7 +52,7 @@ def liveness(graph: OpGraph) -> MemoryProfile:
             if sid is not None:
                 last[sid] = max(last[sid], op.index)
         produced = sorted(out_values.get(op.index, []))
-        if op.weight_only:
+        if op.folded:
             continue
         first_act = next((o for o in op.operands if o.value in storage), None)
         if op.op in VIEW_OPS and first_act is not None and len(produced) == 1:

@@ -383,7 +383,7 @@ class _Extractor:
                 attrs["min"], attrs["max"] = (float(b) for b in bounds)  # relax.clip takes them as arguments
 
         index = len(self.ops)
-        weight_only = bool(operands) and all(o.kind == "weight" for o in operands)
+        folded = bool(operands) and all(o.kind == "weight" for o in operands)
         node = OpNode(
             index=index,
             name=var.name,
@@ -393,14 +393,14 @@ class _Extractor:
             outputs=outputs,
             callee=callee_name,
             tir_flops=tir,
-            weight_only=weight_only,
+            folded=folded,
         )
         self.ops.append(node)
         refs = []
         for j, info in enumerate(outputs):
             vid = self.new_value()
             self.producer[vid] = index
-            if weight_only:
+            if folded:
                 self.weight_values.add(vid)
             refs.append((vid, j if len(outputs) > 1 else None, info))
         self.env[_key(var)] = refs

@@ -182,7 +182,7 @@ def runtime_of(ops) -> dict:
     (`torch.backends.cudnn.allow_tf32` True: float32 convolutions on TF32 tensor cores;
     `torch.backends.cuda.matmul.allow_tf32` False: float32 matmuls on FP32 CUDA cores), in the dtype most of the
     graph's multiply-add ops (else its ops) compute in ("int8" for int8 or uint8 operands: a quantized model)."""
-    live = [c for c in ops if not c.weight_only and c.outputs]
+    live = [c for c in ops if not c.folded and c.outputs]
     heavy = [c for c in live if c.category in ("conv", "matmul", "attention")] or live
     dtypes = Counter("int8" if d in INT8_DTYPES else d for d in map(compute_dtype, heavy))
     return {
@@ -283,5 +283,5 @@ def op_times_ms(analysis, prediction: Prediction) -> dict[int, tuple[float, bool
     return {
         c.index: (per_op.get(c.index, 0.0) * 1e3 * scale, bound.get(c.index, False))
         for c in analysis.ops
-        if not c.weight_only
+        if not c.folded
     }

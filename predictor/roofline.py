@@ -9,7 +9,7 @@ the graph (ops run one after another in eager PyTorch). Which peak applies (NB, 
   tensor cores at the int8 rate (a device without one in the table falls back to fp32); the dtype of such an
   op is its operands' (`passes.costs.compute_dtype`), not its int32 output's;
 - everything else (elementwise, normalisation, reductions, data movement) at the fp32 CUDA-core rate.
-Ops folded ahead of time (`weight_only`) cost nothing at run time.
+Ops folded ahead of time (`folded`) cost nothing at run time.
 
 A MIG slice owns a share of the SMs (compute) and of the memory slices (bandwidth, L2): its bound
 scales the two terms separately.
@@ -107,7 +107,7 @@ def op_bounds(ops: Iterable, device: Device, *, sm_share: float = 1.0, bandwidth
             bandwidth_share,
         )
         for op in ops
-        if not getattr(op, "weight_only", False)
+        if not getattr(op, "folded", False)
     ]
 
 
@@ -119,7 +119,7 @@ def op_arrays(ops: Iterable) -> dict[str, np.ndarray]:
         "op_bytes": np.array([c.bytes_read + c.bytes_written for c in ops], dtype=np.float64),
         "op_category": np.array([CATEGORIES.index(c.category) for c in ops], dtype=np.int8),
         "op_dtype": np.array([compute_dtype(c) for c in ops]),
-        "op_folded": np.array([c.weight_only for c in ops], dtype=bool),
+        "op_folded": np.array([c.folded for c in ops], dtype=bool),
     }
 
 

@@ -20,7 +20,7 @@ class Op:
     bytes_read: int
     bytes_written: int
     dtype: str = "float32"
-    weight_only: bool = False
+    folded: bool = False
 
     @property
     def outputs(self):
@@ -62,7 +62,7 @@ def test_roofline_on_hand_computed_ops():
         # fp32 add: compute 1e9 / 67e12 = 0.014925 ms; memory 6.7e9 / 3.35e12 = 2.0 ms -> 2.0
         Op(1, "elementwise", 1_000_000_000, 4_700_000_000, 2_000_000_000),
         # folded weight transpose: costs nothing at run time
-        Op(2, "data_movement", 0, 10**12, 10**12, weight_only=True),
+        Op(2, "data_movement", 0, 10**12, 10**12, folded=True),
     ]
     assert latency_bound_ms(ops, H100) == pytest.approx(2.02143 + 2.0, rel=1e-5)
     # 1g.10gb: 16 of 132 SMs, 1 of 8 memory slices.

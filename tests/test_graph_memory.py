@@ -97,7 +97,7 @@ def test_views_share_storage_and_weights_are_not_activations():
         bb.emit_func_output(z)
     analysis = analyze_module(bb.get())
     graph = analysis.graph
-    assert graph.ops[0].weight_only and not graph.ops[1].weight_only
+    assert graph.ops[0].folded and not graph.ops[1].folded
     # op0 (folded): x = 256; op1 matmul: x + y = 512; op2 reshape (view): y = 256; op3 relu: y + z = 512
     assert analysis.memory.timeline == (256, 512, 256, 512)
     assert analysis.totals.peak_activation_bytes == 512

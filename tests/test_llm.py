@@ -50,7 +50,7 @@ DEVICES = ["h100-80gb", "a100-40gb"]
 
 
 def multiply_add_flops(analysis) -> int:
-    return sum(2 * c.macs for c in analysis.ops if c.category in MULTIPLY_ADD and not c.weight_only)
+    return sum(2 * c.macs for c in analysis.ops if c.category in MULTIPLY_ADD and not c.folded)
 
 
 def meta_lm(spec: str):

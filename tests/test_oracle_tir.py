@@ -93,7 +93,7 @@ def compare(kind: str, name: str) -> dict:
     # ops LegalizeOps leaves as Relax calls (e.g. cumsum) are invisible to TIR's estimate: compared apart
     left_as_relax = {op.op for op in graph.ops if op.op not in tvm_ir._CALL_WITH_CALLEE}
     for op in analysis.ops:
-        if not op.weight_only:
+        if not op.folded:
             ours["not legalized" if op.op in left_as_relax else op.category] += op.flops
     not_estimated = []
     for op in graph.ops:
@@ -101,7 +101,7 @@ def compare(kind: str, name: str) -> dict:
             continue
         if op.tir_flops is None:
             not_estimated.append(op.callee)
-        elif not op.weight_only:
+        elif not op.folded:
             tir[tir_category(op.callee)] += op.tir_flops
     result = dict(
         ours=dict(ours),
@@ -117,7 +117,7 @@ def compare(kind: str, name: str) -> dict:
     scores = sum(
         op.inputs[0].shape[0] * op.inputs[0].shape[2] * op.inputs[0].shape[1] * op.inputs[1].shape[1]
         for op in analysis.ops
-        if op.op in ("relax.nn.attention", "relax.nn.attention_bias") and not op.weight_only
+        if op.op in ("relax.nn.attention", "relax.nn.attention_bias") and not op.folded
     )
     result["ours_mm"] += TIR_ATTENTION_EXTRA * scores
     _print(name, result)

@@ -63,9 +63,7 @@ def oracle_flops(module: torch.nn.Module, inputs: tuple) -> int:
 
 def multiply_add_flops(report) -> int:
     """Preflight's conv/matmul/attention FLOPs: 2 x MACs over the non-weight-only ops of those categories."""
-    return sum(
-        2 * op.macs for op in report.analysis.ops if op.category in MULTIPLY_ADD_CATEGORIES and not op.weight_only
-    )
+    return sum(2 * op.macs for op in report.analysis.ops if op.category in MULTIPLY_ADD_CATEGORIES and not op.folded)
 
 
 def used_state(module: torch.nn.Module, inputs: tuple) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:

@@ -30,12 +30,12 @@ def oracle_flops(module: torch.nn.Module, inputs: tuple) -> int:
     return counter.get_total_flops()
 
 
-def matrix_flops(report, *, weight_only: bool) -> int:
+def matrix_flops(report, *, folded: bool) -> int:
     """2 x MACs of the conv/matmul/attention ops; with or without those whose operands are all weights."""
     return sum(
         2 * op.macs
         for op in report.analysis.ops
-        if op.category in MULTIPLY_ADD_CATEGORIES and (weight_only or not op.weight_only)
+        if op.category in MULTIPLY_ADD_CATEGORIES and (folded or not op.folded)
     )
 
 
@@ -66,12 +66,12 @@ def test_deberta_v2_analyses_and_matches_flop_counter(route, tmp_path):
         torch.export.save(torch.export.export(module, inputs), path)
         report = analyze(str(path))
     oracle = oracle_flops(module, inputs)
-    ours = matrix_flops(report, weight_only=True)
+    ours = matrix_flops(report, folded=True)
     assert abs(ours - oracle) <= 0.001 * oracle, (ours, oracle)
     # What preflight leaves out of its totals: the relative-position embeddings (2 x position_buckets = 64 rows,
     # after their LayerNorm, all weights) through each layer's key and query projections (64 -> 64): 2 layers x 2
     # projections x 2 x 64 x 64 x 64 = 2,097,152 FLOPs, computable ahead of time (folded), while eager torch runs them.
-    assert ours - matrix_flops(report, weight_only=False) == 2 * 2 * 2 * 64 * 64 * 64
+    assert ours - matrix_flops(report, folded=False) == 2 * 2 * 2 * 64 * 64 * 64
     # params: every parameter and buffer (the embeddings' position_ids, 1 x 128)
     expected = sum(p.numel() for p in module.parameters()) + sum(b.numel() for b in module.buffers())
     assert report.totals.params == expected

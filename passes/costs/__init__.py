@@ -87,7 +87,7 @@ class OpCost:
     supported: bool
     unsupported_key: str | None = None  # how it is listed in totals.unsupported
     callee: str | None = None
-    weight_only: bool = False
+    folded: bool = False
 
     @property
     def output(self) -> TensorInfo:
@@ -112,7 +112,7 @@ def cost_of(op: OpNode) -> OpCost:
         inputs=inputs,
         outputs=op.outputs,
         callee=op.callee,
-        weight_only=op.weight_only,
+        folded=op.folded,
     )
 
     if op.op in TIR_CALLS:
@@ -184,7 +184,7 @@ def macs_by_dtype(costs: list[OpCost]) -> dict[str, int]:
     largest first."""
     out: dict[str, int] = {}
     for c in costs:
-        if c.macs and not c.weight_only:
+        if c.macs and not c.folded:
             dtype = compute_dtype(c)
             key = "int8" if dtype in INT8_DTYPES else dtype
             out[key] = out.get(key, 0) + c.macs

@@ -687,7 +687,7 @@ def build(
         raise KernelParamsError(f"the table leaves kinds uncovered: {missing}")
     neusight = any(r.source == "NeuSight" for r in records)
     meta = {
-        "created_by": "python -m predictor.kernel_model fit "
+        "created_by": "python -m predictor.kernel_fit fit "
         + " ".join(f"--data {n}" for n in data_names)
         + f" --out {out}",
         "fit_environment": {"numpy": np.__version__, "scipy": scipy.__version__},
@@ -772,7 +772,7 @@ def parse_eval_markdown(text: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m predictor.kernel_model", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m predictor.kernel_fit", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     fit = sub.add_parser("fit", help="fit the kernel parameter table and write its evaluation")
     fit.add_argument(
@@ -793,3 +793,7 @@ def main(argv: list[str] | None = None) -> int:
     eval_path.write_text(eval_markdown(rows, table))
     print(f"{len(records):,} kernels, {len(table.entries)} entries -> {out}; evaluation -> {eval_path}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

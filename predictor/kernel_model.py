@@ -40,7 +40,7 @@ All parameters live in one versioned table, `predictor/kernel_params.json` (`SCH
 (scope, kind, dtype): scope is a device key or a device family (`families` in the table: "ampere" for the A100s,
 "hopper" for H100/H200), dtype may be "*". Lookup tries (device, kind, dtype), (device, kind, "*"), (family,
 kind, dtype), (family, kind, "*"). Each entry says where its numbers come from (`source`: "fit: ...",
-"transfer: ...", "default: ..."). `python -m predictor.kernel_model fit --data DIR_OR_JSONL --out TABLE`
+"transfer: ...", "default: ..."). `python -m predictor.kernel_fit fit --data DIR_OR_JSONL --out TABLE`
 refits it (`predictor.kernel_fit`) and writes the evaluation table `KERNEL_EVAL.md` beside it; see
 docs/kernel-model.md. The model itself needs only numpy and is vectorised over kernels.
 """
@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -455,14 +454,3 @@ def latency_bound_ms(kernels: Iterable, device: Device, profile: MigProfile | No
         rate = peak_rate(device, _CATEGORY.get(kind, kind), dtype) * sm_share
         total += float(np.maximum(arrays.flops[rows] / rate, arrays.nbytes[rows] / (device.bandwidth * bw_share)).sum())
     return total * 1e3
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m predictor.kernel_model fit ...`: see `predictor.kernel_fit.main`."""
-    from .kernel_fit import main as fit_main  # deferred: the fit needs scipy, the model does not
-
-    return fit_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

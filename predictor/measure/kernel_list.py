@@ -1,5 +1,4 @@
-"""Derive the kernel sweep's list from the zoo config list, on the CPU (``python -m predictor.measure.kernels
-make-list``).
+"""Derive the kernel sweep's list from the zoo config list, on the CPU (``python -m predictor.measure.kernel_list``).
 
 1. **Trace.** Every (zoo spec, batch) of the config list is run once on the meta device under
    :class:`KernelTrace`, a :class:`predictor.measure.configs.MetaDispatch` (the same dispatch trace the
@@ -1268,3 +1267,17 @@ def main_make_list(args: argparse.Namespace) -> int:
         f"{args.budget_s:.0f} s; took {time.perf_counter() - t0:.0f} s"
     )
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m predictor.measure.kernel_list [options]``: write a kernel list (see `main_make_list`)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m predictor.measure.kernel_list",
+        description="Derive the kernel sweep's list from a zoo config list (CPU, meta device).",
+    )
+    add_arguments(parser)
+    return main_make_list(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,7 +2,7 @@
 
 ``python -m predictor.measure.kernels --device cuda --list predictor/measure/lists/kernels-h100-80gb.jsonl
 --out data --budget-s 480`` times the entries of a kernel list (written by ``python -m
-predictor.measure.kernels make-list``, see :mod:`predictor.measure.kernel_list`) and appends one JSON line
+predictor.measure.kernel_list``, see that module) and appends one JSON line
 per entry to ``OUT/<device>/kernels/shard-III-of-NNN.jsonl``.
 
 **Entries.** An entry is one operator of :data:`OPS` (``op``, e.g. ``"bmm"``) with its shape parameters
@@ -1338,14 +1338,14 @@ def _shard(text: str) -> tuple[int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Return the parser of ``python -m predictor.measure.kernels [run|make-list]``.
+    """Return the parser of ``python -m predictor.measure.kernels [run]``.
 
     Returns:
         The parser.
     """
     parser = argparse.ArgumentParser(
         prog="python -m predictor.measure.kernels",
-        description="Single-operator kernel sweep (run: time a kernel list; make-list: derive one from the zoo).",
+        description="Single-operator kernel sweep: time a kernel list (predictor.measure.kernel_list makes one).",
     )
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="time the entries of a kernel list (the default command)")
@@ -1368,10 +1368,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ops", help="comma-separated ops or kinds to keep")
     run.add_argument("--max-file-mb", type=float, default=12.0)
     run.add_argument("--threads", type=int, default=None, help="CPU only: torch threads")
-    make = sub.add_parser("make-list", help="derive a kernel list from a zoo config list (CPU, meta device)")
-    from predictor.measure.kernel_list import add_arguments
-
-    add_arguments(make)
     return parser
 
 
@@ -1386,13 +1382,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         4 the first entries all failed (a bug: see the records' ``error``).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("run", "make-list", "-h", "--help"):
+    if not argv or argv[0] not in ("run", "-h", "--help"):
         argv.insert(0, "run")
     args = build_parser().parse_args(argv)
-    if args.command == "make-list":
-        from predictor.measure.kernel_list import main_make_list
-
-        return main_make_list(args)
     try:
         entries = load_list(args.list)
     except (OSError, ValueError) as exc:

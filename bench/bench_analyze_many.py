@@ -10,7 +10,10 @@ The workload is the first N models of `MODELS` (zoo models at batch 1, predicted
 may share this machine: the runs to compare go back to back in rounds, each with the 1-minute load average
 before it.
 
-Usage: python bench/bench_analyze_many.py [--models 16] [--rounds 2] [--skip-cluster] [--port 6399]
+`--repeat K` runs the list K times over (the same rows again): a job of 16 models is short enough that each
+worker's first model, which warms torch up, weighs on the throughput; repeats measure the steady state.
+
+Usage: python bench/bench_analyze_many.py [--models 16] [--repeat 1] [--rounds 2] [--skip-cluster] [--port 6399]
 """
 
 from __future__ import annotations
@@ -91,7 +94,8 @@ def single_process(models: list[str]) -> dict:
 def engine(models: list[str], workers: int) -> dict:
     """The engine on an embedded Ray: timings (Ray start, first worker ready, last result) and the rows."""
     jobs = [batch.Job(m, m, devices=(DEVICE,)) for m in models]
-    rows: dict[str, dict] = {}
+    rows: dict[str, dict] = {}  # model -> its row (a repeated model's rows are equal)
+    every: list[dict] = []  # every row, repeats included
     t: dict[str, float] = {"start": time.perf_counter()}
 
     def on_start() -> None:
@@ -99,6 +103,7 @@ def engine(models: list[str], workers: int) -> dict:
 
     def on_result(job: batch.Job, out: batch.Outcome) -> None:
         rows[job.model] = batch.make_row(job, out)
+        every.append(rows[job.model])
 
     with batch.ray_cluster(workers) as n:
         assert n == workers
@@ -111,6 +116,7 @@ def engine(models: list[str], workers: int) -> dict:
         "job_s": t["end"] - t["ready"],  # first worker ready -> last result
         "total_s": t["end"] - t["start"],
         "rows": rows,
+        "every": every,
     }
 
 
@@ -144,9 +150,9 @@ def bench_local(models: list[str], rounds: int) -> dict:
             before = load()
             r = engine(models, w)
             # the engine's own cost: job time not spent inside a task, per model (1 worker: tasks run one by one)
-            own = (r["job_s"] - sum(row["seconds"] for row in r["rows"].values())) / n if w == 1 else None
+            own = (r["job_s"] - sum(row["seconds"] for row in r["every"])) / n if w == 1 else None
             # CPU time the workers got over their tasks' wall time: 100% = each worker had a core to itself
-            share = sum(x["cpu_seconds"] for x in r["rows"].values()) / sum(x["seconds"] for x in r["rows"].values())
+            share = sum(x["cpu_seconds"] for x in r["every"]) / sum(x["seconds"] for x in r["every"])
             print(f"| {i} | engine, {w} worker{'s' if w > 1 else ''} | {before} | {r['ray_start_s']:.1f} | "
                   f"{r['worker_start_s']:.1f} | {r['job_s']:.1f} | {n / r['job_s'] * 60:.1f} | {share:.0%} | "
                   f"{'' if own is None else f'{own:.3f}'} |")  # fmt: skip
@@ -156,7 +162,7 @@ def bench_local(models: list[str], rounds: int) -> dict:
           "CPU time of the analysing process(es) over their wall time per model (100%: a core to itself).")  # fmt: skip
     speedups = [one["job_s"] / two["job_s"] for _, one, two in runs]
     overheads = [one["job_s"] / loop["loop_s"] - 1 for loop, one, _ in runs]
-    own = [(one["job_s"] - sum(r["seconds"] for r in one["rows"].values())) / n for _, one, _ in runs]
+    own = [(one["job_s"] - sum(r["seconds"] for r in one["every"])) / n for _, one, _ in runs]
     print(f"\nThroughput, 2 workers / 1 worker, per round (goal >= 1.7): "
           f"{', '.join(f'{x:.2f}x' for x in speedups)}")  # fmt: skip
     print(f"Per-model time, engine with 1 worker / the loop - 1, per round (goal <= 10%): "
@@ -167,7 +173,7 @@ def bench_local(models: list[str], rounds: int) -> dict:
     rss: dict[int, float] = {}
     for _, *es in runs:
         for e in es:
-            for r in e["rows"].values():
+            for r in e["every"]:
                 w = r["worker"]
                 rss[w["pid"]] = max(rss.get(w["pid"], 0), w.get("max_rss_mib") or 0)
     times = sorted(t for loop, *_ in runs for t in loop["times"])
@@ -268,11 +274,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", type=int, default=16, help=f"how many of the {len(MODELS)} models")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of (loop, 1 worker, 2 workers)")
+    ap.add_argument("--repeat", type=int, default=1, help="run the model list this many times over per run")
     ap.add_argument("--skip-cluster", action="store_true")
     ap.add_argument("--port", type=int, default=6399, help="the two-node cluster's head port")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
-    models = MODELS[: args.models]
+    models = MODELS[: args.models] * max(1, args.repeat)
     print(f"python {sys.version.split()[0]}, {batch.local_cores()} cores, load average {os.getloadavg()}")
     oracle = bench_local(models, args.rounds)
     if not args.skip_cluster:

@@ -705,3 +705,21 @@ def test_a_shape_computed_from_input_values_is_a_clean_missing_shape_error(tmp_p
     path = _onnx_file(tmp_path / "cos.onnx", [helper.make_node("ConstantOfShape", ["shape"], ["y"])], [shape], [y])
     msg = fails(2, "analyze", path)
     assert "shape computed from the values of the inputs" in msg
+
+
+def test_an_axes_operand_fed_at_run_time_names_the_input_that_feeds_it(tmp_path):
+    """ReduceSum (opset 13+) takes its axes as an input; fed by a graph input, TVM's importer cannot read them:
+    the error names that input, the operand and the node, with the fix, and exits 2 (a usage error)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])
+    axes = helper.make_tensor_value_info("axes", TensorProto.INT64, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1, 4])
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="sum_it")
+    path = _onnx_file(tmp_path / "reduce.onnx", [node], [x, axes], [y])
+    msg = fails(2, "analyze", path)
+    assert "input 'axes' sets axes of ReduceSum node 'sum_it'" in msg and "make it a constant" in msg
+    # the same graph with the axes stored as a constant analyses: a sum costs 1 FLOP per input element
+    # (passes/costs/reduction.py's convention), 2 * 3 * 4 = 24
+    const = numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")
+    path = _onnx_file(tmp_path / "reduce_const.onnx", [node], [x], [y], [const])
+    doc = ok_json("analyze", path)
+    assert doc["totals"]["flops"] == 2 * 3 * 4

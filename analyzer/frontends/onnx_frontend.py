@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..errors import (
     AnalysisError,
+    MissingShapeError,
     PreflightError,
     UnreadableModelError,
     UnsupportedOperatorsError,
@@ -401,6 +402,49 @@ def model_name(graph_name: str, path: Path) -> str:
     return path.stem if graph_name.strip().lower() in GENERIC_GRAPH_NAMES or not graph_name.strip() else graph_name
 
 
+# ONNX operands that set shapes, axes or counts (op type -> input slot -> what it sets): TVM's importer needs
+# them as constants, and so does any static analysis
+_SHAPE_OPERANDS = {
+    "Reshape": {1: "a shape"},
+    "Expand": {1: "a shape"},
+    "ConstantOfShape": {0: "a shape"},
+    "Tile": {1: "repeat counts"},
+    "Slice": {1: "slice starts", 2: "slice ends", 3: "slice axes", 4: "slice steps"},
+    "Pad": {1: "pads", 3: "pad axes"},
+    "Resize": {1: "a region of interest", 2: "scales", 3: "sizes"},
+    "Upsample": {1: "scales"},
+    "TopK": {1: "k"},
+    "Split": {1: "split sizes"},
+    "Squeeze": {1: "axes"},
+    "Unsqueeze": {1: "axes"},
+    "OneHot": {1: "a depth"},
+    "CumSum": {1: "an axis"},
+    "Range": {0: "a start", 1: "a limit", 2: "a delta"},
+    "Trilu": {1: "a diagonal offset"},
+    "CenterCropPad": {1: "a shape"},
+    "AffineGrid": {1: "a size"},
+    **{
+        op: {1: "axes"}
+        for op in (
+            "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+            "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
+        )
+    },
+}  # fmt: skip
+
+
+def _fed_operands(model, graph_inputs) -> str | None:
+    """'input NAME sets OPERAND of OP node NODE' for the first graph input that feeds a shape-like operand
+    (`_SHAPE_OPERANDS`) directly, or None."""
+    names = {i.name for i in graph_inputs}
+    for node in model.graph.node:
+        for slot, what in _SHAPE_OPERANDS.get(node.op_type, {}).items():
+            if slot < len(node.input) and node.input[slot] in names:
+                label = printable((node.name or node.op_type)[:60])
+                return f"input '{printable(node.input[slot][:60])}' sets {what} of {node.op_type} node '{label}'"
+    return None
+
+
 def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
     """Read, validate and import an ONNX file with static input shapes."""
     import onnx
@@ -466,6 +510,13 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
     except UnsupportedOnnxNode as exc:
         raise AnalysisError(f"{path.name}: {exc}") from exc
     except Exception as exc:  # the importer raises many error types
+        fed = _fed_operands(model, graph_inputs)
+        if fed:
+            raise MissingShapeError(
+                f"{path.name}: {fed}, which a static analysis needs in the file; the model takes it at run time "
+                f"(make it a constant: export it as one, or fold it with onnx-simplifier). TVM's importer: "
+                f"{one_line(exc)[:120]}"
+            ) from exc
         raise AnalysisError(f"{path.name}: TVM's ONNX importer failed: {one_line(exc)}") from exc
     params = file_params(model)
     return LoadedModel(

@@ -723,3 +723,20 @@ def test_an_axes_operand_fed_at_run_time_names_the_input_that_feeds_it(tmp_path)
     path = _onnx_file(tmp_path / "reduce_const.onnx", [node], [x], [y], [const])
     doc = ok_json("analyze", path)
     assert doc["totals"]["flops"] == 2 * 3 * 4
+
+
+def test_constants_written_as_value_int_or_float_attributes_are_read(tmp_path):
+    """`Constant` with `value_float` / `value_ints` (onnxscript, the unoptimised dynamo exporter): TVM's importer
+    reads only `value`; preflight rewrites the others. x [2, 3, 4] * 2.0 (24 FLOPs, 1 per output element), then
+    ReduceSum over axis 1 (24 FLOPs, 1 per input element): 48, and y is [2, 1, 4]."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1, 4])
+    nodes = [
+        helper.make_node("Constant", [], ["two"], value_float=2.0),
+        helper.make_node("Mul", ["x", "two"], ["m"]),
+        helper.make_node("Constant", [], ["axes"], value_ints=[1]),
+        helper.make_node("ReduceSum", ["m", "axes"], ["y"]),
+    ]
+    doc = ok_json("analyze", _onnx_file(tmp_path / "attrs.onnx", nodes, [x], [y]))
+    assert doc["totals"]["flops"] == 24 + 24
+    assert doc["ops"][-1]["output"]["shape"] == [2, 1, 4]

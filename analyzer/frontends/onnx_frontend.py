@@ -402,6 +402,31 @@ def model_name(graph_name: str, path: Path) -> str:
     return path.stem if graph_name.strip().lower() in GENERIC_GRAPH_NAMES or not graph_name.strip() else graph_name
 
 
+# Constant's scalar and list attributes (opset 12+) as the tensor they stand for: (numpy dtype, is a list)
+_CONSTANT_FORMS = {"value_int": ("int64", False), "value_ints": ("int64", True),
+                   "value_float": ("float32", False), "value_floats": ("float32", True)}  # fmt: skip
+
+
+def _constants_as_tensors(model) -> None:
+    """Rewrite, in place, `Constant` nodes written with `value_int(s)` / `value_float(s)` (onnxscript and the
+    unoptimised dynamo exporter write them) to the `value` tensor form, the only one TVM's importer reads."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    for node in model.graph.node:
+        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
+            continue
+        attr = node.attribute[0]
+        form = _CONSTANT_FORMS.get(attr.name)
+        if form is None:
+            continue
+        dtype, is_list = form
+        raw = helper.get_attribute_value(attr)
+        value = np.asarray(list(raw) if is_list else raw, dtype=dtype)
+        del node.attribute[:]
+        node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(value)))
+
+
 # ONNX operands that set shapes, axes or counts (op type -> input slot -> what it sets): TVM's importer needs
 # them as constants, and so does any static analysis
 _SHAPE_OPERANDS = {
@@ -501,6 +526,7 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
             ) from exc
         dtype_dict[inp.name] = spec.dtype if spec and spec.dtype else dtype
 
+    _constants_as_tensors(model)
     from passes.tvm_ir import UnsupportedOnnxNode, onnx_import
 
     try:

@@ -15,13 +15,13 @@ torch/utils/_pytree.py, torch/export/_unlift.py, torch/fx/graph.py):
     (its ELF constructors run), or compiles the `.cpp` with the command in `*_compile_flags.json` through
     `system()` when no `.so` is there.
     RULE: members under `data/aotinductor/` are refused; `load_pt2` is never called.
- 2. `_package._load_state_dict` / `_load_constants`: `torch.load(weights_only=False)` of a weight or constant
+ 2. `_package._load_state_dict` / `_load_constants`: torch's loader with `weights_only` off for a weight or constant
     whose config says `use_pickle`; `torch._C._pickle_load_obj` of `custom_obj_*`; `pickle.loads` of
     `opaque_obj_*`; with `load_weights_from_disk`, `torch.load` of every weight file.
     RULE: `use_pickle` is refused, weight and constant files must be `weight_<n>` / `tensor_<n>`; tensors are
     built from their raw bytes here (`torch.frombuffer`), never by torch's loader.
  3. `_package._load_exported_programs` -> `deserialize_torch_artifact(data/sample_inputs/model.pt)`:
-    `torch.load(weights_only=True)`, and on failure `torch.load(weights_only=False)`.
+    torch's loader with `weights_only` on, and on failure with it off.
     RULE: the sample inputs are never read (the program is deserialized with `example_inputs=None`).
  4. `torch.export.load`'s fallback for pre-2.5 archives (`version`, `serialized_*.json|.pt`): `torch.load`.
     RULE: that layout is refused; `torch.export.load` is never called.

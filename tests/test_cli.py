@@ -740,3 +740,18 @@ def test_constants_written_as_value_int_or_float_attributes_are_read(tmp_path):
     doc = ok_json("analyze", _onnx_file(tmp_path / "attrs.onnx", nodes, [x], [y]))
     assert doc["totals"]["flops"] == 24 + 24
     assert doc["ops"][-1]["output"]["shape"] == [2, 1, 4]
+
+
+def test_an_unoptimised_dynamo_onnx_export_analyses(tmp_path):
+    """torch.onnx.export(dynamo=True, optimize=False) writes Constant nodes with value_int(s)/value_float(s).
+    BERT, hidden 32, 2 layers, 2 heads, FFN 64, 16 tokens: per layer Q, K, V, O 4 * 16 * 32 * 32 = 65,536 MACs,
+    FFN 2 * 16 * 32 * 64 = 65,536, attention scores and values 2 * (2 * 16 * 16 * 16) = 16,384; two layers and the
+    pooler 32 * 32 = 1,024: 295,936 MACs."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=100)
+    model = BertModel(cfg).eval()
+    path = tmp_path / "bert.onnx"
+    torch.onnx.export(model, (torch.randint(0, 100, (1, 16)),), str(path), dynamo=True, optimize=False)
+    assert ok_json("analyze", path)["totals"]["macs"] == 2 * (65_536 + 65_536 + 16_384) + 1_024

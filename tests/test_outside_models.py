@@ -18,10 +18,10 @@ the oracle); those differ from the module's parameters where the exporter folded
 What the suite found and fixed (passes/tvm_ir.py, "Outside models" block): TVM's conversion of `aten.index.Tensor`
 with sliced axes (None) next to two or more index tensors failed (ConvBERT's unfold) or gave a wrong shape; TVM's
 `relax.arange` with a negative step had the wrong length (Funnel Transformer). Both are checked on values here.
-Left as they are, and stated: `torch.onnx.export(..., optimize=False)` files fail TVM's ONNX importer ("no value in
-Constant": Constant nodes with `value_ints`/`value_float`; reading those, its attribute parser fails next), so the
-default (optimized) export is used; Falcon's
-count carries 4 one-element int64 index constants of TVM's importer (`MODULE_PARAMS`).
+The default (optimized) ONNX export is used here; `optimize=False` files, whose Constant nodes carry
+`value_ints`/`value_float`, are read since the ONNX frontend rewrites those to tensors (tests/test_cli.py checks a
+BERT). Left as it is, and stated: Falcon's count carries 4 one-element int64 index constants of TVM's importer
+(`MODULE_PARAMS`).
 
 Measured on the 2-core shared dev box (load average 3-4 from other jobs): the whole file, 121 tests, 2 min 8 s
 wall; `-m "not slow"` (63 tests), 1 min 31 s. Run with `-s` to see the table.

@@ -694,10 +694,7 @@ class _Walker:
         return out
 
     _check_TokenArgument = _check_TensorArgument
-
-    def _check_GraphArgument(self, out, path):
-        _identifier(out["name"], f"{path}.name")
-        return out
+    _check_GraphArgument = _check_TensorArgument
 
     def _check_CustomObjArgument(self, out, path):
         raise _Refused(f"{path}: custom (torchbind) objects are not supported; they need pickled payloads")

@@ -16,3 +16,18 @@ Pure torch + transformers (+ ``nvidia-ml-py`` imported lazily on CUDA); never im
 Run ``python -m predictor.measure --help``, ``python -m predictor.measure.kernels --help`` and
 ``python -m predictor.measure.lease --help``; ``docs/measuring.md`` walks through a GPU session.
 """
+
+from __future__ import annotations
+
+import argparse
+
+
+def shard_arg(text: str) -> tuple[int, int]:
+    """``--shard i/n`` as (i, n), 0 <= i < n; an `argparse` type."""
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected i/n, got {text!r}") from None
+    if not (count >= 1 and 0 <= index < count):
+        raise argparse.ArgumentTypeError(f"need 0 <= i < n, got {text!r}")
+    return index, count

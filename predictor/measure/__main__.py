@@ -6,18 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from predictor.measure import shard_arg
 from predictor.measure.configs import MeasureConfig, load_configs, sample_configs
 from predictor.measure.harness import HarnessError, Options, run_shard
-
-
-def _shard(text: str) -> tuple[int, int]:
-    try:
-        index, count = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected i/n, got {text!r}") from None
-    if not (count >= 1 and 0 <= index < count):
-        raise argparse.ArgumentTypeError(f"need 0 <= i < n, got {text!r}")
-    return index, count
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure latency, energy, memory and MIG fit of zoo configs (docs/design.md protocol).",
     )
     p.add_argument("--device", choices=("cuda", "cpu"), required=True)
-    p.add_argument("--shard", type=_shard, default=(0, 1), help="i/n: measure the configs of shard i of n")
+    p.add_argument("--shard", type=shard_arg, default=(0, 1), help="i/n: measure the configs of shard i of n")
     p.add_argument("--out", required=True, help="output directory; records go to OUT/<device>/<shard>.jsonl")
     p.add_argument("--configs", help="config list (JSON lines from python -m predictor.measure.configs)")
     p.add_argument("--limit", type=int, default=None, help="measure at most N configs in this call")

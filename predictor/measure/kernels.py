@@ -74,6 +74,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from predictor.devices import DEVICES
+from predictor.measure import shard_arg
 from predictor.measure.configs import shard_of
 from predictor.measure.mig_profiles import device_key
 from predictor.measure.nvml import Nvml
@@ -1327,16 +1328,6 @@ def run_sweep(
 # ----------------------------------------------------------------------------------------- CLI
 
 
-def _shard(text: str) -> tuple[int, int]:
-    try:
-        index, count = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected i/n, got {text!r}") from None
-    if not (count >= 1 and 0 <= index < count):
-        raise argparse.ArgumentTypeError(f"need 0 <= i < n, got {text!r}")
-    return index, count
-
-
 def build_parser() -> argparse.ArgumentParser:
     """Return the parser of ``python -m predictor.measure.kernels [run]``.
 
@@ -1352,7 +1343,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--device", choices=("cuda", "cpu"), required=True)
     run.add_argument("--list", required=True, help="kernel list (JSON lines from make-list)")
     run.add_argument("--out", required=True, help="output dir; records go to OUT/<device>/kernels/")
-    run.add_argument("--shard", type=_shard, default=(0, 1), help="i/n: the entries of shard i of n")
+    run.add_argument("--shard", type=shard_arg, default=(0, 1), help="i/n: the entries of shard i of n")
     run.add_argument("--budget-s", type=float, default=0.0, help="seconds from the start (0: none)")
     run.add_argument("--deadline", type=float, default=None, help="Unix time to stop by (the earlier one wins)")
     run.add_argument("--limit", type=int, default=None, help="at most N entries")

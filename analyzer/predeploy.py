@@ -21,7 +21,7 @@ from predictor.roofline import peak_rate
 
 from . import __version__, charts
 from .errors import UsageError
-from .render import Figure, Section, Table, _shape, _summary, html_page, markdown_page, mib, si
+from .render import Figure, Section, Table, _shape, _summary, basis_text, html_page, markdown_page, mib, si
 
 FORMATS = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "markdown", ".json": "json"}
 
@@ -76,6 +76,7 @@ def _prediction_section(report) -> Section:
         )
     )
     sec.blocks.append([f"{p.device}: {p.mig.reason}" for p in report.predictions])
+    sec.blocks.append([f"{p.device} rests on {basis_text(p.basis)}." for p in report.predictions])
     for name, info in report.predictors.items():
         text = f"Predictor {name}: {info['note']}."
         ev = info.get("evaluation") or {}

@@ -180,6 +180,32 @@ def _kernel_line(k) -> str:
     return f"{k.kernels:,}" + (f" ({'; '.join(parts)})" if parts else "") + f", {mib(k.bytes_kernels)} moved"
 
 
+def basis_text(basis: dict) -> str:
+    """One line on what a prediction rests on (`Prediction.basis`)."""
+    if not basis:
+        return "?"
+    whole = basis.get("whole_model")
+    if whole == "measured":
+        head = "whole-model measurements of this GPU"
+    elif whole == "transferred":
+        head = f"whole-model measurements of {basis.get('whole_model_device')}, transferred"
+    else:
+        head = "no whole-model measurements"
+    share = basis.get("kernel_time_share") or {}
+    parts = [
+        f"{share.get(key, 0.0):.0%} {what}"
+        for key, what in (
+            ("fitted_on_this_gpu", "fitted on this GPU"),
+            ("fitted_on_other_gpus", "on other GPUs"),
+            ("calibrated", "calibrated to one figure"),
+            ("assumed", "assumed"),
+        )
+        if share.get(key, 0.0) >= 0.005
+    ]
+    gpus = ", ".join(basis.get("kernel_measured_on") or []) or "no GPU"
+    return f"{head}; kernel time: {', '.join(parts) or 'none'} (kernels measured on {gpus})"
+
+
 def _prediction(report) -> list[tuple[str, str]]:
     p = report.prediction
     if not p:
@@ -193,6 +219,7 @@ def _prediction(report) -> list[tuple[str, str]]:
     tf32 = "TF32 convolutions, FP32 matmuls: torch defaults" if rt.get("dtype") == "float32" else "tensor cores"
     return [
         ("device", f"{p.device} (predictor: {p.predictor})"),
+        ("rests on", basis_text(p.basis)),
         ("assumes", f"eager PyTorch on CUDA, {rt.get('dtype', '?')} ({tf32})"),
         ("latency", iv(p.latency_ms, p.latency_ms_interval, "ms")),
         ("energy", iv(p.energy_j, p.energy_j_interval, "J")),
@@ -252,8 +279,17 @@ EXPLAIN: tuple[tuple[str, str], ...] = (
     (
         "latency / energy / memory",
         "the point prediction for one forward pass, and in brackets an interval: "
-        "the roofline estimate's interval is an assumption (bound to 3x), a trained predictor's is its calibrated "
-        "90% interval; memory is device memory in MiB including the CUDA context and library workspace",
+        "the estimate's interval (predictor: roofline) runs from the roofline bound to 2x the estimate, an "
+        "assumption; a trained predictor's is its calibrated 90% interval; memory is device memory in MiB "
+        "including the CUDA context and library workspace",
+    ),
+    (
+        "rests on",
+        "what the prediction rests on: whole-model measurements of this GPU (a trained predictor), of another "
+        "GPU (transferred by the kernel model's ratio of the two GPUs), or none; and the share of the kernel "
+        "model's time whose parameters were fitted on single-kernel measurements of this GPU, of other GPUs "
+        "(carried over through the datasheet peaks), calibrated to one published or measured figure, or assumed "
+        "from another kernel kind or dtype (docs/kernel-model.md)",
     ),
     ("roofline bound", "the fastest the graph can run: each op at the device's peak compute or bandwidth"),
     (

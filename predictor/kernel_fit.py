@@ -521,7 +521,9 @@ def derive_entries(fitted: dict[tuple[str, str, str], KernelParams]) -> dict[tup
                 flash,
                 f"default: e_compute from {paper}; launch and e_memory assumed as the float32 GEMM entry",
             )
-        efficient = KernelParams(g32.e_compute, g32.e_memory, g32.launch_us, ATTENTION_TILES)
+        efficient = KernelParams(
+            g32.e_compute, g32.e_memory, g32.launch_us, ATTENTION_TILES, measured_on=g32.measured_on
+        )
         for dtype in ("float32", "*"):
             put(
                 (fam, "attention", dtype),
@@ -660,7 +662,9 @@ def _sources_with_errors(
         text = f"fit: {data} {dtype} {ops} on {devs}, n={n:,}; in-sample MAPE {in_sample:.1f}%"
         if held:
             text += "; largest 20% held out: " + ", ".join(f"{r.eval_on} {r.model[0]:.1f}%" for r in held)
-        out[(scope, kind, dtype)] = replace(p, source=text + " (KERNEL_EVAL.md)")
+        out[(scope, kind, dtype)] = replace(
+            p, source=text + " (KERNEL_EVAL.md)", measured_on=tuple(sorted({r.device for r in recs}))
+        )
     return out
 
 

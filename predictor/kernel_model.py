@@ -64,6 +64,8 @@ PARAMS_PATH = Path(__file__).resolve().parent / "kernel_params.json"
 
 #: Kinds whose compute efficiency follows the tile / wave / depth form (the others: a constant).
 GEMM_LIKE = ("gemm", "conv", "attention")
+#: What a kernel's parameters rest on, for one device (`KernelParams.basis`), best first.
+BASES = ("fitted_on_this_gpu", "fitted_on_other_gpus", "calibrated", "assumed")
 #: Kernel kind -> the roofline category whose peak applies (`roofline.peak_rate`); other kinds map to themselves.
 _CATEGORY = {"gemm": "matmul", "conv": "conv", "attention": "attention"}
 
@@ -83,7 +85,11 @@ class KernelParams:
         tiles: candidate output tiles (tm, tn) for the wave quantisation; empty: no quantisation.
         tile_i0: tile-intensity half point (see the module docstring), >= 0.
         k0: reduction-depth half point, >= 0.
-        source: where the numbers come from.
+        source: where the numbers come from, a chain read left to right: "fit: ..." (fitted on single-kernel
+            measurements), "transfer: ..." (another family's fit), "default: ..." (a published or measured
+            figure), "assumed: ..." (a stated assumption), each followed by the source of what it came from.
+        measured_on: device keys whose single-kernel measurements the fit at the root of the chain used (empty
+            when no measurement is behind the entry).
     """
 
     e_compute: float
@@ -93,6 +99,7 @@ class KernelParams:
     tile_i0: float = 0.0
     k0: float = 0.0
     source: str = ""
+    measured_on: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not (0 < self.e_compute <= 1 and 0 < self.e_memory <= 1):
@@ -114,7 +121,21 @@ class KernelParams:
             doc |= {"tiles": [list(t) for t in self.tiles], "tile_i0": round(self.tile_i0, 4), "k0": round(self.k0, 4)}
         elif self.k0:
             doc["k0"] = round(self.k0, 4)
-        return doc | {"source": self.source}
+        doc["source"] = self.source
+        if self.measured_on:
+            doc["measured_on"] = list(self.measured_on)
+        return doc
+
+    def basis(self, device_key: str) -> str:
+        """How this entry's numbers relate to `device_key` (one of `BASES`): fitted on that device's own
+        single-kernel measurements, fitted on other GPUs' (the same or another family, carried over through the
+        datasheet peaks), calibrated to a published or measured figure, or assumed from another entry."""
+        tag = self.source.split(":", 1)[0].strip()
+        if tag == "fit":
+            return "fitted_on_this_gpu" if device_key in self.measured_on else "fitted_on_other_gpus"
+        if tag == "transfer":
+            return "fitted_on_other_gpus"
+        return "calibrated" if tag == "default" else "assumed"
 
     @classmethod
     def from_json(cls, doc: dict) -> KernelParams:
@@ -127,6 +148,7 @@ class KernelParams:
                 tile_i0=float(doc.get("tile_i0", 0.0)),
                 k0=float(doc.get("k0", 0.0)),
                 source=str(doc.get("source", "")),
+                measured_on=tuple(str(d) for d in doc.get("measured_on", ())),
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, KernelParamsError):
@@ -429,6 +451,20 @@ def kernel_latency_arrays(
         out["memory_s"][rows] = sub.nbytes / (bandwidth * p.e_memory)
         out["launch_s"][rows] = p.launch_us * 1e-6
     return KernelTimes(**out)
+
+
+def kernel_basis(
+    arrays: KernelArrays, device: Device, times: KernelTimes, params: ParamTable | None = None
+) -> dict[str, float]:
+    """The share of the estimate's time (`times.eager_s`, the kernels of `arrays` on `device`) whose kernel
+    parameters rest on each basis of `BASES` (`KernelParams.basis`); the shares add up to 1 (all 0 when the
+    estimate is 0)."""
+    table = params if params is not None else load_params()
+    total = float(times.eager_s.sum())
+    share = dict.fromkeys(BASES, 0.0)
+    for kind, dtype, rows in arrays.groups:
+        share[table.lookup(device.key, kind, dtype).basis(device.key)] += float(times.eager_s[rows].sum())
+    return {b: (v / total if total > 0 else 0.0) for b, v in share.items()}
 
 
 def kernel_latency(

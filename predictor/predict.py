@@ -32,8 +32,8 @@ import numpy as np
 from passes.costs import INT8_DTYPES, compute_dtype
 
 from .data import Sample
-from .devices import Device, get_device
-from .kernel_model import KernelTimes, kernel_arrays, kernel_latency_arrays
+from .devices import DEVICES, Device, get_device
+from .kernel_model import KernelTimes, kernel_arrays, kernel_basis, kernel_latency_arrays, load_params
 from .mig import MigRecommendation, recommend
 from .roofline import CONTEXT_MIB, memory_estimate, op_arrays
 
@@ -53,6 +53,27 @@ def find_artifact(device: str, root: Path = CHECKPOINTS) -> Path | None:
             if best is None or int(m["version"]) > int(_ARTIFACT.match(best.name)["version"]):
                 best = d
     return best
+
+
+def find_predictor(device: str, root: Path = CHECKPOINTS) -> tuple[Path | None, str | None]:
+    """The trained predictor `predict` uses on `device`, and the device its measurements came from.
+
+    The device's own newest artifact; else one trained on another GPU, transferred (`predict` scales it by the
+    kernel model's ratio of the two devices): another GPU of the same family of the kernel table first (H100 ->
+    H200), then any other GPU of the device table, each the newest artifact, devices in table order. (None, None)
+    when there is none.
+    """
+    own = find_artifact(device, root)
+    if own is not None:
+        return own, device
+    family = load_params().family
+    others = [k for k in DEVICES if k != device]
+    others.sort(key=lambda k: family(k) is None or family(k) != family(device))  # same family first (stable)
+    for key in others:
+        artifact = find_artifact(key, root)
+        if artifact is not None:
+            return artifact, key
+    return None, None
 
 
 _LOADED: dict[tuple[Path, float], object] = {}
@@ -75,7 +96,12 @@ def predictor_info(device_name: str, checkpoints: Path = CHECKPOINTS, name: str 
     """What the predictor `name` (default: the one `predict` looks for on the device) is, and its evaluation
     figures (for reports). `name="roofline"` describes the roofline estimate."""
     device = get_device(device_name)
-    artifact = None if name == "roofline" else find_artifact(device.key, checkpoints)
+    if name == "roofline":
+        artifact, source = None, None
+    elif name is not None and _ARTIFACT.match(name) and (checkpoints / name / "meta.json").is_file():
+        artifact, source = checkpoints / name, _ARTIFACT.match(name)["device"]
+    else:
+        artifact, source = find_predictor(device.key, checkpoints)
     if artifact is None:
         return {
             "name": "roofline",
@@ -89,13 +115,17 @@ def predictor_info(device_name: str, checkpoints: Path = CHECKPOINTS, name: str 
         }
     meta = json.loads((artifact / "meta.json").read_text())
     table = artifact / "EVAL.md"
+    note = (
+        f"GraphSAGE trained on {meta.get('n_samples', '?')} measured configurations of "
+        f"{len(meta.get('families', []))} families ({meta.get('created', '?')})"
+    )
     return {
         "name": artifact.name,
         "trained": True,
+        "measured_on": source,
         "evaluation": meta.get("evaluation"),
         "evaluation_table": str(table) if table.is_file() else None,
-        "note": f"GraphSAGE trained on {meta.get('n_samples', '?')} measured configurations of "
-        f"{len(meta.get('families', []))} families ({meta.get('created', '?')})",
+        "note": note,
     }
 
 
@@ -159,6 +189,12 @@ class Prediction:
     roofline_latency_ms: float  # the roofline bound on the whole GPU
     mig: MigRecommendation
     runtime: dict = field(default_factory=dict)  # what the prediction assumes runs the model (`runtime_of`)
+    #: What the numbers rest on: "whole_model" "measured" (a predictor trained on this GPU's whole-model
+    #: measurements), "transferred" (trained on `whole_model_device`'s, scaled by the kernel model's ratio) or
+    #: "none" (the kernel-model estimate); "kernel_time_share": the share of the kernel model's time whose
+    #: parameters were fitted on this GPU's single-kernel measurements, on other GPUs', calibrated to one figure,
+    #: or assumed (`kernel_model.BASES`); "kernel_measured_on": the GPUs those fits measured.
+    basis: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """The `prediction` block of `preflight.report/1`."""
@@ -174,6 +210,7 @@ class Prediction:
             "roofline_latency_ms": self.roofline_latency_ms,
             "mig": self.mig.to_json(),
             "runtime": dict(self.runtime),
+            "basis": dict(self.basis),
         }
 
 
@@ -210,7 +247,7 @@ def predict(
     karrays = kernel_arrays(analysis.kernels)
     whole = kernel_latency_arrays(karrays, device)
     bound = whole.bound_ms
-    artifact = find_artifact(device.key, checkpoints)
+    artifact, source = find_predictor(device.key, checkpoints)
     trained = None
     if artifact is not None:
         from .train import ArtifactError
@@ -223,9 +260,20 @@ def predict(
         from .train import prepare
 
         arrays = op_arrays(analysis.ops)
-        q = trained.predict_prepared([prepare(_sample_from_analysis(analysis, device.key, arrays), trained.variant)])[0]
+        q = trained.predict_prepared([prepare(_sample_from_analysis(analysis, source, arrays), trained.variant)])[0]
         (lat_lo, lat, lat_hi), (e_lo, e, e_hi), (m_lo, m, m_hi) = (tuple(float(v) for v in q[t]) for t in range(3))
         name = artifact.name
+        if source != device.key:  # measured on another GPU: scale by the kernel model's ratio of the two
+            src = get_device(source)
+            src_ms = kernel_latency_arrays(karrays, src).eager_ms
+            r = whole.eager_ms / src_ms if src_ms > 0 else 1.0
+            lat_lo, lat, lat_hi = lat_lo * r, lat * r, lat_hi * r
+            power = device.tdp_w / src.tdp_w
+            e_lo, e, e_hi = e_lo * r * power, e * r * power, e_hi * r * power
+            warnings.append(
+                f"no whole-model measurements on {device.key}: {name} (measured on {source}) transferred by the "
+                f"kernel model's latency ratio {r:.3g} and TDP ratio {power:.3g}; the transfer's error is not measured"
+            )
     else:
         lat = whole.eager_ms
         lat_lo, lat_hi = bound, ESTIMATE_HIGH * lat
@@ -260,8 +308,25 @@ def predict(
         roofline_latency_ms=bound,
         mig=rec,
         runtime=runtime_of(analysis.ops),
+        basis=_basis(karrays, device, whole, None if trained is None else source),
     )
     return prediction, warnings
+
+
+def _basis(karrays, device: Device, whole: KernelTimes, source: str | None) -> dict:
+    """The `basis` block of a prediction (`Prediction.basis`)."""
+    table = load_params()
+    measured_on = set()
+    for kind, dtype, _ in karrays.groups:
+        entry = table.lookup(device.key, kind, dtype)
+        if entry.basis(device.key).startswith("fitted"):
+            measured_on.update(entry.measured_on)
+    return {
+        "whole_model": "none" if source is None else "measured" if source == device.key else "transferred",
+        "whole_model_device": source,
+        "kernel_time_share": {k: round(v, 4) for k, v in kernel_basis(karrays, device, whole, table).items()},
+        "kernel_measured_on": sorted(measured_on),
+    }
 
 
 def op_times_ms(analysis, prediction: Prediction) -> dict[int, tuple[float, bool]]:

@@ -330,6 +330,7 @@ def test_committed_table_and_evaluation_reproduce_from_the_data():
         q = refit.entries[key]
         for f in ("e_compute", "e_memory", "launch_us", "tile_i0", "k0"):
             assert getattr(q, f) == pytest.approx(getattr(p, f), rel=1e-3, abs=1e-3), (key, f)
+        assert (q.source, q.measured_on) == (p.source, p.measured_on), key
     reported = kf.parse_eval_markdown((ROOT / "predictor" / "KERNEL_EVAL.md").read_text())
     assert len(reported) == len(rows) > 30
     mine = {(r.protocol, r.kind, r.dtype, r.fit_on, r.eval_on): r for r in rows}

@@ -1,0 +1,181 @@
+"""What a prediction rests on (`Prediction.basis`): the kernel model's time by the basis of its parameters, and
+a trained predictor used on its own GPU (measured) or carried to another GPU by the kernel model's ratio
+(transferred). Shares and ratios are worked out by hand or from independent calls of the kernel model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from test_kernel_model import ADD_2E20, GEMM_4096
+
+from predictor.devices import get_device
+from predictor.kernel_model import (
+    BASES,
+    KernelParams,
+    ParamTable,
+    kernel_arrays,
+    kernel_basis,
+    kernel_latency,
+    kernel_latency_arrays,
+    load_params,
+)
+from predictor.predict import find_predictor, predict, predictor_info
+
+ROOT = Path(__file__).resolve().parents[1]
+FIT_H100 = KernelParams(0.8, 0.9, 10.0, ((128, 128),), 0.0, 64.0, "fit: test gemm on H100", ("h100-80gb",))
+TRANSFERRED = KernelParams(
+    1.0, 0.9, 5.0, source="transfer: the ampere fit (no hopper data); fit: test", measured_on=("a",)
+)
+CALIBRATED = KernelParams(1.0, 0.5, 7.0, source="default: a published figure")
+ASSUMED = KernelParams(1.0, 0.5, 7.0, source="assumed: as elementwise; fit: test", measured_on=("h100-80gb",))
+
+
+def test_each_source_tag_gives_its_basis():
+    assert FIT_H100.basis("h100-80gb") == "fitted_on_this_gpu"
+    assert FIT_H100.basis("h200-141gb") == "fitted_on_other_gpus"  # same family, another GPU's measurements
+    assert TRANSFERRED.basis("h100-80gb") == "fitted_on_other_gpus"
+    assert CALIBRATED.basis("h100-80gb") == "calibrated"
+    assert ASSUMED.basis("h100-80gb") == "assumed"  # the chain's first step decides, not what it rests on
+    doc = FIT_H100.to_json()
+    assert doc["measured_on"] == ["h100-80gb"] and KernelParams.from_json(doc) == FIT_H100
+    assert "measured_on" not in CALIBRATED.to_json()
+
+
+def test_kernel_time_shares_by_hand():
+    table = ParamTable(
+        {("hopper", "gemm", "*"): FIT_H100, ("hopper", "elementwise", "*"): TRANSFERRED},
+        {"hopper": ("h100-80gb", "h200-141gb")},
+    )
+    arrays = kernel_arrays([GEMM_4096, ADD_2E20])
+    h100 = get_device("h100-80gb")
+    times = kernel_latency_arrays(arrays, h100, params=table)
+    # eager time per kernel = max(compute, memory, launch) (tests/test_kernel_model.py works both out by hand):
+    # gemm fp16 4096^3: compute 1.818634e-4 s; add fp32 2^20: memory 4.173436e-6 s < launch 5e-6 s.
+    # gemm share 1.818634e-4 / (1.818634e-4 + 5e-6) = 0.973243, add 5e-6 / 1.868634e-4 = 0.026757.
+    share = kernel_basis(arrays, h100, times, table)
+    assert list(share) == list(BASES)
+    assert share["fitted_on_this_gpu"] == pytest.approx(0.973243, rel=1e-5)
+    assert share["fitted_on_other_gpus"] == pytest.approx(0.026757, rel=1e-4)
+    assert share["calibrated"] == share["assumed"] == 0.0
+    h200 = get_device("h200-141gb")  # the same entries; none measured on the H200
+    share = kernel_basis(arrays, h200, kernel_latency_arrays(arrays, h200, params=table), table)
+    assert share["fitted_on_other_gpus"] == pytest.approx(1.0) and share["fitted_on_this_gpu"] == 0.0
+    empty = kernel_arrays([])
+    assert kernel_basis(empty, h100, kernel_latency_arrays(empty, h100, params=table), table) == dict.fromkeys(
+        BASES, 0.0
+    )
+
+
+def test_committed_table_says_which_gpus_each_fit_measured():
+    """The NeuSight data measured float32 GEMMs on one H100 and two A100 PCIe cards (its CSVs' device columns)."""
+    table = load_params()
+    assert table.entries[("hopper", "gemm", "float32")].measured_on == ("h100-80gb",)
+    assert table.entries[("ampere", "gemm", "float32")].measured_on == ("a100-pcie-40gb", "a100-pcie-80gb")
+    # the hopper softmax is the ampere fit carried over: it rests on the A100s' measurements
+    soft = table.entries[("hopper", "softmax", "float32")]
+    assert soft.basis("h100-80gb") == "fitted_on_other_gpus"
+    assert soft.measured_on == ("a100-pcie-40gb", "a100-pcie-80gb")
+
+
+def _linear_model():
+    return torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.GELU(), torch.nn.Linear(512, 512)).eval()
+
+
+def test_estimate_basis_on_a_measured_and_an_unmeasured_gpu():
+    from analyzer import analyze
+
+    analysis = analyze(_linear_model(), (torch.randn(64, 512),)).analysis
+    # on the H100: the float32 GEMMs (NeuSight measured them on this GPU) vs the GELU (hopper: the ampere fit)
+    p, _ = predict(analysis, "h100-80gb")
+    basis = p.to_json()["basis"]
+    assert basis["whole_model"] == "none" and basis["whole_model_device"] is None
+    kt = kernel_latency(analysis.kernels, get_device("h100-80gb"))
+    gemm = sum(t for kern, t in zip(analysis.kernels, kt.eager_s, strict=True) if kern.kind == "gemm")
+    assert basis["kernel_time_share"]["fitted_on_this_gpu"] == pytest.approx(gemm / kt.eager_s.sum(), abs=1e-4)
+    assert sum(basis["kernel_time_share"].values()) == pytest.approx(1.0, abs=1e-3)
+    assert basis["kernel_measured_on"] == ["a100-pcie-40gb", "a100-pcie-80gb", "h100-80gb"]
+    # on the H200 nothing was measured: the same kernels rest on other GPUs' fits
+    q, _ = predict(analysis, "h200-141gb")
+    assert q.basis["kernel_time_share"]["fitted_on_this_gpu"] == 0.0
+    assert q.basis["kernel_time_share"]["fitted_on_other_gpus"] > 0.9
+
+
+def _fake_artifact(root: Path, name: str) -> None:
+    (root / name).mkdir(parents=True)
+    (root / name / "meta.json").write_text("{}")
+
+
+def test_find_predictor_prefers_the_gpu_then_its_family(tmp_path):
+    assert find_predictor("h200-141gb", tmp_path) == (None, None)
+    _fake_artifact(tmp_path, "a100-80gb@1")
+    assert find_predictor("h200-141gb", tmp_path) == (tmp_path / "a100-80gb@1", "a100-80gb")  # another family
+    _fake_artifact(tmp_path, "h100-80gb@1")
+    _fake_artifact(tmp_path, "h100-80gb@2")
+    _fake_artifact(tmp_path, "cpu-vm@1")  # not a GPU of the device table: never transferred
+    assert find_predictor("h200-141gb", tmp_path) == (tmp_path / "h100-80gb@2", "h100-80gb")  # same family, newest
+    assert find_predictor("a100-pcie-40gb", tmp_path) == (tmp_path / "a100-80gb@1", "a100-80gb")
+    _fake_artifact(tmp_path, "h200-141gb@1")
+    assert find_predictor("h200-141gb", tmp_path) == (tmp_path / "h200-141gb@1", "h200-141gb")  # its own
+
+
+@pytest.fixture(scope="module")
+def trained_h100(tmp_path_factory):
+    """A small GraphSAGE trained on the committed CPU-VM measurements, saved as if it were the H100's."""
+    from analyzer.dataset import build_cache
+    from predictor.data import load_samples, read_records
+    from predictor.train import TrainConfig, save, train
+
+    tmp = tmp_path_factory.mktemp("ckpt")
+    records = sorted(
+        (r for r in read_records([ROOT / "data" / "cpu-vm"]) if r.get("schema") == "preflight.measurement/1"),
+        key=lambda r: r["id"],
+    )[:8]
+    samples = load_samples(records, build_cache(records, tmp / "graphs"))
+    artifact = tmp / "ckpt" / "h100-80gb@1"
+    meta = {"name": artifact.name, "n_samples": len(samples), "families": ["a"], "created": "2026-11-23"}
+    save(train(samples, cfg=TrainConfig(epochs=2, hidden=8)), artifact, meta)
+    return artifact.parent
+
+
+def test_a_trained_predictor_is_transferred_by_the_kernel_model_ratio(trained_h100):
+    from analyzer import analyze
+
+    analysis = analyze(_linear_model(), (torch.randn(64, 512),)).analysis
+    own, warnings = predict(analysis, "h100-80gb", checkpoints=trained_h100)
+    assert own.predictor == "h100-80gb@1" and warnings == []
+    assert own.basis["whole_model"] == "measured" and own.basis["whole_model_device"] == "h100-80gb"
+    for target, tdp_ratio in (("h200-141gb", 700 / 700), ("a100-80gb", 400 / 700)):
+        other, warnings = predict(analysis, target, checkpoints=trained_h100)
+        ratio = (
+            kernel_latency(analysis.kernels, get_device(target)).eager_ms
+            / kernel_latency(analysis.kernels, get_device("h100-80gb")).eager_ms
+        )
+        assert other.predictor == "h100-80gb@1"
+        assert other.basis["whole_model"] == "transferred" and other.basis["whole_model_device"] == "h100-80gb"
+        assert other.latency_ms == pytest.approx(own.latency_ms * ratio, rel=1e-9)
+        assert other.latency_ms_interval == pytest.approx([v * ratio for v in own.latency_ms_interval], rel=1e-9)
+        assert other.energy_j == pytest.approx(own.energy_j * ratio * tdp_ratio, rel=1e-9)
+        assert other.memory_mib == own.memory_mib and other.memory_mib_interval == own.memory_mib_interval
+        assert len(warnings) == 1 and f"{ratio:.3g}" in warnings[0] and "measured on h100-80gb" in warnings[0]
+    info = predictor_info("h200-141gb", checkpoints=trained_h100)
+    assert info["trained"] and info["name"] == "h100-80gb@1" and info["measured_on"] == "h100-80gb"
+
+
+def test_report_json_and_text_say_what_the_prediction_rests_on():
+    import jsonschema
+
+    import analyzer
+    from analyzer.render import render_table
+
+    rep = analyzer.predict(_linear_model(), (torch.randn(64, 512),), device="h200-141gb")
+    schema = json.loads((ROOT / "analyzer" / "schema" / "report-1.schema.json").read_text())
+    doc = rep.to_json()
+    jsonschema.validate(doc, schema)
+    share = doc["prediction"]["basis"]["kernel_time_share"]
+    line = next(x for x in render_table(rep).splitlines() if x.startswith("rests on"))
+    assert "no whole-model measurements" in line
+    assert f"kernel time: {share['fitted_on_other_gpus']:.0%} on other GPUs" in line  # none fitted on an H200
+    assert "(kernels measured on a100-pcie-40gb, a100-pcie-80gb, h100-80gb)" in line

@@ -57,6 +57,21 @@ def test_fixed_batch_cnn_rebatches(fixed_cnn):
     assert via_input.totals.macs == eight.totals.macs
 
 
+def test_fixed_batch_file_with_large_weights_rebatches(tmp_path):
+    """Weights of 64 KiB or more are kept shape-only (never read); re-batching reads only the shape operands."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.Flatten(), torch.nn.Linear(16 * 30 * 30, 10))
+    path = tmp_path / "seq.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model.eval(), (torch.randn(1, 3, 32, 32),), str(path), input_names=["x"], dynamo=False)
+    # conv 16 x 3 x 3 x 3 x 30 x 30 = 388,800 MACs; linear 14,400 x 10 = 144,000 (its weight: 562.5 KiB)
+    per_sample = 16 * 27 * 30 * 30 + 14_400 * 10
+    assert analyze(str(path)).totals.macs == per_sample == 532_800
+    eight = analyze(str(path), batch=8)
+    assert eight.totals.macs == 8 * per_sample
+    assert eight.totals.params == 16 * 27 + 16 + 14_400 * 10 + 10
+
+
 def _graph_model(nodes, inits, x_shape, y_shape, path):
     graph = helper.make_graph(
         nodes,

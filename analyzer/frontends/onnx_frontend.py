@@ -251,14 +251,15 @@ def _file_dims(value_info) -> list[int | str | None]:
 _SHAPE_INPUTS = {"Reshape": 1, "Expand": 1, "Tile": 1, "ConstantOfShape": 0}
 
 
-def _constant_values(model) -> dict:
-    """{tensor name: numpy array} of the graph's initializers and Constant nodes' values."""
+def _constant_values(model, names: set[str]) -> dict:
+    """{tensor name: numpy array} of the initializers and Constant nodes' values named in `names` (the shape
+    operands: small; the large weights are kept shape-only and never read)."""
     import numpy as np
-    from onnx import helper, numpy_helper
+    from onnx import checker, helper, numpy_helper
 
-    values = {t.name: t for t in model.graph.initializer}
+    values = {t.name: t for t in model.graph.initializer if t.name in names}
     for node in model.graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output and node.output[0] in names:
             for attr in node.attribute:
                 if attr.name in ("value", "value_ints", "value_int"):
                     values[node.output[0]] = helper.get_attribute_value(attr)
@@ -266,7 +267,7 @@ def _constant_values(model) -> dict:
     for name, v in values.items():
         try:
             out[name] = numpy_helper.to_array(v) if hasattr(v, "dims") else np.asarray(v)
-        except (TypeError, ValueError):  # a tensor numpy cannot read (e.g. external data not loaded)
+        except (TypeError, ValueError, checker.ValidationError):  # numpy cannot read it (external data, shape-only)
             continue
     return out
 
@@ -294,7 +295,12 @@ def _pins(op: str, shape, from_inputs: bool, old: int) -> bool:
 def _batch_pins(model, inputs: set[str], old: int) -> list[str]:
     """Nodes whose constant shape hard-codes batch `old` (`_pins`), as 'name' (Op to [shape]); `inputs` are the
     graph inputs that carry the batch."""
-    consts = _constant_values(model)
+    operands = {
+        node.input[at]
+        for node in model.graph.node
+        if (at := _SHAPE_INPUTS.get(node.op_type)) is not None and node.domain in ("", "ai.onnx") and len(node.input) > at
+    }
+    consts = _constant_values(model, operands)
     derived = set(inputs)
     pins = []
     for node in model.graph.node:

@@ -202,8 +202,9 @@ def basis_text(basis: dict) -> str:
         )
         if share.get(key, 0.0) >= 0.005
     ]
-    gpus = ", ".join(basis.get("kernel_measured_on") or []) or "no GPU"
-    return f"{head}; kernel time: {', '.join(parts) or 'none'} (kernels measured on {gpus})"
+    gpus = ", ".join(basis.get("kernel_measured_on") or [])
+    where = f"kernels measured on {gpus}" if gpus else "no kernel of it fitted on measurements"
+    return f"{head}; kernel time: {', '.join(parts) or 'none'} ({where})"
 
 
 def _prediction(report) -> list[tuple[str, str]]:

@@ -759,7 +759,7 @@ class _View:
                     covered.add(c)
                     continue
                 if not all(o.value in region or o.value in self.indep for o in op.operands):
-                    return None
+                    continue  # not yet: met again when its last operand joins the region (else it escapes, below)
                 covered.add(c)
                 if op.op in ("relax.equal", "relax.isnan", "relax.logical_not"):
                     safe_softmax = True

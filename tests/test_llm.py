@@ -405,3 +405,35 @@ def test_harness_step_configs_run_on_cpu():
         logits = out[0] if isinstance(out, tuple) else out
         assert tuple(logits.shape) == shape and len(names) == len(args)
         assert np.isfinite(logits.float().numpy()).all()
+
+
+@pytest.mark.parametrize("kind", ["prefill", "decode"])
+def test_step_attention_is_the_fused_kernel_eager_cuda_launches(kind):
+    """The steps' graphs spell attention out (torch's math decomposition with a safe softmax); the kernel view
+    must still see one fused kernel per layer, with the backend eager CUDA PyTorch picks (a dispatch trace of the
+    same module on the meta device, tests/kernel_trace.py)."""
+    from kernel_trace import trace_kernels
+
+    lm = meta_lm(TINY.format(n=2)).to(torch.float16)
+    layout = cache_layout(lm.config)
+    g = StepGraph(kind, lm, layout, "float16", name="tiny", source="test", framework="zoo")
+    a = g.point(2, 32, 512).analysis
+    ours = [k for k in a.kernels if k.kind == "attention"]
+    if kind == "prefill":
+        module, inputs = PrefillStep(lm, layout), prefill_inputs(2, 32, vocab=256, device="meta")
+    else:
+        module = DecodeStep(lm, 32, layout=layout)
+        inputs = decode_inputs(layout, 2, 32, dtype=torch.float16, device="meta")
+    traced = trace_kernels(module, inputs).attention()
+    assert len(ours) == len(traced) == 2  # one per layer, fused
+    assert {k.params["backend"] for k in ours} == {"flash"}
+    assert [k.params["causal"] for k in ours] == [kind == "prefill"] * 2
+    if kind == "prefill":  # transformers passes is_causal and no mask: flash
+        assert all("flash" in k.op for k in traced)
+    else:  # eager decode passes its all-visible (constant) mask: the memory-efficient kernel, which the view
+        # costs as flash (the mask collapses); both read the same cache, at the same e_memory and launch
+        assert all("efficient" in k.op for k in traced)
+        # work units: the trace folds the 2 query heads per KV head onto rows, (2 x 2) x 2 rows; the view sees
+        # (1 x 4) x 2 rows: the same 4 units of 2 query rows over 32 slots
+        assert traced[0].shapes[0] == (2, 2, 2, 16)
+        assert [(k.params["b"] * k.params["h"], k.params["s"], k.params["t"]) for k in ours] == [(4, 2, 32)] * 2

@@ -130,7 +130,9 @@ def _resolve(model: str, base: Path) -> str:
     return str(base / model)
 
 
-def _jsonl_job(row: object, where: str, base: Path, devices: tuple[str, ...]) -> Job:
+def _jsonl_job(
+    row: object, where: str, base: Path, devices: tuple[str, ...], batch: int | None, dtype: str | None
+) -> Job:
     if not isinstance(row, dict):
         raise UsageError(f'{where}: a row is a JSON object with a "model" key')
     unknown = sorted(set(row) - set(_ROW_KEYS))
@@ -148,10 +150,10 @@ def _jsonl_job(row: object, where: str, base: Path, devices: tuple[str, ...]) ->
         raise UsageError(f"{where}: {exc}") from exc
     if len({s.name for s in specs}) < len(specs):
         raise UsageError(f"{where}: an input is given twice")
-    batch = row.get("batch")
+    batch = row.get("batch", batch)
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or not 0 < batch <= MAX_DIM):
         raise UsageError(f'{where}: "batch" must be an integer from 1 to {MAX_DIM}')
-    dtype = row.get("dtype")
+    dtype = row.get("dtype", dtype)
     if dtype is not None and dtype not in FLOAT_DTYPES:
         raise UsageError(f'{where}: "dtype" must be one of {", ".join(FLOAT_DTYPES)}')
     own = row.get("devices")
@@ -165,7 +167,9 @@ def _jsonl_job(row: object, where: str, base: Path, devices: tuple[str, ...]) ->
     return Job(model, _resolve(model, base), tuple(inputs), batch, dtype, devices)
 
 
-def read_manifest(manifest: str | Path, devices: Sequence[str] = DEFAULT_DEVICES) -> tuple[list[Job], list[str]]:
+def read_manifest(
+    manifest: str | Path, devices: Sequence[str] = DEFAULT_DEVICES, batch: int | None = None, dtype: str | None = None
+) -> tuple[list[Job], list[str]]:
     """The jobs a manifest names, in its order, duplicates dropped; and notes for the user.
 
     Args:
@@ -175,6 +179,8 @@ def read_manifest(manifest: str | Path, devices: Sequence[str] = DEFAULT_DEVICES
             `{"model": ..., "inputs": ["x:1x3x224x224"], "batch": 8, "dtype": "float16", "devices": [...]}`
             (every key but "model" optional). Relative model paths are relative to the manifest's folder.
         devices: the GPUs to predict for where a row names none.
+        batch, dtype: the batch and dtype of every model whose row names none (a directory's or a text file's
+            models: all of them).
 
     Raises:
         UsageError: a missing or unreadable manifest, a malformed row (naming its line), an unknown device,
@@ -188,7 +194,7 @@ def read_manifest(manifest: str | Path, devices: Sequence[str] = DEFAULT_DEVICES
         if skipped:
             kinds = ", ".join(f"{k} ({v})" for k, v in sorted(skipped.items()))
             notes.append(f"skipped {sum(skipped.values())} files preflight does not read: {kinds}")
-        jobs = [Job(str(p), str(p.absolute()), devices=devices) for p in found]
+        jobs = [Job(str(p), str(p.absolute()), (), batch, dtype, devices) for p in found]
         if not jobs:
             raise UsageError(
                 f"{path}: no model files found (preflight reads {', '.join(MODEL_SUFFIXES)} files, "
@@ -214,9 +220,9 @@ def read_manifest(manifest: str | Path, devices: Sequence[str] = DEFAULT_DEVICES
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise UsageError(f"{where}: not JSON ({exc.msg})") from exc
-            jobs.append(_jsonl_job(row, where, base, devices))
+            jobs.append(_jsonl_job(row, where, base, devices, batch, dtype))
         else:
-            jobs.append(Job(line, _resolve(line, base), devices=devices))
+            jobs.append(Job(line, _resolve(line, base), (), batch, dtype, devices))
     if not jobs:
         raise UsageError(f"{path}: the manifest names no model")
     seen: set[str] = set()
@@ -831,6 +837,8 @@ def analyze_many(
     output: str | Path,
     *,
     devices: Sequence[str] = DEFAULT_DEVICES,
+    batch: int | None = None,
+    dtype: str | None = None,
     workers: int | None = None,
     address: str | None = None,
     resume: bool = False,
@@ -845,6 +853,7 @@ def analyze_many(
         manifest: a directory, a text file or a JSONL file (`read_manifest`).
         output: the results file; rows are appended as models finish, flushed and fsync'd.
         devices: the GPUs to predict for, for manifest rows that name none.
+        batch, dtype: the batch and dtype of the models whose manifest row names none (`read_manifest`).
         workers: worker processes (default: this machine's cores, or with `address` the cluster's CPUs).
         address: join this Ray cluster ("auto", "HOST:PORT", "ray://HOST:PORT") instead of starting one.
         resume: keep `output`'s rows and run only the models it has no row for.
@@ -858,7 +867,7 @@ def analyze_many(
     Raises:
         UsageError: a bad manifest or output file, or a cluster that cannot be joined (exit 2).
     """
-    jobs, notes = read_manifest(manifest, devices)
+    jobs, notes = read_manifest(manifest, devices, batch, dtype)
     results = ResultsFile(output, resume)
     say = (lambda m: (progress.write(m + "\n"), progress.flush())) if progress is not None else (lambda m: None)
     for note in notes:

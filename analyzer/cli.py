@@ -596,6 +596,18 @@ def devices(fmt: str) -> None:
     help="Target GPU for the models whose manifest row names none (see `preflight devices`). Repeatable.",
 )
 @click.option(
+    "--batch",
+    type=click.IntRange(min=1, max=MAX_DIM),
+    default=None,
+    help="Set dimension 0 of every input, for the models whose manifest row names no batch.",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(FLOAT_DTYPES),
+    default=None,
+    help="Analyse as if computed in this float dtype, for the models whose manifest row names none.",
+)
+@click.option(
     "--workers",
     type=click.IntRange(min=1),
     default=None,
@@ -625,12 +637,13 @@ def devices(fmt: str) -> None:
     metavar="MIB",
     help="Per-model memory cap: the address space a model may add to its worker, in MiB.",
 )
-def analyze_many(manifest, output, devices, workers, address, resume, timeout_s, memory_mb) -> None:
+def analyze_many(manifest, output, devices, batch, dtype, workers, address, resume, timeout_s, memory_mb) -> None:
     """Analyse every model of MANIFEST on Ray workers and predict it on each --device.
 
     MANIFEST is a directory (every model file preflight reads, found recursively), a text file with one
     MODEL per line, or a JSONL file of rows {"model": ..., "inputs": [...], "batch": N, "dtype": ...,
-    "devices": [...]}. Progress goes to stderr, a summary to stdout. Exits 0 when the job ran, whatever
+    "devices": [...]}; --device, --batch and --dtype apply where a row names none. Progress goes to stderr,
+    a summary to stdout. Exits 0 when the job ran, whatever
     single models did (each row says), and 2 for a bad manifest.
     """
     from .batch import analyze_many as run
@@ -639,6 +652,8 @@ def analyze_many(manifest, output, devices, workers, address, resume, timeout_s,
         manifest,
         output,
         devices=devices,
+        batch=batch,
+        dtype=dtype,
         workers=workers,
         address=address,
         resume=resume,

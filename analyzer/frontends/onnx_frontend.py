@@ -298,7 +298,9 @@ def _batch_pins(model, inputs: set[str], old: int) -> list[str]:
     operands = {
         node.input[at]
         for node in model.graph.node
-        if (at := _SHAPE_INPUTS.get(node.op_type)) is not None and node.domain in ("", "ai.onnx") and len(node.input) > at
+        if node.domain in ("", "ai.onnx")
+        and (at := _SHAPE_INPUTS.get(node.op_type)) is not None
+        and len(node.input) > at
     }
     consts = _constant_values(model, operands)
     derived = set(inputs)

@@ -643,8 +643,8 @@ def analyze_many(manifest, output, devices, batch, dtype, workers, address, resu
     MANIFEST is a directory (every model file preflight reads, found recursively), a text file with one
     MODEL per line, or a JSONL file of rows {"model": ..., "inputs": [...], "batch": N, "dtype": ...,
     "devices": [...]}; --device, --batch and --dtype apply where a row names none. Progress goes to stderr,
-    a summary to stdout. Exits 0 when the job ran, whatever
-    single models did (each row says), and 2 for a bad manifest.
+    a summary to stdout. Exits 0 when the job ran, whatever single models did (each row says), and 2 for a
+    bad manifest.
     """
     from .batch import analyze_many as run
 

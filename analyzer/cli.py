@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import warnings
+from pathlib import Path
 
 import click
 
@@ -16,7 +17,7 @@ from . import __version__
 from .errors import PreflightError
 from .frontends.specs import MAX_DIM
 
-FORMATS = ("table", "json", "markdown")
+FORMATS = ("table", "json", "markdown", "html")
 # Each subcommand imports the analyzer (TVM, torch: ~3 s) inside its function on purpose: `preflight --help`,
 # `zoo` and `devices` must not pay for it.
 
@@ -92,6 +93,33 @@ def _emit(text: str, output: str | None) -> None:
         click.echo(text, nl=False)
 
 
+def format_options(f):
+    """--format and -o, shared by analyze and predict: the format follows -o's suffix unless --format names one."""
+    f = click.option(
+        "-o",
+        "--output",
+        type=click.Path(dir_okay=False, writable=True),
+        default=None,
+        help="Write to FILE instead of stdout (.json, .md or .html: in that format, unless --format says).",
+    )(f)
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default=None,
+        help="Output format (default: from -o's suffix, else table; html is the pre-deployment page).",
+    )(f)
+
+
+def _format(fmt: str | None, output: str | None) -> str:
+    """The output format: `fmt`, else the one -o's suffix names (.json, .md, .markdown, .html, .htm), else table."""
+    if fmt is not None:
+        return fmt
+    from .predeploy import FORMATS as BY_SUFFIX
+
+    return BY_SUFFIX.get(Path(output).suffix.lower(), "table") if output else "table"
+
+
 def explain_option(f):
     """--explain, shared by analyze and predict."""
     return click.option("--explain", is_flag=True, help="Add a footer saying what each row of the output means.")(f)
@@ -122,14 +150,7 @@ def model_options(f):
 @click.argument("model")
 @model_options
 @explain_option
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, writable=True),
-    default=None,
-    help="Write to FILE instead of stdout.",
-)
+@format_options
 @click.option("--strict", is_flag=True, help="Fail (exit 1) if any operator has no cost rule.")
 @click.option(
     "--top",
@@ -143,7 +164,7 @@ def analyze(
     inputs: tuple[str, ...],
     batch: int | None,
     dtype: str | None,
-    fmt: str,
+    fmt: str | None,
     output: str | None,
     strict: bool,
     top: int,
@@ -157,7 +178,7 @@ def analyze(
     from .api import analyze as run
 
     report = run(model, inputs=list(inputs), batch=batch, strict=strict, dtype=dtype)
-    _emit(_render(report, fmt, top, explain), output)
+    _emit(_render(report, _format(fmt, output), top, explain), output)
 
 
 def max_slowdown_option(f):
@@ -185,16 +206,15 @@ def max_slowdown_option(f):
     metavar="MS",
     help="The MIG slice must also meet this latency.",
 )
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, writable=True),
-    default=None,
-    help="Write to FILE instead of stdout.",
-)
+@format_options
 @click.option("--strict", is_flag=True, help="Fail (exit 1) if any operator has no cost rule.")
-@click.option("--top", type=click.IntRange(min=0), default=15, show_default=True)
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=15,
+    show_default=True,
+    help="How many of the costliest operators the table and Markdown list (0: none).",
+)
 @click.option(
     "--max-latency-ms",
     "max_latency",
@@ -225,7 +245,7 @@ def predict(
     dtype: str | None,
     device: str,
     latency_slo: float | None,
-    fmt: str,
+    fmt: str | None,
     output: str | None,
     strict: bool,
     top: int,
@@ -253,7 +273,7 @@ def predict(
         max_slowdown=max_slowdown,
         dtype=dtype,
     )
-    _emit(_render(report, fmt, top, explain), output)
+    _emit(_render(report, _format(fmt, output), top, explain), output)
     over = check_budget(report, max_latency_ms=max_latency, max_memory_mb=max_memory, bound=budget_bound)
     if over:
         for reason in over:
@@ -422,7 +442,14 @@ def report(
     help="Contexts of the latency sweep and capacity table, e.g. 1024,4096,32768 (default: powers of two).",
 )
 @click.option("--full-depth", is_flag=True, help="Trace every layer (per-operator list; slower) even when identical.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(("table", "json", "markdown")),
+    default="table",
+    show_default=True,
+    help="Format on stdout (-o takes its format from its suffix).",
+)
 @click.option(
     "-o",
     "--output",
@@ -503,11 +530,17 @@ def _render(report, fmt: str, top: int, explain: bool = False) -> str:
         return json.dumps(report.to_json(), indent=2) + "\n"
     if fmt == "markdown":
         return render_markdown(report, top, explain)
+    if fmt == "html":
+        from .predeploy import render_html
+
+        return render_html(report, top)
     return render_table(report, top, explain)
 
 
 @cli.command()
-@click.option("--format", "fmt", type=click.Choice(("table", "json")), default="table", show_default=True)
+@click.option(
+    "--format", "fmt", type=click.Choice(("table", "json")), default="table", show_default=True, help="Output format."
+)
 def zoo(fmt: str) -> None:
     """List the built-in models usable as MODEL = zoo:NAME[?key=value...]."""
     import zoo as z
@@ -535,7 +568,9 @@ def zoo(fmt: str) -> None:
 
 
 @cli.command()
-@click.option("--format", "fmt", type=click.Choice(("table", "json")), default="table", show_default=True)
+@click.option(
+    "--format", "fmt", type=click.Choice(("table", "json")), default="table", show_default=True, help="Output format."
+)
 def devices(fmt: str) -> None:
     """List the known GPUs: peak rates, bandwidth, memory and MIG profiles (usable memory)."""
     from predictor.devices import DEVICES

@@ -245,6 +245,8 @@ def _text_table(header: list[str], rows: list[list[str]], right: set[int] = froz
 
 # What each row of the text and Markdown views means (`--explain`).
 EXPLAIN: tuple[tuple[str, str], ...] = (
+    ("model", "the model's name, and the route it was read by (framework: the file or zoo name)"),
+    ("inputs", "each input's name, shape and dtype, as analysed (after --batch, --input and --dtype)"),
     (
         "FLOPs",
         "floating-point operations of one forward pass: 2 per multiply-accumulate for conv, matmul and "
@@ -278,6 +280,17 @@ EXPLAIN: tuple[tuple[str, str], ...] = (
         "out); data-flow edges are producer -> consumer pairs",
     ),
     (
+        "CUDA kernels",
+        "the kernels eager PyTorch launches for the graph on a CUDA GPU, what the prediction costs: views launch "
+        "nothing, some ops fuse into one kernel (a bias into its matmul, attention into one SDPA kernel, with the "
+        "backend torch picks), and the bytes those kernels read and write (docs/execution-model.md)",
+    ),
+    (
+        "unsupported",
+        "operators with no cost rule, with their counts: they count 0 FLOPs and bytes (`--strict` fails instead)",
+    ),
+    ("device", "the GPU predicted for, and the predictor: a trained one (name@version) or roofline (the estimate)"),
+    (
         "latency / energy / memory",
         "the point prediction for one forward pass, and in brackets an interval: "
         "the estimate's interval (predictor: roofline) runs from the roofline bound to 2x the estimate, an "
@@ -292,22 +305,35 @@ EXPLAIN: tuple[tuple[str, str], ...] = (
         "(carried over through the datasheet peaks), calibrated to one published or measured figure, or assumed "
         "from another kernel kind or dtype (docs/kernel-model.md)",
     ),
+    (
+        "assumes",
+        "what the prediction takes to run the model: eager PyTorch on CUDA in this dtype, at torch's default "
+        "precision flags (float32: TF32 convolutions, FP32 matmuls)",
+    ),
     ("roofline bound", "the fastest the graph can run: each op at the device's peak compute or bandwidth"),
     (
         "MIG slice",
         "the smallest MIG profile whose usable memory holds the upper end of the memory interval plus "
         "5% headroom, with its predicted latency and slowdown against the whole GPU",
     ),
+    ("MIG reason", "why that profile: its usable memory against the predicted upper bound, and its latency"),
 )
 
 
-def explain_lines() -> list[str]:
-    """The `--explain` footer."""
+def _explained(rows: list[str]) -> list[tuple[str, str]]:
+    """The EXPLAIN entries of the rows shown (an entry "a / b / c" explains rows a, b and c)."""
+    shown = set(rows)
+    return [(k, v) for k, v in EXPLAIN if shown & set(k.split(" / ")) or k in shown]
+
+
+def explain_lines(rows: list[str] | None = None) -> list[str]:
+    """The `--explain` footer: what each of `rows` (default: every row there is) means."""
     import textwrap
 
-    width = max(len(k) for k, _ in EXPLAIN)
+    entries = EXPLAIN if rows is None else _explained(rows)
+    width = max(len(k) for k, _ in entries)
     out = ["what the rows mean:"]
-    for k, v in EXPLAIN:
+    for k, v in entries:
         wrapped = textwrap.wrap(v, 112 - width)
         out += [f"  {k:<{width}}  {wrapped[0]}"] + [f"  {'':<{width}}  {w}" for w in wrapped[1:]]
     return out
@@ -325,20 +351,22 @@ def render_table(report, top: int = 15, explain: bool = False) -> str:
     if report.warnings:
         lines += [""] + [f"warning: {w}" for w in report.warnings]
     if explain:
-        lines += ["", *explain_lines()]
+        lines += ["", *explain_lines([k for k, _ in summary])]
     return "\n".join(lines) + "\n"
 
 
 def render_markdown(report, top: int = 15, explain: bool = False) -> str:
     """Markdown for `preflight analyze`: a totals table, the costliest operators, the warnings."""
-    secs = [Section("Summary", [Table(["", ""], [[k, v] for k, v in _summary(report) + _prediction(report)])])]
+    summary = _summary(report) + _prediction(report)
+    secs = [Section("Summary", [Table(["", ""], [[k, v] for k, v in summary])])]
     header, rows = _rows(report, top)
     if rows:
         secs.append(Section(f"Costliest {len(rows)} operators", [Table(header, rows, {0, 5, 6, 7})]))
     if report.warnings:
         secs.append(Section("Warnings", [list(report.warnings)]))
     if explain:
-        secs.append(Section("What the rows mean", [Table(["row", "meaning"], [list(e) for e in EXPLAIN])]))
+        rows_meant = [list(e) for e in _explained([k for k, _ in summary])]
+        secs.append(Section("What the rows mean", [Table(["row", "meaning"], rows_meant)]))
     return markdown_page(f"preflight analysis: {report.model['name']}", secs)[0]
 
 

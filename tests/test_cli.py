@@ -242,6 +242,37 @@ def test_explain_says_what_every_row_means(models, fmt):
     assert out.startswith(plain.rstrip("\n").split("\n")[0])
 
 
+def test_explain_covers_exactly_the_rows_shown(models):
+    from analyzer.render import EXPLAIN
+
+    def rows_and_meant(*args):
+        out = ok(*args, models["tiny"], "--batch", "2", "--explain").stdout
+        head, meant = out.split("what the rows mean:")
+        rows = [line[:22].strip() for line in head.split("\n\n")[0].splitlines()]  # the summary block
+        meant_rows = [line[2:24].strip() for line in meant.splitlines() if line[2:3].strip()]
+        return rows, meant_rows
+
+    rows, meant = rows_and_meant("predict")
+    assert len(rows) >= 18 and "rests on" in rows and "CUDA kernels" in rows
+    keys = {k: set(k.split(" / ")) | {k} for k, _ in EXPLAIN}
+    for row in rows:  # every row shown is explained
+        assert any(row in names for names in keys.values()), row
+    rows, meant = rows_and_meant("analyze")
+    assert "latency" not in rows and not any("latency" in m or "MIG" in m for m in meant)  # only rows shown
+    assert "CUDA kernels" in meant and "unsupported" in meant
+
+
+@pytest.mark.parametrize(
+    "suffix, start", [(".json", '{\n  "schema": "preflight.report/1"'), (".md", "# preflight"), (".html", "<!DOCTYPE")]
+)
+def test_output_format_follows_the_suffix(models, tmp_path, suffix, start):
+    out = tmp_path / f"r{suffix}"
+    ok("predict", models["tiny"], "--batch", "2", "-o", str(out))
+    assert out.read_text().startswith(start)
+    ok("analyze", models["tiny"], "--batch", "2", "-o", str(out), "--format", "table")  # --format wins
+    assert out.read_text().startswith("model ")
+
+
 def test_table_is_default_format(models):
     assert (
         ok("analyze", models["tiny"], "--batch", "2").stdout

@@ -167,8 +167,11 @@ def _layer_list(lm, n: int):
 
 
 def _signature(module) -> tuple:
-    named = [(k, tuple(v.shape), str(v.dtype)) for k, v in module.named_parameters()]
-    named += [(k, tuple(v.shape), str(v.dtype)) for k, v in module.named_buffers()]
+    """A layer's class and its parameters' and buffers' names and shapes. Not their dtypes: the step graphs are
+    traced with float32 stand-ins and retargeted to the serving dtype (`StepGraph._export`), and a config that
+    declares a dtype (`torch_dtype`) builds its model in it but its rebuild with fewer layers in float32."""
+    named = [(k, tuple(v.shape)) for k, v in module.named_parameters()]
+    named += [(k, tuple(v.shape)) for k, v in module.named_buffers()]
     return (type(module).__name__, tuple(named))
 
 

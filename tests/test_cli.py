@@ -786,3 +786,58 @@ def test_an_unoptimised_dynamo_onnx_export_analyses(tmp_path):
     path = tmp_path / "bert.onnx"
     torch.onnx.export(model, (torch.randint(0, 100, (1, 16)),), str(path), dynamo=True, optimize=False)
     assert ok_json("analyze", path)["totals"]["macs"] == 2 * (65_536 + 65_536 + 16_384) + 1_024
+
+
+# ---- what a new user types wrong, and transformers model directories -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hf_dirs(tmp_path_factory) -> dict[str, Path]:
+    from transformers import BertConfig, GPT2Config
+
+    d = tmp_path_factory.mktemp("hf")
+    (d / "gpt2").mkdir()
+    (d / "bert").mkdir()
+    GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=64).to_json_file(d / "gpt2" / "config.json")
+    BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=256)\
+        .to_json_file(d / "bert" / "config.json")  # fmt: skip
+    (d / "other.json").write_text('{"foo": 1}')
+    return {"gpt2": d / "gpt2", "bert": d / "bert", "other": d / "other.json"}
+
+
+def test_a_transformers_model_directory_is_its_config(hf_dirs):
+    via_dir = ok_json("analyze", str(hf_dirs["gpt2"]), "--input", "input_ids:2x16")
+    via_file = ok_json("analyze", str(hf_dirs["gpt2"] / "config.json"), "--input", "input_ids:2x16")
+    assert via_dir["totals"] == via_file["totals"]
+    assert via_dir["model"]["name"] == "gpt2:GPT2LMHeadModel"
+    # an int32 input_ids is taken as given (torch's embedding reads int32 ids)
+    int32 = ok_json("analyze", str(hf_dirs["gpt2"]), "--input", "input_ids:2x16:int32")
+    assert int32["inputs"][0]["dtype"] == "int32" and int32["totals"]["macs"] == via_dir["totals"]["macs"]
+
+
+def test_an_encoder_config_builds_the_encoder_and_is_no_llm(hf_dirs):
+    doc = ok_json("analyze", str(hf_dirs["bert"]), "--input", "input_ids:1x16")
+    assert doc["model"]["name"] == "bert:BertModel"  # not BertLMHeadModel, the decoder variant
+    # BertModel, 2 layers, hidden 64, intermediate 128, seq 16: per layer q, k, v, o 4 x 64 x 64 + 2 x 64 x 128
+    # = 32,768 weights x 16 tokens = 524,288 MACs; attention 2 x 16 x 16 x 64 = 32,768; the pooler's output is
+    # not the first output (what the config route returns), so it is not in the graph
+    assert doc["totals"]["macs"] == 2 * (524_288 + 32_768) == 1_114_112
+    assert "is an encoder" in fails(2, "llm", str(hf_dirs["bert"]), "--prompt", "16", "--generate", "4")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--input", "x:2x3x8x8:float99"), "unknown dtype 'float99'"),
+        (("--input", "x:2x3x8x8:float16"), "an ONNX file fixes its input dtypes"),
+    ],
+)
+def test_input_dtype_mistakes_say_what_is_wrong(models, args, message):
+    assert message in fails(2, "analyze", str(models["tiny"]), *args)
+
+
+def test_config_input_dtypes_and_other_json(hf_dirs):
+    assert "is int64 or int32, not float32" in fails(
+        2, "analyze", str(hf_dirs["gpt2"]), "--input", "input_ids:1x16:float32"
+    )
+    assert "neither a transformers config" in fails(2, "analyze", str(hf_dirs["other"]))

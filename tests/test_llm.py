@@ -257,6 +257,19 @@ def tiny_config(tmp_path_factory):
     return path
 
 
+def test_a_config_declaring_its_dtype_is_still_extrapolated(tmp_path):
+    """A config with torch_dtype builds its model in that dtype and its 1- and 2-layer rebuilds in float32: the
+    layers are still the same (a 70B-class bfloat16 config was traced at all 80 layers: minutes, not seconds)."""
+    from analyzer.llm import choose_depths, load_llm
+
+    doc = meta_lm(TINY.format(n=4)).config.to_dict() | {"torch_dtype": "bfloat16"}
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    m = load_llm(tmp_path / "config.json")
+    assert next(m.lm.parameters()).dtype == torch.bfloat16
+    _, depth = choose_depths(m.lm, cache_layout(m.config), full_depth=False, devices=DEVICES)
+    assert depth["mode"] == "extrapolated" and depth["traced"] == [1, 2], depth
+
+
 @pytest.fixture(scope="module")
 def extrapolated():
     return llm(f"zoo:{TINY.format(n=4)}", prompt=24, generate=8, batch=2, devices=DEVICES, contexts=[32, 64])

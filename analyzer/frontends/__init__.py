@@ -125,6 +125,10 @@ def _load_file(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Lo
 
         if is_hf_config(path):
             return load_hf_config(path, specs, batch)
+        raise UnreadableModelError(
+            f"{path.name}: a JSON file that is neither a transformers config (a JSON object with a 'model_type') nor "
+            f"a Paddle program (a .pdiparams file beside it); {_FORMATS}"
+        )
     raise UnreadableModelError(f"{path.name}: unknown model format '{suffix or '(no suffix)'}'; {_FORMATS}")
 
 
@@ -170,9 +174,14 @@ def _load_dir(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
     if len(paddle_models) > 1:
         names = ", ".join(p.name for p in paddle_models)
         raise UsageError(f"{path}: several Paddle models in one directory ({names}); give the model file's path")
+    from .hf_config import is_hf_config, load_hf_config
+
+    if is_hf_config(path / "config.json"):  # a transformers model directory: its config (weights never read)
+        return load_hf_config(path / "config.json", specs, batch)
     raise UnreadableModelError(
-        f"{path}: a directory that is neither a TensorFlow SavedModel (saved_model.pb) nor "
-        f"a Paddle inference model (*.pdmodel or *.json with *.pdiparams); {_FORMATS}"
+        f"{path}: a directory that is neither a TensorFlow SavedModel (saved_model.pb), "
+        f"a Paddle inference model (*.pdmodel or *.json with *.pdiparams) nor a transformers model (config.json); "
+        f"{_FORMATS}"
     )
 
 

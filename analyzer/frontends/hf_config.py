@@ -118,13 +118,34 @@ def _model_class(config, causal_lm: bool):
         is_model = isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)
         if is_model and isinstance(config, cls.config_class) and (not causal_lm or _causal_lm_class(cls)):
             return cls
-    for mapping in (MODEL_FOR_CAUSAL_LM_MAPPING,) if causal_lm else (MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_MAPPING):
+    if is_encoder_config(config):
+        if causal_lm:
+            raise UsageError(
+                f"model_type {config.model_type!r} is an encoder (is_decoder is false), not a decoder LM: nothing to "
+                f"serve token by token"
+            )
+        mappings: tuple = (MODEL_MAPPING,)  # not its causal-LM class: that is the decoder variant of the encoder
+    else:
+        mappings = (MODEL_FOR_CAUSAL_LM_MAPPING,) if causal_lm else (MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_MAPPING)
+    for mapping in mappings:
         try:
             return mapping[type(config)]
         except KeyError:
             continue
     what = "causal language model" if causal_lm else "model"
     raise UsageError(f"transformers has no {what} class for model_type {config.model_type!r}")
+
+
+def is_encoder_config(config) -> bool:
+    """An encoder-only config (BERT, RoBERTa, ...): transformers ships a masked-LM class for its model type, it is
+    not an encoder-decoder, and it does not ask to be a decoder (`is_decoder`)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    return (
+        config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+        and not getattr(config, "is_decoder", False)
+        and not getattr(config, "is_encoder_decoder", False)
+    )
 
 
 def build_model(config, *, causal_lm: bool = False):
@@ -182,11 +203,14 @@ def load_hf_config(path: Path, specs: dict[str, InputSpec], batch: int | None) -
     unknown = set(specs) - {name}
     if unknown:
         raise UsageError(f"--input names {', '.join(sorted(unknown))} not among the model's inputs: {name}")
-    shape = resolve_shape(name, file_dims, specs.get(name), batch, path.name)
-    if name == "input_ids":
-        example = torch.zeros(shape, dtype=torch.int64, device="meta")
-    else:
-        example = torch.zeros(shape, dtype=torch.float32, device="meta")
+    spec = specs.get(name)
+    shape = resolve_shape(name, file_dims, spec, batch, path.name)
+    allowed = ("int64", "int32") if name == "input_ids" else ("float32",)
+    dtype = spec.dtype if spec is not None and spec.dtype is not None else allowed[0]
+    if dtype not in allowed:
+        hint = "" if name == "input_ids" else " (--dtype float16 or bfloat16 analyses the model in that dtype)"
+        raise UsageError(f"input '{name}' of {path.name} is {' or '.join(allowed)}, not {dtype}{hint}")
+    example = torch.zeros(shape, dtype=getattr(torch, dtype), device="meta")
     wrapper = HFWrapper(model, name, decoder=is_causal_lm(model))
     loaded = from_module(
         wrapper,

@@ -532,6 +532,11 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
             raise UnreadableModelError(
                 f"{path.name}: input '{inp.name}' has element type {elem}, which TVM cannot read"
             ) from exc
+        if spec is not None and spec.dtype is not None and elem and spec.dtype != dtype:
+            raise UsageError(
+                f"input '{inp.name}' is {dtype} in {path.name}; an ONNX file fixes its input dtypes "
+                f"(--dtype float16 or bfloat16 analyses the model as if it computed in that dtype)"
+            )
         dtype_dict[inp.name] = spec.dtype if spec and spec.dtype else dtype
 
     _constants_as_tensors(model)

@@ -18,6 +18,11 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def _looks_like_dims(text: str) -> bool:
+    """Whether `text` reads as DIMS: sizes or `?` separated by `x`."""
+    return all(d == "?" or d.isdigit() for d in text.lower().split("x"))
+
+
 @dataclass(frozen=True)
 class InputSpec:
     """A user's shape (and optionally dtype) for one named model input."""
@@ -32,6 +37,8 @@ class InputSpec:
         DIMS keeps the file's value of that dimension (`x:?x3x64x64`)."""
         parts = text.rsplit(":", 2) if text.count(":") >= 2 else text.rsplit(":", 1)
         if len(parts) == 3 and parts[2] not in DTYPES:
+            if _looks_like_dims(parts[1]) and not _looks_like_dims(parts[2]):  # NAME:DIMS:<a dtype misspelt>
+                raise UsageError(f"--input {text!r}: unknown dtype {parts[2]!r} (one of {', '.join(DTYPES)})")
             # the name itself may contain ':' (ONNX names like "input:0"): re-split keeping it
             parts = text.rsplit(":", 1)
         if len(parts) < 2 or not parts[0]:

@@ -579,6 +579,7 @@ def devices(fmt: str) -> None:
         doc = [
             {
                 "device": d.key,
+                "aliases": list(d.aliases),
                 "name": d.name,
                 "memory_mib": d.memory_mib,
                 "bandwidth_gbs": d.bandwidth / 1e9,
@@ -608,6 +609,8 @@ def devices(fmt: str) -> None:
         )
         mig = ", ".join(f"{p.name} {p.memory_mib / 1024:.2f} GiB/{p.sms} SMs{'' if p.measured else '*'}" for p in d.mig)
         click.echo(f"{'':<14} MIG: {mig}")
+        if d.aliases:
+            click.echo(f"{'':<14} also named: {', '.join(d.aliases)}")
     click.echo(
         "\n* derived lower bound of usable memory (no published nvidia-smi mig -lgip output); see predictor/devices.py"
     )

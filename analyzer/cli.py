@@ -747,7 +747,8 @@ def _train_options(f):
     help="Write the table to FILE instead of stdout.",
 )
 def evaluate(data, device, epochs, seed, cache, calibration, output) -> None:
-    """Evaluation table for DEVICE's measurements: random and leave-family-out splits, against baselines."""
+    """Evaluation table for the --device's measurements in DATA: random and leave-family-out splits, against
+    baselines."""
     from predictor.evaluate import evaluate as run
     from predictor.evaluate import table_markdown
     from predictor.train import TrainConfig
@@ -779,7 +780,8 @@ def evaluate(data, device, epochs, seed, cache, calibration, output) -> None:
     help="Artifact directory (default: predictor/checkpoints/<device>@<next version>).",
 )
 def train(data, device, epochs, seed, cache, calibration, out_dir) -> None:
-    """Train the predictor for DEVICE on all its measurements and write the artifact with its evaluation table."""
+    """Train the predictor for the --device on all its measurements in DATA and write the artifact with its
+    evaluation table."""
     import datetime
     from pathlib import Path
 

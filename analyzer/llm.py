@@ -584,8 +584,8 @@ ASSUMPTIONS = (
     "TPOT is the decode step at the full static cache (every step of a static cache attends over all its slots); "
     "E2E = TTFT + (generated - 1) x TPOT",
     "memory = weights + KV cache + activations + CUDA context + workspace; activations are the liveness pass's peak "
-    "of the graph besides the cache (its attention is the unfused form: for long prompts the prefill figure "
-    "includes score matrices fused SDPA kernels do not materialise); the capacity table counts the decode step's",
+    "of the graph besides the cache (attention one op: no score matrix); the capacity table counts the decode "
+    "step's",
     "latencies are predictions from the graphs (predictor as `preflight predict`), nothing was run on a GPU",
 )
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from passes.costs import compute_dtype
 from passes.costs.registry import CATEGORIES
 from predictor.devices import get_device
+from predictor.fmt import g3
 from predictor.llm import FULL_GPU, MAX_BATCH
 from predictor.mig import HEADROOM, smallest_first
 from predictor.predict import op_times_ms
@@ -40,7 +41,8 @@ def _roofs(analysis, device) -> list[tuple[str, float]]:
 
 def _iv(value: float, interval, fmt: str) -> str:
     lo, hi = interval
-    return f"{value:{fmt}} ({lo:{fmt}} – {hi:{fmt}})"
+    f = g3 if fmt == ".3g" else lambda v: f"{v:{fmt}}"
+    return f"{f(value)} ({f(lo)} – {f(hi)})"
 
 
 def _prediction_section(report) -> Section:
@@ -54,7 +56,7 @@ def _prediction_section(report) -> Section:
                 _iv(p.latency_ms, p.latency_ms_interval, ".3g"),
                 _iv(p.energy_j, p.energy_j_interval, ".3g"),
                 _iv(p.memory_mib, p.memory_mib_interval, ",.0f"),
-                f"{p.roofline_latency_ms:.3g}",
+                g3(p.roofline_latency_ms),
                 p.mig.summary() if p.mig.profile else "none",
             ]
         )
@@ -210,7 +212,7 @@ def _cost_section(report, top: int) -> Section:
     total_flops = a.totals.flops or 1
     if p:
         sec.blocks.append(
-            f"Predicted time per operator on {p.device}: the predicted latency ({p.latency_ms:.3g} ms) shared out "
+            f"Predicted time per operator on {p.device}: the predicted latency ({g3(p.latency_ms)} ms) shared out "
             f"by the modelled time of the eager CUDA kernels each operator becomes (views and folded operators "
             f"launch nothing: 0). Ranked by predicted time."
         )
@@ -328,7 +330,7 @@ def _ms(v: float | None) -> str:
     """Milliseconds to 3 significant digits, without an exponent (12,345 rather than 1.23e+04)."""
     if v is None:
         return "-"
-    return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+    return g3(v)
 
 
 def _size(n: float) -> str:

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
+from predictor.fmt import g3
+
 from . import __version__
 
 SCHEMA = "preflight.report/1"
@@ -214,7 +216,8 @@ def _prediction(report) -> list[tuple[str, str]]:
 
     def iv(value: float, interval, unit: str, fmt: str = ".3g") -> str:
         lo, hi = interval
-        return f"{value:{fmt}} {unit} ({lo:{fmt}} to {hi:{fmt}})"
+        f = g3 if fmt == ".3g" else lambda v: f"{v:{fmt}}"
+        return f"{f(value)} {unit} ({f(lo)} to {f(hi)})"
 
     rt = p.runtime
     tf32 = "TF32 convolutions, FP32 matmuls: torch defaults" if rt.get("dtype") == "float32" else "tensor cores"
@@ -225,7 +228,7 @@ def _prediction(report) -> list[tuple[str, str]]:
         ("latency", iv(p.latency_ms, p.latency_ms_interval, "ms")),
         ("energy", iv(p.energy_j, p.energy_j_interval, "J")),
         ("memory", iv(p.memory_mib, p.memory_mib_interval, "MiB", ",.0f")),
-        ("roofline bound", f"{p.roofline_latency_ms:.3g} ms"),
+        ("roofline bound", f"{g3(p.roofline_latency_ms)} ms"),
         ("MIG slice", p.mig.summary()),
         ("MIG reason", p.mig.reason),
     ]

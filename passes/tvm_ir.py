@@ -733,7 +733,12 @@ def cat_converter(node, importer):
     """`aten.cat`, skipping empty 1-D tensors as torch does (a fresh transformers DynamicCache holds one)."""
     tensors = importer.retrieve_args(node)[0]
     axis = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-    kept = [t for t in tensors if [int(d) for d in t.ty.shape] != [0]]
+
+    def empty(t) -> bool:  # a 1-D tensor of static length 0 (symbolic dimensions are never empty here)
+        shape = list(t.ty.shape)
+        return len(shape) == 1 and isinstance(shape[0], IntImm) and int(shape[0]) == 0
+
+    kept = [t for t in tensors if not empty(t)]
     return importer.block_builder.emit(relax.op.concat(kept or tensors, axis=axis))
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .devices import Device
+from .fmt import g3
 from .mig import HEADROOM, fits, smallest_first
 from .roofline import CONTEXT_MIB, WORKSPACE_MIB
 
@@ -420,7 +421,7 @@ def recommend(
         if targets_text:
             reason += f" and meets {targets_text}"
         if lat is not None:
-            reason += f"; predicted TTFT {lat.ttft_ms:.3g} ms, TPOT {lat.tpot_ms:.3g} ms on it"
+            reason += f"; predicted TTFT {g3(lat.ttft_ms)} ms, TPOT {g3(lat.tpot_ms)} ms on it"
         return LlmRecommendation(profile=chosen.name, reason=reason, **args)
     largest = smallest_first(device.mig)[-1]
     if largest.memory_mib < need:

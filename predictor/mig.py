@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .devices import Device, MigProfile
+from .fmt import g3
 
 HEADROOM = 0.05  # 5% of the predicted upper memory bound, for allocator fragmentation between runs
 
@@ -74,10 +75,10 @@ class MigRecommendation:
         if self.profile is None:
             return f"none: {self.reason}"
         c = self.chosen
-        text = self.profile if c is None else f"{self.profile} ({c.latency_ms:.3g} ms, {c.slowdown:.2g}x the whole GPU)"
+        text = self.profile if c is None else f"{self.profile} ({g3(c.latency_ms)} ms, {c.slowdown:.2g}x the whole GPU)"
         if self.max_slowdown is not None:
             w = self.within_slowdown
-            alt = "none" if w is None else f"{w.profile} ({w.latency_ms:.3g} ms, {w.slowdown:.2g}x)"
+            alt = "none" if w is None else f"{w.profile} ({g3(w.latency_ms)} ms, {w.slowdown:.2g}x)"
             text += f"; smallest within {self.max_slowdown:g}x slowdown: {alt}"
         return text
 
@@ -165,14 +166,14 @@ def recommend(
         )
         if latency_slo_ms is not None:
             reason += (
-                f" and whose predicted latency {latency_ms_by_profile[chosen.name]:.3g} ms meets the "
+                f" and whose predicted latency {g3(latency_ms_by_profile[chosen.name])} ms meets the "
                 f"{latency_slo_ms:g} ms SLO"
             )
         if latency_ms_by_profile is not None and full_gpu_latency_ms:
             lat = latency_ms_by_profile[chosen.name]
             reason += (
-                f"; predicted latency on it {lat:.3g} ms, {lat / full_gpu_latency_ms:.2g}x the whole GPU's "
-                f"{full_gpu_latency_ms:.3g} ms"
+                f"; predicted latency on it {g3(lat)} ms, {lat / full_gpu_latency_ms:.2g}x the whole GPU's "
+                f"{g3(full_gpu_latency_ms)} ms"
             )
         return done(chosen.name, reason)
     largest = smallest_first(device.mig)[-1]

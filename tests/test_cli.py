@@ -829,7 +829,7 @@ def test_an_encoder_config_builds_the_encoder_and_is_no_llm(hf_dirs):
     "args, message",
     [
         (("--input", "x:2x3x8x8:float99"), "unknown dtype 'float99'"),
-        (("--input", "x:2x3x8x8:float16"), "an ONNX file fixes its input dtypes"),
+        (("--input", "x:2x3x8x8:float16"), "input 'x' is float32 in tiny.onnx; --input asks for float16, and the"),
     ],
 )
 def test_input_dtype_mistakes_say_what_is_wrong(models, args, message):

@@ -255,6 +255,37 @@ def test_math_backend_is_the_separate_kernels():
     )
 
 
+class MaskedSdpa(nn.Module):
+    def forward(self, q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+class TrilSdpa(nn.Module):
+    def forward(self, q, k, v):
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("module", [MaskedSdpa(), TrilSdpa()], ids=["input_mask", "constant_mask"])
+def test_core_aten_decomposed_sdpa_is_still_one_kernel(module):
+    """torch's core-ATen decomposition of SDPA with a boolean mask (what an exported program imports as when TVM
+    cannot take the sdpa op whole): scale, matmul, + mask, softmax, then `_safe_softmax`'s fix-ups (equal,
+    logical_not, max, where) that read the scores and the softmax in an order where a fix-up comes up before its
+    last operand. Eager CUDA runs one SDPA kernel (the dispatch trace); so must the kernel view."""
+    from analyzer.frontends.torch_frontend import _converters, _import
+
+    q, k, v = (torch.randn(2, 4, 16, 64) for _ in range(3))
+    args = (q, k, v, torch.ones(2, 1, 16, 16, dtype=torch.bool)) if isinstance(module, MaskedSdpa) else (q, k, v)
+    mod, _ = _import(torch.export.export(module, args).run_decompositions(), _converters())
+    kernels = analyze(mod).analysis.kernels
+    attention = [kern for kern in kernels if kern.kind == "attention"]
+    traced = trace_kernels(module, args).attention()
+    assert len(attention) == len(traced) == 1
+    assert "efficient" in traced[0].op and attention[0].params["backend"] == "efficient"  # float32 with a mask
+    assert attention[0].flops == 2 * 2 * (2 * 4 * 16 * 16 * 64)  # Q K^T and P V: 2 x 131,072 MACs
+    assert not any(kern.kind in ("gemm", "softmax") for kern in kernels)
+
+
 def test_explicit_attention_is_fused_only_when_asked():
     """Attention the model writes out (matmul, /sqrt(d), softmax, matmul) runs unfused in eager torch; an ONNX
     graph of it is fused when the source may have used SDPA (attention_patterns="all")."""

@@ -422,15 +422,17 @@ def test_harness_step_configs_run_on_cpu():
 
 @pytest.mark.parametrize("kind", ["prefill", "decode"])
 def test_step_attention_is_the_fused_kernel_eager_cuda_launches(kind):
-    """The steps' graphs spell attention out (torch's math decomposition with a safe softmax); the kernel view
-    must still see one fused kernel per layer, with the backend eager CUDA PyTorch picks (a dispatch trace of the
-    same module on the meta device, tests/kernel_trace.py)."""
+    """The steps' graphs keep transformers' sdpa call as one attention op (exported with symbolic sizes: the
+    import must not fall back to torch's math decomposition), and the kernel view sees one fused kernel per layer
+    with the backend eager CUDA PyTorch picks (a dispatch trace of the same module on the meta device,
+    tests/kernel_trace.py)."""
     from kernel_trace import trace_kernels
 
     lm = meta_lm(TINY.format(n=2)).to(torch.float16)
     layout = cache_layout(lm.config)
     g = StepGraph(kind, lm, layout, "float16", name="tiny", source="test", framework="zoo")
     a = g.point(2, 32, 512).analysis
+    assert [c.op for c in a.ops if "attention" in c.op or "softmax" in c.op] == ["relax.nn.attention_bias"] * 2
     ours = [k for k in a.kernels if k.kind == "attention"]
     if kind == "prefill":
         module, inputs = PrefillStep(lm, layout), prefill_inputs(2, 32, vocab=256, device="meta")

@@ -211,7 +211,7 @@ def test_missing_extra(monkeypatch, tmp_path, blocked):
     monkeypatch.setitem(sys.modules, blocked, None)
     (tmp_path / "model.json").write_text('{"program": {}}')
     (tmp_path / "model.pdiparams").write_bytes(b"\0" * 16)
-    assert 'pip install "preflight[paddle]"' in fails(2, "analyze", tmp_path, "--batch", "1")
+    assert 'pip install -c constraints.txt -e ".[paddle]"' in fails(2, "analyze", tmp_path, "--batch", "1")
 
 
 # ---- one architecture, three frameworks -------------------------------------------------------------

@@ -335,13 +335,13 @@ def test_missing_extra(monkeypatch, tmp_path, blocked, name):
     p = tmp_path / name
     p.write_bytes(b"PK\x03\x04" + b"\0" * 64 if name.endswith(".keras") else b"\0\0\0\0TFL3" + b"\0" * 64)
     msg = fails(2, "analyze", p, "--batch", "1")
-    assert 'pip install "preflight[tensorflow]"' in msg
+    assert 'pip install -c constraints.txt -e ".[tensorflow]"' in msg
 
 
 def test_saved_model_missing_extra(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "tensorflow", None)
     (tmp_path / "saved_model.pb").write_bytes(b"\x08\x01")
-    assert 'pip install "preflight[tensorflow]"' in fails(2, "analyze", tmp_path, "--batch", "1")
+    assert 'pip install -c constraints.txt -e ".[tensorflow]"' in fails(2, "analyze", tmp_path, "--batch", "1")
 
 
 def test_onnx_route_imports_no_framework(tmp_path):

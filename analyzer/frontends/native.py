@@ -47,8 +47,13 @@ def import_extra(module: str, extra: str, what: str):
             return importlib.import_module(module)
     except ImportError as exc:
         raise MissingExtraError(
-            f"{what} need the optional dependency '{module}' ({exc.name or exc}): pip install \"preflight[{extra}]\""
+            f"{what} need the optional dependency '{module}' ({exc.name or exc}): {install_hint(extra)}"
         ) from exc
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs an optional extra, as the README's install does it (from the checkout)."""
+    return f'pip install -c constraints.txt -e ".[{extra}]" in the preflight checkout'
 
 
 def require_extra(module: str, extra: str, what: str) -> None:
@@ -60,7 +65,7 @@ def require_extra(module: str, extra: str, what: str) -> None:
     except (ImportError, ValueError):
         found = False
     if not found:
-        raise MissingExtraError(f"{what} need the optional dependency '{module}': pip install \"preflight[{extra}]\"")
+        raise MissingExtraError(f"{what} need the optional dependency '{module}': {install_hint(extra)}")
 
 
 class CapturedOutput:

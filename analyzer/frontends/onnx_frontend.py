@@ -522,6 +522,7 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
     if rebatched:
         graph_inputs = [i for i in model.graph.input if i.name not in initializers]
     shape_dict, dtype_dict = {}, {}
+    retyped: list[str] = []  # inputs given another dtype than the file's (fine where no weight meets them)
     for inp in graph_inputs:
         spec = specs.get(inp.name)
         shape_dict[inp.name] = list(resolve_shape(inp.name, _file_dims(inp), spec, batch, path.name))
@@ -533,10 +534,7 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
                 f"{path.name}: input '{inp.name}' has element type {elem}, which TVM cannot read"
             ) from exc
         if spec is not None and spec.dtype is not None and elem and spec.dtype != dtype:
-            raise UsageError(
-                f"input '{inp.name}' is {dtype} in {path.name}; an ONNX file fixes its input dtypes "
-                f"(--dtype float16 or bfloat16 analyses the model as if it computed in that dtype)"
-            )
+            retyped.append(f"input '{inp.name}' is {dtype} in {path.name}; --input asks for {spec.dtype}")
         dtype_dict[inp.name] = spec.dtype if spec and spec.dtype else dtype
 
     _constants_as_tensors(model)
@@ -555,6 +553,11 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
                 f"{path.name}: {fed}, which a static analysis needs in the file; the model takes it at run time "
                 f"(make it a constant: export it as one, or fold it with onnx-simplifier). TVM's importer: "
                 f"{one_line(exc)[:120]}"
+            ) from exc
+        if retyped:
+            raise UsageError(
+                f"{'; '.join(retyped)}, and the graph does not take it (its ops meet the file's dtypes: "
+                f"{one_line(exc)[:80]}); --dtype float16 or bfloat16 analyses the whole model in that dtype"
             ) from exc
         raise AnalysisError(f"{path.name}: TVM's ONNX importer failed: {one_line(exc)}") from exc
     params = file_params(model)

@@ -24,7 +24,7 @@ from pathlib import Path
 from ..errors import AnalysisError, MissingExtraError, PreflightError, UnreadableModelError
 from .isolate import GIB, Limits, run_isolated
 from .loaded import LoadedModel
-from .native import quiet_native_output
+from .native import install_hint, quiet_native_output
 from .specs import InputSpec
 
 CONVERT_TIMEOUT_S = 600
@@ -97,7 +97,7 @@ def load_paddle(path: Path, specs: dict[str, InputSpec], batch: int | None) -> L
     for module in ("paddle", "paddle2onnx"):
         if importlib.util.find_spec(module) is None:
             raise MissingExtraError(
-                f"PaddlePaddle models need the optional dependency '{module}': pip install \"preflight[paddle]\""
+                f"PaddlePaddle models need the optional dependency '{module}': {install_hint('paddle')}"
             )
     if params.stat().st_size == 0:
         raise UnreadableModelError(f"{params.name}: the file is empty")
@@ -152,7 +152,7 @@ def onnx_in_child(program: str, params: str) -> tuple[dict, bytes]:
         import paddle2onnx
     except ImportError as exc:
         raise MissingExtraError(
-            f"PaddlePaddle models need the optional dependency '{exc.name or exc}': pip install \"preflight[paddle]\""
+            f"PaddlePaddle models need the optional dependency '{exc.name or exc}': {install_hint('paddle')}"
         ) from exc
     onnx_bytes = None
     with quiet_native_output() as captured, _no_unpickling(Path(program).name):

@@ -374,9 +374,12 @@ def report(
         output=output,
         top=top,
     )
-    if sweep:
+    if sweep and sys.stderr.isatty():
         with click.progressbar(length=len(sweep), label="batch sweep", file=sys.stderr) as bar:
             rep = run(model, progress=bar.update, **args)
+    elif sweep:  # no bar where nobody watches it redraw (a log, CI): one line saying what runs
+        click.echo(f"batch sweep: {len(sweep)} batch sizes ({', '.join(map(str, sweep))})", err=True)
+        rep = run(model, **args)
     else:
         rep = run(model, **args)
     for w in rep.warnings:  # also in the report; said here so that a choice made for the user is seen

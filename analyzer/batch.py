@@ -150,10 +150,10 @@ def _jsonl_job(
         raise UsageError(f"{where}: {exc}") from exc
     if len({s.name for s in specs}) < len(specs):
         raise UsageError(f"{where}: an input is given twice")
-    batch = row.get("batch", batch)
+    batch = row["batch"] if row.get("batch") is not None else batch
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or not 0 < batch <= MAX_DIM):
         raise UsageError(f'{where}: "batch" must be an integer from 1 to {MAX_DIM}')
-    dtype = row.get("dtype", dtype)
+    dtype = row["dtype"] if row.get("dtype") is not None else dtype
     if dtype is not None and dtype not in FLOAT_DTYPES:
         raise UsageError(f'{where}: "dtype" must be one of {", ".join(FLOAT_DTYPES)}')
     own = row.get("devices")

@@ -584,8 +584,8 @@ ASSUMPTIONS = (
     "TPOT is the decode step at the full static cache (every step of a static cache attends over all its slots); "
     "E2E = TTFT + (generated - 1) x TPOT",
     "memory = weights + KV cache + activations + CUDA context + workspace; activations are the liveness pass's peak "
-    "of the graph besides the cache (attention one op: no score matrix); the capacity table counts the decode "
-    "step's",
+    "of the graph besides the cache (attention one op where the model's class uses sdpa: no score matrix; an "
+    "eager-attention class keeps its score matrices in them); the capacity table counts the decode step's",
     "latencies are predictions from the graphs (predictor as `preflight predict`), nothing was run on a GPU",
 )
 
@@ -854,7 +854,7 @@ def choose_depths(lm, layout, *, full_depth: bool, devices: Sequence[str]) -> tu
         return full("its layers differ (shapes or attention windows)")
     trained = [d for d in devices if predictor_info(d)["trained"]]
     if trained:
-        return full(f"a trained predictor ({', '.join(trained)}) is not additive over layers")
+        return full(f"a trained predictor (for {', '.join(trained)}) is not additive over layers")
     try:
         probes = {1: truncated(lm, 1), 2: truncated(lm, 2)}
     except Exception as exc:  # noqa: BLE001 - a class that cannot be rebuilt from its config: trace every layer

@@ -297,8 +297,8 @@ EXPLAIN: tuple[tuple[str, str], ...] = (
         "latency / energy / memory",
         "the point prediction for one forward pass, and in brackets an interval: "
         "the estimate's interval (predictor: roofline) runs from the roofline bound to 2x the estimate, an "
-        "assumption; a trained predictor's is its calibrated 90% interval; memory is device memory in MiB "
-        "including the CUDA context and library workspace",
+        "assumption; a trained predictor's is its calibrated 90% interval (transferred from another GPU: that "
+        "GPU's interval, scaled); memory is device memory in MiB including the CUDA context and library workspace",
     ),
     (
         "rests on",

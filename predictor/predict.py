@@ -55,25 +55,53 @@ def find_artifact(device: str, root: Path = CHECKPOINTS) -> Path | None:
     return best
 
 
-def find_predictor(device: str, root: Path = CHECKPOINTS) -> tuple[Path | None, str | None]:
-    """The trained predictor `predict` uses on `device`, and the device its measurements came from.
-
-    The device's own newest artifact; else one trained on another GPU, transferred (`predict` scales it by the
-    kernel model's ratio of the two devices): another GPU of the same family of the kernel table first (H100 ->
-    H200), then any other GPU of the device table, each the newest artifact, devices in table order. (None, None)
-    when there is none.
-    """
-    own = find_artifact(device, root)
-    if own is not None:
-        return own, device
+def predictor_candidates(device: str, root: Path = CHECKPOINTS) -> list[tuple[Path, str]]:
+    """The trained predictors `predict` may use on `device`, best first, each with the device its measurements
+    came from: the device's own newest artifact; then, to be transferred (`predict` scales it by the kernel
+    model's ratio of the two devices), the newest artifact of each other GPU of the device table, GPUs of the same
+    family of the kernel table first (H100 -> H200), in table order. Only artifacts whose `meta.json` reads and
+    matches this code's feature layout count (`usable`)."""
     family = load_params().family
     others = [k for k in DEVICES if k != device]
     others.sort(key=lambda k: family(k) is None or family(k) != family(device))  # same family first (stable)
-    for key in others:
+    found = []
+    for key in [device, *others]:
         artifact = find_artifact(key, root)
-        if artifact is not None:
-            return artifact, key
-    return None, None
+        if artifact is not None and (key == device or usable(artifact)):
+            found.append((artifact, key))
+    return found
+
+
+def usable(artifact: Path) -> bool:
+    """Whether an artifact's `meta.json` reads as an object of this code's feature layout (a cheap check; loading
+    the model may still fail)."""
+    from passes.features import FEATURE_VERSION
+
+    try:
+        meta = json.loads((artifact / "meta.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("feature_version") == FEATURE_VERSION
+
+
+def first_loadable(device: str, root: Path = CHECKPOINTS) -> tuple[object | None, Path | None, str | None, list[str]]:
+    """(the loaded predictor, its artifact, its device, warnings) of the first of `predictor_candidates` that
+    loads; a candidate that does not (stale, corrupt) gives a warning and way to the next. (None, None, None,
+    warnings) when none loads: the estimate answers."""
+    from .train import ArtifactError
+
+    warnings = []
+    for candidate, key in predictor_candidates(device, root):
+        try:
+            return _load_cached(candidate), candidate, key, warnings
+        except ArtifactError as exc:
+            warnings.append(f"{exc}; using the next trained predictor or the kernel-model estimate instead")
+    return None, None, None, warnings
+
+
+def find_predictor(device: str, root: Path = CHECKPOINTS) -> tuple[Path | None, str | None]:
+    """The first of `predictor_candidates` that is usable, and its device; (None, None) when there is none."""
+    return next(((a, k) for a, k in predictor_candidates(device, root) if usable(a)), (None, None))
 
 
 _LOADED: dict[tuple[Path, float], object] = {}
@@ -101,7 +129,7 @@ def predictor_info(device_name: str, checkpoints: Path = CHECKPOINTS, name: str 
     elif name is not None and _ARTIFACT.match(name) and (checkpoints / name / "meta.json").is_file():
         artifact, source = checkpoints / name, _ARTIFACT.match(name)["device"]
     else:
-        artifact, source = find_predictor(device.key, checkpoints)
+        _, artifact, source, _ = first_loadable(device.key, checkpoints)
     if artifact is None:
         return {
             "name": "roofline",
@@ -113,7 +141,10 @@ def predictor_info(device_name: str, checkpoints: Path = CHECKPOINTS, name: str 
             f"+ peak activations + {CONTEXT_MIB:g} MiB context + workspace; the intervals are assumptions, not "
             f"calibrated on whole-model measurements",
         }
-    meta = json.loads((artifact / "meta.json").read_text())
+    try:
+        meta = json.loads((artifact / "meta.json").read_text())
+    except (OSError, ValueError):  # it changed under us: describe the estimate
+        return predictor_info(device_name, checkpoints, "roofline")
     table = artifact / "EVAL.md"
     note = (
         f"GraphSAGE trained on {meta.get('n_samples', '?')} measured configurations of "
@@ -247,15 +278,8 @@ def predict(
     karrays = kernel_arrays(analysis.kernels)
     whole = kernel_latency_arrays(karrays, device)
     bound = whole.bound_ms
-    artifact, source = find_predictor(device.key, checkpoints)
-    trained = None
-    if artifact is not None:
-        from .train import ArtifactError
-
-        try:
-            trained = _load_cached(artifact)
-        except ArtifactError as exc:  # stale or corrupt: the estimate still answers
-            warnings.append(f"{exc}; using the kernel-model estimate instead")
+    trained, artifact, source, skipped = first_loadable(device.key, checkpoints)
+    warnings += skipped
     if trained is not None:
         from .train import prepare
 

@@ -441,6 +441,13 @@ def load(directory: Path) -> tuple[Trained, dict]:
         state = torch.load(directory / "model.pt", weights_only=True, map_location="cpu")
     except (OSError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
         raise ArtifactError(f"cannot load the predictor in {directory}: {exc}") from exc
+    try:
+        return _from_state(meta, state)
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:  # a meta.json or state of another layout
+        raise ArtifactError(f"cannot load the predictor in {directory}: {type(exc).__name__}: {exc}") from exc
+
+
+def _from_state(meta: dict, state: dict) -> tuple[Trained, dict]:
     v = meta["variant"]
     m = meta["model"]
     variant = Variant(

@@ -354,9 +354,12 @@ def test_manifest_forms(tmp_path):
     # --batch / --dtype: for every model whose row names none; a row's own values win
     jobs, _ = batch.read_manifest(text, ["h100"], 4, "float16")
     assert [(j.batch, j.dtype) for j in jobs] == [(4, "float16")] * 3
-    rows.write_text('{"model": "zoo:bert_tiny", "batch": 8}\n{"model": "zoo:gpt2_tiny", "dtype": "bfloat16"}\n')
+    rows.write_text(
+        '{"model": "zoo:bert_tiny", "batch": 8}\n{"model": "zoo:gpt2_tiny", "dtype": "bfloat16"}\n'
+        '{"model": "zoo:resnet18", "batch": null, "dtype": null}\n'  # null names none
+    )
     jobs, _ = batch.read_manifest(rows, ["h100"], 4, "float16")
-    assert [(j.batch, j.dtype) for j in jobs] == [(8, "float16"), (4, "bfloat16")]
+    assert [(j.batch, j.dtype) for j in jobs] == [(8, "float16"), (4, "bfloat16"), (4, "float16")]
     assert [(j.batch, j.dtype) for j in batch.read_manifest(tmp_path / "m", batch=2)[0]] == [(2, None)]
 
 

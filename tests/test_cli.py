@@ -836,6 +836,16 @@ def test_input_dtype_mistakes_say_what_is_wrong(models, args, message):
     assert message in fails(2, "analyze", str(models["tiny"]), *args)
 
 
+def test_a_folder_with_a_config_and_a_graph_asks_which(hf_dirs, models, tmp_path):
+    import shutil
+
+    folder = tmp_path / "export"
+    shutil.copytree(hf_dirs["gpt2"], folder)
+    shutil.copy(models["tiny"], folder / "model.onnx")  # what optimum writes beside config.json
+    msg = fails(2, "analyze", str(folder))
+    assert "holds model.onnx and a transformers config.json" in msg and str(folder / "model.onnx") in msg
+
+
 def test_config_input_dtypes_and_other_json(hf_dirs):
     assert "is int64 or int32, not float32" in fails(
         2, "analyze", str(hf_dirs["gpt2"]), "--input", "input_ids:1x16:float32"

@@ -104,8 +104,11 @@ def test_estimate_basis_on_a_measured_and_an_unmeasured_gpu():
 
 
 def _fake_artifact(root: Path, name: str) -> None:
+    """An artifact as far as choosing one looks: a meta.json of this code's feature layout."""
+    from passes.features import FEATURE_VERSION
+
     (root / name).mkdir(parents=True)
-    (root / name / "meta.json").write_text("{}")
+    (root / name / "meta.json").write_text(json.dumps({"feature_version": FEATURE_VERSION}))
 
 
 def test_find_predictor_prefers_the_gpu_then_its_family(tmp_path):
@@ -179,3 +182,31 @@ def test_report_json_and_text_say_what_the_prediction_rests_on():
     assert "no whole-model measurements" in line
     assert f"kernel time: {share['fitted_on_other_gpus']:.0%} on other GPUs" in line  # none fitted on an H200
     assert "(kernels measured on a100-pcie-40gb, a100-pcie-80gb, h100-80gb)" in line
+
+
+def test_a_broken_artifact_gives_way_to_the_next(trained_h100, tmp_path):
+    """A corrupt or half-written artifact never breaks a prediction: it is skipped, with a warning when it was the
+    device's own, and the next one (or the estimate) answers."""
+    import shutil
+
+    from analyzer import analyze
+    from passes.features import FEATURE_VERSION
+
+    shutil.copytree(trained_h100 / "h100-80gb@1", tmp_path / "h100-80gb@1")
+    (tmp_path / "h100-nvl-94gb@1").mkdir()
+    (tmp_path / "h100-nvl-94gb@1" / "meta.json").write_text("{")  # corrupt
+    (tmp_path / "h200-141gb@1").mkdir()  # this code's features, but no model layout
+    (tmp_path / "h200-141gb@1" / "meta.json").write_text(json.dumps({"feature_version": FEATURE_VERSION}))
+    torch.save({}, tmp_path / "h200-141gb@1" / "model.pt")
+    (tmp_path / "a100-40gb@1").mkdir()
+    (tmp_path / "a100-40gb@1" / "meta.json").write_text("{")
+    analysis = analyze(_linear_model(), (torch.randn(64, 512),)).analysis
+    for device in ("h100-nvl-94gb", "h200-141gb"):
+        p, warnings = predict(analysis, device, checkpoints=tmp_path)
+        assert p.predictor == "h100-80gb@1" and p.basis["whole_model"] == "transferred"
+        assert any(f"{device}@1" in w and "next trained predictor" in w for w in warnings)
+        assert predictor_info(device, checkpoints=tmp_path)["name"] == "h100-80gb@1"
+    # another GPU's corrupt artifact is no candidate at all
+    p, warnings = predict(analysis, "a100-80gb", checkpoints=tmp_path)
+    assert p.predictor == "h100-80gb@1" and not any("a100-40gb@1" in w for w in warnings)
+    assert find_predictor("a100-pcie-40gb", tmp_path) == (tmp_path / "h100-80gb@1", "h100-80gb")

@@ -177,6 +177,13 @@ def _load_dir(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
     from .hf_config import is_hf_config, load_hf_config
 
     if is_hf_config(path / "config.json"):  # a transformers model directory: its config (weights never read)
+        graphs = sorted(p.name for p in path.iterdir() if p.suffix.lower() in FILE_LOADERS)
+        if graphs:  # an exporter's folder (optimum: model.onnx beside config.json): which one is meant?
+            raise UsageError(
+                f"{path}: holds {', '.join(graphs[:3])}{' ...' if len(graphs) > 3 else ''} and a transformers "
+                f"config.json: give {path / graphs[0]} to analyse that graph, or {path / 'config.json'} for the "
+                f"model the config describes"
+            )
         return load_hf_config(path / "config.json", specs, batch)
     raise UnreadableModelError(
         f"{path}: a directory that is neither a TensorFlow SavedModel (saved_model.pb), "

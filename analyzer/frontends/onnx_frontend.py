@@ -554,10 +554,12 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
                 f"(make it a constant: export it as one, or fold it with onnx-simplifier). TVM's importer: "
                 f"{one_line(exc)[:120]}"
             ) from exc
-        if retyped:
+        if retyped and ("datatype" in str(exc) or "dtype" in str(exc)):
+            floats = all(r.rsplit(" ", 1)[-1].startswith(("float", "bfloat")) for r in retyped)
+            hint = "; --dtype float16 or bfloat16 analyses the whole model in that dtype" if floats else ""
             raise UsageError(
                 f"{'; '.join(retyped)}, and the graph does not take it (its ops meet the file's dtypes: "
-                f"{one_line(exc)[:80]}); --dtype float16 or bfloat16 analyses the whole model in that dtype"
+                f"{one_line(exc)[:80]}){hint}"
             ) from exc
         raise AnalysisError(f"{path.name}: TVM's ONNX importer failed: {one_line(exc)}") from exc
     params = file_params(model)

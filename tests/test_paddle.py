@@ -183,9 +183,8 @@ def test_corrupt_files(pd_models, tmp_path):
     assert "model.pdiparams" in msg and "invalid ONNX graph" in msg and "truncated" in msg
     (d / "model.pdiparams").unlink()
     msg = fails(2, "analyze", d / "model.json", "--batch", "1")
-    assert (
-        "neither a transformers config" in msg and "a .pdiparams file beside it" in msg
-    )  # a .json without its parameters
+    # a .json without its parameters
+    assert "neither a transformers config" in msg and "a .pdiparams file beside it" in msg
 
 
 class _Touch:

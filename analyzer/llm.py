@@ -407,6 +407,7 @@ class StepCost:
     roofline_ms: dict[str, float]
     slice_ms: dict[str, dict[str, float]]
     predictor: dict[str, str]
+    basis: dict[str, dict] = field(default_factory=dict)  # per device: what the latency rests on (Prediction.basis)
 
     @property
     def tokens(self) -> int:
@@ -424,6 +425,7 @@ class StepCost:
             "roofline_latency_ms": dict(self.roofline_ms),
             "slice_latency_ms": {d: dict(v) for d, v in self.slice_ms.items()},
             "predictor": dict(self.predictor),
+            "basis": {d: dict(b) for d, b in self.basis.items()},
         }
 
 
@@ -452,6 +454,21 @@ class Step:
         of identical layers (a layer fed by a layer, not by the embedding, is the repeating pattern)."""
         return self.point(max(self.depths), batch, length).transient_bytes
 
+    def _basis(self, preds: dict[int, Prediction]) -> dict:
+        """The basis of the n-layer step: at one traced depth its prediction's; from depths 1 and 2, the kernel
+        time of each basis extrapolated like the latency (share x latency per depth), then made shares again."""
+        first = next(iter(preds.values())).basis
+        if len(preds) == 1 or not first:
+            return dict(first)
+        times = {}
+        for key in first["kernel_time_share"]:
+            by_depth = {d: p.basis["kernel_time_share"][key] * p.latency_ms for d, p in preds.items()}
+            times[key] = max(0.0, self._combine(by_depth))
+        total = sum(times.values())
+        measured = sorted({g for p in preds.values() for g in p.basis["kernel_measured_on"]})
+        share = {k: round(v / total, 4) if total > 0 else 0.0 for k, v in times.items()}
+        return {**first, "kernel_time_share": share, "kernel_measured_on": measured}
+
     def cost(self, batch: int, length: int) -> StepCost:
         key = (batch, length)
         if key in self._costs:
@@ -461,7 +478,7 @@ class Step:
             k: int(round(self._combine({d: getattr(p.analysis.totals, k) for d, p in points.items()})))
             for k in _ADDITIVE
         }
-        lat, roof, slices, names = {}, {}, {}, {}
+        lat, roof, slices, names, bases = {}, {}, {}, {}, {}
         for dev in self.devices:
             preds: dict[int, Prediction] = {}
             for d, p in points.items():
@@ -473,8 +490,9 @@ class Step:
             profiles = next(iter(preds.values())).mig.latency_ms or {}
             slices[dev] = {q: self._combine({d: p.mig.latency_ms[q] for d, p in preds.items()}) for q in profiles}
             names[dev] = next(iter(preds.values())).predictor
+            bases[dev] = self._basis(preds)
         cost = StepCost(
-            self.kind, batch, length, totals, self.activation_bytes(batch, length), lat, roof, slices, names
+            self.kind, batch, length, totals, self.activation_bytes(batch, length), lat, roof, slices, names, bases
         )
         self._costs[key] = cost
         return cost
@@ -500,11 +518,13 @@ class DeviceServing:
     sweep: list[dict]  # per context: ttft_ms, tpot_ms, decode tokens/s
     capacity: serving.Capacity
     recommendation: serving.LlmRecommendation
+    basis: dict = field(default_factory=dict)  # {"ttft": the prefill's basis, "tpot": the decode step's}
 
     def to_json(self) -> dict:
         return {
             "device": self.device,
             "predictor": self.predictor,
+            "basis": {k: dict(v) for k, v in self.basis.items()},
             "ttft_ms": self.ttft_ms,
             "tpot_ms": self.tpot_ms,
             "e2e_ms": self.e2e_ms,
@@ -798,6 +818,7 @@ def llm(
                 ],
                 capacity=cap,
                 recommendation=rec,
+                basis={"ttft": pre.basis.get(dev, {}), "tpot": dec.basis.get(dev, {})},
             )
         )
 

@@ -477,6 +477,14 @@ def llm_sections(llm) -> list[Section]:
     serve.blocks.append(
         [f"{d.device}, {llm.concurrency} x {llm.context:,} tokens: {d.recommendation.reason}" for d in llm.devices]
     )
+    serve.blocks.append(
+        [
+            f"{d.device} {what} rests on {basis_text(d.basis[key])}."
+            for d in llm.devices
+            for key, what in (("ttft", "TTFT"), ("tpot", "TPOT"))
+            if d.basis.get(key)
+        ]
+    )
     serve.blocks.append(f"How the graphs were traced: {llm.depth['why']}.")
     out = [serve]
 

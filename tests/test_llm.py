@@ -291,6 +291,10 @@ def test_depth_extrapolation_and_config_route_equal_full_depth_zoo(extrapolated,
             assert x.latency_ms[dev] == pytest.approx(y.latency_ms[dev], rel=1e-9)
             assert x.roofline_ms[dev] == pytest.approx(y.roofline_ms[dev], rel=1e-9)
             assert x.slice_ms[dev] == pytest.approx(y.slice_ms[dev], rel=1e-9)
+            # the kernel time per basis is additive over layers too: depth 1 and 2 give the 4-layer shares
+            shares = x.basis[dev]["kernel_time_share"]
+            assert shares == pytest.approx(y.basis[dev]["kernel_time_share"], abs=2e-4)
+            assert sum(shares.values()) == pytest.approx(1.0, abs=1e-3) and x.basis[dev]["whole_model"] == "none"
     for x, y in zip(a.devices, b.devices, strict=True):
         assert x.capacity == y.capacity
         assert x.memory == y.memory

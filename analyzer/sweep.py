@@ -90,6 +90,7 @@ def point(batch: int, p: Prediction, latency_slo_ms: float | None) -> dict:
         "fits": dict(p.mig.fits),
         "slice_latency_ms": p.mig.to_json().get("latency_ms", {}),
         "fits_full_gpu": fits(get_device(p.device).memory_mib, mem_hi, lat, latency_slo_ms),
+        "basis": dict(p.basis),
     }
 
 

@@ -93,6 +93,7 @@ def test_sweep_point_equals_a_prediction_at_that_batch(cnn):
     assert point["memory_mb"] == pytest.approx(direct.memory_mib)
     assert point["latency_ms"] == pytest.approx(direct.latency_ms)
     assert point["fits"] == direct.mig.fits
+    assert point["basis"] == direct.basis
 
 
 def test_sweep_with_latency_slo_follows_the_mig_rule(transformer):

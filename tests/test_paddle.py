@@ -98,6 +98,7 @@ def test_cnn(pd_models, which):
     path = {"dir": d, "json": d / "model.json", "pdiparams": d / "model.pdiparams"}[which]
     r = analyze(path, batch=1)
     assert r.model["framework"] == "paddle"
+    assert r.model["name"] == "cnn"  # model.json / model.pdiparams: the folder names the model
     assert r.inputs == [{"name": "x", "shape": [1, 3, 32, 32], "dtype": "float32"}]
     assert r.totals.macs == CNN_MACS == 1_622_336
     assert r.totals.params == CNN_PARAMS == 5_466  # BN stays a BatchNormalization op: nothing folded

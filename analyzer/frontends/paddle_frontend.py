@@ -119,7 +119,9 @@ def load_paddle(path: Path, specs: dict[str, InputSpec], batch: int | None) -> L
             ) from exc
         weights = _float_constants(onnx.load(str(onnx_path)))
     loaded.framework = "paddle"
-    loaded.name = program.stem
+    # paddle.jit.save's files are usually named model.* or inference.*: then the folder names the model
+    generic = program.stem.lower() in ("model", "inference", "__model__", "infer")
+    loaded.name = program.parent.resolve().name if generic and program.parent.resolve().name else program.stem
     loaded.source = str(path)
     loaded.source_params = weights
     return loaded

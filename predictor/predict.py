@@ -24,6 +24,7 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,34 +43,39 @@ ESTIMATE_HIGH = 2.0  # the estimate's interval reaches this many times the estim
 _ARTIFACT = re.compile(r"^(?P<device>[\w.-]+)@(?P<version>\d+)$")
 
 
+def newest_artifacts(root: Path = CHECKPOINTS) -> dict[str, Path]:
+    """Device key -> its newest `<device>@<n>` artifact directory (one with a `meta.json`), in one scan of `root`."""
+    best: dict[str, tuple[int, Path]] = {}
+    if root.is_dir():
+        for d in root.iterdir():
+            m = _ARTIFACT.match(d.name)
+            if m and (d / "meta.json").is_file() and int(m["version"]) > best.get(m["device"], (-1, d))[0]:
+                best[m["device"]] = (int(m["version"]), d)
+    return {k: d for k, (_, d) in best.items()}
+
+
 def find_artifact(device: str, root: Path = CHECKPOINTS) -> Path | None:
     """The newest `<device>@<n>` artifact directory, or None."""
-    if not root.is_dir():
-        return None
-    best = None
-    for d in root.iterdir():
-        m = _ARTIFACT.match(d.name)
-        if m and m["device"] == device and (d / "meta.json").is_file():
-            if best is None or int(m["version"]) > int(_ARTIFACT.match(best.name)["version"]):
-                best = d
-    return best
+    return newest_artifacts(root).get(device)
 
 
-def predictor_candidates(device: str, root: Path = CHECKPOINTS) -> list[tuple[Path, str]]:
+def predictor_candidates(device: str, root: Path = CHECKPOINTS) -> Iterator[tuple[Path, str]]:
     """The trained predictors `predict` may use on `device`, best first, each with the device its measurements
     came from: the device's own newest artifact; then, to be transferred (`predict` scales it by the kernel
     model's ratio of the two devices), the newest artifact of each other GPU of the device table, GPUs of the same
     family of the kernel table first (H100 -> H200), in table order. Only artifacts whose `meta.json` reads and
-    matches this code's feature layout count (`usable`)."""
+    matches this code's feature layout count (`usable`); they are read as the caller asks for the next one."""
+    artifacts = newest_artifacts(root)
+    if not artifacts:
+        return
     family = load_params().family
-    others = [k for k in DEVICES if k != device]
+    others = [k for k in DEVICES if k != device and k in artifacts]
     others.sort(key=lambda k: family(k) is None or family(k) != family(device))  # same family first (stable)
-    found = []
-    for key in [device, *others]:
-        artifact = find_artifact(key, root)
-        if artifact is not None and (key == device or usable(artifact)):
-            found.append((artifact, key))
-    return found
+    if device in artifacts:
+        yield artifacts[device], device
+    for key in others:
+        if usable(artifacts[key]):
+            yield artifacts[key], key
 
 
 def usable(artifact: Path) -> bool:

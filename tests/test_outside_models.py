@@ -59,6 +59,22 @@ ROOT = Path(__file__).resolve().parents[1]
 # 2 layers: 2 layers x 2 projections x (32 x 64 x 64 MACs) x 2 = 1,048,576 FLOPs.
 FOLDED_FLOPS = {"deberta": 2 * 2 * (32 * 64 * 64) * 2}
 
+# GPT-J and CodeGen keep their sinusoid rotary table (n_positions x rotary_dim) as a buffer whose layout depends on
+# the transformers release: one `embed_positions` per attention layer (2 here) in earlier 5.x releases, one shared
+# `transformer.rotary_emb.embed_positions` in later ones (5.24 measured). The entries that depend on it are functions
+# of the built module, which must hold one of the two known layouts.
+_ROTARY_LAYOUTS = (
+    ("transformer.h.0.attn.embed_positions", "transformer.h.1.attn.embed_positions"),
+    ("transformer.rotary_emb.embed_positions",),
+)
+
+
+def rotary_tables(model) -> tuple[str, ...]:
+    names = tuple(n for n, _ in model.named_buffers() if n.endswith("embed_positions"))
+    assert names in _ROTARY_LAYOUTS, f"a rotary-table layout this suite does not know: {names}"
+    return names
+
+
 # Module and .pt2 routes: preflight params = module params + buffers forward reads - params forward never reads.
 # {name: (buffer elements read, parameter elements not read, elements preflight counts that are neither)}
 MODULE_PARAMS = {
@@ -72,7 +88,7 @@ MODULE_PARAMS = {
     "funnel": (0, 0, 0),
     "bart": (0, 0, 0),
     "gpt_neo": (2 * 64 * 64, 0, 0),  # the causal mask buffer `bias` (1, 1, 64, 64), bool, per layer
-    "gptj": (2 * 64 * 8, 0, 0),  # embed_positions (64 positions x rotary_dim 8) per layer
+    "gptj": lambda m: (64 * 8 * len(rotary_tables(m)), 0, 0),  # embed_positions (64 positions x rotary_dim 8) each
     "bloom": (0, 0, 0),
     # rotary inv_freq (head_dim 16 / 2 = 8); + 4: TVM's importer turns the selections of K and V out of the fused
     # multi-query qkv (2 per layer, 2 layers) into `take` with a 1-element int64 index constant, counted as weights
@@ -82,7 +98,7 @@ MODULE_PARAMS = {
     "gemma": (8, 0, 0),  # inv_freq (head_dim 16 / 2); embed_scale is a scalar (0-d), not counted
     "qwen3": (8, 0, 0),  # inv_freq
     "gpt_bigcode": (0, 0, 0),  # its `bias` mask buffer is not read (the mask is built from positions)
-    "codegen": (2 * 64 * 8, 0, 0),  # embed_positions per layer
+    "codegen": lambda m: (64 * 8 * len(rotary_tables(m)), 0, 0),  # embed_positions, as GPT-J
     "segformer": (32 + 32, 0, 0),  # the decode head's BatchNorm running_mean + running_var (32 channels)
     "convnextv2": (0, 0, 0),
     "clip_vision": (17, 0, 0),  # position_ids (1, 17): 16 patches + the class token
@@ -139,8 +155,9 @@ ONNX_PARAMS = {
     ),
     "bart": ({"encoder.embed_positions.weight", "decoder.embed_positions.weight"}, 0, 2 * 16 * 64 + 2 * 256),
     "gpt_neo": ({"transformer.wpe.weight"}, 0, 16 * 64 + 256),
-    # embed_positions (64 x 8, the same in both layers) stored once, as (1, 64, 8)
-    "gptj": ({"transformer.h.0.attn.embed_positions", "transformer.h.1.attn.embed_positions"}, 0, 64 * 8 + 256),
+    # embed_positions: per-layer tables (64 x 8, the same values in both layers) stored once, as (1, 64, 8); the
+    # shared table gathered for the 16 positions, (1, 16, 8), as CodeGen's
+    "gptj": lambda m: (set(rotary_tables(m)), 0, (64 if len(rotary_tables(m)) == 2 else 16) * 8 + 256),
     "bloom": (set(), 0, 4 * 16 + 256),  # ALiBi: a slope per head x position, (4, 1, 16)
     # rotary: inv_freq folded into cos and sin (1, 1, 16, rotary dim) tables
     "falcon": ({"transformer.rotary_emb.inv_freq", "transformer.rotary_emb.original_inv_freq"}, 0, 2 * 16 * 16 + 256),
@@ -161,7 +178,7 @@ ONNX_PARAMS = {
     "qwen3": ({"model.rotary_emb.inv_freq", "model.rotary_emb.original_inv_freq"}, 0, 2 * 16 * 16 + 256),
     "gpt_bigcode": ({"transformer.wpe.weight"}, 0, 16 * 64 + 256),
     # embed_positions gathered for the 16 positions, (1, 16, 8)
-    "codegen": ({"transformer.h.0.attn.embed_positions", "transformer.h.1.attn.embed_positions"}, 0, 16 * 8 + 256),
+    "codegen": lambda m: (set(rotary_tables(m)), 0, 16 * 8 + 256),
     # BatchNorm folded into the 1x1 fuse convolution (32 x 64): its weight replaced; the folded bias is BN's bias
     # (fresh running_mean 0), so the file's bias matches batch_norm.bias
     "segformer": (
@@ -225,6 +242,12 @@ def _cleanup_and_table():
         for (name, route), (ours, oracle, sec) in sorted(TABLE.items()):
             diff = (ours + FOLDED_FLOPS.get(name, 0) - oracle) / oracle
             print(f"{name:14s} {route:6s} {ours:>17,d} {oracle:>17,d} {diff * 100:+8.3f}% {sec:6.1f}s")
+
+
+def entry(table: dict, name: str, model):
+    """table[name], or table[name](model) where the entry depends on the installed library's module layout."""
+    value = table[name]
+    return value(model) if callable(value) else value
 
 
 @functools.cache
@@ -376,7 +399,7 @@ def test_matrix_flops_equal_flop_counter(name, route):
 def test_module_and_pt2_params(name):
     """preflight params = the module's parameters + the buffers forward reads - the parameters it never reads."""
     model, _ = built(name)
-    buffers, unread, other = MODULE_PARAMS[name]
+    buffers, unread, other = entry(MODULE_PARAMS, name, model)
     expected = sum(p.numel() for p in model.parameters()) + buffers - unread + other
     # the same accounting from torch.export's graph: which parameters and buffers have users
     ep = exported(name)
@@ -407,7 +430,7 @@ def test_onnx_params(name):
     ours = report(name, "onnx").totals.params
     assert ours == onnx_float_initializers(path)
     sources = onnx_weight_sources(model, path)
-    folded, copies, constants = ONNX_PARAMS[name]
+    folded, copies, constants = entry(ONNX_PARAMS, name, model)
     assert set(sources["folded"]) == folded
     params = {n: p.numel() for n, p in model.named_parameters()}
     kept = sum(params.values()) - sum(params[k] for k in folded if k in params)

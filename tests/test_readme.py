@@ -1,7 +1,7 @@
 """Every command of the README runs, as a new user pastes it: the ```bash and ```python blocks, in order, in one
 fresh folder (so a later command can read the file an earlier one wrote). Skipped: the install commands (CI has
-just run them) and `pytest` itself. Nothing in the README needs a GPU; a command that did would say
-`# needs a GPU` and be skipped here."""
+just run them), the lock and drift commands (`pip-compile`, `bash .ci/newest`) and `pytest` itself. Nothing in the
+README needs a GPU; a command that did would say `# needs a GPU` and be skipped here."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SKIP_PREFIXES = ("python3 -m venv", "pip install", "apt-get", "pytest")
+SKIP_PREFIXES = ("python3 -m venv", "pip install", "pip-compile", "bash .ci/", "apt-get", "pytest")
 BLOCK = re.compile(r"^```(bash|python)\n(.*?)^```", re.M | re.S)
 
 

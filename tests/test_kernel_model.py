@@ -344,13 +344,9 @@ def test_committed_table_and_evaluation_reproduce_from_the_data():
     assert f"h100-80gb {held.model[0]:.1f}%" in committed.entries[("hopper", "gemm", "float32")].source
 
 
-def test_5000_kernels_are_costed_quickly():
-    import time
-
+def test_5000_kernels_are_costed():
+    """5,000 random kernels cost in one vectorised call (its speed: bench/bench_kernel_model.py, not a test)."""
     kernels = _random_kernels(np.random.default_rng(5), 5000)
     arrays = kernel_arrays(kernels)
-    start = time.perf_counter()
     kt = kernel_latency(kernels, H100)
-    elapsed = time.perf_counter() - start
-    assert len(arrays) == 5000 and math.isfinite(kt.total_ms)
-    assert elapsed < 1.0  # ~20 ms on the 2-core dev machine (bench/bench_kernel_model.py); generous for CI
+    assert len(arrays) == 5000 and len(kt.seconds) == 5000 and math.isfinite(kt.total_ms)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 
 import pytest
 import torch
@@ -131,14 +130,11 @@ def _rss_bytes() -> int | None:
     return None
 
 
-def test_llama_7b_on_meta_is_fast_and_free() -> None:
+def test_llama_7b_on_meta_is_free() -> None:
     build("llama_small?seq_len=8", device="meta")  # warm up imports
     rss_before = _rss_bytes()
-    start = time.perf_counter()
     model = build("llama_7b", device="meta", dtype=torch.float16)
-    elapsed = time.perf_counter() - start
     rss_after = _rss_bytes()
-    assert elapsed < 2.0
     assert _n_params(model.module) == 6_738_415_616
     assert all(p.is_meta and p.dtype == torch.float16 for p in model.module.parameters())
     assert all(t.is_meta for t in model.example_inputs)

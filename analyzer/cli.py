@@ -125,6 +125,15 @@ def explain_option(f):
     return click.option("--explain", is_flag=True, help="Add a footer saying what each row of the output means.")(f)
 
 
+def _model_exists(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A MODEL path that does not exist is an error before anything heavy (TVM, torch: ~3 s) is imported."""
+    from .errors import UnreadableModelError
+
+    if not value.startswith("zoo:") and not os.path.lexists(value):
+        raise UnreadableModelError(f"{value}: no such file or directory")
+    return value
+
+
 def model_options(f):
     """Options shared by analyze / predict / report."""
     f = click.option(
@@ -147,7 +156,7 @@ def model_options(f):
 
 
 @cli.command()
-@click.argument("model")
+@click.argument("model", callback=_model_exists)
 @model_options
 @explain_option
 @format_options
@@ -193,7 +202,7 @@ def max_slowdown_option(f):
 
 
 @cli.command()
-@click.argument("model")
+@click.argument("model", callback=_model_exists)
 @model_options
 @max_slowdown_option
 @explain_option
@@ -284,7 +293,7 @@ def predict(
 
 
 @cli.command()
-@click.argument("model")
+@click.argument("model", callback=_model_exists)
 @model_options
 @click.option(
     "--device",
@@ -388,7 +397,7 @@ def report(
 
 
 @cli.command()
-@click.argument("model")
+@click.argument("model", callback=_model_exists)
 @click.option(
     "--prompt", type=click.IntRange(min=1, max=MAX_DIM), default=1024, show_default=True, help="Prompt tokens."
 )

@@ -93,11 +93,15 @@ def usable(artifact: Path) -> bool:
 def first_loadable(device: str, root: Path = CHECKPOINTS) -> tuple[object | None, Path | None, str | None, list[str]]:
     """(the loaded predictor, its artifact, its device, warnings) of the first of `predictor_candidates` that
     loads; a candidate that does not (stale, corrupt) gives a warning and way to the next. (None, None, None,
-    warnings) when none loads: the estimate answers."""
+    warnings) when none loads: the estimate answers. The training code (and torch_geometric) is imported only when
+    there is a candidate to load."""
+    candidates = list(predictor_candidates(device, root))
+    if not candidates:
+        return None, None, None, []
     from .train import ArtifactError
 
     warnings = []
-    for candidate, key in predictor_candidates(device, root):
+    for candidate, key in candidates:
         try:
             return _load_cached(candidate), candidate, key, warnings
         except ArtifactError as exc:

@@ -851,3 +851,20 @@ def test_config_input_dtypes_and_other_json(hf_dirs):
         2, "analyze", str(hf_dirs["gpt2"]), "--input", "input_ids:1x16:float32"
     )
     assert "neither a transformers config" in fails(2, "analyze", str(hf_dirs["other"]))
+
+
+@pytest.mark.parametrize("command", ["analyze", "predict", "report", "llm"])
+def test_a_missing_model_file_fails_before_tvm_and_torch_are_imported(command, tmp_path):
+    """A path that does not exist is a one-line error (exit 2) before the ~3 s of importing TVM and torch."""
+    code = (
+        "import sys\n"
+        "from analyzer.cli import main\n"
+        f"sys.argv = ['preflight', '{command}', {str(tmp_path / 'no-such.onnx')!r}]\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exc:\n"
+        "    print(exc.code, 'tvm' in sys.modules, 'torch' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["2", "False", "False"], proc.stderr
+    assert proc.stderr.strip() == f"error: {tmp_path / 'no-such.onnx'}: no such file or directory"

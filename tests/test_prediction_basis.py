@@ -210,3 +210,21 @@ def test_a_broken_artifact_gives_way_to_the_next(trained_h100, tmp_path):
     p, warnings = predict(analysis, "a100-80gb", checkpoints=tmp_path)
     assert p.predictor == "h100-80gb@1" and not any("a100-40gb@1" in w for w in warnings)
     assert find_predictor("a100-pcie-40gb", tmp_path) == (tmp_path / "h100-80gb@1", "h100-80gb")
+
+
+def test_no_training_code_is_imported_without_a_trained_artifact(tmp_path):
+    """With no artifact to load, predict imports neither preflight's training code nor torch_geometric."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from analyzer.api import analyze\n"
+        "from predictor.predict import predict\n"
+        "rep = analyze(torch.nn.Linear(8, 4), (torch.randn(2, 8),))\n"
+        f"predict(rep.analysis, 'h100-80gb', checkpoints=__import__('pathlib').Path({str(tmp_path)!r}))\n"
+        "print(sorted(m for m in ('predictor.train', 'predictor.model', 'torch_geometric') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

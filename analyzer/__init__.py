@@ -27,3 +27,7 @@ def __getattr__(name: str):
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'analyzer' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -402,8 +402,11 @@ def ray_cluster(workers: int | None = None, address: str | None = None) -> Itera
     "ray://HOST:PORT"), joins that cluster (default workers: its CPUs) and disconnects after. If Ray is already
     initialised in this process (the caller's own session), uses it as it is.
     Ray's logs stay in its session folder: nothing from Ray reaches this process's stdout or stderr.
+    Ray is the optional extra `ray` (in `all`): without it, a `MissingExtraError` names the install.
     """
-    import ray
+    from .frontends.native import import_extra
+
+    ray = import_extra("ray", "ray", "analyze-many and the dataset builder")
 
     if ray.is_initialized():
         yield workers or _cluster_cpus()

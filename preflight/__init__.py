@@ -1,0 +1,43 @@
+"""preflight's public Python API: what a model will cost on a data-centre GPU, without running it.
+
+`import preflight` is the name to import; the implementation lives in the packages of the architecture
+(`analyzer`: frontends, pipeline, reports; `passes`: Relax graph to data; `predictor`: devices, kernel model,
+predictors, MIG; `zoo`: built-in models). Everything here is imported lazily: `import preflight` costs nothing
+until a function is used (TVM and torch are imported then).
+
+    import preflight
+    report = preflight.predict("zoo:resnet50", batch=8, device="h100-80gb")
+    print(report.prediction.latency_ms)
+"""
+
+from __future__ import annotations
+
+from analyzer import __version__
+
+_LAZY = {
+    "analyze": "analyzer.api",  # counts: FLOPs, MACs, bytes, params, peak activations (a Report)
+    "predict": "analyzer.api",  # counts + latency, energy, memory and MIG slice on one GPU (a Report)
+    "report": "analyzer.api",  # pre-deployment report over GPUs and batch sizes
+    "check_budget": "analyzer.api",
+    "llm": "analyzer.llm",  # LLM serving: KV cache, TTFT, TPOT, capacity
+    "load": "analyzer.frontends",
+    "Report": "analyzer.pipeline",
+    "AnnotateCosts": "analyzer.annotate",  # a TVM module pass
+    "read_annotation": "analyzer.annotate",
+    "CostRecorder": "passes.instrument",  # a TVM pass instrument
+    "DEVICES": "predictor.devices",
+    "get_device": "predictor.devices",
+}
+__all__ = [*_LAZY, "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'preflight' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,68 @@
+"""The public import surface: `import preflight` (the name users import), `analyzer`'s lazy API, and Ray as an
+optional extra."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+
+def test_import_preflight_is_free_and_lists_its_api():
+    proc = _run(
+        "import sys, preflight; print(sorted(dir(preflight))); print('tvm' in sys.modules, 'torch' in sys.modules)"
+    )
+    assert proc.returncode == 0, proc.stderr
+    names, heavy = proc.stdout.strip().splitlines()
+    for name in ("analyze", "predict", "report", "llm", "AnnotateCosts", "__version__"):
+        assert repr(name) in names
+    assert heavy == "False False"
+
+
+def test_preflight_names_are_the_implementation():
+    import analyzer
+    import analyzer.api
+    import analyzer.llm
+    import preflight
+
+    assert preflight.predict is analyzer.api.predict and preflight.analyze is analyzer.api.analyze
+    assert preflight.llm is analyzer.llm.llm
+    assert preflight.__version__ == analyzer.__version__
+    assert set(dir(analyzer)) >= {"analyze", "predict", "report", "AnnotateCosts", "CostRecorder"}
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = preflight.nope
+
+
+def test_preflight_predict_counts_a_module():
+    import torch
+
+    import preflight
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU()).eval()
+    rep = preflight.predict(model, (torch.randn(2, 3, 32, 32),), device="a100-80gb")
+    assert rep.totals.macs == 2 * 16 * 30 * 30 * 3 * 3 * 3  # batch x C_out x H_out x W_out x C_in x k x k = 777,600
+    assert rep.prediction.device == "a100-80gb"
+
+
+def test_analyze_many_without_ray_names_the_extra():
+    """Ray is the optional extra `ray`: without it, analyze-many's engine says which install adds it."""
+    code = (
+        "import sys\n"
+        "sys.modules['ray'] = None  # as if Ray were not installed\n"
+        "from analyzer.batch import ray_cluster\n"
+        "from analyzer.errors import MissingExtraError\n"
+        "try:\n"
+        "    with ray_cluster(1):\n"
+        "        pass\n"
+        "except MissingExtraError as exc:\n"
+        "    print(exc)\n"
+    )
+    proc = _run(code)
+    assert proc.returncode == 0, proc.stderr
+    assert 'pip install -c constraints.txt -e ".[ray]"' in proc.stdout
+    assert proc.stdout.startswith("analyze-many and the dataset builder need the optional dependency 'ray'")

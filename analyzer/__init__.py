@@ -13,6 +13,7 @@ _LAZY = {
     "predict": "analyzer.api",
     "report": "analyzer.api",
     "check_budget": "analyzer.api",
+    "budget_verdict": "analyzer.api",
     "load": "analyzer.frontends",
     "AnnotateCosts": "analyzer.annotate",
     "read_annotation": "analyzer.annotate",

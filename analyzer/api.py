@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from .errors import MissingShapeError, UsageError
 from .frontends import InputSpec
 from .options import check_devices, check_dtype
-from .pipeline import Report, analyze_model, check_budget, predict_all
+from .pipeline import Report, Verdict, analyze_model, budget_verdict, check_budget, predict_all
 from .predeploy import check_output, write
 from .sweep import DEFAULT_MAX_BATCH, batch_points, check_batches, run_sweep
 
@@ -143,4 +143,4 @@ def report(
     return rep
 
 
-__all__ = ["Report", "analyze", "check_budget", "check_devices", "predict", "report"]
+__all__ = ["Report", "Verdict", "analyze", "budget_verdict", "check_budget", "check_devices", "predict", "report"]

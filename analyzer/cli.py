@@ -266,11 +266,12 @@ def predict(
 ) -> None:
     """Predict latency, energy, memory and the MIG slice of MODEL on a GPU (MODEL as for `preflight analyze`).
 
-    With --max-latency-ms / --max-memory-mb it is a pre-deployment gate: the report is printed as usual,
-    then it exits 1 with the reason if the prediction breaks the budget.
+    With --max-latency-ms / --max-memory-mb it is a pre-deployment gate: the report (its JSON with a `verdict`
+    block) is printed as usual, then it exits 4 with the reason if the prediction breaks the budget.
     """
-    from .api import check_budget
+    from .api import budget_verdict
     from .api import predict as run
+    from .errors import EXIT_GATE
 
     report = run(
         model,
@@ -282,13 +283,17 @@ def predict(
         max_slowdown=max_slowdown,
         dtype=dtype,
     )
+    gated = max_latency is not None or max_memory is not None
+    if gated:
+        report.verdict = budget_verdict(
+            report, max_latency_ms=max_latency, max_memory_mb=max_memory, bound=budget_bound
+        )
     _emit(_render(report, _format(fmt, output), top, explain), output)
-    over = check_budget(report, max_latency_ms=max_latency, max_memory_mb=max_memory, bound=budget_bound)
-    if over:
-        for reason in over:
+    if gated and not report.verdict.passed:
+        for reason in report.verdict.reasons:
             click.echo(f"budget exceeded: {reason}", err=True)
-        sys.exit(1)
-    if max_latency is not None or max_memory is not None:
+        sys.exit(EXIT_GATE)
+    if gated:
         click.echo("within budget", err=True)
 
 

@@ -1,21 +1,34 @@
-"""preflight's exceptions. Each carries the CLI exit code of docs/design.md: 1 when a valid request
-could not be analysed, 2 for bad usage or unreadable / hostile input."""
+"""preflight's exceptions. Each carries its CLI exit code (the table below, docs/design.md and the README):
+
+    0  success (and, with budgets, every budget met)
+    1  a valid request that could not be analysed or predicted
+    2  bad usage, or an unreadable, unsupported-format or unsafe input
+    3  a resource cap of the analysis was hit (memory or time)
+    4  a gate failed: a budget broken (--max-latency-ms, --max-memory-mb) or a --strict finding
+
+so that a deployment script can tell "too slow" (4) from "broken" (1, 2, 3)."""
 
 from __future__ import annotations
 
 import re
 
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_LIMIT = 3
+EXIT_GATE = 4
+
 
 class PreflightError(Exception):
     """Base of every error preflight reports to a user."""
 
-    exit_code = 1
+    exit_code = EXIT_FAILED
 
 
 class UsageError(PreflightError):
     """Bad arguments, or an input file that cannot be read safely (exit code 2)."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class UnreadableModelError(UsageError):
@@ -40,6 +53,12 @@ class UnsupportedOperatorsError(AnalysisError):
     def __init__(self, message: str, operators: dict[str, int]):
         super().__init__(message)
         self.operators = operators
+
+
+class StrictFindingError(UnsupportedOperatorsError):
+    """--strict found operators without a cost rule in a model that was read and analysed (a failed gate, 4)."""
+
+    exit_code = EXIT_GATE
 
 
 _REPR_START = re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+\(")  # `ir.Op(`, `relax.TensorType(`

@@ -18,7 +18,7 @@ from predictor.kernel_model import KernelParamsError
 from predictor.predict import Prediction, predictor_info
 from predictor.predict import predict as run_predictor
 
-from .errors import AnalysisError, MissingShapeError, UnsupportedOperatorsError, UsageError
+from .errors import AnalysisError, MissingShapeError, StrictFindingError, UsageError
 from .frontends import InputSpec, LoadedModel, load
 from .options import check_dtype
 
@@ -37,6 +37,7 @@ class Report:
     predictions: list[Prediction] = field(default_factory=list)  # one per device (report); [0] is `prediction`
     predictors: dict[str, dict] = field(default_factory=dict)  # predictor name -> what it is, its evaluation
     sweep: dict | None = None  # the batch-size sweep block (report)
+    verdict: Verdict | None = None  # the budget gate's verdict (predict with budgets)
 
     @property
     def totals(self):
@@ -93,7 +94,7 @@ def analyze_loaded(
         analysis.static_features.update(params=params, param_bytes=param_bytes)
     unsupported = analysis.totals.unsupported
     if strict and unsupported:
-        raise UnsupportedOperatorsError(
+        raise StrictFindingError(
             f"{sum(unsupported.values())} operators have no cost rule: {_unsupported_message(unsupported)}",
             unsupported,
         )
@@ -161,32 +162,103 @@ def predict_all(
     return report
 
 
-def check_budget(
-    report: Report, *, max_latency_ms: float | None = None, max_memory_mb: float | None = None, bound: str = "point"
-) -> list[str]:
-    """Why `report`'s predictions break the budget (empty: within it); the pre-deployment gate.
+@dataclass(frozen=True)
+class BudgetCheck:
+    """One budget against one device's prediction. `limit`, `value` and `margin` are in `unit` (ms or MiB);
+    `value` is the point prediction or the upper end of its interval, as the verdict's `bound` says;
+    margin = limit - value (negative: over budget), margin_fraction = margin / limit."""
 
-    Every device of the report is checked; each reason names its device. `max_memory_mb` is in MiB.
-    `bound="point"` compares the point predictions, `"upper"` the upper ends of their intervals.
+    device: str
+    quantity: str  # "latency" | "memory"
+    unit: str  # "ms" | "MiB"
+    limit: float
+    value: float
+    interval: tuple[float, float]
+    predictor: str
+
+    @property
+    def passed(self) -> bool:
+        return self.value <= self.limit
+
+    @property
+    def margin(self) -> float:
+        return self.limit - self.value
+
+    def reason(self, bound: str) -> str:
+        label = "predicted" if bound == "point" else "upper end of the predicted"
+        lo, hi = self.interval
+        return (
+            f"{label} {self.quantity} {self.value:,.4g} {self.unit} on {self.device} exceeds the budget of "
+            f"{self.limit:,.4g} {self.unit} (interval {lo:,.4g} to {hi:,.4g} {self.unit}; predictor {self.predictor})"
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "device": self.device,
+            "quantity": self.quantity,
+            "unit": self.unit,
+            "limit": self.limit,
+            "value": self.value,
+            "interval": list(self.interval),
+            "pass": self.passed,
+            "margin": self.margin,
+            "margin_fraction": self.margin / self.limit if self.limit else None,
+            "predictor": self.predictor,
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The pre-deployment gate's answer: every budget on every device of a report, and whether all are met."""
+
+    bound: str  # "point" | "upper"
+    checks: tuple[BudgetCheck, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    @property
+    def reasons(self) -> list[str]:
+        """One line per broken budget (empty: within budget)."""
+        return [c.reason(self.bound) for c in self.checks if not c.passed]
+
+    def to_json(self) -> dict:
+        return {"pass": self.passed, "bound": self.bound, "checks": [c.to_json() for c in self.checks]}
+
+
+def budget_verdict(
+    report: Report, *, max_latency_ms: float | None = None, max_memory_mb: float | None = None, bound: str = "point"
+) -> Verdict:
+    """The budget gate over every device of `report`: a `Verdict` with one `BudgetCheck` per budget and device.
+
+    `max_memory_mb` is in MiB. `bound="point"` compares the point predictions, `"upper"` the upper ends of their
+    intervals. A value exactly at its limit is within budget.
     """
     blocks = report.predictions or ([report.prediction] if report.prediction is not None else [])
     if not blocks:
         raise ValueError("the report has no prediction: use analyzer.predict or analyzer.report")
     if bound not in ("point", "upper"):
         raise ValueError("bound is 'point' or 'upper'")
-    out = []
+    checks = []
     for p in blocks:
-        for what, point, (lo, hi), limit, unit in (
+        for what, point, interval, limit, unit in (
             ("latency", p.latency_ms, p.latency_ms_interval, max_latency_ms, "ms"),
             ("memory", p.memory_mib, p.memory_mib_interval, max_memory_mb, "MiB"),
         ):
             if limit is None:
                 continue
-            value = point if bound == "point" else hi
-            if value > limit:
-                label = "predicted" if bound == "point" else "upper end of the predicted"
-                out.append(
-                    f"{label} {what} {value:,.4g} {unit} on {p.device} exceeds the budget of "
-                    f"{limit:,.4g} {unit} (interval {lo:,.4g} to {hi:,.4g} {unit}; predictor {p.predictor})"
-                )
-    return out
+            value = point if bound == "point" else interval[1]
+            checks.append(BudgetCheck(p.device, what, unit, float(limit), float(value), tuple(interval), p.predictor))
+    return Verdict(bound, tuple(checks))
+
+
+def check_budget(
+    report: Report, *, max_latency_ms: float | None = None, max_memory_mb: float | None = None, bound: str = "point"
+) -> list[str]:
+    """Why `report`'s predictions break the budget (empty: within it): `budget_verdict(...).reasons`.
+
+    Every device of the report is checked; each reason names its device. `max_memory_mb` is in MiB.
+    """
+    verdict = budget_verdict(report, max_latency_ms=max_latency_ms, max_memory_mb=max_memory_mb, bound=bound)
+    return verdict.reasons

@@ -66,6 +66,8 @@ def report_json(report) -> dict:
         doc["predictors"] = dict(report.predictors)
     if report.sweep is not None:
         doc["sweep"] = report.sweep
+    if getattr(report, "verdict", None) is not None:
+        doc["verdict"] = report.verdict.to_json()
     llm = getattr(report, "llm", None)  # `preflight llm` (analyzer.llm.LlmReport)
     if llm is not None:
         doc["llm"] = llm.to_json()

@@ -19,6 +19,7 @@ _LAZY = {
     "predict": "analyzer.api",  # counts + latency, energy, memory and MIG slice on one GPU (a Report)
     "report": "analyzer.api",  # pre-deployment report over GPUs and batch sizes
     "check_budget": "analyzer.api",
+    "budget_verdict": "analyzer.api",  # the gate's verdict: each budget, the predicted value, pass/fail, margin
     "llm": "analyzer.llm",  # LLM serving: KV cache, TTFT, TPOT, capacity
     "load": "analyzer.frontends",
     "Report": "analyzer.pipeline",

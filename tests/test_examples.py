@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import analyzer
@@ -21,8 +22,12 @@ def test_gate_script_fails_over_budget_and_passes_within(tmp_path, capsys):
     gate = _example("predeploy_gate")
     p = analyzer.predict("zoo:mobilenet_v3_small", device="a100-80gb").prediction
     tight = ["zoo:mobilenet_v3_small", "--device", "a100-80gb", "--max-memory-mb", f"{p.memory_mib * 0.99:.3f}"]
-    assert gate.main(tight) == 1
+    verdict = tmp_path / "verdict.json"
+    assert gate.main([*tight, "--verdict", str(verdict)]) == 4  # a failed gate (the README's exit-code table)
     assert "budget exceeded: predicted memory" in capsys.readouterr().err
+    doc = json.loads(verdict.read_text())
+    assert doc["pass"] is False and doc["checks"][0]["quantity"] == "memory"
+    assert doc["checks"][0]["margin"] < 0  # limit 0.99 x the prediction: about -1% of it
     page = tmp_path / "build" / "r.html"  # a folder that does not exist yet, as on a fresh clone
     ok = [
         "zoo:mobilenet_v3_small",

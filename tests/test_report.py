@@ -255,7 +255,7 @@ def test_predict_gate_exit_codes():
     runner = CliRunner()
     rep = analyzer.predict("zoo:resnet18", device="h100-80gb").prediction
     over = runner.invoke(cli, ["predict", "zoo:resnet18", "--max-latency-ms", f"{rep.latency_ms * 0.9:.6f}"])
-    assert over.exit_code == 1
+    assert over.exit_code == 4  # a failed gate: distinct from 1 (analysis failed) and 2 (bad input)
     assert "budget exceeded: predicted latency" in over.output
     within = runner.invoke(
         cli,
@@ -273,7 +273,33 @@ def test_predict_gate_exit_codes():
         cli,
         ["predict", "zoo:resnet18", "--max-memory-mb", f"{rep.memory_mib * 1.0001:.3f}", "--budget-bound", "upper"],
     )
-    assert upper.exit_code == 1 and "upper end of the predicted memory" in upper.output
+    assert upper.exit_code == 4 and "upper end of the predicted memory" in upper.output
+
+
+def test_budget_verdict_by_hand_and_in_the_json(schema):
+    rep = _fake_report(latency=10.0, memory=1000.0)  # latency interval (5, 20) ms; memory (900, 1200) MiB
+    v = analyzer.budget_verdict(rep, max_latency_ms=12.5, max_memory_mb=800.0)
+    assert not v.passed and [c.passed for c in v.checks] == [True, False]
+    lat, mem = (c.to_json() for c in v.checks)
+    assert lat["margin"] == 2.5 and lat["margin_fraction"] == 0.2  # 12.5 - 10 = 2.5 ms, 2.5 / 12.5
+    assert mem["margin"] == -200.0 and mem["margin_fraction"] == -0.25  # 800 - 1,000 MiB; -200 / 800
+    assert v.reasons == analyzer.check_budget(rep, max_latency_ms=12.5, max_memory_mb=800.0)
+    upper = analyzer.budget_verdict(rep, max_latency_ms=12.5, bound="upper")
+    assert upper.to_json()["checks"][0]["value"] == 20.0 and not upper.passed  # the interval's upper end
+
+    runner = CliRunner()
+    real = analyzer.predict("zoo:resnet18", device="h100-80gb").prediction
+    limit = real.latency_ms * 0.5
+    out = runner.invoke(cli, ["predict", "zoo:resnet18", "--format", "json", "--max-latency-ms", f"{limit:.6f}"])
+    assert out.exit_code == 4
+    doc = json.loads(out.stdout)
+    jsonschema.validate(doc, schema)
+    (check,) = doc["verdict"]["checks"]
+    assert doc["verdict"]["pass"] is False and check["pass"] is False and check["device"] == "h100-80gb"
+    assert check["value"] == doc["prediction"]["latency_ms"]
+    assert check["margin"] == pytest.approx(float(f"{limit:.6f}") - check["value"])
+    plain = runner.invoke(cli, ["predict", "zoo:resnet18", "--format", "json"])
+    assert "verdict" not in json.loads(plain.stdout)  # no budget, no gate
 
 
 def test_sweep_of_a_fixed_shape_irmodule_skips_other_batches(schema):

@@ -9,6 +9,7 @@ from pathlib import Path
 from predictor.fmt import g3
 
 from . import __version__
+from .provenance import model_sha256, tool_block
 
 SCHEMA = "preflight.report/1"
 SCHEMA_FILE = Path(__file__).resolve().parent / "schema" / "report-1.schema.json"  # JSON Schema of the document
@@ -38,8 +39,8 @@ def report_json(report) -> dict:
     t = a.totals
     doc = {
         "schema": SCHEMA,
-        "tool": {"name": "preflight", "version": __version__},
-        "model": dict(report.model),
+        "tool": tool_block(__version__),
+        "model": {**report.model, "sha256": model_sha256(str(report.model.get("source", "")))},
         "inputs": [dict(i) for i in report.inputs],
         "totals": {
             "flops": t.flops,

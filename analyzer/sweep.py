@@ -85,7 +85,9 @@ def point(batch: int, p: Prediction, latency_slo_ms: float | None) -> dict:
         "throughput_per_s_interval": [per_s(hi), per_s(lo)],
         "energy_j": p.energy_j,
         "energy_j_per_sample": p.energy_j / batch,
-        "memory_mb": p.memory_mib,
+        "memory_mib": p.memory_mib,
+        "memory_mib_interval": list(p.memory_mib_interval),
+        "memory_mb": p.memory_mib,  # deprecated name of memory_mib (the same MiB), kept through preflight.report/1
         "memory_mb_interval": list(p.memory_mib_interval),
         "fits": dict(p.mig.fits),
         "slice_latency_ms": p.mig.to_json().get("latency_ms", {}),

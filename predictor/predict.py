@@ -246,6 +246,9 @@ class Prediction:
             "latency_ms_interval": list(self.latency_ms_interval),
             "energy_j": self.energy_j,
             "energy_j_interval": list(self.energy_j_interval),
+            "memory_mib": self.memory_mib,
+            "memory_mib_interval": list(self.memory_mib_interval),
+            # deprecated: the same MiB under the old name, kept through preflight.report/1 (schema description)
             "memory_mb": self.memory_mib,
             "memory_mb_interval": list(self.memory_mib_interval),
             "roofline_latency_ms": self.roofline_latency_ms,

@@ -181,7 +181,7 @@ def check_schema(doc: dict) -> None:
     assert set(doc) == TOP_KEYS  # no "prediction" for analyze
     assert doc["schema"] == "preflight.report/1"
     assert doc["tool"]["name"] == "preflight" and isinstance(doc["tool"]["version"], str)
-    assert set(doc["model"]) == {"source", "framework", "name"}
+    assert set(doc["model"]) == {"source", "framework", "name", "sha256"}
     for inp in doc["inputs"]:
         assert set(inp) == {"name", "shape", "dtype"}
         assert all(isinstance(d, int) for d in inp["shape"])
@@ -868,3 +868,25 @@ def test_a_missing_model_file_fails_before_tvm_and_torch_are_imported(command, t
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout.split() == ["2", "False", "False"], proc.stderr
     assert proc.stderr.strip() == f"error: {tmp_path / 'no-such.onnx'}: no such file or directory"
+
+
+def test_json_records_provenance(models):
+    """Two reports of one model can be compared: the stack, the kernel table's digest, the file's digest, the time."""
+    import hashlib
+    from datetime import UTC, datetime
+
+    import torch
+    import tvm
+
+    from predictor.kernel_model import PARAMS_PATH
+
+    doc = ok_json("analyze", models["tiny"], "--batch", "2")
+    tool = doc["tool"]
+    assert tool["stack"]["torch"] == torch.__version__ and tool["stack"]["apache-tvm"] == tvm.__version__
+    assert tool["stack"]["onnx"] == onnx.__version__
+    assert tool["stack"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert tool["kernel_params_sha256"] == hashlib.sha256(PARAMS_PATH.read_bytes()).hexdigest()
+    assert doc["model"]["sha256"] == hashlib.sha256(Path(models["tiny"]).read_bytes()).hexdigest()
+    created = datetime.fromisoformat(tool["created"])
+    assert created.tzinfo is not None and abs((datetime.now(UTC) - created).total_seconds()) < 3600
+    assert ok_json("analyze", "zoo:resnet18")["model"]["sha256"] is None  # a zoo name is no file

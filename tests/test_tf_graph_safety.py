@@ -262,6 +262,48 @@ def test_child_cannot_write_outside_its_scratch(tmp_path):
     assert res.meta["outside"] == "refused" and not target.exists()
 
 
+LANDLOCK_ALONE = r"""
+import json, os, sys
+from pathlib import Path
+from analyzer.frontends.isolate import restrict_writes, run_isolated
+
+
+def step(path):
+    why = restrict_writes(Path.cwd())
+    import tensorflow as tf
+
+    try:
+        tf.saved_model.load(path)  # no graph check here: only Landlock stands between the hook and the disk
+        res = "loaded"
+    except Exception as exc:
+        res = type(exc).__name__
+    return {"landlock": why, "load": res}, b""
+
+
+print(json.dumps(run_isolated(step, [sys.argv[1]], label="t", what="load", start="fork").meta))
+"""
+
+
+@needs_tf
+@pytest.mark.skipif(not hasattr(os, "fork") or sys.platform != "linux", reason="Landlock is Linux-only")
+def test_landlock_alone_stops_the_write_hook(built):
+    """Defence in depth: with the graph check skipped, TensorFlow's loader runs WriteFile and is denied."""
+    res = subprocess.run(
+        [sys.executable, "-c", LANDLOCK_ALONE, built["paths"]["write"]],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    meta = json.loads(res.stdout.strip().splitlines()[-1])
+    if meta["landlock"] is not None:
+        pytest.skip(f"Landlock unavailable here: {meta['landlock']}")
+    assert meta["load"] == "PermissionDeniedError"
+    _untouched(built)
+
+
 # ---- other parsers' bounds (the same audit) ----------------------------------------------------------------
 
 

@@ -157,6 +157,15 @@ def dotdot_suffix(meta):
             node.attr["value"].tensor.string_val[0] = b"/../../../../escape"
 
 
+def dotdot_separator(meta):
+    # pieces harmless alone, a '..' component once joined: separator '/.' + suffix './escape'
+    for node in fn(meta, "traced_save").node_def:
+        if node.op == "StringJoin":
+            node.attr["separator"].s = b"/."
+        if node.op == "Const" and list(node.attr["value"].tensor.string_val) == [b"_temp/part"]:
+            node.attr["value"].tensor.string_val[0] = b"./escape"
+
+
 def tf1_saver(meta):
     # a checkpoint op in the top-level graph (where TF1 savers live)
     meta.graph_def.node.add(name="save/RestoreV2", op="RestoreV2", input=["saver_filename"])
@@ -165,6 +174,7 @@ def tf1_saver(meta):
 edited("call_registered_op", call_registered_op)
 edited("call_saver", call_saver)
 edited("dotdot_suffix", dotdot_suffix)
+edited("dotdot_separator", dotdot_separator)
 edited("tf1_saver", tf1_saver)
 print(json.dumps({"paths": paths, "controls": controls, "marker": marker, "secret": secret, "victim": victim}))
 '''
@@ -217,6 +227,7 @@ def test_hostile_graph_ops_refused(built, variant, op):
         ("call_registered_op", "calls 'WriteFile', which is not a function of the model's library"),
         ("call_saver", "not the saver's save or restore call"),
         ("dotdot_suffix", "holds '..'"),
+        ("dotdot_separator", "holds '..' ('/../escape')"),
         ("tf1_saver", "top-level graph (a TF1 saver)"),
     ],
 )

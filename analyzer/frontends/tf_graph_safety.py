@@ -210,8 +210,7 @@ def _check_path(fdef, inputs: list[str], arg0: str, nodes: dict, seen: set[str] 
         elif node.op in ("StringJoin", "ShardedFilename") and data:
             _check_path(fdef, data[:1], arg0, nodes, seen)  # the prefix; the rest are suffix or shard numbers
             if node.op == "StringJoin":
-                for suffix in data[1:]:
-                    _check_suffix(fdef, suffix, nodes)
+                _check_join(fdef, node, data[1:], nodes)
         else:
             raise _Refused(
                 f"a checkpoint path in '{_name(fdef.signature.name)}' is built by op '{_name(node.op)}' "
@@ -219,24 +218,42 @@ def _check_path(fdef, inputs: list[str], arg0: str, nodes: dict, seen: set[str] 
             )
 
 
-def _check_suffix(fdef, ref: str, nodes: dict) -> None:
-    """A StringJoin suffix: constant strings (or a Select between them) with no '..' component."""
+MAX_SUFFIX_CHOICES = 64
+
+
+def _check_join(fdef, join, suffixes: list[str], nodes: dict) -> None:
+    """What a StringJoin appends to the path, with its separator, in every combination of its constant
+    choices, holds no '..' path component (pieces '/.' and './x' are harmless alone, '/../x' together)."""
+    sep = join.attr["separator"].s.decode("utf-8", "replace") if "separator" in join.attr else ""
+    tails = [""]
+    for ref in suffixes:
+        tails = [t + sep + piece for t in tails for piece in _suffix_choices(fdef, ref, nodes)]
+        if len(tails) > MAX_SUFFIX_CHOICES:
+            raise _Refused(f"a checkpoint path in '{_name(fdef.signature.name)}' has too many constant suffixes")
+    for tail in tails:
+        parts = tail.replace("\\", "/").split("/")[1:]  # the first part extends the loader's last component
+        if ".." in parts or "\x00" in tail:
+            raise _Refused(f"a checkpoint path suffix in '{_name(fdef.signature.name)}' holds '..' ({_name(tail)!r})")
+
+
+def _suffix_choices(fdef, ref: str, nodes: dict) -> list[str]:
+    """The strings a StringJoin suffix can be: a constant, or a Select between suffixes."""
     node = nodes.get(_base(ref))
     if node is None:
         raise _Refused(f"a checkpoint path suffix in '{_name(fdef.signature.name)}' comes from '{_name(_base(ref))}'")
     if node.op == "Select":
+        choices: list[str] = []
         for r in [i for i in node.input if not i.startswith("^")][1:]:
-            _check_suffix(fdef, r, nodes)
-        return
-    if node.op != "Const" or "value" not in node.attr:
+            choices += _suffix_choices(fdef, r, nodes)
+            if len(choices) > MAX_SUFFIX_CHOICES:  # a tree of Selects sharing nodes would double at every level
+                raise _Refused(f"a checkpoint path in '{_name(fdef.signature.name)}' has too many constant suffixes")
+        return choices
+    if node.op != "Const" or "value" not in node.attr or len(node.attr["value"].tensor.string_val) != 1:
         raise _Refused(
             f"a checkpoint path suffix in '{_name(fdef.signature.name)}' is built by op '{_name(node.op)}' "
-            f"(node '{_name(node.name)}'), not a constant"
+            f"(node '{_name(node.name)}'), not a constant string"
         )
-    for raw in node.attr["value"].tensor.string_val:
-        text = raw.decode("utf-8", "replace")
-        if ".." in text.replace("\\", "/").split("/") or "\x00" in text:
-            raise _Refused(f"a checkpoint path suffix in '{_name(fdef.signature.name)}' holds '..' ({_name(text)!r})")
+    return [node.attr["value"].tensor.string_val[0].decode("utf-8", "replace")]
 
 
 def check_meta_graph(meta) -> None:
@@ -318,6 +335,10 @@ def check_saved_model(path: Path) -> None:
         for meta in sm.meta_graphs:
             try:
                 check_meta_graph(meta)
+            except RecursionError:  # a chain of thousands of Identity or Select nodes on a checkpoint path
+                raise UnreadableModelError(
+                    f"{label}: refused: a checkpoint path is built by a chain of ops too long to follow"
+                ) from None
             except _Refused as why:
                 raise UnreadableModelError(
                     f"{label}: refused: {why} (TensorFlow would run it while loading or converting the model; "

@@ -295,7 +295,7 @@ def _tf_limits(path: Path) -> Limits:
     return Limits(memory=6 * GIB + 8 * size, file_bytes=2 * GIB + 4 * size)
 
 
-MAX_KERAS_JSON = 64 << 20  # config.json of a large Keras model is a few MB; a 1 GB one peaked at 2.2 GB to parse
+MAX_KERAS_JSON = 64 << 20  # a large Keras model's config.json is a few MB; the 1 GB bomb peaked at 2.2 GB
 
 
 def check_keras_zip(path: Path) -> None:

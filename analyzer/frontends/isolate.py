@@ -10,7 +10,9 @@ The child gets
   - address-space, CPU-time and file-size limits (RLIMIT_AS, RLIMIT_CPU, RLIMIT_FSIZE; no core dumps),
   - a wall-clock limit (its whole process group is killed),
   - a fresh scratch directory as its working directory and TMPDIR, deleted afterwards,
-  - its stdout and stderr in a log file there (native libraries print to the file descriptors).
+  - its stdout and stderr in a log file there (native libraries print to the file descriptors),
+  - on request of the step (`restrict_writes`, the TensorFlow step calls it), Landlock: no file written,
+    created, renamed or deleted outside the scratch directory and no TCP connection, where the kernel has it.
 
 Two ways to start it:
   - "fork" (Linux, macOS): the child is a copy of this process, so torch and TVM, already imported here,
@@ -593,6 +595,62 @@ def _enter_child(limits: Limits, scratch: Path) -> None:
     torch = sys.modules.get("torch")
     if torch is not None:  # a forked child of a process that used torch's OpenMP pool: stay on one thread
         torch.set_num_threads(1)
+
+
+# Landlock (Linux 5.13+, unprivileged): the step may create, write, rename or delete files only below its
+# scratch directory; reading stays open (libraries, the model). Access rights from <linux/landlock.h>.
+_LL_FS_WRITE = {
+    1: (1 << 1) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12),
+    2: 1 << 13,  # REFER (rename and link across directories)
+    3: 1 << 14,  # TRUNCATE
+}
+_LL_NET_TCP = (1 << 0) | (1 << 1)  # BIND_TCP, CONNECT_TCP (ABI 4)
+_SYS_LANDLOCK = (444, 445, 446)  # create_ruleset, add_rule, restrict_self: the same number on every architecture
+
+
+def restrict_writes(scratch: Path) -> str | None:
+    """Child: from now on this process (and any thread or child of it) may write only below `scratch` and
+    open no TCP connection, using Landlock. Returns None when in force, else why not (an old kernel, no
+    Landlock in the kernel, a seccomp filter): then only the resource limits and the scratch working
+    directory remain."""
+    if sys.platform != "linux":
+        return "not Linux"
+    import ctypes
+    import platform
+
+    if platform.machine() not in ("x86_64", "aarch64", "arm64", "riscv64", "ppc64le", "s390x"):
+        return f"unknown syscall numbers on {platform.machine()}"
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    create, add_rule, restrict = _SYS_LANDLOCK
+    abi = libc.syscall(ctypes.c_long(create), None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    if abi < 1:
+        return f"no Landlock ({os.strerror(ctypes.get_errno())})"
+    fs = 0
+    for version, bits in _LL_FS_WRITE.items():
+        if abi >= version:
+            fs |= bits
+    net = _LL_NET_TCP if abi >= 4 else 0
+    attr = struct.pack("<QQ", fs, net) if abi >= 4 else struct.pack("<Q", fs)
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    ruleset = libc.syscall(ctypes.c_long(create), buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return f"landlock_create_ruleset failed ({os.strerror(ctypes.get_errno())})"
+    try:
+        fd = os.open(scratch, os.O_PATH | os.O_CLOEXEC)
+        try:
+            rule = ctypes.create_string_buffer(struct.pack("<Qi", fs, fd), 12)  # packed path_beneath_attr
+            if libc.syscall(ctypes.c_long(add_rule), ctypes.c_int(ruleset), ctypes.c_int(1), rule, ctypes.c_uint32(0)):
+                return f"landlock_add_rule failed ({os.strerror(ctypes.get_errno())})"
+        finally:
+            os.close(fd)
+        if libc.prctl(38, 1, 0, 0, 0):  # PR_SET_NO_NEW_PRIVS, required for an unprivileged restrict_self
+            return f"PR_SET_NO_NEW_PRIVS failed ({os.strerror(ctypes.get_errno())})"
+        if libc.syscall(ctypes.c_long(restrict), ctypes.c_int(ruleset), ctypes.c_uint32(0)):
+            return f"landlock_restrict_self failed ({os.strerror(ctypes.get_errno())})"
+    finally:
+        os.close(ruleset)
+    return None
 
 
 def _run_and_report(wfd: int, step: Callable[[], tuple[dict, bytes]]) -> None:

@@ -18,6 +18,7 @@ import contextlib
 import importlib.util
 import json
 import pickle
+import sys
 import tempfile
 from pathlib import Path
 
@@ -60,6 +61,11 @@ def _check_program(program: Path) -> None:
             doc = json.loads(program.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise UnreadableModelError(f"{program.name}: not a Paddle program (invalid JSON: {exc})") from exc
+        except RecursionError as exc:  # json's C decoder recurses once per nested array or object
+            raise UnreadableModelError(
+                f"{program.name}: not a Paddle program (its JSON nests arrays or objects deeper than Python's "
+                f"recursion limit, {sys.getrecursionlimit():,} levels)"
+            ) from exc
         if not isinstance(doc, dict) or "program" not in doc:
             raise UnreadableModelError(f"{program.name}: not a Paddle program (no 'program' in the JSON)")
         return

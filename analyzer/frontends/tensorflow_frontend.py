@@ -7,18 +7,23 @@ that TVM's `from_tflite` imports. A `.tflite` file goes straight to `from_tflite
 NHWC with HWIO/OHWI kernels; the Relax ops carry those layouts and the cost rules read them.
 
 Safety: Keras files are loaded with `safe_mode=True` (a Lambda layer's Python code is refused);
-legacy `.h5` files, where Keras ignores safe_mode, are refused outright. A SavedModel is protobuf and
-checkpoint data: loading it runs no Python code, and preflight never executes the graph. TensorFlow
-loads, traces and converts in a child process with resource limits (`isolate.py`; forked from a zygote
-that imported TensorFlow once): a model can crash TensorFlow's graph optimiser (a Keras input of
-2x100000x100000x3 does), and this process never imports TensorFlow. A `.tflite` file is parsed here
-(the `tflite` flatbuffer reader) and every tensor's dimensions checked before TVM's importer sees it.
+legacy `.h5` files, where Keras ignores safe_mode, are refused outright; a `.keras` zip's directory is
+checked first (`check_keras_zip`: member count, JSON members at most 64 MiB). TensorFlow runs graph ops
+while it loads a SavedModel (resource initializers), so the child first parses `saved_model.pb` with the
+protobuf classes and refuses any op outside an allowlist of pure tensor ops (`tf_graph_safety.py`), before
+any loader call. TensorFlow loads, traces and converts in a child process with resource limits
+(`isolate.py`; forked from a zygote that imported TensorFlow once), HOME and TMPDIR in its scratch
+directory, and Landlock (where the kernel has it) allowing writes only there: a model can crash
+TensorFlow's graph optimiser (a Keras input of 2x100000x100000x3 does), and this process never imports
+TensorFlow. A `.tflite` file is parsed here (the `tflite` flatbuffer reader) and every tensor's
+dimensions checked before TVM's importer sees it. See docs/safety.md.
 """
 
 from __future__ import annotations
 
 import gc
 import math
+import os
 from pathlib import Path
 
 from ..errors import (
@@ -29,10 +34,11 @@ from ..errors import (
     UsageError,
     one_line,
 )
-from .isolate import GIB, Limits, run_isolated
+from .isolate import GIB, Limits, restrict_writes, run_isolated
 from .loaded import LoadedModel
 from .native import import_extra, quiet_native_output, require_extra
-from .specs import MAX_DIM, InputSpec, resolve_shape
+from .specs import MAX_DIM, InputSpec, printable, resolve_shape
+from .tf_graph_safety import check_saved_model
 
 # tflite.TensorType -> numpy dtype name; bytes per element of the floating-point types (weights)
 _TFLITE_DTYPES = {
@@ -289,10 +295,52 @@ def _tf_limits(path: Path) -> Limits:
     return Limits(memory=6 * GIB + 8 * size, file_bytes=2 * GIB + 4 * size)
 
 
+MAX_KERAS_JSON = 64 << 20  # a large Keras model's config.json is a few MB; the issue's 1 GB bomb peaked at 2.2 GB
+
+
+def check_keras_zip(path: Path) -> None:
+    """Refuse a `.keras` archive before Keras reads it: at most `pt2_safety.MAX_MEMBERS` members, every `.json`
+    member (config.json, metadata.json) at most MAX_KERAS_JSON bytes uncompressed and every other member at
+    most the child's memory limit, all as the zip's central directory declares them (Python's zipfile then
+    reads no more than a member declares)."""
+    import struct
+    import zipfile
+
+    from .pt2_safety import MAX_MEMBERS, zip_entry_count
+
+    label = path.name
+    try:
+        with open(path, "rb") as fp:
+            count = zip_entry_count(fp)
+            if count is not None and count > MAX_MEMBERS:
+                raise UnreadableModelError(
+                    f"{label}: the zip archive declares {count:,} members (at most {MAX_MEMBERS:,})"
+                )
+            fp.seek(0)
+            with zipfile.ZipFile(fp) as zf:
+                infos = zf.infolist()
+    except UnreadableModelError:
+        raise
+    except UnicodeDecodeError as exc:
+        raise UnreadableModelError(f"{label}: a zip member name is not valid UTF-8; the archive is corrupt") from exc
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, struct.error) as exc:
+        raise UnreadableModelError(f"{label}: not a loadable Keras file ({one_line(exc)})") from exc
+    memory = _tf_limits(path).memory
+    for info in infos:
+        cap = MAX_KERAS_JSON if info.filename.lower().endswith(".json") else memory
+        if info.file_size > cap:
+            raise UnreadableModelError(
+                f"{label}: member {printable(info.filename)[:120]!r} declares {info.file_size:,} bytes uncompressed "
+                f"(at most {cap:,}); the archive is corrupt or a zip bomb"
+            )
+
+
 def load_keras(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
     """Load a `.keras` file with safe_mode=True and convert it at the requested input shapes (in a child)."""
     if path.suffix.lower() in (".h5", ".hdf5"):
         raise UnreadableModelError(f"{path.name}: {_H5_HINT}")
+    require_extra("tensorflow", "tensorflow", "Keras and SavedModel models")  # a missing extra is named first
+    check_keras_zip(path)
     return _convert_in_child("keras", path, specs, batch)
 
 
@@ -326,7 +374,13 @@ def tflite_in_child(kind: str, path: str, spec_list: list, batch: int | None) ->
     """Child process: load the Keras model or SavedModel, trace it at the requested shapes, convert it."""
     specs = {n: InputSpec(n, tuple(shape), dtype) for n, shape, dtype in spec_list}
     p = Path(path)
+    scratch = os.getcwd()  # isolate.py made the child's working directory its empty scratch directory
+    for key in ("HOME", "KERAS_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME"):
+        os.environ[key] = scratch
+    sandbox = restrict_writes(Path(scratch))  # None: Landlock holds writes to the scratch directory
     tf = _import_tensorflow()
+    if kind == "saved_model":
+        check_saved_model(p)  # before any TensorFlow loader call: only pure tensor ops (tf_graph_safety.py)
     if kind == "keras":
         names, tensor_specs, call, what = _keras_signature(tf, p, specs, batch)
     else:
@@ -337,6 +391,7 @@ def tflite_in_child(kind: str, path: str, spec_list: list, batch: int | None) ->
         "names": names,
         "shapes": [[int(d) for d in ts.shape] for ts in tensor_specs],
         "dtypes": [ts.dtype.name for ts in tensor_specs],
+        "sandbox": sandbox or "landlock",
     }
     return meta, buf
 

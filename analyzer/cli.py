@@ -75,8 +75,30 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="preflight")
-def cli() -> None:
+@click.option(
+    "--devices",
+    "device_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="A device file (preflight.devices/1: docs/devices.md) adding GPUs to the built-in ones. Repeatable; "
+    "also $PREFLIGHT_DEVICES and ~/.config/preflight/devices.json.",
+)
+def cli(device_files: tuple[str, ...]) -> None:
     """preflight: what a model will cost on a data-centre GPU, without running it."""
+    try:
+        from predictor.devices import DEVICES_ENV, DeviceFileError, add_device_file
+    except ValueError as exc:  # a bad $PREFLIGHT_DEVICES or config file, read at import (DeviceFileError)
+        raise click.UsageError(str(exc)) from None
+    try:
+        for path in device_files:
+            add_device_file(path)
+    except DeviceFileError as exc:
+        raise click.UsageError(str(exc)) from None
+    if device_files:  # worker processes (analyze-many) read the same files
+        os.environ[DEVICES_ENV] = os.pathsep.join(
+            [*filter(None, os.environ.get(DEVICES_ENV, "").split(os.pathsep)), *map(os.path.abspath, device_files)]
+        )
 
 
 def _emit(text: str, output: str | None) -> None:
@@ -588,10 +610,22 @@ def zoo(fmt: str) -> None:
 @click.option(
     "--format", "fmt", type=click.Choice(("table", "json")), default="table", show_default=True, help="Output format."
 )
-def devices(fmt: str) -> None:
-    """List the known GPUs: peak rates, bandwidth, memory and MIG profiles (usable memory)."""
-    from predictor.devices import DEVICES
+@click.option("--show", "show", default=None, metavar="NAME", help="Print one GPU (key or alias) in full.")
+def devices(fmt: str, show: str | None) -> None:
+    """List the known GPUs: peak rates, bandwidth, memory and MIG profiles (usable memory).
 
+    Built-in GPUs live in predictor/devices.json; add your own with `preflight --devices FILE devices` (the same
+    preflight.devices/1 layout; docs/devices.md).
+    """
+    from predictor.devices import DEVICES, UnknownDeviceError, device_json, get_device
+
+    if show is not None:
+        try:
+            d = get_device(show)
+        except UnknownDeviceError as exc:
+            raise click.UsageError(str(exc)) from None
+        click.echo(json.dumps(device_json(d), indent=2))
+        return
     if fmt == "json":
         doc = [
             {

@@ -1,6 +1,10 @@
 """The one table of devices: peak rates, bandwidth, memory, TDP and MIG profiles.
 
-Sources, per field:
+The built-in GPUs are data, `predictor/devices.json` (`preflight.devices/1`: units MiB, GB/s, dense TFLOP/s or
+TOPS, W; each device names its source); users add their own GPUs in files of the same layout (`preflight --devices
+FILE`, $PREFLIGHT_DEVICES, ~/.config/preflight/devices.json; docs/devices.md), validated field by field.
+
+Sources of the built-in figures, per field:
 - peak dense FLOP/s, bandwidth and TDP: the vendors' datasheets (SXM parts unless named);
 - peak dense INT8 tensor-core rate (`peak_flops["int8"]`, integer operations per second, 2 per MAC as for
   FLOPs): the datasheets' INT8 Tensor Core TOPS without sparsity (the headline figures with sparsity are twice
@@ -29,7 +33,11 @@ Sources, per field:
 
 from __future__ import annotations
 
+import json
+import math
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 GIB = 1024  # MiB per GiB
 
@@ -68,6 +76,8 @@ class Device:
     measured_bandwidth: float | None = None  # achieved copy bandwidth here (bytes/s)
     measured_bf16_flops: float | None = None  # achieved bf16 matmul rate here
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    kernel_family: str | None = None  # a user device: the kernel-table family whose parameters it borrows
+    source: str = ""  # where the figures come from
 
     @property
     def memory_bytes(self) -> int:
@@ -80,174 +90,241 @@ class Device:
         raise KeyError(f"{self.key} has no MIG profile {name!r}: {', '.join(p.name for p in self.mig)}")
 
 
-def _mig(rows: list[tuple[str, float, int, int, int]], measured: bool | set[str] = True) -> tuple[MigProfile, ...]:
+DEVICES_FILE = Path(__file__).resolve().parent / "devices.json"  # the built-in GPUs (`preflight.devices/1`)
+DEVICES_SCHEMA = "preflight.devices/1"
+DEVICES_ENV = "PREFLIGHT_DEVICES"  # more device files, separated by os.pathsep
+_MAX_DEVICE_FILE = 1 << 20  # bytes: a device file is a few KiB
+
+_DEVICE_KEYS = {
+    "key": str,
+    "name": str,
+    "aliases": list,
+    "source": str,
+    "memory_mib": (int, float),
+    "bandwidth_gbs": (int, float),
+    "peak_tflops": dict,
+    "tdp_w": (int, float),
+    "sms": int,
+    "mig": list,
+    "measured_bandwidth_gbs": (int, float),
+    "measured_bf16_tflops": (int, float),
+    "kernel_family": str,
+}
+_REQUIRED = ("key", "name", "memory_mib", "bandwidth_gbs", "peak_tflops", "tdp_w", "sms")
+_PEAK_KINDS = ("fp32", "tf32", "fp16", "bf16", "int8")
+_MIG_KEYS = {
+    "profile": str,
+    "memory_mib": (int, float),
+    "sms": int,
+    "memory_slices": int,
+    "compute_slices": int,
+    "measured": bool,
+}
+# Plausibility bounds (a typo of three orders of magnitude is refused): generous around today's parts.
+_BOUNDS = {
+    "memory_mib": (1024, 16 * 2**20),  # 1 GiB .. 16 TiB
+    "bandwidth_gbs": (50, 100_000),  # 50 GB/s .. 100 TB/s
+    "tdp_w": (10, 5000),
+    "sms": (1, 2048),
+    "peak_tflops": (0.1, 100_000),
+}
+
+
+class DeviceFileError(ValueError):
+    """A device file that does not read as `preflight.devices/1` (one line: the file and what is wrong)."""
+
+
+def _number_in(label: str, value, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise DeviceFileError(f"{label} must be a number, not {value!r}")
+    if not lo <= value <= hi:
+        raise DeviceFileError(f"{label} = {value:g} is outside {lo:g} .. {hi:g}")
+    return float(value)
+
+
+def _check_keys(label: str, entry: dict, allowed: dict) -> None:
+    unknown = sorted(set(entry) - set(allowed))
+    if unknown:
+        raise DeviceFileError(f"{label}: unknown key {unknown[0]!r} (known: {', '.join(allowed)})")
+    for k, v in entry.items():
+        if not isinstance(v, allowed[k]) or (allowed[k] is int and isinstance(v, bool)):
+            raise DeviceFileError(f"{label}: {k} must be {_type_name(allowed[k])}, not {type(v).__name__}")
+
+
+def _type_name(t) -> str:
+    names = {str: "a string", int: "an integer", list: "a list", dict: "an object", bool: "true or false"}
+    return names.get(t, "a number")
+
+
+def _parse_mig(label: str, rows: list, memory_mib: float, sms: int) -> tuple[MigProfile, ...]:
     out = []
-    for name, gib, sms, mem_slices, compute_slices in rows:
-        is_measured = measured if isinstance(measured, bool) else name in measured
-        out.append(MigProfile(name, gib * GIB, sms, mem_slices, compute_slices, is_measured))
+    for i, row in enumerate(rows):
+        where = f"{label} mig[{i}]"
+        if not isinstance(row, dict):
+            raise DeviceFileError(f"{where} must be an object")
+        _check_keys(where, row, _MIG_KEYS)
+        missing = [k for k in ("profile", "memory_mib", "sms", "memory_slices", "compute_slices") if k not in row]
+        if missing:
+            raise DeviceFileError(f"{where}: missing {missing[0]!r}")
+        mem = _number_in(f"{where} memory_mib", row["memory_mib"], 256, memory_mib)
+        if not 1 <= row["sms"] <= sms:
+            raise DeviceFileError(f"{where} sms = {row['sms']} is outside 1 .. {sms} (the GPU's SMs)")
+        if not 1 <= row["memory_slices"] <= 8 or not 1 <= row["compute_slices"] <= 7:
+            raise DeviceFileError(f"{where}: memory_slices is 1 .. 8 and compute_slices 1 .. 7")
+        out.append(
+            MigProfile(
+                row["profile"], mem, row["sms"], row["memory_slices"], row["compute_slices"], row.get("measured", False)
+            )
+        )
     return tuple(out)
 
 
-# Smallest usable GiB per memory slice on a Hopper part with published numbers: H200 1g.18gb = 16.00.
-_HOPPER_SLICE_FLOOR_GIB = {"h200": 16.00}
-
-DEVICES: dict[str, Device] = {
-    d.key: d
-    for d in (
-        Device(
-            key="a100-40gb",
-            name="NVIDIA A100-SXM4-40GB",
-            memory_mib=40960,
-            bandwidth=1555e9,
-            peak_flops={"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12, "int8": 624e12},
-            tdp_w=400,
-            sms=108,
-            mig=_mig(
-                [
-                    ("1g.5gb", 4.75, 14, 1, 1),
-                    ("2g.10gb", 9.75, 28, 2, 2),
-                    ("3g.20gb", 19.62, 42, 4, 3),
-                    ("4g.20gb", 19.62, 56, 4, 4),
-                    ("7g.40gb", 39.50, 98, 8, 7),
-                ]
-            ),
-            aliases=("a100", "a100-sxm4-40gb"),
-        ),
-        Device(
-            key="a100-80gb",
-            name="NVIDIA A100-SXM4-80GB",
-            memory_mib=81920,
-            bandwidth=2039e9,
-            peak_flops={"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12, "int8": 624e12},
-            tdp_w=400,
-            sms=108,
-            mig=_mig(
-                [
-                    ("1g.10gb", 9.50, 14, 1, 1),
-                    ("1g.20gb", 19.50, 14, 2, 1),
-                    ("2g.20gb", 19.50, 28, 2, 2),
-                    ("3g.40gb", 39.25, 42, 4, 3),
-                    ("4g.40gb", 39.25, 56, 4, 4),
-                    ("7g.80gb", 79.00, 98, 8, 7),
-                ]
-            ),
-            aliases=("a100-sxm4-80gb",),
-        ),
-        Device(
-            key="a100-pcie-40gb",
-            name="NVIDIA A100-PCIE-40GB",
-            memory_mib=40960,
-            bandwidth=1555e9,
-            peak_flops={"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12, "int8": 624e12},
-            tdp_w=250,
-            sms=108,
-            mig=_mig(
-                [
-                    ("1g.5gb", 4.75, 14, 1, 1),
-                    ("2g.10gb", 9.75, 28, 2, 2),
-                    ("3g.20gb", 19.62, 42, 4, 3),
-                    ("4g.20gb", 19.62, 56, 4, 4),
-                    ("7g.40gb", 39.50, 98, 8, 7),
-                ],
-                measured=False,
-            ),
-            aliases=("a100-40gb-pcie",),
-        ),
-        Device(
-            key="a100-pcie-80gb",
-            name="NVIDIA A100 80GB PCIe",
-            memory_mib=81920,
-            bandwidth=1935e9,
-            peak_flops={"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12, "int8": 624e12},
-            tdp_w=300,
-            sms=108,
-            mig=_mig(
-                [
-                    ("1g.10gb", 9.50, 14, 1, 1),
-                    ("1g.20gb", 19.50, 14, 2, 1),
-                    ("2g.20gb", 19.50, 28, 2, 2),
-                    ("3g.40gb", 39.25, 42, 4, 3),
-                    ("4g.40gb", 39.25, 56, 4, 4),
-                    ("7g.80gb", 79.00, 98, 8, 7),
-                ],
-                measured=False,
-            ),
-            aliases=("a100-80gb-pcie",),
-        ),
-        Device(
-            key="h100-80gb",
-            name="NVIDIA H100 80GB HBM3",
-            memory_mib=81559,
-            bandwidth=3.35e12,
-            peak_flops={"fp32": 67e12, "tf32": 494.7e12, "fp16": 989.4e12, "bf16": 989.4e12, "int8": 1979e12},
-            tdp_w=700,
-            sms=132,
-            mig=_mig(
-                [
-                    ("1g.10gb", 9.75, 16, 1, 1),
-                    ("1g.20gb", 19.62, 26, 2, 1),
-                    ("2g.20gb", 19.62, 32, 2, 2),
-                    ("3g.40gb", 39.50, 60, 4, 3),
-                    ("4g.40gb", 39.50, 64, 4, 4),
-                    ("7g.80gb", 79.25, 132, 8, 7),
-                ]
-            ),
-            measured_bandwidth=3.0e12,
-            measured_bf16_flops=798e12,
-            aliases=("h100", "h100-sxm", "h100-sxm5-80gb"),
-        ),
-        Device(
-            key="h100-nvl-94gb",
-            name="NVIDIA H100 NVL",
-            memory_mib=95830,
-            bandwidth=3.9e12,
-            peak_flops={"fp32": 60e12, "tf32": 417.5e12, "fp16": 835e12, "bf16": 835e12, "int8": 1670.5e12},
-            tdp_w=400,
-            sms=132,
-            mig=_mig(
-                [
-                    (n, _HOPPER_SLICE_FLOOR_GIB["h200"] * 94 / 141 * k, sms, k, c)
-                    for n, sms, k, c in (
-                        ("1g.12gb", 16, 1, 1),
-                        ("1g.24gb", 26, 2, 1),
-                        ("2g.24gb", 32, 2, 2),
-                        ("3g.47gb", 60, 4, 3),
-                        ("4g.47gb", 64, 4, 4),
-                        ("7g.94gb", 132, 8, 7),
-                    )
-                ],
-                measured=False,
-            ),
-            aliases=("h100-nvl",),
-        ),
-        Device(
-            key="h200-141gb",
-            name="NVIDIA H200",
-            memory_mib=143771,
-            bandwidth=4.8e12,
-            peak_flops={"fp32": 67e12, "tf32": 494.7e12, "fp16": 989.4e12, "bf16": 989.4e12, "int8": 1979e12},
-            tdp_w=700,
-            sms=132,
-            mig=_mig(
-                [
-                    (n, _HOPPER_SLICE_FLOOR_GIB["h200"] * k, sms, k, c)
-                    for n, sms, k, c in (
-                        ("1g.18gb", 16, 1, 1),
-                        ("1g.35gb", 26, 2, 1),
-                        ("2g.35gb", 32, 2, 2),
-                        ("3g.71gb", 60, 4, 3),
-                        ("4g.71gb", 64, 4, 4),
-                        ("7g.141gb", 132, 8, 7),
-                    )
-                ],
-                measured={"1g.18gb"},
-            ),
-            measured_bandwidth=4.3e12,
-            measured_bf16_flops=788e12,
-            aliases=("h200", "h200-sxm"),
-        ),
+def parse_device(entry: dict, label: str = "device") -> Device:
+    """One device object of a `preflight.devices/1` file (units: MiB, GB/s, dense TFLOP/s or TOPS, W) as a
+    `Device`; `DeviceFileError` names the first thing wrong (unknown key, missing field, implausible number)."""
+    if not isinstance(entry, dict):
+        raise DeviceFileError(f"{label} must be an object")
+    label = f"{label} {entry['key']!r}" if isinstance(entry.get("key"), str) else label
+    _check_keys(label, entry, _DEVICE_KEYS)
+    missing = [k for k in _REQUIRED if k not in entry]
+    if missing:
+        raise DeviceFileError(f"{label}: missing {missing[0]!r}")
+    key = entry["key"].strip().lower()
+    if not key or any(c.isspace() or c == ":" for c in key):
+        raise DeviceFileError(f"{label}: a key is one word without ':' (e.g. 'l40s-48gb')")
+    memory = _number_in(f"{label} memory_mib", entry["memory_mib"], *_BOUNDS["memory_mib"])
+    bandwidth = _number_in(f"{label} bandwidth_gbs", entry["bandwidth_gbs"], *_BOUNDS["bandwidth_gbs"])
+    peaks = entry["peak_tflops"]
+    unknown = sorted(set(peaks) - set(_PEAK_KINDS))
+    if unknown or "fp32" not in peaks:
+        raise DeviceFileError(
+            f"{label} peak_tflops: "
+            + (f"unknown kind {unknown[0]!r}" if unknown else "needs at least fp32")
+            + f" (kinds: {', '.join(_PEAK_KINDS)})"
+        )
+    peak_flops = {
+        k: float(round(_number_in(f"{label} peak_tflops.{k}", v, *_BOUNDS["peak_tflops"]) * 1e12))
+        for k, v in peaks.items()
+    }
+    sms = entry["sms"]
+    _number_in(f"{label} sms", sms, *_BOUNDS["sms"])
+    optional = {}
+    if "measured_bandwidth_gbs" in entry:
+        mbw = _number_in(f"{label} measured_bandwidth_gbs", entry["measured_bandwidth_gbs"], 1, bandwidth)
+        optional["measured_bandwidth"] = float(round(mbw * 1e9))
+    if "measured_bf16_tflops" in entry:
+        top = peak_flops.get("bf16", math.inf) / 1e12
+        mbf = _number_in(f"{label} measured_bf16_tflops", entry["measured_bf16_tflops"], 0.1, top)
+        optional["measured_bf16_flops"] = float(round(mbf * 1e12))
+    return Device(
+        key=key,
+        name=entry["name"],
+        memory_mib=int(memory) if float(memory).is_integer() else memory,
+        bandwidth=float(round(bandwidth * 1e9)),
+        peak_flops=peak_flops,
+        tdp_w=_number_in(f"{label} tdp_w", entry["tdp_w"], *_BOUNDS["tdp_w"]),
+        sms=sms,
+        mig=_parse_mig(label, entry.get("mig", []), memory, sms),
+        aliases=tuple(a.strip().lower() for a in entry.get("aliases", []) if isinstance(a, str)),
+        kernel_family=entry.get("kernel_family"),
+        source=entry.get("source", ""),
+        **optional,
     )
-}
+
+
+def read_device_file(path: str | Path) -> list[Device]:
+    """The devices of one `preflight.devices/1` file (`DeviceFileError`: one line naming the file and the fault)."""
+    path = Path(path)
+    try:
+        if path.stat().st_size > _MAX_DEVICE_FILE:
+            raise DeviceFileError(f"{path}: a device file is at most 1 MiB")
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DeviceFileError(f"{path}: {exc.strerror or exc}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise DeviceFileError(f"{path}: not JSON ({str(exc).splitlines()[0][:120]})") from exc
+    if not isinstance(doc, dict) or doc.get("schema") != DEVICES_SCHEMA or not isinstance(doc.get("devices"), list):
+        raise DeviceFileError(
+            f'{path}: not a device file (expected {{"schema": "{DEVICES_SCHEMA}", "devices": [...]}})'
+        )
+    extra = sorted(set(doc) - {"schema", "devices"})
+    if extra:
+        raise DeviceFileError(f"{path}: unknown key {extra[0]!r}")
+    try:
+        return [parse_device(e, f"devices[{i}]") for i, e in enumerate(doc["devices"])]
+    except DeviceFileError as exc:
+        raise DeviceFileError(f"{path}: {exc}") from None
+
+
+def add_devices(devices: list[Device], origin: str) -> None:
+    """Add user devices to `DEVICES`; a key or alias that names a device already known is refused."""
+    devices = [d for d in devices if DEVICES.get(d.key) != d]  # the same file read twice adds nothing
+    taken = {n: d.key for d in DEVICES.values() for n in (d.key, *d.aliases)}
+    for d in devices:
+        for n in (d.key, *d.aliases):
+            if n in taken:
+                raise DeviceFileError(f"{origin}: {n!r} already names device {taken[n]!r}")
+            taken[n] = d.key
+    for d in devices:
+        DEVICES[d.key] = d
+
+
+def add_device_file(path: str | Path) -> list[Device]:
+    """Read a user device file and add its devices (`preflight --devices FILE`); returns them."""
+    devices = read_device_file(path)
+    add_devices(devices, str(path))
+    return devices
+
+
+def device_json(d: Device) -> dict:
+    """A device as one object of a `preflight.devices/1` file (what `preflight devices --show` prints)."""
+    out = {
+        "key": d.key,
+        "name": d.name,
+        "aliases": list(d.aliases),
+        "source": d.source,
+        "memory_mib": d.memory_mib,
+        "bandwidth_gbs": d.bandwidth / 1e9,
+        "peak_tflops": {k: v / 1e12 for k, v in d.peak_flops.items()},
+        "tdp_w": d.tdp_w,
+        "sms": d.sms,
+    }
+    if d.measured_bandwidth:
+        out["measured_bandwidth_gbs"] = d.measured_bandwidth / 1e9
+    if d.measured_bf16_flops:
+        out["measured_bf16_tflops"] = d.measured_bf16_flops / 1e12
+    if d.kernel_family:
+        out["kernel_family"] = d.kernel_family
+    out["mig"] = [
+        {
+            "profile": p.name,
+            "memory_mib": p.memory_mib,
+            "sms": p.sms,
+            "memory_slices": p.memory_slices,
+            "compute_slices": p.compute_slices,
+            "measured": p.measured,
+        }
+        for p in d.mig
+    ]
+    return out
+
+
+def _builtin() -> dict[str, Device]:
+    return {d.key: d for d in read_device_file(DEVICES_FILE)}
+
+
+DEVICES: dict[str, Device] = _builtin()
+
+
+def _load_user_files() -> None:
+    """Device files named by $PREFLIGHT_DEVICES (os.pathsep-separated) and the user's config
+    ($XDG_CONFIG_HOME or ~/.config, then preflight/devices.json), added at import."""
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "preflight" / "devices.json"
+    paths = [p for p in os.environ.get(DEVICES_ENV, "").split(os.pathsep) if p]
+    if config.is_file():
+        paths.insert(0, str(config))
+    for p in paths:
+        add_device_file(p)
 
 
 class UnknownDeviceError(KeyError):
@@ -263,4 +340,10 @@ def get_device(name: str) -> Device:
     for d in DEVICES.values():
         if key == d.key or key in d.aliases:
             return d
-    raise UnknownDeviceError(f"unknown device {name!r}; known: {', '.join(DEVICES)}")
+    raise UnknownDeviceError(
+        f"unknown device {name!r}; known: {', '.join(DEVICES)} (a MIG slice is not a device; more GPUs: "
+        f"`preflight --devices FILE`, docs/devices.md)"
+    )
+
+
+_load_user_files()

@@ -166,10 +166,16 @@ class ParamTable:
     meta: dict = field(default_factory=dict)
 
     def family(self, device_key: str) -> str | None:
-        """The family a device key belongs to, or None."""
+        """The family a device key belongs to, or None. A device the table does not list (one added from a user's
+        device file) belongs to the family its `kernel_family` names, if the table has it."""
         for fam, keys in self.families.items():
             if device_key in keys:
                 return fam
+        from .devices import DEVICES
+
+        device = DEVICES.get(device_key)
+        if device is not None and device.kernel_family in self.families:
+            return device.kernel_family
         return None
 
     @property

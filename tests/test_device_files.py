@@ -1,0 +1,136 @@
+"""Devices as data: the built-in table is a data file, and a user's device file adds a GPU that every command
+takes; a bad device file is a one-line error (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from analyzer.cli import cli
+from predictor.devices import DEVICES, DEVICES_FILE, DeviceFileError, get_device, read_device_file
+
+# An NVIDIA L40S from its datasheet (dense figures: the sparsity figures halved): 48 GB GDDR6 at 864 GB/s, FP32 91.6
+# TFLOPS, TF32 183, FP16/BF16 362.05, INT8 733 TOPS, 350 W, 142 SMs; no MIG. An Ada part: the kernel table has
+# no Ada family, so it borrows the Ampere parameters (said in the file).
+L40S = {
+    "key": "l40s-48gb",
+    "name": "NVIDIA L40S",
+    "aliases": ["l40s"],
+    "source": "NVIDIA L40S datasheet (dense); kernel efficiencies borrowed from the ampere family",
+    "memory_mib": 46068,
+    "bandwidth_gbs": 864,
+    "peak_tflops": {"fp32": 91.6, "tf32": 183, "fp16": 362.05, "bf16": 362.05, "int8": 733},
+    "tdp_w": 350,
+    "sms": 142,
+    "kernel_family": "ampere",
+}
+
+
+@pytest.fixture(autouse=True)
+def _builtin_devices_only(monkeypatch):
+    """A device added here stays out of the other tests (the table and $PREFLIGHT_DEVICES are restored)."""
+    monkeypatch.setenv("PREFLIGHT_DEVICES", "")
+    saved = dict(DEVICES)
+    yield
+    DEVICES.clear()
+    DEVICES.update(saved)
+
+
+def _file(tmp_path: Path, devices: list, name: str = "gpus.json", **extra) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps({"schema": "preflight.devices/1", "devices": devices, **extra}))
+    return path
+
+
+def test_the_builtin_table_is_the_data_file():
+    """Every built-in device reads back from predictor/devices.json with the datasheet numbers."""
+    keys = [d.key for d in read_device_file(DEVICES_FILE)]
+    assert keys == [
+        "a100-40gb",
+        "a100-80gb",
+        "a100-pcie-40gb",
+        "a100-pcie-80gb",
+        "h100-80gb",
+        "h100-nvl-94gb",
+        "h200-141gb",
+    ]
+    h100 = get_device("h100")
+    assert h100.peak_flops["bf16"] == 989.4e12 and h100.bandwidth == 3.35e12 and h100.memory_mib == 81559
+    assert h100.profile("1g.10gb").memory_mib == 9.75 * 1024  # nvidia-smi mig -lgip: 9.75 GiB
+    assert get_device("h100-nvl").profile("1g.12gb").memory_mib == pytest.approx(16 * 94 / 141 * 1024)  # derived
+
+
+def test_a_user_gpu_is_predicted_on(tmp_path):
+    """`preflight --devices FILE predict --device l40s`: the kernel model costs it with the borrowed family."""
+    path = _file(tmp_path, [L40S])
+    res = CliRunner().invoke(
+        cli, ["--devices", str(path), "predict", "zoo:resnet18", "--device", "l40s", "--format", "json"]
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["prediction"]["device"] == "l40s-48gb" and doc["prediction"]["latency_ms"] > 0
+    assert doc["prediction"]["mig"]["profile"] is None  # no MIG on an L40S
+    shown = CliRunner().invoke(cli, ["--devices", str(path), "devices", "--show", "l40s"])
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["peak_tflops"]["fp16"] == 362.05
+
+
+def test_a_device_file_in_the_environment_reaches_a_fresh_process(tmp_path):
+    path = _file(tmp_path, [L40S])
+    code = "from predictor.devices import get_device; d = get_device('L40S'); print(d.key, d.sms, d.bandwidth)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "PREFLIGHT_DEVICES": str(path)},
+    )
+    assert proc.stdout.split() == ["l40s-48gb", "142", "864000000000.0"], proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"tdp_watts": 350}, "unknown key 'tdp_watts'"),
+        ({"bandwidth_gbs": 864e9}, "bandwidth_gbs = 8.64e+11 is outside 50 .. 100000"),  # bytes/s where GB/s go
+        ({"peak_tflops": {"fp64": 1.4}}, "unknown kind 'fp64'"),
+        ({"sms": "142"}, "sms must be an integer"),
+        ({"key": "h100"}, "'h100' already names device 'h100-80gb'"),
+        (
+            {"mig": [{"profile": "1g.60gb", "memory_mib": 61440, "sms": 20, "memory_slices": 1, "compute_slices": 1}]},
+            "mig[0] memory_mib = 61440 is outside 256 .. 46068",
+        ),  # fmt: skip
+    ],
+)
+def test_a_bad_device_file_is_one_line(tmp_path, change, message):
+    path = _file(tmp_path, [{**L40S, **change}])
+    res = CliRunner().invoke(cli, ["--devices", str(path), "devices"])
+    assert res.exit_code == 2
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"error: {path}: ") and message in line
+
+
+def test_not_a_device_file(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text("[1, 2")
+    with pytest.raises(DeviceFileError, match="not JSON"):
+        read_device_file(bad)
+    with pytest.raises(DeviceFileError, match="not a device file"):
+        read_device_file(_wrong_schema(tmp_path))
+    res = CliRunner().invoke(cli, ["--devices", str(tmp_path / "missing.json"), "devices"])
+    assert res.exit_code == 2 and "missing.json" in res.stderr
+
+
+def _wrong_schema(tmp_path: Path) -> Path:
+    path = tmp_path / "z.json"
+    path.write_text(json.dumps({"schema": "something/1", "devices": []}))
+    return path
+
+
+def test_an_unknown_device_names_how_to_add_one():
+    res = CliRunner().invoke(cli, ["devices", "--show", "b200"])
+    assert res.exit_code == 2 and "--devices FILE" in res.stderr

@@ -17,9 +17,18 @@ from . import __version__
 from .errors import PreflightError
 from .frontends.specs import MAX_DIM
 
-FORMATS = ("table", "json", "markdown", "html")
+FORMATS = ("table", "json", "markdown", "html", "csv", "kernels-csv")
 # Each subcommand imports the analyzer (TVM, torch: ~3 s) inside its function on purpose: `preflight --help`,
 # `zoo` and `devices` must not pay for it.
+
+
+def _print_version(ctx: click.Context) -> None:
+    """`preflight --version`: the version and the stack (from package metadata: nothing heavy is imported)."""
+    from .provenance import stack
+
+    versions = ", ".join(f"{k} {v or 'not installed'}" for k, v in stack().items())
+    click.echo(f"preflight {__version__} ({versions})")
+    ctx.exit(0)
 
 
 def _debug() -> bool:
@@ -74,7 +83,14 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="preflight")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, _p, v: _print_version(ctx) if v else None,
+    help="Show preflight's version and the library stack it runs on, and exit.",
+)
 @click.option(
     "--devices",
     "device_files",
@@ -122,14 +138,16 @@ def format_options(f):
         "--output",
         type=click.Path(dir_okay=False, writable=True),
         default=None,
-        help="Write to FILE instead of stdout (.json, .md or .html: in that format, unless --format says).",
+        callback=_output_ok,
+        help="Write to FILE instead of stdout (.json, .md, .html or .csv: in that format, unless --format says).",
     )(f)
     return click.option(
         "--format",
         "fmt",
         type=click.Choice(FORMATS),
         default=None,
-        help="Output format (default: from -o's suffix, else table; html is the pre-deployment page).",
+        help="Output format (default: from -o's suffix, else table; html is the pre-deployment page; csv: one row "
+        "per operator, kernels-csv: one row per CUDA kernel).",
     )(f)
 
 
@@ -139,7 +157,23 @@ def _format(fmt: str | None, output: str | None) -> str:
         return fmt
     from .predeploy import FORMATS as BY_SUFFIX
 
-    return BY_SUFFIX.get(Path(output).suffix.lower(), "table") if output else "table"
+    return {**BY_SUFFIX, ".csv": "csv"}.get(Path(output).suffix.lower(), "table") if output else "table"
+
+
+def _output_ok(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """-o FILE is checked before the analysis starts: its folder exists and is writable, and it is no folder."""
+    if value is None:
+        return value
+    from .errors import UsageError
+
+    folder = Path(value).parent
+    if not folder.is_dir():
+        raise UsageError(f"cannot write {value}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"cannot write {value}: the folder {folder} is not writable")
+    if Path(value).is_dir():
+        raise UsageError(f"cannot write {value}: it is a directory")
+    return value
 
 
 def explain_option(f):
@@ -563,8 +597,10 @@ def _render_llm(report, fmt: str) -> str:
 
 
 def _render(report, fmt: str, top: int, explain: bool = False) -> str:
-    from .render import render_markdown, render_table
+    from .render import render_csv, render_markdown, render_table
 
+    if fmt in ("csv", "kernels-csv"):
+        return render_csv(report, "ops" if fmt == "csv" else "kernels")
     if fmt == "json":
         return json.dumps(report.to_json(), indent=2) + "\n"
     if fmt == "markdown":

@@ -118,25 +118,47 @@ def _shape(s) -> str:
     return "x".join(str(d) for d in s) or "scalar"
 
 
+def ranking(report) -> str:
+    """How every operator table ranks (one order for table, Markdown, HTML and CSV): by predicted time on the first
+    device when there is a prediction, else by FLOPs (then bytes moved)."""
+    p = report.predictions[0] if report.predictions else report.prediction
+    return f"predicted time on {p.device}" if p is not None else "FLOPs"
+
+
+def ranked_ops(report) -> list[tuple[object, float | None]]:
+    """The live (not folded) operators in `ranking` order, each with its predicted time in ms (None: no
+    prediction; the latency shared out over the kernels each operator becomes, `predictor.predict.op_times_ms`)."""
+    a = report.analysis
+    live = [c for c in a.ops if not c.folded]
+    p = report.predictions[0] if report.predictions else report.prediction
+    if p is None:
+        order = sorted(live, key=lambda c: (c.flops, c.bytes_read + c.bytes_written), reverse=True)
+        return [(c, None) for c in order]
+    from predictor.predict import op_times_ms
+
+    times = op_times_ms(a, p)
+    order = sorted(live, key=lambda c: (times.get(c.index, (0.0, False))[0], c.flops), reverse=True)
+    return [(c, times.get(c.index, (0.0, False))[0]) for c in order]
+
+
 def _rows(report, top: int) -> tuple[list[str], list[list[str]]]:
     a = report.analysis
     total = a.totals.flops or 1
-    live = [c for c in a.ops if not c.folded]
-    ranked = sorted(live, key=lambda c: (c.flops, c.bytes_read + c.bytes_written), reverse=True)[:top]
+    ranked = ranked_ops(report)[:top]
+    timed = bool(ranked) and ranked[0][1] is not None
     header = ["#", "name", "op", "category", "output", "FLOPs", "share", "bytes moved"]
-    rows = [
-        [
-            str(c.index),
-            c.name,
-            c.op.removeprefix("relax."),
-            c.category,
-            _shape(c.output.shape) if c.outputs else "-",
-            si(c.flops),
-            f"{100 * c.flops / total:.1f}%",
-            mib(c.bytes_read + c.bytes_written),
-        ]
-        for c in ranked
-    ]
+    if timed:
+        latency = (report.predictions[0] if report.predictions else report.prediction).latency_ms
+        header = [*header[:6], "bytes moved", "time (ms)", "share of latency"]
+    rows = []
+    for c, t in ranked:
+        row = [str(c.index), c.name, c.op.removeprefix("relax."), c.category]
+        row += [_shape(c.output.shape) if c.outputs else "-", si(c.flops)]
+        if timed:
+            row += [mib(c.bytes_read + c.bytes_written), f"{t:,.4g}", f"{100 * t / latency:.1f}%" if latency else "-"]
+        else:
+            row += [f"{100 * c.flops / total:.1f}%", mib(c.bytes_read + c.bytes_written)]
+        rows.append(row)
     return header, rows
 
 
@@ -353,7 +375,8 @@ def render_table(report, top: int = 15, explain: bool = False) -> str:
     lines += [f"{k:<{width}}  {v}" for k, v in summary]
     header, rows = _rows(report, top)
     if rows:
-        lines += ["", f"costliest {len(rows)} operators by FLOPs:", *_text_table(header, rows, {0, 5, 6, 7})]
+        right = set(range(5, len(header))) | {0}
+        lines += ["", f"costliest {len(rows)} operators by {ranking(report)}:", *_text_table(header, rows, right)]
     if report.warnings:
         lines += [""] + [f"warning: {w}" for w in report.warnings]
     if explain:
@@ -367,7 +390,8 @@ def render_markdown(report, top: int = 15, explain: bool = False) -> str:
     secs = [Section("Summary", [Table(["", ""], [[k, v] for k, v in summary])])]
     header, rows = _rows(report, top)
     if rows:
-        secs.append(Section(f"Costliest {len(rows)} operators", [Table(header, rows, {0, 5, 6, 7})]))
+        right = set(range(5, len(header))) | {0}
+        secs.append(Section(f"Costliest {len(rows)} operators by {ranking(report)}", [Table(header, rows, right)]))
     if report.warnings:
         secs.append(Section("Warnings", [list(report.warnings)]))
     if explain:
@@ -537,3 +561,82 @@ def markdown_page(title: str, secs: list[Section], assets: str = "") -> tuple[st
             else:
                 lines += [_md_text(b), ""]
     return "\n".join(lines), files
+
+
+OP_CSV_COLUMNS = (
+    "index", "name", "op", "category", "flops", "macs", "bytes_read", "bytes_written", "weight_bytes",
+    "output_shape", "output_dtype", "folded", "supported", "time_ms", "compute_bound",
+)  # fmt: skip
+KERNEL_CSV_COLUMNS = (
+    "index", "kind", "op", "ops", "flops", "bytes_read", "bytes_written", "dtype", "time_ms", "compute_bound",
+)  # fmt: skip
+
+
+def render_csv(report, what: str = "ops") -> str:
+    """One row per operator (`what="ops"`, graph order, folded ones included and marked) or per CUDA kernel of the
+    eager kernel view (`"kernels"`), for pandas and spreadsheets. Counts in FLOPs and bytes; shapes as `8x3x224x224`;
+    with a prediction, `time_ms` is each one's share of the first device's predicted latency and `compute_bound`
+    whether the kernel model finds it compute-bound (empty without a prediction)."""
+    import csv
+    import io
+
+    a = report.analysis
+    p = report.predictions[0] if report.predictions else report.prediction
+    buf = io.StringIO()
+    out = csv.writer(buf, lineterminator="\n")
+    if what == "ops":
+        times = {}
+        if p is not None:
+            from predictor.predict import op_times_ms
+
+            times = op_times_ms(a, p)
+        out.writerow(OP_CSV_COLUMNS)
+        for c in a.ops:
+            t = times.get(c.index)
+            out.writerow(
+                [
+                    c.index,
+                    c.name,
+                    c.op,
+                    c.category,
+                    c.flops,
+                    c.macs,
+                    c.bytes_read,
+                    c.bytes_written,
+                    c.weight_bytes,
+                    "x".join(map(str, c.output.shape)) if c.outputs else "",
+                    c.output.dtype if c.outputs else "",
+                    c.folded,
+                    c.supported,
+                    f"{t[0]:.6g}" if t else "",
+                    t[1] if t else "",
+                ]  # fmt: skip
+            )
+        return buf.getvalue()
+    if what != "kernels":
+        raise ValueError("what is 'ops' or 'kernels'")
+    secs = bound = None
+    if p is not None:
+        from predictor.devices import get_device
+        from predictor.kernel_model import kernel_arrays, kernel_latency_arrays
+
+        kt = kernel_latency_arrays(kernel_arrays(a.kernels), get_device(p.device))
+        scale = p.latency_ms / (float(kt.eager_s.sum()) * 1e3) if float(kt.eager_s.sum()) > 0 else 0.0
+        secs, bound = kt.eager_s * 1e3 * scale, kt.compute_bound
+    out.writerow(KERNEL_CSV_COLUMNS)
+    for i, k in enumerate(a.kernels):
+        out.writerow(
+            [
+                k.index,
+                k.kind,
+                k.op,
+                " ".join(map(str, k.ops)),
+                k.flops,
+                k.bytes_read,
+                k.bytes_written,
+                k.dtype,
+                f"{secs[i]:.6g}" if secs is not None else "",
+                bool(bound[i]) if bound is not None else "",
+            ]  # fmt: skip
+        )
+    return buf.getvalue()

@@ -890,3 +890,53 @@ def test_json_records_provenance(models):
     created = datetime.fromisoformat(tool["created"])
     assert created.tzinfo is not None and abs((datetime.now(UTC) - created).total_seconds()) < 3600
     assert ok_json("analyze", "zoo:resnet18")["model"]["sha256"] is None  # a zoo name is no file
+
+
+def test_csv_per_operator_and_per_kernel(models, tmp_path):
+    """--format csv: one row per operator with the report's counts; kernels-csv: one row per CUDA kernel; with a
+    prediction the time column shares out the latency. -o x.csv picks csv by its suffix."""
+    import csv
+
+    doc = ok_json("predict", models["tiny"], "--batch", "2")
+    ops_csv = tmp_path / "ops.csv"
+    ok("predict", models["tiny"], "--batch", "2", "-o", str(ops_csv))
+    rows = list(csv.DictReader(ops_csv.open()))
+    assert [int(r["index"]) for r in rows] == [op["index"] for op in doc["ops"]]
+    live = [r for r in rows if r["folded"] == "False"]  # the totals leave folded (weight-only) ops out
+    assert sum(int(r["flops"]) for r in live) == doc["totals"]["flops"]
+    assert sum(int(r["bytes_read"]) for r in live) == doc["totals"]["bytes_read"]
+    assert sum(float(r["time_ms"]) for r in live) == pytest.approx(doc["prediction"]["latency_ms"], rel=1e-4)
+    kernels = list(
+        csv.DictReader(run("predict", models["tiny"], "--batch", "2", "--format", "kernels-csv").stdout.splitlines())
+    )
+    assert len(kernels) == doc["kernels"]["kernels"] and [k["kind"] for k in kernels] == [
+        k["kind"] for k in doc["kernels"]["list"]
+    ]
+    assert sum(float(k["time_ms"]) for k in kernels) == pytest.approx(doc["prediction"]["latency_ms"], rel=1e-4)
+    plain = list(csv.DictReader(run("analyze", models["tiny"], "--batch", "2", "--format", "csv").stdout.splitlines()))
+    assert plain[0]["time_ms"] == "" and len(plain) == len(rows)  # no prediction, no time
+
+
+def test_an_unwritable_output_fails_before_the_analysis(tmp_path):
+    """-o into a folder that does not exist fails at once, before TVM and torch are imported."""
+    code = (
+        "import sys\n"
+        "from analyzer.cli import main\n"
+        f"sys.argv = ['preflight', 'predict', 'zoo:resnet50', '-o', {str(tmp_path / 'no' / 'x.json')!r}]\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exc:\n"
+        "    print(exc.code, 'tvm' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["2", "False"], proc.stderr
+    assert "the folder" in proc.stderr and "does not exist" in proc.stderr
+
+
+def test_version_names_the_stack():
+    import torch
+
+    res = CliRunner().invoke(cli, ["--version"])
+    assert res.exit_code == 0
+    assert res.output.startswith("preflight ") and f"torch {torch.__version__}" in res.output
+    assert f"onnx {onnx.__version__}" in res.output and "apache-tvm 0.27.0.post1" in res.output

@@ -39,6 +39,7 @@ from passes.graph import FLOAT_DTYPES  # plain python: no TVM
 from . import __version__
 from .errors import AnalysisError, PreflightError, UsageError, one_line
 from .frontends import FILE_LOADERS, PADDLE_PARAMS, PADDLE_PROGRAM, SAVED_MODEL_MARKERS, is_paddle_program
+from .frontends.hf_config import is_hf_config
 from .frontends.specs import MAX_DIM, InputSpec
 from .options import check_devices
 from .render import _text_table, si
@@ -100,8 +101,8 @@ def walk_models(root: Path) -> tuple[list[Path], Counter]:
     """Every model under `root` that preflight reads, each once, in sorted order; and what was skipped.
 
     A SavedModel directory is one model (the directory); a Paddle model is its `.pdmodel` file or its `.json`
-    program beside a `.pdiparams` file. Hidden files and folders are skipped. Returns the model paths and a
-    count of the skipped files by suffix.
+    program beside a `.pdiparams` file; a transformers `config.json` (a JSON object with a `model_type`) is one.
+    Hidden files and folders are skipped. Returns the model paths and a count of the skipped files by suffix.
     """
     found: list[Path] = []
     skipped: Counter = Counter()
@@ -115,8 +116,8 @@ def walk_models(root: Path) -> tuple[list[Path], Counter]:
         for name in sorted(f for f in files if not f.startswith(".")):
             p = here / name
             suffix = p.suffix.lower()
-            if suffix in MODEL_SUFFIXES or is_paddle_program(p):
-                found.append(p)
+            if suffix in MODEL_SUFFIXES or is_paddle_program(p) or is_hf_config(p):
+                found.append(p)  # a transformers config.json is a model too, as `preflight analyze` reads it
             elif suffix == PADDLE_PARAMS and any(p.with_suffix(s).is_file() for s in (PADDLE_PROGRAM, ".json")):
                 continue  # the weights of the Paddle model beside it
             else:

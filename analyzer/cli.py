@@ -238,7 +238,9 @@ def analyze(
     """Count FLOPs, MACs, bytes and peak memory of MODEL, operator by operator.
 
     MODEL is a .onnx, .pt2 (torch.export.save), .keras or .tflite file, a TensorFlow SavedModel or Paddle
-    inference directory (or its .json/.pdmodel file), or zoo:NAME[?key=value...] (see `preflight zoo`).
+    inference directory (or its .json/.pdmodel file), a transformers config.json (or a model directory holding
+    one; built with random weights on the meta device, nothing downloaded), or zoo:NAME[?key=value...] (see
+    `preflight zoo`).
     """
     from .api import analyze as run
 

@@ -53,6 +53,24 @@ def _unsupported_message(unsupported: dict[str, int]) -> str:
     return ", ".join(f"{k} ({v})" for k, v in unsupported.items())
 
 
+def _symbol_source(loaded: LoadedModel, func_name: str, symbol: str) -> str:
+    """Which input dimensions a dynamic size comes from ("s77" means nothing to a user): ", from input 'x' axis 0"."""
+    import re
+
+    from passes.tvm_ir import symbolic_dims
+
+    try:
+        dims = symbolic_dims(loaded.mod, func_name)
+    except Exception:  # noqa: BLE001 - only a better message is at stake
+        return ""
+    hits = [
+        f"input '{name}' axis {axis}"
+        for name, axis, sym in dims
+        if re.search(rf"(?<![\w]){re.escape(sym)}(?![\w])", symbol)
+    ]
+    return f", from {' and '.join(hits)}" if hits else ""
+
+
 def analyze_loaded(
     loaded: LoadedModel,
     *,
@@ -70,7 +88,7 @@ def analyze_loaded(
     try:
         graph = extract(loaded.mod, func_name, n_inputs=loaded.n_inputs)
     except DynamicShapeError as exc:
-        raise MissingShapeError(f"{exc}; {shape_hint}") from exc
+        raise MissingShapeError(f"{exc}{_symbol_source(loaded, func_name, exc.symbol)}; {shape_hint}") from exc
     except DataDependentShapeError as exc:
         raise MissingShapeError(
             f"{exc}, which a static analysis cannot know; export the model with that shape fixed "

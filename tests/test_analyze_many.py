@@ -301,11 +301,13 @@ def test_directory_walk_finds_every_format_and_nothing_else(tmp_path, monkeypatc
     for f in files:
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / f).write_bytes(b"x")
+    (tmp_path / "bert").mkdir()  # a transformers config.json (a JSON object with a model_type) is a model
+    (tmp_path / "bert" / "config.json").write_text('{"model_type": "bert", "num_hidden_layers": 2}')
     found, skipped = batch.walk_models(tmp_path)
     rel = [p.relative_to(tmp_path).as_posix() for p in found]
     assert rel == [
         "a.onnx", "b.pt2", "c.tflite", "d.keras", "e.h5", "f.HDF5",
-        "legacy/m.pdmodel", "pir/model.json", "saved", "sub/deeper/g.onnx",
+        "bert/config.json", "legacy/m.pdmodel", "pir/model.json", "saved", "sub/deeper/g.onnx",
     ]  # fmt: skip
     assert skipped == {".pt": 1, ".pth": 1, ".pkl": 1, ".txt": 1, ".json": 1, "(no suffix)": 1, ".pdiparams": 1}
 
@@ -314,7 +316,7 @@ def test_directory_walk_finds_every_format_and_nothing_else(tmp_path, monkeypatc
         pass
 
     import analyzer.frontends as fe
-    from analyzer.frontends import onnx_frontend, paddle_frontend, tensorflow_frontend, torch_frontend
+    from analyzer.frontends import hf_config, onnx_frontend, paddle_frontend, tensorflow_frontend, torch_frontend
 
     for mod, name in [
         (onnx_frontend, "load_onnx"),
@@ -323,6 +325,7 @@ def test_directory_walk_finds_every_format_and_nothing_else(tmp_path, monkeypatc
         (tensorflow_frontend, "load_keras"),
         (tensorflow_frontend, "load_saved_model"),
         (paddle_frontend, "load_paddle"),
+        (hf_config, "load_hf_config"),
     ]:
         monkeypatch.setattr(mod, name, lambda *a, _n=name, **k: (_ for _ in ()).throw(Reached(_n)))
     for p in found:

@@ -73,10 +73,10 @@ def read_config(path: Path):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     doc = _read(path)
     if doc is None or not isinstance(doc.get("model_type"), str):
-        raise UnreadableModelError(f"{path.name}: not a transformers config (a JSON object with a 'model_type')")
+        raise UnreadableModelError(f"{path}: not a transformers config (a JSON object with a 'model_type')")
     if "auto_map" in doc or doc.get("trust_remote_code"):
         raise UnreadableModelError(
-            f"{path.name}: the config names custom model code (auto_map / trust_remote_code); preflight never runs "
+            f"{path}: the config names custom model code (auto_map / trust_remote_code); preflight never runs "
             f"code from a model's files: use a model type that transformers ships"
         )
     _check_sizes(doc, path)
@@ -86,12 +86,12 @@ def read_config(path: Path):
     model_type = doc["model_type"]
     if model_type not in CONFIG_MAPPING:
         raise UnreadableModelError(
-            f"{path.name}: model_type {model_type!r} is not a model transformers {transformers.__version__} ships"
+            f"{path}: model_type {model_type!r} is not a model transformers {transformers.__version__} ships"
         )
     try:
         return CONFIG_MAPPING[model_type].from_dict(doc)
     except Exception as exc:  # transformers validates fields with many error types
-        raise UnreadableModelError(f"{path.name}: transformers rejects the config: {one_line(exc)}") from exc
+        raise UnreadableModelError(f"{path}: transformers rejects the config: {one_line(exc)}") from exc
 
 
 def _check_sizes(doc: dict, path: Path) -> None:
@@ -105,7 +105,7 @@ def _check_sizes(doc: dict, path: Path) -> None:
                 continue
             limit = MAX_LAYERS if key in _LAYER_KEYS else MAX_DIM
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= limit:
-                raise UnreadableModelError(f"{path.name}: {key} = {v!r} is not a size a model has (0 to {limit:,})")
+                raise UnreadableModelError(f"{path}: {key} = {v!r} is not a size a model has (0 to {limit:,})")
 
 
 def _model_class(config, causal_lm: bool):
@@ -199,7 +199,7 @@ def load_hf_config(path: Path, specs: dict[str, InputSpec], batch: int | None) -
         h, w = (size, size) if isinstance(size, int) else tuple(size or (None, None))
         file_dims = [None, getattr(config, "num_channels", 3), h, w]
     else:
-        raise UsageError(f"{path.name}: the model's input is {name!r}; the config route reads text and image models")
+        raise UsageError(f"{path}: the model's input is {name!r}; the config route reads text and image models")
     unknown = set(specs) - {name}
     if unknown:
         raise UsageError(f"--input names {', '.join(sorted(unknown))} not among the model's inputs: {name}")
@@ -209,7 +209,7 @@ def load_hf_config(path: Path, specs: dict[str, InputSpec], batch: int | None) -
     dtype = spec.dtype if spec is not None and spec.dtype is not None else allowed[0]
     if dtype not in allowed:
         hint = "" if name == "input_ids" else " (--dtype float16 or bfloat16 analyses the model in that dtype)"
-        raise UsageError(f"input '{name}' of {path.name} is {' or '.join(allowed)}, not {dtype}{hint}")
+        raise UsageError(f"input '{name}' of {path} is {' or '.join(allowed)}, not {dtype}{hint}")
     example = torch.zeros(shape, dtype=getattr(torch, dtype), device="meta")
     wrapper = HFWrapper(model, name, decoder=is_causal_lm(model))
     loaded = from_module(

@@ -149,8 +149,9 @@ def run_sweep(
             if progress:
                 progress(1)
     reasons: dict[str, list[str]] = {}
-    for s in skipped:
-        reasons.setdefault(s["reason"], []).append(str(s["batch"]))
+    for s in skipped:  # one warning per reason: "--batch 2" and "--batch 4" say the same thing
+        reason = s["reason"].replace(f"--batch {s['batch']} ", "--batch N ")
+        reasons.setdefault(reason, []).append(str(s["batch"]))
     for reason, bs in reasons.items():
         warnings.append(f"batch sweep: batch{'es' if len(bs) > 1 else ''} {', '.join(bs)} skipped: {reason}")
     doc = {

@@ -418,6 +418,9 @@ def test_report_of_a_fixed_batch_model_says_why_its_largest_batch_is_1(tmp_path)
     assert rep.sweep["batches"] == [1] and [s["batch"] for s in rep.sweep["skipped"]] == [2, 4]
     md = (tmp_path / "r.md").read_text()
     assert "only batch 1 could be analysed" in md and "fixed to 1" in md
+    # one warning for both batches, whose reasons differ only in the batch asked for
+    (line,) = [w for w in rep.warnings if "skipped" in w]
+    assert line.startswith("batch sweep: batches 2, 4 skipped:") and "--batch 2" not in line
 
 
 @pytest.mark.parametrize(

@@ -31,10 +31,13 @@ def _num(v: float) -> str:
 
 
 def fmt_value(v: float) -> str:
-    """Short tick label: 1.5k, 20, 0.25, 3e-05."""
+    """Short tick label: 1.5k, 20, 0.25, 3e-05; a whole number below 100,000 as it is (8192, not 8.19k: contexts
+    and batch sizes are read as exact counts)."""
     if v == 0:
         return "0"
     a = abs(v)
+    if a < 1e5 and float(v).is_integer():
+        return str(int(v))
     for factor, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if a >= factor:
             return f"{v / factor:.3g}{suffix}"
@@ -67,9 +70,17 @@ class Axis:
         return self.p0 + (v - self.lo) / (self.hi - self.lo) * (self.p1 - self.p0)
 
     def ticks(self) -> list[float]:
-        if self.log:
-            return [10.0**e for e in range(math.ceil(self.lo - 1e-9), math.floor(self.hi + 1e-9) + 1)]
-        return _nice_ticks(self.lo, self.hi)
+        """At least two ticks inside the range: powers of ten on a log axis, then 2x and 5x of them where the range
+        spans less than two decades, then plain steps where it spans less than one such step."""
+        if not self.log:
+            return _nice_ticks(self.lo, self.hi)
+        inside = lambda t: self.lo - 1e-9 <= math.log10(t) <= self.hi + 1e-9  # noqa: E731
+        decades = range(math.floor(self.lo) - 1, math.ceil(self.hi) + 1)
+        for mults in ((1,), (1, 2, 5), (1, 1.5, 2, 3, 5, 7)):
+            ticks = [m * 10.0**e for e in decades for m in mults if inside(m * 10.0**e)]
+            if len(ticks) >= 2:
+                return ticks
+        return [t for t in _nice_ticks(10**self.lo, 10**self.hi) if t > 0 and inside(t)]
 
 
 class Chart:
@@ -153,13 +164,16 @@ class Chart:
             f'<rect x="0" y="0" width="{W}" height="{H}" fill="white"/>',
             f'<text x="{x0}" y="16" font-size="13" font-weight="bold">{escape(self.title)}</text>',
         ]
+        right_edge = -1e9  # where the last x label drawn ends: a label that would overlap it is left out
         for t in self.xticks:
             px = self.x(t)
             if x0 - 0.5 <= px <= x1 + 0.5:
                 out.append(f'<line x1="{_num(px)}" x2="{_num(px)}" y1="{y1}" y2="{y0}" stroke="#eee"/>')
-                out.append(
-                    f'<text x="{_num(px)}" y="{y0 + 14}" font-size="10" text-anchor="middle">{fmt_value(t)}</text>'
-                )
+                text = fmt_value(t)
+                half = 3.1 * len(text) + 2  # half the label's width at font-size 10 (~6.2 px a character), + gap
+                if px - half >= right_edge:
+                    out.append(f'<text x="{_num(px)}" y="{y0 + 14}" font-size="10" text-anchor="middle">{text}</text>')
+                    right_edge = px + half
         for t in self.y.ticks():
             py = self.y(t)
             if y1 - 0.5 <= py <= y0 + 0.5:
@@ -444,6 +458,8 @@ def llm_capacity(device: str, contexts: Sequence[int], series: Sequence[tuple[st
             c.legend.append((f"{label}: none", colour, "line"))
             continue
         xs, ys = [x for x, _ in pts], [y for _, y in pts]
-        c.polyline(xs, ys, colour, label)
+        # earlier (larger) targets are drawn wider underneath: a slice whose line nearly coincides with the whole
+        # GPU's (7g.80gb) still shows as a thin line inside the wide one
+        c.polyline(xs, ys, colour, label, width=2 + 2.5 * (len(merged) - 1 - i))
         c.dots(xs, ys, colour, titles=[f"{label}: {y:,} sequences of {x:,} tokens" for x, y in pts])
     return c.svg()

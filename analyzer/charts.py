@@ -70,15 +70,15 @@ class Axis:
         return self.p0 + (v - self.lo) / (self.hi - self.lo) * (self.p1 - self.p0)
 
     def ticks(self) -> list[float]:
-        """At least two ticks inside the range: powers of ten on a log axis, then 2x and 5x of them where the range
-        spans less than two decades, then plain steps where it spans less than one such step."""
+        """At least two ticks inside the range: powers of ten on a log axis (when three or more fall inside), else
+        1x, 2x and 5x of them, then finer steps where the range spans less than one such step."""
         if not self.log:
             return _nice_ticks(self.lo, self.hi)
         inside = lambda t: self.lo - 1e-9 <= math.log10(t) <= self.hi + 1e-9  # noqa: E731
         decades = range(math.floor(self.lo) - 1, math.ceil(self.hi) + 1)
-        for mults in ((1,), (1, 2, 5), (1, 1.5, 2, 3, 5, 7)):
+        for mults, enough in (((1,), 3), ((1, 2, 5), 2), ((1, 1.5, 2, 3, 5, 7), 2)):
             ticks = [m * 10.0**e for e in decades for m in mults if inside(m * 10.0**e)]
-            if len(ticks) >= 2:
+            if len(ticks) >= enough:
                 return ticks
         return [t for t in _nice_ticks(10**self.lo, 10**self.hi) if t > 0 and inside(t)]
 
@@ -458,8 +458,12 @@ def llm_capacity(device: str, contexts: Sequence[int], series: Sequence[tuple[st
             c.legend.append((f"{label}: none", colour, "line"))
             continue
         xs, ys = [x for x, _ in pts], [y for _, y in pts]
-        # earlier (larger) targets are drawn wider underneath: a slice whose line nearly coincides with the whole
-        # GPU's (7g.80gb) still shows as a thin line inside the wide one
-        c.polyline(xs, ys, colour, label, width=2 + 2.5 * (len(merged) - 1 - i))
+        # a line that nearly coincides with one drawn after it (7g.80gb under the whole GPU's) is drawn wider
+        # underneath, so that both show
+        close = any(
+            all(a > 0 and b > 0 and abs(a - b) <= 0.08 * max(a, b) for a, b in zip(vals, later, strict=True))
+            for _, later in merged[i + 1 :]
+        )
+        c.polyline(xs, ys, colour, label, width=6 if close else 2)
         c.dots(xs, ys, colour, titles=[f"{label}: {y:,} sequences of {x:,} tokens" for x, y in pts])
     return c.svg()

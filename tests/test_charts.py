@@ -21,7 +21,7 @@ def test_tick_labels(value, label):
     assert fmt_value(value) == label
 
 
-@pytest.mark.parametrize(("lo", "hi"), [(1020, 1280), (1.5, 9.0), (40, 700), (3, 3000)])
+@pytest.mark.parametrize(("lo", "hi"), [(1020, 1280), (1.5, 9.0), (40, 700), (3, 3000), (16, 1000)])
 def test_a_log_axis_has_two_ticks_or_more_inside_its_range(lo, hi):
     ticks = Axis(lo, hi, 0, 100, log=True).ticks()
     assert len(ticks) >= 2 and all(lo <= t <= hi for t in ticks), ticks
@@ -46,6 +46,7 @@ def test_x_labels_of_many_contexts_do_not_overlap():
 
 
 def test_a_slice_line_under_the_whole_gpu_stays_visible():
-    svg = llm_capacity("h100-80gb", [1024, 4096], [("full GPU", [64, 16]), ("7g.80gb", [63, 15])])
+    series = [("1g.20gb", [20, 5]), ("7g.80gb", [63, 15]), ("full GPU", [64, 16])]
+    svg = llm_capacity("h100-80gb", [1024, 4096], series)
     widths = [float(w) for w in re.findall(r'<polyline [^>]*stroke-width="([0-9.]+)"', svg)]
-    assert widths[0] > widths[1] >= 2  # the whole GPU's line is the wider one, drawn first
+    assert widths == [2, 6, 2]  # 7g.80gb is within 8% of the whole GPU at every context: wider, underneath

@@ -99,3 +99,14 @@ def test_new_entries_rest_on_the_gpus_they_measured():
         assert params.lookup("h200-141gb", "gemm", "float16").basis("h200-141gb") == "fitted_on_other_gpus"
         # the launch is the host-timed float32 fit's (NeuSight), never fitted on kernel durations
         assert params.lookup(key, "gemm", "float16").launch_us == params.lookup(key, "gemm", "float32").launch_us
+
+
+def test_bad_vidur_file_is_refused_with_its_line(tmp_path, capsys):
+    """A Vidur file with a non-numeric shape: a one-line error naming file and line, exit code 2."""
+    head = "time_stats.add.median,n_head,n_kv_head,n_embd,n_expanded_embd,use_gated_mlp,num_tokens,"
+    (tmp_path / "h100-x_y.csv").write_text(head + "num_tensor_parallel_workers\n0.01,32,32,4096,11008,True,ten,1\n")
+    with pytest.raises(kf.KernelParamsError, match=r"h100-x_y\.csv:2"):
+        kf.read_vidur(tmp_path)
+    assert kf.main(["fit", "--data", str(tmp_path), "--out", str(tmp_path / "t.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and not (tmp_path / "t.json").exists()

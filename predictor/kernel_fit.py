@@ -1,8 +1,13 @@
 """Fit and evaluate the per-kernel time model (`predictor.kernel_model`) from measured kernel latencies.
 
-Two data shapes are read:
+Three data shapes are read:
 - the NeuSight public measurements (`data/neusight-kernels/`, MIT licence, ASPLOS'25; see its README): float32
-  bmm / linear on H100 SXM and A100 PCIe 40/80 GB, elementwise, softmax and layer norm on the A100 PCIe parts;
+  bmm / linear on H100 SXM and A100 PCIe 40/80 GB, elementwise, softmax and layer norm on the A100 PCIe parts,
+  each timed around the Python call (launch included);
+- the Vidur profiling data (`data/vidur-ops/`, MIT licence, MLSys'24; see its README): float16 kernel durations
+  (profiler trace, no launch) of the linear layers, norms and residual add of 5-7 LLMs on an H100 SXM and an A100
+  (`read_vidur`); a group of such durations fits the execution alone and keeps the launch of the host-timed fits
+  (`fit_with`, `launch_of`);
 - a JSONL kernel sweep, one record per line with the kernel-contract fields `kind, op, dtype, flops,
   bytes_read, bytes_written, params`, plus `latency_ms` (median) and `device` (a key or alias of
   `predictor.devices`). Extra fields are ignored.
@@ -19,7 +24,10 @@ roofline bound (efficiency 1, no launch) and the roofline + 5 us per kernel (`pr
 (b) extrapolation in size: per (device, kind, dtype), fit on the smallest 80% of problems (FLOPs for gemm-like
     kinds, bytes otherwise), evaluate on the largest 20%;
 (c) transfer: fit on all of one device, evaluate on each other device;
-and the committed fit's in-sample error.
+(d) held-out model: where a family's (kind, dtype) was measured on at least 3 models (Vidur), fit on all models but
+    one, evaluate on that one;
+and the committed fit's in-sample error; for kernel-duration data also a summary per GPU and kind on kernels
+>= 50 us and on all (`half_summary`): the table before these data, in-sample, held-out models pooled, roofline.
 """
 
 from __future__ import annotations
@@ -74,6 +82,10 @@ FREE = {
 LAUNCH_FROM_ELEMENTWISE = ("norm", "softmax")  # kinds whose launch is the elementwise fit's (`fit_with`)
 BOUNDS = {"e_compute": (0.01, 1.0), "e_memory": (0.01, 1.0), "launch_us": (0.0, 1000.0), "k0": (0.0, 8192.0)}
 BOUNDS["tile_i0"] = (0.0, 1000.0)
+BOUNDS["exec_us"] = (0.0, 100.0)
+#: Free parameters of a group of kernel durations (no launch in the data: `exec_us` instead, the launch kept).
+FREE_DURATIONS = {"gemm": ("e_compute", "e_memory", "k0", "tile_i0", "exec_us")}
+MEMORY_FIT_MIN_S = 10e-6  # memory-bound kernel durations shorter than this are left out of their fit (`fit_with`)
 MIN_FIT = 12  # fewer records than this: no fit, the entry keeps its default
 
 # ---------------------------------------------------------------------------------------------------------
@@ -109,6 +121,13 @@ NEUSIGHT_CITATION = (
 )
 
 
+VIDUR_CITATION = (
+    "Vidur: A. Agrawal et al., Vidur: A Large-Scale Simulation Framework for LLM Inference, MLSys'24, "
+    "arXiv:2405.05465; data (github.com/microsoft/vidur, data/profiling/compute, commit 7d47513) MIT licence, "
+    "Copyright (c) Microsoft Corporation (data/vidur-ops/LICENSE)"
+)
+
+
 @dataclass(frozen=True)
 class MeasuredKernel:
     """One measured kernel: the contract's fields, its median latency, and where it came from."""
@@ -122,8 +141,9 @@ class MeasuredKernel:
     params: dict
     latency_s: float
     device: str  # key of predictor.devices
-    source: str  # data set name ("NeuSight", a JSONL file name)
+    source: str  # data set name ("NeuSight", a JSONL file name, "vidur:<gpu>-<model>")
     split: str = ""  # "train" / "test" where the data set has a split
+    includes_launch: bool = True  # False: a kernel duration from a profiler trace (no host dispatch, no launch)
 
 
 # --------------------------------------------------------------------------------------------------- readers
@@ -207,6 +227,72 @@ def read_neusight(folder: Path | str) -> list[MeasuredKernel]:
     return out
 
 
+#: Vidur file prefix -> device key. The A100 is taken as the SXM part (a100-80gb): the source does not say which
+#: form factor measured the compute files (data/vidur-ops/README.md); both have the same tensor-core peak.
+_VIDUR_GPUS = {"h100": "h100-80gb", "a100": "a100-80gb"}
+VIDUR_GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+VIDUR_MEMORY = ("input_layernorm", "post_attention_layernorm", "add")
+
+
+def _vidur_kernels(row: dict, device: str, source: str) -> list[MeasuredKernel]:
+    """The kernels of one Vidur row (one decoder layer at `num_tokens` tokens, tensor-parallel degree TP).
+
+    GEMMs (`nn.Linear` in float16, cuBLAS): m = tokens, (k, n) = (h, (heads + 2 kv heads) d / TP) for QKV,
+    (heads d / TP, h) for the attention output, (h, 2 f / TP) (gated) or (h, f / TP) for up, (f / TP, h) for down;
+    2 m n k FLOPs, 2 (m k + k n) bytes read, 2 m n written (a bias, where the model has one, is left out: n of
+    m n k). Memory-bound kernels, 2 bytes an element: the norms (RMSNorm fused, or LayerNorm for a non-gated
+    MLP: x and the weight(s) read, y written) as `norm`; the residual `add` (2 read, 1 written), torch's own
+    elementwise kernel, as `elementwise`. Times are the median kernel durations (ms), without launch. Not mapped:
+    the MLP activation (a custom fused SiLU-and-multiply at about 0.5-0.57 of the datasheet bandwidth where the
+    add moves its bytes at 0.87-0.97; eager PyTorch runs silu and multiply as torch kernels instead), rope (a
+    custom in-place kernel) and the embedding lookup (a gather).
+    """
+    tokens, tp = int(row["num_tokens"]), int(row["num_tensor_parallel_workers"])
+    heads, kv, h, f = (int(row[c]) for c in ("n_head", "n_kv_head", "n_embd", "n_expanded_embd"))
+    gated = row["use_gated_mlp"].strip() == "True"
+    d = h // heads
+    shapes = {
+        "attn_pre_proj": (h, (heads + 2 * kv) * d // tp),
+        "attn_post_proj": (heads * d // tp, h),
+        "mlp_up_proj": (h, (2 if gated else 1) * f // tp),
+        "mlp_down_proj": (f // tp, h),
+    }
+    m = tokens
+    out: list[MeasuredKernel] = []
+
+    def add(kind: str, op: str, flops: float, read: float, written: float, params: dict) -> None:
+        value = row.get(f"time_stats.{op}.median", "")
+        if value.strip():
+            out.append(MeasuredKernel(kind, op, "float16", flops, read, written, params, float(value) * 1e-3,
+                                      device, source, includes_launch=False))  # fmt: skip
+
+    for op, (k, n) in shapes.items():
+        add("gemm", op, 2 * m * n * k, 2 * (m * k + k * n), 2 * m * n, {"b": 1, "m": m, "n": n, "k": k})
+    norm_weights = h if gated else 2 * h  # RMSNorm: a weight; LayerNorm: weight and bias
+    for op in ("input_layernorm", "post_attention_layernorm"):
+        add("norm", op, 4 * m * h, 2 * (m * h + norm_weights), 2 * m * h, {"numel": m * h})
+    add("elementwise", "add", m * h, 4 * m * h, 2 * m * h, {"numel": m * h})
+    return out
+
+
+def read_vidur(folder: Path | str) -> list[MeasuredKernel]:
+    """The Vidur float16 layer measurements of `folder` (`<gpu>-<model>.csv`, data/vidur-ops/README.md)."""
+    folder = Path(folder)
+    files = sorted(f for f in folder.glob("*.csv") if f.name.split("-", 1)[0] in _VIDUR_GPUS)
+    if not files:
+        raise KernelParamsError(f"{folder} holds no Vidur files (<gpu>-<model>.csv, gpu one of {sorted(_VIDUR_GPUS)})")
+    out: list[MeasuredKernel] = []
+    for path in files:
+        device = _VIDUR_GPUS[path.name.split("-", 1)[0]]
+        with open(path, newline="") as fh:
+            for i, row in enumerate(csv.DictReader(fh), start=2):
+                try:
+                    out.extend(_vidur_kernels(row, device, "vidur:" + path.stem))
+                except (KeyError, ValueError, ZeroDivisionError, AttributeError) as e:
+                    raise KernelParamsError(f"{path}:{i}: {e}") from e
+    return out
+
+
 _JSONL_FIELDS = ("kind", "op", "dtype", "flops", "bytes_read", "bytes_written", "params", "latency_ms", "device")
 
 
@@ -264,11 +350,13 @@ def read_jsonl(path: Path | str) -> list[MeasuredKernel]:
 
 
 def read_data(path: Path | str) -> list[MeasuredKernel]:
-    """A NeuSight folder, a JSONL file, or a folder of JSONL files."""
+    """A NeuSight folder, a Vidur folder, a JSONL file, or a folder of JSONL files."""
     path = Path(path)
     if path.is_dir():
         if any((path / f).is_file() for f in _NEUSIGHT_FILES):
             return read_neusight(path)
+        if any(f.name.split("-", 1)[0] in _VIDUR_GPUS for f in path.glob("*.csv")):
+            return read_vidur(path)
         files = sorted(path.glob("*.jsonl"))
         if not files:
             raise KernelParamsError(f"{path} holds neither NeuSight CSV files nor *.jsonl kernel records")
@@ -303,6 +391,7 @@ class Group:
     latency: np.ndarray  # seconds
     kind: str = ""
     dtype: str = ""
+    with_launch: np.ndarray | None = None  # (N,) bool: the measurement includes the launch (None: every row)
 
     @classmethod
     def of(cls, records: Sequence[MeasuredKernel]) -> Group:
@@ -324,6 +413,7 @@ class Group:
             np.array([r.latency_s for r in records]),
             kind,
             dtype,
+            np.array([r.includes_launch for r in records], dtype=bool),
         )
 
     def subset(self, index: np.ndarray) -> Group:
@@ -336,16 +426,29 @@ class Group:
             self.latency[index],
             self.kind,
             self.dtype,
+            None if self.with_launch is None else self.with_launch[index],
         )
 
     def size(self) -> np.ndarray:
         """Problem size: FLOPs for gemm-like kinds, bytes for the others."""
         return self.arrays.flops if self.kind in GEMM_LIKE else self.arrays.nbytes
 
+    @property
+    def timed_with_launch(self) -> bool:
+        """True when every row's time includes the launch (host-timed calls), False when none does (profiler
+        kernel durations); a group mixing the two is refused."""
+        if self.with_launch is None or self.with_launch.all():
+            return True
+        if not self.with_launch.any():
+            return False
+        raise KernelParamsError(f"{self.kind} {self.dtype}: a fit group mixes host-timed calls and kernel durations")
+
     def predict(self, p: KernelParams) -> np.ndarray:
+        """Predicted time per row (seconds): the kernel's execution, plus the launch where the row's time has it."""
         compute = self.arrays.flops / (self.peak * compute_efficiency(self.arrays, p, self.sms))
         memory = self.arrays.nbytes / (self.bandwidth * p.e_memory)
-        return np.maximum(compute, memory) + p.launch_us * 1e-6
+        launch = p.launch_us * 1e-6 if self.with_launch is None else np.where(self.with_launch, p.launch_us * 1e-6, 0)
+        return np.maximum(compute, memory) + p.exec_us * 1e-6 + launch
 
     def bound(self) -> np.ndarray:
         return np.maximum(self.arrays.flops / self.peak, self.arrays.nbytes / self.bandwidth)
@@ -372,7 +475,7 @@ def fit_entry(group: Group, base: KernelParams, names: Sequence[str] | None = No
 
     starts = []
     for k0 in (1.0, 64.0, 512.0) if "k0" in names else (0.0,):
-        start = {"e_compute": 0.7, "e_memory": 0.8, "launch_us": 10.0, "k0": k0, "tile_i0": 16.0}
+        start = {"e_compute": 0.7, "e_memory": 0.8, "launch_us": 10.0, "k0": k0, "tile_i0": 16.0, "exec_us": 4.0}
         starts.append(np.clip([start[n] for n in names], lo + 1e-9, hi - 1e-9))
     best = None
     for x0 in starts:
@@ -389,9 +492,26 @@ def ape(pred: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 
 # ---------------------------------------------------------------------------------------------------- table
-def fit_with(group: Group, elementwise: KernelParams | None) -> KernelParams:
+def fit_with(group: Group, elementwise: KernelParams | None, launch_us: float | None = None) -> KernelParams:
     """Fit one group; a gemm-like fit keeps the memory efficiency of `elementwise` (a float32 elementwise fit
-    of the same family, or None: the fallback), which its own data rarely identifies."""
+    of the same family, or None: the fallback), which its own data rarely identifies.
+
+    A group of kernel durations (`Group.timed_with_launch` False: no launch in the times) fits the execution
+    alone: gemm `e_compute, e_memory, k0, tile_i0, exec_us` (small GEMMs are memory-bound, weights streamed once,
+    so the data identifies e_memory), other kinds `e_memory, exec_us`; its launch is `launch_us` (the family's
+    host-timed fit of the same kind, else of elementwise: `fit_groups`), or the fallback's.
+    """
+    if not group.timed_with_launch:
+        launch = FALLBACK_MEMORY.launch_us if launch_us is None else launch_us
+        if group.kind in ("gemm", "conv"):
+            base = replace(FALLBACK_GEMM, launch_us=launch)
+            return fit_entry(group, base, FREE_DURATIONS["gemm"])
+        # only kernels of at least MEMORY_FIT_MIN_S: shorter ones run partly out of the L2 cache (their inputs were
+        # just written), faster than DRAM, and pull e_memory up for the large kernels; the eager sum charges them
+        # the launch floor anyway (max(execution, launch), launch >= 16 us)
+        keep = np.flatnonzero(group.latency >= MEMORY_FIT_MIN_S)
+        sub = group.subset(keep) if len(keep) >= MIN_FIT else group
+        return fit_entry(sub, replace(FALLBACK_MEMORY, launch_us=launch), ("e_memory", "exec_us"))
     e_memory = (elementwise or FALLBACK_MEMORY).e_memory
     if group.kind in ("gemm", "conv"):
         return fit_entry(group, replace(FALLBACK_GEMM, e_memory=e_memory))
@@ -409,19 +529,36 @@ def fit_with(group: Group, elementwise: KernelParams | None) -> KernelParams:
 def fit_groups(records: Sequence[MeasuredKernel]) -> dict[tuple[str, str, str], KernelParams]:
     """Fit every (family, kind, dtype) with at least MIN_FIT records.
 
-    Memory-bound kinds go first; a gemm-like fit keeps the family's float32 elementwise e_memory, or, where the
-    family has none, another family's (the same transfer `derive_entries` makes for the elementwise entry).
+    Host-timed groups go first, memory-bound kinds before gemm-like ones; a gemm-like fit keeps the family's
+    float32 elementwise e_memory, or, where the family has none, another family's (the same transfer
+    `derive_entries` makes for the elementwise entry). Groups of kernel durations (no launch in the data) go last
+    and take their launch from `launch_of`.
     """
     buckets: dict[tuple[str, str, str], list[MeasuredKernel]] = defaultdict(list)
     for r in records:
         buckets[(family_of(r.device), lookup_kind(r), r.dtype)].append(r)
+    groups = {key: Group.of(recs) for key, recs in buckets.items() if len(recs) >= MIN_FIT}
     fitted: dict[tuple[str, str, str], KernelParams] = {}
-    for key in sorted(buckets, key=lambda k: (k[1] in GEMM_LIKE, k)):
-        if len(buckets[key]) >= MIN_FIT:
+    for key in sorted(groups, key=lambda k: (not groups[k].timed_with_launch, k[1] in GEMM_LIKE, k)):
+        if groups[key].timed_with_launch:
             elem = next((fitted[(f, "elementwise", "float32")] for f in (key[0], *FAMILIES)
                          if (f, "elementwise", "float32") in fitted), None)  # fmt: skip
-            fitted[key] = fit_with(Group.of(buckets[key]), elem)
+            fitted[key] = fit_with(groups[key], elem)
+        else:
+            fitted[key] = fit_with(groups[key], None, launch_of(fitted, *key[:2]))
     return fitted
+
+
+def launch_of(fitted: dict[tuple[str, str, str], KernelParams], fam: str, kind: str) -> float | None:
+    """The launch for a fit on kernel durations of (`fam`, `kind`): the host-timed float32 fit of that kind, else
+    of elementwise, in this family, else in another (None: no host-timed fit at all). The launch is what a call
+    from Python costs besides the kernel's execution, the same for every dtype."""
+    for k in (kind, "elementwise"):
+        for f in (fam, *FAMILIES):
+            p = fitted.get((f, k, "float32"))
+            if p is not None and not p.exec_us:
+                return p.launch_us
+    return None
 
 
 def calibrate_e_compute(p: KernelParams, device: Device, shape: tuple[int, int, int], rate: float, dtype: str) -> float:
@@ -465,6 +602,9 @@ def derive_entries(fitted: dict[tuple[str, str, str], KernelParams]) -> dict[tup
                 put((fam, kind, "float32"), src[1], f"transfer: the {src[0]} fit (no {fam} data); {src[1].source}")
             own = [table[k] for k in sorted(table) if k[:2] == (fam, kind) and k[2] != "*"]
             base = table.get((fam, kind, "float32"), own[0] if own else None)
+            half = table.get((fam, kind, "float16"))
+            if half is not None:
+                put((fam, kind, "bfloat16"), half, f"assumed: bfloat16 as float16 (2 bytes an element); {half.source}")
             if base is not None:
                 put((fam, kind, "*"), base, f"assumed: every dtype as this fit (bytes carry the dtype); {base.source}")
             elif kind == "elementwise":
@@ -489,6 +629,13 @@ def derive_entries(fitted: dict[tuple[str, str, str], KernelParams]) -> dict[tup
         put((fam, "gemm", "float32"), replace(FALLBACK_GEMM, e_memory=elem.e_memory), FALLBACK_GEMM.source)
         g32 = table[(fam, "gemm", "float32")]
         put((fam, "gemm", "*"), g32, f"assumed: as float32 (peak_rate gives other dtypes the fp32 rate); {g32.source}")
+        g16 = table.get((fam, "gemm", "float16"))
+        if g16 is not None:
+            put(
+                (fam, "gemm", "bfloat16"),
+                g16,
+                f"assumed: bfloat16 on the same tensor cores at the same peak as float16; {g16.source}",
+            )
         rate, shape, dev_key, text = _gemm_anchor(fam)
         for dtype in ("float16", "bfloat16"):
             if rate is None:
@@ -589,11 +736,49 @@ def _fit_selected(
     return fit_with(group, elem)
 
 
-PROTOCOLS = ("in-sample", "split", "largest 20%", "transfer")
+PROTOCOLS = ("in-sample", "split", "largest 20%", "transfer", "held-out model")
+MIN_SOURCES = 3  # a family's (kind, dtype) measured by at least this many sources (models) gets "held-out model"
 
 
-def evaluate(records: Sequence[MeasuredKernel], fitted: dict[tuple[str, str, str], KernelParams]) -> list[EvalRow]:
-    """The evaluation rows of the module docstring, for every (kind, dtype) in `records`."""
+def model_name(r: MeasuredKernel) -> str:
+    """The measured model of a Vidur record (its file name without the GPU), else the record's source."""
+    return r.source.split(":", 1)[1].split("-", 1)[1] if r.source.startswith("vidur:") else r.source
+
+
+HeldOut = dict[str, tuple[Group, Group, KernelParams]]
+
+
+def held_out_fits(recs: Sequence[MeasuredKernel]) -> HeldOut:
+    """Leave one model out, within one family's (kind, dtype) records: for each model, (the group of the other
+    models, that model's group, the parameters fitted on the other models)."""
+    out = {}
+    for name in sorted({model_name(r) for r in recs}):
+        train = Group.of([r for r in recs if model_name(r) != name])
+        test = Group.of([r for r in recs if model_name(r) == name])
+        out[name] = (train, test, fit_with(train, None))
+    return out
+
+
+def held_out_all(records: Sequence[MeasuredKernel]) -> dict[tuple[str, str, str], HeldOut]:
+    """`held_out_fits` for every (family, kind, dtype) of `records` measured by at least MIN_SOURCES models."""
+    buckets: dict[tuple[str, str, str], list[MeasuredKernel]] = defaultdict(list)
+    for r in records:
+        buckets[(family_of(r.device), lookup_kind(r), r.dtype)].append(r)
+    return {
+        key: held_out_fits(recs)
+        for key, recs in sorted(buckets.items())
+        if len({model_name(r) for r in recs}) >= MIN_SOURCES and len(recs) >= MIN_FIT
+    }
+
+
+def evaluate(
+    records: Sequence[MeasuredKernel],
+    fitted: dict[tuple[str, str, str], KernelParams],
+    held: dict[tuple[str, str, str], HeldOut] | None = None,
+) -> list[EvalRow]:
+    """The evaluation rows of the module docstring, for every (kind, dtype) in `records` (`held`: the
+    `held_out_all` of `records`, computed here when None)."""
+    held = held_out_all(records) if held is None else held
     groups: dict[tuple[str, str], list[MeasuredKernel]] = defaultdict(list)
     for r in records:
         groups[(lookup_kind(r), r.dtype)].append(r)
@@ -632,7 +817,80 @@ def evaluate(records: Sequence[MeasuredKernel], fitted: dict[tuple[str, str, str
             for dst in devices:
                 if dst != src:
                     rows.append(_row("transfer", by_dev[src], by_dev[dst], src, dst, p))
+        # (d) held-out model: within a family, fit on all models but one, evaluate on that one
+        for fam in FAMILIES:
+            for name, (train, test, p) in held.get((fam, kind, dtype), {}).items():
+                dev = "+".join(sorted({r.device for r in test.records}))
+                rows.append(_row("held-out model", train, test, f"{fam} but {name}", f"{dev} {name}", p))
     return rows
+
+
+@dataclass(frozen=True)
+class HalfRow:
+    """One line of KERNEL_EVAL.md's half-precision summary: MAPE (%) on one device's (kind, dtype) kernel
+    durations, over the kernels of `subset`, of the table without these data (`before`), the committed fit
+    (`in_sample`), the leave-one-model-out fits pooled (`held_out`, with its median and max APE), the roofline."""
+
+    device: str
+    kind: str
+    dtype: str
+    subset: str  # ">= 50 us" or "all"
+    n: int
+    before: float
+    in_sample: float
+    held_out: float
+    held_out_median: float
+    held_out_max: float
+    roofline: float
+
+
+HALF_MIN_S = 50e-6  # the "large kernel" threshold of the summary
+
+
+def half_summary(
+    records: Sequence[MeasuredKernel],
+    fitted: dict[tuple[str, str, str], KernelParams],
+    before: ParamTable,
+    held: dict[tuple[str, str, str], HeldOut],
+) -> list[HalfRow]:
+    """The summary over the kernel-duration records (`includes_launch` False) of `records` whose (family, kind,
+    dtype) has held-out fits in `held` (`held_out_all`).
+
+    `before`: the table derived without those records (what the table held before they were fitted)."""
+    buckets: dict[tuple[str, str, str], list[MeasuredKernel]] = defaultdict(list)
+    for r in records:
+        if not r.includes_launch:
+            buckets[(family_of(r.device), lookup_kind(r), r.dtype)].append(r)
+    out = []
+    for (fam, kind, dtype), recs in sorted(buckets.items()):
+        if (fam, kind, dtype) not in fitted or (fam, kind, dtype) not in held:
+            continue
+        for dev in sorted({r.device for r in recs}):
+            mine = [r for r in recs if r.device == dev]
+            g = Group.of(mine)
+            index = {id(r): i for i, r in enumerate(mine)}
+            pred_held = np.full(len(mine), np.nan)
+            for _, test, p in held[(fam, kind, dtype)].values():
+                for r, v in zip(test.records, test.predict(p), strict=True):
+                    if id(r) in index:
+                        pred_held[index[id(r)]] = v
+            pred_before = g.predict(before.lookup(dev, kind, dtype))
+            pred_fit = g.predict(fitted[(fam, kind, dtype)])
+            for subset, sel in ((">= 50 us", g.latency >= HALF_MIN_S), ("all", np.ones(len(mine), dtype=bool))):
+                if not sel.any():
+                    continue
+                y = g.latency[sel]
+
+                def mape(pred: np.ndarray, y: np.ndarray = y, sel: np.ndarray = sel) -> np.ndarray:
+                    return np.abs(pred[sel] / y - 1.0) * 100.0
+
+                a_held = mape(pred_held)
+                out.append(
+                    HalfRow(dev, kind, dtype, subset, int(sel.sum()), float(mape(pred_before).mean()),
+                            float(mape(pred_fit).mean()), float(a_held.mean()), float(np.median(a_held)),
+                            float(a_held.max()), float(mape(g.bound()).mean()))
+                )  # fmt: skip
+    return out
 
 
 # ------------------------------------------------------------------------------------------------- outputs
@@ -644,9 +902,7 @@ def _sources_with_errors(
         recs = [r for r in records if (family_of(r.device), lookup_kind(r), r.dtype) == (scope, kind, dtype)]
         ops = "+".join(sorted({r.op for r in recs}))
         devs = ", ".join(DEVICES[d].name for d in sorted({r.device for r in recs}))
-        data = ", ".join(
-            sorted({"NeuSight (ASPLOS'25, MIT licence)" if r.source == "NeuSight" else r.source for r in recs})
-        )
+        data = ", ".join(sorted({_data_name(r.source) for r in recs}))
         ins = [
             r
             for r in rows
@@ -662,10 +918,29 @@ def _sources_with_errors(
         text = f"fit: {data} {dtype} {ops} on {devs}, n={n:,}; in-sample MAPE {in_sample:.1f}%"
         if held:
             text += "; largest 20% held out: " + ", ".join(f"{r.eval_on} {r.model[0]:.1f}%" for r in held)
+        models = [
+            r
+            for r in rows
+            if r.protocol == "held-out model" and r.kind == kind and r.dtype == dtype and r.fit_on.startswith(scope)
+        ]
+        if models:
+            pooled = defaultdict(list)
+            for r in models:
+                pooled[r.eval_on.split(" ", 1)[0]].append(r)
+            text += "; each model held out: " + ", ".join(
+                f"{d} {np.average([r.model[0] for r in rs], weights=[r.n_eval for r in rs]):.1f}%"
+                for d, rs in sorted(pooled.items())
+            )
         out[(scope, kind, dtype)] = replace(
             p, source=text + " (KERNEL_EVAL.md)", measured_on=tuple(sorted({r.device for r in recs}))
         )
     return out
+
+
+def _data_name(source: str) -> str:
+    if source == "NeuSight":
+        return "NeuSight (ASPLOS'25, MIT licence)"
+    return "Vidur profiling data (MIT licence, data/vidur-ops)" if source.startswith("vidur:") else source
 
 
 def _digest(records: Sequence[MeasuredKernel]) -> str:
@@ -679,35 +954,47 @@ def _digest(records: Sequence[MeasuredKernel]) -> str:
 
 def build(
     records: Sequence[MeasuredKernel], data_names: Sequence[str], out: str = "predictor/kernel_params.json"
-) -> tuple[ParamTable, list[EvalRow]]:
-    """Fit, evaluate and derive: the parameter table and its evaluation (`out`: where the table goes, recorded)."""
+) -> tuple[ParamTable, list[EvalRow], list[HalfRow]]:
+    """Fit, evaluate and derive: the parameter table, its evaluation and the summary of the kernel-duration data
+    (`half_summary`) (`out`: where the table goes, recorded)."""
     import scipy
 
     fitted = fit_groups(records)
-    rows = evaluate(records, fitted)
+    held = held_out_all(records)
+    rows = evaluate(records, fitted, held)
     entries = derive_entries(_sources_with_errors(fitted, records, rows))
+    durations = {(family_of(r.device), lookup_kind(r), r.dtype) for r in records if not r.includes_launch}
+    before = ParamTable(
+        derive_entries({k: v for k, v in fitted.items() if k not in durations}),
+        {k: tuple(v) for k, v in FAMILIES.items()},
+    )
+    half = half_summary(records, fitted, before, held)
     missing = [(f, k) for f in FAMILIES for k in KINDS if not any((f, k, d) in entries for d in ("*", "float32"))]
     if missing:
         raise KernelParamsError(f"the table leaves kinds uncovered: {missing}")
     neusight = any(r.source == "NeuSight" for r in records)
+    vidur = any(r.source.startswith("vidur:") for r in records)
+    licence = []
+    if neusight:
+        licence.append(
+            "Entries whose source names NeuSight are derived from NeuSight's measurements: " + NEUSIGHT_CITATION
+        )
+    if vidur:
+        licence.append("Entries whose source names Vidur are derived from Vidur's profiling data: " + VIDUR_CITATION)
     meta = {
         "created_by": "python -m predictor.kernel_fit fit "
         + " ".join(f"--data {n}" for n in data_names)
         + f" --out {out}",
         "fit_environment": {"numpy": np.__version__, "scipy": scipy.__version__},
         "data": {"records": len(records), "sha256_16": _digest(records), "sources": list(data_names)},
-        "licence": (
-            "Entries whose source names NeuSight are derived from NeuSight's measurements: " + NEUSIGHT_CITATION
-            if neusight
-            else ""
-        ),
+        "licence": ". ".join(licence),
         "notice": "predictor/KERNEL_PARAMS_NOTICE.md",
     }
     table = ParamTable(entries, {k: tuple(v) for k, v in FAMILIES.items()}, TABLE_VERSION, meta)
-    return table, rows
+    return table, rows, half
 
 
-def eval_markdown(rows: list[EvalRow], table: ParamTable) -> str:
+def eval_markdown(rows: list[EvalRow], table: ParamTable, half: Sequence[HalfRow] = ()) -> str:
     """KERNEL_EVAL.md: the evaluation table (numbers as measured), and what each protocol means."""
     meta = table.meta
     lines = [
@@ -724,7 +1011,9 @@ def eval_markdown(rows: list[EvalRow], table: ParamTable) -> str:
         "Protocols: **in-sample** the committed fit on its own data; **split** NeuSight's train/test files "
         "(fit on train, evaluate on test); **largest 20%** fit on the smallest 80% of one device's problems (FLOPs "
         "for gemm, bytes otherwise), evaluate on the largest 20%; **transfer** fit on all of one device, "
-        "evaluate on another.",
+        "evaluate on another; **held-out model** (data measured on several models: Vidur) fit on every model of "
+        "the family but one, evaluate on that one. Rows on kernel durations (Vidur, float16) compare the model's "
+        "execution time (no launch) with them.",
     ]
     if meta.get("licence"):
         lines += ["", "Data: " + meta["licence"] + "."]
@@ -741,7 +1030,40 @@ def eval_markdown(rows: list[EvalRow], table: ParamTable) -> str:
             f"| {r.model[0]:.1f} | {r.model[1]:.1f} | {r.roofline[0]:.1f} | {r.roofline[1]:.1f} "
             f"| {r.roofline_launch[0]:.1f} | {r.roofline_launch[1]:.1f} |"
         )
+    if half:
+        lines += [
+            "",
+            "## Half precision: kernel durations (Vidur), before and after their fit",
+            "",
+            "Kernel durations from a profiler trace (no launch in them) are compared with the model's execution "
+            "time, max(compute, memory) + exec (no launch: docs/kernel-model.md). MAPE in %: **before** the table "
+            "derived without these data (calibrated / assumed half-precision entries), **in-sample** the committed "
+            "fit, **held-out model** each model's kernels predicted by the fit on the other models of the family "
+            "(pooled over the models; its median and max APE beside), and the roofline bound. "
+            f"Subsets: kernels measured at >= {HALF_MIN_S * 1e6:g} us, and all kernels.",
+            "",
+            "| device | kind | dtype | kernels | n | before | in-sample | held-out model | held-out med "
+            "| held-out max | roofline |",
+            "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for h in half:
+            lines.append(
+                f"| {h.device} | {h.kind} | {h.dtype} | {h.subset} | {h.n:,} | {h.before:.1f} | {h.in_sample:.1f} "
+                f"| {h.held_out:.1f} | {h.held_out_median:.1f} | {h.held_out_max:.1f} | {h.roofline:.1f} |"
+            )
     return "\n".join(lines) + "\n"
+
+
+def parse_half_markdown(text: str) -> list[dict]:
+    """The rows of KERNEL_EVAL.md's half-precision summary as dicts (for the reproduction test)."""
+    out = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 11 or cells[3] not in (">= 50 us", "all"):
+            continue
+        out.append({"key": tuple(cells[:4]), "n": int(cells[4].replace(",", "")),
+                    "numbers": [float(c) for c in cells[5:]]})  # fmt: skip
+    return out
 
 
 def dump_table(table: ParamTable) -> str:
@@ -787,14 +1109,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         records = [r for d in args.data for r in read_data(d)]
-        table, rows = build(records, args.data, args.out)
+        table, rows, half = build(records, args.data, args.out)
     except KernelParamsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.write_text(dump_table(table))
     eval_path = Path(args.eval) if args.eval else out.with_name("KERNEL_EVAL.md")
-    eval_path.write_text(eval_markdown(rows, table))
+    eval_path.write_text(eval_markdown(rows, table, half))
     print(f"{len(records):,} kernels, {len(table.entries)} entries -> {out}; evaluation -> {eval_path}")
     return 0
 

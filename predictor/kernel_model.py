@@ -3,7 +3,7 @@
 For each kernel of the kernel view (`passes.kernels.Kernel`, or any object with `kind`, `flops`, `bytes_read`,
 `bytes_written`, `dtype` and `params`):
 
-    time = max(FLOPs / (peak x e_c), bytes / (bandwidth x e_m)) + launch
+    time = max(FLOPs / (peak x e_c), bytes / (bandwidth x e_m)) + exec + launch
 
 - `peak` is `predictor.roofline.peak_rate` for the kernel's kind and dtype (gemm and attention in float32 on
   CUDA cores, float32 conv on TF32 tensor cores, float16/bfloat16 gemm/conv/attention on tensor cores,
@@ -27,6 +27,9 @@ For each kernel of the kernel view (`passes.kernels.Kernel`, or any object with 
   efficiency of a large, evenly tiled problem); q is the best product over the candidates (a library
   heuristic picks the tile). k / (k + `k0`) is the cost of a shallow reduction (prologue and epilogue of
   each tile). Small problems are inefficient through both: one partial wave of small tiles, a short k.
+- `exec` (`exec_us`, default 0) is a fixed device-side time per kernel (prologue, epilogue, the ramp of the first
+  wave), fitted only on kernel durations read from a profiler trace (data/vidur-ops: no host time in them); entries
+  fitted on host-timed calls (NeuSight) keep 0, their `launch` holds it.
 - `launch` (`launch_us`) is a constant per (family, kind, dtype): the time the smallest kernels take, i.e.
   host-side dispatch + launch latency + the minimum kernel duration, as measured op by op. Any saturation of
   memory bandwidth with size ("a small kernel cannot reach full bandwidth") is carried by this constant: for a
@@ -85,6 +88,8 @@ class KernelParams:
         tiles: candidate output tiles (tm, tn) for the wave quantisation; empty: no quantisation.
         tile_i0: tile-intensity half point (see the module docstring), >= 0.
         k0: reduction-depth half point, >= 0.
+        exec_us: fixed device-side time of one kernel, microseconds (>= 0), part of its execution (so hidden
+            behind nothing: inside a model it adds to the kernel's time, where the launch only floors it).
         source: where the numbers come from, a chain read left to right: "fit: ..." (fitted on single-kernel
             measurements), "transfer: ..." (another family's fit), "default: ..." (a published or measured
             figure), "assumed: ..." (a stated assumption), each followed by the source of what it came from.
@@ -100,14 +105,15 @@ class KernelParams:
     k0: float = 0.0
     source: str = ""
     measured_on: tuple[str, ...] = ()
+    exec_us: float = 0.0
 
     def __post_init__(self) -> None:
         if not (0 < self.e_compute <= 1 and 0 < self.e_memory <= 1):
             raise KernelParamsError(
                 f"efficiencies must be in (0, 1]: e_compute {self.e_compute}, e_memory {self.e_memory}"
             )
-        if self.launch_us < 0 or self.tile_i0 < 0 or self.k0 < 0:
-            raise KernelParamsError(f"launch_us, tile_i0 and k0 must be >= 0 ({self.source or 'entry'})")
+        if self.launch_us < 0 or self.tile_i0 < 0 or self.k0 < 0 or self.exec_us < 0:
+            raise KernelParamsError(f"launch_us, exec_us, tile_i0 and k0 must be >= 0 ({self.source or 'entry'})")
         if any(tm < 1 or tn < 1 for tm, tn in self.tiles):
             raise KernelParamsError(f"tiles must be positive: {self.tiles}")
 
@@ -121,6 +127,8 @@ class KernelParams:
             doc |= {"tiles": [list(t) for t in self.tiles], "tile_i0": round(self.tile_i0, 4), "k0": round(self.k0, 4)}
         elif self.k0:
             doc["k0"] = round(self.k0, 4)
+        if self.exec_us:
+            doc["exec_us"] = round(self.exec_us, 4)
         doc["source"] = self.source
         if self.measured_on:
             doc["measured_on"] = list(self.measured_on)
@@ -149,6 +157,7 @@ class KernelParams:
                 k0=float(doc.get("k0", 0.0)),
                 source=str(doc.get("source", "")),
                 measured_on=tuple(str(d) for d in doc.get("measured_on", ())),
+                exec_us=float(doc.get("exec_us", 0.0)),
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, KernelParamsError):
@@ -364,7 +373,8 @@ def compute_efficiency(arrays: KernelArrays, p: KernelParams, sms: float | np.nd
 class KernelTimes:
     """Per-kernel times in seconds ((N,) arrays, launch order), and their sums.
 
-    `compute_s`/`memory_s` are the two terms of the estimate (at fitted efficiencies), `launch_s` its constant;
+    `compute_s`/`memory_s` are the two terms of the estimate (at fitted efficiencies, each with the entry's
+    `exec_us`: a kernel's execution is max(compute_s, memory_s)), `launch_s` its constant;
     `bound_compute_s`/`bound_memory_s` the roofline terms (efficiency 1, no launch).
     """
 
@@ -453,8 +463,8 @@ def kernel_latency_arrays(
         rate = peak_rate(device, _CATEGORY.get(kind, kind), dtype) * sm_share
         sub = arrays.subset(rows)
         out["bound_compute_s"][rows] = sub.flops / rate
-        out["compute_s"][rows] = sub.flops / (rate * compute_efficiency(sub, p, sms))
-        out["memory_s"][rows] = sub.nbytes / (bandwidth * p.e_memory)
+        out["compute_s"][rows] = sub.flops / (rate * compute_efficiency(sub, p, sms)) + p.exec_us * 1e-6
+        out["memory_s"][rows] = sub.nbytes / (bandwidth * p.e_memory) + p.exec_us * 1e-6
         out["launch_s"][rows] = p.launch_us * 1e-6
     return KernelTimes(**out)
 

@@ -192,8 +192,10 @@ def test_committed_table_covers_the_contract():
     assert (NEUSIGHT / "LICENSE").read_text().startswith("MIT License")
 
 
-def test_tensor_core_gemm_reproduces_its_anchor():
-    """The calibrated float16 entries give back the measured rates they were calibrated to."""
+def test_tensor_core_gemm_near_independent_rates():
+    """The float16/bfloat16 GEMM entries (fitted on Vidur's float16 layers) against two rates they were not fitted
+    on: an 8192^3 bf16 matmul measured on this project's H100 (798 TFLOP/s; the model gives 735, -8%) and the MAMF
+    table's A100 SXM bf16 rate at 6912x16384x2048 (267.9 TFLOP/s; the model gives 239, -11%): within 12%."""
     params = load_params()
     for key, (m, n, k), rate in (
         ("h100-80gb", (8192, 8192, 8192), 798e12),
@@ -201,7 +203,7 @@ def test_tensor_core_gemm_reproduces_its_anchor():
     ):
         kern = K("gemm", 2 * m * n * k, 0, 0, "bfloat16", {"b": 1, "m": m, "n": n, "k": k})
         kt = kernel_latency([kern], DEVICES[key], params=params)
-        assert kern.flops / (kt.compute_s[0]) == pytest.approx(rate, rel=1e-4)
+        assert kern.flops / kt.compute_s[0] == pytest.approx(rate, rel=0.12)
 
 
 def _synthetic(truth: KernelParams, kind: str, devices: list[str], n: int, seed: int) -> list[kf.MeasuredKernel]:
@@ -320,15 +322,17 @@ def test_neusight_reader_follows_the_operators():
     assert (ln.bytes_read, ln.bytes_written) == (4 * 4100 * 556 + 8 * 556, 4 * 4100 * 556 + 8 * 4100)
 
 
+@pytest.mark.slow
 def test_committed_table_and_evaluation_reproduce_from_the_data():
-    """Refit from data/neusight-kernels: the same table (to its printed precision) and KERNEL_EVAL.md numbers."""
-    records = kf.read_neusight(NEUSIGHT)
-    refit, rows = kf.build(records, ["data/neusight-kernels"])
+    """Refit from data/neusight-kernels and data/vidur-ops: the same table (to its printed precision) and
+    KERNEL_EVAL.md numbers, the half-precision summary included (about 45 s on the 2-core dev machine)."""
+    records = kf.read_neusight(NEUSIGHT) + kf.read_vidur(ROOT / "data" / "vidur-ops")
+    refit, rows, half = kf.build(records, ["data/neusight-kernels", "data/vidur-ops"])
     committed = load_params()
     assert set(refit.entries) == set(committed.entries)
     for key, p in committed.entries.items():
         q = refit.entries[key]
-        for f in ("e_compute", "e_memory", "launch_us", "tile_i0", "k0"):
+        for f in ("e_compute", "e_memory", "launch_us", "tile_i0", "k0", "exec_us"):
             assert getattr(q, f) == pytest.approx(getattr(p, f), rel=1e-3, abs=1e-3), (key, f)
         assert (q.source, q.measured_on) == (p.source, p.measured_on), key
     reported = kf.parse_eval_markdown((ROOT / "predictor" / "KERNEL_EVAL.md").read_text())
@@ -339,8 +343,18 @@ def test_committed_table_and_evaluation_reproduce_from_the_data():
         assert (row.n_fit, row.n_eval) == (rep["n_fit"], rep["n_eval"])
         numbers = [*row.model, *row.roofline, *row.roofline_launch]
         assert numbers == pytest.approx(rep["numbers"], abs=0.051), rep  # printed to 0.1
+    summary = kf.parse_half_markdown((ROOT / "predictor" / "KERNEL_EVAL.md").read_text())
+    assert len(summary) == len(half) >= 12
+    for rep, h in zip(summary, half, strict=True):
+        assert rep["key"] == (h.device, h.kind, h.dtype, h.subset) and rep["n"] == h.n
+        numbers = [h.before, h.in_sample, h.held_out, h.held_out_median, h.held_out_max, h.roofline]
+        assert numbers == pytest.approx(rep["numbers"], abs=0.051), rep
     # the held-out errors are what the fitted entries' sources quote
-    held = next(r for r in rows if r.protocol == "largest 20%" and r.kind == "gemm" and r.eval_on == "h100-80gb")
+    held = next(
+        r
+        for r in rows
+        if r.protocol == "largest 20%" and r.kind == "gemm" and r.dtype == "float32" and r.eval_on == "h100-80gb"
+    )
     assert f"h100-80gb {held.model[0]:.1f}%" in committed.entries[("hopper", "gemm", "float32")].source
 
 

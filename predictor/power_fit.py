@@ -16,14 +16,16 @@ row-level proxy, stated here and in the doc):
   the model's batch sizes); s_compute = b x batch / latency (the share of the time that grows with the work),
   clipped to [0, 1]; s_memory = 0; the rest is gap (text encoder, VAE, host work and launch floors that do not
   grow with the batch). The denoiser's own memory-bound kernels (norms, elementwise) are folded into P_compute.
-- LLM decode -> memory-bound below the ridge, compute-bound above it. Per GPU and decode step, the weights
-  (2 bytes x parameters / GPUs: float16, tensor x pipeline parallel) are read at the kernel model's fp16 GEMM
-  memory efficiency, t_m = bytes / (bandwidth x e_memory), and multiplied with the running batch,
-  t_c = 2 x parameters / GPUs x avg_batch_size / (fp16 peak x e_compute); the larger of the two is the
-  step's busy time, given to memory (t_m > t_c) or compute, as a share of the measured time per output token:
-  s = min(1, max(t_m, t_c) / avg_tpot_s). The rest (host scheduling, tensor-parallel all-reduce, sampling) is
-  gap. KV-cache reads and attention are not counted (an underestimate of s_memory at long contexts).
-  Parameter counts are the models' published sizes (rounded, `LLM_PARAMS_B`).
+- LLM decode -> memory-bound below the ridge, compute-bound above it. Per GPU and decode step: the bytes read are
+  the weights (2 bytes x parameters) and the running requests' KV cache (avg_batch_size x context x 2 x layers x
+  KV heads x head dimension x 2 bytes, context = `PROMPT_TOKENS` + half the average output: an assumption, the
+  rows give no prompt lengths), divided over the GPUs (tensor x pipeline parallel), at the kernel model's fp16
+  GEMM memory efficiency: t_m = bytes / (bandwidth x e_memory); the FLOPs are 2 x active parameters x
+  avg_batch_size / GPUs: t_c = FLOPs / (fp16 peak x e_compute). The larger of the two is the step's busy time,
+  given to memory (t_m > t_c) or compute, as a share of the measured time per output token:
+  s = min(1, max(t_m, t_c) / avg_tpot_s). The rest (host scheduling, tensor-parallel all-reduce, sampling,
+  prefill not overlapped) is gap. Attention FLOPs and vision encoders are not counted. Architectures:
+  `LLM_ARCH`.
 
 The fit: per GPU, least squares of relative power error (rows weighted 1 / measured power) for
 (P_gap, P_compute, P_memory). Leave-one-model-out: each model's rows predicted by a fit on the other models of
@@ -51,37 +53,44 @@ DATA = ROOT / "data" / "public-models"
 GPUS = {"A100-SXM4-40GB": "a100-40gb", "NVIDIA A100-SXM4-40GB": "a100-40gb", "H100-80GB-HBM3 (SXM)": "h100-80gb",
         "NVIDIA H100 80GB HBM3": "h100-80gb"}  # fmt: skip
 
-#: Published parameter counts (billions, rounded, from the model cards) of the LLMs in mlenergy-llm-v2.jsonl.
-LLM_PARAMS_B = {
-    "bigcode/starcoder2-15b": 16.0,
-    "bigcode/starcoder2-3b": 3.0,
-    "bigcode/starcoder2-7b": 7.2,
-    "codellama/CodeLlama-13b-hf": 13.0,
-    "codellama/CodeLlama-34b-hf": 33.7,
-    "codellama/CodeLlama-70b-hf": 69.0,
-    "codellama/CodeLlama-7b-hf": 6.7,
-    "facebook/chameleon-30b": 34.0,
-    "facebook/chameleon-7b": 7.0,
-    "google/codegemma-1.1-2b": 2.5,
-    "google/codegemma-7b": 8.5,
-    "google/gemma-2-27b-it": 27.2,
-    "google/gemma-2-2b-it": 2.6,
-    "google/gemma-2-9b-it": 9.2,
-    "llava-hf/llama3-llava-next-8b-hf": 8.4,
-    "llava-hf/llava-1.5-13b-hf": 13.4,
-    "llava-hf/llava-1.5-7b-hf": 7.1,
-    "meta-llama/Meta-Llama-3.1-405B-Instruct": 405.0,
-    "meta-llama/Meta-Llama-3.1-70B-Instruct": 70.6,
-    "microsoft/Phi-3-medium-4k-instruct": 14.0,
-    "microsoft/Phi-3-mini-4k-instruct": 3.8,
-    "microsoft/Phi-3-small-8k-instruct": 7.4,
-    "microsoft/Phi-3-vision-128k-instruct": 4.2,
-    "mistralai/Mistral-7B-Instruct-v0.3": 7.3,
-    "mistralai/Mistral-Large-Instruct-2407": 123.0,
-    "mistralai/Mistral-Nemo-Instruct-2407": 12.2,
-    "mistralai/Mixtral-8x22B-Instruct-v0.1": 141.0,
-    "mistralai/Mixtral-8x7B-Instruct-v0.1": 46.7,
+#: The LLMs of mlenergy-llm-v2.jsonl: (parameters, parameters active per token (billions; the two differ for the
+#: mixture-of-experts Mixtrals, 2 of 8 experts), layers, KV heads, head dimension), from the models' published
+#: configs (rounded parameter counts from the model cards).
+LLM_ARCH = {
+    "bigcode/starcoder2-15b": (16.0, 16.0, 40, 4, 128),
+    "bigcode/starcoder2-3b": (3.0, 3.0, 30, 2, 128),
+    "bigcode/starcoder2-7b": (7.2, 7.2, 32, 4, 128),
+    "codellama/CodeLlama-13b-hf": (13.0, 13.0, 40, 40, 128),
+    "codellama/CodeLlama-34b-hf": (33.7, 33.7, 48, 8, 128),
+    "codellama/CodeLlama-70b-hf": (69.0, 69.0, 80, 8, 128),
+    "codellama/CodeLlama-7b-hf": (6.7, 6.7, 32, 32, 128),
+    "facebook/chameleon-30b": (34.0, 34.0, 48, 64, 128),
+    "facebook/chameleon-7b": (7.0, 7.0, 32, 32, 128),
+    "google/codegemma-1.1-2b": (2.5, 2.5, 18, 1, 256),
+    "google/codegemma-7b": (8.5, 8.5, 28, 16, 256),
+    "google/gemma-2-27b-it": (27.2, 27.2, 46, 16, 128),
+    "google/gemma-2-2b-it": (2.6, 2.6, 26, 4, 256),
+    "google/gemma-2-9b-it": (9.2, 9.2, 42, 8, 256),
+    "llava-hf/llama3-llava-next-8b-hf": (8.4, 8.4, 32, 8, 128),
+    "llava-hf/llava-1.5-13b-hf": (13.4, 13.4, 40, 40, 128),
+    "llava-hf/llava-1.5-7b-hf": (7.1, 7.1, 32, 32, 128),
+    "meta-llama/Meta-Llama-3.1-405B-Instruct": (405.0, 405.0, 126, 8, 128),
+    "meta-llama/Meta-Llama-3.1-70B-Instruct": (70.6, 70.6, 80, 8, 128),
+    "microsoft/Phi-3-medium-4k-instruct": (14.0, 14.0, 40, 10, 128),
+    "microsoft/Phi-3-mini-4k-instruct": (3.8, 3.8, 32, 32, 96),
+    "microsoft/Phi-3-small-8k-instruct": (7.4, 7.4, 32, 8, 128),
+    "microsoft/Phi-3-vision-128k-instruct": (4.2, 4.2, 32, 32, 96),
+    "mistralai/Mistral-7B-Instruct-v0.3": (7.3, 7.3, 32, 8, 128),
+    "mistralai/Mistral-Large-Instruct-2407": (123.0, 123.0, 88, 8, 128),
+    "mistralai/Mistral-Nemo-Instruct-2407": (12.2, 12.2, 40, 8, 128),
+    "mistralai/Mixtral-8x22B-Instruct-v0.1": (141.0, 39.1, 56, 8, 128),
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": (46.7, 12.9, 32, 8, 128),
 }
+#: Prompt tokens assumed per request (the rows give output lengths only): a request's KV cache during decode holds
+#: PROMPT_TOKENS + half its output on average. An assumption; docs/power-and-memory.md shows the fit's sensitivity.
+PROMPT_TOKENS = 256
+
+GPUS_FITTED = ("a100-40gb", "h100-80gb")
 
 #: Devices without public power measurements: (device the figures come from, why).
 TRANSFERS = {
@@ -130,7 +139,7 @@ def diffusion_rows(path: Path) -> list[Row]:
     return out
 
 
-def llm_rows(path: Path) -> list[Row]:
+def llm_rows(path: Path, prompt_tokens: int = PROMPT_TOKENS) -> list[Row]:
     """vLLM serving rows with the decode-roofline proxy of the module docstring."""
     table = load_params()
     out = []
@@ -141,13 +150,16 @@ def llm_rows(path: Path) -> list[Row]:
         d = get_device(dev)
         e = table.lookup(dev, "gemm", "float16")
         n = int(r["num_gpus"])
-        params = LLM_PARAMS_B[r["model"]] * 1e9 / n
-        t_m = 2.0 * params / (d.bandwidth * e.e_memory)
-        t_c = 2.0 * params * r["avg_batch_size"] / (d.peak_flops["fp16"] * e.e_compute)
+        total_b, active_b, layers, kv_heads, head_dim = LLM_ARCH[r["model"]]
+        batch = r["avg_batch_size"]
+        context = prompt_tokens + r["avg_output_len"] / 2  # tokens in a request's KV cache, on average
+        kv_bytes = batch * context * 2 * layers * kv_heads * head_dim * 2  # K and V, float16
+        t_m = (2.0 * total_b * 1e9 + kv_bytes) / n / (d.bandwidth * e.e_memory)
+        t_c = 2.0 * active_b * 1e9 * batch / n / (d.peak_flops["fp16"] * e.e_compute)
         s = min(1.0, max(t_m, t_c) / r["avg_tpot_s"])
         power = r["energy_per_request_j"] * r["output_tokens_per_s"] / r["avg_output_len"] / n
         s_c, s_m = (s, 0.0) if t_c >= t_m else (0.0, s)
-        out.append(Row(dev, r["model"], "llm", s_c, s_m, power, f"batch {r['avg_batch_size']:.0f}"))
+        out.append(Row(dev, r["model"], "llm", s_c, s_m, power, f"batch {batch:.0f}"))
     return out
 
 
@@ -184,9 +196,11 @@ def _mape(pred: np.ndarray, meas: np.ndarray) -> float:
     return float(np.mean(np.abs(pred - meas) / meas) * 100) if len(meas) else float("nan")
 
 
-def run(data: Path) -> tuple[dict, str]:
+def run(data: Path, prompt_tokens: int = PROMPT_TOKENS) -> tuple[dict, str]:
     """Fit every GPU with data, evaluate, and return (the parameter document, the Markdown evaluation table)."""
-    rows = diffusion_rows(data / "mlenergy-diffusion-v2.jsonl") + llm_rows(data / "mlenergy-llm-v2.jsonl")
+    rows = diffusion_rows(data / "mlenergy-diffusion-v2.jsonl") + llm_rows(
+        data / "mlenergy-llm-v2.jsonl", prompt_tokens
+    )
     devices, evaluation = {}, {}
     lines = [
         "| GPU | rows | models | held-out energy MAPE, all | diffusion | LLM serving | 60%-of-TDP rule, all "
@@ -243,6 +257,7 @@ def run(data: Path) -> tuple[dict, str]:
     doc = {
         "schema": SCHEMA,
         "created_by": "python -m predictor.power_fit",
+        "prompt_tokens_assumed": prompt_tokens,
         "data": "data/public-models/mlenergy-diffusion-v2.jsonl, mlenergy-llm-v2.jsonl (ML.ENERGY Leaderboard v2, "
         "github.com/ml-energy/leaderboard-v2 @ c3af7f31e2, Apache-2.0)",
         "evaluation": evaluation,
@@ -255,8 +270,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Fit the power model on ML.ENERGY measurements.")
     ap.add_argument("--data", default=str(DATA), help="folder with the mlenergy-*.jsonl files")
     ap.add_argument("--out", default=str(PARAMS_PATH), help="parameter file to write")
+    ap.add_argument(
+        "--sensitivity", action="store_true", help="print the held-out MAPE for other prompt-length assumptions"
+    )
     args = ap.parse_args(argv)
     data = Path(args.data)
+    if args.sensitivity:
+        print("| prompt tokens assumed | " + " | ".join(GPUS_FITTED) + " |")
+        print("|---|" + "---|" * len(GPUS_FITTED))
+        for tokens in (0, 128, 256, 512, 1024):
+            doc, _ = run(data, tokens)
+            print(f"| {tokens} | " + " | ".join(f"{doc['evaluation'][g]['mape_pct']:.1f}%" for g in GPUS_FITTED) + " |")
+        return 0
     for name in ("mlenergy-diffusion-v2.jsonl", "mlenergy-llm-v2.jsonl"):
         if not (data / name).is_file():
             print(f"error: {data / name} not found", file=sys.stderr)

@@ -249,13 +249,6 @@ class Prediction:
     memory_mib_interval: tuple[float, float]
     roofline_latency_ms: float  # the roofline bound on the whole GPU
     mig: MigRecommendation
-    #: Weights + peak live activations (MiB) as preflight's liveness pass finds them, beside `memory_mib` (what
-    #: nvidia-smi would count: + context, workspace and the allocator's reserve). None with a trained predictor.
-    memory_tensor_peak_mib: float | None = None
-    #: Average board power (W) of the estimate and the busy shares it rests on ({"compute", "memory", "gap"});
-    #: None with a trained predictor (its energy is predicted directly).
-    power_w: float | None = None
-    power_shares: dict | None = None
     runtime: dict = field(default_factory=dict)  # what the prediction assumes runs the model (`runtime_of`)
     #: What the numbers rest on: "whole_model" "measured" (a predictor trained on this GPU's whole-model
     #: measurements), "transferred" (trained on `whole_model_device`'s, scaled by the kernel model's ratio) or
@@ -263,6 +256,13 @@ class Prediction:
     #: parameters were fitted on this GPU's single-kernel measurements, on other GPUs', calibrated to one figure,
     #: or assumed (`kernel_model.BASES`); "kernel_measured_on": the GPUs those fits measured.
     basis: dict = field(default_factory=dict)
+    #: Weights + peak live activations (MiB) as preflight's liveness pass finds them, beside `memory_mib` (what
+    #: nvidia-smi would count: + context, workspace and the allocator's reserve). None with a trained predictor.
+    memory_tensor_peak_mib: float | None = None
+    #: Average board power (W) of the estimate and the busy shares it rests on ({"compute", "memory", "gap"});
+    #: None with a trained predictor (its energy is predicted directly).
+    power_w: float | None = None
+    power_shares: dict | None = None
 
     def to_json(self) -> dict:
         """The `prediction` block of `preflight.report/1`."""

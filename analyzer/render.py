@@ -246,7 +246,7 @@ def _power_text(p) -> str:
 
 
 def _tensor_text(p) -> str:
-    """The tensor peak beside an estimate's nvidia-smi total; "" with a trained predictor."""
+    """The tensor peak beside the predicted nvidia-smi total."""
     if p.memory_tensor_peak_mib is None:
         return ""
     return f"; weights + peak activations alone {p.memory_tensor_peak_mib:,.0f} MiB"

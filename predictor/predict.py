@@ -257,7 +257,7 @@ class Prediction:
     #: or assumed (`kernel_model.BASES`); "kernel_measured_on": the GPUs those fits measured.
     basis: dict = field(default_factory=dict)
     #: Weights + peak live activations (MiB) as preflight's liveness pass finds them, beside `memory_mib` (what
-    #: nvidia-smi would count: + context, workspace and the allocator's reserve). None with a trained predictor.
+    #: nvidia-smi would count: + context, workspace and the allocator's reserve), with either predictor.
     memory_tensor_peak_mib: float | None = None
     #: Average board power (W) of the estimate and the busy shares it rests on ({"compute", "memory", "gap"});
     #: None with a trained predictor (its energy is predicted directly).
@@ -321,7 +321,8 @@ def predict(
     bound = whole.bound_ms
     trained, artifact, source, skipped = first_loadable(device.key, checkpoints)
     warnings += skipped
-    power, power_shares, tensor_peak = None, None, None
+    power, power_shares = None, None
+    tensor_peak = (analysis.totals.param_bytes + analysis.totals.peak_activation_bytes) / 2**20
     if trained is not None:
         from .train import prepare
 
@@ -353,7 +354,6 @@ def predict(
         mem = estimate_memory(analysis.totals.param_bytes, analysis.totals.peak_activation_bytes, device, has_conv)
         m_lo = mem.tensor_peak_mib + mem.context_mib + mem.workspace_mib
         m, m_hi = mem.total_mib, mem.total_mib + 0.25 * mem.activations_mib
-        tensor_peak = mem.tensor_peak_mib
         name = "roofline"
         warnings.append(
             f"no trained predictor for {device.key}: kernel-model estimate (each eager CUDA kernel timed with "

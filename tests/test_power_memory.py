@@ -124,3 +124,28 @@ def test_parameter_files_cover_every_device_and_fail_loudly(tmp_path):
         load_power_params(bad)
     with pytest.raises(PowerParamsError, match="no power parameters"):
         power_params("tpu-v5")
+
+
+def test_committed_parameter_files_are_what_the_fits_write():
+    # The fits are deterministic: rerunning them on the committed data must reproduce the committed files, so a
+    # changed data file or fit cannot leave stale parameters behind.
+    import json
+
+    from predictor import memory_fit, power_fit
+    from predictor.memory import PARAMS_PATH as MEMORY_PARAMS
+    from predictor.power import PARAMS_PATH as POWER_PARAMS
+
+    power_doc, _ = power_fit.run(power_fit.DATA)
+    assert power_doc == json.loads(POWER_PARAMS.read_text())
+    memory_doc, _ = memory_fit.run(memory_fit.DATA)
+    assert memory_doc == json.loads(MEMORY_PARAMS.read_text())
+
+
+def test_fit_commands_reject_a_missing_data_folder(tmp_path, capsys):
+    from predictor import memory_fit, power_fit
+
+    assert power_fit.main(["--data", str(tmp_path), "--out", str(tmp_path / "p.json")]) == 2
+    assert memory_fit.main(["--data", str(tmp_path), "--out", str(tmp_path / "m.json")]) == 2
+    err = capsys.readouterr().err
+    assert "mlenergy-diffusion-v2.jsonl not found" in err and "mig-a100-40gb.jsonl not found" in err
+    assert not (tmp_path / "p.json").exists() and not (tmp_path / "m.json").exists()

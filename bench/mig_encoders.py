@@ -14,7 +14,7 @@ only shapes matter):
   3072, vocab 119547), 134,734,080 parameters; the sentence-transformers dense layer after pooling (768 x 512,
   1.5 MiB, a batch x 512 output) is left out.
 
-Usage: python bench/mig_encoders.py [--out PATH]   (about 15 s per analysis, 56 analyses)
+Usage: python bench/mig_encoders.py [--out PATH]   (3 architectures x 13 points = 39 analyses, 2-11 s each here)
 """
 
 from __future__ import annotations

@@ -251,12 +251,30 @@ def _prediction(report) -> list[tuple[str, str]]:
         ("rests on", basis_text(p.basis)),
         ("assumes", f"eager PyTorch on CUDA, {rt.get('dtype', '?')} ({tf32})"),
         ("latency", iv(p.latency_ms, p.latency_ms_interval, "ms")),
-        ("energy", iv(p.energy_j, p.energy_j_interval, "J")),
-        ("memory", iv(p.memory_mib, p.memory_mib_interval, "MiB", ",.0f")),
+        ("energy", iv(p.energy_j, p.energy_j_interval, "J") + _power_text(p)),
+        ("memory", iv(p.memory_mib, p.memory_mib_interval, "MiB", ",.0f") + _tensor_text(p)),
         ("roofline bound", f"{g3(p.roofline_latency_ms)} ms"),
         ("MIG slice", p.mig.summary()),
         ("MIG reason", p.mig.reason),
     ]
+
+
+def _power_text(p) -> str:
+    """The average power and busy shares of an estimate (docs/power-and-memory.md); "" with a trained predictor."""
+    if p.power_w is None:
+        return ""
+    s = p.power_shares or {}
+    return (
+        f" at {p.power_w:.0f} W average ({s.get('compute', 0):.0%} of the time compute-bound, "
+        f"{s.get('memory', 0):.0%} memory-bound, {s.get('gap', 0):.0%} at the launch floor)"
+    )
+
+
+def _tensor_text(p) -> str:
+    """The tensor peak beside the predicted nvidia-smi total."""
+    if p.memory_tensor_peak_mib is None:
+        return ""
+    return f"; weights + peak activations alone {p.memory_tensor_peak_mib:,.0f} MiB"
 
 
 def _text_table(header: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:

@@ -153,6 +153,7 @@ def mig_metrics(samples: Sequence[Sample], memory_mb_high: np.ndarray) -> dict |
 
 def _roofline_memory_high(items: Sequence[Sample]) -> np.ndarray:
     """Upper end of the roofline fallback's memory interval (predictor.predict) for each sample."""
+    from .devices import get_device
     from .predict import roofline_memory_mib
 
     out = []
@@ -161,7 +162,7 @@ def _roofline_memory_high(items: Sequence[Sample]) -> np.ndarray:
         if "param_bytes" not in t or "peak_activation_bytes" not in t:
             out.append(math.nan)
             continue
-        out.append(roofline_memory_mib(t["param_bytes"], t["peak_activation_bytes"])[2])
+        out.append(roofline_memory_mib(t["param_bytes"], t["peak_activation_bytes"], get_device(s.device))[2])
     return np.array(out, dtype=float)
 
 

@@ -10,12 +10,16 @@ Estimate without a trained predictor (labelled `"predictor": "roofline"`, as the
   same kernels
   (efficiency 1, no launch: a true lower bound) to 2x the estimate (the model's held-out errors, and the
   sanity checks against published eager measurements in docs/kernel-model.md, are well inside 2x);
-- energy: latency x power, power taken as 60% of TDP (interval: 30% of TDP at the low latency to TDP at
-  the high latency);
-- memory: `roofline.memory_estimate` (weights + peak activations + context + workspace); interval from
-  weights + activations + context to the estimate + 25% of the activations (allocator fragmentation).
-The energy and memory factors are assumptions, not fits: the report says so. A trained predictor replaces
-them with its calibrated quantiles.
+- energy: latency x average board power, the power from the kernels' busy shares (`predictor.power`: the share
+  of the time in compute-bound kernels, in memory-bound kernels and at the launch floor, each with a power
+  fitted per GPU on ML.ENERGY measurements, `predictor/power_params.json`); interval: the low latency x the
+  power's held-out 10th-percentile ratio to the high latency x its 90th-percentile ratio (capped at the limit);
+- memory: as nvidia-smi counts it (`predictor.memory.gpu_memory`: CUDA context of the runtime + cuBLAS
+  workspace + allocator-rounded weights + the allocator's reserve over the peak activations, the reserve fitted
+  on MIG framebuffer readings, `predictor/memory_params.json`); interval from the tensor peak + context +
+  workspace (no allocator reserve) to the estimate + 25% of the reserved activations. The tensor peak (weights +
+  peak live activations) is kept beside it (`Prediction.memory_tensor_peak_mib`); MIG fit uses the upper end.
+A trained predictor replaces them with its calibrated quantiles.
 """
 
 from __future__ import annotations
@@ -35,8 +39,10 @@ from passes.costs import INT8_DTYPES, compute_dtype
 from .data import Sample
 from .devices import DEVICES, Device, get_device
 from .kernel_model import KernelTimes, kernel_arrays, kernel_basis, kernel_latency_arrays, load_params
+from .memory import DEFAULT_RUNTIME, gpu_memory, runtime_memory
 from .mig import MigRecommendation, recommend
-from .roofline import CONTEXT_MIB, memory_estimate, op_arrays
+from .power import busy_shares, power_params
+from .roofline import op_arrays
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 ESTIMATE_HIGH = 2.0  # the estimate's interval reaches this many times the estimate
@@ -146,10 +152,11 @@ def predictor_info(device_name: str, checkpoints: Path = CHECKPOINTS, name: str 
             "trained": False,
             "evaluation": None,
             "evaluation_table": None,
-            "note": f"estimate: the eager CUDA kernels of the graph, each timed by the kernel model (fitted on "
-            f"public single-kernel measurements; see docs/kernel-model.md), energy at 60% of TDP, memory = weights "
-            f"+ peak activations + {CONTEXT_MIB:g} MiB context + workspace; the intervals are assumptions, not "
-            f"calibrated on whole-model measurements",
+            "note": "estimate: the eager CUDA kernels of the graph, each timed by the kernel model (fitted on "
+            "public single-kernel measurements; see docs/kernel-model.md), power from the kernels' compute/memory/"
+            "idle shares fitted on ML.ENERGY measurements, memory as nvidia-smi counts it (context + cuBLAS "
+            "workspace + allocator reserve, fitted on MIG framebuffer readings; docs/power-and-memory.md); the "
+            "latency interval is an assumption, not calibrated on whole-model measurements",
         }
     try:
         meta = json.loads((artifact / "meta.json").read_text())
@@ -184,14 +191,31 @@ def _sample_from_analysis(analysis, device: str, arrays: dict) -> Sample:
     )
 
 
-def roofline_memory_mib(param_bytes: int, peak_activation_bytes: int) -> tuple[float, float, float]:
-    """The roofline estimate's memory (low, point, high) in MiB (module docstring)."""
-    est = memory_estimate(param_bytes, peak_activation_bytes)
-    return (
-        est.weights_mib + est.activations_mib + CONTEXT_MIB,
-        est.total_mib,
-        est.total_mib + 0.25 * est.activations_mib,
+def roofline_memory_mib(
+    param_bytes: int, peak_activation_bytes: int, device: Device | None = None, has_conv: bool = False
+) -> tuple[float, float, float]:
+    """The estimate's memory (low, point, high) in MiB, as nvidia-smi counts it on `device` (default: H100,
+    the default device of `predict`) under the default runtime (module docstring)."""
+    m = estimate_memory(param_bytes, peak_activation_bytes, device or get_device("h100-80gb"), has_conv)
+    low = m.tensor_peak_mib + m.context_mib + m.workspace_mib
+    return low, m.total_mib, m.total_mib + 0.25 * m.activations_mib
+
+
+def estimate_memory(param_bytes: int, peak_activation_bytes: int, device: Device, has_conv: bool = False):
+    """`predictor.memory.GpuMemory` of a graph on the whole `device` under the default runtime."""
+    return gpu_memory(
+        param_bytes,
+        peak_activation_bytes,
+        sms=device.sms,
+        hopper=get_params_family(device.key) == "hopper",
+        has_conv=has_conv,
+        runtime=runtime_memory(DEFAULT_RUNTIME),
     )
+
+
+def get_params_family(device_key: str) -> str | None:
+    """The kernel table's family of a device ("ampere", "hopper"), None when it has none."""
+    return load_params().family(device_key)
 
 
 def _slice_latencies(
@@ -236,26 +260,37 @@ class Prediction:
     #: parameters were fitted on this GPU's single-kernel measurements, on other GPUs', calibrated to one figure,
     #: or assumed (`kernel_model.BASES`); "kernel_measured_on": the GPUs those fits measured.
     basis: dict = field(default_factory=dict)
+    #: Weights + peak live activations (MiB) as preflight's liveness pass finds them, beside `memory_mib` (what
+    #: nvidia-smi would count: + context, workspace and the allocator's reserve), with either predictor.
+    memory_tensor_peak_mib: float | None = None
+    #: Average board power (W) of the estimate and the busy shares it rests on ({"compute", "memory", "gap"});
+    #: None with a trained predictor (its energy is predicted directly).
+    power_w: float | None = None
+    power_shares: dict | None = None
 
     def to_json(self) -> dict:
         """The `prediction` block of `preflight.report/1`."""
-        return {
-            "device": self.device,
-            "predictor": self.predictor,
-            "latency_ms": self.latency_ms,
-            "latency_ms_interval": list(self.latency_ms_interval),
-            "energy_j": self.energy_j,
-            "energy_j_interval": list(self.energy_j_interval),
-            "memory_mib": self.memory_mib,
-            "memory_mib_interval": list(self.memory_mib_interval),
-            # deprecated: the same MiB under the old name, kept through preflight.report/1 (schema description)
-            "memory_mb": self.memory_mib,
-            "memory_mb_interval": list(self.memory_mib_interval),
-            "roofline_latency_ms": self.roofline_latency_ms,
-            "mig": self.mig.to_json(),
-            "runtime": dict(self.runtime),
-            "basis": dict(self.basis),
-        }
+        return (
+            {
+                "device": self.device,
+                "predictor": self.predictor,
+                "latency_ms": self.latency_ms,
+                "latency_ms_interval": list(self.latency_ms_interval),
+                "energy_j": self.energy_j,
+                "energy_j_interval": list(self.energy_j_interval),
+                "memory_mib": self.memory_mib,
+                "memory_mib_interval": list(self.memory_mib_interval),
+                # deprecated: the same MiB under the old name, kept through preflight.report/1 (schema description)
+                "memory_mb": self.memory_mib,
+                "memory_mb_interval": list(self.memory_mib_interval),
+                "roofline_latency_ms": self.roofline_latency_ms,
+                "mig": self.mig.to_json(),
+                "runtime": dict(self.runtime),
+                "basis": dict(self.basis),
+            }
+            | ({} if self.memory_tensor_peak_mib is None else {"memory_tensor_peak_mib": self.memory_tensor_peak_mib})
+            | ({} if self.power_w is None else {"power_w": self.power_w, "power_shares": dict(self.power_shares)})
+        )
 
 
 def runtime_of(ops) -> dict:
@@ -293,6 +328,8 @@ def predict(
     bound = whole.bound_ms
     trained, artifact, source, skipped = first_loadable(device.key, checkpoints)
     warnings += skipped
+    power, power_shares = None, None
+    tensor_peak = (analysis.totals.param_bytes + analysis.totals.peak_activation_bytes) / 2**20
     if trained is not None:
         from .train import prepare
 
@@ -314,14 +351,22 @@ def predict(
     else:
         lat = whole.eager_ms
         lat_lo, lat_hi = bound, ESTIMATE_HIGH * lat
-        e = lat / 1e3 * 0.6 * device.tdp_w
-        e_lo, e_hi = lat_lo / 1e3 * 0.3 * device.tdp_w, lat_hi / 1e3 * device.tdp_w
-        m_lo, m, m_hi = roofline_memory_mib(analysis.totals.param_bytes, analysis.totals.peak_activation_bytes)
+        pw = power_params(device.key)
+        s_c, s_m, s_gap = busy_shares(whole.compute_s, whole.memory_s, whole.launch_s)
+        power = pw.power_w(s_c, s_m)
+        p_lo, p_hi = pw.interval_w(power)
+        e, e_lo, e_hi = lat / 1e3 * power, lat_lo / 1e3 * p_lo, lat_hi / 1e3 * p_hi
+        power_shares = {"compute": round(s_c, 4), "memory": round(s_m, 4), "gap": round(s_gap, 4)}
+        has_conv = any(k.kind == "conv" for k in analysis.kernels)
+        mem = estimate_memory(analysis.totals.param_bytes, analysis.totals.peak_activation_bytes, device, has_conv)
+        m_lo = mem.tensor_peak_mib + mem.context_mib + mem.workspace_mib
+        m, m_hi = mem.total_mib, mem.total_mib + 0.25 * mem.activations_mib
         name = "roofline"
         warnings.append(
             f"no trained predictor for {device.key}: kernel-model estimate (each eager CUDA kernel timed with "
-            f"efficiencies fitted on public single-kernel measurements; energy at 60% of TDP; the intervals are "
-            f"assumptions, not calibrated on whole-model measurements)"
+            f"efficiencies fitted on public single-kernel measurements; power {power:.0f} W from the kernels' "
+            f"busy shares, fitted on ML.ENERGY measurements; the latency interval is an assumption, not calibrated "
+            f"on whole-model measurements)"
         )
     per_slice = {p.name: kernel_latency_arrays(karrays, device, p) for p in device.mig}
     slices = _slice_latencies(device, whole, per_slice, lat, trained is not None)
@@ -346,6 +391,9 @@ def predict(
         mig=rec,
         runtime=runtime_of(analysis.ops),
         basis=_basis(karrays, device, whole, None if trained is None else source),
+        memory_tensor_peak_mib=tensor_peak,
+        power_w=power,
+        power_shares=power_shares,
     )
     return prediction, warnings
 

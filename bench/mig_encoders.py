@@ -1,0 +1,74 @@
+"""Analyse the four sentence-transformer encoders of data/public-models/mig-a100-40gb.jsonl with preflight.
+
+Writes data/public-models/mig-encoders-analysis.json: per encoder and (batch, seq), the weights (param bytes) and
+the peak live activations preflight's liveness pass finds, in bytes. `python -m predictor.memory_fit` reads that
+file (predictor/ never imports TVM, so the analyses are cached here).
+
+The encoders as transformers configs (float32, eager attention as transformers 4.21 ran them; random weights:
+only shapes matter):
+- paraphrase-multilingual-MiniLM-L12-v2: BertModel, hidden 384, 12 layers, 12 heads, intermediate 1536,
+  vocab 250037 (117,653,760 parameters in the data file; BertModel's pooler, 147,840, is not in the graph);
+- paraphrase-multilingual-mpnet-base-v2: despite its name an XLM-RoBERTa base (XLMRobertaModel: hidden 768,
+  12 layers, intermediate 3072, vocab 250002, 514 positions), 278,043,648 parameters as in the data file;
+- distiluse-base-multilingual-cased v1/v2: DistilBERT multilingual base (hidden 768, 6 layers, intermediate
+  3072, vocab 119547), 134,734,080 parameters; the sentence-transformers dense layer after pooling (768 x 512,
+  1.5 MiB, a batch x 512 output) is left out.
+
+Usage: python bench/mig_encoders.py [--out PATH]   (3 architectures x 13 points = 39 analyses, 2-11 s each here)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+ENCODERS = {
+    "paraphrase-multilingual-MiniLM-L12-v2": "zoo:bert?vocab=250037&hidden=384&layers=12&heads=12"
+    "&intermediate=1536&max_pos=512&attn=eager",
+    "paraphrase-multilingual-mpnet-base-v2": "zoo:roberta?vocab=250002&hidden=768&layers=12&heads=12"
+    "&intermediate=3072&max_pos=514&attn=eager",
+    "distiluse-base-multilingual-cased": "zoo:distilbert?vocab=119547&hidden=768&layers=6&heads=12"
+    "&intermediate=3072&max_pos=512&attn=eager",
+}
+POINTS = [(b, 64) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)] + [(32, s) for s in (32, 128, 256, 512)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "data/public-models/mig-encoders-analysis.json"))
+    args = ap.parse_args()
+    from analyzer.api import analyze
+
+    out = Path(args.out)
+    doc = json.loads(out.read_text()) if out.is_file() else {"encoders": {}}
+    for name, spec in ENCODERS.items():
+        rows = doc["encoders"].setdefault(name, {"spec": spec, "points": []})
+        done = {(p["batch"], p["seq_len"]) for p in rows["points"]}
+        for batch, seq in POINTS:
+            if (batch, seq) in done:
+                continue
+            t = time.time()
+            r = analyze(f"{spec}&seq_len={seq}", batch=batch)
+            rows["points"].append(
+                {
+                    "batch": batch,
+                    "seq_len": seq,
+                    "param_bytes": int(r.totals.param_bytes),
+                    "peak_activation_bytes": int(r.totals.peak_activation_bytes),
+                }
+            )
+            rows["points"].sort(key=lambda p: (p["seq_len"], p["batch"]))
+            out.write_text(json.dumps(doc, indent=1) + "\n")
+            print(
+                f"{name} b={batch} s={seq}: {r.totals.peak_activation_bytes / 2**20:.1f} MiB ({time.time() - t:.0f} s)"
+            )
+
+
+if __name__ == "__main__":
+    main()

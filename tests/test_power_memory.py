@@ -1,0 +1,151 @@
+"""Power model (predictor.power), memory as nvidia-smi counts it (predictor.memory) and their parameter files."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from predictor.devices import DEVICES, get_device
+from predictor.kernel_model import KernelParams, ParamTable, kernel_latency
+from predictor.memory import (
+    DEFAULT_RUNTIME,
+    MIB,
+    MemoryParamsError,
+    RuntimeMemory,
+    block_bytes,
+    gpu_memory,
+    load_memory_params,
+    reserved_bytes,
+    segment_bytes,
+)
+from predictor.power import PowerParams, PowerParamsError, busy_shares, load_power_params, power_params
+
+H100 = get_device("h100-80gb")  # fp16 tensor-core peak 989.4e12 FLOP/s, fp32 67e12, bandwidth 3.35e12 B/s
+
+
+def _kernel(kind, dtype, flops, nbytes):
+    return SimpleNamespace(kind=kind, dtype=dtype, flops=flops, bytes_read=nbytes, bytes_written=0, params={})
+
+
+def test_power_model_energy_of_a_two_kernel_graph():
+    # Efficiency 1, no launch: the kernel model's terms are the roofline's.
+    ideal = KernelParams(e_compute=1.0, e_memory=1.0, launch_us=0.0, source="test")
+    table = ParamTable({("h100-80gb", "gemm", "*"): ideal, ("h100-80gb", "elementwise", "*"): ideal}, {})
+    kernels = [
+        # gemm fp16: 989.4e9 FLOPs / 989.4e12 = 1 ms compute; 0.335e9 B / 3.35e12 = 0.1 ms memory -> compute-bound
+        _kernel("gemm", "float16", 989.4e9, 0.335e9),
+        # elementwise fp32: 67e6 FLOPs / 67e12 = 1 us compute; 3.35e9 B / 3.35e12 = 1 ms memory -> memory-bound
+        _kernel("elementwise", "float32", 67e6, 3.35e9),
+    ]
+    t = kernel_latency(kernels, H100, params=table)
+    assert t.eager_ms == pytest.approx(2.0)  # 1 ms + 1 ms
+    s_c, s_m, s_gap = busy_shares(t.compute_s, t.memory_s, t.launch_s)
+    assert (s_c, s_m, s_gap) == pytest.approx((0.5, 0.5, 0.0))  # 1 ms of 2 each
+    p = PowerParams(gap_w=100, compute_w=600, memory_w=400, limit_w=700)
+    watts = p.power_w(s_c, s_m)
+    assert watts == pytest.approx(500.0)  # 100 + (600 - 100) x 0.5 + (400 - 100) x 0.5 = 100 + 250 + 150
+    assert watts * t.eager_ms / 1e3 == pytest.approx(1.0)  # 500 W x 2 ms = 1.0 J
+    capped = PowerParams(gap_w=100, compute_w=600, memory_w=400, limit_w=450)
+    assert capped.power_w(s_c, s_m) == 450.0  # 500 W over the 450 W limit
+
+
+def test_launch_floor_kernels_count_as_gap():
+    # Per kernel (compute, memory, launch) in seconds: 3 ms compute-bound, 1 ms memory-bound, a 20 us kernel whose
+    # 1 us / 2 us execution hides behind its launch (gap). Total 3 + 1 + 0.02 = 4.02 ms.
+    import numpy as np
+
+    s_c, s_m, s_gap = busy_shares(
+        np.array([3e-3, 0.5e-3, 1e-6]), np.array([1e-3, 1e-3, 2e-6]), np.array([20e-6, 20e-6, 20e-6])
+    )
+    assert s_c == pytest.approx(3 / 4.02) and s_m == pytest.approx(1 / 4.02) and s_gap == pytest.approx(0.02 / 4.02)
+    assert busy_shares(np.zeros(0), np.zeros(0), np.zeros(0)) == (0.0, 0.0, 0.0)
+
+
+def test_power_interval_uses_held_out_ratios_and_the_limit():
+    p = PowerParams(gap_w=100, compute_w=600, memory_w=400, limit_w=700, ratio_p10=0.8, ratio_p90=1.5)
+    assert p.interval_w(400.0) == pytest.approx((320.0, 600.0))  # 400 x 0.8, 400 x 1.5
+    assert p.interval_w(600.0) == pytest.approx((480.0, 700.0))  # 600 x 1.5 = 900 capped at 700
+
+
+def test_allocator_rounding():
+    # c10/cuda/CUDACachingAllocator.cpp: 512 B blocks; <= 1 MiB from 2 MiB segments, < 10 MiB from 20 MiB
+    # segments, larger requests their own segment rounded up to 2 MiB.
+    assert block_bytes(1) == 512 and block_bytes(512) == 512 and block_bytes(513) == 1024
+    assert block_bytes(0) == 0 and segment_bytes(0) == 0
+    assert segment_bytes(1000) == 2 * MIB
+    assert segment_bytes(MIB) == 2 * MIB  # exactly kSmallSize: small pool
+    assert segment_bytes(MIB + 1) == 20 * MIB  # 1 MiB + 512 B: large pool, 20 MiB segment
+    assert segment_bytes(10 * MIB - 512) == 20 * MIB
+    assert segment_bytes(10 * MIB) == 10 * MIB  # kMinLargeAlloc: own segment, already a multiple of 2 MiB
+    assert segment_bytes(11 * MIB + 1) == 12 * MIB  # 11 MiB + 512 B rounded up to 2 MiB
+
+
+def test_allocator_packing():
+    k600 = 600 * 1024  # 614,400 B, a multiple of 512
+    # three 600 KiB blocks share one 2 MiB segment (3 x 614,400 = 1,843,200 <= 2,097,152), the 5 MiB block opens a
+    # 20 MiB segment, the 12 MiB block its own 12 MiB segment: 2 + 20 + 12 = 34 MiB
+    assert reserved_bytes([k600, k600, k600, 5 * MIB, 12 * MIB]) == 34 * MIB
+    # a fourth 600 KiB block no longer fits the 253,952 B left: a second 2 MiB segment -> 36 MiB
+    assert reserved_bytes([k600] * 4 + [5 * MIB, 12 * MIB]) == 36 * MIB
+    # three 8 MiB blocks: two share a 20 MiB segment (16 MiB), the third opens another -> 40 MiB
+    assert reserved_bytes([8 * MIB] * 3) == 40 * MIB
+
+
+def test_gpu_memory_terms():
+    rt = RuntimeMemory(fixed_mib=400.0, per_sm_mib=0.0, reserve=2.0, source="test")
+    m = gpu_memory(100 * MIB + 1, 10 * MIB, sms=132, hopper=True, runtime=rt)
+    # weights 100 MiB + 1 B -> 102 MiB (2 MiB rounding); activations 2 x 10 = 20 MiB; context 400; cuBLAS 32 (Hopper)
+    assert (m.weights_mib, m.activations_mib, m.context_mib, m.workspace_mib) == (102.0, 20.0, 400.0, 32.0)
+    assert m.total_mib == 554.0  # 102 + 20 + 400 + 32
+    assert m.tensor_peak_mib == pytest.approx(110.0 + 1 / MIB)  # 100 MiB + 1 B + 10 MiB, unrounded
+    conv = gpu_memory(100 * MIB + 1, 10 * MIB, sms=108, hopper=False, has_conv=True, runtime=rt)
+    assert conv.workspace_mib == 8.125 + 32.0  # cuBLAS 4096 KiB x 2 + 16 KiB x 8 = 8.125 MiB, + cuDNN 32 assumed
+    old = RuntimeMemory(fixed_mib=1000.0, per_sm_mib=4.0, reserve=2.0, source="test")
+    assert gpu_memory(0, 0, sms=14, hopper=False, runtime=old).context_mib == 1056.0  # 1000 + 4 x 14
+
+
+def test_parameter_files_cover_every_device_and_fail_loudly(tmp_path):
+    table = load_power_params()
+    assert set(table) == set(DEVICES)
+    for key, p in table.items():
+        assert 0 <= p.gap_w <= p.limit_w and p.limit_w == DEVICES[key].tdp_w and p.source
+        assert p.ratio_p10 <= 1 <= p.ratio_p90
+    fitted = {k for k, p in table.items() if p.source.startswith("fit:")}
+    assert fitted == {"a100-40gb", "h100-80gb"}  # the two GPUs with ML.ENERGY measurements
+    assert DEFAULT_RUNTIME in load_memory_params() and "torch-1.12-cuda11" in load_memory_params()
+    with pytest.raises(PowerParamsError, match="cannot read"):
+        load_power_params(tmp_path / "missing.json")
+    with pytest.raises(MemoryParamsError, match="cannot read"):
+        load_memory_params(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "something else"}')
+    with pytest.raises(PowerParamsError, match="not a power-parameter file"):
+        load_power_params(bad)
+    with pytest.raises(PowerParamsError, match="no power parameters"):
+        power_params("tpu-v5")
+
+
+def test_committed_parameter_files_are_what_the_fits_write():
+    # The fits are deterministic: rerunning them on the committed data must reproduce the committed files, so a
+    # changed data file or fit cannot leave stale parameters behind.
+    import json
+
+    from predictor import memory_fit, power_fit
+    from predictor.memory import PARAMS_PATH as MEMORY_PARAMS
+    from predictor.power import PARAMS_PATH as POWER_PARAMS
+
+    power_doc, _ = power_fit.run(power_fit.DATA)
+    assert power_doc == json.loads(POWER_PARAMS.read_text())
+    memory_doc, _ = memory_fit.run(memory_fit.DATA)
+    assert memory_doc == json.loads(MEMORY_PARAMS.read_text())
+
+
+def test_fit_commands_reject_a_missing_data_folder(tmp_path, capsys):
+    from predictor import memory_fit, power_fit
+
+    assert power_fit.main(["--data", str(tmp_path), "--out", str(tmp_path / "p.json")]) == 2
+    assert memory_fit.main(["--data", str(tmp_path), "--out", str(tmp_path / "m.json")]) == 2
+    err = capsys.readouterr().err
+    assert "mlenergy-diffusion-v2.jsonl not found" in err and "mig-a100-40gb.jsonl not found" in err
+    assert not (tmp_path / "p.json").exists() and not (tmp_path / "m.json").exists()

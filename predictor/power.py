@@ -124,6 +124,38 @@ def load_power_params(path: Path | str | None = None) -> dict[str, PowerParams]:
 def power_params(device_key: str, path: Path | str | None = None) -> PowerParams:
     """The power figures of one device; `PowerParamsError` when the file has none for it."""
     table = load_power_params(path)
-    if device_key not in table:
+    if device_key in table:
+        return table[device_key]
+    transferred = _transfer_to_user_device(device_key, table)
+    if transferred is None:
         raise PowerParamsError(f"no power parameters for {device_key!r} in {path or PARAMS_PATH}")
-    return table[device_key]
+    return transferred
+
+
+# the fitted GPU whose figures a device of each kernel family borrows (docs/devices.md)
+_FAMILY_REFERENCE = {"ampere": "a100-40gb", "hopper": "h100-80gb"}
+
+
+def _transfer_to_user_device(device_key: str, table: dict[str, PowerParams]) -> PowerParams | None:
+    """A GPU added from a user's device file: its kernel family's fitted figures scaled by the power-limit ratio,
+    as the table does for the built-in GPUs without measurements; None when it names no family with a fit."""
+    from .devices import DEVICES
+
+    device = DEVICES.get(device_key)
+    ref = table.get(_FAMILY_REFERENCE.get(device.kernel_family or "", "")) if device is not None else None
+    if ref is None:
+        return None
+    r = device.tdp_w / ref.limit_w
+    return PowerParams(
+        gap_w=ref.gap_w * r,
+        compute_w=ref.compute_w * r,
+        memory_w=ref.memory_w * r,
+        limit_w=device.tdp_w,
+        ratio_p10=ref.ratio_p10,
+        ratio_p90=ref.ratio_p90,
+        source=(
+            f"transfer: {_FAMILY_REFERENCE[device.kernel_family]}'s fit x {r:.4g} (power-limit ratio "
+            f"{device.tdp_w:g} / {ref.limit_w:g} W; kernel family {device.kernel_family}); no power measurements "
+            f"of {device_key}"
+        ),
+    )

@@ -75,6 +75,8 @@ def test_a_user_gpu_is_predicted_on(tmp_path):
     doc = json.loads(res.stdout)
     assert doc["prediction"]["device"] == "l40s-48gb" and doc["prediction"]["latency_ms"] > 0
     assert doc["prediction"]["mig"]["profile"] is None  # no MIG on an L40S
+    # power: the ampere reference's fit (a100-40gb, 400 W) scaled by 350 / 400, never above the 350 W limit
+    assert 0 < doc["prediction"]["power_w"] <= 350
     shown = CliRunner().invoke(cli, ["--devices", str(path), "devices", "--show", "l40s"])
     assert shown.exit_code == 0 and json.loads(shown.stdout)["peak_tflops"]["fp16"] == 362.05
 

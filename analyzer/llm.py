@@ -648,6 +648,17 @@ def _check_int(name: str, value, lo: int = 1) -> int:
     return value
 
 
+def kv_cache_spec(layout, dtype: str) -> serving.KvCacheSpec:
+    """The KV cache `preflight llm` reports for a cache layout (`zoo.serving.cache_layout`) stored in `dtype`.
+
+    A layer holds min(context, window) slots per sequence (context for a full-attention layer): the static cache's
+    allocation, transformers' `StaticSlidingWindowLayer`'s, and the keys and values attention reads in the decode
+    step that brings a sequence to `context` tokens (transformers' dynamic cache keeps window - 1 of them visible
+    between steps). tests/test_kv_oracle.py checks it against transformers' own caches.
+    """
+    return serving.KvCacheSpec(layout.kv_heads, layout.head_dim, layout.windows, dtype_bytes(dtype))
+
+
 def llm(
     model,
     *,
@@ -717,7 +728,7 @@ def llm(
         layout = cache_layout(m.config)
     except StepError as exc:
         raise UsageError(f"{m.name}: {exc}") from exc
-    kv = serving.KvCacheSpec(layout.kv_heads, layout.head_dim, layout.windows, dtype_bytes(dtype))
+    kv = kv_cache_spec(layout, dtype)
     n = layout.layers
 
     depths, depth = choose_depths(m.lm, layout, full_depth=full_depth, devices=devices)

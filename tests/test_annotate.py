@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import numpy as np
 import pytest
 import torch
 import tvm
@@ -98,10 +99,46 @@ def test_annotated_macs_match_flop_counter_mode(mlp_mod):
     assert [o["folded"] for o in ops].count(True) == 2
 
 
-def test_annotated_module_still_compiles(mlp_mod):
-    out = AnnotateCosts(device="h100-80gb")(mlp_mod)
-    exe = tvm.compile(out, target="llvm")
-    assert exe is not None
+def _conv():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1)).eval()
+    with torch.no_grad():  # statistics other than the initial 0 / 1, so the batch norm does something
+        model[1].running_mean.uniform_(-0.5, 0.5)
+        model[1].running_var.uniform_(0.5, 2.0)
+    return model, (torch.randn(2, 3, 8, 8),)
+
+
+def _run_on_cpu(mod, model, inputs) -> np.ndarray:
+    """Compile `mod` for TVM's CPU target and run `main` on `inputs` and `model`'s weights (the parameters after
+    the `num_input` model inputs, matched to the torch state dict by name: p_<...>_0_weight is "0.weight")."""
+    state = {k.replace(".", "_"): v for k, v in model.state_dict().items()}
+    params = mod["main"].params[len(inputs) :]
+    weights = []
+    for p in params:
+        match = [k for k in state if p.name.endswith("_" + k)]
+        assert len(match) == 1, (p.name, match)
+        weights.append(state[match[0]].numpy())
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+    args = [tvm.runtime.tensor(a) for a in [*(x.numpy() for x in inputs), *weights]]
+    out = vm["main"](*args)
+    while not hasattr(out, "numpy"):  # the importer returns a tuple of outputs
+        out = out[0]
+    return out.numpy()
+
+
+@pytest.mark.parametrize("build", [_mlp, _conv], ids=["mlp", "conv-bn-relu"])
+def test_annotated_module_computes_what_the_unannotated_one_does(build):
+    """Compiled with and without the pass for TVM's CPU target and run on the same input and weights: the same
+    outputs, and both those of the torch model (the independent reference)."""
+    model, inputs = build()
+    mod = analyzer.load(model, example_inputs=inputs).mod
+    annotated = _run_on_cpu(AnnotateCosts(device="h100-80gb")(mod), model, inputs)
+    plain = _run_on_cpu(mod, model, inputs)
+    with torch.no_grad():
+        expected = model(*inputs).numpy()
+    np.testing.assert_array_equal(annotated, plain)  # the same program: bit for bit
+    np.testing.assert_allclose(annotated, expected, rtol=1e-4, atol=1e-5)
+    assert np.abs(expected).max() > 1e-2  # not a vacuous comparison of zeros
 
 
 def test_annotate_errors_are_clear():

@@ -119,6 +119,83 @@ def test_other_param_counts() -> None:
     assert _n_params(build("gpt2", device="meta").module) == 124_439_808
 
 
+# Published parameter counts: torchvision's model table ("Params", pytorch.org/vision/stable/models.html) for the
+# CNNs; the Hugging Face checkpoints' counts for the transformers (the zoo builds the same config with random
+# weights). Together with TORCHVISION_PARAMS, test_other_param_counts and test_llama_7b_on_meta_is_fast_and_free,
+# every family but the few in FLOPS_ONLY has one (tests/test_zoo_analysis.py checks every family's MACs).
+PUBLISHED_PARAMS = {
+    "alexnet": 61_100_840,
+    "vgg11": 132_863_336,
+    "vgg13": 133_047_848,
+    "vgg16_bn": 138_365_992,
+    "vgg19": 143_667_240,
+    "densenet121": 7_978_856,
+    "densenet169": 14_149_480,
+    "googlenet": 6_624_904,  # without the auxiliary classifiers (eval)
+    "squeezenet1_0": 1_248_424,
+    "squeezenet1_1": 1_235_496,
+    "shufflenet_v2_x0_5": 1_366_792,
+    "shufflenet_v2_x1_0": 2_278_604,
+    "mnasnet0_5": 2_218_512,
+    "mnasnet1_0": 4_383_312,
+    "mobilenet_v3_small": 2_542_856,
+    "mobilenet_v3_large": 5_483_032,
+    "regnet_y_400mf": 4_344_144,
+    "regnet_x_400mf": 5_495_976,  # the stage widths round halves up: 392 -> 400 channels (24.5 groups of 16)
+    "regnet_y_800mf": 6_432_512,  # 136 -> 144 and 776 -> 784 the same way
+    "regnet_y_1_6gf": 11_202_430,
+    "resnext50_32x4d": 25_028_904,
+    "resnext101_32x8d": 88_791_336,
+    "wide_resnet50_2": 68_883_240,
+    "resnet34": 21_797_672,
+    "efficientnet_b1": 7_794_184,
+    "convnext_small": 50_223_688,
+    "swin_small": 49_606_258,
+    "vit_large": 304_326_632,  # torchvision vit_l_16
+    "bert_large": 335_141_888,  # bert-large-uncased, with the pooler
+    "distilbert_base": 66_362_880,  # distilbert-base-uncased
+    "roberta_base": 124_645_632,  # roberta-base: one token type
+    "roberta_large": 355_359_744,
+    "opt_125m": 125_239_296,  # facebook/opt-125m
+    "t5_encoder_small": 35_330_816,  # T5EncoderModel of t5-small
+    "mistral_7b": 7_241_732_096,  # mistralai/Mistral-7B-v0.1
+    "beit_base": 86_530_984,  # microsoft/beit-base-patch16-224
+    "mobilevit_xxs": 1_272_024,  # apple/mobilevit-xx-small
+    "mobilevit_s": 5_578_632,  # apple/mobilevit-small
+    "poolformer_s12": 11_915_176,  # sail/poolformer_s12
+}
+
+# Worked out by hand from a published count or from the layer shapes.
+DERIVED_PARAMS = {
+    # HF DeiT keeps a distillation token and its position: vit_base (86,567,656, test_other_param_counts) + 2 x 768
+    "deit_base": 86_567_656 + 2 * 768,
+    # facebook/dinov2-small (22,056,576) has 37 x 37 + 1 = 1,370 positions (518 px); at 224 px 16 x 16 + 1 = 257;
+    # the classifier reads [CLS] and the mean patch token: 2 x 384 -> 1000
+    "dinov2_small": 22_056_576 - (1370 - 257) * 384 + (2 * 384 * 1000 + 1000),
+    # torch.nn.LSTM, input 128, hidden 128, one layer: 4 gates x (128 x 128 + 128 x 128 + 2 biases of 128),
+    # then the per-step classifier 128 -> 32
+    "lstm_small": 4 * (128 * 128 + 128 * 128 + 2 * 128) + 128 * 32 + 32,
+    # GRU: 3 gates, otherwise the same
+    "gru_small": 3 * (128 * 128 + 128 * 128 + 2 * 128) + 128 * 32 + 32,
+}
+
+# families without a published count: their own configurations (every family's MACs are checked against
+# FlopCounterMode in tests/test_zoo_analysis.py)
+FLOPS_ONLY = {"levit", "randwire"}
+
+
+@pytest.mark.parametrize(("name", "expected"), sorted((PUBLISHED_PARAMS | DERIVED_PARAMS).items()))
+def test_published_and_derived_param_counts(name: str, expected: int) -> None:
+    assert _n_params(build(name, device="meta").module) == expected
+
+
+def test_every_family_has_a_param_oracle() -> None:
+    named = {*TORCHVISION_PARAMS, *PUBLISHED_PARAMS, *DERIVED_PARAMS, "vit_base", "swin_tiny", "bert_base", "gpt2"}
+    named |= {"llama_7b"}
+    covered = {resolve(n)[0].name for n in named}
+    assert covered | FLOPS_ONLY == set(FAMILIES), set(FAMILIES) - covered - FLOPS_ONLY
+
+
 def _rss_bytes() -> int | None:
     try:
         with open("/proc/self/status") as fh:

@@ -128,7 +128,10 @@ def _regnet_stages(w0: int, wa: float, wm: float, depth: int, group_width: int) 
     out = []
     for w, d in stages:
         g = min(group_width, w)
-        out.append((int(round(w / g) * g), d, g))
+        # the nearest multiple of g, halves rounded up (torchvision's _make_divisible; Python's round() would round
+        # 392 / 16 = 24.5 down to 24 and give regnet_x_400mf a last stage of 384 channels instead of 400)
+        width = max(g, int(w + g / 2) // g * g)
+        out.append((width + g if width < 0.9 * w else width, d, g))
     return out
 
 

@@ -116,7 +116,14 @@ _language(
 
 _language(
     "roberta",
-    _lm_builder("roberta", "RobertaConfig", "RobertaModel", _BERT_FIELDS, derived=lambda p: {"pad_token_id": 1}),
+    # roberta-base's config.json: one token type (BERT's default is 2: 768 parameters too many at base size)
+    _lm_builder(
+        "roberta",
+        "RobertaConfig",
+        "RobertaModel",
+        _BERT_FIELDS,
+        derived=lambda p: {"pad_token_id": 1, "type_vocab_size": 1},
+    ),
     _encoder_params(50265, 514),
     _sized("roberta", {k: _BERT_SIZES[k] for k in ("tiny", "small", "base", "large")}),
     "RoBERTa encoder (BERT architecture, padding-offset positions)",

@@ -500,7 +500,10 @@ def neutral_out_spec(spec, where: str, renamed: set[str]) -> str:
             node["type"], node["context"] = "builtins.tuple", "null"  # what treespec_dumps writes for a tuple
         if isinstance(node, dict) and isinstance(node.get("children_spec"), list):
             stack.extend(node["children_spec"])
-    out = json.dumps(doc)
+    try:
+        out = json.dumps(doc)
+    except RecursionError as exc:  # json.loads took it, but dumps runs deeper in the stack
+        raise _Refused(f"{where} is nested too deeply") from exc
     check_treespec(out, where)
     return out
 

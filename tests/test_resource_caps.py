@@ -4,6 +4,9 @@ for an analysis over its memory or time budget), never in an internal error or a
 
 from __future__ import annotations
 
+import zipfile
+from pathlib import Path
+
 import pytest
 from test_hostile_inputs import DYN_ARGS, _edit_program, _graph, _rewrite_archive, files, refused  # noqa: F401
 
@@ -65,3 +68,101 @@ def test_deeply_nested_json_in_model_json(tmp_path, files):  # noqa: F811
 
     _rewrite_archive(files["pt2"], p := tmp_path / "deep.pt2", member)
     assert "models/model.json is nested too deeply" in refused(p)
+
+
+# ---- 2. .pt2 caps before parsing -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def buffered(tmp_path_factory) -> Path:
+    """A .pt2 with a 4 MiB buffer of zeros (1,048,576 float32), stored as torch.export.save writes it."""
+    import torch
+
+    class Buf(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("table", torch.zeros(1 << 20))
+
+        def forward(self, x):
+            return x + self.table[:4]
+
+    p = tmp_path_factory.mktemp("buffered") / "buf.pt2"
+    torch.export.save(torch.export.export(Buf().eval(), (torch.ones(4),)), p)
+    return p
+
+
+def _deflated(src: Path, dst: Path) -> Path:
+    """`src` re-zipped with every member deflated (4 MiB of zeros become about 4 KiB)."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, zin.read(info.filename))
+    return dst
+
+
+def test_buffer_zip_bomb_is_refused_before_reading(tmp_path, buffered, monkeypatch):
+    """The hostile file: a 1.5 GB buffer deflated to a few MB (4.6 GB peak, then a torch error). Rebuilt small:
+    a 4 MiB buffer of zeros deflated, against a cap lowered from 256 MiB to 1 MiB through the same code path."""
+    from analyzer.frontends import pt2_safety
+
+    bomb = _deflated(buffered, tmp_path / "bomb.pt2")
+    with zipfile.ZipFile(bomb) as z:
+        info = next(i for i in z.infolist() if i.filename.endswith("data/weights/weight_0"))
+    assert info.file_size == 4 * (1 << 20) and info.compress_size < 64 << 10  # 4 MiB of zeros: < 64 KiB on disk
+    assert run_ok(bomb)  # under the default cap (256 MiB) this small one is analysed
+    monkeypatch.setattr(pt2_safety, "MAX_DATA_INFLATION", 1 << 20)
+    assert run_ok(buffered)  # stored (not deflated), the same model reads fine under the lowered cap
+    reads = []
+    monkeypatch.setattr(pt2_safety, "read_prefix", lambda *a: reads.append(a) or bytearray())
+    msg = refused(bomb)
+    assert "buffers and constants would inflate" in msg and "zip bomb" in msg, msg
+    assert reads == []  # refused from the zip directory: no buffer byte was inflated
+
+
+def run_ok(path: Path, *args) -> bool:
+    from test_hostile_inputs import run
+
+    res = run(path, *args)
+    assert res.exit_code == 0, res.stderr
+    return True
+
+
+def _padded_program(src: Path, dst: Path, pad: int) -> Path:
+    """`src` with `pad` bytes of whitespace after models/model.json's JSON (still valid JSON)."""
+    _rewrite_archive(src, dst, lambda n, d: (n, d + b" " * pad) if n.endswith("models/model.json") else (n, d))
+    return dst
+
+
+def test_whitespace_program_is_refused_from_the_directory(tmp_path, files, monkeypatch):  # noqa: F811
+    """The hostile file: a model.json of 1 GB of whitespace (2.3 GB peak). Rebuilt small: 200 KiB of whitespace
+    against the program cap lowered from 128 MiB to 100 KiB; the cap is checked before any member is read."""
+    from analyzer.frontends import pt2_safety
+
+    p = _padded_program(files["pt2"], tmp_path / "ws.pt2", 200 << 10)
+    assert run_ok(p)  # valid JSON: under the default cap it is analysed
+    monkeypatch.setattr(pt2_safety, "MAX_PROGRAM_BYTES", 100 << 10)
+    read = []
+    real = pt2_safety._read
+    monkeypatch.setattr(pt2_safety, "_read", lambda zf, info, cap: read.append(info.filename) or real(zf, info, cap))
+    msg = refused(p)
+    assert "models/model.json' declares" in msg and "(at most 102,400)" in msg, msg  # 100 KiB = 102,400 bytes
+    assert read == []  # not even the control members were read
+
+
+def test_default_program_cap_refuses_a_1_gb_program(tmp_path, files):  # noqa: F811
+    """The 1 GB model.json as the directory declares it (the size is forged: no gigabyte is written)."""
+    from test_hostile_inputs import _set_declared_size
+
+    _rewrite_archive(files["pt2"], p := tmp_path / "big.pt2", lambda n, d: (n, d))
+    _set_declared_size(p, "models/model.json", 1 << 30)
+    assert "declares 1,073,741,824 bytes (at most 134,217,728)" in refused(p)  # 128 MiB = 134,217,728
+
+
+def test_huge_string_in_model_json(tmp_path, files, monkeypatch):  # noqa: F811
+    """The hostile file: a 900 MB string in model.json (3.0 GB peak). Now the program cap (128 MiB) refuses that
+    file from the directory; a string under the program cap but over the string cap (16 MiB) is refused by
+    the schema walk. Rebuilt small: a 2,000-character string against a string cap lowered to 1,000."""
+    from analyzer.frontends import pt2_safety
+
+    p = _edit_program(files["pt2"], tmp_path / "s.pt2", lambda d: d.update(guards_code=["x" * 2000]))
+    monkeypatch.setattr(pt2_safety, "MAX_JSON_STRING", 1000)
+    assert "guards_code[0] is a string of 2,000 characters (at most 1,000)" in refused(p)

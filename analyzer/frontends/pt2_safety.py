@@ -68,8 +68,11 @@ Resource rules, all checked from the zip directory before a member is decompress
 `MAX_MEMBERS` members; control members at most 4 KiB, `models/model.json` at most `MAX_PROGRAM_BYTES`,
 each config at most `MAX_CONFIG_BYTES`; after the configs are read, every weight file must be empty or
 hold at least the bytes its tensors span, buffers and constants stored empty (zeros) may span at most
-`MAX_EMPTY_DATA`, and the archive's declared uncompressed size may exceed its size on disk by at most what
-the graph's tensors need plus the JSON members plus `INFLATION_ALLOWANCE`.
+`MAX_EMPTY_DATA`, the archive's declared uncompressed size may exceed its size on disk by at most what
+the graph's tensors need plus the JSON members plus `INFLATION_ALLOWANCE`, and the buffers and constants that
+are read may inflate beyond their compressed bytes by at most `MAX_DATA_INFLATION` in all. zipfile never
+inflates a member beyond the size its directory entry declares, so a lying directory cannot exceed these.
+Every JSON string value is at most `MAX_JSON_STRING` characters.
 Only the bytes a buffer or constant spans are ever read; learnable parameters are not read at all (the
 analysis needs their shapes, not their values), nor the sample inputs or extra files.
 """
@@ -92,10 +95,15 @@ from .specs import MAX_DIM
 
 MAX_MEMBERS = 100_000
 MAX_CONTROL_BYTES = 4096
-MAX_PROGRAM_BYTES = 1 << 30
-MAX_CONFIG_BYTES = 256 << 20
+# JSON members are read whole and parsed into Python objects (several times their size: a dense `[{},{},...]`
+# becomes a 64-byte dict per 3 bytes of text), so their caps bound the parse's memory: the program of a
+# 20,000-node graph is about 20 MiB; the weight config of 10,000 tensors about 3 MiB.
+MAX_PROGRAM_BYTES = 128 << 20
+MAX_CONFIG_BYTES = 64 << 20
+MAX_JSON_STRING = 16 << 20  # one string value in a JSON member (tree specs are the longest torch writes)
 INFLATION_ALLOWANCE = 64 << 20
 MAX_EMPTY_DATA = 256 << 20  # buffers and constants stored empty become zeros: at most this many bytes
+MAX_DATA_INFLATION = 256 << 20  # buffers and constants (read) may inflate beyond their compressed bytes by this
 MAX_STRING = 4096  # string arguments of operators (einsum equations, modes, ...)
 MAX_NAME = 1024
 MAX_GRAPH_DEPTH = 16  # nested subgraphs (cond branches)
@@ -487,7 +495,7 @@ def neutral_out_spec(spec, where: str, renamed: set[str]) -> str:
     """Rule 11 for an output spec: a node type outside `_TREESPEC_TYPES` (a transformers `ModelOutput`, a user's
     dataclass) becomes a plain tuple of the same children, its name added to `renamed`. torch would import the
     type to rebuild the output object; preflight only needs the flat outputs, so nothing is imported."""
-    if not isinstance(spec, str) or len(spec) > MAX_CONFIG_BYTES:
+    if not isinstance(spec, str) or len(spec) > MAX_JSON_STRING:
         raise _Refused(f"{where} is not a tree spec string")
     doc = _json(spec.encode("utf-8", "replace"), where)
     if not isinstance(doc, list) or len(doc) != 2 or doc[0] != 1:
@@ -510,7 +518,7 @@ def neutral_out_spec(spec, where: str, renamed: set[str]) -> str:
 
 def check_treespec(spec, where: str) -> str:
     """Rule 11: a pytree spec (JSON) with allowed node types and no `__enum__` contexts."""
-    if not isinstance(spec, str) or len(spec) > MAX_CONFIG_BYTES:
+    if not isinstance(spec, str) or len(spec) > MAX_JSON_STRING:
         raise _Refused(f"{where} is not a tree spec string")
     doc = _json(spec.encode("utf-8", "replace"), where)
     if not isinstance(doc, list) or len(doc) != 2 or doc[0] != 1:
@@ -622,8 +630,10 @@ class _Walker:
                     self.dropped.add(f"{tp.__name__}.{k[:40]}")
             return self.check(tp, out, path)
         if tp is str:
-            if not isinstance(value, str) or len(value) > MAX_CONFIG_BYTES:
+            if not isinstance(value, str):
                 raise _Refused(f"{path} is not a string")
+            if len(value) > MAX_JSON_STRING:
+                raise _Refused(f"{path} is a string of {len(value):,} characters (at most {MAX_JSON_STRING:,})")
             return value
         if tp is bool:
             if not isinstance(value, bool):
@@ -1079,6 +1089,18 @@ def _check_inflation(path: Path, infos, kinds: dict, by_rest: dict, storages: di
         raise _Refused(
             f"its members declare {declared:,} bytes uncompressed, {declared - on_disk:,} more than the "
             f"{on_disk:,} on disk, while its tensors need {needed:,} (a zip bomb?)"
+        )
+    # Buffers and constants are read (parameters are not): their bytes beyond what the file stores compressed
+    # are memory a small file makes preflight allocate. torch.export.save stores members uncompressed.
+    inflated = sum(
+        max(0, s.need - by_rest[s.member.split("/", 1)[1]].compress_size)
+        for s in storages.values()
+        if s.read and s.size
+    )
+    if inflated > MAX_DATA_INFLATION:
+        raise _Refused(
+            f"its buffers and constants would inflate to {inflated:,} bytes more than the archive stores "
+            f"compressed (at most {MAX_DATA_INFLATION:,}; a zip bomb?)"
         )
 
 

@@ -4,6 +4,7 @@ for an analysis over its memory or time budget), never in an internal error or a
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 
@@ -166,3 +167,95 @@ def test_huge_string_in_model_json(tmp_path, files, monkeypatch):  # noqa: F811
     p = _edit_program(files["pt2"], tmp_path / "s.pt2", lambda d: d.update(guards_code=["x" * 2000]))
     monkeypatch.setattr(pt2_safety, "MAX_JSON_STRING", 1000)
     assert "guards_code[0] is a string of 2,000 characters (at most 1,000)" in refused(p)
+
+
+# ---- 3. nothing is materialised that only needs a shape ---------------------------------------------------
+
+
+def test_pt2_randn_is_a_fill_not_a_constant(tmp_path):
+    """The hostile file: a long chain of `aten.randn` nodes (75 s, 4.9 GB: TVM's importer drew every tensor with
+    np.random.randn into a constant, and counted it as parameters). Now each is a fill of its shape."""
+    import torch
+    from test_hostile_inputs import run
+
+    class R(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.randn(64, 256), torch.randn_like(x, dtype=torch.float16)
+
+    p = tmp_path / "randn.pt2"
+    torch.export.save(torch.export.export(R(), (torch.ones(64, 256),)), p)
+    res = run(p, "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    totals = json.loads(res.stdout)["totals"]
+    assert (totals["params"], totals["param_bytes"]) == (0, 0)  # was 2 x 16,384 "parameters", 98,304 bytes
+    assert totals["flops"] == 64 * 256  # the add: 16,384
+    assert totals["bytes_read"] == 2 * 64 * 256 * 4  # the add reads x and the randn tensor: 131,072
+    # written: the add's output and the randn fill (65,536 bytes each, float32), the randn_like fill (float16)
+    assert totals["bytes_written"] == 64 * 256 * 4 * 2 + 64 * 256 * 2  # 163,840
+
+
+def _generators_onnx(path: Path, n: int) -> Path:
+    """y = x + sum(float(Range(0, n, 1))) + sum(ConstantOfShape([n], 1.0)): every generator operand a constant."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in (("s", 0), ("l", n), ("d", 1), ("shp", [n]))]
+    nodes = [
+        helper.make_node("Range", ["s", "l", "d"], ["r"]),
+        helper.make_node("Cast", ["r"], ["rf"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceSum", ["rf"], ["y0"], keepdims=0),
+        helper.make_node("ConstantOfShape", ["shp"], ["c"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1])),
+        helper.make_node("ReduceSum", ["c"], ["y1"], keepdims=0),
+        helper.make_node("Add", ["y0", "y1"], ["y2"]),
+        helper.make_node("Add", ["y2", "x"], ["y"]),
+    ]
+    scalar = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [])  # noqa: E731
+    graph = helper.make_graph(nodes, "generators", [scalar("x")], [scalar("y")], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def _totals(path: Path) -> dict:
+    from test_hostile_inputs import run
+
+    res = run(path, "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    return json.loads(res.stdout)["totals"]
+
+
+def test_onnx_range_of_400m_elements_is_not_materialised(tmp_path):
+    """The hostile file: an ONNX Range of 400 M elements (9.5 GB peak: TVM's importer computed it with numpy).
+    Now it is an `arange` op of that shape, costed, not computed; so is the ConstantOfShape (a `full`, which the
+    analysis leaves out as folded ahead of time: its only operand is a constant)."""
+    n = 400_000_000
+    t = _totals(_generators_onnx(tmp_path / "range.onnx", n))
+    assert t["params"] == 0
+    assert t["flops"] == n + 2  # the Range's sum: n additions; the two scalar adds: 1 each
+    # written: arange n int64 (3.2e9), the cast n float32 (1.6e9), three scalars (4 bytes each)
+    assert t["bytes_written"] == 8 * n + 4 * n + 3 * 4
+    # read: the cast reads the arange (8n), the sum the cast (4n); the adds two scalars each
+    assert t["bytes_read"] == 8 * n + 4 * n + 2 * 2 * 4
+
+
+def test_onnx_small_generators_are_still_folded(tmp_path, monkeypatch):
+    """Small generated tensors keep their values (converters read them: shapes, positions); the cap counts the
+    generated elements of the whole model, so a chain of many large ones cannot add up either."""
+    from analyzer.frontends.onnx_frontend import load_onnx
+    from passes import tvm_ir
+
+    p = _generators_onnx(tmp_path / "small.onnx", 1000)
+
+    def ops() -> tuple[bool, bool]:
+        text = str(load_onnx(p, {}, None).mod["main"])
+        return "R.arange" in text, "R.full" in text
+
+    assert ops() == (False, False)  # both folded into constants (2 x 1,000 elements, under 2**24)
+    assert _totals(p)["flops"] == 1  # and so are their sums: only `+ x` remains
+    monkeypatch.setattr(tvm_ir, "ONNX_FOLDED_ELEMENTS", 1500)
+    assert ops() == (False, True)  # the Range's 1,000 fit; with the ConstantOfShape's 1,000 they would not
+    monkeypatch.setattr(tvm_ir, "ONNX_FOLDED_ELEMENTS", 500)
+    assert ops() == (True, True)
+    t = _totals(p)
+    assert t["flops"] == 1000 + 2  # the Range's sum now runs: 1,000 additions, and the two scalar adds
+    assert t["bytes_written"] == 8 * 1000 + 4 * 1000 + 3 * 4  # arange int64, cast float32, three scalars

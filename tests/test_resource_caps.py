@@ -5,6 +5,10 @@ for an analysis over its memory or time budget), never in an internal error or a
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -259,3 +263,88 @@ def test_onnx_small_generators_are_still_folded(tmp_path, monkeypatch):
     t = _totals(p)
     assert t["flops"] == 1000 + 2  # the Range's sum now runs: 1,000 additions, and the two scalar adds
     assert t["bytes_written"] == 8 * 1000 + 4 * 1000 + 3 * 4  # arange int64, cast float32, three scalars
+
+
+# ---- 4. one budget for every analysis ---------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The CLI in a real process: the budget ends the process (os._exit), which CliRunner cannot survive."""
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, "-m", "analyzer.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+
+
+def _one_line_exit_3(p: subprocess.CompletedProcess) -> str:
+    assert p.returncode == 3, (p.returncode, p.stderr)
+    assert p.stdout == "" and "Traceback" not in p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    return lines[0]
+
+
+def test_memory_budget_stops_the_analysis(files):  # noqa: F811
+    """Importing TVM and torch alone adds far more than 10 MiB of RSS: a budget of 0.01 GiB stops analyze."""
+    msg = _one_line_exit_3(_cli("analyze", str(files["onnx"]), "--max-memory", "0.01"))
+    assert (
+        msg
+        == "error: tiny.onnx: the analysis went over its memory budget (0.01 GiB; --max-memory raises it); stopped it"
+    )
+
+
+@pytest.mark.parametrize("command", ["analyze", "predict", "report"])
+def test_time_budget_stops_every_command(tmp_path, files, command):  # noqa: F811
+    """The imports alone take longer than 0.05 s; the budget applies to analyze, predict and report alike."""
+    out = ("-o", str(tmp_path / "r.json")) if command == "report" else ()
+    msg = _one_line_exit_3(_cli(command, str(files["pt2"]), *out, "--timeout", "0.05"))
+    assert "net.pt2: the analysis did not finish within its time budget (0.05 s; --timeout raises it)" in msg
+
+
+def test_budget_counts_and_kills_child_processes(tmp_path):
+    """A tracked child holding 256 MiB goes over a 0.1 GiB budget its parent is far under: exit 3, child killed."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        "from analyzer import budget\n"
+        "hold = 'b = bytearray(256 << 20); import time; time.sleep(60)'\n"
+        "with budget.watch('m.onnx', 0.1, 0):\n"
+        "    child = subprocess.Popen([sys.executable, '-c', hold])\n"
+        "    print(child.pid, flush=True)\n"
+        "    budget.track(child.pid)\n"
+        "    time.sleep(30)\n"
+        "print('not stopped')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 3, p.stderr
+    assert p.stderr.strip() == (
+        "error: m.onnx: the analysis went over its memory budget (0.1 GiB; --max-memory raises it); stopped it"
+    )
+    pid = int(p.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while _running(pid) and time.monotonic() < deadline:  # SIGKILL is delivered at once; reaping may lag
+        time.sleep(0.1)
+    assert not _running(pid)
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (killed, waiting to be reaped)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return status.split("State:")[1].split()[0] != "Z"
+
+
+def test_isolated_steps_get_what_is_left_of_the_time_budget():
+    from analyzer import budget
+    from analyzer.frontends.isolate import Limits, child_limits
+
+    own = Limits()  # 1,800 s of wall and CPU time, 8 GiB of address space
+    assert child_limits(own) == own  # no budget active: unchanged
+    with budget.watch("m.pt2", 0, 30):
+        capped = child_limits(own)
+    assert 1.0 <= capped.wall_s <= 30 and capped.cpu_s <= 31
+    assert capped.memory == own.memory  # address space is not RSS: a child may map parameters it never touches

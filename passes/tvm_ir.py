@@ -1143,6 +1143,11 @@ ONNX_EXTRA_CONVERTERS.update(
 # direction costs G*H*(I+H) MACs per batch row, and the kernel view finds the recurrence (passes/kernels.py).
 
 
+# Steps unrolled per recurrent node (sequence length x directions). Each step is about ten Relax bindings: 16,384
+# steps took 35 s and 1.2 GB to analyse here; a hostile sequence of 10**6 steps would take an hour and 70 GB.
+MAX_RECURRENT_STEPS = 16_384
+
+
 class UnsupportedOnnxNode(IRError):
     """An ONNX node uses a feature preflight's conversion of it does not cover (e.g. LSTM peepholes)."""
 
@@ -1278,6 +1283,11 @@ class _OnnxRecurrent:
             h0 = None if h0 is None else bb.emit(relax.op.permute_dims(h0, [1, 0, 2]))
             c0 = None if c0 is None else bb.emit(relax.op.permute_dims(c0, [1, 0, 2]))
         steps, batch, _ = _static_shape(x)
+        if steps * dirs > MAX_RECURRENT_STEPS:
+            refuse(
+                f"a sequence of {steps:,} steps{' in 2 directions' if dirs == 2 else ''} (more than the "
+                f"{MAX_RECURRENT_STEPS:,} preflight unrolls per node)"
+            )
         hidden = int(attr["hidden_size"]) if "hidden_size" in attr else _static_shape(r)[-1]
         if seq_lens is not None:
             import numpy as np

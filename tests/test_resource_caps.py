@@ -348,3 +348,49 @@ def test_isolated_steps_get_what_is_left_of_the_time_budget():
         capped = child_limits(own)
     assert 1.0 <= capped.wall_s <= 30 and capped.cpu_s <= 31
     assert capped.memory == own.memory  # address space is not RSS: a child may map parameters it never touches
+
+
+# ---- 5. long recurrences ------------------------------------------------------------------------------------
+
+
+def _recurrent_onnx(path: Path, kind: str, steps: int, *, direction: str = "forward", via_identity: bool = False):
+    """One ONNX `kind` node (hidden 4, input 3, batch 1) over `steps` steps; X a graph input, or an Identity of one."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    g, dirs = {"LSTM": 4, "GRU": 3, "RNN": 1}[kind], 2 if direction == "bidirectional" else 1
+    w = numpy_helper.from_array(np.zeros((dirs, g * 4, 3), np.float32), "W")
+    r = numpy_helper.from_array(np.zeros((dirs, g * 4, 4), np.float32), "R")
+    nodes = [helper.make_node("Identity", ["x"], ["xi"])] if via_identity else []
+    outs = ["y", "yh"] + (["yc"] if kind == "LSTM" else [])
+    nodes.append(
+        helper.make_node(kind, ["xi" if via_identity else "x", "W", "R"], outs, hidden_size=4, direction=direction)
+    )
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, 1, 3])
+    yh = helper.make_tensor_value_info("yh", TensorProto.FLOAT, [dirs, 1, 4])
+    graph = helper.make_graph(nodes, "rnn", [x], [yh], [w, r])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), path)
+    return path
+
+
+@pytest.mark.parametrize(("kind", "steps"), [("LSTM", 10**6), ("GRU", 2**31 - 1)])
+def test_recurrence_longer_than_preflight_unrolls(tmp_path, kind, steps):
+    """The hostile files: an LSTM over 10**6 steps (killed at 120 s, 10 GB), a GRU over the largest dimension
+    (16.8 GB). Each step was ten Relax bindings; now the length is checked before the import: exit 1, one line."""
+    msg = refused(_recurrent_onnx(tmp_path / "rnn.onnx", kind, steps), 1)
+    assert (
+        f"{kind} node '{kind}': a sequence of {steps:,} steps is more than preflight unrolls (16,384 per node)" in msg
+    )
+
+
+def test_recurrence_cap_counts_directions_and_holds_in_the_converter(tmp_path, monkeypatch):
+    from passes import tvm_ir
+
+    monkeypatch.setattr(tvm_ir, "MAX_RECURRENT_STEPS", 8)
+    assert run_ok(_recurrent_onnx(tmp_path / "a.onnx", "LSTM", 8))  # 8 steps: at the cap
+    msg = refused(_recurrent_onnx(tmp_path / "b.onnx", "RNN", 5, direction="bidirectional"), 1)
+    assert "a sequence of 5 steps in 2 directions is more than preflight unrolls (8 per node)" in msg  # 5 x 2 > 8
+    # X computed by another node: the shape is known only in the import, where the converter refuses it
+    msg = refused(_recurrent_onnx(tmp_path / "c.onnx", "GRU", 9, via_identity=True), 1)
+    assert "GRU node 'GRU': a sequence of 9 steps (more than the 8 preflight unrolls per node) is not supported" in msg

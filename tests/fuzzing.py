@@ -411,6 +411,7 @@ PT2_RESOURCE_VECTORS = {
     "huge_string": 2,
     "program_1gb": 2,
     "buffer_zip_bomb": 2,
+    "tiny_values": 2,
 }
 ONNX_RESOURCE_VECTORS = {"range_400m": 0, "constant_of_shape_400m": 0, "lstm_1e6_steps": 1, "gru_max_dim_steps": 1}
 
@@ -445,6 +446,8 @@ def pt2_resource_vector(kind: str, members: list[tuple[str, bytes]], out: Path) 
         g["sym_int_values"]["floordiv"] = expr
     elif kind == "deep_json":
         program = members[k][1][:-1] + b', "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    elif kind == "tiny_values":  # 10**7 empty objects: 30 MB of text promising 2.4 GB of dicts
+        program = members[k][1][:-1] + b', "x": [' + b"{}," * (10**7 - 1) + b"{}]}"
     elif kind == "huge_string":
         doc["guards_code"] = ["x" * ((16 << 20) + 1)]  # one character over the 16 MiB string cap
     elif kind == "buffer_zip_bomb":  # the 8-float buffer declared 1.5 GiB (3 * 2**27 floats) in a few bytes

@@ -173,6 +173,32 @@ def test_huge_string_in_model_json(tmp_path, files, monkeypatch):  # noqa: F811
     assert "guards_code[0] is a string of 2,000 characters (at most 1,000)" in refused(p)
 
 
+def test_json_of_tiny_values_is_refused_before_parsing(tmp_path, files, monkeypatch):  # noqa: F811
+    """127 MiB of `{"a":0},` in model.json (a 197 KB file) parsed into 3.2 GB of dicts (4.0 GB peak) before the
+    schema walk refused it. The parse's memory is estimated from the text first. Rebuilt small: 10,000 of them
+    against the estimate's cap lowered from 2 GiB to 1 MiB (the seed's own model.json stays well under)."""
+    from analyzer.frontends import pt2_safety
+
+    payload = b"[" + b",".join([b'{"a":0}'] * 10_000) + b"]"
+    # estimate: 232 per '{' (10,000), 56 per '[' (1), 25 per quote (20,000), 8 per comma (9,999)
+    assert pt2_safety.json_parse_bytes(payload) == 232 * 10_000 + 56 + 25 * 20_000 + 8 * 9_999  # 2,900,048
+
+    def member(name, data):
+        if name.endswith("models/model.json"):
+            return name, data[:-1] + b', "x": ' + payload + b"}"
+        return name, data
+
+    _rewrite_archive(files["pt2"], p := tmp_path / "tiny_values.pt2", member)
+    monkeypatch.setattr(pt2_safety, "MAX_JSON_PARSE_BYTES", 1 << 20)
+    assert run_ok(files["pt2"])  # the seed's model.json promises far less than 1 MiB of objects
+    parsed = []
+    real = pt2_safety.json.loads
+    monkeypatch.setattr(pt2_safety.json, "loads", lambda text, *a, **k: parsed.append(len(text)) or real(text, *a, **k))
+    msg = refused(p)
+    assert "models/model.json would parse into about" in msg and "(at most 1,048,576)" in msg, msg
+    assert all(n < 10_000 for n in parsed)  # only the small control members' JSON was parsed, not the program
+
+
 # ---- 3. nothing is materialised that only needs a shape ---------------------------------------------------
 
 

@@ -190,6 +190,40 @@ def _model_exists(ctx: click.Context, param: click.Parameter, value: str) -> str
     return value
 
 
+def budget_options(f):
+    """--max-memory and --timeout: one budget for the whole analysis (analyzer.budget); past it, exit 3."""
+    import functools
+
+    from .budget import DEFAULT_MEMORY_GIB, DEFAULT_TIMEOUT_S
+
+    @functools.wraps(f)
+    def run_within_budget(*args, budget_memory_gib: float, budget_timeout_s: float, **kwargs):
+        from .budget import watch
+
+        with watch(str(kwargs.get("model", "")), budget_memory_gib, budget_timeout_s):
+            return f(*args, **kwargs)
+
+    g = click.option(
+        "--timeout",
+        "budget_timeout_s",
+        type=click.FloatRange(min=0),
+        default=DEFAULT_TIMEOUT_S,
+        show_default=True,
+        metavar="S",
+        help="Stop the analysis (exit 3) after S seconds (0: no limit).",
+    )(run_within_budget)
+    return click.option(
+        "--max-memory",
+        "budget_memory_gib",
+        type=click.FloatRange(min=0),
+        default=DEFAULT_MEMORY_GIB,
+        show_default=True,
+        metavar="GIB",
+        help="Stop the analysis (exit 3) when preflight's own RAM use grows by more than GIB GiB (0: no limit). "
+        "Not the model's GPU memory.",
+    )(g)
+
+
 def model_options(f):
     """Options shared by analyze / predict / report."""
     f = click.option(
@@ -224,6 +258,7 @@ def model_options(f):
     show_default=True,
     help="How many of the costliest operators the table and Markdown list.",
 )
+@budget_options
 def analyze(
     model: str,
     inputs: tuple[str, ...],
@@ -305,6 +340,7 @@ def max_slowdown_option(f):
     show_default=True,
     help="Compare the budget with the point prediction or the upper end of its interval.",
 )
+@budget_options
 def predict(
     model: str,
     inputs: tuple[str, ...],
@@ -400,6 +436,7 @@ def predict(
     show_default=True,
     help="How many of the costliest operators to list.",
 )
+@budget_options
 def report(
     model: str,
     inputs: tuple[str, ...],
@@ -532,6 +569,7 @@ def report(
     default=None,
     help="Write the report to report.html, report.md (charts in report_files/) or report.json instead of stdout.",
 )
+@budget_options
 def llm(
     model: str,
     prompt: int,

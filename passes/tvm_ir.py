@@ -1143,6 +1143,11 @@ ONNX_EXTRA_CONVERTERS.update(
 # direction costs G*H*(I+H) MACs per batch row, and the kernel view finds the recurrence (passes/kernels.py).
 
 
+# Steps unrolled per recurrent node (sequence length x directions). Each step is about ten Relax bindings: 16,384
+# steps took 35 s and 1.2 GB to analyse here; a hostile sequence of 10**6 steps would take an hour and 70 GB.
+MAX_RECURRENT_STEPS = 16_384
+
+
 class UnsupportedOnnxNode(IRError):
     """An ONNX node uses a feature preflight's conversion of it does not cover (e.g. LSTM peepholes)."""
 
@@ -1278,6 +1283,11 @@ class _OnnxRecurrent:
             h0 = None if h0 is None else bb.emit(relax.op.permute_dims(h0, [1, 0, 2]))
             c0 = None if c0 is None else bb.emit(relax.op.permute_dims(c0, [1, 0, 2]))
         steps, batch, _ = _static_shape(x)
+        if steps * dirs > MAX_RECURRENT_STEPS:
+            refuse(
+                f"a sequence of {steps:,} steps{' in 2 directions' if dirs == 2 else ''} (more than the "
+                f"{MAX_RECURRENT_STEPS:,} preflight unrolls per node)"
+            )
         hidden = int(attr["hidden_size"]) if "hidden_size" in attr else _static_shape(r)[-1]
         if seq_lens is not None:
             import numpy as np
@@ -1481,6 +1491,23 @@ def arange_converter(node, importer):
     return importer.block_builder.emit(relax.op.flip(ascending, axis=0))
 
 
+def random_fill_converter(node, importer):
+    """`aten.randn` / `aten.randn_like`: a fill of the output's shape and dtype (`relax.zeros`), not its values.
+
+    TVM's importer converts them by drawing the numbers in Python (`np.random.randn`) into a `relax.const`:
+    an archive with a chain of `randn` nodes made preflight generate, hold and ship every tensor (4.9 GB, 75 s),
+    and counted them as parameters. The analysis needs the shape; on a GPU the op is a kernel that writes its
+    output, which is what a fill costs.
+    """
+    name = getattr(node.target, "__name__", str(node.target))
+    if name.startswith("randn_like"):
+        x = importer.env[node.args[0]]
+        dtype = node.kwargs.get("dtype")
+        dtype = importer._convert_data_type(dtype, importer.env) if dtype is not None else x.ty.dtype
+        return importer.block_builder.emit(relax.op.zeros_like(x, dtype))
+    return importer._zeros(node)
+
+
 # --------------------------------------------------------------------------------------------
 # PyTorch import: integer inputs of ops whose torch result is floating point (issue 11: DeBERTa-v2)
 # --------------------------------------------------------------------------------------------
@@ -1546,12 +1573,55 @@ def float_promoting_converter(target: str):
 
 _ONNX_DTYPES = {1: "float32", 10: "float16", 16: "bfloat16", 11: "float64", 2: "uint8", 3: "int8"}
 
+# TVM's importer computes a `Range` or a `ConstantOfShape` of constant operands with numpy into a constant (an ONNX
+# Range of 400 M elements took 9.5 GB), and every converter after it folds on those values. Up to this many
+# generated elements in all per model are still folded (models use small ones for shapes, positions and masks,
+# and converters read their values); past it, each is a shape-only op (`arange`, `full`) of the same shape and
+# dtype, which costs what the kernel that generates it costs and holds no data.
+ONNX_FOLDED_ELEMENTS = 1 << 24
+
+
+def _onnx_generated_elements(op_name: str, inputs, attrs) -> tuple[int, object] | None:
+    """(elements, shape-only Relax op) of a `Range` or `ConstantOfShape` whose operands are all constants, or None
+    (TVM's converter then decides, and raises for what is malformed: a zero delta, a negative dimension)."""
+    import numpy as np
+
+    consts = [x.value.numpy() for x in inputs if isinstance(x, tvm.ir.GenericConst)]
+    if op_name == "Range" and len(inputs) == 3 and len(consts) == 3 and all(c.size == 1 for c in consts):
+        start, limit, delta = (c.reshape(()) for c in consts)
+        dtype = str(start.dtype)
+        if delta == 0 or not np.all(np.isfinite([start, limit, delta])):
+            return None
+        if dtype.startswith(("int", "uint")):
+            s, lim, d = int(start), int(limit), int(delta)
+            count = max(-((s - lim) // d), 0)  # ceil((limit - start) / delta), exactly
+        else:
+            count = max(int(np.ceil(np.float64(limit - start) / np.float64(delta))), 0)
+        return count, relax.op.arange(0, count, 1, dtype)
+    if op_name == "ConstantOfShape" and len(inputs) == 1 and len(consts) == 1 and consts[0].ndim == 1:
+        shape = [int(d) for d in consts[0]]
+        if any(d < 0 for d in shape):
+            return None
+        value = attrs.get("value")
+        if value is not None:
+            from onnx import numpy_helper
+
+            value = numpy_helper.to_array(value).reshape(-1)
+            if value.size != 1:
+                return None
+            fill, dtype = value[0].item(), str(value.dtype)
+        else:
+            fill, dtype = 0.0, "float32"
+        return int(np.prod(shape, dtype=object)), relax.op.full(relax.ShapeExpr(shape), relax.const(fill, dtype), dtype)
+    return None
+
 
 @contextlib.contextmanager
 def _onnx_shape_only_weights():
     """While active, TVM's ONNX importer gives EXTERNAL-marked tensors an uninitialised tensor of their shape, and
     folds a Transpose of one (a tied embedding's output projection) or a Cast to another float or 8-bit type into
-    another such tensor, as it would fold the data (the real fold copies the weight two or three times)."""
+    another such tensor, as it would fold the data (the real fold copies the weight two or three times). A `Range`
+    or `ConstantOfShape` of constants past `ONNX_FOLDED_ELEMENTS` generated elements becomes a shape-only op."""
     from onnx import TensorProto
     from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
@@ -1571,7 +1641,17 @@ def _onnx_shape_only_weights():
             return empty(tensor_proto.dims, dtype)
         return parse_original(self, tensor_proto)
 
+    folded = [0]  # generated elements folded into constants so far
+
     def convert_operator(self, op_name, inputs, attrs, opset):
+        generated = None
+        if op_name in ("Range", "ConstantOfShape"):
+            generated = _onnx_generated_elements(op_name, inputs, attrs)
+        if generated is not None:
+            count, shape_only_op = generated
+            if folded[0] + count > ONNX_FOLDED_ELEMENTS:
+                return shape_only_op
+            folded[0] += count
         value = getattr(inputs[0], "value", None) if inputs else None  # a Constant's tensor (IntImm: an int)
         if isinstance(value, tvm.runtime.Tensor) and value.__chandle__() in shape_only:
             data = inputs[0]

@@ -10,7 +10,9 @@ Mutators (each a pure function of a `random.Random` and the seed):
   - JSON: replace a value, delete a key, insert hostile strings (.pt2's model.json and configs, .keras's
     config.json, Paddle's model.json);
   - ONNX structure: attributes, dims, elem types, opsets, op types, external data, graph wiring;
-  - the four code-execution vectors of issue 15 and variants (every string torch evaluates).
+  - the four code-execution vectors of issue 15 and variants (every string torch evaluates);
+  - the resource vectors (`PT2_RESOURCE_VECTORS`, `ONNX_RESOURCE_VECTORS`): files built to exhaust the stack,
+    memory or time (nested expressions and JSON, zip bombs, huge strings, generated tensors, long recurrences).
 A payload that would run code writes a marker file named by the case; the driver checks it never appears.
 
 The driver runs many cases in one worker process (imports once), calling `analyzer.cli.main` in-process with
@@ -397,6 +399,112 @@ PT2_VECTORS = (
 PT2_DROPPED = {"guards_code", "guards_code_breakout", "source_fn_stack", "stack_trace_cr"}
 
 
+# Files built to exhaust the stack, memory or time (docs/safety.md, "Resources"), each with the exit code it must
+# end with: 2 refused, 1 valid but not analysable, 0 analysed (without materialising what it generates).
+NEG_CHAIN = "- " * 5000 + "s77"
+PT2_RESOURCE_VECTORS = {
+    "neg_chain_size": 2,
+    "neg_chain_stride": 2,
+    "neg_chain_offset": 2,
+    "neg_chain_sym_int": 2,
+    "deep_json": 2,
+    "huge_string": 2,
+    "program_1gb": 2,
+    "buffer_zip_bomb": 2,
+    "tiny_values": 2,
+}
+ONNX_RESOURCE_VECTORS = {"range_400m": 0, "constant_of_shape_400m": 0, "lstm_1e6_steps": 1, "gru_max_dim_steps": 1}
+
+
+def _declare_size(path: Path, member_suffix: str, size: int) -> None:
+    """Patch the uncompressed size the zip's central directory declares for one member (a forged header)."""
+    data = bytearray(path.read_bytes())
+    at = 0
+    while (at := data.find(b"PK\x01\x02", at)) >= 0:
+        n = int.from_bytes(data[at + 28 : at + 30], "little")
+        if bytes(data[at + 46 : at + 46 + n]).decode().endswith(member_suffix):
+            data[at + 24 : at + 28] = size.to_bytes(4, "little")
+        at += 46
+    path.write_bytes(bytes(data))
+
+
+def pt2_resource_vector(kind: str, members: list[tuple[str, bytes]], out: Path) -> None:
+    """Write the .pt2 seed's `members` to `out` with resource vector `kind` applied."""
+    members = list(members)
+    k = next(j for j, (n, _) in enumerate(members) if n.endswith("models/model.json"))
+    doc = json.loads(members[k][1])
+    g = doc["graph_module"]["graph"]
+    expr = {"as_expr": {"expr_str": NEG_CHAIN, "hint": None}}
+    program = None
+    if kind == "neg_chain_size":
+        g["tensor_values"]["x"]["sizes"][0] = expr
+    elif kind == "neg_chain_stride":
+        g["tensor_values"]["reshape"]["strides"][0] = expr
+    elif kind == "neg_chain_offset":
+        g["tensor_values"]["linear"]["storage_offset"] = expr
+    elif kind == "neg_chain_sym_int":
+        g["sym_int_values"]["floordiv"] = expr
+    elif kind == "deep_json":
+        program = members[k][1][:-1] + b', "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    elif kind == "tiny_values":  # 10**7 empty objects: 30 MB of text promising 2.4 GB of dicts
+        program = members[k][1][:-1] + b', "x": [' + b"{}," * (10**7 - 1) + b"{}]}"
+    elif kind == "huge_string":
+        doc["guards_code"] = ["x" * ((16 << 20) + 1)]  # one character over the 16 MiB string cap
+    elif kind == "buffer_zip_bomb":  # the 8-float buffer declared 1.5 GiB (3 * 2**27 floats) in a few bytes
+        big = [{"as_int": 3 << 27}]
+        g["tensor_values"]["b_scale"]["sizes"] = big
+        c = next(j for j, (n, _) in enumerate(members) if n.endswith("model_weights_config.json"))
+        cfg = json.loads(members[c][1])
+        cfg["config"]["scale"]["tensor_meta"]["sizes"] = big
+        members[c] = (members[c][0], json.dumps(cfg).encode())
+    members[k] = (members[k][0], program if program is not None else json.dumps(doc).encode())
+    if kind == "buffer_zip_bomb":
+        w = next(j for j, (n, _) in enumerate(members) if n.endswith("data/weights/weight_2"))
+        members[w] = (members[w][0], b"\0" * 4096)
+    _write_zip(out, members)
+    if kind == "program_1gb":
+        _declare_size(out, "models/model.json", 1 << 30)
+    elif kind == "buffer_zip_bomb":
+        _declare_size(out, "data/weights/weight_2", 3 << 29)
+
+
+def onnx_resource_vector(kind: str, out: Path) -> None:
+    """Write ONNX resource vector `kind` to `out`: generators of 4 * 10**8 elements, recurrences of 10**6 and
+    2**31 - 1 steps."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    scalar = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [])  # noqa: E731
+    n = 400_000_000
+    if kind in ("range_400m", "constant_of_shape_400m"):
+        if kind == "range_400m":
+            inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in (("s", 0), ("l", n), ("d", 1))]
+            gen = [helper.make_node("Range", ["s", "l", "d"], ["r"]), helper.make_node("Cast", ["r"], ["g"], to=1)]
+        else:
+            inits = [numpy_helper.from_array(np.array([n], np.int64), "shp")]
+            gen = [helper.make_node("ConstantOfShape", ["shp"], ["g"])]
+        nodes = [
+            *gen,
+            helper.make_node("ReduceSum", ["g"], ["t"], keepdims=0),
+            helper.make_node("Add", ["t", "x"], ["y"]),
+        ]
+        graph = helper.make_graph(nodes, "gen", [scalar("x")], [scalar("y")], inits)
+        opset = 17
+    else:
+        rnn, steps = ("LSTM", 10**6) if kind == "lstm_1e6_steps" else ("GRU", 2**31 - 1)
+        g = {"LSTM": 4, "GRU": 3}[rnn]
+        w = numpy_helper.from_array(np.zeros((1, g * 4, 3), np.float32), "W")
+        r = numpy_helper.from_array(np.zeros((1, g * 4, 4), np.float32), "R")
+        outs = ["y", "yh"] + (["yc"] if rnn == "LSTM" else [])
+        node = helper.make_node(rnn, ["x", "W", "R"], outs, hidden_size=4)
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, 1, 3])
+        yh = helper.make_tensor_value_info("yh", TensorProto.FLOAT, [1, 1, 4])
+        graph = helper.make_graph([node], "rnn", [x], [yh], [w, r])
+        opset = 14
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), out)
+
+
 KERAS_VECTORS = ("batch_shape_huge", "batch_shape_negative", "lambda_layer", "unknown_module")
 
 
@@ -514,6 +622,22 @@ def _case(fmt: str, src: Path, i: int, case_seed: int) -> Case:
             return out
 
         return Case(f"{name}-{vector}", fmt, f"vector:{vector}", write_vector, args, may_succeed=vector in PT2_DROPPED)
+
+    resource = list(PT2_RESOURCE_VECTORS if fmt == "pt2" else ONNX_RESOURCE_VECTORS if fmt == "onnx" else {})
+    first = len(PT2_VECTORS) if fmt == "pt2" else 0
+    if first <= i < first + len(resource):
+        vector = resource[i - first]
+        want = (PT2_RESOURCE_VECTORS if fmt == "pt2" else ONNX_RESOURCE_VECTORS)[vector]
+
+        def write_resource(d: Path, marker: Path) -> Path:
+            out = d / f"model{suffix}"
+            if fmt == "pt2":
+                pt2_resource_vector(vector, _zip_members(src), out)
+            else:
+                onnx_resource_vector(vector, out)
+            return out
+
+        return Case(f"{name}-{vector}", fmt, f"resource:{vector}", write_resource, args, may_succeed=want == 0)
 
     if fmt == "keras" and i < len(KERAS_VECTORS):
         vector = KERAS_VECTORS[i]

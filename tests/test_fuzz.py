@@ -13,7 +13,15 @@ from __future__ import annotations
 from importlib.util import find_spec
 
 import pytest
-from fuzzing import KERAS_VECTORS, PT2_DROPPED, PT2_VECTORS, make_seeds, run_cases
+from fuzzing import (
+    KERAS_VECTORS,
+    ONNX_RESOURCE_VECTORS,
+    PT2_DROPPED,
+    PT2_RESOURCE_VECTORS,
+    PT2_VECTORS,
+    make_seeds,
+    run_cases,
+)
 
 CASES = {"pt2": 100, "onnx": 80, "tflite": 40, "keras": 30, "saved_model": 25, "paddle": 35}  # 310
 
@@ -60,6 +68,16 @@ def test_the_vectors_of_issue_15_are_refused(outcomes):
     for kind, o in by_kind.items():
         want = (0,) if kind.removeprefix("vector:") in PT2_DROPPED else (1, 2) if o.fmt == "keras" else (2,)
         assert o.code in want, (kind, o.stderr)
+
+
+def test_the_resource_vectors_end_cleanly(outcomes):
+    """Each file built to exhaust the stack, memory or time is a case (docs/safety.md, "Resources"): refused
+    (exit 2), valid but beyond what preflight unrolls (exit 1), or analysed without materialising (exit 0)."""
+    by_kind = {o.kind: o for o in outcomes if o.kind.startswith("resource:")}
+    want = {f"resource:{k}": v for k, v in {**PT2_RESOURCE_VECTORS, **ONNX_RESOURCE_VECTORS}.items()}
+    assert set(by_kind) == set(want)
+    for kind, o in by_kind.items():
+        assert o.code == want[kind], (kind, o.stderr)
 
 
 def test_case_count(outcomes):

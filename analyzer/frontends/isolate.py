@@ -115,7 +115,10 @@ def run_isolated(
         PreflightError: the class the step raised; `UnreadableModelError` when the child crashed, was
             killed or ran past a limit.
     """
-    limits = (limits or Limits()).capped()
+    from .. import budget
+
+    own = (limits or Limits()).capped()
+    limits = child_limits(own)
     if start in ("fork", "zygote") and not fork_available():
         if not isinstance(target, str):
             raise AnalysisError(f"{label}: {what} needs os.fork on this platform")
@@ -123,11 +126,14 @@ def run_isolated(
     if start != "fork" and not isinstance(target, str):
         raise AnalysisError(f"{label}: {what}: a spawned step is named 'module:function'")
     scratch = Path(tempfile.mkdtemp(prefix="preflight-child-"))
+    child = None
     try:
         if start == "zygote":
             zygote = _zygote(tuple(preload))
+            budget.track(zygote.proc.pid)  # the zygote's memory (a library imported once) is this analysis's too
             with zygote.lock:
                 child = zygote.start(target, list(args), limits, scratch)
+                budget.track(child.pid, scratch)
                 payload, timed_out = _collect(child, limits.wall_s)
                 signum, code = child.wait()
         else:
@@ -135,12 +141,48 @@ def run_isolated(
                 child = _start_fork(target, args, limits, scratch)
             else:
                 child = _start_spawn(target, list(args), limits, scratch)
+            budget.track(child.pid, scratch)
             payload, timed_out = _collect(child, limits.wall_s)
             signum, code = child.wait()
         log = _log_tail(scratch)
     finally:
+        if child is not None:
+            budget.untrack(child.pid)
         shutil.rmtree(scratch, ignore_errors=True)
-    return _outcome(payload, signum, code, timed_out, log, label, what, limits)
+    try:
+        return _outcome(payload, signum, code, timed_out, log, label, what, limits)
+    except UnreadableModelError as exc:
+        over = _over_budget(exc, timed_out, own, limits)
+        if over is not None:
+            raise over from exc
+        raise
+
+
+def child_limits(limits: Limits) -> Limits:
+    """`limits` with wall and CPU time at most what is left of the analysis's time budget (`analyzer.budget`).
+
+    Memory stays the step's own address-space limit: a child's address space holds parameters it never touches
+    (a 7 B model's 14 GB), which the budget must not refuse; the budget's watchdog counts the child's resident
+    memory instead, with this process's."""
+    from .. import budget
+
+    left = budget.remaining_s()
+    if budget.active() is None or left is None:
+        return limits
+    wall = min(limits.wall_s, max(left, 1.0))
+    return Limits(limits.memory, min(limits.cpu_s, int(wall) + 1), wall, limits.file_bytes)
+
+
+def _over_budget(exc: UnreadableModelError, timed_out: bool, own: Limits, used: Limits):
+    """The budget's error (exit 3) when the child tripped a limit that the budget, not the step, had set."""
+    from .. import budget
+
+    active = budget.active()
+    if active is None:
+        return None
+    if (timed_out or "CPU time" in str(exc)) and used.wall_s < own.wall_s:
+        return budget.BudgetExceededError(active.time_message())
+    return None
 
 
 class _Child:

@@ -478,6 +478,31 @@ def _fed_operands(model, graph_inputs) -> str | None:
     return None
 
 
+def _check_recurrent_lengths(model, shape_dict: dict[str, list[int]], name: str) -> None:
+    """An LSTM, GRU or RNN fed by a graph input whose sequence is longer than preflight unrolls: refused before the
+    import (the converter refuses the others, `passes.tvm_ir.MAX_RECURRENT_STEPS`). Shapes are `shape_dict`'s."""
+    from onnx import helper
+
+    from passes.tvm_ir import MAX_RECURRENT_STEPS
+
+    for node in model.graph.node:
+        if node.op_type not in ("LSTM", "GRU", "RNN") or not node.input or node.input[0] not in shape_dict:
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        shape = shape_dict[node.input[0]]
+        if len(shape) != 3:
+            continue
+        steps = shape[1] if attrs.get("layout", 0) else shape[0]
+        dirs = 2 if attrs.get("direction", b"forward") == b"bidirectional" else 1
+        if steps * dirs > MAX_RECURRENT_STEPS:
+            label = printable((node.name or node.op_type)[:80])
+            raise AnalysisError(
+                f"{name}: {node.op_type} node '{label}': a sequence of {steps:,} steps"
+                f"{' in 2 directions' if dirs == 2 else ''} is more than preflight unrolls ({MAX_RECURRENT_STEPS:,} "
+                f"per node); analyse a shorter sequence with --input (costs grow linearly with it)"
+            )
+
+
 def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
     """Read, validate and import an ONNX file with static input shapes."""
     import onnx
@@ -538,6 +563,7 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
         dtype_dict[inp.name] = spec.dtype if spec and spec.dtype else dtype
 
     _constants_as_tensors(model)
+    _check_recurrent_lengths(model, shape_dict, path.name)
     from passes.tvm_ir import UnsupportedOnnxNode, onnx_import
 
     try:

@@ -68,8 +68,12 @@ Resource rules, all checked from the zip directory before a member is decompress
 `MAX_MEMBERS` members; control members at most 4 KiB, `models/model.json` at most `MAX_PROGRAM_BYTES`,
 each config at most `MAX_CONFIG_BYTES`; after the configs are read, every weight file must be empty or
 hold at least the bytes its tensors span, buffers and constants stored empty (zeros) may span at most
-`MAX_EMPTY_DATA`, and the archive's declared uncompressed size may exceed its size on disk by at most what
-the graph's tensors need plus the JSON members plus `INFLATION_ALLOWANCE`.
+`MAX_EMPTY_DATA`, the archive's declared uncompressed size may exceed its size on disk by at most what
+the graph's tensors need plus the JSON members plus `INFLATION_ALLOWANCE`, and the buffers and constants that
+are read may inflate beyond their compressed bytes by at most `MAX_DATA_INFLATION` in all. zipfile never
+inflates a member beyond the size its directory entry declares, so a lying directory cannot exceed these.
+Every JSON string value is at most `MAX_JSON_STRING` characters, and no JSON member is parsed whose text
+promises more than `MAX_JSON_PARSE_BYTES` of Python objects (`json_parse_bytes`).
 Only the bytes a buffer or constant spans are ever read; learnable parameters are not read at all (the
 analysis needs their shapes, not their values), nor the sample inputs or extra files.
 """
@@ -92,10 +96,18 @@ from .specs import MAX_DIM
 
 MAX_MEMBERS = 100_000
 MAX_CONTROL_BYTES = 4096
-MAX_PROGRAM_BYTES = 1 << 30
-MAX_CONFIG_BYTES = 256 << 20
+# JSON members are read whole and parsed into Python objects (several times their size: a dense `[{},{},...]`
+# becomes a 64-byte dict per 3 bytes of text), so their caps bound the parse's memory: the program of a
+# 20,000-node graph is about 20 MiB; the weight config of 10,000 tensors about 3 MiB.
+MAX_PROGRAM_BYTES = 128 << 20
+MAX_CONFIG_BYTES = 64 << 20
+MAX_JSON_STRING = 16 << 20  # one string value in a JSON member (tree specs are the longest torch writes)
+# Python objects a JSON member may parse into, estimated from its text before parsing (`json_parse_bytes`). torch's
+# programs parse into about 6 times their size (a 128 MiB one: about 0.8 GB); 127 MiB of `{"a":0},` into 24 times.
+MAX_JSON_PARSE_BYTES = 2 << 30
 INFLATION_ALLOWANCE = 64 << 20
 MAX_EMPTY_DATA = 256 << 20  # buffers and constants stored empty become zeros: at most this many bytes
+MAX_DATA_INFLATION = 256 << 20  # buffers and constants (read) may inflate beyond their compressed bytes by this
 MAX_STRING = 4096  # string arguments of operators (einsum equations, modes, ...)
 MAX_NAME = 1024
 MAX_GRAPH_DEPTH = 16  # nested subgraphs (cond branches)
@@ -429,7 +441,20 @@ def read_prefix(zf: zipfile.ZipFile, member: str, n: int) -> bytearray:
     return buf
 
 
+def json_parse_bytes(data: bytes) -> int:
+    """An upper estimate of the memory `json.loads(data)` allocates, in bytes: 232 per object (a dict with its
+    first entries), 56 per array, 25 per quote (half a string), 8 per comma (a list slot). Calibrated with
+    tracemalloc on torch's own model.json files and on amplification payloads: 1.5 to 4 times the real figure."""
+    return 232 * data.count(b"{") + 56 * data.count(b"[") + 25 * data.count(b'"') + 8 * data.count(b",")
+
+
 def _json(data: bytes, what: str):
+    estimate = json_parse_bytes(data)
+    if estimate > MAX_JSON_PARSE_BYTES:
+        raise _Refused(
+            f"{what} would parse into about {estimate:,} bytes of objects (at most {MAX_JSON_PARSE_BYTES:,}): "
+            f"{len(data):,} bytes of JSON made of tiny values"
+        )
     try:
         return json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -487,7 +512,7 @@ def neutral_out_spec(spec, where: str, renamed: set[str]) -> str:
     """Rule 11 for an output spec: a node type outside `_TREESPEC_TYPES` (a transformers `ModelOutput`, a user's
     dataclass) becomes a plain tuple of the same children, its name added to `renamed`. torch would import the
     type to rebuild the output object; preflight only needs the flat outputs, so nothing is imported."""
-    if not isinstance(spec, str) or len(spec) > MAX_CONFIG_BYTES:
+    if not isinstance(spec, str) or len(spec) > MAX_JSON_STRING:
         raise _Refused(f"{where} is not a tree spec string")
     doc = _json(spec.encode("utf-8", "replace"), where)
     if not isinstance(doc, list) or len(doc) != 2 or doc[0] != 1:
@@ -500,14 +525,17 @@ def neutral_out_spec(spec, where: str, renamed: set[str]) -> str:
             node["type"], node["context"] = "builtins.tuple", "null"  # what treespec_dumps writes for a tuple
         if isinstance(node, dict) and isinstance(node.get("children_spec"), list):
             stack.extend(node["children_spec"])
-    out = json.dumps(doc)
+    try:
+        out = json.dumps(doc)
+    except RecursionError as exc:  # json.loads took it, but dumps runs deeper in the stack
+        raise _Refused(f"{where} is nested too deeply") from exc
     check_treespec(out, where)
     return out
 
 
 def check_treespec(spec, where: str) -> str:
     """Rule 11: a pytree spec (JSON) with allowed node types and no `__enum__` contexts."""
-    if not isinstance(spec, str) or len(spec) > MAX_CONFIG_BYTES:
+    if not isinstance(spec, str) or len(spec) > MAX_JSON_STRING:
         raise _Refused(f"{where} is not a tree spec string")
     doc = _json(spec.encode("utf-8", "replace"), where)
     if not isinstance(doc, list) or len(doc) != 2 or doc[0] != 1:
@@ -619,8 +647,10 @@ class _Walker:
                     self.dropped.add(f"{tp.__name__}.{k[:40]}")
             return self.check(tp, out, path)
         if tp is str:
-            if not isinstance(value, str) or len(value) > MAX_CONFIG_BYTES:
+            if not isinstance(value, str):
                 raise _Refused(f"{path} is not a string")
+            if len(value) > MAX_JSON_STRING:
+                raise _Refused(f"{path} is a string of {len(value):,} characters (at most {MAX_JSON_STRING:,})")
             return value
         if tp is bool:
             if not isinstance(value, bool):
@@ -1076,6 +1106,18 @@ def _check_inflation(path: Path, infos, kinds: dict, by_rest: dict, storages: di
         raise _Refused(
             f"its members declare {declared:,} bytes uncompressed, {declared - on_disk:,} more than the "
             f"{on_disk:,} on disk, while its tensors need {needed:,} (a zip bomb?)"
+        )
+    # Buffers and constants are read (parameters are not): their bytes beyond what the file stores compressed
+    # are memory a small file makes preflight allocate. torch.export.save stores members uncompressed.
+    inflated = sum(
+        max(0, s.need - by_rest[s.member.split("/", 1)[1]].compress_size)
+        for s in storages.values()
+        if s.read and s.size
+    )
+    if inflated > MAX_DATA_INFLATION:
+        raise _Refused(
+            f"its buffers and constants would inflate to {inflated:,} bytes more than the archive stores "
+            f"compressed (at most {MAX_DATA_INFLATION:,}; a zip bomb?)"
         )
 
 

@@ -199,6 +199,8 @@ class _Parser:
         return factors[0] if len(factors) == 1 else _checked_call("Mul", tuple(factors), ())
 
     def unary(self, depth: int):
+        if depth > MAX_DEPTH:  # `- - - ... x` and `a ** -b ** -c ...` nest without parentheses
+            raise ExprError(f"nested more than {MAX_DEPTH} levels")
         if self.peek("-") is not None:
             self.i += 1
             inner = self.unary(depth + 1)

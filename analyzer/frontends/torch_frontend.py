@@ -44,6 +44,8 @@ def _converters() -> dict[str, Callable]:
         "amin.default": tvm_ir.reduce_converter("min"),
         "index.Tensor": tvm_ir.index_tensor_converter,
         "arange.start_step": tvm_ir.arange_converter,
+        "randn.default": tvm_ir.random_fill_converter,
+        "randn_like.default": tvm_ir.random_fill_converter,
     }
 
 

@@ -740,6 +740,7 @@ def devices(fmt: str, show: str | None) -> None:
             click.echo(f"{'':<14} also named: {', '.join(d.aliases)}")
     click.echo(
         "\n* derived lower bound of usable memory (no published nvidia-smi mig -lgip output); see predictor/devices.py"
+        "\nA MIG slice is a --device of its own: DEVICE:PROFILE, e.g. h100-80gb:3g.40gb"
     )
 
 

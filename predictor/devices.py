@@ -78,6 +78,7 @@ class Device:
     aliases: tuple[str, ...] = field(default_factory=tuple)
     kernel_family: str | None = None  # a user device: the kernel-table family whose parameters it borrows
     source: str = ""  # where the figures come from
+    parent: str | None = None  # a MIG slice as a target ("h100-80gb:3g.40gb"): the whole GPU's key
 
     @property
     def memory_bytes(self) -> int:
@@ -334,15 +335,44 @@ class UnknownDeviceError(KeyError):
         return self.args[0]
 
 
+def slice_device(device: Device, profile: MigProfile) -> Device:
+    """A MIG slice of `device` as a device of its own (`h100-80gb:3g.40gb`): the profile's usable memory and SMs,
+    the peak rates scaled by its share of SMs and the bandwidth by its share of memory slices (as the MIG
+    recommender scales them), and the power limit by its compute slices of 7 (an assumption: no per-slice power is
+    published). Its kernels are costed with the whole GPU's kernel parameters."""
+    sm_share, bw_share = profile.sms / device.sms, profile.memory_slices / 8
+    return Device(
+        key=f"{device.key}:{profile.name}",
+        name=f"{device.name} MIG {profile.name}",
+        memory_mib=profile.memory_mib,
+        bandwidth=device.bandwidth * bw_share,
+        peak_flops={k: v * sm_share for k, v in device.peak_flops.items()},
+        tdp_w=device.tdp_w * profile.compute_slices / 7,
+        sms=profile.sms,
+        kernel_family=device.kernel_family,
+        source=f"{device.key}'s figures scaled to MIG profile {profile.name}",
+        parent=device.key,
+    )
+
+
 def get_device(name: str) -> Device:
-    """Look a device up by key or alias, case-insensitively (`H100`, `h100-80gb`)."""
+    """Look a device up by key or alias, case-insensitively (`H100`, `h100-80gb`); `DEVICE:PROFILE`
+    (`h100:3g.40gb`) names one MIG slice of it as a target (`slice_device`)."""
     key = name.strip().lower()
+    if ":" in key:
+        whole, _, profile = key.partition(":")
+        parent = get_device(whole)
+        try:
+            return slice_device(parent, parent.profile(profile))
+        except KeyError:
+            names = ", ".join(p.name for p in parent.mig) or "none: it does not support MIG"
+            raise UnknownDeviceError(f"{parent.key} has no MIG profile {profile!r} (its profiles: {names})") from None
     for d in DEVICES.values():
         if key == d.key or key in d.aliases:
             return d
     raise UnknownDeviceError(
-        f"unknown device {name!r}; known: {', '.join(DEVICES)} (a MIG slice is not a device; more GPUs: "
-        f"`preflight --devices FILE`, docs/devices.md)"
+        f"unknown device {name!r}; known: {', '.join(DEVICES)} (a MIG slice: DEVICE:PROFILE, e.g. "
+        f"h100-80gb:3g.40gb; more GPUs: `preflight --devices FILE`, docs/devices.md)"
     )
 
 

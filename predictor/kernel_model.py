@@ -139,8 +139,8 @@ class KernelParams:
         single-kernel measurements, fitted on other GPUs' (the same or another family, carried over through the
         datasheet peaks), calibrated to a published or measured figure, or assumed from another entry."""
         tag = self.source.split(":", 1)[0].strip()
-        if tag == "fit":
-            return "fitted_on_this_gpu" if device_key in self.measured_on else "fitted_on_other_gpus"
+        if tag == "fit":  # a MIG slice ("h100-80gb:3g.40gb") runs on its whole GPU's measured kernels
+            return "fitted_on_this_gpu" if device_key.split(":")[0] in self.measured_on else "fitted_on_other_gpus"
         if tag == "transfer":
             return "fitted_on_other_gpus"
         return "calibrated" if tag == "default" else "assumed"
@@ -177,6 +177,7 @@ class ParamTable:
     def family(self, device_key: str) -> str | None:
         """The family a device key belongs to, or None. A device the table does not list (one added from a user's
         device file) belongs to the family its `kernel_family` names, if the table has it."""
+        device_key = device_key.split(":")[0]  # a MIG slice belongs to its whole GPU's family
         for fam, keys in self.families.items():
             if device_key in keys:
                 return fam
@@ -193,7 +194,7 @@ class ParamTable:
 
     def lookup(self, device_key: str, kind: str, dtype: str) -> KernelParams:
         """The entry for a kernel of `kind` computing in `dtype` on `device_key` (module docstring: lookup order)."""
-        scopes = [device_key]
+        scopes = [device_key] if ":" not in device_key else [device_key, device_key.split(":")[0]]  # slice, its GPU
         fam = self.family(device_key)
         if fam is not None:
             scopes.append(fam)

@@ -126,6 +126,20 @@ def power_params(device_key: str, path: Path | str | None = None) -> PowerParams
     table = load_power_params(path)
     if device_key in table:
         return table[device_key]
+    if ":" in device_key:  # a MIG slice: its GPU's figures scaled by its compute slices of 7 (`slice_device`)
+        from .devices import get_device
+
+        whole = power_params(device_key.split(":")[0], path)
+        r = get_device(device_key).tdp_w / whole.limit_w
+        return PowerParams(
+            gap_w=whole.gap_w * r,
+            compute_w=whole.compute_w * r,
+            memory_w=whole.memory_w * r,
+            limit_w=whole.limit_w * r,
+            ratio_p10=whole.ratio_p10,
+            ratio_p90=whole.ratio_p90,
+            source=f"{whole.source}; x {r:.4g} for MIG slice {device_key} (its compute slices of 7; assumed)",
+        )
     transferred = _transfer_to_user_device(device_key, table)
     if transferred is None:
         raise PowerParamsError(f"no power parameters for {device_key!r} in {path or PARAMS_PATH}")

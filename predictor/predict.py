@@ -29,7 +29,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -368,16 +368,29 @@ def predict(
             f"busy shares, fitted on ML.ENERGY measurements; the latency interval is an assumption, not calibrated "
             f"on whole-model measurements)"
         )
-    per_slice = {p.name: kernel_latency_arrays(karrays, device, p) for p in device.mig}
-    slices = _slice_latencies(device, whole, per_slice, lat, trained is not None)
-    rec = recommend(
-        device,
-        m_hi,
-        latency_ms_by_profile=slices,
-        latency_slo_ms=latency_slo_ms,
-        full_gpu_latency_ms=lat,
-        max_slowdown=max_slowdown,
-    )
+    if device.parent is not None:  # a MIG slice as the target: does the model fit it, and how it compares
+        parent = get_device(device.parent)
+        profile = parent.profile(device.key.split(":", 1)[1])
+        full = kernel_latency_arrays(karrays, parent).eager_ms
+        rec = recommend(
+            replace(parent, mig=(profile,)),
+            m_hi,
+            latency_ms_by_profile={profile.name: lat},
+            latency_slo_ms=latency_slo_ms,
+            full_gpu_latency_ms=full,
+            max_slowdown=max_slowdown,
+        )
+    else:
+        per_slice = {p.name: kernel_latency_arrays(karrays, device, p) for p in device.mig}
+        slices = _slice_latencies(device, whole, per_slice, lat, trained is not None)
+        rec = recommend(
+            device,
+            m_hi,
+            latency_ms_by_profile=slices,
+            latency_slo_ms=latency_slo_ms,
+            full_gpu_latency_ms=lat,
+            max_slowdown=max_slowdown,
+        )
     prediction = Prediction(
         device=device.key,
         predictor=name,

@@ -136,3 +136,30 @@ def _wrong_schema(tmp_path: Path) -> Path:
 def test_an_unknown_device_names_how_to_add_one():
     res = CliRunner().invoke(cli, ["devices", "--show", "b200"])
     assert res.exit_code == 2 and "--devices FILE" in res.stderr
+
+
+def test_a_mig_slice_is_a_device_of_its_own():
+    """`h100:3g.40gb`: the profile's memory and SMs, its shares of the peaks and bandwidth, by hand."""
+    s = get_device("H100:3g.40gb")
+    assert s.key == "h100-80gb:3g.40gb" and s.parent == "h100-80gb" and not s.mig
+    assert s.memory_mib == 39.50 * 1024 and s.sms == 60  # nvidia-smi mig -lgip: 39.50 GiB, 60 SMs
+    assert s.bandwidth == pytest.approx(3.35e12 * 4 / 8)  # 4 of 8 memory slices
+    assert s.peak_flops["bf16"] == pytest.approx(989.4e12 * 60 / 132)  # 60 of 132 SMs
+    assert s.tdp_w == pytest.approx(700 * 3 / 7)  # 3 of 7 compute slices (assumed)
+    with pytest.raises(Exception, match="has no MIG profile '5g.50gb'.*3g.40gb"):
+        get_device("h100-80gb:5g.50gb")
+
+
+def test_predicting_on_a_slice_matches_the_recommenders_slice_latency():
+    import analyzer
+
+    whole = analyzer.predict("zoo:resnet18", batch=4, device="h100-80gb").prediction
+    part = analyzer.predict("zoo:resnet18", batch=4, device="h100-80gb:2g.20gb").prediction
+    assert part.device == "h100-80gb:2g.20gb"
+    assert part.latency_ms == pytest.approx(whole.mig.latency_ms["2g.20gb"], rel=1e-9)
+    assert part.mig.profile == "2g.20gb" and part.mig.full_gpu_latency_ms == pytest.approx(whole.latency_ms)
+    assert part.basis["kernel_time_share"] == pytest.approx(whole.basis["kernel_time_share"], abs=0.02)
+    res = CliRunner().invoke(
+        cli, ["predict", "zoo:resnet18", "--device", "a100:1g.5gb", "--max-memory-mb", "1", "--top", "0"]
+    )
+    assert res.exit_code == 4 and "on a100-40gb:1g.5gb exceeds the budget" in res.stderr

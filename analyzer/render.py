@@ -339,9 +339,11 @@ EXPLAIN: tuple[tuple[str, str], ...] = (
     (
         "latency / energy / memory",
         "the point prediction for one forward pass, and in brackets an interval: "
-        "the estimate's interval (predictor: roofline) runs from the roofline bound to 2x the estimate, an "
-        "assumption; a trained predictor's is its calibrated 90% interval (transferred from another GPU: that "
-        "GPU's interval, scaled); memory is device memory in MiB including the CUDA context and library workspace",
+        "the estimate's interval (predictor: roofline) runs from each kernel's roofline time or half its launch "
+        "floor, whichever is larger (a host that dispatches twice as fast), to 2x the estimate: assumptions, not "
+        "calibrated on whole-model measurements; a trained predictor's is its calibrated 90% interval "
+        "(transferred from another GPU: that GPU's interval, scaled); memory is device memory in MiB as nvidia-smi "
+        "counts it: the CUDA context, library workspaces and the caching allocator's reserve included",
     ),
     (
         "rests on",

@@ -46,6 +46,18 @@ from .roofline import op_arrays
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 ESTIMATE_HIGH = 2.0  # the estimate's interval reaches this many times the estimate
+# The estimate's low end: each kernel at least its roofline time or this share of its fitted launch floor (the
+# floor is one host's dispatch time; a faster host may issue kernels up to twice as fast): never the bare roofline,
+# which leaves out the launch and sits 100x below the point for small models.
+ESTIMATE_LOW_LAUNCH = 0.5
+
+
+def estimate_low_ms(times: KernelTimes) -> float:
+    """The low end of the estimate's latency interval, in ms: sum over kernels of max(roofline time,
+    ESTIMATE_LOW_LAUNCH x launch floor)."""
+    return float(np.maximum(times.bound_s, ESTIMATE_LOW_LAUNCH * times.launch_s).sum() * 1e3)
+
+
 _ARTIFACT = re.compile(r"^(?P<device>[\w.-]+)@(?P<version>\d+)$")
 
 
@@ -350,7 +362,7 @@ def predict(
             )
     else:
         lat = whole.eager_ms
-        lat_lo, lat_hi = bound, ESTIMATE_HIGH * lat
+        lat_lo, lat_hi = min(estimate_low_ms(whole), lat), ESTIMATE_HIGH * lat
         pw = power_params(device.key)
         s_c, s_m, s_gap = busy_shares(whole.compute_s, whole.memory_s, whole.launch_s)
         power = pw.power_w(s_c, s_m)

@@ -66,7 +66,8 @@ def test_roofline_fallback_is_labelled_and_mig_follows_memory():
     p = r.prediction
     assert p.predictor == "roofline" and any("kernel-model estimate" in w for w in r.warnings)
     assert p.latency_ms_interval[0] <= p.latency_ms <= p.latency_ms_interval[1]
-    assert p.roofline_latency_ms == p.latency_ms_interval[0]
+    # the low end: each kernel's roofline time or half its launch floor, whichever is larger, never the bare bound
+    assert p.roofline_latency_ms < p.latency_ms_interval[0] <= p.latency_ms
     assert p.mig.profile == "1g.10gb"  # a few hundred MiB fit the smallest slice
     assert set(r.to_json()["prediction"]) >= {
         "device",

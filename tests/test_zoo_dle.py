@@ -138,6 +138,18 @@ def test_speech_output_shapes() -> None:
     assert w.module(*w.example_inputs).shape == (1, 49, 32)
 
 
+def test_fastpitch_param_count_and_output() -> None:
+    # FFT layer (d 384, 1 head x 64, filter 1536, k3): qkv 384*192+192, out 64*384, conv 384*1536*3+1536,
+    # conv 1536*384*3+384, two LayerNorms 2*768: 73,920 + 24,576 + 1,771,008 + 1,769,856 + 1,536 = 3,640,896
+    # predictor (filter 256, k3): 384*256*3+256 + 256*256*3+256 + 2*512 + 257 = 493,313 (duration, pitch, energy)
+    # symbols 148*384 = 56,832; pitch and energy conv embeddings 2 * (3*384+384) = 3,072; projection 384*80+80
+    expected = 12 * 3_640_896 + 3 * 493_313 + 56_832 + 3_072 + 30_800  # 45,261,395
+    assert _n_params("fastpitch_v1_1") == expected
+    assert _n_params("fastpitch_v1_0") == expected - 493_313 - 1_536  # no energy predictor and embedding
+    m = build("fastpitch_v1_1", batch=1, device="meta")
+    assert m.module(*m.example_inputs).shape == (1, 80 * 128 * 5 + 128)  # mel (80 x 640 frames) + durations
+
+
 def test_new_zoo_modules_import_no_tvm() -> None:
     code = (
         "import sys, zoo.segmentation, zoo.recommendation, zoo.forecasting, zoo.detection, zoo.speech\n"

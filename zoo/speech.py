@@ -1,4 +1,4 @@
-"""Speech families of NVIDIA DeepLearningExamples: QuartzNet, the HiFi-GAN generator and wav2vec 2.0 (CTC).
+"""Speech families of NVIDIA DeepLearningExamples: QuartzNet, HiFi-GAN, wav2vec 2.0 (CTC) and FastPitch.
 
 - QuartzNet (PyTorch/SpeechRecognition/QuartzNet, ``quartznet/model.py`` and its configs): 64 mel features per
   10 ms frame; C1 (separable conv k33, stride 2, 256 ch); 5 block types B1..B5 (256 ch k33, 256 k39, 512 k51,
@@ -14,6 +14,8 @@
 - wav2vec 2.0 (PyTorch/SpeechRecognition/wav2vec2, fairseq-derived): ``transformers`` Wav2Vec2ForCTC of the base
   (12 layers, 768, post-LN, group-norm feature extractor) or large (24 layers, 1024, pre-LN, layer-norm
   extractor) configuration, random weights, raw 16 kHz audio in, CTC logits over 32 symbols out.
+- FastPitch (PyTorch/SpeechSynthesis/FastPitch, ``fastpitch/model.py`` ``infer`` and ``arg_parser.py``
+  defaults): the mel generator's inference forward with a fixed duration expansion (see :class:`FastPitch`).
 """
 
 from __future__ import annotations
@@ -221,4 +223,115 @@ registrar("speech", audio_inputs, ("input_values",))(
         "hidden": Bounds(multiple_of="heads"),
         "seq_len": Bounds(ge=400),
     },
+)
+
+# --------------------------------------------------------------------------- FastPitch
+
+
+def _sinusoid(steps: int, dim: int) -> torch.Tensor:
+    inv = 1 / (10000 ** (torch.arange(0.0, dim, 2.0) / dim))
+    angles = torch.arange(steps, dtype=torch.float32)[:, None] * inv[None, :]
+    return torch.cat([angles.sin(), angles.cos()], dim=1)  # (steps, dim)
+
+
+class _FFTLayer(nn.Module):
+    """Post-LN transformer layer of FastPitch: attention (qkv with bias, out without), conv FF (k3, ReLU, k3)."""
+
+    def __init__(self, d: int, heads: int, d_head: int, filt: int, kernel: int) -> None:
+        super().__init__()
+        self.heads, self.d_head = heads, d_head
+        self.qkv = nn.Linear(d, 3 * heads * d_head)
+        self.o = nn.Linear(heads * d_head, d, bias=False)
+        self.ln1 = nn.LayerNorm(d)
+        self.ff1 = nn.Conv1d(d, filt, kernel, 1, kernel // 2)
+        self.ff2 = nn.Conv1d(filt, d, kernel, 1, kernel // 2)
+        self.ln2 = nn.LayerNorm(d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, self.d_head).permute(2, 0, 3, 1, 4)
+        attn = F.softmax(torch.matmul(q, k.transpose(-1, -2)) * self.d_head**-0.5, dim=-1)
+        y = torch.matmul(attn, v).transpose(1, 2).reshape(b, t, self.heads * self.d_head)
+        x = self.ln1(x + self.o(y))
+        y = self.ff2(F.relu(self.ff1(x.transpose(1, 2)))).transpose(1, 2)
+        return self.ln2(x + y)
+
+
+class _Predictor(nn.Module):
+    """Temporal predictor: (conv k3, ReLU, LayerNorm) x 2, linear to 1 value per step."""
+
+    def __init__(self, d: int, filt: int) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Conv1d(d, filt, 3, 1, 1), nn.Conv1d(filt, filt, 3, 1, 1)])
+        self.norms = nn.ModuleList([nn.LayerNorm(filt), nn.LayerNorm(filt)])
+        self.fc = nn.Linear(filt, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, d) -> (B, T)
+        for conv, norm in zip(self.convs, self.norms, strict=True):
+            x = norm(F.relu(conv(x.transpose(1, 2))).transpose(1, 2))
+        return self.fc(x).squeeze(-1)
+
+
+class FastPitch(nn.Module):
+    """FastPitch inference forward with a fixed expansion: symbols (B, T) int64 -> (B, 80 * T * repeat + T).
+
+    The encoder (symbol embedding + sinusoidal positions + FFT layers), the duration, pitch and (optionally)
+    energy predictors with their conv embeddings added to the encoder output, the length regulator, the decoder
+    FFT layers and the projection to 80 mel channels. NVIDIA's regulator repeats each symbol by its predicted
+    duration (a data-dependent length); here every symbol is repeated ``repeat`` times (the DLE benchmark's
+    128-symbol phrases come out at 600-675 frames: about 5 per symbol). The output is the mel spectrogram
+    (B, 80, T * repeat) flattened, followed by the predicted durations (B, T): one tensor.
+    """
+
+    def __init__(self, n_symbols: int, d: int, layers: int, filt: int, repeat: int, energy: bool, steps: int) -> None:
+        super().__init__()
+        self.repeat = repeat
+        self.embed = nn.Embedding(n_symbols, d, padding_idx=0)
+        self.register_buffer("pos_in", _sinusoid(steps, d), persistent=False)
+        self.register_buffer("pos_out", _sinusoid(steps * repeat, d), persistent=False)
+        self.encoder = nn.ModuleList(_FFTLayer(d, 1, 64, filt, 3) for _ in range(layers))
+        self.duration = _Predictor(d, 256)
+        self.pitch = _Predictor(d, 256)
+        self.pitch_emb = nn.Conv1d(1, d, 3, 1, 1)
+        self.energy = _Predictor(d, 256) if energy else None
+        self.energy_emb = nn.Conv1d(1, d, 3, 1, 1) if energy else None
+        self.decoder = nn.ModuleList(_FFTLayer(d, 1, 64, filt, 3) for _ in range(layers))
+        self.proj = nn.Linear(d, 80)
+
+    def forward(self, symbols: torch.Tensor) -> torch.Tensor:
+        x = self.embed(symbols) + self.pos_in.to(self.embed.weight.dtype)
+        for layer in self.encoder:
+            x = layer(x)
+        durations = torch.clamp(torch.exp(self.duration(x)) - 1, 0, 75)
+        x = x + self.pitch_emb(self.pitch(x).unsqueeze(1)).transpose(1, 2)
+        if self.energy is not None and self.energy_emb is not None:
+            x = x + self.energy_emb(self.energy(x).unsqueeze(1)).transpose(1, 2)
+        x = torch.repeat_interleave(x, self.repeat, dim=1) + self.pos_out.to(x.dtype)
+        for layer in self.decoder:
+            x = layer(x)
+        mel = self.proj(x).transpose(1, 2)
+        return torch.cat([mel.flatten(1), durations], dim=1)
+
+
+def build_fastpitch(layers: int, hidden: int, filter_size: int, repeat: int, energy: bool, seq_len: int) -> nn.Module:
+    """Build FastPitch (148 symbols, 1 head of 64 per FFT layer) for ``seq_len`` symbols."""
+    return FastPitch(148, hidden, layers, filter_size, repeat, energy, seq_len)
+
+
+def symbol_inputs(*, batch: int, device: torch.device, seq_len: int, **_: object) -> tuple[torch.Tensor, ...]:
+    """Random symbol ids (batch, seq_len) int64 in [1, 148) (0 is padding)."""
+    return (torch.randint(1, 148, (batch, seq_len), dtype=torch.int64, device=device),)
+
+
+registrar("speech", symbol_inputs, ("symbols",))(
+    "fastpitch",
+    build_fastpitch,
+    {"layers": 6, "hidden": 384, "filter_size": 1536, "repeat": 5, "energy": True, "seq_len": 128},
+    {
+        "fastpitch_tiny": {"layers": 2, "hidden": 128, "filter_size": 512},
+        "fastpitch_v1_0": {"energy": False},  # before energy conditioning (2020 checkpoints)
+        "fastpitch_v1_1": {},  # scripts/train.sh: --energy-conditioning
+    },
+    "FastPitch mel generator (NVIDIA DLE), inference forward with a fixed duration expansion",
+    bounds={"layers": Bounds(ge=1), "hidden": Bounds(ge=2, multiple_of=2), "repeat": Bounds(ge=1)},
 )

@@ -158,7 +158,18 @@ def test_every_family_has_a_space() -> None:
         assert {b for _, b, _ in space} == set(cfgmod.BATCHES)
 
 
-LATER_FAMILIES = ("nnunet", "dlrm", "tft", "ssd300", "quartznet", "hifigan", "wav2vec2", "fastpitch")
+LATER_FAMILIES = (
+    "nnunet",
+    "dlrm",
+    "tft",
+    "ssd300",
+    "quartznet",
+    "hifigan",
+    "wav2vec2",
+    "fastpitch",
+    "bart",
+    "transformer_nmt",
+)
 
 
 @pytest.mark.parametrize("target", ["h100-80gb", "h200-141gb"])

@@ -150,9 +150,23 @@ def test_fastpitch_param_count_and_output() -> None:
     assert m.module(*m.example_inputs).shape == (1, 80 * 128 * 5 + 128)  # mel (80 x 640 frames) + durations
 
 
+def test_seq2seq_param_counts() -> None:
+    # layers of width 1024, FFN 4096: encoder = attention 4 * (1024^2 + 1024) + FFN 1024*4096+4096 + 4096*1024+1024
+    # + 2 LayerNorms 2 * 2048 = 12,596,224; decoder adds cross-attention and a LayerNorm: 16,796,672
+    enc, dec = 12_596_224, 16_796_672
+    # BART-large: shared embedding 50,265 x 1024, learned positions (1024 + 2 offset) x 1024 for encoder and
+    # decoder, embedding LayerNorms 2 * 2048; 12 + 12 layers: 406,291,456 (Hugging Face's facebook/bart-large)
+    assert _n_params("bart_large") == 50_265 * 1024 + 2 * 1026 * 1024 + 2 * 2048 + 12 * enc + 12 * dec
+    # Transformer big: shared embedding 33,712 x 1024, 6 + 6 post-LN layers = 210,878,464 learned (Vaswani et al.
+    # 2017: 213 M with a 37,000 vocabulary); Marian also holds the two sinusoidal tables (1024 x 1024) as weights
+    assert _n_params("transformer_nmt_big") == 33_712 * 1024 + 6 * enc + 6 * dec + 2 * 1024 * 1024
+    m = build("transformer_nmt_tiny?seq_len=16", batch=2)
+    assert m.module(*m.example_inputs).shape == (2, 8, 1000)  # logits over the first tgt_len = 8 tokens
+
+
 def test_new_zoo_modules_import_no_tvm() -> None:
     code = (
-        "import sys, zoo.segmentation, zoo.recommendation, zoo.forecasting, zoo.detection, zoo.speech\n"
+        "import sys, zoo.segmentation, zoo.recommendation, zoo.forecasting, zoo.detection, zoo.speech, zoo.seq2seq\n"
         "import predictor.public_data\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('tvm', 'passes', 'analyzer')]\n"
         "print(bad); sys.exit(1 if bad else 0)"

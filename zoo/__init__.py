@@ -27,6 +27,7 @@ from zoo import (  # noqa: F401  (importing registers the families)
     randwire,
     recommendation,
     segmentation,
+    seq2seq,
     sequence,
     speech,
 )

@@ -121,7 +121,8 @@ _NOT_BUILT = {
     "MoFlow": "not built: molecule generation (glow inverse over atoms and bonds, validity correction) is a "
     "multi-step pipeline, not one forward",
     "Tacotron 2": "generation pipeline: autoregressive Tacotron 2 decoder plus WaveGlow vocoder",
-    "GNMT v2": "generation: full beam-search translation (encoder plus autoregressive decoder steps)",
+    "GNMT v2": "generation: full beam-search translation (encoder plus autoregressive decoder steps; the "
+    "architecture is built as gnmt_v2, one teacher-forced forward)",
     "Transformer (big) NMT": "generation: beam-search translation, batch given in tokens (the architecture is "
     "built as transformer_nmt_big, one teacher-forced forward)",
     "BART-large (summarization)": "generation: beam search 6 up to 60 target tokens (the architecture is built as "

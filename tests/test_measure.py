@@ -169,6 +169,7 @@ LATER_FAMILIES = (
     "fastpitch",
     "bart",
     "transformer_nmt",
+    "gnmt",
 )
 
 

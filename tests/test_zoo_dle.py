@@ -164,6 +164,16 @@ def test_seq2seq_param_counts() -> None:
     assert m.module(*m.example_inputs).shape == (2, 8, 1000)  # logits over the first tgt_len = 8 tokens
 
 
+def test_gnmt_param_count() -> None:
+    # LSTM(in, h): 4h (in + h) + 8h. h = 1024, shared embedding 32,320 x 1024 = 33,095,680
+    # encoder: bidirectional 2 * 8,396,800 + LSTM(2048) 12,591,104 + 2 * LSTM(1024) 8,396,800 = 46,178,304
+    # decoder: LSTM(1024) 8,396,800; attention Wq, Wk 2 * 1024^2, v, g, b 1024 + 1 + 1024 = 2,099,201;
+    #   3 * LSTM(2048) 37,773,312; classifier 1024 * 32,320 + 32,320 = 33,128,000: 81,397,313
+    assert _n_params("gnmt_v2") == 33_095_680 + 46_178_304 + 81_397_313  # 160,671,297
+    m = build("gnmt_tiny?seq_len=16", batch=2)
+    assert m.module(*m.example_inputs).shape == (2, 8, 1000)
+
+
 def test_new_zoo_modules_import_no_tvm() -> None:
     code = (
         "import sys, zoo.segmentation, zoo.recommendation, zoo.forecasting, zoo.detection, zoo.speech, zoo.seq2seq\n"

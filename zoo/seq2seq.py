@@ -7,6 +7,11 @@
   between encoder, decoder and output (the README's joined BPE vocabulary of 33,708 tokens plus fairseq's 4
   specials = 33,712). Built as ``transformers``' Marian, which is that architecture.
 
+- GNMT v2 (PyTorch/Translation/GNMT, ``seq2seq/models``): a shared 32,320-token embedding of 1024; encoder of
+  4 LSTM layers of 1024 (the first bidirectional, residual connections from the third); decoder: an LSTM whose
+  output queries normalised Bahdanau attention over the encoder output, then 3 LSTM layers fed the previous
+  output concatenated with the attention context (residual from the second), and the classifier.
+
 The forward runs the encoder over ``seq_len`` source tokens and the decoder over the first ``tgt_len`` of them
 (teacher forcing: one decoder pass over the whole target, no cache) and returns the logits (B, tgt_len, vocab).
 Building on the meta device works; a forward on meta tensors does not (``transformers`` checks the decoder's
@@ -92,6 +97,65 @@ def build_transformer_nmt(
     return Seq2SeqLM(hf_class("MarianMTModel")(config), tgt_len)
 
 
+class _Bahdanau(nn.Module):
+    """Normalised Bahdanau attention: softmax_k(v . tanh(Wq q + Wk k + b)) over keys, v scaled to g / |v|."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.q = nn.Linear(n, n, bias=False)
+        self.k = nn.Linear(n, n, bias=False)
+        self.v = nn.Parameter(torch.empty(n).uniform_(-0.1, 0.1))
+        self.g = nn.Parameter(torch.full((1,), n**-0.5))
+        self.b = nn.Parameter(torch.zeros(n))
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """query (B, Tq, n), keys (B, Tk, n) -> context (B, Tq, n)."""
+        qk = self.q(query).unsqueeze(2) + self.k(keys).unsqueeze(1) + self.b  # (B, Tq, Tk, n)
+        scores = torch.tanh(qk).matmul(self.v / self.v.norm() * self.g)
+        return torch.bmm(torch.softmax(scores, dim=-1), keys)
+
+
+class GNMT(nn.Module):
+    """GNMT v2, teacher-forced: (B, seq_len) token ids -> logits (B, tgt_len, vocab) over the first tgt_len.
+
+    Args:
+        vocab: Shared vocabulary.
+        hidden: LSTM width.
+        layers: LSTM layers of the encoder and of the decoder (each >= 2).
+        tgt_len: Decoder positions.
+    """
+
+    def __init__(self, vocab: int, hidden: int, layers: int, tgt_len: int) -> None:
+        super().__init__()
+        h = hidden
+        self.tgt_len = tgt_len
+        self.embed = nn.Embedding(vocab, h, padding_idx=0)
+        enc = [nn.LSTM(h, h, batch_first=True, bidirectional=True), nn.LSTM(2 * h, h, batch_first=True)]
+        self.encoder = nn.ModuleList(enc + [nn.LSTM(h, h, batch_first=True) for _ in range(layers - 2)])
+        self.att_rnn = nn.LSTM(h, h, batch_first=True)
+        self.attention = _Bahdanau(h)
+        self.decoder = nn.ModuleList(nn.LSTM(2 * h, h, batch_first=True) for _ in range(layers - 1))
+        self.classifier = nn.Linear(h, vocab)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(input_ids)
+        for i, rnn in enumerate(self.encoder):
+            y = rnn(x)[0]
+            x = y + x if i >= 2 else y
+        context = x
+        x = self.att_rnn(self.embed(input_ids[:, : self.tgt_len]))[0]
+        attn = self.attention(x, context)
+        for i, rnn in enumerate(self.decoder):
+            y = rnn(torch.cat([x, attn], dim=2))[0]
+            x = y + x if i >= 1 else y
+        return self.classifier(x)
+
+
+def build_gnmt(hidden: int, layers: int, vocab: int, max_pos: int, seq_len: int, tgt_len: int) -> nn.Module:
+    """Build GNMT v2 with random weights (``max_pos`` only bounds ``seq_len``)."""
+    return GNMT(vocab, hidden, layers, tgt_len)
+
+
 _BOUNDS = {
     "layers": Bounds(ge=1),
     "heads": Bounds(ge=1),
@@ -120,6 +184,19 @@ _seq2seq(
         "bart_large": {},  # DLE summarization: source 1024 tokens, summaries up to 60
     },
     "BART encoder-decoder LM (transformers), one teacher-forced forward",
+)
+
+_seq2seq(
+    "gnmt",
+    build_gnmt,
+    {"hidden": 1024, "layers": 4, "vocab": 32320, "max_pos": 1024, "seq_len": 50, "tgt_len": 50},
+    {
+        "gnmt_tiny": {"hidden": 64, "layers": 2, "vocab": 1000, "tgt_len": 8},
+        "gnmt_small": {"hidden": 256, "vocab": 8000},
+        "gnmt_v2": {},  # DLE WMT16 en-de: 1024 wide, 4 + 4 layers, vocabulary 32,320
+    },
+    "GNMT v2 (NVIDIA DLE): LSTM encoder, Bahdanau attention, LSTM decoder, one teacher-forced forward",
+    bounds={"layers": Bounds(ge=2), "hidden": Bounds(ge=1), "tgt_len": Bounds(ge=1, le="seq_len")},
 )
 
 _seq2seq(

@@ -158,11 +158,27 @@ def test_every_family_has_a_space() -> None:
         assert {b for _, b, _ in space} == set(cfgmod.BATCHES)
 
 
+LATER_FAMILIES = (
+    "nnunet",
+    "dlrm",
+    "tft",
+    "ssd300",
+    "quartznet",
+    "hifigan",
+    "wav2vec2",
+    "fastpitch",
+    "bart",
+    "transformer_nmt",
+    "gnmt",
+)
+
+
 @pytest.mark.parametrize("target", ["h100-80gb", "h200-141gb"])
 def test_shipped_config_lists(target: str) -> None:
     path = Path(__file__).resolve().parents[1] / "predictor" / "measure" / "lists" / f"{target}.jsonl"
     cfgs = load_configs(path)
-    families = {f.name for f in list_families()}
+    # the families built for the public DLE tables came after these lists were sampled (the next campaign's)
+    families = {f.name for f in list_families()} - set(LATER_FAMILIES)
     per = {name: sum(c.family == name for c in cfgs) for name in families}
     assert len(cfgs) >= 2000 and len(families) == 34 and min(per.values()) >= 30
     assert len({c.id for c in cfgs}) == len(cfgs)

@@ -20,10 +20,16 @@ from zoo import (  # noqa: F401  (importing registers the families)
     cnn_efficient,
     cnn_mobile,
     cnn_resnet,
+    detection,
+    forecasting,
     hf_language,
     hf_vision,
     randwire,
+    recommendation,
+    segmentation,
+    seq2seq,
     sequence,
+    speech,
 )
 from zoo.registry import (
     FAMILIES,

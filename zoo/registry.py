@@ -23,7 +23,18 @@ __all__ = [
     "resolve",
 ]
 
-KINDS = ("cnn", "vision_transformer", "language", "sequence", "nas")
+KINDS = (
+    "cnn",
+    "vision_transformer",
+    "language",
+    "sequence",
+    "nas",
+    "segmentation",
+    "detection",
+    "recommendation",
+    "forecasting",
+    "speech",
+)
 
 
 class ZooError(ValueError):
@@ -88,8 +99,9 @@ class Family:
 
     Attributes:
         name: Family name, e.g. ``"resnet"``.
-        kind: One of ``"cnn"``, ``"vision_transformer"``, ``"language"``,
-            ``"sequence"`` or ``"nas"``.
+        kind: One of ``KINDS``: ``"cnn"``, ``"vision_transformer"``, ``"language"``, ``"sequence"``,
+            ``"nas"``, ``"segmentation"``, ``"detection"``, ``"recommendation"``, ``"forecasting"`` or
+            ``"speech"``.
         params: Parameter names mapped to their default values. The type of a
             default decides how spec values are parsed.
         variants: Named variants mapped to parameter overrides.

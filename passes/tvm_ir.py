@@ -1535,6 +1535,45 @@ def float_promoting_converter(target: str):
     return convert
 
 
+def rounding_div_converter(node, importer):
+    """`aten.div.Tensor_mode` (`torch.div(a, b, rounding_mode=...)`) computed in torch's result dtype.
+
+    TVM's converter makes a Python number operand an int32 (or float32) constant whatever the tensor's dtype, so
+    `torch.div(torch.arange(32), 2, rounding_mode="floor")` (DETR's sine position embedding, MoE routing) reached
+    `relax.floor_divide` as int64 // int32 and the import failed. Here every operand takes the dtype of the node's
+    result (`meta["val"]`, torch's promotion): a number becomes a constant of that dtype, a tensor of another
+    dtype is cast. `floor` is `floor_divide`; `trunc` is an integer `divide` (TIR's integer division truncates) or
+    `trunc(divide)` for floats; no mode is a true `divide`.
+    """
+    import numbers
+
+    bb = importer.block_builder
+    args = importer.retrieve_args(node)
+    mode = node.kwargs.get("rounding_mode", args[2] if len(args) > 2 else None)
+    val = node.meta.get("val")
+    want = str(getattr(val, "dtype", "")).replace("torch.", "")
+
+    def tensor(x) -> bool:
+        return isinstance(x, relax.Expr) and isinstance(getattr(x, "ty", None), relax.TensorType)
+
+    operands = args[:2]
+    if not want or not all(tensor(x) or isinstance(x, numbers.Number) for x in operands):
+        return importer._div(node)  # symbolic sizes or no fake tensor: TVM's own conversion
+
+    def operand(x):
+        if not tensor(x):
+            return relax.const(x, want)
+        return x if str(x.ty.dtype) == want else bb.emit(relax.op.astype(x, want))
+
+    a, b = (operand(x) for x in operands)
+    if mode == "floor":
+        return bb.emit(relax.op.floor_divide(a, b))
+    quotient = bb.emit(relax.op.divide(a, b))
+    if mode == "trunc" and want.startswith(("float", "bfloat")):
+        return bb.emit(relax.op.trunc(quotient))
+    return quotient
+
+
 # --------------------------------------------------------------------------------------------
 # ONNX import without weight data (issue 12: memory of the ONNX route)
 # --------------------------------------------------------------------------------------------

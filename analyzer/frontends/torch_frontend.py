@@ -44,6 +44,7 @@ def _converters() -> dict[str, Callable]:
         "amin.default": tvm_ir.reduce_converter("min"),
         "index.Tensor": tvm_ir.index_tensor_converter,
         "arange.start_step": tvm_ir.arange_converter,
+        "div.Tensor_mode": tvm_ir.rounding_div_converter,
     }
 
 

@@ -51,6 +51,7 @@ def report_json(report) -> dict:
             "bytes_written": t.bytes_written,
             "op_count": t.op_count,
             "unsupported": dict(t.unsupported),
+            "incomplete": t.incomplete,
             "macs_by_dtype": dict(t.macs_by_dtype),
         },
         "ops": [op_json(c) for c in a.ops],
@@ -143,8 +144,8 @@ def _summary(report) -> list[tuple[str, str]]:
     return [
         ("model", f"{report.model['name']} ({report.model['framework']}: {report.model['source']})"),
         ("inputs", inputs or "-"),
-        ("FLOPs", f"{si(t.flops)} ({t.flops:,})"),
-        ("MACs", f"{si(t.macs)} ({t.macs:,})"),
+        ("FLOPs", f"{_at_least(t)}{si(t.flops)} ({t.flops:,}){_incomplete_note(t)}"),
+        ("MACs", f"{_at_least(t)}{si(t.macs)} ({t.macs:,})"),
         *([("MACs by dtype", dtype_mix(t.macs_by_dtype))] if _mixed(t.macs_by_dtype) else []),
         ("params", f"{si(t.params)} ({t.params:,}), {mib(t.param_bytes)}"),
         ("peak activations", mib(t.peak_activation_bytes)),
@@ -153,6 +154,18 @@ def _summary(report) -> list[tuple[str, str]]:
         ("CUDA kernels", _kernel_line(report.analysis.kernel_view.summary)),
         ("unsupported", ", ".join(f"{k} x{v}" for k, v in t.unsupported.items()) or "none"),
     ]
+
+
+def _at_least(totals) -> str:
+    return "at least " if totals.incomplete else ""
+
+
+def _incomplete_note(totals) -> str:
+    """', incomplete: N operators count 0 (...)' when some operator's work is not in the totals, else ''."""
+    if not totals.incomplete:
+        return ""
+    n = totals.uncounted_ops
+    return f", incomplete: {n} operator{'s' if n != 1 else ''} count 0 (no cost rule sees their work; see unsupported)"
 
 
 def dtype_mix(macs_by_dtype: dict[str, int]) -> str:

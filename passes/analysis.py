@@ -35,6 +35,17 @@ class Totals:
     unsupported: dict[str, int]
     macs_by_dtype: dict[str, int] = field(default_factory=dict)  # compute dtype -> MACs (`costs.macs_by_dtype`)
 
+    @property
+    def incomplete(self) -> bool:
+        """Whether the FLOP, MAC and byte totals leave out work: some operator has no cost rule that sees it (an
+        opaque call, a data-dependent shape) and counts 0. The totals are then lower bounds, never exact."""
+        return bool(self.unsupported)
+
+    @property
+    def uncounted_ops(self) -> int:
+        """How many operators count 0 because no cost rule sees their work (the sum of `unsupported`)."""
+        return sum(self.unsupported.values())
+
 
 @dataclass
 class Analysis:

@@ -116,6 +116,16 @@ def _shape(s) -> str:
     return "x".join(str(d) for d in s) or "scalar"
 
 
+def op_label(cost) -> str:
+    """The op's name for a table: the Relax op without `relax.`, or for a packed call with a cost rule (a grouped
+    matmul of MoE experts) its callee without `preflight.`."""
+    from passes.costs import PACKED_RULES
+
+    if cost.op == "relax.call_dps_packed" and cost.callee in PACKED_RULES:
+        return cost.callee.removeprefix("preflight.")
+    return cost.op.removeprefix("relax.")
+
+
 def _rows(report, top: int) -> tuple[list[str], list[list[str]]]:
     a = report.analysis
     total = a.totals.flops or 1
@@ -126,7 +136,7 @@ def _rows(report, top: int) -> tuple[list[str], list[list[str]]]:
         [
             str(c.index),
             c.name,
-            c.op.removeprefix("relax."),
+            op_label(c),
             c.category,
             _shape(c.output.shape) if c.outputs else "-",
             si(c.flops),

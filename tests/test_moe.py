@@ -104,6 +104,32 @@ def test_symbolic_prefill_export_binds_every_point(lm):
     assert len(g._symbolic) == 1
 
 
+def test_batched_formulation_counts_what_eager_runs_and_says_so():
+    """transformers' `batched_mm` experts gather each routed row's expert matrix, then run a batched matmul: the same
+    routed FLOPs as the grouped formulation, plus the gathered matrices that eager PyTorch moves, and a warning."""
+    model = transformers.MixtralForCausalLM._from_config(tiny_config(), experts_implementation="batched_mm").eval()
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            return self.model(ids, use_cache=False).logits
+
+    report = analyze(Logits(), (torch.zeros(2, 8, dtype=torch.long),))
+    routed = [
+        c
+        for c in report.analysis.ops
+        if c.op == "relax.matmul" and len(c.output.shape) == 3 and c.output.shape[-1] == 1
+    ]
+    # 32 routed rows per layer, each (1 x K) @ (K x N): the same 2 layers x 32 x 24,576 MACs as the grouped matmul
+    assert sum(c.macs for c in routed) == LAYERS * 32 * ROW_MACS
+    # gathered per layer: 32 x 256 x 64 x 4 B = 2 MiB (gate+up) + 32 x 64 x 128 x 4 B = 1 MiB (down); 2 layers: 6 MiB
+    (warning,) = [w for w in report.warnings if w.startswith("mixture-of-experts in the batched formulation")]
+    assert "4 matmuls" in warning and "6.0 MiB of gathered matrices" in warning
+
+
 class Opaque(torch.nn.Module):
     """A linear, then `aten.kthvalue` (TVM's importer has no conversion: an opaque call counted as 0)."""
 

@@ -824,7 +824,16 @@ class Summary:
             rows = [[r["model"], f"{float(r.get('seconds') or 0):.1f}", r["status"]] for r in top]
             lines += [*_text_table(["slowest models", "seconds", "status"], rows, {1}), ""]
         flops = sum(int(r["totals"]["flops"]) for r in self.ok)
-        lines += [f"total FLOPs of the {ok} ok models: {si(flops, 'FLOP')} ({flops:,})", ""]
+        incomplete = [r for r in self.ok if _incomplete(r["totals"])]
+        line = f"total FLOPs of the {ok} ok models: {si(flops, 'FLOP')} ({flops:,})"
+        if incomplete:
+            models = f"{len(incomplete)} model{'s have' if len(incomplete) != 1 else ' has'}"
+            line = (
+                f"total FLOPs of the {ok} ok models: at least {si(flops, 'FLOP')} ({flops:,}); incomplete: {models} "
+                f"operators that count 0 (no cost rule sees their work; their rows' totals.unsupported), e.g. "
+                f"{incomplete[0]['model']}"
+            )
+        lines += [line, ""]
         lat = self.latencies()
         if lat:
             rows = []
@@ -834,6 +843,11 @@ class Summary:
             header = ["predicted latency (ms)", "models", "min", "p10", "median", "p90", "max"]
             lines += _text_table(header, rows, {1, 2, 3, 4, 5, 6})
         return "\n".join(lines).rstrip() + "\n"
+
+
+def _incomplete(totals: dict) -> bool:
+    """A row's totals leave out work (`totals.incomplete`; rows written before that field: any unsupported op)."""
+    return bool(totals.get("incomplete", bool(totals.get("unsupported"))))
 
 
 def analyze_many(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from passes.analysis import Analysis, analyze_graph
+from passes.analysis import Analysis, analyze_graph, gathered_expert_matmuls
 from passes.graph import dtype_bytes, with_compute_dtype, with_float_dtype
 from passes.tvm_ir import DataDependentShapeError, DynamicShapeError, IRError, extract
 from predictor.kernel_model import KernelParamsError
@@ -124,6 +124,15 @@ def analyze_loaded(
     if unsupported:
         warnings.append(
             f"operators without a cost rule count 0 FLOPs (use --strict to fail): {_unsupported_message(unsupported)}"
+        )
+    expert_matmuls, gathered = gathered_expert_matmuls(graph)
+    if expert_matmuls:
+        warnings.append(
+            f"mixture-of-experts in the batched formulation: {expert_matmuls} matmuls multiply each routed row by "
+            f"its own expert's matrix, gathered from the expert weights ({gathered / 2**20:,.1f} MiB of gathered "
+            f"matrices); counted as eager PyTorch runs it (transformers' experts_implementation='batched_mm'): the "
+            f"routed FLOPs, and weight traffic a grouped kernel, which reads each expert's matrix once, does not "
+            f"pay (docs/moe.md)"
         )
     names = list(loaded.input_names)
     inputs = [

@@ -22,7 +22,19 @@ from predictor.roofline import peak_rate
 
 from . import __version__, charts
 from .errors import UsageError
-from .render import Figure, Section, Table, _shape, _summary, basis_text, html_page, markdown_page, mib, si
+from .render import (
+    Figure,
+    Section,
+    Table,
+    _shape,
+    _summary,
+    basis_text,
+    html_page,
+    markdown_page,
+    mib,
+    op_label,
+    si,
+)
 
 FORMATS = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "markdown", ".json": "json"}
 
@@ -228,7 +240,7 @@ def _cost_section(report, top: int) -> Section:
             [
                 str(c.index),
                 c.name,
-                c.op.removeprefix("relax."),
+                op_label(c),
                 c.category,
                 _shape(c.output.shape) if c.outputs else "-",
                 si(c.flops),
@@ -294,7 +306,7 @@ def _cost_section(report, top: int) -> Section:
                         "intensity": c.flops / nbytes,
                         "flops_per_s": c.flops / (t / 1e3),
                         "category": c.category,
-                        "label": f"#{c.index} {c.name} ({c.op.removeprefix('relax.')}): {si(c.flops)}FLOP, "
+                        "label": f"#{c.index} {c.name} ({op_label(c)}): {si(c.flops)}FLOP, "
                         f"{c.flops / nbytes:.1f} FLOP/B, {t * 1e3:.1f} µs",
                     }
                 )

@@ -52,6 +52,7 @@ def report_json(report) -> dict:
             "bytes_written": t.bytes_written,
             "op_count": t.op_count,
             "unsupported": dict(t.unsupported),
+            "incomplete": t.incomplete,
             "macs_by_dtype": dict(t.macs_by_dtype),
         },
         "ops": [op_json(c) for c in a.ops],
@@ -141,6 +142,16 @@ def ranked_ops(report) -> list[tuple[object, float | None]]:
     return [(c, times.get(c.index, (0.0, False))[0]) for c in order]
 
 
+def op_label(cost) -> str:
+    """The op's name for a table: the Relax op without `relax.`, or for a packed call with a cost rule (a grouped
+    matmul of MoE experts) its callee without `preflight.`."""
+    from passes.costs import PACKED_RULES
+
+    if cost.op == "relax.call_dps_packed" and cost.callee in PACKED_RULES:
+        return cost.callee.removeprefix("preflight.")
+    return cost.op.removeprefix("relax.")
+
+
 def _rows(report, top: int) -> tuple[list[str], list[list[str]]]:
     a = report.analysis
     total = a.totals.flops or 1
@@ -152,7 +163,7 @@ def _rows(report, top: int) -> tuple[list[str], list[list[str]]]:
         header = [*header[:6], "bytes moved", "time (ms)", "share of latency"]
     rows = []
     for c, t in ranked:
-        row = [str(c.index), c.name, c.op.removeprefix("relax."), c.category]
+        row = [str(c.index), c.name, op_label(c), c.category]
         row += [_shape(c.output.shape) if c.outputs else "-", si(c.flops)]
         if timed:
             row += [mib(c.bytes_read + c.bytes_written), f"{t:,.4g}", f"{100 * t / latency:.1f}%" if latency else "-"]
@@ -168,8 +179,8 @@ def _summary(report) -> list[tuple[str, str]]:
     return [
         ("model", f"{report.model['name']} ({report.model['framework']}: {report.model['source']})"),
         ("inputs", inputs or "-"),
-        ("FLOPs", f"{si(t.flops)} ({t.flops:,})"),
-        ("MACs", f"{si(t.macs)} ({t.macs:,})"),
+        ("FLOPs", f"{_at_least(t)}{si(t.flops)} ({t.flops:,}){_incomplete_note(t)}"),
+        ("MACs", f"{_at_least(t)}{si(t.macs)} ({t.macs:,})"),
         *([("MACs by dtype", dtype_mix(t.macs_by_dtype))] if _mixed(t.macs_by_dtype) else []),
         ("params", f"{si(t.params)} ({t.params:,}), {mib(t.param_bytes)}"),
         ("peak activations", mib(t.peak_activation_bytes)),
@@ -178,6 +189,18 @@ def _summary(report) -> list[tuple[str, str]]:
         ("CUDA kernels", _kernel_line(report.analysis.kernel_view.summary)),
         ("unsupported", ", ".join(f"{k} x{v}" for k, v in t.unsupported.items()) or "none"),
     ]
+
+
+def _at_least(totals) -> str:
+    return "at least " if totals.incomplete else ""
+
+
+def _incomplete_note(totals) -> str:
+    """', incomplete: N operators count 0 (...)' when some operator's work is not in the totals, else ''."""
+    if not totals.incomplete:
+        return ""
+    n = totals.uncounted_ops
+    return f", incomplete: {n} operator{'s' if n != 1 else ''} count 0 (no cost rule sees their work; see unsupported)"
 
 
 def dtype_mix(macs_by_dtype: dict[str, int]) -> str:

@@ -35,6 +35,17 @@ class Totals:
     unsupported: dict[str, int]
     macs_by_dtype: dict[str, int] = field(default_factory=dict)  # compute dtype -> MACs (`costs.macs_by_dtype`)
 
+    @property
+    def incomplete(self) -> bool:
+        """Whether the FLOP, MAC and byte totals leave out work: some operator has no cost rule that sees it (an
+        opaque call, a data-dependent shape) and counts 0. The totals are then lower bounds, never exact."""
+        return bool(self.unsupported)
+
+    @property
+    def uncounted_ops(self) -> int:
+        """How many operators count 0 because no cost rule sees their work (the sum of `unsupported`)."""
+        return sum(self.unsupported.values())
+
 
 @dataclass
 class Analysis:
@@ -110,6 +121,37 @@ def analyze_graph(graph: OpGraph, *, attention_patterns: str = "sdpa") -> Analys
         static_features=static,
         attention_patterns=attention_patterns,
     )
+
+
+_ROW_GATHERS = ("relax.take", "relax.index_tensor")
+
+
+def gathered_expert_matmuls(graph: OpGraph) -> tuple[int, int]:
+    """(matmuls, bytes) of the batched mixture-of-experts formulation: matmuls with an operand gathered row by row
+    from a 3-D weight, (E, K, N) indexed by expert ids into (S, K, N) (transformers' `batched_mm` experts:
+    `gate_up_proj[expert_ids]`). The bytes are those of the gathered matrices: eager PyTorch moves them as the
+    graph says; a grouped kernel reads each expert's matrix once instead (docs/moe.md)."""
+    matmuls, nbytes, seen = 0, 0, set()
+    for op in graph.ops:
+        if op.op != "relax.matmul":
+            continue
+        gathered = [
+            graph.ops[o.source]
+            for o in op.operands
+            if o.source is not None
+            and graph.ops[o.source].op in _ROW_GATHERS
+            and graph.ops[o.source].operands
+            and graph.ops[o.source].operands[0].kind == "weight"
+            and graph.ops[o.source].operands[0].tensor.ndim == 3
+            and graph.ops[o.source].output.ndim == 3
+        ]
+        if gathered:
+            matmuls += 1
+            for g in gathered:
+                if g.index not in seen:
+                    seen.add(g.index)
+                    nbytes += g.output.nbytes
+    return matmuls, nbytes
 
 
 def analyze_module(mod, func_name: str = "main", *, n_inputs: int | None = None) -> Analysis:

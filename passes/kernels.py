@@ -75,6 +75,7 @@ from dataclasses import dataclass, field
 
 from ._gc import gc_paused
 from .costs import OpCost
+from .costs.registry import GROUPED_MATMUL
 from .graph import OpGraph, OpNode, TensorInfo, dtype_bytes
 
 KERNEL_KINDS = (
@@ -1504,6 +1505,12 @@ class _View:
         emit(kind, op.op, covered, flops, read, written, dtype, self.params(op, kind))
 
     def params(self, op: OpNode, kind: str) -> dict:
+        if kind == "gemm" and op.callee == GROUPED_MATMUL and len(op.operands) >= 2:
+            # a grouped matmul: S rows (K wide) over g = min(E, S) experts' (K, N) matrices, like g GEMMs of
+            # S / g rows each (balanced routing)
+            (s, k), (e, _, n) = op.operands[0].tensor.shape, op.operands[1].tensor.shape
+            g = max(min(e, s), 1)
+            return {"b": g, "m": -(-s // g), "n": n, "k": k}
         if kind == "gemm" and len(op.operands) == 2 and op.operands[0].tensor.ndim >= 1:
             a, b = (o.tensor.shape for o in op.operands)
             out = op.output.shape

@@ -16,6 +16,7 @@ from tvm import relax
 from tvm.ir.prim.expr import FloatImm, IntImm
 
 from ._gc import gc_paused
+from .costs.registry import GROUPED_MATMUL, HISTOGRAM
 from .graph import Operand, OpGraph, OpNode, SourceValue, TensorInfo
 
 # The call ops whose first argument names a function and second holds the tensor arguments.
@@ -194,9 +195,83 @@ def symbolic_dims(mod: tvm.IRModule, func_name: str = "main") -> list[tuple[str,
 
 def bind_symbolic_dims(mod: tvm.IRModule, values: dict[str, int], func_name: str = "main") -> tvm.IRModule:
     """Replace symbolic dimension variables by integers and re-infer every shape."""
-    func = main_function(mod, func_name)
-    bound = func.bind_symbolic_vars(values)
-    return relax.transform.Normalize()(_replace(mod, func_name, bound))
+    with native_stderr_captured():
+        func = main_function(mod, func_name)
+        bound = func.bind_symbolic_vars(values)
+        return relax.transform.Normalize()(_replace(mod, func_name, bound))
+
+
+# --------------------------------------------------------------------------------------------
+# TVM's C++ log lines (its LOG(WARNING) writes to the process's stderr, file descriptor 2)
+# --------------------------------------------------------------------------------------------
+# A Relax BlockBuilder destroyed in the middle of a function (an importer or a pass that raised) logs
+# "BlockBuilder destroyed with remaining blocks!" from its C++ destructor, straight to fd 2, past Python's
+# sys.stderr. Every call into TVM's importers and passes that can fail goes through `native_stderr_captured`:
+# fd 2 points at a temporary file meanwhile, the failed call's objects are destroyed before it is restored, and
+# what TVM wrote is kept in NATIVE_LOG (and logged at debug level), never printed.
+
+NATIVE_LOG: list[str] = []  # TVM's C++ log lines captured so far (the last MAX_NATIVE_LOG)
+MAX_NATIVE_LOG = 200
+_capturing = 0
+
+
+@contextlib.contextmanager
+def native_stderr_captured():
+    """Point fd 2 at a temporary file while the body calls into TVM; keep what TVM writes in NATIVE_LOG.
+
+    On an exception the finished frames of its traceback are cleared and the garbage collector run while fd 2 is
+    still captured: the importer's BlockBuilder (referenced from those frames) is destroyed here, so its C++
+    destructor's warning is captured too. Re-entrant; where fd 2 cannot be duplicated the body runs as is.
+    """
+    global _capturing
+    if _capturing:
+        yield
+        return
+    import gc
+    import logging
+    import os
+    import sys
+    import tempfile
+    import traceback
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        _capturing += 1
+        try:
+            yield
+        except BaseException as exc:
+            traceback.clear_frames(exc.__traceback__)
+            gc.collect()
+            raise
+        finally:
+            _capturing -= 1
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                sys.stderr.flush()  # Python's own text written meanwhile lands in the sink, not later on the terminal
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines = [ln for ln in sink.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+            if lines:
+                NATIVE_LOG.extend(lines)
+                del NATIVE_LOG[:-MAX_NATIVE_LOG]
+                logging.getLogger("preflight.tvm").debug("TVM native log: %s", " | ".join(lines))
+
+
+def from_exported_program(ep, custom_convert_map: dict):
+    """TVM's `from_exported_program` (parameters kept as function inputs, no decomposition of its own) with
+    `custom_convert_map`, its C++ log captured (`native_stderr_captured`)."""
+    from tvm.relax.frontend.torch import from_exported_program as tvm_from_exported_program
+
+    with native_stderr_captured():
+        return tvm_from_exported_program(
+            ep, keep_params_as_input=True, custom_convert_map=custom_convert_map, run_ep_decomposition=False
+        )
 
 
 def _replace(mod: tvm.IRModule, name: str, func) -> tvm.IRModule:
@@ -231,7 +306,8 @@ def estimate_module_tir_flops(mod: tvm.IRModule) -> int:
 
 def legalize(mod: tvm.IRModule) -> tvm.IRModule:
     """Lower every Relax op to a `call_tir` of a PrimFunc with TVM's LegalizeOps."""
-    return relax.transform.LegalizeOps()(mod)
+    with native_stderr_captured():
+        return relax.transform.LegalizeOps()(mod)
 
 
 # --------------------------------------------------------------------------------------------
@@ -585,7 +661,7 @@ def onnx_import(model, shape_dict: dict[str, list[int]], dtype_dict: dict[str, s
 
     onnx_frontend._get_convert_map = extended
     try:
-        with contextlib.redirect_stdout(io.StringIO()), _onnx_shape_only_weights():
+        with contextlib.redirect_stdout(io.StringIO()), _onnx_shape_only_weights(), native_stderr_captured():
             return _onnx_from_model(model, shape_dict, dtype_dict)
     finally:
         onnx_frontend._get_convert_map = base
@@ -617,6 +693,12 @@ def reduce_converter(op_name: str):
     return convert
 
 
+def _symbolic(d) -> bool:
+    """A torch size that is a SymInt with no constant value (a dimension of a symbolic export)."""
+    node = getattr(d, "node", None)
+    return node is not None and getattr(node, "maybe_as_int", lambda: None)() is None
+
+
 def opaque_converter(callee: str):
     """A `custom_convert_map` entry for an op TVM cannot import: a packed call `callee` with the right outputs.
 
@@ -635,17 +717,61 @@ def opaque_converter(callee: str):
         ]
         vals = node.meta.get("val")
         vals = list(vals) if isinstance(vals, list | tuple) else [vals]
-        out = [
-            relax.TensorType([int(d) for d in v.shape], str(v.dtype).replace("torch.", ""))
-            for v in vals
-            if v is not None
-        ]
+        vals = [v for v in vals if v is not None]
+        if any(_symbolic(d) for v in vals for d in getattr(v, "shape", ())):
+            # the fake tensor's hint (the example size) is no size of the symbolic graph: a static dimension
+            # here would clash with the symbolic ones downstream once sizes are bound
+            raise IRError(f"cannot represent {callee} with a symbolic output shape")
+        out = [relax.TensorType([int(d) for d in v.shape], str(v.dtype).replace("torch.", "")) for v in vals]
         if not out:
             raise IRError(f"cannot represent {callee}: it has no tensor output")
         call = relax.call_dps_packed(callee, relax.Tuple(args), out if len(out) > 1 else out[0])
         return importer.block_builder.emit(call)
 
     return convert
+
+
+# Packed callees the PyTorch importer emits for ops Relax has no op for (`passes.costs` has a rule for each):
+# GROUPED_MATMUL and HISTOGRAM, imported from the cost registry above.
+
+
+def _tensor_arg(importer, node, i: int, name: str):
+    a = node.args[i] if len(node.args) > i else node.kwargs.get(name)
+    x = importer.env.get(a) if a is not None else None
+    if not isinstance(getattr(x, "ty", None), relax.TensorType):
+        raise IRError(f"{node.target}: argument {name} is not a tensor")
+    return x
+
+
+def grouped_matmul_converter(node, importer):
+    """A grouped (per-expert) matrix product: `transformers.grouped_mm_fallback(input, weight, offs)` and
+    `aten._grouped_mm(input, weight, offs)`, as a packed call `GROUPED_MATMUL` with the same operands.
+
+    input (S, K): the S = tokens x top_k routed rows, sorted by expert; weight (E, K, N): every expert's matrix;
+    offs (E,): where each expert's rows end. Output (S, N), S symbolic when the input's is. Each row is multiplied
+    by its own expert's matrix: S x K x N MACs in all whatever the routing (`passes.costs` counts them), which no
+    Relax op expresses (a gather of each row's weight would count S x K x N weight bytes that no kernel moves).
+    """
+    x = _tensor_arg(importer, node, 0, "input" if "fallback" in str(node.target) else "self")
+    w = _tensor_arg(importer, node, 1, "weight" if "fallback" in str(node.target) else "mat2")
+    offs = _tensor_arg(importer, node, 2, "offs")
+    xs, ws = list(x.ty.shape.values), list(w.ty.shape.values)
+    if len(xs) != 2 or len(ws) != 3:
+        raise IRError(f"{node.target}: grouped matmul of {len(xs)}-D rows by {len(ws)}-D expert weights")
+    val = node.meta.get("val")
+    dtype = str(getattr(val, "dtype", x.ty.dtype)).replace("torch.", "")
+    out = relax.TensorType([xs[0], ws[2]], dtype)
+    return importer.block_builder.emit(relax.call_dps_packed(GROUPED_MATMUL, relax.Tuple([x, w, offs]), out))
+
+
+def histc_converter(node, importer):
+    """`aten.histc(input, bins, min, max)` (transformers counts the rows routed to each expert with it): a packed
+    call `HISTOGRAM` from the input to a (bins,) tensor of the input's dtype."""
+    x = _tensor_arg(importer, node, 0, "self")
+    bins = node.args[1] if len(node.args) > 1 else node.kwargs.get("bins", 100)
+    out = relax.TensorType([int(bins)], x.ty.dtype)
+    call = relax.call_dps_packed(HISTOGRAM, relax.Tuple([x]), out)
+    return importer.block_builder.emit(call, name_hint="histc")
 
 
 def input_dims(mod: tvm.IRModule, n_inputs: int | None, func_name: str = "main") -> list[tuple[str, list, str]]:
@@ -1560,6 +1686,45 @@ def float_promoting_converter(target: str):
             importer.env.update(swapped)  # other users of the operand see its own dtype
 
     return convert
+
+
+def rounding_div_converter(node, importer):
+    """`aten.div.Tensor_mode` (`torch.div(a, b, rounding_mode=...)`) computed in torch's result dtype.
+
+    TVM's converter makes a Python number operand an int32 (or float32) constant whatever the tensor's dtype, so
+    `torch.div(torch.arange(32), 2, rounding_mode="floor")` (DETR's sine position embedding, MoE routing) reached
+    `relax.floor_divide` as int64 // int32 and the import failed. Here every operand takes the dtype of the node's
+    result (`meta["val"]`, torch's promotion): a number becomes a constant of that dtype, a tensor of another
+    dtype is cast. `floor` is `floor_divide`; `trunc` is an integer `divide` (TIR's integer division truncates) or
+    `trunc(divide)` for floats; no mode is a true `divide`.
+    """
+    import numbers
+
+    bb = importer.block_builder
+    args = importer.retrieve_args(node)
+    mode = node.kwargs.get("rounding_mode", args[2] if len(args) > 2 else None)
+    val = node.meta.get("val")
+    want = str(getattr(val, "dtype", "")).replace("torch.", "")
+
+    def tensor(x) -> bool:
+        return isinstance(x, relax.Expr) and isinstance(getattr(x, "ty", None), relax.TensorType)
+
+    operands = args[:2]
+    if not want or not all(tensor(x) or isinstance(x, numbers.Number) for x in operands):
+        return importer._div(node)  # symbolic sizes or no fake tensor: TVM's own conversion
+
+    def operand(x):
+        if not tensor(x):
+            return relax.const(x, want)
+        return x if str(x.ty.dtype) == want else bb.emit(relax.op.astype(x, want))
+
+    a, b = (operand(x) for x in operands)
+    if mode == "floor":
+        return bb.emit(relax.op.floor_divide(a, b))
+    quotient = bb.emit(relax.op.divide(a, b))
+    if mode == "trunc" and want.startswith(("float", "bfloat")):
+        return bb.emit(relax.op.trunc(quotient))
+    return quotient
 
 
 # --------------------------------------------------------------------------------------------

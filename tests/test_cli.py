@@ -33,6 +33,7 @@ TOTALS_KEYS = {
     "bytes_written",
     "op_count",
     "unsupported",
+    "incomplete",
     "macs_by_dtype",
 }
 OP_KEYS = {
@@ -186,9 +187,10 @@ def check_schema(doc: dict) -> None:
         assert set(inp) == {"name", "shape", "dtype"}
         assert all(isinstance(d, int) for d in inp["shape"])
     assert set(doc["totals"]) == TOTALS_KEYS
-    for k in TOTALS_KEYS - {"unsupported", "macs_by_dtype"}:
+    for k in TOTALS_KEYS - {"unsupported", "incomplete", "macs_by_dtype"}:
         assert isinstance(doc["totals"][k], int) and doc["totals"][k] >= 0, k
     assert isinstance(doc["totals"]["unsupported"], dict)
+    assert doc["totals"]["incomplete"] is bool(doc["totals"]["unsupported"])
     assert sum(doc["totals"]["macs_by_dtype"].values()) == doc["totals"]["macs"]
     assert doc["ops"], "no operators"
     for i, op in enumerate(doc["ops"]):

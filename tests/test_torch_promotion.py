@@ -117,3 +117,34 @@ def test_shorten_reprs_keeps_short_calls_and_unnamed_long_ones():
     assert shorten_reprs(f"ir.Foo({long}) failed") == "ir.Foo(...) failed"
     assert shorten_reprs(f'a relax.Call(op=ir.Op(name="relax.add", {long}), {long}) b') == "a relax.add b"
     assert shorten_reprs("unbalanced ir.Foo(" + long) == "unbalanced ir.Foo(" + long
+
+
+class SinePositions(torch.nn.Module):
+    """DETR's sine position embedding core, `temperature ** (2 * (i // 2) / 32)` with i an int64 `arange` (TVM's
+    importer made the 2 an int32 constant: int64 // int32 failed), a float `trunc` division by a number, a linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(32, 16)
+
+    def forward(self, x):  # x: (4, 32) float32
+        dim_t = 10000 ** (2 * torch.div(torch.arange(32), 2, rounding_mode="floor") / 32)
+        return self.proj(torch.div(x, 2, rounding_mode="trunc") / dim_t)
+
+
+@pytest.mark.parametrize("route", ["module", "pt2"])
+def test_int64_floor_divide_by_a_number_imports(route, tmp_path):
+    module, inputs = SinePositions().eval(), (torch.randn(4, 32),)
+    if route == "module":
+        report = analyze(module, inputs)
+    else:
+        path = tmp_path / "sine.pt2"
+        torch.export.save(torch.export.export(module, inputs), path)
+        report = analyze(str(path))
+    ops = report.analysis.graph.ops
+    floor = [o for o in ops if o.op == "relax.floor_divide"]
+    assert [(o.inputs[0].dtype, o.inputs[1].dtype, o.output.dtype, o.output.shape) for o in floor] == [
+        ("int64", "int64", "int64", (32,))
+    ]
+    assert [o.output.dtype for o in ops if o.op == "relax.trunc"] == ["float32"]  # x // 2 rounded toward zero
+    assert matrix_flops(report, folded=True) == oracle_flops(module, inputs) == 2 * 4 * 32 * 16  # the linear

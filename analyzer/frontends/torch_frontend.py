@@ -46,6 +46,10 @@ def _converters() -> dict[str, Callable]:
         "arange.start_step": tvm_ir.arange_converter,
         "randn.default": tvm_ir.random_fill_converter,
         "randn_like.default": tvm_ir.random_fill_converter,
+        "div.Tensor_mode": tvm_ir.rounding_div_converter,
+        "grouped_mm_fallback.default": tvm_ir.grouped_matmul_converter,  # transformers' MoE experts on CPU
+        "_grouped_mm.default": tvm_ir.grouped_matmul_converter,
+        "histc.default": tvm_ir.histc_converter,
     }
 
 
@@ -101,8 +105,6 @@ def _decompose_for_tvm(ep, keep: frozenset[str] | set[str]):
 
 def _import(ep, converters: dict[str, Callable]):
     """TVM's `from_exported_program` with our conversions and opaque placeholders; (mod, missing ops)."""
-    from tvm.relax.frontend.torch import from_exported_program
-
     from passes import tvm_ir
 
     targets = _targets(ep)
@@ -110,7 +112,7 @@ def _import(ep, converters: dict[str, Callable]):
     custom = {t: converters[t] for t in targets if t in converters}
     missing = sorted(t for t in targets if t not in supported and t not in converters)
     custom.update({t: tvm_ir.opaque_converter(f"{UNCONVERTED_PREFIX}aten.{t}") for t in missing})
-    mod = from_exported_program(ep, keep_params_as_input=True, custom_convert_map=custom, run_ep_decomposition=False)
+    mod = tvm_ir.from_exported_program(ep, custom)
     return mod, missing
 
 

@@ -12,7 +12,17 @@ from dataclasses import dataclass
 
 from ..graph import OpGraph, OpNode, TensorInfo
 from . import conv, data_movement, elementwise, matmul, normalization, other, pooling, reduction, vision  # noqa: F401
-from .registry import CATEGORIES, IGNORED, MULTIPLY_ADD_CATEGORIES, RULES, UNSUPPORTED, Cost, RuleEntry, register
+from .registry import (
+    CATEGORIES,
+    IGNORED,
+    MULTIPLY_ADD_CATEGORIES,
+    PACKED_RULES,
+    RULES,
+    UNSUPPORTED,
+    Cost,
+    RuleEntry,
+    register,
+)
 
 # Calls of TIR PrimFuncs (the ONNX importer's emit_te, LegalizeOps): costed from the PrimFunc
 # with TVM's estimate_tir_flops, which counts every add and multiply (so it equals 2 x MACs for
@@ -143,6 +153,8 @@ def cost_of(op: OpNode) -> OpCost:
         return OpCost(category="other", macs=0, flops=0, bytes_read=0, bytes_written=0, supported=True, **common)
 
     entry = RULES.get(op.op)
+    if op.op == "relax.call_dps_packed" and op.callee in PACKED_RULES:
+        entry = PACKED_RULES[op.callee]
     if entry is None:
         return OpCost(
             category="other",
@@ -205,6 +217,7 @@ __all__ = [
     "IGNORED",
     "INT8_DTYPES",
     "MULTIPLY_ADD_CATEGORIES",
+    "PACKED_RULES",
     "RULES",
     "TIR_CALLS",
     "UNSUPPORTED",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ..graph import TensorInfo
-from .registry import Cost, register
+from .registry import GROUPED_MATMUL, Cost, register, register_packed
 
 
 def matmul_macs(a: tuple[int, ...], out: tuple[int, ...]) -> int:
@@ -94,3 +94,20 @@ def _attention(attrs: dict, inputs: list[TensorInfo], outputs: tuple[TensorInfo,
     q, k, v = (t.shape for t in inputs[:3])
     macs = attention_macs(q, k, v)
     return Cost(macs=macs, flops=2 * macs)
+
+
+def grouped_matmul_experts(inputs: list[TensorInfo]) -> int:
+    """How many experts' matrices a grouped matmul of S rows over E experts reads: min(E, S) (S rows reach at
+    most S experts; the single token of a decode step with top-k routing reaches exactly k of them)."""
+    return min(inputs[1].shape[0], inputs[0].shape[0])
+
+
+@register_packed(GROUPED_MATMUL, category="matmul")
+def _grouped_matmul(attrs: dict, inputs: list[TensorInfo], outputs: tuple[TensorInfo, ...]) -> Cost:
+    """Rows (S, K) each times its own expert's (K, N) of weights (E, K, N): 2 x S x K x N FLOPs in all, however
+    the rows are routed. Reads the rows, min(E, S) experts' matrices and the offsets; writes (S, N)."""
+    (s, k), (e, _, n) = inputs[0].shape, inputs[1].shape
+    macs = s * k * n
+    experts = grouped_matmul_experts(inputs)
+    weight = inputs[1].nbytes * experts // e if e else 0
+    return Cost(macs=macs, flops=2 * macs, bytes_read=inputs[0].nbytes + weight + sum(t.nbytes for t in inputs[2:]))

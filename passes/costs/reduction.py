@@ -3,6 +3,7 @@
 sum, mean, max, min, prod, argmax, argmin, cumsum, cumprod: 1 per input element.
 variance / std: mean pass (1) + subtract, square, add (3) = 4 per input element.
 sort-like ops (sort, argsort, topk, median): n x log2(n) comparisons along the axis.
+histc (a packed call, `registry.HISTOGRAM`): 1 per input element (bin index and count).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import math
 
 from ..graph import TensorInfo
-from .registry import Cost, per_input_element, register
+from .registry import HISTOGRAM, Cost, per_input_element, register, register_packed
 
 for _op in (
     "relax.sum",
@@ -26,6 +27,8 @@ for _op in (
     "relax.collapse_sum_to",
 ):
     register(_op, category="reduction")(per_input_element(1))
+
+register_packed(HISTOGRAM, category="reduction")(per_input_element(1))
 
 for _op in ("relax.variance", "relax.std"):
     register(_op, category="reduction")(per_input_element(4))

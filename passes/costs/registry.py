@@ -5,7 +5,9 @@ Every Relax op lands in exactly one of three sets:
 - `IGNORED`: zero arithmetic and zero traffic on purpose (shape queries, markers, allocations);
 - `UNSUPPORTED`: known to exist, deliberately not costed; reported in `totals.unsupported`.
 An op in none of them is also reported as unsupported, and the coverage test fails until it is
-placed in one of the three.
+placed in one of the three. A packed call (`relax.call_dps_packed`, unsupported in general: its code is opaque)
+whose callee is in `PACKED_RULES` is costed by that rule: the importers emit these callees for ops Relax has no
+op for (a grouped per-expert matmul).
 
 Counting convention (docs/design.md): one MAC is a multiply-accumulate and FLOPs = 2 x MACs for
 multiply-add ops; other ops count a small documented number of FLOPs per output element.
@@ -56,6 +58,7 @@ class RuleEntry:
 
 
 RULES: dict[str, RuleEntry] = {}
+PACKED_RULES: dict[str, RuleEntry] = {}  # callee of a relax.call_dps_packed -> its rule
 IGNORED: dict[str, str] = {}  # op -> why it costs nothing
 UNSUPPORTED: dict[str, str] = {}  # op -> why it is not costed
 
@@ -77,6 +80,26 @@ def register(*ops: str, category: str) -> Callable[[Rule], Rule]:
         return fn
 
     return deco
+
+
+def register_packed(*callees: str, category: str) -> Callable[[Rule], Rule]:
+    """Register `fn` as the cost rule of `relax.call_dps_packed` calls of `callees`."""
+    if category not in CATEGORIES:
+        raise ValueError(f"unknown category {category!r}")
+
+    def deco(fn: Rule) -> Rule:
+        for callee in callees:
+            if callee in PACKED_RULES:
+                raise ValueError(f"a cost rule for {callee} is already registered")
+            PACKED_RULES[callee] = RuleEntry(callee, category, fn)
+        return fn
+
+    return deco
+
+
+# Callees of the packed calls the importers emit (`passes.tvm_ir`) for ops Relax has no op for
+GROUPED_MATMUL = "preflight.grouped_matmul"  # (S, K) rows x (E, K, N) expert weights, grouped by offs (E,)
+HISTOGRAM = "preflight.histc"  # torch.histc: (n,) values -> (bins,) counts
 
 
 def ignore(reason: str, *ops: str) -> None:

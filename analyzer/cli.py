@@ -177,7 +177,16 @@ def _output_ok(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 
 def explain_option(f):
-    """--explain, shared by analyze and predict."""
+    """--explain (and --by-module), shared by analyze and predict."""
+    f = click.option(
+        "--by-module",
+        "by_module",
+        type=click.IntRange(min=0, max=8),
+        default=0,
+        metavar="DEPTH",
+        help="Also list the costliest modules at this depth of the module path (1: layer4, 2: layer4.2); the JSON "
+        "always has depths 1 and 2.",
+    )(f)
     return click.option("--explain", is_flag=True, help="Add a footer saying what each row of the output means.")(f)
 
 
@@ -269,6 +278,7 @@ def analyze(
     strict: bool,
     top: int,
     explain: bool,
+    by_module: int,
 ) -> None:
     """Count FLOPs, MACs, bytes and peak memory of MODEL, operator by operator.
 
@@ -280,7 +290,7 @@ def analyze(
     from .api import analyze as run
 
     report = run(model, inputs=list(inputs), batch=batch, strict=strict, dtype=dtype)
-    _emit(_render(report, _format(fmt, output), top, explain), output)
+    _emit(_render(report, _format(fmt, output), top, explain, by_module), output)
 
 
 def max_slowdown_option(f):
@@ -357,6 +367,7 @@ def predict(
     budget_bound: str,
     max_slowdown: float | None,
     explain: bool,
+    by_module: int,
 ) -> None:
     """Predict latency, energy, memory and the MIG slice of MODEL on a GPU (MODEL as for `preflight analyze`).
 
@@ -382,7 +393,7 @@ def predict(
         report.verdict = budget_verdict(
             report, max_latency_ms=max_latency, max_memory_mb=max_memory, bound=budget_bound
         )
-    _emit(_render(report, _format(fmt, output), top, explain), output)
+    _emit(_render(report, _format(fmt, output), top, explain, by_module), output)
     if gated and not report.verdict.passed:
         for reason in report.verdict.reasons:
             click.echo(f"budget exceeded: {reason}", err=True)
@@ -636,7 +647,7 @@ def _render_llm(report, fmt: str) -> str:
     return sections_text(title, secs)
 
 
-def _render(report, fmt: str, top: int, explain: bool = False) -> str:
+def _render(report, fmt: str, top: int, explain: bool = False, by_module: int = 0) -> str:
     from .render import render_csv, render_markdown, render_table
 
     if fmt in ("csv", "kernels-csv"):
@@ -649,7 +660,7 @@ def _render(report, fmt: str, top: int, explain: bool = False) -> str:
         from .predeploy import render_html
 
         return render_html(report, top)
-    return render_table(report, top, explain)
+    return render_table(report, top, explain, by_module)
 
 
 @cli.command()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from passes.analysis import Analysis, analyze_graph, gathered_expert_matmuls
 from passes.graph import dtype_bytes, with_compute_dtype, with_float_dtype
-from passes.tvm_ir import DataDependentShapeError, DynamicShapeError, IRError, extract
+from passes.tvm_ir import DataDependentShapeError, DynamicShapeError, IRError, extract, source_names
 from predictor.kernel_model import KernelParamsError
 from predictor.predict import Prediction, predictor_info
 from predictor.predict import predict as run_predictor
@@ -104,6 +104,9 @@ def analyze_loaded(
     # graphs from torch.export keep torch's SDPA signature; other exporters write attention out in many ways
     patterns = "sdpa" if loaded.framework in TORCH_EXPORTED else "all"
     analysis = analyze_graph(graph, attention_patterns=patterns)
+    if loaded.op_sources:  # names a user can act on (layer4.2.conv3), beside the Relax ones (lv190)
+        sources = source_names([c.name for c in analysis.ops], loaded.op_sources)
+        analysis.ops = [replace(c, source=s) for c, s in zip(analysis.ops, sources, strict=True)]
     if loaded.source_params is not None:
         params, param_bytes = loaded.source_params  # the file's float weights
         if dtype is not None:

@@ -19,6 +19,7 @@ def op_json(cost) -> dict:
     return {
         "index": cost.index,
         "name": cost.name,
+        "source": cost.source,
         "op": cost.op,
         "category": cost.category,
         "flops": cost.flops,
@@ -56,6 +57,7 @@ def report_json(report) -> dict:
             "macs_by_dtype": dict(t.macs_by_dtype),
         },
         "ops": [op_json(c) for c in a.ops],
+        "modules": module_rollup(report),
         "kernels": {**a.kernel_view.summary.to_json(), "list": [k.to_json() for k in a.kernels]},
         "graph": {"nodes": len(a.ops), "edges": len(a.edges)},
         "warnings": list(report.warnings),
@@ -152,6 +154,51 @@ def op_label(cost) -> str:
     return cost.op.removeprefix("relax.")
 
 
+def module_rollup(report, depths: tuple[int, ...] = (1, 2)) -> list[dict]:
+    """The live operators' cost summed by module: each op counts toward the first `depth` dotted parts of its
+    `source` (`layer4.2.conv3` -> `layer4` at depth 1, `layer4.2` at depth 2), for every depth asked; ops without
+    a source are left out. Rows in the operator tables' order (`ranking`); time_ms is None without a prediction."""
+    timed = {c.index: t for c, t in ranked_ops(report)}
+    rows: dict[tuple[int, str], dict] = {}
+    for c in report.analysis.ops:
+        if c.folded or not c.source:
+            continue
+        parts = c.source.split(".")
+        for depth in depths:
+            if len(parts) < depth and depth > 1:
+                continue
+            key = (depth, ".".join(parts[:depth]))
+            row = rows.setdefault(
+                key, {"module": key[1], "depth": depth, "ops": 0, "flops": 0, "macs": 0, "bytes": 0, "time_ms": None}
+            )
+            row["ops"] += 1
+            row["flops"] += c.flops
+            row["macs"] += c.macs
+            row["bytes"] += c.bytes_read + c.bytes_written
+            if timed.get(c.index) is not None:
+                row["time_ms"] = (row["time_ms"] or 0.0) + timed[c.index]
+    return sorted(rows.values(), key=lambda r: (r["depth"], -(r["time_ms"] or 0.0), -r["flops"], r["module"]))
+
+
+def _module_rows(report, depth: int, top: int) -> tuple[list[str], list[list[str]]]:
+    mods = module_rollup(report, (depth,))[:top]
+    p = report.predictions[0] if report.predictions else report.prediction
+    latency = p.latency_ms if p is not None else None
+    header = ["module", "ops", "FLOPs", "bytes moved", "time (ms)", "share of latency"]
+    rows = [
+        [
+            r["module"],
+            str(r["ops"]),
+            si(r["flops"]),
+            mib(r["bytes"]),
+            f"{r['time_ms']:,.4g}" if r["time_ms"] is not None else "-",
+            f"{100 * r['time_ms'] / latency:.1f}%" if r["time_ms"] is not None and latency else "-",
+        ]
+        for r in mods
+    ]
+    return header, rows
+
+
 def _rows(report, top: int) -> tuple[list[str], list[list[str]]]:
     a = report.analysis
     total = a.totals.flops or 1
@@ -163,7 +210,7 @@ def _rows(report, top: int) -> tuple[list[str], list[list[str]]]:
         header = [*header[:6], "bytes moved", "time (ms)", "share of latency"]
     rows = []
     for c, t in ranked:
-        row = [str(c.index), c.name, op_label(c), c.category]
+        row = [str(c.index), c.source or c.name, op_label(c), c.category]
         row += [_shape(c.output.shape) if c.outputs else "-", si(c.flops)]
         if timed:
             row += [mib(c.bytes_read + c.bytes_written), f"{t:,.4g}", f"{100 * t / latency:.1f}%" if latency else "-"]
@@ -410,8 +457,9 @@ def explain_lines(rows: list[str] | None = None) -> list[str]:
     return out
 
 
-def render_table(report, top: int = 15, explain: bool = False) -> str:
-    """Plain-text view for a terminal: totals, the prediction, then the costliest operators."""
+def render_table(report, top: int = 15, explain: bool = False, by_module: int = 0) -> str:
+    """Plain-text view for a terminal: totals, the prediction, the costliest operators, and with `by_module` the
+    costliest modules at that depth."""
     lines = []
     summary = _summary(report) + _prediction(report)
     width = max(len(k) for k, _ in summary)
@@ -420,6 +468,13 @@ def render_table(report, top: int = 15, explain: bool = False) -> str:
     if rows:
         right = set(range(5, len(header))) | {0}
         lines += ["", f"costliest {len(rows)} operators by {ranking(report)}:", *_text_table(header, rows, right)]
+    if by_module:
+        header, rows = _module_rows(report, by_module, top or 15)
+        if rows:
+            title = f"costliest {len(rows)} modules at depth {by_module} by {ranking(report)}:"
+            lines += ["", title, *_text_table(header, rows, set(range(1, len(header))))]
+        else:
+            lines += ["", "modules: this model's operators carry no module paths (ONNX, TFLite: not yet)"]
     if report.warnings:
         lines += [""] + [f"warning: {w}" for w in report.warnings]
     if explain:

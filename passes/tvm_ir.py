@@ -517,6 +517,87 @@ def extract(
 _EP_CONVERT_OPS: frozenset[str] | None = None
 
 
+@contextlib.contextmanager
+def recording_fx_sources(weight_names: dict[str, str] | None = None):
+    """While active, TVM's ExportedProgram importer records where each Relax value comes from: a dict (yielded)
+    from the name of every variable a converter returns to the fx node's module path (`layer4.2.conv3`), found in
+    order: torch.export's `nn_module_stack`; else the module of a weight the node reads (`weight_names`: fx
+    placeholder name -> parameter name, `layer4.2.conv3.weight`); else the source of the node's first input that
+    has one (a ReLU after a batch norm belongs to the norm's module). Values a converter emits on the way to its
+    result are not recorded: they take the source of the next recorded value (`source_names`)."""
+    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+
+    record: dict[str, str] = {}
+    weights = {k: v.rsplit(".", 1)[0] if "." in v else v for k, v in (weight_names or {}).items()}
+    known: dict[str, str | None] = {}
+
+    def source_of(node) -> str | None:
+        name = str(getattr(node, "name", ""))
+        if name in known:
+            return known[name]
+        known[name] = None  # cycles cannot happen in an fx graph; this only guards re-entry
+        found = None
+        stack = node.meta.get("nn_module_stack") if hasattr(node, "meta") else None
+        if stack:
+            path = list(stack.values())[-1][0]
+            found = path if isinstance(path, str) and path else None
+        inputs = list(getattr(node, "all_input_nodes", ()))
+        if found is None:
+            found = next((weights[n.name] for n in inputs if n.name in weights), None)
+        if found is None:
+            found = next((src for n in inputs if n.op != "placeholder" and (src := source_of(n))), None)
+        known[name] = found
+        return found
+
+    def names_in(out) -> list[str]:
+        if isinstance(out, relax.Var):
+            return [out.name]
+        if isinstance(out, relax.TupleGetItem):
+            return names_in(out.tuple_value)
+        if isinstance(out, tuple | list):
+            return [n for o in out for n in names_in(o)]
+        return []
+
+    def wrap(fn):
+        def converter(node, *args, **kwargs):
+            out = fn(node, *args, **kwargs)
+            try:
+                source = source_of(node)
+                for name in names_in(out) if source else ():
+                    record.setdefault(name, source)
+            except Exception:  # noqa: BLE001 - a name is only a label: the import goes on without it
+                pass
+            return out
+
+        return converter
+
+    create, update = ExportedProgramImporter.create_convert_map, ExportedProgramImporter.update_convert_map
+
+    def create_convert_map(self):
+        return {k: wrap(v) for k, v in create(self).items()}
+
+    def update_convert_map(self, custom):
+        return update(self, {k: wrap(v) for k, v in custom.items()})
+
+    ExportedProgramImporter.create_convert_map = create_convert_map
+    ExportedProgramImporter.update_convert_map = update_convert_map
+    try:
+        yield record
+    finally:
+        ExportedProgramImporter.create_convert_map, ExportedProgramImporter.update_convert_map = create, update
+
+
+def source_names(op_names: list[str], sources: dict[str, str]) -> list[str | None]:
+    """The source of each op (in graph order) from `recording_fx_sources`' record: its own, else that of the next
+    op that has one (an intermediate value belongs to the node whose result comes after it); None after the last."""
+    out: list[str | None] = [None] * len(op_names)
+    nxt = None
+    for i in range(len(op_names) - 1, -1, -1):
+        nxt = sources.get(op_names[i], nxt)
+        out[i] = nxt
+    return out
+
+
 def exported_program_convert_ops() -> frozenset[str]:
     """The ATen targets TVM's exported-program importer converts itself ("linear.default", "add.Tensor", ...).
 

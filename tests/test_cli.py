@@ -22,7 +22,7 @@ from analyzer.cli import cli
 
 REPO = Path(__file__).resolve().parents[1]
 
-TOP_KEYS = {"schema", "tool", "model", "inputs", "totals", "ops", "kernels", "graph", "warnings"}
+TOP_KEYS = {"schema", "tool", "model", "inputs", "totals", "ops", "modules", "kernels", "graph", "warnings"}
 TOTALS_KEYS = {
     "flops",
     "macs",

@@ -32,6 +32,9 @@ class LoadedModel:
     source_params: tuple[int, int] | None = None
     # the model computes in this float dtype although it was imported in float32 (see graph.with_float_dtype)
     float_dtype: str | None = None
+    # Relax variable name -> where it comes from in the source model (a module path such as layer4.2.conv3, or
+    # the source graph's node name); empty when the importer could not say
+    op_sources: dict[str, str] = field(default_factory=dict)
 
     def check_graph(self, graph) -> None:
         """Refuse shapes and window attributes no real model has (`sanity.check_graph`), naming the model."""

@@ -116,15 +116,30 @@ def _import(ep, converters: dict[str, Callable]):
     return mod, missing
 
 
-def import_exported_program(ep, *, n_inputs: int | None = None):
+def import_exported_program(
+    ep, *, n_inputs: int | None = None, sources: dict | None = None, weight_names: dict | None = None
+):
     """Relax IRModule of an ExportedProgram, plus the ATen ops that had no conversion.
 
     Decomposes only what TVM's importer cannot take (`_decompose_for_tvm`): attention stays one
     `relax.nn.attention`, linear and normalisation layers stay whole, and most models skip torch's re-trace.
     If TVM's conversion of a kept op fails (e.g. its multi-layer LSTM), the program is fully decomposed to
-    core ATen and imported again.
+    core ATen and imported again. `sources`, when given, is filled with each Relax variable's source (module path
+    path, `tvm_ir.recording_fx_sources`); `weight_names` maps the placeholders that carry weights as inputs (a
+    meta-device module, `_ParamsAsInputs`) to their parameter names.
     """
     from passes import tvm_ir
+
+    if sources is not None:
+        lifted = {
+            s.arg.name: s.target
+            for s in ep.graph_signature.input_specs
+            if s.kind.name in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR") and getattr(s, "target", None)
+        }
+        with tvm_ir.recording_fx_sources({**lifted, **(weight_names or {})}) as record:
+            out = import_exported_program(ep, n_inputs=n_inputs)
+        sources.update(record)
+        return out
 
     converters = _converters()
     whole = {**converters, **_whole_op_converters()}
@@ -265,7 +280,15 @@ def from_module(
                 ep = torch.export.export(tensor_outputs, example_inputs)
     except Exception as exc:
         raise AnalysisError(f"torch.export could not export the module: {one_line(exc)}") from exc
-    mod, n_inputs, missing = import_exported_program(ep, n_inputs=n_inputs)
+    sources: dict[str, str] = {}
+    weight_names = {}
+    if _on_meta(module):  # weights enter as inputs after the model's own: name their placeholders
+        users = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+        params = [n for n, _ in tensor_outputs.named_parameters()] + [n for n, _ in tensor_outputs.named_buffers()]
+        weight_names = dict(zip(users[n_inputs:], params, strict=False))
+    mod, n_inputs, missing = import_exported_program(ep, n_inputs=n_inputs, sources=sources, weight_names=weight_names)
+    # module paths as the user's model names them: without _TensorOutputs' `inner.` (its own forward: top level)
+    sources = {k: "(top level)" if v == "inner" else v.removeprefix("inner.") for k, v in sources.items()}
     warnings = []
     if dropped:
         kinds = ", ".join(sorted(set(dropped)))
@@ -283,6 +306,7 @@ def from_module(
         input_names=tuple(input_names or ()),
         warnings=warnings,
         float_dtype=float_dtype,
+        op_sources=sources,
     )
 
 
@@ -409,6 +433,7 @@ def load_pt2(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Load
         unconverted=missing,
         input_names=names,
         warnings=list(plan.warnings),
+        op_sources={str(k): str(v) for k, v in dict(result.meta.get("sources") or {}).items()},
     )
 
 
@@ -422,8 +447,9 @@ def _pt2_in_child(path: str, plan=None) -> tuple[dict, bytes]:
     if plan is None:
         plan = inspect_pt2(Path(path))
     ep = build_exported_program(plan)
-    mod, n_inputs, missing = import_exported_program(ep)
-    return {"n_inputs": n_inputs, "missing": missing}, tvm_ir.dump_module(mod)
+    sources: dict[str, str] = {}
+    mod, n_inputs, missing = import_exported_program(ep, sources=sources)
+    return {"n_inputs": n_inputs, "missing": missing, "sources": sources}, tvm_ir.dump_module(mod)
 
 
 def bind_input_shapes(mod, n_inputs: int | None, specs: dict[str, InputSpec], batch: int | None, source: str):

@@ -98,6 +98,7 @@ class OpCost:
     unsupported_key: str | None = None  # how it is listed in totals.unsupported
     callee: str | None = None
     folded: bool = False
+    source: str | None = None  # where it comes from in the source model (module path, node name); None: unknown
 
     @property
     def output(self) -> TensorInfo:

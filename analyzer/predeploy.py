@@ -461,10 +461,9 @@ def llm_sections(llm) -> list[Section]:
         )
     rows = []
     for d in llm.devices:
-        device = get_device(d.device)
-        order = [q.name for q in smallest_first(device.mig)]
-        smallest = next((q for q in order if d.fits.get(q)), None)
-        where = smallest or ("full GPU only" if d.fits.get(FULL_GPU) else "does not fit")
+        # the recommendation's slice (memory and, with --ttft-ms/--tpot-ms, the latency targets): the same answer
+        # as the line below the table
+        where = d.recommendation.profile or ("full GPU only" if d.fits.get(FULL_GPU) else "does not fit")
         rows.append(
             [
                 d.device,
@@ -479,7 +478,7 @@ def llm_sections(llm) -> list[Section]:
         )
     serve.blocks.append(
         Table(
-            ["device", "predictor", "TTFT ms", "TPOT ms", "E2E ms", "prefill tok/s", "decode tok/s", "smallest fit"],
+            ["device", "predictor", "TTFT ms", "TPOT ms", "E2E ms", "prefill tok/s", "decode tok/s", "MIG slice"],
             rows,
             {2, 3, 4, 5, 6},
             f"The request on each GPU: TTFT = the prefill, TPOT = one decode step at {c:,} slots, "

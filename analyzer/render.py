@@ -220,12 +220,19 @@ def _rows(report, top: int) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def _computes_in(report) -> str:
+    from predictor.predict import runtime_of
+
+    return runtime_of(report.analysis.ops)["dtype"]
+
+
 def _summary(report) -> list[tuple[str, str]]:
     t = report.analysis.totals
     inputs = ", ".join(f"{i['name']} {_shape(i['shape'])} {i['dtype']}" for i in report.inputs)
     return [
         ("model", f"{report.model['name']} ({report.model['framework']}: {report.model['source']})"),
         ("inputs", inputs or "-"),
+        ("computes in", _computes_in(report)),
         ("FLOPs", f"{_at_least(t)}{si(t.flops)} ({t.flops:,}){_incomplete_note(t)}"),
         ("MACs", f"{_at_least(t)}{si(t.macs)} ({t.macs:,})"),
         *([("MACs by dtype", dtype_mix(t.macs_by_dtype))] if _mixed(t.macs_by_dtype) else []),
@@ -363,6 +370,11 @@ def _text_table(header: list[str], rows: list[list[str]], right: set[int] = froz
 EXPLAIN: tuple[tuple[str, str], ...] = (
     ("model", "the model's name, and the route it was read by (framework: the file or zoo name)"),
     ("inputs", "each input's name, shape and dtype, as analysed (after --batch, --input and --dtype)"),
+    (
+        "computes in",
+        "the dtype most of the graph's multiply-add operators compute in (the model's own, or --dtype's); an LLM "
+        "config's torch_dtype counts, so `predict` and `llm` of one model may differ here",
+    ),
     (
         "FLOPs",
         "floating-point operations of one forward pass: 2 per multiply-accumulate for conv, matmul and "

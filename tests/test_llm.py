@@ -456,3 +456,24 @@ def test_step_attention_is_the_fused_kernel_eager_cuda_launches(kind):
         # (1 x 4) x 2 rows: the same 4 units of 2 query rows over 32 slots
         assert traced[0].shapes[0] == (2, 2, 2, 16)
         assert [(k.params["b"] * k.params["h"], k.params["s"], k.params["t"]) for k in ours] == [(4, 2, 32)] * 2
+
+
+def test_the_table_and_the_recommendation_name_the_same_slice(tmp_path):
+    """With a TPOT target the smallest slice by memory may be too slow: the table's MIG column says what the
+    recommendation line says (it used to show the smallest slice by memory alone)."""
+    from analyzer.predeploy import sections
+
+    spec = "zoo:llama?layers=2&hidden=1024&heads=8&kv_heads=8&intermediate=4096&vocab=32000&max_pos=2048&seq_len=16"
+    kw = {"prompt": 512, "generate": 8, "batch": 32, "devices": ["h100"], "contexts": [520]}
+    rec = llm(spec, **kw).llm.devices[0].recommendation
+    order = [p for p in ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb") if rec.fits.get(p)]
+    assert rec.profile == order[0]
+    # a target the smallest slice misses but a larger one meets (each slice's TPOT from the same report)
+    slower, faster = rec.latency[order[0]].tpot_ms, rec.latency[order[-1]].tpot_ms
+    assert faster < slower
+    rep = llm(spec, **kw, tpot_ms=(slower + faster) / 2)
+    d = rep.llm.devices[0]
+    assert d.recommendation.profile not in (None, order[0])
+    _, secs = sections(rep)
+    table = next(b for s in secs for b in s.blocks if getattr(b, "header", [None])[-1:] == ["MIG slice"])
+    assert table.rows[0][-1] == d.recommendation.profile

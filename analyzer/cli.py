@@ -208,8 +208,12 @@ def budget_options(f):
     @functools.wraps(f)
     def run_within_budget(*args, budget_memory_gib: float, budget_timeout_s: float, **kwargs):
         from .budget import watch
+        from .progress import progress
 
-        with watch(str(kwargs.get("model", "")), budget_memory_gib, budget_timeout_s):
+        model = str(kwargs.get("model", ""))
+        # report and llm print their own progress (the sweep's bar, [llm] lines); analyze and predict get a line
+        quiet = f.__name__ not in ("analyze", "predict")
+        with watch(model, budget_memory_gib, budget_timeout_s), progress(f"{f.__name__}: {model}", enabled=not quiet):
             return f(*args, **kwargs)
 
     g = click.option(

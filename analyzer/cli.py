@@ -31,6 +31,19 @@ def _print_version(ctx: click.Context) -> None:
     ctx.exit(0)
 
 
+_STATE = {"quiet": False}  # the group's -q, set again on every invocation
+
+
+def _quiet() -> bool:
+    return _STATE["quiet"]
+
+
+def _info(message: str) -> None:
+    """A line of information on stderr (what was written, progress, the budget's verdict): -q silences it."""
+    if not _quiet():
+        click.echo(message, err=True)
+
+
 def _debug() -> bool:
     return os.environ.get("PREFLIGHT_DEBUG", "") not in ("", "0")
 
@@ -100,8 +113,13 @@ class _Group(click.Group):
     help="A device file (preflight.devices/1: docs/devices.md) adding GPUs to the built-in ones. Repeatable; "
     "also $PREFLIGHT_DEVICES and ~/.config/preflight/devices.json.",
 )
-def cli(device_files: tuple[str, ...]) -> None:
+@click.option("-q", "--quiet", is_flag=True, help="Only the result and errors: no progress or 'wrote' lines.")
+@click.option("-v", "--verbose", is_flag=True, help="Also show the libraries' own warnings (torch, transformers, TVM).")
+def cli(device_files: tuple[str, ...], quiet: bool, verbose: bool) -> None:
     """preflight: what a model will cost on a data-centre GPU, without running it."""
+    _STATE["quiet"] = quiet
+    if verbose:
+        warnings.resetwarnings()  # the libraries' own warnings, which preflight hides by default
     try:
         from predictor.devices import DEVICES_ENV, DeviceFileError, add_device_file
     except ValueError as exc:  # a bad $PREFLIGHT_DEVICES or config file, read at import (DeviceFileError)
@@ -126,7 +144,7 @@ def _emit(text: str, output: str | None) -> None:
             from .errors import UsageError
 
             raise UsageError(f"cannot write {output}: {exc.strerror}") from exc
-        click.echo(f"wrote {output}", err=True)
+        _info(f"wrote {output}")
     else:
         click.echo(text, nl=False)
 
@@ -212,7 +230,7 @@ def budget_options(f):
 
         model = str(kwargs.get("model", ""))
         # report and llm print their own progress (the sweep's bar, [llm] lines); analyze and predict get a line
-        quiet = f.__name__ not in ("analyze", "predict")
+        quiet = f.__name__ not in ("analyze", "predict") or _quiet()
         with watch(model, budget_memory_gib, budget_timeout_s), progress(f"{f.__name__}: {model}", enabled=not quiet):
             return f(*args, **kwargs)
 
@@ -403,7 +421,7 @@ def predict(
             click.echo(f"budget exceeded: {reason}", err=True)
         sys.exit(EXIT_GATE)
     if gated:
-        click.echo("within budget", err=True)
+        _info("within budget")
 
 
 @cli.command()
@@ -502,13 +520,13 @@ def report(
         with click.progressbar(length=len(sweep), label="batch sweep", file=sys.stderr) as bar:
             rep = run(model, progress=bar.update, **args)
     elif sweep:  # no bar where nobody watches it redraw (a log, CI): one line saying what runs
-        click.echo(f"batch sweep: {len(sweep)} batch sizes ({', '.join(map(str, sweep))})", err=True)
+        _info(f"batch sweep: {len(sweep)} batch sizes ({', '.join(map(str, sweep))})")
         rep = run(model, **args)
     else:
         rep = run(model, **args)
     for w in rep.warnings:  # also in the report; said here so that a choice made for the user is seen
         click.echo(f"warning: {w}", err=True)
-    click.echo(f"wrote {output}", err=True)
+    _info(f"wrote {output}")
 
 
 @cli.command()
@@ -628,11 +646,11 @@ def llm(
         tpot_ms=tpot_ms,
         contexts=grid,
         full_depth=full_depth,
-        log=lambda m: click.echo(f"[llm] {m}", err=True),
+        log=lambda m: _info(f"[llm] {m}"),
     )
     if output is not None:
         write(rep, output)
-        click.echo(f"wrote {output}", err=True)
+        _info(f"wrote {output}")
         return
     _emit(_render_llm(rep, fmt), None)
 
@@ -973,7 +991,7 @@ def train(data, device, epochs, seed, cache, calibration, out_dir) -> None:
         f"--epochs {epochs} --seed {seed} --calibration {calibration}`\n"
     )
     click.echo(table)
-    click.echo(f"wrote {out_dir}", err=True)
+    _info(f"wrote {out_dir}")
 
 
 def main() -> None:

@@ -946,9 +946,10 @@ def test_version_names_the_stack():
 
 def test_quiet_leaves_only_the_result_and_errors(models, tmp_path):
     out = tmp_path / "r.json"
-    loud = CliRunner().invoke(cli, ["predict", models["tiny"], "--batch", "2", "-o", str(out)])
-    assert loud.exit_code == 0 and loud.stderr.strip() == f"wrote {out}"
-    quiet = CliRunner().invoke(cli, ["-q", "predict", models["tiny"], "--batch", "2", "-o", str(out)])
+    loud = CliRunner().invoke(cli, ["predict", str(models["tiny"]), "--batch", "2", "-o", str(out)])
+    assert loud.exit_code == 0, loud.output
+    assert loud.stderr.strip() == f"wrote {out}"
+    quiet = CliRunner().invoke(cli, ["-q", "predict", str(models["tiny"]), "--batch", "2", "-o", str(out)])
     assert quiet.exit_code == 0 and quiet.stderr == "" and json.loads(out.read_text())["prediction"]
     bad = CliRunner().invoke(cli, ["-q", "predict", str(tmp_path / "none.onnx")])
     assert bad.exit_code == 2 and "no such file" in bad.stderr  # errors still show

@@ -180,17 +180,10 @@ def _format(fmt: str | None, output: str | None) -> str:
 
 def _output_ok(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """-o FILE is checked before the analysis starts: its folder exists and is writable, and it is no folder."""
-    if value is None:
-        return value
-    from .errors import UsageError
+    if value is not None:
+        from .predeploy import check_writable
 
-    folder = Path(value).parent
-    if not folder.is_dir():
-        raise UsageError(f"cannot write {value}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise UsageError(f"cannot write {value}: the folder {folder} is not writable")
-    if Path(value).is_dir():
-        raise UsageError(f"cannot write {value}: it is a directory")
+        check_writable(value)
     return value
 
 

@@ -622,11 +622,11 @@ def format_for(path: str | Path) -> str:
     return FORMATS[suffix]
 
 
-def check_output(path: str | Path) -> str:
-    """The report format of `path`, after checking that its folder exists and is writable (before the long part)."""
+def check_writable(path: str | Path) -> None:
+    """`UsageError` unless `path` can be written: its folder exists and is writable, and it is no folder (checked
+    before the long part of a command)."""
     import os
 
-    fmt = format_for(path)
     folder = Path(path).parent
     if not folder.is_dir():
         raise UsageError(f"cannot write {path}: the folder {folder} does not exist")
@@ -634,6 +634,12 @@ def check_output(path: str | Path) -> str:
         raise UsageError(f"cannot write {path}: the folder {folder} is not writable")
     if Path(path).is_dir():
         raise UsageError(f"cannot write {path}: it is a directory")
+
+
+def check_output(path: str | Path) -> str:
+    """The report format of `path`, after `check_writable`."""
+    fmt = format_for(path)
+    check_writable(path)
     return fmt
 
 

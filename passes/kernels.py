@@ -803,6 +803,140 @@ class _View:
             vid = next((o.value for o in op.operands if not self.is_scalar_const(o.value)), op.operands[0].value)
         return False
 
+    # -- nn.MultiheadAttention's and nn.TransformerEncoderLayer's fast paths --------------------------
+    def view_root(self, vid: int, stop: int | None = None) -> tuple[int, set[int]]:
+        """Walk up from `vid` through view ops (copying ones included) to the first value that is not a view.
+
+        Returns (that value, the op indices walked). Stops at `stop` if met.
+        """
+        walked: set[int] = set()
+        while vid != stop and (op := self.op_of(vid)) is not None and op.operands:
+            if not (op.op in _VIEW_OPS or op.op == "relax.take" and self.is_view_op(op)):
+                break
+            walked.add(op.index)
+            vid = op.operands[0].value
+        return vid, walked
+
+    def view_chain_down(self, vid: int) -> tuple[int, set[int]]:
+        """Walk down from `vid` while its one consumer is a view op; (the last value, the op indices walked)."""
+        walked: set[int] = set()
+        while (c := self.only_consumer(vid)) is not None and self.node[c].op in _VIEW_OPS:
+            outs = self.outputs_of.get(c, [])
+            if len(outs) != 1:
+                break
+            walked.add(c)
+            vid = outs[0]
+        return vid, walked
+
+    def linear_of(self, vid: int, fused_into: dict[int, int]) -> OpNode | None:
+        """The matmul with a 2-D constant weight (and a fused bias add) whose output is `vid`, or None."""
+        op = self.op_of(vid)
+        if op is None:
+            return None
+        if op.index in fused_into:
+            op = self.node[fused_into[op.index]]
+        ok = op.op == "relax.matmul" and len(op.operands) == 2 and op.operands[1].tensor.ndim == 2
+        return op if ok and op.operands[1].value in self.indep else None
+
+    def mha_fast_paths(self, attentions: list[_Attention], backend: dict[int, str], fused_into: dict[int, int]):
+        """nn.MultiheadAttention's fast path (`torch._native_multi_head_attention`) where eager torch takes it.
+
+        torch.export always records MultiheadAttention's Python path (`F.multi_head_attention_forward`: the input
+        transposed to (T, B, D), the packed in-projection, `.contiguous()` of the (3, T, B, D) split, SDPA, the
+        output permuted and reshaped, the out-projection, transposed back); the ONNX exporters write the same.
+        In eval mode without grad, a `batch_first` self-attention with an even head count and no mask runs
+        `_native_multi_head_attention` instead (torch/nn/modules/activation.py), whose CUDA kernel
+        (aten/src/ATen/native/transformers/cuda/attention.cu) runs, when the head dim is a multiple of 8 and SDPA
+        picks flash or memory-efficient: `linear(x, in_proj)` on the (B, T, D) input, SDPA on views of its three
+        chunks, a view of the output, `linear(., out_proj)`: three kernels, none of the Python path's copies.
+
+        Recognised here: an attention (flash or efficient, no mask, not causal, even heads, head dim % 8 == 0) whose
+        Q, K and V are views of one linear layer's output (3 x H x D features) whose input is a (1, 0, 2)
+        transpose of a 3-D tensor X, and whose output reaches, through views, a linear layer whose output goes
+        through views back to X's shape. Every view op on the way is free (the kernels read and write contiguous
+        (B, T, ...) memory). Returns (those view ops, the output value of each recognised attention block).
+        """
+        free: set[int] = set()
+        found: list[int] = []
+        for att in attentions:
+            be = backend.get(att.anchor)
+            if be not in ("flash", "efficient") or att.mask is not None or att.causal:
+                continue
+            if att.h % 2 or att.d % 8 or att.d != att.dv or att.h != att.h_kv or att.s != att.t:
+                continue
+            inputs = {
+                o.value
+                for i in att.covered
+                for o in self.node[i].operands
+                if o.value not in self.indep and self.producer.get(o.value) not in att.covered
+            }
+            walked: set[int] = set()
+            roots = set()
+            for v in inputs:
+                r, w = self.view_root(v)
+                roots.add(r)
+                walked |= w
+            if len(roots) != 1:
+                continue
+            packed = roots.pop()
+            m_in = self.linear_of(packed, fused_into)
+            if m_in is None or self.info[packed].shape[-1] != 3 * att.h * att.d:
+                continue
+            xt = m_in.operands[0].value
+            tr = self.op_of(xt)
+            if tr is None or tr.op != "relax.permute_dims" or tr.operands[0].tensor.ndim != 3:
+                continue
+            if [int(a) for a in tr.attrs.get("axes") or []] != [1, 0, 2]:
+                continue
+            x = tr.operands[0].value
+            end, down = self.view_chain_down(att.out_value)
+            m_out = next((self.node[c] for c in self.consumers.get(end, []) if self.node[c].op == "relax.matmul"), None)
+            if (
+                m_out is None
+                or self.only_consumer(end) != m_out.index
+                or self.linear_of(self.outputs_of[m_out.index][0], fused_into) is not m_out
+            ):
+                continue
+            bias = next((c for c, p in fused_into.items() if p == m_out.index), None)
+            out = self.outputs_of[bias if bias is not None else m_out.index][0]
+            y, after = self.view_chain_down(out)
+            if self.info[y].shape != self.info[x].shape:
+                continue
+            free |= walked | down | after | {tr.index}
+            found.append(y)
+        return free, found
+
+    def encoder_ffn(self, y: int, roles: list[str], fused_into: dict[int, int]) -> tuple[int, int] | None:
+        """nn.TransformerEncoderLayer's fast path (`torch._transformer_encoder_layer_fwd`) after its attention.
+
+        aten/src/ATen/native/transformers/transformer.cpp runs the feed-forward block's first linear layer and its
+        ReLU or GELU as one `_addmm_activation` (cuBLASLt's bias + activation epilogue). Recognised: the attention
+        block's output `y` -> residual add -> layer norm -> linear (+ bias) -> relu or gelu -> linear (+ bias).
+        Returns (the activation op, the matmul it joins), or None.
+        """
+        add = self.only_consumer(y)
+        if add is None or self.node[add].op != "relax.add":
+            return None
+        outs = self.outputs_of.get(add, [])
+        lns = [c for c in self.consumers.get(outs[0], []) if self.node[c].op == "relax.nn.layer_norm"] if outs else []
+        if len(lns) != 1:
+            return None
+        h = self.outputs_of[lns[0]][0]
+        for c in sorted(set(self.consumers.get(h, []))):
+            m1 = self.node[c]
+            if m1.op != "relax.matmul" or self.linear_of(self.outputs_of[c][0], fused_into) is not m1:
+                continue
+            bias = next((a for a, p in fused_into.items() if p == c), None)
+            val = self.outputs_of[bias if bias is not None else c][0]
+            act = self.only_consumer(val)
+            if act is None or self.node[act].op not in ("relax.nn.relu", "relax.nn.gelu") or roles[act] != "kernel":
+                continue
+            nxt, _ = self.view_chain_down(self.outputs_of[act][0])
+            m2 = self.only_consumer(nxt)
+            if m2 is not None and self.linear_of(self.outputs_of[m2][0], fused_into) is self.node[m2]:
+                return act, c
+        return None
+
     # -- main -------------------------------------------------------------------------------
     def run(self) -> KernelView:
         n = len(self.node)
@@ -885,6 +1019,15 @@ class _View:
             if cost.folded:  # (the contract's rule; the constant rule above already covers it)
                 roles[i] = "folded"
 
+        # nn.MultiheadAttention's and nn.TransformerEncoderLayer's fast paths, as eager torch takes them
+        fast_views, blocks = self.mha_fast_paths(list(anchor_of.values()), backend, fused_into)
+        for y in blocks:
+            ffn = self.encoder_ffn(y, roles, fused_into)
+            if ffn is not None:
+                act, m1 = ffn
+                fused_into[act] = m1  # `_addmm_activation`: the first feed-forward linear layer and its activation
+                roles[act] = "fused"
+
         # recurrent layers: one pointwise kernel per step for the gates (cuDNN's standard RNN algorithm)
         for group in self.recurrences(roles, fused_into):
             act_groups[group[-1]] = group
@@ -936,6 +1079,11 @@ class _View:
             outs = self.outputs_of.get(i, [])
             role = roles[i]
             if role in ("folded", "fused"):
+                continue
+            if i in fast_views:  # inside a recognised fast path: contiguous (B, T, ...) memory, no copy
+                roles[i] = "view"
+                for vid in outs:
+                    layout[vid] = contiguous_strides(self.info[vid].shape)
                 continue
             if i in act_groups:
                 self.emit_group(act_groups[i], emit, read_bytes)

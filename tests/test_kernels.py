@@ -315,6 +315,79 @@ def test_explicit_attention_is_fused_only_when_asked():
     assert len(fused.kernels) == 5  # q, k, v, attention, out
 
 
+class SelfAttention(nn.Module):
+    """nn.MultiheadAttention as a batch-first self-attention without attention weights (its SDPA fast path)."""
+
+    def __init__(self, batch_first: bool = True):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(64, 4, batch_first=batch_first)
+
+    def forward(self, x):
+        return self.mha(x, x, x, need_weights=False)[0]
+
+
+def _encoder(batch_first: bool = True, activation: str = "relu", norm_first: bool = False) -> nn.Module:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(
+        64, 4, 128, activation=activation, batch_first=batch_first, norm_first=norm_first
+    )  # d_model 64, 4 heads of 16, feed-forward 128
+    return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+
+
+def test_multihead_attention_fast_path():
+    """Eager torch runs nn.MultiheadAttention (eval, no grad, batch_first self-attention) as
+    `_native_multi_head_attention`: in-projection addmm, SDPA on views of its chunks, out-projection addmm. The
+    exported program has the Python path (transposes, `.contiguous()` of the split, a copy merging the heads):
+    the kernel view costs the fast path, as the inference-mode dispatch trace records it."""
+    torch.manual_seed(0)
+    module, x = SelfAttention().eval(), torch.randn(2, 32, 64)
+    kernels = analyze(module, (x,)).analysis.kernels
+    trace = trace_kernels(module, (x,), inference=True)
+    assert [k.op for k in trace.kernels] == [
+        "aten.addmm.default",
+        "aten._scaled_dot_product_efficient_attention",
+        "aten.addmm.default",
+    ]
+    assert [k.kind for k in kernels] == ["gemm", "attention", "gemm"]
+    act = 2 * 32 * 64 * 4  # one (2, 32, 64) float32 activation: 16,384 B
+    assert [k.bytes for k in kernels] == [
+        act + 192 * 64 * 4 + 192 * 4 + 3 * act,  # x, in_proj_weight (192, 64), its bias; q, k, v packed: 115,456
+        3 * act + act,  # q, k, v and the output: 65,536
+        act + 64 * 64 * 4 + 64 * 4 + act,  # out_proj: 49,408
+    ]
+    assert sum(k.bytes for k in kernels) == trace.bytes - 16  # (the trace's attention writes its RNG seed, offset)
+    assert kernels[1].params["backend"] == "efficient" and kernels[1].params["h"] == 4
+
+
+def test_multihead_attention_without_batch_first_takes_the_python_path():
+    """batch_first=False: eager torch runs `F.multi_head_attention_forward` (the fast path needs batch_first), with
+    the copy `.contiguous()` makes of the split projection and the copy merging the heads: 5 kernels."""
+    torch.manual_seed(0)
+    module, x = SelfAttention(batch_first=False).eval(), torch.randn(32, 2, 64)
+    kernels = analyze(module, (x,)).analysis.kernels
+    trace = trace_kernels(module, (x,), inference=True)
+    assert [k.kind for k in kernels] == ["gemm", "copy", "attention", "copy", "gemm"]
+    assert len(kernels) == trace.count == 5
+
+
+@pytest.mark.parametrize(("activation", "norm_first"), [("relu", False), ("gelu", False), ("relu", True)])
+def test_transformer_encoder_fast_path(activation, norm_first):
+    """nn.TransformerEncoderLayer in eval + inference mode runs `_transformer_encoder_layer_fwd`: per layer the
+    attention's three kernels, add_, layer norm, the first feed-forward linear layer with its activation as one
+    `_addmm_activation` (cuBLASLt epilogue), the second linear layer, add_, layer norm: 9 kernels."""
+    module, x = _encoder(activation=activation, norm_first=norm_first), torch.randn(2, 32, 64)
+    kernels = analyze(module, (x,)).analysis.kernels
+    trace = trace_kernels(module, (x,), inference=True)
+    assert len(kernels) == trace.count == 2 * 9
+    assert [k.kind for k in kernels].count("gemm") == 2 * 4
+    ffn = [k for k in kernels if k.kind == "gemm" and k.params["n"] == 128]
+    # the first feed-forward layer, with its activation: x (16,384 B), W1 (128 x 64 x 4 = 32,768), b1 (512);
+    # writes (2, 32, 128) x 4 = 32,768 B; FLOPs 2 x 64 x 64 x 128 (GEMM) + 64 x 128 (bias) + the activation's
+    assert [k.bytes for k in ffn] == [16_384 + 32_768 + 512 + 32_768] * 2
+    assert [k.bytes for k in trace.kernels if k.op == "aten._addmm_activation.default"] == [82_432] * 2
+    assert abs(sum(k.bytes for k in kernels) / trace.bytes - 1) < 0.01  # (the trace's layer norm writes mean, rstd)
+
+
 class ViewChain(nn.Module):
     def forward(self, x):  # (2, 8, 16) -> (2, 4, 8, 4) and back: every step is a view
         y = x.reshape(2, 8, 4, 4).permute(0, 2, 1, 3)

@@ -959,8 +959,8 @@ class _View:
         # are computed once, as a compiler folds them (and as the ONNX exporter already has)
         for op in self.node:
             outs = self.outputs_of.get(op.index, [])
-            if outs and all(v in self.indep for v in outs):
-                roles[op.index] = "folded"
+            if outs and all(v in self.indep for v in outs) and not op.attrs.get("autocast"):
+                roles[op.index] = "folded"  # (autocast's weight casts run every forward)
 
         # torch activations TVM's importers spell as several pointwise ops (one kernel in torch)
         act_groups: dict[int, list[int]] = {}

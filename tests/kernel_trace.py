@@ -435,9 +435,10 @@ class _InferenceRecorder(_Recorder):
     """The recorder for a forward under `torch.inference_mode()`, with no torch-function mode in the way.
 
     Under inference mode the autograd keys are off, so composite ATen ops (`linear`, `layer_norm`, `dropout`,
-    `scaled_dot_product_attention`, ...) reach the dispatch mode whole: each is decomposed here as its
-    CompositeImplicitAutograd kernel does (`OpOverload.decompose`, the mode still active, as `make_fx` does), so
-    the kernels its parts launch are recorded. Where CUDA runs something else, it is restated:
+    `scaled_dot_product_attention`, ...) reach the dispatch mode whole: each runs its C++
+    CompositeImplicitAutograd kernel here, the mode still active (as `make_fx` decomposes), so the kernels its
+    parts launch are recorded (eval-mode dropout returns its input: no kernel). Where CUDA runs something else,
+    it is restated:
 
     - `scaled_dot_product_attention`: the CUDA backend choice (`_SdpaOnCuda.sdpa`);
     - `_native_multi_head_attention` (nn.MultiheadAttention's fast path: eval, no grad, batch_first
@@ -473,11 +474,10 @@ class _InferenceRecorder(_Recorder):
         if handler is not None and not self.muted:
             with self:
                 return handler(*args, **kwargs)
-        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
-            with self:
-                out = func.decompose(*args, **kwargs)
-            if out is not NotImplemented:
-                return out
+        composite = torch._C.DispatchKey.CompositeImplicitAutograd
+        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), composite):
+            with self:  # the C++ kernel eager runs (`decompose` would prefer a Python one: dropout's clones)
+                return func._op_dk(composite, *args, **kwargs)
         return super().__torch_dispatch__(func, types, args, kwargs)
 
     def sdpa(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):

@@ -370,6 +370,17 @@ def test_multihead_attention_without_batch_first_takes_the_python_path():
     assert len(kernels) == trace.count == 5
 
 
+def test_transformer_encoder_without_batch_first_takes_the_python_path():
+    """batch_first=False: no fast path; per layer the in-projection, the `.contiguous()` copy of its split, the
+    attention, the copy merging the heads, the out-projection, add, layer norm, linear, ReLU, linear, add, layer
+    norm: 12 kernels (eval-mode dropout launches nothing)."""
+    module, x = _encoder(batch_first=False), torch.randn(32, 2, 64)
+    kernels = analyze(module, (x,)).analysis.kernels
+    trace = trace_kernels(module, (x,), inference=True)
+    assert len(kernels) == trace.count == 2 * 12
+    assert [k.kind for k in kernels].count("copy") == [k.op for k in trace.kernels].count("aten.clone.default") == 4
+
+
 @pytest.mark.parametrize(("activation", "norm_first"), [("relu", False), ("gelu", False), ("relu", True)])
 def test_transformer_encoder_fast_path(activation, norm_first):
     """nn.TransformerEncoderLayer in eval + inference mode runs `_transformer_encoder_layer_fwd`: per layer the

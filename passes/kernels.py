@@ -858,6 +858,8 @@ class _View:
         """
         free: set[int] = set()
         found: list[int] = []
+        if any(op.attrs.get("autocast") for op in self.node):
+            return free, found  # under autocast both modules take the Python path ("autocast is enabled")
         for att in attentions:
             be = backend.get(att.anchor)
             if be not in ("flash", "efficient") or att.mask is not None or att.causal:

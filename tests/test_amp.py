@@ -179,6 +179,24 @@ def test_attention_runs_flash_in_float16():
     assert (amp[0].bytes_read, amp[0].bytes_written) == (12_288, 4_096 + 512)
 
 
+def test_autocast_turns_the_transformer_fast_paths_off():
+    """nn.TransformerEncoderLayer and nn.MultiheadAttention refuse their fast paths when autocast is enabled
+    (torch/nn/modules/transformer.py, activation.py: "autocast is enabled"): the exported Python path is what
+    runs, with its copies and a separate ReLU, plus autocast's casts."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+    module, x = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval(), torch.randn(2, 32, 64)
+    fast = analyze(module, (x,)).analysis.kernels
+    amp = analyze(module, (x,), dtype="amp-float16").analysis.kernels
+    assert [k.kind for k in fast] == ["gemm", "attention", "gemm", "elementwise", "norm", "gemm", "gemm"] + [
+        "elementwise",
+        "norm",
+    ]
+    no_casts = [k for k in amp if k.op != "relax.astype"]
+    assert "relax.nn.relu" in [k.op for k in no_casts]  # not fused into the GEMM: no `_addmm_activation`
+    assert len(no_casts) == 13  # the Python path: 9 kernels + the copies of the transposed input, split, heads, relu
+
+
 def test_amp_is_not_half():
     """`--dtype float16` is `model.half()` (weights in float16, no casts); amp keeps float32 weights."""
     torch.manual_seed(0)

@@ -60,6 +60,13 @@ Rules (docs/execution-model.md explains them for users):
   view's FLOPs (for the exporters' GELU spellings that is the GELU rule's 5 or 9 per element; where a
   spelling has other ops, such as `1 / sqrt`, it differs by a FLOP or two per element of a memory-bound
   kernel, which does not change its time).
+* **Inference fast paths of torch.nn layers.** torch.export and the ONNX exporters record
+  `nn.MultiheadAttention`'s Python path; eager torch (eval, no grad, no autocast) runs a batch-first
+  self-attention as `_native_multi_head_attention` (in-projection GEMM, attention, out-projection GEMM, no
+  copies) and `nn.TransformerEncoderLayer` as `_transformer_encoder_layer_fwd` (the first feed-forward GEMM and
+  its ReLU/GELU as one `_addmm_activation`); see `_View.mha_fast_paths` and `_View.encoder_ffn`.
+* **Autocast casts** (`passes.graph.with_autocast`, `attrs["autocast"]`) are kernels on every forward, also
+  those of weights (which are otherwise constants).
 * **Everything else** is one kernel per Relax op with the op's own FLOPs and bytes (`OpCost`), reads of
   broadcast views counted once; batch norm in eval mode and layer norm are one kernel each; a global average
   pool (adaptive average pooling to 1 x 1) is a "reduction" kernel (torch runs `mean` for it); a gather reads
@@ -804,13 +811,13 @@ class _View:
         return False
 
     # -- nn.MultiheadAttention's and nn.TransformerEncoderLayer's fast paths --------------------------
-    def view_root(self, vid: int, stop: int | None = None) -> tuple[int, set[int]]:
+    def view_root(self, vid: int) -> tuple[int, set[int]]:
         """Walk up from `vid` through view ops (copying ones included) to the first value that is not a view.
 
-        Returns (that value, the op indices walked). Stops at `stop` if met.
+        Returns (that value, the op indices walked).
         """
         walked: set[int] = set()
-        while vid != stop and (op := self.op_of(vid)) is not None and op.operands:
+        while (op := self.op_of(vid)) is not None and op.operands:
             if not (op.op in _VIEW_OPS or op.op == "relax.take" and self.is_view_op(op)):
                 break
             walked.add(op.index)

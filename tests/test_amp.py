@@ -223,3 +223,22 @@ def test_with_autocast_refuses_other_dtypes():
 
     with pytest.raises(ValueError):
         with_autocast(OpGraph(ops=[], sources=[], outputs=[]), "float32")
+
+
+def test_amp_report_validates_against_the_schema():
+    """The report of an autocast analysis (inserted cast ops, a sweep at two batches) is a valid preflight.report/1."""
+    import json
+
+    import jsonschema
+
+    from analyzer import report
+    from analyzer.render import SCHEMA_FILE
+
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Linear(64, 64), nn.LayerNorm(64), nn.Linear(64, 8)).eval()
+    rep = report(module, (torch.randn(4, 64),), devices=("h100-80gb",), batches=[1, 4], dtype="amp-float16")
+    jsonschema.validate(rep.to_json(), json.loads(SCHEMA_FILE.read_text()))
+    # per linear layer: its bias, input and weight cast, then one float16 GEMM; layer norm in float32 between them
+    kinds = [(k.kind, k.dtype) for k in rep.analysis.kernels]
+    gemm = [("elementwise", "float16")] * 3 + [("gemm", "float16")]
+    assert kinds == [*gemm, ("elementwise", "float32"), ("norm", "float32"), *gemm]

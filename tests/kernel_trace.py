@@ -445,7 +445,9 @@ class _InferenceRecorder(_Recorder):
       self-attention, ...): its CUDA kernel, aten/src/ATen/native/transformers/cuda/attention.cu
       (`native_multi_head_attention_cuda`): with q is k is v, head dim % 8 == 0, no mask, no weights wanted and
       SDPA picking flash or efficient, `linear(x, in_proj)`, SDPA on views of its three chunks, a view, and
-      `linear(., out_proj)`; the other branch (masks, attention weights) is not restated (it raises);
+      `linear(., out_proj)`; otherwise (a mask, attention weights wanted) its other branch: one `mm`,
+      `_transform_bias_rescale_qkv`, `bmm`, (masked) softmax, `bmm`, a copy merging the heads, `addmm`, and
+      for averaged weights a `sum` and a `div_`;
     - `_transformer_encoder_layer_fwd` (nn.TransformerEncoderLayer's fast path): as
       aten/src/ATen/native/transformers/transformer.cpp runs it (`_native_multi_head_attention`, `add_`, layer
       norms, the feed-forward block's first linear layer and activation as one `_addmm_activation`, whose CUDA
@@ -502,7 +504,28 @@ class _InferenceRecorder(_Recorder):
                 q, k, v = (c.view(b, -1, num_head, dh).transpose(1, 2) for c in x.chunk(3, -1))
                 y = F.scaled_dot_product_attention(q, k, v)
                 return F.linear(y.transpose(1, 2).reshape(b, -1, embed_dim), proj_weight, proj_bias), None
-        raise NotImplementedError("the oracle restates only the SDPA branch of native_multi_head_attention_cuda")
+        if not (query is key and key is value):
+            raise NotImplementedError("the oracle restates native_multi_head_attention_cuda for self-attention")
+        # the other branch: qkv_projection (gemm_nt: one mm), _transform_bias_rescale_qkv, bmm_nt, masked_softmax,
+        # bmm_nn, transform0213_gemm_nt_bias (a copy, addmm), and the averaged attention weights (sum, div_)
+        t = query.shape[1]
+        qkv = torch.mm(query.reshape(b * t, embed_dim), qkv_weight.t()).view(b, t, 3 * embed_dim)
+        q, k, v = aten._transform_bias_rescale_qkv(qkv, qkv_bias, num_head)
+        qkt = torch.bmm(q.reshape(b * num_head, t, dh), k.reshape(b * num_head, t, dh).transpose(1, 2))
+        qkt = qkt.view(b, num_head, t, t)
+        if mask is None:
+            qkt = torch.softmax(qkt, -1)
+        else:
+            if mask.dtype != torch.bool:
+                mask = mask.to(torch.bool)
+            qkt = aten._masked_softmax(qkt, mask, qkt.dim() - 1, mask_type)
+        ctx = torch.bmm(qkt.view(b * num_head, t, t), v.reshape(b * num_head, t, dh)).view(b, num_head, t, dh)
+        merged = ctx.permute(0, 2, 1, 3).contiguous().view(b * t, embed_dim)
+        proj = torch.addmm(proj_bias, merged, proj_weight.t()).view(b, t, embed_dim)
+        if need_weights and average_attn_weights:
+            qkt = qkt.sum(1)
+            qkt /= num_head
+        return proj, (qkt if need_weights else None)
 
     def encoder_layer(
         self, src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu, norm_first, eps,

@@ -381,6 +381,54 @@ def test_transformer_encoder_without_batch_first_takes_the_python_path():
     assert [k.kind for k in kernels].count("copy") == [k.op for k in trace.kernels].count("aten.clone.default") == 4
 
 
+class _WithWeights(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(64, 4, batch_first=True)
+
+    def forward(self, x):
+        return self.mha(x, x, x)  # need_weights=True: the fast path's other branch
+
+
+class _PaddedEncoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+
+    def forward(self, x, pad):
+        return self.layer(x, src_key_padding_mask=pad)
+
+
+@pytest.mark.parametrize("case", ["sdpa", "weights", "padding_mask", "encoder"])
+def test_the_oracle_restates_the_fast_paths_faithfully(case):
+    """The inference trace replaces `_native_multi_head_attention` and `_transformer_encoder_layer_fwd` by a
+    restatement of their CUDA code: on CPU tensors it must compute what eager PyTorch computes, and launch the
+    kernels that code launches (the weights branch: mm, _transform_bias_rescale_qkv, bmm, softmax, bmm, the copy
+    merging the heads, addmm, sum, div_)."""
+    from kernel_trace import KernelTrace, _InferenceRecorder
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 32, 64)
+    pad = torch.zeros(2, 32, dtype=torch.bool)
+    pad[1, 20:] = True
+    module, inputs = {
+        "sdpa": (SelfAttention(), (x,)),
+        "weights": (_WithWeights(), (x,)),
+        "padding_mask": (_PaddedEncoder(), (x, pad)),
+        "encoder": (_encoder(), (x,)),
+    }[case]
+    module.eval()
+    with torch.inference_mode():
+        eager = module(*inputs)
+        with _InferenceRecorder(KernelTrace()):
+            restated = module(*inputs)
+    for a, b in zip(*(t if isinstance(t, tuple) else (t,) for t in (eager, restated)), strict=True):
+        torch.testing.assert_close(a, b)
+    if case == "weights":
+        ops = [k.op.split(".")[1] for k in trace_kernels(module, inputs, inference=True).kernels]
+        assert ops == ["mm", "_transform_bias_rescale_qkv", "bmm", "_softmax", "bmm", "clone", "addmm", "sum", "div_"]
+
+
 @pytest.mark.parametrize(("activation", "norm_first"), [("relu", False), ("gelu", False), ("relu", True)])
 def test_transformer_encoder_fast_path(activation, norm_first):
     """nn.TransformerEncoderLayer in eval + inference mode runs `_transformer_encoder_layer_fwd`: per layer the

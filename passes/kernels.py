@@ -64,7 +64,9 @@ Rules (docs/execution-model.md explains them for users):
   `nn.MultiheadAttention`'s Python path; eager torch (eval, no grad, no autocast) runs a batch-first
   self-attention as `_native_multi_head_attention` (in-projection GEMM, attention, out-projection GEMM, no
   copies) and `nn.TransformerEncoderLayer` as `_transformer_encoder_layer_fwd` (the first feed-forward GEMM and
-  its ReLU/GELU as one `_addmm_activation`); see `_View.mha_fast_paths` and `_View.encoder_ffn`.
+  its ReLU/GELU as one `_addmm_activation`), and with attention weights asked for, `mm`,
+  `_transform_bias_rescale_qkv`, bmm, softmax, bmm, a copy, `addmm`, `sum`, `div_`; see `_View.mha_fast_paths`,
+  `_View.mha_weights_paths` and `_View.encoder_ffn`.
 * **Autocast casts** (`passes.graph.with_autocast`, `attrs["autocast"]`) are kernels on every forward, also
   those of weights (which are otherwise constants).
 * **Everything else** is one kernel per Relax op with the op's own FLOPs and bytes (`OpCost`), reads of
@@ -915,6 +917,88 @@ class _View:
             found.append(y)
         return free, found
 
+    def mha_weights_paths(self, roles: list[str], fused_into: dict[int, int]):
+        """nn.MultiheadAttention's fast path where it returns attention weights (`mha(x, x, x)`'s default).
+
+        With `need_weights=True` the Python path (what torch.export records) computes the attention itself: the
+        packed in-projection of the transposed input, copies of Q, K and V to fold the heads, Q times the scale,
+        bmm, softmax, bmm, the heads merged by a copy, the out-projection, and the weights averaged over heads
+        (`mean`). Eager torch (eval, no grad, batch_first, even heads) runs `_native_multi_head_attention`'s other
+        branch (aten/src/ATen/native/transformers/cuda/attention.cu): the in-projection as one `mm` without its
+        bias, `_transform_bias_rescale_qkv` (one kernel: adds the bias, scales Q, writes Q, K, V as (B, H, T, Dh)),
+        bmm, softmax, bmm, the copy merging the heads, `addmm`, then `sum` and `div_` for the average.
+
+        Returns (view and copy ops that become free, {the scale multiply: (the bias add, the packed projection,
+        one of Q/K/V)}, the `mean` ops that are `sum` + `div_`).
+        """
+        free: set[int] = set()
+        transforms: dict[int, tuple[int, int, int]] = {}
+        means: set[int] = set()
+        if any(op.attrs.get("autocast") for op in self.node):
+            return free, transforms, means
+        for sm in self.node:
+            if sm.op != "relax.nn.softmax" or roles[sm.index] != "kernel" or not sm.operands:
+                continue
+            m1 = self.op_of(sm.operands[0].value)
+            if m1 is None or m1.op != "relax.matmul" or roles[m1.index] != "kernel" or m1.output.ndim != 3:
+                continue
+            probs = self.outputs_of[sm.index][0]
+            users = set(self.consumers.get(probs, []))
+            m2s = [c for c in users if self.node[c].op == "relax.matmul" and self.node[c].operands[0].value == probs]
+            if len(m2s) != 1:
+                continue
+            m2 = self.node[m2s[0]]
+            mul = self.op_of(m1.operands[0].value)
+            if mul is None or mul.op != "relax.multiply" or roles[mul.index] != "kernel":
+                continue
+            q_in = [o.value for o in mul.operands if not self.is_scalar_const(o.value)]
+            if len(q_in) != 1 or len(mul.operands) != 2:
+                continue
+            walked: set[int] = set()
+            roots = set()
+            for v in (q_in[0], m1.operands[1].value, m2.operands[1].value):
+                r, w = self.view_root(v)
+                roots.add(r)
+                walked |= w
+            if len(roots) != 1:
+                continue
+            packed = roots.pop()
+            m_in = self.linear_of(packed, fused_into)
+            bias = None if m_in is None else next((c for c, p in fused_into.items() if p == m_in.index), None)
+            if m_in is None or bias is None:
+                continue
+            tr = self.op_of(m_in.operands[0].value)
+            if tr is None or tr.op != "relax.permute_dims" or tr.operands[0].tensor.ndim != 3:
+                continue
+            if [int(a) for a in tr.attrs.get("axes") or []] != [1, 0, 2]:
+                continue
+            x = tr.operands[0].value
+            b, _, d = self.info[x].shape
+            bh, _, dh = self.info[q_in[0]].shape
+            if self.info[packed].shape[-1] != 3 * d or bh % b or (bh // b) % 2 or (bh // b) * dh != d:
+                continue
+            end, _ = self.view_chain_down(self.outputs_of[m2.index][0])
+            m_out = self.only_consumer(end)
+            if m_out is None or self.linear_of(self.outputs_of[m_out][0], fused_into) is not self.node[m_out]:
+                continue
+            out_bias = next((c for c, p in fused_into.items() if p == m_out), None)
+            y, after = self.view_chain_down(self.outputs_of[out_bias if out_bias is not None else m_out][0])
+            if self.info[y].shape != self.info[x].shape:
+                continue
+            found_means: set[int] = set()
+            for c in users - {m2.index}:  # the attention weights: (B * H, T, S) -> (B, H, T, S) -> mean over heads
+                nxt = self.only_consumer(self.outputs_of[c][0]) if self.node[c].op in _RESHAPES else None
+                if nxt is None or self.node[nxt].op != "relax.mean":
+                    break
+                if [int(a) for a in self.node[nxt].attrs.get("axis") or []] != [1]:
+                    break
+                found_means.add(nxt)
+            else:
+                free |= walked | after | {tr.index}
+                transforms[mul.index] = (bias, packed, q_in[0])
+                means |= found_means
+        return free, transforms, means
+
     def encoder_ffn(self, y: int, roles: list[str], fused_into: dict[int, int]) -> tuple[int, int] | None:
         """nn.TransformerEncoderLayer's fast path (`torch._transformer_encoder_layer_fwd`) after its attention.
 
@@ -1037,6 +1121,11 @@ class _View:
                 fused_into[act] = m1  # `_addmm_activation`: the first feed-forward linear layer and its activation
                 roles[act] = "fused"
 
+        weight_views, transforms, means = self.mha_weights_paths(roles, fused_into)
+        fast_views |= weight_views
+        for bias, _, _ in transforms.values():  # the bias joins `_transform_bias_rescale_qkv`, not the GEMM
+            del fused_into[bias]
+
         # recurrent layers: one pointwise kernel per step for the gates (cuDNN's standard RNN algorithm)
         for group in self.recurrences(roles, fused_into):
             act_groups[group[-1]] = group
@@ -1088,6 +1177,31 @@ class _View:
             outs = self.outputs_of.get(i, [])
             role = roles[i]
             if role in ("folded", "fused"):
+                continue
+            if i in transforms:  # `_transform_bias_rescale_qkv`: bias, scale, Q, K, V as (B, H, T, Dh)
+                bias, packed, q = transforms[i]
+                add = self.node[bias]
+                bias_bytes = sum(o.tensor.nbytes for o in add.operands if o.value in self.indep)
+                emit(
+                    "elementwise",
+                    "fused:transform_bias_rescale_qkv",
+                    (bias, i),
+                    self.costs[bias].flops + self.costs[i].flops,
+                    self.info[packed].nbytes + bias_bytes,
+                    3 * self.info[q].nbytes,
+                    self.info[q].dtype,
+                    {"numel": 3 * self.info[q].numel},
+                )
+                for vid in outs:
+                    layout[vid] = contiguous_strides(self.info[vid].shape)
+                continue
+            if i in means:  # the averaged attention weights: `sum` over heads, then `div_`
+                src = op.operands[0].value
+                n_out = op.output.numel
+                dt = op.output.dtype
+                emit("reduction", "mha:sum", (i,), max(self.costs[i].flops - n_out, 0), read_bytes(src),
+                     op.output.nbytes, dt, {"numel": self.info[src].numel})  # fmt: skip
+                emit("elementwise", "mha:div_", (i,), n_out, op.output.nbytes, op.output.nbytes, dt, {"numel": n_out})
                 continue
             if i in fast_views:  # inside a recognised fast path: contiguous (B, T, ...) memory, no copy
                 roles[i] = "view"

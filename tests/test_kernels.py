@@ -399,6 +399,41 @@ class _PaddedEncoder(nn.Module):
         return self.layer(x, src_key_padding_mask=pad)
 
 
+def test_multihead_attention_with_weights():
+    """`mha(x, x, x)` (need_weights=True): eager torch runs `_native_multi_head_attention`'s other branch; the
+    exported Python path (copies folding the heads, Q scaled, `mean` of the weights) is costed as those kernels."""
+    torch.manual_seed(0)
+    module, x = _WithWeights().eval(), torch.randn(2, 32, 64)
+    kernels = analyze(module, (x,)).analysis.kernels
+    trace = trace_kernels(module, (x,), inference=True)
+    assert [k.op for k in kernels] == [
+        "relax.matmul",  # mm, without the bias
+        "fused:transform_bias_rescale_qkv",
+        "relax.matmul",
+        "relax.nn.softmax",
+        "relax.matmul",
+        "copy:relax.reshape",  # transform_0213: the heads merged
+        "relax.matmul",  # addmm
+        "mha:sum",
+        "mha:div_",
+    ]
+    act = 2 * 32 * 64 * 4  # one (2, 32, 64) float32 tensor: 16,384 B
+    scores = 2 * 4 * 32 * 32 * 4  # (2, 4, 32, 32) float32: 32,768 B
+    weights = 2 * 32 * 32 * 4  # averaged over heads: 8,192 B
+    assert [k.bytes for k in kernels] == [
+        act + 192 * 64 * 4 + 3 * act,  # x, the (192, 64) in_proj_weight; writes the packed projection
+        3 * act + 192 * 4 + 3 * act,  # reads it and the bias, writes q, k, v
+        2 * act + scores,
+        2 * scores,
+        scores + act + act,
+        2 * act,
+        act + 64 * 64 * 4 + 64 * 4 + act,
+        scores + weights,
+        2 * weights,
+    ]
+    assert [k.bytes for k in kernels] == [k.bytes for k in trace.kernels]
+
+
 @pytest.mark.parametrize("case", ["sdpa", "weights", "padding_mask", "encoder"])
 def test_the_oracle_restates_the_fast_paths_faithfully(case):
     """The inference trace replaces `_native_multi_head_attention` and `_transformer_encoder_layer_fwd` by a

@@ -92,11 +92,26 @@ def _multihead_attention() -> tuple[torch.nn.Module, tuple]:
     return _SelfAttention().eval(), (torch.randn(2, 32, 64),)
 
 
+class _WithWeights(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mha = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+
+    def forward(self, x):
+        return self.mha(x, x, x)  # need_weights=True (the default): the output and the head-averaged weights
+
+
+def _multihead_attention_weights() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    return _WithWeights().eval(), (torch.randn(2, 32, 64),)
+
+
 # torch.nn layers with inference fast paths (`_native_multi_head_attention`, `_transformer_encoder_layer_fwd`): every
 # route's graph has the Python path, the kernel view costs what eager PyTorch runs (kernel_trace's inference trace)
 NN_LAYERS = {
     "transformer_encoder": (_transformer_encoder, TORCHSCRIPT),
     "multihead_attention": (_multihead_attention, TORCHSCRIPT),
+    "multihead_attention_weights": (_multihead_attention_weights, TORCHSCRIPT),
 }
 ARCHS = {**CNNS, **TRANSFORMERS, **RECURRENT, **NN_LAYERS}
 
@@ -193,7 +208,7 @@ def test_the_routes_launch_the_same_kernels(name):
 def test_nn_layers_launch_what_eager_pytorch_launches(name):
     """The kernel count of every route within 10% of the eager inference-mode dispatch trace (the oracle), bytes
     within 2%: eager PyTorch runs the fast paths, whatever the file (measured: 18 kernels for the two-layer encoder,
-    3 for the attention, on every route and in the trace)."""
+    3 for the attention, 9 for the attention returning its weights, on every route and in the trace)."""
     from kernel_trace import trace_kernels
 
     module, inputs = NN_LAYERS[name][0]()

@@ -106,13 +106,26 @@ def _multihead_attention_weights() -> tuple[torch.nn.Module, tuple]:
     return _WithWeights().eval(), (torch.randn(2, 32, 64),)
 
 
+def _transformer_decoder_layer() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerDecoderLayer(64, 4, 128, batch_first=True)  # self-attention fast path, cross not
+    return layer.eval(), (torch.randn(2, 32, 64), torch.randn(2, 16, 64))
+
+
 # torch.nn layers with inference fast paths (`_native_multi_head_attention`, `_transformer_encoder_layer_fwd`): every
 # route's graph has the Python path, the kernel view costs what eager PyTorch runs (kernel_trace's inference trace)
 NN_LAYERS = {
     "transformer_encoder": (_transformer_encoder, TORCHSCRIPT),
     "multihead_attention": (_multihead_attention, TORCHSCRIPT),
     "multihead_attention_weights": (_multihead_attention_weights, TORCHSCRIPT),
+    # (the TorchScript exporter cannot export it: the decoder passes a tensor as SDPA's is_causal)
+    "transformer_decoder_layer": (_transformer_decoder_layer, DYNAMO),
 }
+# The decoder layer's cross-attention projects the transposed (T, B, D) query and memory: eager torch.matmul does
+# not fold a 3-D input that needs a copy to fold, it runs bmm with the weight broadcast and adds the bias in a second
+# kernel; the kernel view copies the input and runs one GEMM with its bias (measured: 19 kernels / 995,584 B vs the
+# trace's 20 / 1,046,304 B, -4.8%)
+TRACE_BYTES_TOL = {"transformer_decoder_layer": 0.06}
 ARCHS = {**CNNS, **TRANSFORMERS, **RECURRENT, **NN_LAYERS}
 
 # Where a route's kernels differ from the module's, and why: {name: {route: {kind: kernels more than the module}}}.
@@ -208,7 +221,8 @@ def test_the_routes_launch_the_same_kernels(name):
 def test_nn_layers_launch_what_eager_pytorch_launches(name):
     """The kernel count of every route within 10% of the eager inference-mode dispatch trace (the oracle), bytes
     within 2%: eager PyTorch runs the fast paths, whatever the file (measured: 18 kernels for the two-layer encoder,
-    3 for the attention, 9 for the attention returning its weights, on every route and in the trace)."""
+    3 for the attention, 9 for the attention returning its weights, on every route and in the trace; the decoder
+    layer 19 on every route, 20 in the trace)."""
     from kernel_trace import trace_kernels
 
     module, inputs = NN_LAYERS[name][0]()
@@ -216,7 +230,7 @@ def test_nn_layers_launch_what_eager_pytorch_launches(name):
     for route, rep in _routes(name).items():
         kernels = rep.analysis.kernels
         assert abs(len(kernels) / trace.count - 1) <= 0.10, (route, len(kernels), trace.count)
-        assert abs(sum(k.bytes for k in kernels) / trace.bytes - 1) <= 0.02, route
+        assert abs(sum(k.bytes for k in kernels) / trace.bytes - 1) <= TRACE_BYTES_TOL.get(name, 0.02), route
 
 
 def test_folded_batch_norm_is_a_different_program(tmp_path):

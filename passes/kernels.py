@@ -35,8 +35,9 @@ Rules (docs/execution-model.md explains them for users):
 * **Folded**: ops on weights alone (`OpCost.folded`) launch nothing (a transposed linear weight is a
   view in torch).
 * **Epilogues**: a matmul with a 2-D weight followed by the add of a bias vector is one gemm kernel (addmm,
-  cuBLASLt bias epilogue); a depthwise 2-D convolution and its bias add are one kernel
-  (`_conv_depthwise2d`); other convolutions add their bias in a second kernel, as cuDNN convolutions do.
+  cuBLASLt bias epilogue) when the input is contiguous or 2-D (torch's `linear`; a non-contiguous 3-D input runs
+  matmul, which folds it with a copy, then `add_(bias)`); a depthwise 2-D convolution and its bias add are one
+  kernel (`_conv_depthwise2d`); other convolutions add their bias in a second kernel, as cuDNN convolutions do.
 * **Activations TVM's importers spell out**: hardsigmoid (`add(x, 3) -> clip(0, 6) -> divide(6)`) and
   hardswish (that, times x) are one kernel ("fused:hardsigmoid", "fused:hardswish"), in every graph.
 * **Other exporters' spellings of one torch op** (graphs not from torch.export: `attention_patterns="all"`).
@@ -1248,6 +1249,13 @@ class _View:
                     copy(src, op)
                     layout[src] = contiguous_strides(shape)
             elif op.op == "relax.matmul" and len(op.operands) == 2:
+                a = op.operands[0]
+                if a.tensor.ndim >= 3 and not is_contiguous(a.tensor.shape, strides(a.value)):
+                    # torch's linear fuses the bias (addmm) only for a contiguous input; otherwise it runs
+                    # matmul, then `add_(bias)`: a kernel of its own
+                    for c in [c for c, p in fused_into.items() if p == i and self.node[c].op == "relax.add"]:
+                        del fused_into[c]
+                        roles[c] = "kernel"
                 self.matmul_copies(op, strides, layout, copy)
             self.emit_op(op, cost, fused_into, emit, read_bytes)
             # output layout
@@ -1709,6 +1717,8 @@ class _View:
             shape, st = a.tensor.shape, strides(a.value)
             folded = (math.prod(shape[:-1]), shape[-1])
             new = view_strides(shape, st, folded)
+            # (torch.matmul folds with this copy: `should_fold` does when the weight requires grad, as a module's
+            # parameters do even under inference_mode)
             if new is None or not _cublas_ok(folded, new):
                 copy(a.value, op)
                 layout[a.value] = contiguous_strides(shape)

@@ -315,6 +315,37 @@ def test_explicit_attention_is_fused_only_when_asked():
     assert len(fused.kernels) == 5  # q, k, v, attention, out
 
 
+class TransposedLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+
+    def forward(self, x):
+        return self.fc(x.transpose(0, 1))
+
+
+def test_linear_on_a_transposed_input_adds_its_bias_apart():
+    """`linear` fuses the bias (addmm) only for a contiguous input; otherwise torch.matmul folds the input with a
+    copy (`should_fold`: the weight requires grad, as a module's parameters do), `mm`, then `add_(bias)`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    module, x = TransposedLinear().eval(), torch.randn(2, 32, 64)
+    kernels = analyze(module, (x,)).analysis.kernels
+    # the oracle: the ATen ops eager PyTorch runs, with no mode active (a dispatch mode changes this choice:
+    # composite operators take their tensor-subclass-safe branch, which folds with a copy)
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        module(x)
+    launched = {"aten::bmm", "aten::mm", "aten::addmm", "aten::add_", "aten::add", "aten::clone", "aten::copy_"}
+    assert [e.name for e in prof.events() if e.name in launched] == ["aten::clone", "aten::copy_", "aten::mm"] + [
+        "aten::add_"
+    ]  # (clone runs its copy_: one kernel)
+    assert [k.kind for k in kernels] == ["copy", "gemm", "elementwise"]
+    act = 2 * 32 * 64 * 4  # 16,384 B
+    # the copy; mm: the copy, the (64, 64) weight, the output; add_: the output, the bias (64 x 4 B), the output
+    assert [k.bytes for k in kernels] == [2 * act, 2 * act + 64 * 64 * 4, 2 * act + 256]
+
+
 class SelfAttention(nn.Module):
     """nn.MultiheadAttention as a batch-first self-attention without attention weights (its SDPA fast path)."""
 

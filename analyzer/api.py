@@ -34,7 +34,9 @@ def analyze(
         batch: sets dimension 0 of every input.
         strict: raise `UnsupportedOperatorsError` if any op has no cost rule.
         dtype: analyse as if the model computed in this float dtype ("float16", "bfloat16", "float32"):
-            "what if I serve this in fp16?".
+            "what if I serve this in fp16?" (`model.to(dtype)`); or "amp-float16" / "amp-bfloat16": the model as
+            it is under `torch.autocast("cuda", dtype)` (matmuls, convolutions and attention in 16 bits, softmax,
+            norms and reductions in float32, and the cast kernels autocast launches every forward).
 
     Returns:
         A `Report`; `report.to_json()` is the `preflight.report/1` document.

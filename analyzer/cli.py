@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from passes.graph import FLOAT_DTYPES  # plain python: no TVM
+from passes.graph import COMPUTE_DTYPES, FLOAT_DTYPES  # plain python: no TVM
 
 from . import __version__
 from .errors import PreflightError
@@ -262,9 +262,11 @@ def model_options(f):
     )(f)
     f = click.option(
         "--dtype",
-        type=click.Choice(FLOAT_DTYPES),
+        type=click.Choice(COMPUTE_DTYPES),
         default=None,
-        help="Analyse as if the model computed in this float dtype (what if I serve it in float16?).",
+        help="Analyse as if the model computed in this float dtype (what if I serve it in float16?: "
+        "model.half()), or as it is under torch.autocast (amp-float16, amp-bfloat16: matmuls, convolutions and "
+        "attention in 16 bits, norms and softmax in float32, weights cast every forward).",
     )(f)
     return f
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from passes.graph import FLOAT_DTYPES  # plain python: no TVM
+from passes.graph import COMPUTE_DTYPES  # plain python: no TVM
 from predictor.devices import UnknownDeviceError, get_device
 
 from .errors import UsageError
@@ -33,6 +33,7 @@ def check_devices(devices: Sequence[str], where: str | None = None) -> list[str]
 
 
 def check_dtype(dtype: str | None) -> None:
-    """UsageError unless `dtype` is None or a float dtype preflight can retarget a model to."""
-    if dtype is not None and dtype not in FLOAT_DTYPES:
-        raise UsageError(f"--dtype must be one of {', '.join(FLOAT_DTYPES)} (got {dtype!r})")
+    """UsageError unless `dtype` is None, a float dtype preflight can retarget a model to, or "amp-float16" /
+    "amp-bfloat16" (the model as it is, run under `torch.autocast`)."""
+    if dtype is not None and dtype not in COMPUTE_DTYPES:
+        raise UsageError(f"--dtype must be one of {', '.join(COMPUTE_DTYPES)} (got {dtype!r})")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from passes.analysis import Analysis, analyze_graph, gathered_expert_matmuls
-from passes.graph import dtype_bytes, with_compute_dtype, with_float_dtype
+from passes.graph import AMP_DTYPES, dtype_bytes, with_autocast, with_compute_dtype, with_float_dtype
 from passes.tvm_ir import DataDependentShapeError, DynamicShapeError, IRError, extract, source_names
 from predictor.kernel_model import KernelParamsError
 from predictor.predict import Prediction, predictor_info
@@ -82,7 +82,9 @@ def analyze_loaded(
     """Run the passes over a loaded model's function `func_name` and assemble the report.
 
     `shape_hint` follows the error when a dimension is still symbolic (a pipeline binds it, a user sets it).
-    `dtype` ("float16", "bfloat16", "float32"): analyse the model as if it computed in that float dtype.
+    `dtype` ("float16", "bfloat16", "float32"): analyse the model as if it computed in that float dtype;
+    "amp-float16" / "amp-bfloat16": the model as it is, run under `torch.autocast("cuda", dtype)`
+    (`passes.graph.with_autocast`: matmuls, convolutions and attention in 16 bits, the casts autocast launches).
     """
     check_dtype(dtype)
     try:
@@ -99,7 +101,9 @@ def analyze_loaded(
     loaded.check_graph(graph)  # every shape and window sane before any pass sizes anything from them
     if loaded.float_dtype:
         graph = with_float_dtype(graph, loaded.float_dtype)
-    if dtype is not None:
+    if dtype in AMP_DTYPES:
+        graph = with_autocast(graph, AMP_DTYPES[dtype])  # weights stay as they are; autocast casts them per forward
+    elif dtype is not None:
         graph = with_compute_dtype(graph, dtype)
     # graphs from torch.export keep torch's SDPA signature; other exporters write attention out in many ways
     patterns = "sdpa" if loaded.framework in TORCH_EXPORTED else "all"
@@ -109,7 +113,7 @@ def analyze_loaded(
         analysis.ops = [replace(c, source=s) for c, s in zip(analysis.ops, sources, strict=True)]
     if loaded.source_params is not None:
         params, param_bytes = loaded.source_params  # the file's float weights
-        if dtype is not None:
+        if dtype is not None and dtype not in AMP_DTYPES:
             param_bytes = int(params * dtype_bytes(dtype))
         analysis.totals = replace(analysis.totals, params=params, param_bytes=param_bytes)
         analysis.static_features.update(params=params, param_bytes=param_bytes)

@@ -190,3 +190,220 @@ def with_compute_dtype(graph: OpGraph, dtype: str) -> OpGraph:
         if source != dtype:
             graph = with_float_dtype(graph, dtype, source)
     return graph
+
+
+# --------------------------------------------------------------------------------------------
+# Automatic mixed precision (`torch.autocast("cuda", dtype)`)
+# --------------------------------------------------------------------------------------------
+
+AMP_DTYPES = {"amp-float16": "float16", "amp-bfloat16": "bfloat16"}
+# what `--dtype` takes: a float dtype (`model.to(dtype)`) or automatic mixed precision (`torch.autocast`)
+COMPUTE_DTYPES = (*FLOAT_DTYPES, *AMP_DTYPES)
+
+# Relax ops whose torch operator is on CUDA autocast's "lower_precision_fp" list (aten/src/ATen/autocast_mode.cpp,
+# `KERNEL_CUDA(..., lower_precision_fp)`: conv*, conv_transpose*, prelu, addmm, addmv, addr, matmul, einsum, mm, mv,
+# bmm, baddbmm, addbmm, linear, chain_matmul, linalg_multi_dot, scaled_dot_product_attention, the RNN cells)
+AMP_LOWER = frozenset(
+    {
+        "relax.matmul",
+        "relax.einsum",
+        "relax.nn.conv1d",
+        "relax.nn.conv2d",
+        "relax.nn.conv3d",
+        "relax.nn.conv1d_transpose",
+        "relax.nn.conv2d_transpose",
+        "relax.nn.conv3d_transpose",
+        "relax.nn.prelu",
+        "relax.nn.attention",
+        "relax.nn.attention_bias",
+    }
+)
+# ... on its "fp32" list (acos, asin, cosh, erfinv, exp, expm1, log*, reciprocal, rsqrt, sinh, tan, pow, softplus,
+# layer_norm, rms_norm, group_norm, norm, softmax, log_softmax, cumsum, cumprod, prod, sum, logsumexp, dist, cdist,
+# renorm and the losses): computed in float32, a float16/bfloat16 input cast up first
+AMP_FP32 = frozenset(
+    {
+        "relax.acos",
+        "relax.asin",
+        "relax.cosh",
+        "relax.sinh",
+        "relax.tan",
+        "relax.exp",
+        "relax.log",
+        "relax.rsqrt",
+        "relax.power",
+        "relax.nn.softplus",
+        "relax.nn.layer_norm",
+        "relax.nn.rms_norm",
+        "relax.nn.group_norm",
+        "relax.nn.softmax",
+        "relax.nn.log_softmax",
+        "relax.cumsum",
+        "relax.cumprod",
+        "relax.prod",
+        "relax.sum",
+        "relax.norm",
+        "relax.nn.nll_loss",
+        "relax.nn.cross_entropy_with_logits",
+    }
+)
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
+_FOLLOW_INPUT = ("relax.nn.batch_norm", "relax.nn.instance_norm")  # on no autocast list: the input's dtype
+_WEIGHT_VIEWS = ("relax.permute_dims", "relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten")
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype in _FLOATS
+
+
+def with_autocast(graph: OpGraph, dtype: str) -> OpGraph:
+    """The graph as eager PyTorch runs it under `torch.autocast("cuda", dtype=...)` (`dtype` "float16"/"bfloat16").
+
+    Weights and inputs keep their dtype (float32). Ops on CUDA autocast's lower-precision list (`AMP_LOWER`: matmul,
+    convolution, attention; a linear layer's or convolution's bias add counts with it, as `linear`/`conv2d` take the
+    bias) compute in `dtype`; each floating operand in another dtype is cast by a `_to_copy` kernel first: a
+    `relax.astype` op with `attrs["autocast"] = True` is inserted. A weight (anything computed from weights alone) is
+    cast once per forward (autocast's cast cache keeps casts of parameters for the autocast region), on every call:
+    the cast is not folded. An activation is cast at each use (autocast caches only leaf tensors). Ops on the fp32 list
+    (`AMP_FP32`: softmax, layer norm, reductions, exp/log, losses) cast `dtype` operands to float32 and compute in
+    float32. Batch norm keeps its input's dtype (float32 statistics with a 16-bit input, as cuDNN takes them); every
+    other op runs in its operands' promoted dtype (`float16 + float32` is float32, one kernel; a one-element
+    constant does not promote), as TensorIterator does, with no cast kernel.
+
+    Returns a new graph: ops re-indexed in launch order with the casts before their consumers; shapes unchanged.
+    """
+    if dtype not in ("float16", "bfloat16"):
+        raise ValueError(f"autocast computes in float16 or bfloat16, not {dtype!r}")
+    ops_by_index = graph.ops
+    producer = graph.value_producer
+    consumers: dict[int, list[int]] = {}
+    for op in ops_by_index:
+        for o in op.operands:
+            consumers.setdefault(o.value, []).append(op.index)
+    weight_values = {s.value for s in graph.sources if s.kind == "weight"}
+    for op in ops_by_index:  # values computed from weights alone
+        if op.operands and all(o.value in weight_values for o in op.operands):
+            weight_values.update(v for v, i in producer.items() if i == op.index)
+    outputs_of: dict[int, list[int]] = {}
+    for v, i in producer.items():
+        outputs_of.setdefault(i, []).append(v)
+    for vids in outputs_of.values():
+        vids.sort()
+
+    # a linear layer's / convolution's bias add is part of the lower-precision op (addmm, conv2d(x, w, b))
+    joined: dict[int, int] = {}  # add op -> the op it belongs to
+    for op in ops_by_index:
+        if op.op not in AMP_LOWER or op.op in ("relax.nn.attention", "relax.nn.attention_bias"):
+            continue
+        outs = outputs_of.get(op.index, [])
+        users = consumers.get(outs[0], []) if len(outs) == 1 else []
+        if len(users) != 1 or ops_by_index[users[0]].op != "relax.add":
+            continue
+        add = ops_by_index[users[0]]
+        other = [o for o in add.operands if o.value != outs[0]]
+        if len(other) == 1 and other[0].value in weight_values and add.output.shape == op.output.shape:
+            joined[add.index] = op.index
+
+    next_value = max([*producer.keys(), *(s.value for s in graph.sources), -1]) + 1
+    dtype_of: dict[int, str] = {s.value: s.tensor.dtype for s in graph.sources}
+    new_ops: list[OpNode] = []
+    new_index: dict[int, int] = {}
+    value_producer: dict[int, int] = {}
+    weight_casts: dict[tuple[int, str], Operand] = {}
+
+    info_of: dict[int, TensorInfo] = {s.value: s.tensor for s in graph.sources}
+    for op in ops_by_index:
+        for vid, t in zip(outputs_of.get(op.index, []), op.outputs, strict=False):
+            info_of[vid] = t
+
+    def emit(op_name: str, attrs: dict, operand: Operand, out: TensorInfo, folded: bool = False) -> Operand:
+        nonlocal next_value
+        vid = next_value
+        next_value += 1
+        node = OpNode(len(new_ops), f"autocast_{vid}", op_name, attrs, [operand], (out,), folded=folded)
+        new_ops.append(node)
+        value_producer[vid] = node.index
+        dtype_of[vid] = out.dtype
+        return Operand(out, node.index, operand.kind, vid, None)
+
+    def cast(o: Operand, to: str) -> Operand:
+        """`o` cast to `to` by a kernel; a weight once per forward (under its views: `w.to(dtype).t()`)."""
+        if o.value not in weight_values:
+            return emit("relax.astype", {"dtype": to, "autocast": True}, o, TensorInfo(o.tensor.shape, to))
+        if (o.value, to) in weight_casts:
+            return weight_casts[(o.value, to)]
+        chain: list[OpNode] = []  # the folded views between the parameter and `o` (a linear layer's transposed weight)
+        root = o.value
+        while (i := producer.get(root)) is not None:
+            view = ops_by_index[i]
+            if not (view.folded and view.op in _WEIGHT_VIEWS and len(view.operands) == 1 and len(view.outputs) == 1):
+                break
+            chain.append(view)
+            root = view.operands[0].value
+        if (root, to) not in weight_casts:
+            src = producer.get(root)
+            first = Operand(
+                TensorInfo(info_of[root].shape, dtype_of.get(root, info_of[root].dtype)),
+                None if src is None else new_index.get(src),
+                "weight",
+                root,
+                None,
+            )
+            weight_casts[(root, to)] = emit(
+                "relax.astype", {"dtype": to, "autocast": True}, first, TensorInfo(info_of[root].shape, to)
+            )
+        out = weight_casts[(root, to)]
+        for view in reversed(chain):  # the views again, on the cast weight: free
+            out = emit(view.op, view.attrs, out, TensorInfo(view.output.shape, to), folded=True)
+        weight_casts[(o.value, to)] = out
+        return replace(out, kind=o.kind)
+
+    for op in ops_by_index:
+        operands = [
+            replace(
+                o,
+                tensor=TensorInfo(o.tensor.shape, dtype_of.get(o.value, o.tensor.dtype)),
+                source=new_index.get(o.source) if o.source is not None else None,
+            )
+            for o in op.operands
+        ]
+        want = None
+        if op.folded:  # computed from weights alone: folded, as without autocast
+            pass
+        elif op.op in AMP_LOWER or op.index in joined:
+            want = dtype
+        elif op.op in AMP_FP32:
+            want = "float32"
+        if want is not None:
+            for add, owner in joined.items():  # the bias is cast with the op's other arguments, before it runs
+                bias = next(o for o in ops_by_index[add].operands if o.value in weight_values)
+                if owner == op.index and bias.value in dtype_of and (bias.source is None or bias.source in new_index):
+                    src = None if bias.source is None else new_index[bias.source]
+                    tensor = TensorInfo(bias.tensor.shape, dtype_of[bias.value])
+                    if tensor.dtype != want and _is_float(tensor.dtype):
+                        cast(replace(bias, tensor=tensor, source=src), want)
+            operands = [cast(o, want) if _is_float(o.tensor.dtype) and o.tensor.dtype != want else o for o in operands]
+            out_float = want
+        elif op.op == "relax.astype":
+            out_float = None  # the model's own cast: its target dtype
+        elif op.op in _FOLLOW_INPUT and operands and _is_float(operands[0].tensor.dtype):
+            out_float = operands[0].tensor.dtype  # batch norm: a 16-bit input with float32 statistics stays 16-bit
+        else:
+            floats = [o.tensor.dtype for o in operands if _is_float(o.tensor.dtype)]
+            dims = [o.tensor.dtype for o in operands if _is_float(o.tensor.dtype) and o.tensor.numel > 1]
+            pool = dims or floats
+            out_float = max(pool, key=_FLOATS.index) if pool else None
+        outputs = tuple(
+            TensorInfo(t.shape, out_float) if out_float is not None and _is_float(t.dtype) else t for t in op.outputs
+        )
+        attrs = op.attrs
+        if want is not None and attrs.get("out_dtype") in _FLOATS:
+            attrs = {**attrs, "out_dtype": want}
+        node = replace(op, index=len(new_ops), operands=operands, outputs=outputs, attrs=attrs)
+        new_index[op.index] = node.index
+        new_ops.append(node)
+        for vid, t in zip(outputs_of.get(op.index, []), outputs, strict=False):
+            value_producer[vid] = node.index
+            dtype_of[vid] = t.dtype
+    outs = [(None if p is None else new_index[p], v) for p, v in graph.outputs]
+    return OpGraph(ops=new_ops, sources=list(graph.sources), outputs=outs, value_producer=value_producer)

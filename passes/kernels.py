@@ -35,8 +35,9 @@ Rules (docs/execution-model.md explains them for users):
 * **Folded**: ops on weights alone (`OpCost.folded`) launch nothing (a transposed linear weight is a
   view in torch).
 * **Epilogues**: a matmul with a 2-D weight followed by the add of a bias vector is one gemm kernel (addmm,
-  cuBLASLt bias epilogue); a depthwise 2-D convolution and its bias add are one kernel
-  (`_conv_depthwise2d`); other convolutions add their bias in a second kernel, as cuDNN convolutions do.
+  cuBLASLt bias epilogue) when the input is contiguous or 2-D (torch's `linear`; a non-contiguous 3-D input runs
+  matmul, which folds it with a copy, then `add_(bias)`); a depthwise 2-D convolution and its bias add are one
+  kernel (`_conv_depthwise2d`); other convolutions add their bias in a second kernel, as cuDNN convolutions do.
 * **Activations TVM's importers spell out**: hardsigmoid (`add(x, 3) -> clip(0, 6) -> divide(6)`) and
   hardswish (that, times x) are one kernel ("fused:hardsigmoid", "fused:hardswish"), in every graph.
 * **Other exporters' spellings of one torch op** (graphs not from torch.export: `attention_patterns="all"`).
@@ -60,6 +61,15 @@ Rules (docs/execution-model.md explains them for users):
   view's FLOPs (for the exporters' GELU spellings that is the GELU rule's 5 or 9 per element; where a
   spelling has other ops, such as `1 / sqrt`, it differs by a FLOP or two per element of a memory-bound
   kernel, which does not change its time).
+* **Inference fast paths of torch.nn layers.** torch.export and the ONNX exporters record
+  `nn.MultiheadAttention`'s Python path; eager torch (eval, no grad, no autocast) runs a batch-first
+  self-attention as `_native_multi_head_attention` (in-projection GEMM, attention, out-projection GEMM, no
+  copies) and `nn.TransformerEncoderLayer` as `_transformer_encoder_layer_fwd` (the first feed-forward GEMM and
+  its ReLU/GELU as one `_addmm_activation`), and with attention weights asked for, `mm`,
+  `_transform_bias_rescale_qkv`, bmm, softmax, bmm, a copy, `addmm`, `sum`, `div_`; see `_View.mha_fast_paths`,
+  `_View.mha_weights_paths` and `_View.encoder_ffn`.
+* **Autocast casts** (`passes.graph.with_autocast`, `attrs["autocast"]`) are kernels on every forward, also
+  those of weights (which are otherwise constants).
 * **Everything else** is one kernel per Relax op with the op's own FLOPs and bytes (`OpCost`), reads of
   broadcast views counted once; batch norm in eval mode and layer norm are one kernel each; a global average
   pool (adaptive average pooling to 1 x 1) is a "reduction" kernel (torch runs `mean` for it); a gather reads
@@ -804,6 +814,224 @@ class _View:
             vid = next((o.value for o in op.operands if not self.is_scalar_const(o.value)), op.operands[0].value)
         return False
 
+    # -- nn.MultiheadAttention's and nn.TransformerEncoderLayer's fast paths --------------------------
+    def view_root(self, vid: int) -> tuple[int, set[int]]:
+        """Walk up from `vid` through view ops (copying ones included) to the first value that is not a view.
+
+        Returns (that value, the op indices walked).
+        """
+        walked: set[int] = set()
+        while (op := self.op_of(vid)) is not None and op.operands:
+            if not (op.op in _VIEW_OPS or op.op == "relax.take" and self.is_view_op(op)):
+                break
+            walked.add(op.index)
+            vid = op.operands[0].value
+        return vid, walked
+
+    def view_chain_down(self, vid: int) -> tuple[int, set[int]]:
+        """Walk down from `vid` while its one consumer is a view op; (the last value, the op indices walked)."""
+        walked: set[int] = set()
+        while (c := self.only_consumer(vid)) is not None and self.node[c].op in _VIEW_OPS:
+            outs = self.outputs_of.get(c, [])
+            if len(outs) != 1:
+                break
+            walked.add(c)
+            vid = outs[0]
+        return vid, walked
+
+    def linear_of(self, vid: int, fused_into: dict[int, int]) -> OpNode | None:
+        """The matmul with a 2-D constant weight (and a fused bias add) whose output is `vid`, or None."""
+        op = self.op_of(vid)
+        if op is None:
+            return None
+        if op.index in fused_into:
+            op = self.node[fused_into[op.index]]
+        ok = op.op == "relax.matmul" and len(op.operands) == 2 and op.operands[1].tensor.ndim == 2
+        return op if ok and op.operands[1].value in self.indep else None
+
+    def mha_fast_paths(self, attentions: list[_Attention], backend: dict[int, str], fused_into: dict[int, int]):
+        """nn.MultiheadAttention's fast path (`torch._native_multi_head_attention`) where eager torch takes it.
+
+        torch.export always records MultiheadAttention's Python path (`F.multi_head_attention_forward`: the input
+        transposed to (T, B, D), the packed in-projection, `.contiguous()` of the (3, T, B, D) split, SDPA, the
+        output permuted and reshaped, the out-projection, transposed back); the ONNX exporters write the same.
+        In eval mode without grad, a `batch_first` self-attention with an even head count and no mask runs
+        `_native_multi_head_attention` instead (torch/nn/modules/activation.py), whose CUDA kernel
+        (aten/src/ATen/native/transformers/cuda/attention.cu) runs, when the head dim is a multiple of 8 and SDPA
+        picks flash or memory-efficient: `linear(x, in_proj)` on the (B, T, D) input, SDPA on views of its three
+        chunks, a view of the output, `linear(., out_proj)`: three kernels, none of the Python path's copies.
+
+        Recognised here: an attention (flash or efficient, no mask, not causal, even heads, head dim % 8 == 0) whose
+        Q, K and V are views of one linear layer's output (3 x H x D features) whose input is a (1, 0, 2)
+        transpose of a 3-D tensor X, and whose output reaches, through views, a linear layer whose output goes
+        through views back to X's shape. Every view op on the way is free (the kernels read and write contiguous
+        (B, T, ...) memory). Returns (those view ops, the output value of each recognised attention block).
+        """
+        free: set[int] = set()
+        found: list[int] = []
+        if any(op.attrs.get("autocast") for op in self.node):
+            return free, found  # under autocast both modules take the Python path ("autocast is enabled")
+        for att in attentions:
+            be = backend.get(att.anchor)
+            if be not in ("flash", "efficient") or att.mask is not None or att.causal:
+                continue
+            if att.h % 2 or att.d % 8 or att.d != att.dv or att.h != att.h_kv or att.s != att.t:
+                continue
+            inputs = {
+                o.value
+                for i in att.covered
+                for o in self.node[i].operands
+                if o.value not in self.indep and self.producer.get(o.value) not in att.covered
+            }
+            walked: set[int] = set()
+            roots = set()
+            for v in inputs:
+                r, w = self.view_root(v)
+                roots.add(r)
+                walked |= w
+            if len(roots) != 1:
+                continue
+            packed = roots.pop()
+            m_in = self.linear_of(packed, fused_into)
+            if m_in is None or self.info[packed].shape[-1] != 3 * att.h * att.d:
+                continue
+            xt = m_in.operands[0].value
+            tr = self.op_of(xt)
+            if tr is None or tr.op != "relax.permute_dims" or tr.operands[0].tensor.ndim != 3:
+                continue
+            if [int(a) for a in tr.attrs.get("axes") or []] != [1, 0, 2]:
+                continue
+            x = tr.operands[0].value
+            end, down = self.view_chain_down(att.out_value)
+            m_out = next((self.node[c] for c in self.consumers.get(end, []) if self.node[c].op == "relax.matmul"), None)
+            if (
+                m_out is None
+                or self.only_consumer(end) != m_out.index
+                or self.linear_of(self.outputs_of[m_out.index][0], fused_into) is not m_out
+            ):
+                continue
+            bias = next((c for c, p in fused_into.items() if p == m_out.index), None)
+            out = self.outputs_of[bias if bias is not None else m_out.index][0]
+            y, after = self.view_chain_down(out)
+            if self.info[y].shape != self.info[x].shape:
+                continue
+            free |= walked | down | after | {tr.index}
+            found.append(y)
+        return free, found
+
+    def mha_weights_paths(self, roles: list[str], fused_into: dict[int, int]):
+        """nn.MultiheadAttention's fast path where it returns attention weights (`mha(x, x, x)`'s default).
+
+        With `need_weights=True` the Python path (what torch.export records) computes the attention itself: the
+        packed in-projection of the transposed input, copies of Q, K and V to fold the heads, Q times the scale,
+        bmm, softmax, bmm, the heads merged by a copy, the out-projection, and the weights averaged over heads
+        (`mean`). Eager torch (eval, no grad, batch_first, even heads) runs `_native_multi_head_attention`'s other
+        branch (aten/src/ATen/native/transformers/cuda/attention.cu): the in-projection as one `mm` without its
+        bias, `_transform_bias_rescale_qkv` (one kernel: adds the bias, scales Q, writes Q, K, V as (B, H, T, Dh)),
+        bmm, softmax, bmm, the copy merging the heads, `addmm`, then `sum` and `div_` for the average.
+
+        Returns (view and copy ops that become free, {the scale multiply: (the bias add, the packed projection,
+        one of Q/K/V)}, the `mean` ops that are `sum` + `div_`).
+        """
+        free: set[int] = set()
+        transforms: dict[int, tuple[int, int, int]] = {}
+        means: set[int] = set()
+        if any(op.attrs.get("autocast") for op in self.node):
+            return free, transforms, means
+        for sm in self.node:
+            if sm.op != "relax.nn.softmax" or roles[sm.index] != "kernel" or not sm.operands:
+                continue
+            m1 = self.op_of(sm.operands[0].value)
+            if m1 is None or m1.op != "relax.matmul" or roles[m1.index] != "kernel" or m1.output.ndim != 3:
+                continue
+            probs = self.outputs_of[sm.index][0]
+            users = set(self.consumers.get(probs, []))
+            m2s = [c for c in users if self.node[c].op == "relax.matmul" and self.node[c].operands[0].value == probs]
+            if len(m2s) != 1:
+                continue
+            m2 = self.node[m2s[0]]
+            mul = self.op_of(m1.operands[0].value)
+            if mul is None or mul.op != "relax.multiply" or roles[mul.index] != "kernel":
+                continue
+            q_in = [o.value for o in mul.operands if not self.is_scalar_const(o.value)]
+            if len(q_in) != 1 or len(mul.operands) != 2:
+                continue
+            walked: set[int] = set()
+            roots = set()
+            for v in (q_in[0], m1.operands[1].value, m2.operands[1].value):
+                r, w = self.view_root(v)
+                roots.add(r)
+                walked |= w
+            if len(roots) != 1:
+                continue
+            packed = roots.pop()
+            m_in = self.linear_of(packed, fused_into)
+            bias = None if m_in is None else next((c for c, p in fused_into.items() if p == m_in.index), None)
+            if m_in is None or bias is None:
+                continue
+            tr = self.op_of(m_in.operands[0].value)
+            if tr is None or tr.op != "relax.permute_dims" or tr.operands[0].tensor.ndim != 3:
+                continue
+            if [int(a) for a in tr.attrs.get("axes") or []] != [1, 0, 2]:
+                continue
+            x = tr.operands[0].value
+            b, _, d = self.info[x].shape
+            bh, _, dh = self.info[q_in[0]].shape
+            if self.info[packed].shape[-1] != 3 * d or bh % b or (bh // b) % 2 or (bh // b) * dh != d:
+                continue
+            end, _ = self.view_chain_down(self.outputs_of[m2.index][0])
+            m_out = self.only_consumer(end)
+            if m_out is None or self.linear_of(self.outputs_of[m_out][0], fused_into) is not self.node[m_out]:
+                continue
+            out_bias = next((c for c, p in fused_into.items() if p == m_out), None)
+            y, after = self.view_chain_down(self.outputs_of[out_bias if out_bias is not None else m_out][0])
+            if self.info[y].shape != self.info[x].shape:
+                continue
+            found_means: set[int] = set()
+            for c in users - {m2.index}:  # the attention weights: (B * H, T, S) -> (B, H, T, S) -> mean over heads
+                nxt = self.only_consumer(self.outputs_of[c][0]) if self.node[c].op in _RESHAPES else None
+                if nxt is None or self.node[nxt].op != "relax.mean":
+                    break
+                if [int(a) for a in self.node[nxt].attrs.get("axis") or []] != [1]:
+                    break
+                found_means.add(nxt)
+            else:
+                free |= walked | after | {tr.index}
+                transforms[mul.index] = (bias, packed, q_in[0])
+                means |= found_means
+        return free, transforms, means
+
+    def encoder_ffn(self, y: int, roles: list[str], fused_into: dict[int, int]) -> tuple[int, int] | None:
+        """nn.TransformerEncoderLayer's fast path (`torch._transformer_encoder_layer_fwd`) after its attention.
+
+        aten/src/ATen/native/transformers/transformer.cpp runs the feed-forward block's first linear layer and its
+        ReLU or GELU as one `_addmm_activation` (cuBLASLt's bias + activation epilogue). Recognised: the attention
+        block's output `y` -> residual add -> layer norm -> linear (+ bias) -> relu or gelu -> linear (+ bias).
+        Returns (the activation op, the matmul it joins), or None.
+        """
+        add = self.only_consumer(y)
+        if add is None or self.node[add].op != "relax.add":
+            return None
+        outs = self.outputs_of.get(add, [])
+        lns = [c for c in self.consumers.get(outs[0], []) if self.node[c].op == "relax.nn.layer_norm"] if outs else []
+        if len(lns) != 1:
+            return None
+        h = self.outputs_of[lns[0]][0]
+        for c in sorted(set(self.consumers.get(h, []))):
+            m1 = self.node[c]
+            if m1.op != "relax.matmul" or self.linear_of(self.outputs_of[c][0], fused_into) is not m1:
+                continue
+            bias = next((a for a, p in fused_into.items() if p == c), None)
+            val = self.outputs_of[bias if bias is not None else c][0]
+            act = self.only_consumer(val)
+            if act is None or self.node[act].op not in ("relax.nn.relu", "relax.nn.gelu") or roles[act] != "kernel":
+                continue
+            nxt, _ = self.view_chain_down(self.outputs_of[act][0])
+            m2 = self.only_consumer(nxt)
+            if m2 is not None and self.linear_of(self.outputs_of[m2][0], fused_into) is self.node[m2]:
+                return act, c
+        return None
+
     # -- main -------------------------------------------------------------------------------
     def run(self) -> KernelView:
         n = len(self.node)
@@ -826,8 +1054,8 @@ class _View:
         # are computed once, as a compiler folds them (and as the ONNX exporter already has)
         for op in self.node:
             outs = self.outputs_of.get(op.index, [])
-            if outs and all(v in self.indep for v in outs):
-                roles[op.index] = "folded"
+            if outs and all(v in self.indep for v in outs) and not op.attrs.get("autocast"):
+                roles[op.index] = "folded"  # (autocast's weight casts run every forward)
 
         # torch activations TVM's importers spell as several pointwise ops (one kernel in torch)
         act_groups: dict[int, list[int]] = {}
@@ -886,6 +1114,20 @@ class _View:
             if cost.folded:  # (the contract's rule; the constant rule above already covers it)
                 roles[i] = "folded"
 
+        # nn.MultiheadAttention's and nn.TransformerEncoderLayer's fast paths, as eager torch takes them
+        fast_views, blocks = self.mha_fast_paths(list(anchor_of.values()), backend, fused_into)
+        for y in blocks:
+            ffn = self.encoder_ffn(y, roles, fused_into)
+            if ffn is not None:
+                act, m1 = ffn
+                fused_into[act] = m1  # `_addmm_activation`: the first feed-forward linear layer and its activation
+                roles[act] = "fused"
+
+        weight_views, transforms, means = self.mha_weights_paths(roles, fused_into)
+        fast_views |= weight_views
+        for bias, _, _ in transforms.values():  # the bias joins `_transform_bias_rescale_qkv`, not the GEMM
+            del fused_into[bias]
+
         # recurrent layers: one pointwise kernel per step for the gates (cuDNN's standard RNN algorithm)
         for group in self.recurrences(roles, fused_into):
             act_groups[group[-1]] = group
@@ -938,6 +1180,36 @@ class _View:
             role = roles[i]
             if role in ("folded", "fused"):
                 continue
+            if i in transforms:  # `_transform_bias_rescale_qkv`: bias, scale, Q, K, V as (B, H, T, Dh)
+                bias, packed, q = transforms[i]
+                add = self.node[bias]
+                bias_bytes = sum(o.tensor.nbytes for o in add.operands if o.value in self.indep)
+                emit(
+                    "elementwise",
+                    "fused:transform_bias_rescale_qkv",
+                    (bias, i),
+                    self.costs[bias].flops + self.costs[i].flops,
+                    self.info[packed].nbytes + bias_bytes,
+                    3 * self.info[q].nbytes,
+                    self.info[q].dtype,
+                    {"numel": 3 * self.info[q].numel},
+                )
+                for vid in outs:
+                    layout[vid] = contiguous_strides(self.info[vid].shape)
+                continue
+            if i in means:  # the averaged attention weights: `sum` over heads, then `div_`
+                src = op.operands[0].value
+                n_out = op.output.numel
+                dt = op.output.dtype
+                emit("reduction", "mha:sum", (i,), max(self.costs[i].flops - n_out, 0), read_bytes(src),
+                     op.output.nbytes, dt, {"numel": self.info[src].numel})  # fmt: skip
+                emit("elementwise", "mha:div_", (i,), n_out, op.output.nbytes, op.output.nbytes, dt, {"numel": n_out})
+                continue
+            if i in fast_views:  # inside a recognised fast path: contiguous (B, T, ...) memory, no copy
+                roles[i] = "view"
+                for vid in outs:
+                    layout[vid] = contiguous_strides(self.info[vid].shape)
+                continue
             if i in act_groups:
                 self.emit_group(act_groups[i], emit, read_bytes)
                 outs_last = self.outputs_of.get(i, [])
@@ -978,6 +1250,13 @@ class _View:
                     copy(src, op)
                     layout[src] = contiguous_strides(shape)
             elif op.op == "relax.matmul" and len(op.operands) == 2:
+                a = op.operands[0]
+                if a.tensor.ndim >= 3 and not is_contiguous(a.tensor.shape, strides(a.value)):
+                    # torch's linear fuses the bias (addmm) only for a contiguous input; otherwise it runs
+                    # matmul, then `add_(bias)`: a kernel of its own
+                    for c in [c for c, p in fused_into.items() if p == i and self.node[c].op == "relax.add"]:
+                        del fused_into[c]
+                        roles[c] = "kernel"
                 self.matmul_copies(op, strides, layout, copy)
             self.emit_op(op, cost, fused_into, emit, read_bytes)
             # output layout
@@ -1439,6 +1718,8 @@ class _View:
             shape, st = a.tensor.shape, strides(a.value)
             folded = (math.prod(shape[:-1]), shape[-1])
             new = view_strides(shape, st, folded)
+            # (torch.matmul folds with this copy: `should_fold` does when the weight requires grad, as a module's
+            # parameters do even under inference_mode)
             if new is None or not _cublas_ok(folded, new):
                 copy(a.value, op)
                 layout[a.value] = contiguous_strides(shape)

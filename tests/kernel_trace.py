@@ -431,6 +431,135 @@ class _SdpaOnCuda(TorchFunctionMode):
         return out
 
 
+class _InferenceRecorder(_Recorder):
+    """The recorder for a forward under `torch.inference_mode()`, with no torch-function mode in the way.
+
+    Under inference mode the autograd keys are off, so composite ATen ops (`linear`, `layer_norm`, `dropout`,
+    `scaled_dot_product_attention`, ...) reach the dispatch mode whole: each runs its C++
+    CompositeImplicitAutograd kernel here, the mode still active (as `make_fx` decomposes), so the kernels its
+    parts launch are recorded (eval-mode dropout returns its input: no kernel). Where CUDA runs something else,
+    it is restated:
+
+    - `scaled_dot_product_attention`: the CUDA backend choice (`_SdpaOnCuda.sdpa`);
+    - `_native_multi_head_attention` (nn.MultiheadAttention's fast path: eval, no grad, batch_first
+      self-attention, ...): its CUDA kernel, aten/src/ATen/native/transformers/cuda/attention.cu
+      (`native_multi_head_attention_cuda`): with q is k is v, head dim % 8 == 0, no mask, no weights wanted and
+      SDPA picking flash or efficient, `linear(x, in_proj)`, SDPA on views of its three chunks, a view, and
+      `linear(., out_proj)`; otherwise (a mask, attention weights wanted) its other branch: one `mm`,
+      `_transform_bias_rescale_qkv`, `bmm`, (masked) softmax, `bmm`, a copy merging the heads, `addmm`, and
+      for averaged weights a `sum` and a `div_`;
+    - `_transformer_encoder_layer_fwd` (nn.TransformerEncoderLayer's fast path): as
+      aten/src/ATen/native/transformers/transformer.cpp runs it (`_native_multi_head_attention`, `add_`, layer
+      norms, the feed-forward block's first linear layer and activation as one `_addmm_activation`, whose CUDA
+      kernel is cuBLASLt's bias + ReLU/GELU epilogue, the second as `addmm`);
+    - recurrent layers: cuDNN (`_SdpaOnCuda.cudnn_rnn`).
+    No torch-function mode is active, so `torch.overrides.has_torch_function` is false for plain tensors and the
+    modules take their fast paths as in eager PyTorch (on CPU or CUDA tensors: their checks refuse meta tensors).
+    """
+
+    def __init__(self, trace: KernelTrace):
+        super().__init__(trace)
+        self.cuda = _SdpaOnCuda(self)
+        self.emulated = {
+            aten.scaled_dot_product_attention.default: self.sdpa,
+            aten._native_multi_head_attention.default: self.native_mha,
+            aten._transformer_encoder_layer_fwd.default: self.encoder_layer,
+            aten.lstm.input: self.rnn(aten.lstm.input, 4),
+            aten.gru.input: self.rnn(aten.gru.input, 3),
+            aten.rnn_tanh.input: self.rnn(aten.rnn_tanh.input, 1),
+            aten.rnn_relu.input: self.rnn(aten.rnn_relu.input, 1),
+        }
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        handler = self.emulated.get(func)
+        if handler is not None and not self.muted:
+            with self:
+                return handler(*args, **kwargs)
+        composite = torch._C.DispatchKey.CompositeImplicitAutograd
+        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), composite):
+            with self:  # the C++ kernel eager runs (`decompose` would prefer a Python one: dropout's clones)
+                return func._op_dk(composite, *args, **kwargs)
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+    def sdpa(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        return self.cuda.sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+
+    def rnn(self, op, gates: int):
+        def run(*args):
+            return self.cuda.cudnn_rnn(lambda *a: op.decompose(*a), gates, *args)
+
+        return run
+
+    def native_mha(
+        self, query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight, proj_bias, mask=None,
+        need_weights=True, average_attn_weights=True, mask_type=None,
+    ):  # fmt: skip
+        dh = embed_dim // num_head
+        b = query.shape[0]
+        if query is key and key is value and dh % 8 == 0 and not need_weights and mask is None:
+            view = query.view(b, -1, num_head, dh).transpose(1, 2)
+            if cuda_sdpa_backend(view, view, view) in ("flash", "efficient"):
+                x = F.linear(query, qkv_weight, qkv_bias)
+                q, k, v = (c.view(b, -1, num_head, dh).transpose(1, 2) for c in x.chunk(3, -1))
+                y = F.scaled_dot_product_attention(q, k, v)
+                return F.linear(y.transpose(1, 2).reshape(b, -1, embed_dim), proj_weight, proj_bias), None
+        if not (query is key and key is value):
+            raise NotImplementedError("the oracle restates native_multi_head_attention_cuda for self-attention")
+        # the other branch: qkv_projection (gemm_nt: one mm), _transform_bias_rescale_qkv, bmm_nt, masked_softmax,
+        # bmm_nn, transform0213_gemm_nt_bias (a copy, addmm), and the averaged attention weights (sum, div_)
+        t = query.shape[1]
+        qkv = torch.mm(query.reshape(b * t, embed_dim), qkv_weight.t()).view(b, t, 3 * embed_dim)
+        q, k, v = aten._transform_bias_rescale_qkv(qkv, qkv_bias, num_head)
+        qkt = torch.bmm(q.reshape(b * num_head, t, dh), k.reshape(b * num_head, t, dh).transpose(1, 2))
+        qkt = qkt.view(b, num_head, t, t)
+        if mask is None:
+            qkt = torch.softmax(qkt, -1)
+        else:
+            if mask.dtype != torch.bool:
+                mask = mask.to(torch.bool)
+            qkt = aten._masked_softmax(qkt, mask, qkt.dim() - 1, mask_type)
+        ctx = torch.bmm(qkt.view(b * num_head, t, t), v.reshape(b * num_head, t, dh)).view(b, num_head, t, dh)
+        merged = ctx.permute(0, 2, 1, 3).contiguous().view(b * t, embed_dim)
+        proj = torch.addmm(proj_bias, merged, proj_weight.t()).view(b, t, embed_dim)
+        if need_weights and average_attn_weights:
+            qkt = qkt.sum(1)
+            qkt /= num_head
+        return proj, (qkt if need_weights else None)
+
+    def encoder_layer(
+        self, src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu, norm_first, eps,
+        ln1_weight, ln1_bias, ln2_weight, ln2_bias, w1, b1, w2, b2, mask=None, mask_type=None,
+    ):  # fmt: skip
+        def norm(t, w, bias):
+            return F.layer_norm(t, (embed_dim,), w, bias, eps)
+
+        def linear_for_ffn(bias, t, w, gelu=None):
+            flat = t.view(t.shape[0] * t.shape[1], t.shape[2])
+            out = (
+                aten._addmm_activation(bias, flat, w.t(), use_gelu=gelu)
+                if gelu is not None
+                else aten.addmm(bias, flat, w.t())
+            )
+            return out.view(t.shape[0], t.shape[1], -1)
+
+        x = norm(src, ln1_weight, ln1_bias) if norm_first else src
+        x = aten._native_multi_head_attention(
+            x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, mask, False, True, mask_type
+        )[0]
+        x.add_(src)
+        if not norm_first:
+            x = norm(x, ln1_weight, ln1_bias)
+        pre = x
+        if norm_first:
+            x = norm(x, ln2_weight, ln2_bias)
+        x = linear_for_ffn(b2, linear_for_ffn(b1, x, w1, bool(use_gelu)), w2)
+        x.add_(pre)
+        if not norm_first:
+            x = norm(x, ln2_weight, ln2_bias)
+        return x
+
+
 def _meta_like(t: torch.Tensor) -> torch.Tensor:
     return t if t.is_meta else torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
@@ -445,13 +574,24 @@ def tracing() -> Iterator[tuple[KernelTrace, _SdpaOnCuda]]:
         yield trace, sdpa
 
 
-def trace_kernels(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> KernelTrace:
+def trace_kernels(
+    module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], *, inference: bool = False
+) -> KernelTrace:
     """The kernels eager CUDA PyTorch launches for one forward of `module` (eval mode) on `example_inputs`.
 
     Run on meta tensors (the zoo's `device="meta"` builds) it allocates nothing and takes about as long as a
-    CPU forward's Python overhead.
+    CPU forward's Python overhead. `inference=True` runs the forward under `torch.inference_mode()` with only a
+    dispatch mode (`_InferenceRecorder`), so modules take their inference fast paths (nn.MultiheadAttention,
+    nn.TransformerEncoderLayer) as in eager PyTorch: the oracle for those (on CPU tensors).
     """
     module = module.eval()
+    if inference:
+        trace = KernelTrace()
+        recorder = _InferenceRecorder(trace)
+        with torch.inference_mode(), recorder:
+            recorder.mark([t for t in example_inputs if isinstance(t, torch.Tensor)])
+            module(*example_inputs)
+        return trace
     with tracing() as (trace, sdpa):
         sdpa.recorder.mark([t for t in example_inputs if isinstance(t, torch.Tensor)])
         module(*example_inputs)

@@ -315,6 +315,204 @@ def test_explicit_attention_is_fused_only_when_asked():
     assert len(fused.kernels) == 5  # q, k, v, attention, out
 
 
+class TransposedLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+
+    def forward(self, x):
+        return self.fc(x.transpose(0, 1))
+
+
+def test_linear_on_a_transposed_input_adds_its_bias_apart():
+    """`linear` fuses the bias (addmm) only for a contiguous input; otherwise torch.matmul folds the input with a
+    copy (`should_fold`: the weight requires grad, as a module's parameters do), `mm`, then `add_(bias)`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    module, x = TransposedLinear().eval(), torch.randn(2, 32, 64)
+    kernels = analyze(module, (x,)).analysis.kernels
+    # the oracle: the ATen ops eager PyTorch runs, with no mode active (a dispatch mode changes this choice:
+    # composite operators take their tensor-subclass-safe branch, which folds with a copy)
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        module(x)
+    launched = {"aten::bmm", "aten::mm", "aten::addmm", "aten::add_", "aten::add", "aten::clone", "aten::copy_"}
+    assert [e.name for e in prof.events() if e.name in launched] == ["aten::clone", "aten::copy_", "aten::mm"] + [
+        "aten::add_"
+    ]  # (clone runs its copy_: one kernel)
+    assert [k.kind for k in kernels] == ["copy", "gemm", "elementwise"]
+    act = 2 * 32 * 64 * 4  # 16,384 B
+    # the copy; mm: the copy, the (64, 64) weight, the output; add_: the output, the bias (64 x 4 B), the output
+    assert [k.bytes for k in kernels] == [2 * act, 2 * act + 64 * 64 * 4, 2 * act + 256]
+
+
+class SelfAttention(nn.Module):
+    """nn.MultiheadAttention as a batch-first self-attention without attention weights (its SDPA fast path)."""
+
+    def __init__(self, batch_first: bool = True):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(64, 4, batch_first=batch_first)
+
+    def forward(self, x):
+        return self.mha(x, x, x, need_weights=False)[0]
+
+
+def _encoder(batch_first: bool = True, activation: str = "relu", norm_first: bool = False) -> nn.Module:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(
+        64, 4, 128, activation=activation, batch_first=batch_first, norm_first=norm_first
+    )  # d_model 64, 4 heads of 16, feed-forward 128
+    return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+
+
+def test_multihead_attention_fast_path():
+    """Eager torch runs nn.MultiheadAttention (eval, no grad, batch_first self-attention) as
+    `_native_multi_head_attention`: in-projection addmm, SDPA on views of its chunks, out-projection addmm. The
+    exported program has the Python path (transposes, `.contiguous()` of the split, a copy merging the heads):
+    the kernel view costs the fast path, as the inference-mode dispatch trace records it."""
+    torch.manual_seed(0)
+    module, x = SelfAttention().eval(), torch.randn(2, 32, 64)
+    kernels = analyze(module, (x,)).analysis.kernels
+    trace = trace_kernels(module, (x,), inference=True)
+    assert [k.op for k in trace.kernels] == [
+        "aten.addmm.default",
+        "aten._scaled_dot_product_efficient_attention",
+        "aten.addmm.default",
+    ]
+    assert [k.kind for k in kernels] == ["gemm", "attention", "gemm"]
+    act = 2 * 32 * 64 * 4  # one (2, 32, 64) float32 activation: 16,384 B
+    assert [k.bytes for k in kernels] == [
+        act + 192 * 64 * 4 + 192 * 4 + 3 * act,  # x, in_proj_weight (192, 64), its bias; q, k, v packed: 115,456
+        3 * act + act,  # q, k, v and the output: 65,536
+        act + 64 * 64 * 4 + 64 * 4 + act,  # out_proj: 49,408
+    ]
+    assert sum(k.bytes for k in kernels) == trace.bytes - 16  # (the trace's attention writes its RNG seed, offset)
+    assert kernels[1].params["backend"] == "efficient" and kernels[1].params["h"] == 4
+
+
+def test_multihead_attention_without_batch_first_takes_the_python_path():
+    """batch_first=False: eager torch runs `F.multi_head_attention_forward` (the fast path needs batch_first), with
+    the copy `.contiguous()` makes of the split projection and the copy merging the heads: 5 kernels."""
+    torch.manual_seed(0)
+    module, x = SelfAttention(batch_first=False).eval(), torch.randn(32, 2, 64)
+    kernels = analyze(module, (x,)).analysis.kernels
+    trace = trace_kernels(module, (x,), inference=True)
+    assert [k.kind for k in kernels] == ["gemm", "copy", "attention", "copy", "gemm"]
+    assert len(kernels) == trace.count == 5
+
+
+def test_transformer_encoder_without_batch_first_takes_the_python_path():
+    """batch_first=False: no fast path; per layer the in-projection, the `.contiguous()` copy of its split, the
+    attention, the copy merging the heads, the out-projection, add, layer norm, linear, ReLU, linear, add, layer
+    norm: 12 kernels (eval-mode dropout launches nothing)."""
+    module, x = _encoder(batch_first=False), torch.randn(32, 2, 64)
+    kernels = analyze(module, (x,)).analysis.kernels
+    trace = trace_kernels(module, (x,), inference=True)
+    assert len(kernels) == trace.count == 2 * 12
+    assert [k.kind for k in kernels].count("copy") == [k.op for k in trace.kernels].count("aten.clone.default") == 4
+
+
+class _WithWeights(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(64, 4, batch_first=True)
+
+    def forward(self, x):
+        return self.mha(x, x, x)  # need_weights=True: the fast path's other branch
+
+
+class _PaddedEncoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+
+    def forward(self, x, pad):
+        return self.layer(x, src_key_padding_mask=pad)
+
+
+def test_multihead_attention_with_weights():
+    """`mha(x, x, x)` (need_weights=True): eager torch runs `_native_multi_head_attention`'s other branch; the
+    exported Python path (copies folding the heads, Q scaled, `mean` of the weights) is costed as those kernels."""
+    torch.manual_seed(0)
+    module, x = _WithWeights().eval(), torch.randn(2, 32, 64)
+    kernels = analyze(module, (x,)).analysis.kernels
+    trace = trace_kernels(module, (x,), inference=True)
+    assert [k.op for k in kernels] == [
+        "relax.matmul",  # mm, without the bias
+        "fused:transform_bias_rescale_qkv",
+        "relax.matmul",
+        "relax.nn.softmax",
+        "relax.matmul",
+        "copy:relax.reshape",  # transform_0213: the heads merged
+        "relax.matmul",  # addmm
+        "mha:sum",
+        "mha:div_",
+    ]
+    act = 2 * 32 * 64 * 4  # one (2, 32, 64) float32 tensor: 16,384 B
+    scores = 2 * 4 * 32 * 32 * 4  # (2, 4, 32, 32) float32: 32,768 B
+    weights = 2 * 32 * 32 * 4  # averaged over heads: 8,192 B
+    assert [k.bytes for k in kernels] == [
+        act + 192 * 64 * 4 + 3 * act,  # x, the (192, 64) in_proj_weight; writes the packed projection
+        3 * act + 192 * 4 + 3 * act,  # reads it and the bias, writes q, k, v
+        2 * act + scores,
+        2 * scores,
+        scores + act + act,
+        2 * act,
+        act + 64 * 64 * 4 + 64 * 4 + act,
+        scores + weights,
+        2 * weights,
+    ]
+    assert [k.bytes for k in kernels] == [k.bytes for k in trace.kernels]
+
+
+@pytest.mark.parametrize("case", ["sdpa", "weights", "padding_mask", "encoder"])
+def test_the_oracle_restates_the_fast_paths_faithfully(case):
+    """The inference trace replaces `_native_multi_head_attention` and `_transformer_encoder_layer_fwd` by a
+    restatement of their CUDA code: on CPU tensors it must compute what eager PyTorch computes, and launch the
+    kernels that code launches (the weights branch: mm, _transform_bias_rescale_qkv, bmm, softmax, bmm, the copy
+    merging the heads, addmm, sum, div_)."""
+    from kernel_trace import KernelTrace, _InferenceRecorder
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 32, 64)
+    pad = torch.zeros(2, 32, dtype=torch.bool)
+    pad[1, 20:] = True
+    module, inputs = {
+        "sdpa": (SelfAttention(), (x,)),
+        "weights": (_WithWeights(), (x,)),
+        "padding_mask": (_PaddedEncoder(), (x, pad)),
+        "encoder": (_encoder(), (x,)),
+    }[case]
+    module.eval()
+    with torch.inference_mode():
+        eager = module(*inputs)
+        with _InferenceRecorder(KernelTrace()):
+            restated = module(*inputs)
+    for a, b in zip(*(t if isinstance(t, tuple) else (t,) for t in (eager, restated)), strict=True):
+        torch.testing.assert_close(a, b)
+    if case == "weights":
+        ops = [k.op.split(".")[1] for k in trace_kernels(module, inputs, inference=True).kernels]
+        assert ops == ["mm", "_transform_bias_rescale_qkv", "bmm", "_softmax", "bmm", "clone", "addmm", "sum", "div_"]
+
+
+@pytest.mark.parametrize(("activation", "norm_first"), [("relu", False), ("gelu", False), ("relu", True)])
+def test_transformer_encoder_fast_path(activation, norm_first):
+    """nn.TransformerEncoderLayer in eval + inference mode runs `_transformer_encoder_layer_fwd`: per layer the
+    attention's three kernels, add_, layer norm, the first feed-forward linear layer with its activation as one
+    `_addmm_activation` (cuBLASLt epilogue), the second linear layer, add_, layer norm: 9 kernels."""
+    module, x = _encoder(activation=activation, norm_first=norm_first), torch.randn(2, 32, 64)
+    kernels = analyze(module, (x,)).analysis.kernels
+    trace = trace_kernels(module, (x,), inference=True)
+    assert len(kernels) == trace.count == 2 * 9
+    assert [k.kind for k in kernels].count("gemm") == 2 * 4
+    ffn = [k for k in kernels if k.kind == "gemm" and k.params["n"] == 128]
+    # the first feed-forward layer, with its activation: x (16,384 B), W1 (128 x 64 x 4 = 32,768), b1 (512);
+    # writes (2, 32, 128) x 4 = 32,768 B; FLOPs 2 x 64 x 64 x 128 (GEMM) + 64 x 128 (bias) + the activation's
+    assert [k.bytes for k in ffn] == [16_384 + 32_768 + 512 + 32_768] * 2
+    assert [k.bytes for k in trace.kernels if k.op == "aten._addmm_activation.default"] == [82_432] * 2
+    assert abs(sum(k.bytes for k in kernels) / trace.bytes - 1) < 0.01  # (the trace's layer norm writes mean, rstd)
+
+
 class ViewChain(nn.Module):
     def forward(self, x):  # (2, 8, 16) -> (2, 4, 8, 4) and back: every step is a view
         y = x.reshape(2, 8, 4, 4).permute(0, 2, 1, 3)

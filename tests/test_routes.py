@@ -18,7 +18,10 @@ Not included, with the reason (measured on the 2-core dev machine, h100-80gb, ba
 attention out (matmul, + position bias, softmax, matmul), which eager PyTorch runs as separate kernels; for ONNX
 graphs preflight assumes a model would run such a pattern through SDPA (`attention_patterns="all"`, see
 docs/execution-model.md), so `t5_encoder_tiny` is 1.205 ms / 69 kernels as a module and 0.898 ms / 51 kernels
-as ONNX. That is the stated assumption for non-PyTorch graphs, not a second reading of one program.
+as ONNX. That is the stated assumption for non-PyTorch graphs, not a second reading of one program. A
+`batch_first=False` nn.TransformerEncoder runs the Python path in eager PyTorch too, whose `.contiguous()` copy of
+the split projection the ONNX graph does not have (24 kernels / 0.435 ms as a module, 22 / 0.402 ms as ONNX, the
+trace 24).
 """
 
 from __future__ import annotations
@@ -65,7 +68,66 @@ RECURRENT = {
     "lstm_small": ("lstm_small?seq_len=16", TORCHSCRIPT),
     "gru_bidir": ("gru_bidir?seq_len=16&hidden=64&input_size=32", TORCHSCRIPT),
 }
-ARCHS = {**CNNS, **TRANSFORMERS, **RECURRENT}
+
+
+class _SelfAttention(torch.nn.Module):
+    """nn.MultiheadAttention alone, as a batch-first self-attention without attention weights."""
+
+    def __init__(self):
+        super().__init__()
+        self.mha = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+
+    def forward(self, x):
+        return self.mha(x, x, x, need_weights=False)[0]
+
+
+def _transformer_encoder() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)  # d_model 64, 4 heads, feed-forward 128
+    return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval(), (torch.randn(2, 32, 64),)
+
+
+def _multihead_attention() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    return _SelfAttention().eval(), (torch.randn(2, 32, 64),)
+
+
+class _WithWeights(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mha = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+
+    def forward(self, x):
+        return self.mha(x, x, x)  # need_weights=True (the default): the output and the head-averaged weights
+
+
+def _multihead_attention_weights() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    return _WithWeights().eval(), (torch.randn(2, 32, 64),)
+
+
+def _transformer_decoder_layer() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerDecoderLayer(64, 4, 128, batch_first=True)  # self-attention fast path, cross not
+    return layer.eval(), (torch.randn(2, 32, 64), torch.randn(2, 16, 64))
+
+
+# torch.nn layers with inference fast paths (`_native_multi_head_attention`, `_transformer_encoder_layer_fwd`): every
+# route's graph has the Python path, the kernel view costs what eager PyTorch runs (kernel_trace's inference trace)
+NN_LAYERS = {
+    "transformer_encoder": (_transformer_encoder, TORCHSCRIPT),
+    "multihead_attention": (_multihead_attention, TORCHSCRIPT),
+    "multihead_attention_weights": (_multihead_attention_weights, TORCHSCRIPT),
+    # (the TorchScript exporter cannot export it: the decoder passes a tensor as SDPA's is_causal)
+    "transformer_decoder_layer": (_transformer_decoder_layer, DYNAMO),
+}
+# The decoder layer: 21 kernels / 1,061,120 B on every route, the trace 20 / 1,046,304 B. Eager CUDA runs 22: its
+# cross-attention projects the transposed query and memory with `linear` on a non-contiguous input (matmul folds it
+# with a copy, mm, then `add_(bias)`: 3 kernels each, as the kernel view has them; under the trace's dispatch mode
+# matmul takes its tensor-subclass branch, bmm + add, one fewer each), and copies its packed key/value projection
+# (`.contiguous()`, which TVM's import drops: the kernel view has one copy fewer).
+TRACE_BYTES_TOL: dict[str, float] = {}
+ARCHS = {**CNNS, **TRANSFORMERS, **RECURRENT, **NN_LAYERS}
 
 # Where a route's kernels differ from the module's, and why: {name: {route: {kind: kernels more than the module}}}.
 DIFFERENT = {
@@ -105,8 +167,11 @@ def _cleanup():
 def _routes(name: str) -> dict:
     """{route: Report predicted on DEVICES} for the module, its `.pt2` and its ONNX file."""
     spec, onnx_args = ARCHS[name]
-    built = zoo.build(spec, batch=2)
-    module, inputs = built.module, tuple(built.example_inputs)
+    if callable(spec):
+        module, inputs = spec()
+    else:
+        built = zoo.build(spec, batch=2)
+        module, inputs = built.module, tuple(built.example_inputs)
     out = {"module": report(module, inputs, devices=DEVICES, batches=[])}
     pt2 = _workdir() / f"{name}.pt2"
     torch.export.save(torch.export.export(module, inputs), pt2)
@@ -151,6 +216,22 @@ def test_the_routes_launch_the_same_kernels(name):
     nbytes = {route: rep.analysis.kernel_view.summary.bytes_kernels for route, rep in reports.items()}
     for route in ("pt2", "onnx"):
         assert abs(nbytes[route] / nbytes["module"] - 1) <= BYTES_TOL.get(name, 0.02), (route, nbytes)
+
+
+@pytest.mark.parametrize("name", list(NN_LAYERS))
+def test_nn_layers_launch_what_eager_pytorch_launches(name):
+    """The kernel count of every route within 10% of the eager inference-mode dispatch trace (the oracle), bytes
+    within 2%: eager PyTorch runs the fast paths, whatever the file (measured: 18 kernels for the two-layer encoder,
+    3 for the attention, 9 for the attention returning its weights, on every route and in the trace; the decoder
+    layer 21 on every route, 20 in the trace, 22 in eager CUDA: see TRACE_BYTES_TOL)."""
+    from kernel_trace import trace_kernels
+
+    module, inputs = NN_LAYERS[name][0]()
+    trace = trace_kernels(module, inputs, inference=True)
+    for route, rep in _routes(name).items():
+        kernels = rep.analysis.kernels
+        assert abs(len(kernels) / trace.count - 1) <= 0.10, (route, len(kernels), trace.count)
+        assert abs(sum(k.bytes for k in kernels) / trace.bytes - 1) <= TRACE_BYTES_TOL.get(name, 0.02), route
 
 
 def test_folded_batch_norm_is_a_different_program(tmp_path):

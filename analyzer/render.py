@@ -390,7 +390,10 @@ EXPLAIN: tuple[tuple[str, str], ...] = (
     (
         "params",
         "elements of every weight tensor the graph reads: learnable parameters and constant buffers such "
-        "as batch-norm statistics; the MiB figure is their size at the model's dtype",
+        "as batch-norm statistics; the MiB figure is their size at the model's dtype. Routes can differ: an ONNX "
+        "file counts its initializers, and exporters merge identical constants, fold batch norm into "
+        "convolutions or store computed tables (rotary, masks), so the same model may show other counts as "
+        "ONNX than as nn.Module or .pt2",
     ),
     (
         "peak activations",

@@ -486,6 +486,7 @@ def llm_sections(llm) -> list[Section]:
         ]
     )
     serve.blocks.append(f"How the graphs were traced: {llm.depth['why']}.")
+    serve.blocks.append(_llm_energy_lines(llm))
     out = [serve]
 
     sweep = Section("Latency over context")
@@ -651,3 +652,29 @@ def write(report, path: str | Path, top: int = 15) -> list[Path]:
     except OSError as exc:
         raise UsageError(f"cannot write {exc.filename or path}: {exc.strerror}") from exc
     return written
+
+
+def _llm_energy_lines(llm) -> list[str]:
+    """Per device: the runtime, energy per output token and average power, and (vllm) the engine's memory plan."""
+    runtime = getattr(llm, "runtime", {"name": "eager"})
+    lines = []
+    for d in llm.devices:
+        head = f"{d.device} ({runtime.get('name', 'eager')} runtime"
+        if runtime.get("tensor_parallel", 1) > 1:
+            head += f", tensor parallel {runtime['tensor_parallel']}"
+        head += ")"
+        if d.energy_per_token_j is not None:
+            head += f": {d.energy_per_token_j:.3g} J per output token per GPU at {d.avg_power_w:.0f} W average power"
+        eng = getattr(d, "engine", None)
+        if eng:
+            plan = eng["memory_per_gpu"].get(FULL_GPU, {})
+            head += (
+                f"; decode step {eng['decode_step_ms']:.3g} ms (host {eng['decode_step']['host_overhead_ms']:.3g} ms, "
+                f"all-reduce {eng['decode_step']['allreduce_ms']:.3g} ms) + {eng['prefills_per_decode_step']:.3g} "
+                f"prefills of {eng['prefill_ms']:.3g} ms per step; {plan.get('blocks', 0):,} KV blocks per GPU hold "
+                f"{plan.get('sequences_that_fit', 0):,} sequences of the request's context"
+            )
+            if not eng.get("fits_model", True):
+                head += " (the weights do not fit one GPU: raise --tensor-parallel)"
+        lines.append(head + ".")
+    return lines

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from passes.analysis import Analysis, Totals
 from passes.graph import OpGraph, TensorInfo, dtype_bytes
-from passes.memory import liveness
+from passes.memory import MemoryProfile, liveness
 from predictor import llm as serving
 from predictor import serving_engine as engine
 from predictor.devices import get_device
@@ -771,6 +771,26 @@ def llm(
         raise UsageError(f"{m.name}: {exc}") from exc
     kv = kv_cache_spec(layout, dtype)
     n = layout.layers
+    if runtime == "vllm":  # the engine's kernels from the config: nothing to trace
+        say(f"serving engine (vllm runtime, tensor parallel {tensor_parallel})")
+        return _llm_vllm(
+            m,
+            layout,
+            kv,
+            dtype=dtype,
+            prompt=prompt,
+            generate=generate,
+            batch=batch,
+            concurrency=concurrency,
+            context=context,
+            devices=devices,
+            grid=grid,
+            ttft_ms=ttft_ms,
+            tpot_ms=tpot_ms,
+            tp=tensor_parallel,
+            utilization=gpu_memory_utilization,
+            block_size=block_size,
+        )
 
     depths, depth = choose_depths(m.lm, layout, full_depth=full_depth, devices=devices)
     max_length = max([*grid, request_context, context, prompt])
@@ -876,23 +896,6 @@ def llm(
                 avg_power_w=None if e_step is None or tpot <= 0 else e_step / (tpot / 1e3),
             )
         )
-    runtime_info: dict = {"name": "eager"}
-    assumptions = list(ASSUMPTIONS)
-    if runtime == "vllm":
-        say(f"serving engine (vllm runtime, tensor parallel {tensor_parallel})")
-        out, runtime_info = _vllm_devices(
-            out,
-            m,
-            dtype=dtype,
-            batch=batch,
-            prompt=prompt,
-            generate=generate,
-            grid=grid,
-            tp=tensor_parallel,
-            utilization=gpu_memory_utilization,
-            block_size=block_size,
-        )
-        assumptions = list(VLLM_ASSUMPTIONS)
 
     info = LlmServing(
         model=_model_summary(m, layout),
@@ -910,8 +913,7 @@ def llm(
         devices=out,
         contexts=grid,
         depth=depth,
-        assumptions=assumptions,
-        runtime=runtime_info,
+        assumptions=list(ASSUMPTIONS),
     )
     report = _decode_report(m, decode, dec, batch, request_context, kv, depth)
     report.llm = info
@@ -1104,20 +1106,28 @@ def _arch(m: LlmModel) -> engine.Arch:
         raise UsageError(f"{m.name}: {exc}") from exc
 
 
-def _vllm_devices(
-    eager: list[DeviceServing],
+def _llm_vllm(
     m: LlmModel,
+    layout,
+    kv: serving.KvCacheSpec,
     *,
     dtype: str,
-    batch: int,
     prompt: int,
     generate: int,
+    batch: int,
+    concurrency: int,
+    context: int,
+    devices: Sequence[str],
     grid: Sequence[int],
+    ttft_ms: float | None,
+    tpot_ms: float | None,
     tp: int,
     utilization: float,
     block_size: int,
-) -> tuple[list[DeviceServing], dict]:
-    """The devices of `eager` with the vllm runtime's latencies, energy, fits and capacity (per GPU of `tp`)."""
+) -> LlmReport:
+    """`preflight llm --runtime vllm`: every number from the config's sizes (`predictor.serving_engine`), per GPU of
+    `tp`; no graph is traced (the kernels of these architectures are a formula; tests/test_llm_serving.py checks
+    the GEMM FLOPs against the traced decode graph's)."""
     from predictor.power import power_params
 
     arch = _arch(m)
@@ -1125,48 +1135,86 @@ def _vllm_devices(
         engine.Split.of(arch, tp)
     except engine.EngineConfigError as exc:
         raise UsageError(f"{m.name}: {exc}") from exc
-    mean_ctx = prompt + generate / 2
-    context = prompt + generate
-    out = []
-    for d in eager:
-        device = get_device(d.device)
+    eb = dtype_bytes(dtype)
+    request_context = prompt + generate
+    weights = engine.weight_bytes_per_gpu(arch, tp, eb)
+
+    def plan(memory_mib: float, n: int) -> engine.EngineMemory:
+        return engine.engine_memory(arch, memory_mib, tp=n, dtype=dtype, utilization=utilization, block_size=block_size)
+
+    def act(tokens: int) -> int:
+        return int(engine.profile_activation_bytes(arch, tp, eb, tokens))
+
+    def need(p: engine.EngineMemory, b: int, c: int) -> serving.ServingMemory:
+        kv_bytes = b * p.blocks_per_sequence(c) * p.block_bytes
+        return serving.ServingMemory(b, c, int(weights), int(kv_bytes), int(p.activation_bytes), p.non_torch_mib, 0.0)
+
+    pre_tot = engine.step_totals(arch, batch, prompt, prefill=True, dtype=dtype)
+    dec_tot = engine.step_totals(arch, batch, request_context, prefill=False, dtype=dtype)
+    steps = {k: {f: {} for f in ("lat", "roof", "slices", "names", "energy")} for k in ("prefill", "decode")}
+    out: list[DeviceServing] = []
+    for dev in devices:
+        device = get_device(dev)
         if tp > 1 and engine.device_link(device) is None:
             raise UsageError(
-                f"--tensor-parallel {tp} on {d.device}: the device table gives it no NVLink bandwidth (nvlink_gbs)"
+                f"--tensor-parallel {tp} on {dev}: the device table gives it no NVLink bandwidth (nvlink_gbs)"
             )
-        served = engine.serve(arch, device, batch, prompt, generate, power_params(d.device), tp=tp, dtype=dtype)
+        pw = power_params(dev)
+        served = engine.serve(arch, device, batch, prompt, generate, pw, tp=tp, dtype=dtype)
         step, pre, stalls = served.decode, served.prefill, served.prefills_per_step
-        tpot, ttft = served.tpot_ms, served.ttft_ms
-        energy_tok, power = served.energy_per_token_j, served.avg_power_w
-        e2e = ttft + (generate - 1) * tpot
-        plans = {
-            serving.FULL_GPU: engine.engine_memory(
-                arch, device.memory_mib, tp=tp, dtype=dtype, utilization=utilization, block_size=block_size
-            )
-        }
-        for p in device.mig:  # a MIG slice has no NVLink: its plan is for tensor parallel 1
-            plans[p.name] = engine.engine_memory(
-                arch, p.memory_mib, tp=1, dtype=dtype, utilization=utilization, block_size=block_size
-            )
-        fits = {t: plan.sequences(context) >= batch for t, plan in plans.items() if t == serving.FULL_GPU or tp == 1}
+        name = "vllm engine model (kernel model, CUDA graphs, host overhead)"
+        lat = {serving.FULL_GPU: serving.SliceLatency(served.ttft_ms, served.tpot_ms)}
+        slice_ms: dict[str, float] = {}
+        if tp == 1:  # a MIG slice has no NVLink: tensor parallel 1 only
+            for q in device.mig:
+                sd = get_device(f"{dev}:{q.name}")
+                s_q = engine.serve(arch, sd, concurrency, prompt, generate, power_params(sd.key), dtype=dtype)
+                lat[q.name] = serving.SliceLatency(s_q.ttft_ms, s_q.tpot_ms)
+                slice_ms[q.name] = s_q.tpot_ms
+        for kind, st, energy in (
+            ("prefill", pre, engine.step_energy_j(pre, pw)[0]),
+            ("decode", step, engine.step_energy_j(step, pw)[0]),
+        ):
+            steps[kind]["lat"][dev] = st.total_ms
+            steps[kind]["roof"][dev] = st.bound_s * 1e3
+            steps[kind]["slices"][dev] = slice_ms if kind == "decode" else {}
+            steps[kind]["names"][dev] = name
+            steps[kind]["energy"][dev] = energy
+        plans = {serving.FULL_GPU: plan(device.memory_mib, tp)}
+        if tp == 1:
+            plans |= {q.name: plan(q.memory_mib, 1) for q in device.mig}
+        fits = {t: p.sequences(request_context) >= batch for t, p in plans.items()}
         cap = serving.Capacity(
-            d.device,
+            dev,
             tuple(grid),
-            {t: plans[t].memory_mib for t in fits},
-            {t: tuple(min(plans[t].sequences(c), serving.MAX_BATCH) for c in grid) for t in fits},
-            tuple(p.name for p in device.mig if not p.measured and p.name in fits),
+            {t: p.memory_mib for t, p in plans.items()},
+            {t: tuple(min(p.sequences(c), serving.MAX_BATCH) for c in grid) for t, p in plans.items()},
+            tuple(q.name for q in device.mig if not q.measured and q.name in plans),
             0.0,
         )
+        full = plans[serving.FULL_GPU]
+        rec_need = need(full, concurrency, context).total_mib / utilization  # fits iff need <= utilization x memory
+        rec = serving.recommend(
+            device if tp == 1 else replace(device, mig=()),
+            concurrency,
+            context,
+            rec_need,
+            lat,
+            ttft_target_ms=ttft_ms,
+            tpot_target_ms=tpot_ms,
+            headroom=0.0,
+        )
         sweep = []
-        for row in d.sweep:
-            c = row["context"]
+        for c in grid:
             s_c = engine.decode_step(arch, device, batch, c, tp=tp, dtype=dtype)
             sweep.append(
-                row
-                | {
+                {
+                    "context": c,
                     "ttft_ms": engine.prefill_step(arch, device, 1, c, tp=tp, dtype=dtype).total_ms,
                     "tpot_ms": s_c.total_ms,
                     "decode_tokens_per_s": _per_s(batch, s_c.total_ms),
+                    "prefill_activation_bytes": act(c),
+                    "decode_activation_bytes": act(batch),
                 }
             )
         info = {
@@ -1183,13 +1231,13 @@ def _vllm_devices(
                 "cuda_graph_batch": engine.captured_batch(batch),
                 "gemm_flops": step.gemm_flops,
                 "gemm_bytes": step.gemm_bytes,
-                "mean_context": mean_ctx,
+                "mean_context": prompt + generate / 2,
             },
             "prefill_ms": pre.total_ms,
             "prefills_per_decode_step": stalls,
             "power_shares": dict(zip(("compute", "memory", "gap"), (round(x, 4) for x in step.shares()), strict=True)),
-            "memory_per_gpu": {t: plan.to_json(context) for t, plan in plans.items() if t in fits},
-            "fits_model": plans[serving.FULL_GPU].fits,
+            "memory_per_gpu": {t: p.to_json(request_context) for t, p in plans.items()},
+            "fits_model": full.fits,
         }
         if arch.experts:
             info["moe"] = {
@@ -1199,33 +1247,102 @@ def _vllm_devices(
                 "expected_experts_decode": engine.expected_experts(arch.experts, arch.top_k, batch),
                 "expected_experts_prefill": engine.expected_experts(arch.experts, arch.top_k, prompt),
             }
+        e2e = served.ttft_ms + (generate - 1) * served.tpot_ms
         out.append(
-            replace(
-                d,
-                predictor="vllm engine model (kernel model + CUDA graphs + host overhead)",
-                ttft_ms=ttft,
-                tpot_ms=tpot,
+            DeviceServing(
+                device=dev,
+                predictor=name,
+                ttft_ms=served.ttft_ms,
+                tpot_ms=served.tpot_ms,
                 e2e_ms=e2e,
-                prefill_tokens_per_s=_per_s(prompt, ttft),
-                decode_tokens_per_s=_per_s(batch, tpot),
+                prefill_tokens_per_s=_per_s(prompt, served.ttft_ms),
+                decode_tokens_per_s=_per_s(batch, served.tpot_ms),
                 output_tokens_per_s=_per_s(batch * generate, e2e),
+                memory=need(full, batch, request_context),
                 fits=fits,
                 sweep=sweep,
                 capacity=cap,
-                energy_per_token_j=energy_tok,
-                avg_power_w=power,
+                recommendation=rec,
+                energy_per_token_j=served.energy_per_token_j,
+                avg_power_w=served.avg_power_w,
                 engine=info,
             )
         )
-    runtime = {
-        "name": "vllm",
-        "tensor_parallel": tp,
-        "gpu_memory_utilization": utilization,
-        "block_size": block_size,
-        "weights_per_gpu_bytes": engine.weight_bytes_per_gpu(arch, tp, 4.0 if dtype == "float32" else 2.0),
-        "params": arch.params(),
-        "step_overhead_ms": {"fixed": engine.STEP_OVERHEAD_MS, "per_sequence": engine.STEP_OVERHEAD_PER_SEQ_MS},
-        "graph_gap_us": engine.GRAPH_GAP_US,
-        "allreduce_latency_us": engine.ALLREDUCE_LATENCY_US,
+
+    def cost(kind: str, b: int, length: int, totals: dict, activation: int) -> StepCost:
+        f = steps[kind]
+        return StepCost(
+            kind, b, length, totals, activation, f["lat"], f["roof"], f["slices"], f["names"], {}, f["energy"]
+        )
+
+    pre_cost = cost("prefill", 1, prompt, engine.step_totals(arch, 1, prompt, prefill=True, dtype=dtype), act(prompt))
+    dec_cost = cost("decode", batch, request_context, dec_tot, act(batch))
+    depth = {
+        "mode": "formula",
+        "layers": arch.layers,
+        "traced": [],
+        "why": "the vllm runtime's kernels come from the config's sizes (predictor.serving_engine); nothing traced",
     }
-    return out, runtime
+    info = LlmServing(
+        model=_model_summary(m, layout),
+        dtype=dtype,
+        kv=kv,
+        batch=batch,
+        prompt=prompt,
+        generate=generate,
+        concurrency=concurrency,
+        context=context,
+        params=arch.params(),
+        param_bytes=arch.params() * int(eb),
+        prefill=pre_cost,
+        decode=dec_cost,
+        devices=out,
+        contexts=tuple(grid),
+        depth=depth,
+        assumptions=list(VLLM_ASSUMPTIONS),
+        runtime={
+            "name": "vllm",
+            "tensor_parallel": tp,
+            "gpu_memory_utilization": utilization,
+            "block_size": block_size,
+            "weights_per_gpu_bytes": int(weights),
+            "params": arch.params(),
+            "step_overhead_ms": {"fixed": engine.STEP_OVERHEAD_MS, "per_sequence": engine.STEP_OVERHEAD_PER_SEQ_MS},
+            "graph_gap_us": engine.GRAPH_GAP_US,
+            "allreduce_latency_us": engine.ALLREDUCE_LATENCY_US,
+            "whole_model_prefill": pre_tot,
+        },
+    )
+    kv_bytes = kv.bytes(batch, request_context)
+    totals = Totals(
+        flops=dec_tot["flops"],
+        macs=dec_tot["macs"],
+        params=dec_tot["params"],
+        param_bytes=dec_tot["param_bytes"],
+        peak_activation_bytes=kv_bytes + act(batch),
+        bytes_read=dec_tot["bytes_read"],
+        bytes_written=dec_tot["bytes_written"],
+        op_count=dec_tot["op_count"],
+        unsupported={},
+        macs_by_dtype={dtype: dec_tot["macs"]},
+    )
+    summary = Analysis(
+        graph=OpGraph(ops=[], sources=[], outputs=[]),
+        ops=[],
+        totals=totals,
+        memory=MemoryProfile((), 0, None, dec_tot["param_bytes"], 0),
+        edges=[],
+        static_features={},
+    )
+    report = LlmReport(
+        model={"source": m.source, "framework": m.framework, "name": f"{m.name} decode step (vllm runtime)"},
+        inputs=[{"name": "input_ids", "shape": [batch, 1], "dtype": "int64"}],
+        analysis=summary,
+        warnings=[
+            f"vllm runtime: the kernels of a decode step of {batch} sequences, counted from the config's sizes "
+            f"(whole model; latencies, energy and memory per GPU of tensor parallel {tp}); no per-operator list",
+            f"analysed as if served in {dtype}: weights, activations and the KV cache are {dtype}",
+        ],
+    )
+    report.llm = info
+    return report

@@ -363,6 +363,29 @@ def llm_summary(report) -> list[tuple[str, str]]:
         if d["mode"] == "full"
         else f"traced at depth 1 and 2, extrapolated exactly to {d['layers']} identical layers"
     )
+    runtime = getattr(llm, "runtime", {"name": "eager"})
+    if runtime.get("name") == "vllm":
+        tp = runtime.get("tensor_parallel", 1)
+        return [
+            ("model", f"{m['name']} ({report.model['framework']}: {report.model['source']})"),
+            ("architecture", arch),
+            ("dtype", llm.dtype),
+            (
+                "weights",
+                f"{si(llm.params)} params, {mib(llm.param_bytes)}; {mib(runtime['weights_per_gpu_bytes'])} per GPU",
+            ),
+            (
+                "runtime",
+                f"vllm (CUDA-graph decode, continuous batching, paged KV cache in blocks of {runtime['block_size']}, "
+                f"{runtime['gpu_memory_utilization']:g} of GPU memory), tensor parallel {tp}",
+            ),
+            (
+                "request",
+                f"{llm.batch} running sequences, prompt {llm.prompt:,} tokens, {llm.generate:,} generated "
+                f"(mean live context {llm.prompt + llm.generate / 2:,.0f} tokens)",
+            ),
+            ("kernels", d["why"]),
+        ]
     return [
         ("model", f"{m['name']} ({report.model['framework']}: {report.model['source']})"),
         ("architecture", arch),

@@ -404,6 +404,7 @@ class StepTime:
     kernels: int  # kernel launches (one per layer per kernel)
     gemm_flops: float  # FLOPs of the GEMMs (one GPU)
     gemm_bytes: float  # bytes the GEMMs read and write (one GPU)
+    bound_s: float = 0.0  # roofline bound of the kernels (efficiency 1, no gaps, no host time)
 
     @property
     def total_s(self) -> float:
@@ -428,7 +429,7 @@ def cost_kernels(
     `GRAPH_GAP_US` (graph) or floored at its launch time (eager); all-reduces on the link (`allreduce_s`)."""
     comp = [k for k in kernels if k.kind != "allreduce"]
     comm = [k for k in kernels if k.kind == "allreduce"]
-    c_s = m_s = gap = comm_s = 0.0
+    c_s = m_s = gap = comm_s = bound = 0.0
     if comp:
         arrays = kernel_arrays(comp)
         times = kernel_latency_arrays(arrays, device)
@@ -442,6 +443,7 @@ def cost_kernels(
         c_s = float((execution * count)[is_c].sum())
         m_s = float((execution * count)[~is_c].sum())
         gap = float((extra * count).sum())
+        bound = float((times.bound_s * count).sum())
     if comm:
         if link_bytes_per_s is None:
             raise EngineConfigError(f"{device.key} has no NVLink bandwidth in the device table (nvlink_gbs)")
@@ -456,6 +458,7 @@ def cost_kernels(
         int(round(sum(k.count for k in kernels))),
         sum(k.flops * k.count for k in gemm),
         sum((k.bytes_read + k.bytes_written) * k.count for k in gemm),
+        bound,
     )
 
 
@@ -469,6 +472,7 @@ def _plus(a: StepTime, b: StepTime, host_s: float = 0.0) -> StepTime:
         a.kernels + b.kernels,
         a.gemm_flops + b.gemm_flops,
         a.gemm_bytes + b.gemm_bytes,
+        a.bound_s + b.bound_s,
     )
 
 
@@ -685,3 +689,22 @@ def serve(
     e_pre, _ = step_energy_j(batched, power)
     energy = e_step + share * e_pre
     return Served(step, pre, stalls, tpot, pre.total_ms, energy / batch, energy / (tpot / 1e3))
+
+
+def step_totals(a: Arch, seqs: int, length: int, *, prefill: bool, dtype: str = "bfloat16") -> dict[str, int]:
+    """Counts of one step of the whole model (tensor parallel 1): FLOPs, MACs (GEMMs and attention), parameters and
+    their bytes, bytes read and written, kernel launches; `seqs` sequences at `length` tokens (prompt or context)."""
+    model, sample = step_kernels(a, 1, seqs, context=float(length), prompt=length if prefill else None, dtype=dtype)
+    ks = model + sample
+    eb = 4 if dtype == "float32" else 2
+    flops = sum(k.flops * k.count for k in ks)
+    macs = sum(k.flops * k.count / 2 for k in ks if k.kind in ("gemm", "attention"))
+    return {
+        "flops": int(round(flops)),
+        "macs": int(round(macs)),
+        "params": a.params(),
+        "param_bytes": a.params() * eb,
+        "bytes_read": int(round(sum(k.bytes_read * k.count for k in ks))),
+        "bytes_written": int(round(sum(k.bytes_written * k.count for k in ks))),
+        "op_count": int(round(sum(k.count for k in ks))),
+    }

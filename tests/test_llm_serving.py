@@ -174,3 +174,37 @@ def test_captured_batches_and_overhead():
     assert [eng.captured_batch(b) for b in (1, 3, 5, 9, 256, 257)] == [1, 4, 8, 16, 256, None]
     assert eng.step_overhead_s(100) == pytest.approx(5e-3)  # 1 ms + 100 x 0.04 ms
     assert math.isclose(eng.GPU_MEMORY_UTILIZATION, 0.9) and eng.BLOCK_SIZE == 16
+
+
+def test_vllm_runtime_moe_tensor_parallel_and_html(tmp_path):
+    from analyzer.predeploy import write
+
+    cfg = {**TINY, "model_type": "mixtral", "architectures": ["MixtralForCausalLM"]}
+    cfg |= {"num_local_experts": 8, "num_experts_per_tok": 2}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    one = llm(str(path), prompt=8, generate=8, batch=2, contexts=[16], runtime="vllm")
+    two = llm(str(path), prompt=8, generate=8, batch=2, contexts=[16], runtime="vllm", tensor_parallel=2)
+    d1, d2 = one.llm.devices[0], two.llm.devices[0]
+    assert d1.engine["moe"]["expected_experts_decode"] == pytest.approx(3.5)  # 2 tokens, top-2 of 8
+    # weights per GPU: experts' MLPs, attention and vocabulary halve; norms and routers stay whole
+    a = eng.Arch.from_config(cfg)
+    whole = a.params() * 2
+    norms_routers = (2 * 2 * 64 + 64 + 2 * 64 * 8) * 2  # 2 layers x 2 norms x 64 + final norm + 2 routers 64 x 8
+    assert one.llm.runtime["weights_per_gpu_bytes"] == whole
+    assert two.llm.runtime["weights_per_gpu_bytes"] == (whole - norms_routers) / 2 + norms_routers
+    assert d2.engine["decode_step"]["allreduce_ms"] > 0 == d1.engine["decode_step"]["allreduce_ms"]
+    assert set(d2.fits) == {"full GPU"}  # MIG slices have no NVLink: tensor parallel 1 only
+    out = tmp_path / "r.html"
+    write(two, str(out))
+    assert "tensor parallel 2" in out.read_text()
+
+
+def test_nvlink_field_is_validated():
+    from predictor.devices import DeviceFileError, device_json, parse_device
+
+    entry = device_json(get_device("h100-80gb")) | {"key": "my-h100", "aliases": []}
+    assert parse_device(entry).nvlink_gbs == 450.0
+    for bad in (0, "fast", 1e6):
+        with pytest.raises(DeviceFileError, match="nvlink_gbs"):
+            parse_device(entry | {"nvlink_gbs": bad})

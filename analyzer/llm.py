@@ -1344,5 +1344,11 @@ def _llm_vllm(
             f"analysed as if served in {dtype}: weights, activations and the KV cache are {dtype}",
         ],
     )
+    for d in out:
+        if not d.engine["fits_model"]:
+            report.warnings.append(
+                f"{d.device}: the weights ({weights / 2**30:.1f} GiB per GPU) leave no room for one KV block within "
+                f"{utilization:g} of its memory; raise --tensor-parallel"
+            )
     report.llm = info
     return report

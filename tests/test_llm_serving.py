@@ -107,6 +107,13 @@ def test_expected_experts_touched_by_hand():
         {**TINY, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "n_shared_experts": 2}
     )
     assert (ds.expert_intermediate, ds.shared_intermediate) == (32, 64)
+    # Qwen-MoE: layer i is sparse when (i + 1) % decoder_sparse_step == 0 and i is not in mlp_only_layers
+    qw = {**TINY, "num_hidden_layers": 6, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+    qw |= {"decoder_sparse_step": 2, "mlp_only_layers": [1]}
+    assert eng.Arch.from_config(qw).moe_layers == 2  # layers 3 and 5 (layer 1 is listed dense)
+    assert eng.Arch.from_config({**qw, "first_k_dense_replace": 4}).moe_layers == 1  # only layer 5
+    with pytest.raises(eng.EngineConfigError, match="latent attention"):
+        eng.Arch.from_config({**TINY, "kv_lora_rank": 512})
 
 
 def test_power_model_energy_of_a_tiny_decode_step_by_hand():
@@ -195,6 +202,9 @@ def test_vllm_runtime_moe_tensor_parallel_and_html(tmp_path):
     assert two.llm.runtime["weights_per_gpu_bytes"] == (whole - norms_routers) / 2 + norms_routers
     assert d2.engine["decode_step"]["allreduce_ms"] > 0 == d1.engine["decode_step"]["allreduce_ms"]
     assert set(d2.fits) == {"full GPU"}  # MIG slices have no NVLink: tensor parallel 1 only
+    small = llm(str(path), prompt=8, generate=8, contexts=[16], runtime="vllm", gpu_memory_utilization=0.01)
+    assert not small.llm.devices[0].engine["fits_model"]  # 0.01 x 80 GiB < 1 GiB outside torch
+    assert any("leave no room" in w for w in small.warnings)
     out = tmp_path / "r.html"
     write(two, str(out))
     assert "tensor parallel 2" in out.read_text()

@@ -142,6 +142,12 @@ def test_decode_gemm_flops_match_the_traced_graph(tmp_path):
     # by hand: per token 2 x (64 x 128 qkv + 64 x 64 o + 64 x 256 gate/up + 128 x 64 down) x 2 layers + 2 x 64 x 100
     assert formula == 3 * (2 * (8192 + 4096 + 16384 + 8192) * 2 + 2 * 6400) == 480_768
     assert traced == formula
+    # bytes: each GEMM reads A (m x k) and W (k x n) and writes m x n (2 bytes each), in both. The engine fuses
+    # q, k, v into one GEMM and gate, up into one: it reads the normed activations (3 x 64) once where the traced
+    # graph reads them 3 + 2 times: 2 layers x 3 extra reads x 3 x 64 x 2 bytes = 2,304 bytes fewer
+    traced_bytes = sum(k.bytes_read + k.bytes_written for k in rep.analysis.kernels if k.kind == "gemm")
+    formula_bytes = sum((k.bytes_read + k.bytes_written) * k.count for k in model + sample if k.kind == "gemm")
+    assert traced_bytes - formula_bytes == 2 * 3 * 3 * 64 * 2
 
 
 def test_cli_vllm_runtime_json_schema_and_errors(tmp_path):

@@ -583,6 +583,18 @@ def report(
 )
 @click.option("--full-depth", is_flag=True, help="Trace every layer (per-operator list; slower) even when identical.")
 @click.option(
+    "--runtime",
+    type=click.Choice(("eager", "vllm")),
+    default="eager",
+    show_default=True,
+    help="eager: transformers, static cache; vllm: a serving engine (CUDA graphs, continuous batching, paged KV).",
+)
+@click.option("--tensor-parallel", type=int, default=1, show_default=True, help="GPUs per model (--runtime vllm).")
+@click.option(
+    "--gpu-memory-utilization", type=float, default=0.9, show_default=True, help="Engine's share of GPU memory (vllm)."
+)
+@click.option("--block-size", type=int, default=16, show_default=True, help="Tokens per KV-cache block (vllm).")
+@click.option(
     "--format",
     "fmt",
     type=click.Choice(("table", "json", "markdown")),
@@ -611,6 +623,10 @@ def llm(
     tpot_ms: float | None,
     contexts: str | None,
     full_depth: bool,
+    runtime: str,
+    tensor_parallel: int,
+    gpu_memory_utilization: float,
+    block_size: int,
     fmt: str,
     output: str | None,
 ) -> None:
@@ -642,6 +658,10 @@ def llm(
         contexts=grid,
         full_depth=full_depth,
         log=lambda m: _info(f"[llm] {m}"),
+        runtime=runtime,
+        tensor_parallel=tensor_parallel,
+        gpu_memory_utilization=gpu_memory_utilization,
+        block_size=block_size,
     )
     if output is not None:
         write(rep, output)

@@ -32,8 +32,9 @@ from pathlib import Path
 
 from passes.analysis import Analysis, Totals
 from passes.graph import OpGraph, TensorInfo, dtype_bytes
-from passes.memory import liveness
+from passes.memory import MemoryProfile, liveness
 from predictor import llm as serving
+from predictor import serving_engine as engine
 from predictor.devices import get_device
 from predictor.mig import fits as mig_fits
 from predictor.predict import Prediction, predictor_info
@@ -408,6 +409,7 @@ class StepCost:
     slice_ms: dict[str, dict[str, float]]
     predictor: dict[str, str]
     basis: dict[str, dict] = field(default_factory=dict)  # per device: what the latency rests on (Prediction.basis)
+    energy_j: dict[str, float] = field(default_factory=dict)  # per device: the step's predicted energy (J)
 
     @property
     def tokens(self) -> int:
@@ -426,6 +428,7 @@ class StepCost:
             "slice_latency_ms": {d: dict(v) for d, v in self.slice_ms.items()},
             "predictor": dict(self.predictor),
             "basis": {d: dict(b) for d, b in self.basis.items()},
+            "energy_j": dict(self.energy_j),
         }
 
 
@@ -478,7 +481,7 @@ class Step:
             k: int(round(self._combine({d: getattr(p.analysis.totals, k) for d, p in points.items()})))
             for k in _ADDITIVE
         }
-        lat, roof, slices, names, bases = {}, {}, {}, {}, {}
+        lat, roof, slices, names, bases, energy = {}, {}, {}, {}, {}, {}
         for dev in self.devices:
             preds: dict[int, Prediction] = {}
             for d, p in points.items():
@@ -486,13 +489,24 @@ class Step:
                 preds[d] = pred
                 self.predict_warnings.extend(w for w in warnings if w not in self.predict_warnings)
             lat[dev] = self._combine({d: p.latency_ms for d, p in preds.items()})
+            energy[dev] = max(0.0, self._combine({d: p.energy_j for d, p in preds.items()}))
             roof[dev] = self._combine({d: p.roofline_latency_ms for d, p in preds.items()})
             profiles = next(iter(preds.values())).mig.latency_ms or {}
             slices[dev] = {q: self._combine({d: p.mig.latency_ms[q] for d, p in preds.items()}) for q in profiles}
             names[dev] = next(iter(preds.values())).predictor
             bases[dev] = self._basis(preds)
         cost = StepCost(
-            self.kind, batch, length, totals, self.activation_bytes(batch, length), lat, roof, slices, names, bases
+            self.kind,
+            batch,
+            length,
+            totals,
+            self.activation_bytes(batch, length),
+            lat,
+            roof,
+            slices,
+            names,
+            bases,
+            energy,
         )
         self._costs[key] = cost
         return cost
@@ -519,8 +533,12 @@ class DeviceServing:
     capacity: serving.Capacity
     recommendation: serving.LlmRecommendation
     basis: dict = field(default_factory=dict)  # {"ttft": the prefill's basis, "tpot": the decode step's}
+    energy_per_token_j: float | None = None  # energy per output token on one GPU (J), power model x time
+    avg_power_w: float | None = None  # average board power of one GPU while decoding (W)
+    engine: dict | None = None  # --runtime vllm: the engine's step breakdown and memory plan (docs/llm-serving.md)
 
     def to_json(self) -> dict:
+        extra = {} if self.engine is None else {"engine": self.engine}
         return {
             "device": self.device,
             "predictor": self.predictor,
@@ -536,6 +554,9 @@ class DeviceServing:
             "sweep": [dict(p) for p in self.sweep],
             "capacity": self.capacity.to_json(),
             "recommendation": self.recommendation.to_json(),
+            "energy_per_token_j": self.energy_per_token_j,
+            "avg_power_w": self.avg_power_w,
+            **extra,
         }
 
 
@@ -559,6 +580,7 @@ class LlmServing:
     contexts: tuple[int, ...]
     depth: dict  # how the graphs were traced
     assumptions: list[str] = field(default_factory=list)
+    runtime: dict = field(default_factory=lambda: {"name": "eager"})  # --runtime and its settings
 
     @property
     def request_context(self) -> int:
@@ -585,6 +607,7 @@ class LlmServing:
             "devices": [d.to_json() for d in self.devices],
             "depth": dict(self.depth),
             "assumptions": list(self.assumptions),
+            "runtime": dict(self.runtime),
         }
 
 
@@ -674,6 +697,10 @@ def llm(
     contexts: Sequence[int] | None = None,
     full_depth: bool = False,
     log: Callable[[str], None] | None = None,
+    runtime: str = "eager",
+    tensor_parallel: int = 1,
+    gpu_memory_utilization: float = engine.GPU_MEMORY_UTILIZATION,
+    block_size: int = engine.BLOCK_SIZE,
 ) -> LlmReport:
     """Serve a decoder LM with a static KV cache: KV-cache bytes, TTFT/TPOT, capacity per GPU and MIG slice.
 
@@ -693,11 +720,25 @@ def llm(
             positions).
         full_depth: Trace all layers even when they are identical (exact per-operator list, slower).
         log: Called with a line of progress now and then.
+        runtime: "eager" (transformers, static cache; the graphs' predictions) or "vllm" (a serving engine: CUDA-graph
+            decode, continuous batching, paged KV cache; `predictor.serving_engine`): the latencies, energy and
+            fits of `llm.devices[]` are the runtime's.
+        tensor_parallel: GPUs one model is split over (vllm runtime; Megatron-style, all-reduces over NVLink).
+        gpu_memory_utilization: Fraction of each GPU's memory the engine may use (vllm runtime).
+        block_size: Tokens per KV-cache block (vllm runtime).
 
     Returns:
         An `LlmReport`: the decode step's report (totals; per-operator list with full depth) with the `llm` block.
     """
     say = log or (lambda _m: None)
+    if runtime not in RUNTIMES:
+        raise UsageError(f"--runtime must be one of {', '.join(RUNTIMES)} (got {runtime!r})")
+    tensor_parallel = _check_int("--tensor-parallel", tensor_parallel)
+    block_size = _check_int("--block-size", block_size)
+    if not (isinstance(gpu_memory_utilization, int | float) and 0 < gpu_memory_utilization <= 1):
+        raise UsageError(f"--gpu-memory-utilization must be in (0, 1] (got {gpu_memory_utilization!r})")
+    if runtime == "eager" and tensor_parallel != 1:
+        raise UsageError("--tensor-parallel needs --runtime vllm (the eager runtime runs one GPU)")
     prompt = _check_int("--prompt", prompt)
     generate = _check_int("--generate", generate)
     batch = _check_int("--batch", batch)
@@ -730,6 +771,26 @@ def llm(
         raise UsageError(f"{m.name}: {exc}") from exc
     kv = kv_cache_spec(layout, dtype)
     n = layout.layers
+    if runtime == "vllm":  # the engine's kernels from the config: nothing to trace
+        say(f"serving engine (vllm runtime, tensor parallel {tensor_parallel})")
+        return _llm_vllm(
+            m,
+            layout,
+            kv,
+            dtype=dtype,
+            prompt=prompt,
+            generate=generate,
+            batch=batch,
+            concurrency=concurrency,
+            context=context,
+            devices=devices,
+            grid=grid,
+            ttft_ms=ttft_ms,
+            tpot_ms=tpot_ms,
+            tp=tensor_parallel,
+            utilization=gpu_memory_utilization,
+            block_size=block_size,
+        )
 
     depths, depth = choose_depths(m.lm, layout, full_depth=full_depth, devices=devices)
     max_length = max([*grid, request_context, context, prompt])
@@ -804,6 +865,7 @@ def llm(
         )
         ttft, tpot = pre.latency_ms[dev], dec.latency_ms[dev]
         e2e = ttft + (generate - 1) * tpot
+        e_step = dec.energy_j.get(dev)
         out.append(
             DeviceServing(
                 device=dev,
@@ -830,6 +892,8 @@ def llm(
                 capacity=cap,
                 recommendation=rec,
                 basis={"ttft": pre.basis.get(dev, {}), "tpot": dec.basis.get(dev, {})},
+                energy_per_token_j=None if e_step is None else e_step / batch,
+                avg_power_w=None if e_step is None or tpot <= 0 else e_step / (tpot / 1e3),
             )
         )
 
@@ -1010,3 +1074,281 @@ def _decode_report(m: LlmModel, decode: Step, dec: StepCost, batch: int, ctx: in
         f"no per-operator list (use --full-depth for it); peak activations = KV cache + the step's transient peak"
     ]
     return LlmReport(model=model, inputs=inputs, analysis=summary, warnings=warnings)
+
+
+# ---- --runtime vllm: a serving engine (predictor.serving_engine) ---------------------------------------------------
+
+RUNTIMES = ("eager", "vllm")
+
+VLLM_ASSUMPTIONS = (
+    "vLLM-style engine (0.5.x): decode steps replayed as CUDA graphs (batches padded to the captured sizes 1, 2, 4, "
+    "8..256; eager above), prefills eager; kernels from the config: fused add+RMSNorm, QKV/O/gate-up/down GEMMs "
+    "(cuBLAS, the kernel model's fitted float16 GEMM parameters; bfloat16 as float16), rotary, KV-cache write, "
+    "paged attention over each sequence's live context, SiLU-and-multiply, LM head and sampler",
+    "continuous batching: --batch sequences run at once, at uniformly spread progress, so the mean live context is "
+    "prompt + generate / 2 and TPOT (mean inter-token latency) = the decode step at that context + the prefills "
+    "that interleave with it (batch / generate new prompts per step, each pausing the decodes: no chunked "
+    "prefill); TTFT is the prefill of one prompt in its own step (no queueing)",
+    "every step adds the engine's host time (1 ms + 40 us per running sequence; vLLM issues #6854 and #6801)",
+    "tensor parallel N: heads, KV heads (replicated below N), MLP and vocabulary split N ways; two ring "
+    "all-reduces per layer (and one after the embedding) over NVLink: 2(N-1)/N x bytes / link + 8 us",
+    "KV cache in blocks of --block-size tokens: the pool is --gpu-memory-utilization x memory - weights - the "
+    "profiling pass's activations - 1 GiB outside torch; sequences that fit = blocks / ceil(context / block)",
+    "energy = the power model's board power (busy shares of the steps; the host's time counts as idle) x time, "
+    "per GPU; latencies and energy are predictions, nothing was run on a GPU",
+)
+
+
+def _arch(m: LlmModel) -> engine.Arch:
+    try:
+        return engine.Arch.from_config(m.config.to_dict())
+    except engine.EngineConfigError as exc:
+        raise UsageError(f"{m.name}: {exc}") from exc
+
+
+def _llm_vllm(
+    m: LlmModel,
+    layout,
+    kv: serving.KvCacheSpec,
+    *,
+    dtype: str,
+    prompt: int,
+    generate: int,
+    batch: int,
+    concurrency: int,
+    context: int,
+    devices: Sequence[str],
+    grid: Sequence[int],
+    ttft_ms: float | None,
+    tpot_ms: float | None,
+    tp: int,
+    utilization: float,
+    block_size: int,
+) -> LlmReport:
+    """`preflight llm --runtime vllm`: every number from the config's sizes (`predictor.serving_engine`), per GPU of
+    `tp`; no graph is traced (the kernels of these architectures are a formula; tests/test_llm_serving.py checks
+    the GEMM FLOPs against the traced decode graph's)."""
+    from predictor.power import power_params
+
+    arch = _arch(m)
+    try:
+        engine.Split.of(arch, tp)
+    except engine.EngineConfigError as exc:
+        raise UsageError(f"{m.name}: {exc}") from exc
+    eb = dtype_bytes(dtype)
+    request_context = prompt + generate
+    weights = engine.weight_bytes_per_gpu(arch, tp, eb)
+
+    def plan(memory_mib: float, n: int) -> engine.EngineMemory:
+        return engine.engine_memory(arch, memory_mib, tp=n, dtype=dtype, utilization=utilization, block_size=block_size)
+
+    def act(tokens: int) -> int:
+        return int(engine.profile_activation_bytes(arch, tp, eb, tokens))
+
+    def need(p: engine.EngineMemory, b: int, c: int) -> serving.ServingMemory:
+        kv_bytes = b * p.blocks_per_sequence(c) * p.block_bytes
+        return serving.ServingMemory(b, c, int(weights), int(kv_bytes), int(p.activation_bytes), p.non_torch_mib, 0.0)
+
+    pre_tot = engine.step_totals(arch, batch, prompt, prefill=True, dtype=dtype)
+    dec_tot = engine.step_totals(arch, batch, request_context, prefill=False, dtype=dtype)
+    steps = {k: {f: {} for f in ("lat", "roof", "slices", "names", "energy")} for k in ("prefill", "decode")}
+    out: list[DeviceServing] = []
+    for dev in devices:
+        device = get_device(dev)
+        if tp > 1 and engine.device_link(device) is None:
+            raise UsageError(
+                f"--tensor-parallel {tp} on {dev}: the device table gives it no NVLink bandwidth (nvlink_gbs)"
+            )
+        pw = power_params(dev)
+        served = engine.serve(arch, device, batch, prompt, generate, pw, tp=tp, dtype=dtype)
+        step, pre, stalls = served.decode, served.prefill, served.prefills_per_step
+        name = "vllm engine model (kernel model, CUDA graphs, host overhead)"
+        lat = {serving.FULL_GPU: serving.SliceLatency(served.ttft_ms, served.tpot_ms)}
+        slice_ms: dict[str, float] = {}
+        if tp == 1:  # a MIG slice has no NVLink: tensor parallel 1 only
+            for q in device.mig:
+                sd = get_device(f"{dev}:{q.name}")
+                s_q = engine.serve(arch, sd, concurrency, prompt, generate, power_params(sd.key), dtype=dtype)
+                lat[q.name] = serving.SliceLatency(s_q.ttft_ms, s_q.tpot_ms)
+                slice_ms[q.name] = s_q.tpot_ms
+        for kind, st, energy in (
+            ("prefill", pre, engine.step_energy_j(pre, pw)[0]),
+            ("decode", step, engine.step_energy_j(step, pw)[0]),
+        ):
+            steps[kind]["lat"][dev] = st.total_ms
+            steps[kind]["roof"][dev] = st.bound_s * 1e3
+            steps[kind]["slices"][dev] = slice_ms if kind == "decode" else {}
+            steps[kind]["names"][dev] = name
+            steps[kind]["energy"][dev] = energy
+        plans = {serving.FULL_GPU: plan(device.memory_mib, tp)}
+        if tp == 1:
+            plans |= {q.name: plan(q.memory_mib, 1) for q in device.mig}
+        fits = {t: p.sequences(request_context) >= batch for t, p in plans.items()}
+        cap = serving.Capacity(
+            dev,
+            tuple(grid),
+            {t: p.memory_mib for t, p in plans.items()},
+            {t: tuple(min(p.sequences(c), serving.MAX_BATCH) for c in grid) for t, p in plans.items()},
+            tuple(q.name for q in device.mig if not q.measured and q.name in plans),
+            0.0,
+        )
+        full = plans[serving.FULL_GPU]
+        rec_need = need(full, concurrency, context).total_mib / utilization  # fits iff need <= utilization x memory
+        rec = serving.recommend(
+            device if tp == 1 else replace(device, mig=()),
+            concurrency,
+            context,
+            rec_need,
+            lat,
+            ttft_target_ms=ttft_ms,
+            tpot_target_ms=tpot_ms,
+            headroom=0.0,
+        )
+        sweep = []
+        for c in grid:
+            s_c = engine.decode_step(arch, device, batch, c, tp=tp, dtype=dtype)
+            sweep.append(
+                {
+                    "context": c,
+                    "ttft_ms": engine.prefill_step(arch, device, 1, c, tp=tp, dtype=dtype).total_ms,
+                    "tpot_ms": s_c.total_ms,
+                    "decode_tokens_per_s": _per_s(batch, s_c.total_ms),
+                    "prefill_activation_bytes": act(c),
+                    "decode_activation_bytes": act(batch),
+                }
+            )
+        info = {
+            "runtime": "vllm",
+            "tensor_parallel": tp,
+            "decode_step_ms": step.total_ms,
+            "decode_step": {
+                "compute_ms": step.compute_s * 1e3,
+                "memory_ms": step.memory_s * 1e3,
+                "gap_ms": step.gap_s * 1e3,
+                "allreduce_ms": step.comm_s * 1e3,
+                "host_overhead_ms": step.host_s * 1e3,
+                "kernels": step.kernels,
+                "cuda_graph_batch": engine.captured_batch(batch),
+                "gemm_flops": step.gemm_flops,
+                "gemm_bytes": step.gemm_bytes,
+                "mean_context": prompt + generate / 2,
+            },
+            "prefill_ms": pre.total_ms,
+            "prefills_per_decode_step": stalls,
+            "power_shares": dict(zip(("compute", "memory", "gap"), (round(x, 4) for x in step.shares()), strict=True)),
+            "memory_per_gpu": {t: p.to_json(request_context) for t, p in plans.items()},
+            "fits_model": full.fits,
+        }
+        if arch.experts:
+            info["moe"] = {
+                "experts": arch.experts,
+                "top_k": arch.top_k,
+                "moe_layers": arch.moe_layers,
+                "expected_experts_decode": engine.expected_experts(arch.experts, arch.top_k, batch),
+                "expected_experts_prefill": engine.expected_experts(arch.experts, arch.top_k, prompt),
+            }
+        e2e = served.ttft_ms + (generate - 1) * served.tpot_ms
+        out.append(
+            DeviceServing(
+                device=dev,
+                predictor=name,
+                ttft_ms=served.ttft_ms,
+                tpot_ms=served.tpot_ms,
+                e2e_ms=e2e,
+                prefill_tokens_per_s=_per_s(prompt, served.ttft_ms),
+                decode_tokens_per_s=_per_s(batch, served.tpot_ms),
+                output_tokens_per_s=_per_s(batch * generate, e2e),
+                memory=need(full, batch, request_context),
+                fits=fits,
+                sweep=sweep,
+                capacity=cap,
+                recommendation=rec,
+                energy_per_token_j=served.energy_per_token_j,
+                avg_power_w=served.avg_power_w,
+                engine=info,
+            )
+        )
+
+    def cost(kind: str, b: int, length: int, totals: dict, activation: int) -> StepCost:
+        f = steps[kind]
+        return StepCost(
+            kind, b, length, totals, activation, f["lat"], f["roof"], f["slices"], f["names"], {}, f["energy"]
+        )
+
+    pre_cost = cost("prefill", 1, prompt, engine.step_totals(arch, 1, prompt, prefill=True, dtype=dtype), act(prompt))
+    dec_cost = cost("decode", batch, request_context, dec_tot, act(batch))
+    depth = {
+        "mode": "formula",
+        "layers": arch.layers,
+        "traced": [],
+        "why": "the vllm runtime's kernels come from the config's sizes (predictor.serving_engine); nothing traced",
+    }
+    info = LlmServing(
+        model=_model_summary(m, layout),
+        dtype=dtype,
+        kv=kv,
+        batch=batch,
+        prompt=prompt,
+        generate=generate,
+        concurrency=concurrency,
+        context=context,
+        params=arch.params(),
+        param_bytes=arch.params() * int(eb),
+        prefill=pre_cost,
+        decode=dec_cost,
+        devices=out,
+        contexts=tuple(grid),
+        depth=depth,
+        assumptions=list(VLLM_ASSUMPTIONS),
+        runtime={
+            "name": "vllm",
+            "tensor_parallel": tp,
+            "gpu_memory_utilization": utilization,
+            "block_size": block_size,
+            "weights_per_gpu_bytes": int(weights),
+            "params": arch.params(),
+            "step_overhead_ms": {"fixed": engine.STEP_OVERHEAD_MS, "per_sequence": engine.STEP_OVERHEAD_PER_SEQ_MS},
+            "graph_gap_us": engine.GRAPH_GAP_US,
+            "allreduce_latency_us": engine.ALLREDUCE_LATENCY_US,
+            "whole_model_prefill": pre_tot,
+        },
+    )
+    kv_bytes = kv.bytes(batch, request_context)
+    totals = Totals(
+        flops=dec_tot["flops"],
+        macs=dec_tot["macs"],
+        params=dec_tot["params"],
+        param_bytes=dec_tot["param_bytes"],
+        peak_activation_bytes=kv_bytes + act(batch),
+        bytes_read=dec_tot["bytes_read"],
+        bytes_written=dec_tot["bytes_written"],
+        op_count=dec_tot["op_count"],
+        unsupported={},
+        macs_by_dtype={dtype: dec_tot["macs"]},
+    )
+    summary = Analysis(
+        graph=OpGraph(ops=[], sources=[], outputs=[]),
+        ops=[],
+        totals=totals,
+        memory=MemoryProfile((), 0, None, dec_tot["param_bytes"], 0),
+        edges=[],
+        static_features={},
+    )
+    report = LlmReport(
+        model={"source": m.source, "framework": m.framework, "name": f"{m.name} decode step (vllm runtime)"},
+        inputs=[{"name": "input_ids", "shape": [batch, 1], "dtype": "int64"}],
+        analysis=summary,
+        warnings=[
+            f"vllm runtime: the kernels of a decode step of {batch} sequences, counted from the config's sizes "
+            f"(whole model; latencies, energy and memory per GPU of tensor parallel {tp}); no per-operator list",
+            f"analysed as if served in {dtype}: weights, activations and the KV cache are {dtype}",
+        ],
+    )
+    for d in out:
+        if not d.engine["fits_model"]:
+            report.warnings.append(
+                f"{d.device}: the weights ({weights / 2**30:.1f} GiB per GPU) leave no room for one KV block within "
+                f"{utilization:g} of its memory; raise --tensor-parallel"
+            )
+    report.llm = info
+    return report

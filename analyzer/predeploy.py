@@ -375,6 +375,29 @@ def llm_summary(report) -> list[tuple[str, str]]:
         if d["mode"] == "full"
         else f"traced at depth 1 and 2, extrapolated exactly to {d['layers']} identical layers"
     )
+    runtime = getattr(llm, "runtime", {"name": "eager"})
+    if runtime.get("name") == "vllm":
+        tp = runtime.get("tensor_parallel", 1)
+        return [
+            ("model", f"{m['name']} ({report.model['framework']}: {report.model['source']})"),
+            ("architecture", arch),
+            ("dtype", llm.dtype),
+            (
+                "weights",
+                f"{si(llm.params)} params, {mib(llm.param_bytes)}; {mib(runtime['weights_per_gpu_bytes'])} per GPU",
+            ),
+            (
+                "runtime",
+                f"vllm (CUDA-graph decode, continuous batching, paged KV cache in blocks of {runtime['block_size']}, "
+                f"{runtime['gpu_memory_utilization']:g} of GPU memory), tensor parallel {tp}",
+            ),
+            (
+                "request",
+                f"{llm.batch} running sequences, prompt {llm.prompt:,} tokens, {llm.generate:,} generated "
+                f"(mean live context {llm.prompt + llm.generate / 2:,.0f} tokens)",
+            ),
+            ("kernels", d["why"]),
+        ]
     return [
         ("model", f"{m['name']} ({report.model['framework']}: {report.model['source']})"),
         ("architecture", arch),
@@ -417,7 +440,8 @@ def llm_sections(llm) -> list[Section]:
         )
     )
     step_rows = []
-    for s, shape in ((llm.prefill, f"{llm.batch} x {llm.prompt}"), (llm.decode, f"{llm.batch} x 1 at {c:,}")):
+    pre_shape = f"{llm.prefill.batch} x {llm.prompt}"
+    for s, shape in ((llm.prefill, pre_shape), (llm.decode, f"{llm.batch} x 1 at {c:,}")):
         t = s.totals
         step_rows.append(
             [
@@ -434,7 +458,10 @@ def llm_sections(llm) -> list[Section]:
             ["step", "tokens", "FLOPs", "bytes moved", "activations", "operators"],
             step_rows,
             {2, 3, 4, 5},
-            "The two graphs (activations: the peak live besides the KV cache)",
+            "The two graphs (activations: the peak live besides the KV cache)"
+            if not _vllm(llm)
+            else "The two steps, whole model, from the config's kernels: a prefill of one prompt and a decode step of "
+            "the batch (activations: a formula)",
         )
     )
     mem = llm.devices[0].memory if llm.devices else None
@@ -456,7 +483,10 @@ def llm_sections(llm) -> list[Section]:
                     ]
                 ],
                 {0, 1, 2, 3, 4, 5},
-                "Device memory of the request, MiB (activations: the larger of the prefill's and the decode step's)",
+                "Device memory of the request, MiB (activations: the larger of the prefill's and the decode step's)"
+                if not _vllm(llm)
+                else "Device memory of the request per GPU, MiB (KV cache in whole blocks; activations: the engine's "
+                "profiling pass, a formula; CUDA context: everything outside torch)",
             )
         )
     rows = []
@@ -481,8 +511,13 @@ def llm_sections(llm) -> list[Section]:
             ["device", "predictor", "TTFT ms", "TPOT ms", "E2E ms", "prefill tok/s", "decode tok/s", "MIG slice"],
             rows,
             {2, 3, 4, 5, 6},
-            f"The request on each GPU: TTFT = the prefill, TPOT = one decode step at {c:,} slots, "
-            f"E2E = TTFT + {llm.generate - 1} x TPOT",
+            (
+                f"The request on each GPU: TTFT = the prefill, TPOT = one decode step at {c:,} slots, "
+                if not _vllm(llm)
+                else "The request on each GPU (vllm runtime): TTFT = one prompt's prefill, TPOT = the mean "
+                "inter-token latency (decode step at the mean live context + the prefills interleaved with it), "
+            )
+            + f"E2E = TTFT + {llm.generate - 1} x TPOT",
         )
     )
     serve.blocks.append(
@@ -496,13 +531,16 @@ def llm_sections(llm) -> list[Section]:
             if d.basis.get(key)
         ]
     )
-    serve.blocks.append(f"How the graphs were traced: {llm.depth['why']}.")
+    if not _vllm(llm):
+        serve.blocks.append(f"How the graphs were traced: {llm.depth['why']}.")
+    serve.blocks.append(_llm_energy_lines(llm))
     out = [serve]
 
     sweep = Section("Latency over context")
     sweep.blocks.append(
-        f"Batch {llm.batch}: TTFT is the prefill of a prompt of that many tokens, TPOT one decode step with a static "
-        f"cache of that many slots."
+        f"Batch {llm.batch}: TTFT is the prefill of a prompt of that many tokens, TPOT one decode step "
+        + ("over that many live tokens per sequence (vllm runtime: no interleaved prefills)." if _vllm(llm) else "")
+        + ("" if _vllm(llm) else "with a static cache of that many slots.")
     )
     for d in llm.devices:
         sweep.blocks.append(
@@ -536,6 +574,10 @@ def llm_sections(llm) -> list[Section]:
         "The largest number of sequences of each context that fits each GPU and MIG profile: weights + their KV "
         f"cache + the decode step's activations + CUDA context + workspace, plus {HEADROOM:.0%} headroom, within "
         "the usable memory (the MIG rule of docs/design.md)."
+        if not _vllm(llm)
+        else "The largest number of sequences of each context whose KV blocks fit the engine's pool on each GPU "
+        "(per GPU of the tensor-parallel group) and MIG profile: blocks // ceil(context / block size), the pool being "
+        "--gpu-memory-utilization x memory - weights - profiling activations - memory outside torch."
     )
     for d in llm.devices:
         k = d.capacity
@@ -568,8 +610,13 @@ def sections(report, top: int = 15) -> tuple[str, list[Section]]:
     summary = Section(
         "Summary",
         [
-            f"Generated by preflight {__version__} on {now}, from the model's TVM Relax graph "
-            f"(static analysis; nothing was run on a GPU).",
+            f"Generated by preflight {__version__} on {now}, "
+            + (
+                "from the model config's kernels (vllm runtime) "
+                if getattr(report, "llm", None) is not None and _vllm(report.llm)
+                else "from the model's TVM Relax graph "
+            )
+            + "(static analysis; nothing was run on a GPU).",
             Table(["", ""], [[k, v] for k, v in _summary(report)]),
         ],
     )
@@ -668,3 +715,34 @@ def write(report, path: str | Path, top: int = 15) -> list[Path]:
     except OSError as exc:
         raise UsageError(f"cannot write {exc.filename or path}: {exc.strerror}") from exc
     return written
+
+
+def _llm_energy_lines(llm) -> list[str]:
+    """Per device: the runtime, energy per output token and average power, and (vllm) the engine's memory plan."""
+    runtime = getattr(llm, "runtime", {"name": "eager"})
+    lines = []
+    for d in llm.devices:
+        head = f"{d.device} ({runtime.get('name', 'eager')} runtime"
+        if runtime.get("tensor_parallel", 1) > 1:
+            head += f", tensor parallel {runtime['tensor_parallel']}"
+        head += ")"
+        if d.energy_per_token_j is not None:
+            head += f": {d.energy_per_token_j:.3g} J per output token per GPU at {d.avg_power_w:.0f} W average power"
+        eng = getattr(d, "engine", None)
+        if eng:
+            plan = eng["memory_per_gpu"].get(FULL_GPU, {})
+            head += (
+                f"; decode step {eng['decode_step_ms']:.3g} ms (host {eng['decode_step']['host_overhead_ms']:.3g} ms, "
+                f"all-reduce {eng['decode_step']['allreduce_ms']:.3g} ms) + {eng['prefills_per_decode_step']:.3g} "
+                f"prefills of {eng['prefill_ms']:.3g} ms per step; {plan.get('blocks', 0):,} KV blocks per GPU hold "
+                f"{plan.get('sequences_that_fit', 0):,} sequences of the request's context"
+            )
+            if not eng.get("fits_model", True):
+                head += " (the weights do not fit one GPU: raise --tensor-parallel)"
+        lines.append(head + ".")
+    return lines
+
+
+def _vllm(llm) -> bool:
+    """The LLM report is for the vllm runtime (`preflight llm --runtime vllm`)."""
+    return getattr(llm, "runtime", {}).get("name") == "vllm"

@@ -27,6 +27,11 @@ Sources of the built-in figures, per field:
   300 W (80 GB), peak rates as the SXM parts, from the NVIDIA A100 Tensor Core GPU datasheet (PCIe columns).
   Their MIG rows repeat the SXM rows of the same memory size (same GA100 chip and memory stacks) and are
   marked derived (`measured` False): no `nvidia-smi mig -lgip` output of a PCIe part was read.
+- `nvlink_gbs` (optional): NVLink bandwidth of one GPU per direction, GB/s, half the datasheets' bidirectional
+  "NVLink: 900 GB/s" (H100 SXM, H200 SXM; NVIDIA H100 and H200 Tensor Core GPU datasheets) and "600 GB/s"
+  (A100 SXM: NVIDIA A100 Tensor Core GPU datasheet; H100 NVL: its NVLink bridge, H100 datasheet NVL column).
+  PCIe A100 parts carry none (their NVLink bridge pairs two cards only). Used for tensor-parallel all-reduces
+  (`predictor.serving_engine`).
 - `measured_*`: ceilings measured on this workplace's GPU machines (KINDS.md): an 8192^3 bf16 matmul
   and a device-to-device copy.
 """
@@ -79,6 +84,7 @@ class Device:
     kernel_family: str | None = None  # a user device: the kernel-table family whose parameters it borrows
     source: str = ""  # where the figures come from
     parent: str | None = None  # a MIG slice as a target ("h100-80gb:3g.40gb"): the whole GPU's key
+    nvlink_gbs: float | None = None  # NVLink bandwidth per direction per GPU, GB/s (tensor-parallel all-reduces)
 
     @property
     def memory_bytes(self) -> int:
@@ -110,6 +116,7 @@ _DEVICE_KEYS = {
     "measured_bandwidth_gbs": (int, float),
     "measured_bf16_tflops": (int, float),
     "kernel_family": str,
+    "nvlink_gbs": (int, float),
 }
 _REQUIRED = ("key", "name", "memory_mib", "bandwidth_gbs", "peak_tflops", "tdp_w", "sms")
 _PEAK_KINDS = ("fp32", "tf32", "fp16", "bf16", "int8")
@@ -128,6 +135,7 @@ _BOUNDS = {
     "tdp_w": (10, 5000),
     "sms": (1, 2048),
     "peak_tflops": (0.1, 100_000),
+    "nvlink_gbs": (1, 10_000),
 }
 
 
@@ -217,6 +225,8 @@ def parse_device(entry: dict, label: str = "device") -> Device:
         top = peak_flops.get("bf16", math.inf) / 1e12
         mbf = _number_in(f"{label} measured_bf16_tflops", entry["measured_bf16_tflops"], 0.1, top)
         optional["measured_bf16_flops"] = float(round(mbf * 1e12))
+    if "nvlink_gbs" in entry:
+        optional["nvlink_gbs"] = _number_in(f"{label} nvlink_gbs", entry["nvlink_gbs"], *_BOUNDS["nvlink_gbs"])
     return Device(
         key=key,
         name=entry["name"],
@@ -296,6 +306,8 @@ def device_json(d: Device) -> dict:
         out["measured_bf16_tflops"] = d.measured_bf16_flops / 1e12
     if d.kernel_family:
         out["kernel_family"] = d.kernel_family
+    if d.nvlink_gbs is not None:
+        out["nvlink_gbs"] = d.nvlink_gbs
     out["mig"] = [
         {
             "profile": p.name,

@@ -1,0 +1,710 @@
+"""A decoder LM as a serving engine runs it (vLLM-style): kernels per step from the config, CUDA-graph decode,
+continuous batching, a paged KV cache, tensor parallelism, mixture-of-experts, power and energy.
+
+Pure python (no TVM, no analyzer): `preflight llm --runtime vllm` (analyzer.llm) calls it; docs/llm-serving.md says
+what each number rests on. Units: times in seconds unless a name says ms, bytes, watts, joules.
+
+The kernels one decode step launches on each GPU (T = batch tokens, per decoder layer, tensor parallel N):
+
+    fused add + RMSNorm -> QKV GEMM -> rotary -> KV-cache write -> paged attention over each sequence's live
+    context -> O GEMM -> all-reduce -> fused add + RMSNorm -> gate/up GEMM -> SiLU-and-multiply -> down GEMM ->
+    all-reduce
+
+then a final RMSNorm, the LM-head GEMM and sampling. A mixture-of-experts layer replaces the three MLP kernels by
+a router GEMM, top-k, and per touched expert the same three kernels on its share of the tokens (plus the shared
+experts on every token). Heads, KV heads, the MLP's intermediate size and the vocabulary are split N ways
+(Megatron-style column / row parallel linears; KV heads replicated when fewer than N).
+
+Timing: each kernel's execution time is the kernel model's max(compute, memory) at its fitted efficiencies
+(`predictor.kernel_model`, float16 GEMM parameters fitted on Vidur's kernel durations; bfloat16 uses them). A
+decode step captured in a CUDA graph pays no host launch per kernel, only `GRAPH_GAP_US` between kernels on the
+device; a step beyond the largest captured batch runs eagerly (each kernel at least its launch floor). Every step
+adds the engine's host time between steps (`STEP_OVERHEAD_MS` + `STEP_OVERHEAD_PER_SEQ_MS` x batch: scheduling,
+input preparation, sampling and output processing while the GPU idles).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .devices import Device
+from .kernel_model import kernel_arrays, kernel_latency_arrays
+
+# ---- published figures the engine model rests on ---------------------------------------------------------------
+
+#: Device-side gap between two kernels of a replayed CUDA graph, microseconds. Assumed (a graph's kernels are
+#: queued on the device: no host dispatch between them; the gap of a few microseconds is the launch of the next
+#: kernel's grid). Not measured here.
+GRAPH_GAP_US = 1.0
+#: Host time of one engine step while the GPU idles, fixed part, ms, and per running sequence, ms. From vLLM's
+#: issue #6854 (the multi-step scheduling RFC, July 2024, vLLM 0.5.x on H100): "5-13 ms of GPU bubble" per decode
+#: step from output processing, the scheduler and input preparation, about 4 ms in its Llama-3-8B profile; and
+#: issue #6801 (performance roadmap, Aug 2024): sampling + input preparation + output processing + scheduling
+#: "can be 20 ms" at batch 200. We take 1 ms plus 40 us per running sequence: 4.2 ms at batch 80, 11 ms at 256
+#: (inside #6854's range, half #6801's upper figure). An assumption resting on those two reports.
+STEP_OVERHEAD_MS = 1.0
+STEP_OVERHEAD_PER_SEQ_MS = 0.04
+#: Batch sizes vLLM 0.5.x captures CUDA graphs for (`_BATCH_SIZES_TO_CAPTURE`: 1, 2, 4, then multiples of 8 up to
+#: 256); a decode batch is padded up to the next one, and runs eagerly above 256.
+CAPTURED_BATCHES = (1, 2, 4, *range(8, 257, 8))
+#: Latency of one all-reduce call, microseconds: assumed (NCCL / vLLM custom all-reduce on NVLink, small
+#: messages; not measured here).
+ALLREDUCE_LATENCY_US = 8.0
+#: vLLM's defaults: tokens per KV-cache block and the fraction of GPU memory the engine may use.
+BLOCK_SIZE = 16
+GPU_MEMORY_UTILIZATION = 0.9
+#: Tokens of vLLM's profiling forward pass (max_num_batched_tokens without chunked prefill: max(max_model_len,
+#: 2048); we use 2048 capped by the model's positions, the activations it measures set the KV pool aside).
+PROFILE_TOKENS = 2048
+#: Memory outside the torch allocator per GPU (CUDA context, NCCL, CUDA graphs' pools), MiB. Assumed.
+NON_TORCH_MIB = 1024.0
+
+MIB = 2**20
+
+
+#: Model types whose MLP is up-projection, activation, down-projection (no gate): two GEMMs, not three.
+NON_GATED = ("gpt2", "gpt_bigcode", "starcoder2", "opt", "gpt_neox", "gptj", "falcon", "phi", "bloom")
+
+
+class EngineConfigError(ValueError):
+    """A config the engine model cannot read (missing sizes, an attention it does not model)."""
+
+
+def _get(cfg: Mapping, *keys, default=None):
+    for k in keys:
+        v = cfg.get(k)
+        if v is not None:
+            return v
+    return default
+
+
+@dataclass(frozen=True)
+class Arch:
+    """The sizes of a decoder LM that fix its kernels (read from a transformers config dict).
+
+    Fields read: num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads (default: heads),
+    head_dim (default hidden / heads), intermediate_size, vocab_size, tie_word_embeddings. Mixture of experts:
+    num_local_experts (Mixtral) | num_experts (Qwen2/3-MoE) | n_routed_experts (DeepSeek) = E routed experts;
+    num_experts_per_tok = k; moe_intermediate_size (else intermediate_size) = expert MLP size; shared experts:
+    n_shared_experts x moe_intermediate_size (DeepSeek) or shared_expert_intermediate_size (Qwen2-MoE); dense
+    (non-MoE) layers: the first first_k_dense_replace (DeepSeek), mlp_only_layers, or all but every
+    decoder_sparse_step-th (Qwen).
+    """
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied: bool = False
+    experts: int = 0
+    top_k: int = 0
+    expert_intermediate: int = 0
+    shared_intermediate: int = 0
+    moe_layers: int = 0
+    gated: bool = True  # gate/up + SiLU-and-multiply (Llama family); False: up, GELU, down (GPT-2, StarCoder2)
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def dense_layers(self) -> int:
+        return self.layers - self.moe_layers
+
+    def params(self) -> int:
+        """Parameters: embeddings, attention, MLPs (all experts), norms."""
+        h = self.hidden
+        attn = h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h
+        dense_mlp = (3 if self.gated else 2) * h * self.intermediate
+        moe = 3 * h * self.expert_intermediate * self.experts + 3 * h * self.shared_intermediate + h * self.experts
+        per = attn + 2 * h
+        emb = self.vocab * h * (1 if self.tied else 2)
+        return self.layers * per + self.dense_layers * dense_mlp + self.moe_layers * moe + emb + h
+
+    @classmethod
+    def from_config(cls, cfg: Mapping) -> Arch:
+        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), Mapping) else cfg
+        if _get(text, "kv_lora_rank", "q_lora_rank") is not None:
+            raise EngineConfigError(
+                "multi-head latent attention (kv_lora_rank) is not modelled by the vllm runtime; use --runtime eager"
+            )
+        layers = _get(text, "num_hidden_layers", "n_layer")
+        hidden = _get(text, "hidden_size", "n_embd")
+        heads = _get(text, "num_attention_heads", "n_head")
+        vocab = _get(text, "vocab_size")
+        inter = _get(text, "intermediate_size", "n_inner", "ffn_dim")
+        if inter is None and isinstance(hidden, int):
+            inter = 4 * hidden
+        vals = (layers, hidden, heads, vocab, inter)
+        if not all(isinstance(v, int) and v > 0 for v in vals):
+            raise EngineConfigError(
+                "the config needs num_hidden_layers, hidden_size, num_attention_heads, vocab_size and "
+                "intermediate_size as positive integers"
+            )
+        kv = _get(text, "num_key_value_heads", default=heads)
+        head_dim = _get(text, "head_dim", default=hidden // heads)
+        experts = int(_get(text, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
+        top_k = int(_get(text, "num_experts_per_tok", "moe_topk", default=0) or 0)
+        moe_layers, e_inter, shared = 0, 0, 0
+        if experts > 1 and top_k > 0:
+            e_inter = int(_get(text, "moe_intermediate_size", default=inter))
+            shared = int(_get(text, "shared_expert_intermediate_size", default=0) or 0)
+            shared += int(_get(text, "n_shared_experts", default=0) or 0) * e_inter
+            dense = set(range(int(_get(text, "first_k_dense_replace", default=0) or 0)))
+            dense |= {int(i) for i in _get(text, "mlp_only_layers", default=()) or ()}
+            step = int(_get(text, "decoder_sparse_step", default=1) or 1)
+            dense |= {i for i in range(layers) if (i + 1) % step != 0}
+            moe_layers = layers - len(dense & set(range(layers)))
+            if top_k > experts:
+                raise EngineConfigError(f"num_experts_per_tok ({top_k}) exceeds the experts ({experts})")
+        else:
+            experts, top_k = 0, 0
+        return cls(
+            layers=int(layers),
+            hidden=int(hidden),
+            heads=int(heads),
+            kv_heads=int(kv),
+            head_dim=int(head_dim),
+            intermediate=int(inter),
+            vocab=int(vocab),
+            tied=bool(_get(text, "tie_word_embeddings", default=cfg.get("tie_word_embeddings", False))),
+            experts=experts,
+            top_k=top_k,
+            expert_intermediate=e_inter,
+            shared_intermediate=shared,
+            moe_layers=moe_layers,
+            gated=str(text.get("model_type", cfg.get("model_type", ""))) not in NON_GATED,
+        )
+
+
+def expected_experts(experts: int, top_k: int, tokens: int) -> float:
+    """Expected distinct experts `tokens` tokens touch when each picks `top_k` of `experts` (uniform routing):
+    E x (1 - (1 - k/E)^B)."""
+    if experts <= 0 or tokens <= 0:
+        return 0.0
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
+def allreduce_bytes_on_link(nbytes: float, n: int) -> float:
+    """Bytes each GPU sends over its link in a ring all-reduce of `nbytes` across `n` GPUs: 2 (n - 1) / n x bytes."""
+    return 0.0 if n <= 1 else 2.0 * (n - 1) / n * nbytes
+
+
+def allreduce_s(nbytes: float, n: int, link_bytes_per_s: float, latency_us: float = ALLREDUCE_LATENCY_US) -> float:
+    """Time of one ring all-reduce: 2 (n - 1) / n x bytes / link bandwidth + a per-call latency (0 for n = 1)."""
+    if n <= 1:
+        return 0.0
+    return allreduce_bytes_on_link(nbytes, n) / link_bytes_per_s + latency_us * 1e-6
+
+
+# ---- kernels ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EngineKernel:
+    """One kernel launch of a step on one GPU, repeated `count` times (e.g. once per layer). FLOPs and bytes are
+    one launch's; `kind`/`params` follow `passes.kernels.Kernel` (what `predictor.kernel_model` costs)."""
+
+    name: str
+    kind: str
+    flops: float
+    bytes_read: float
+    bytes_written: float
+    dtype: str
+    params: dict = field(default_factory=dict)
+    count: float = 1.0
+    comm_bytes: float = 0.0  # an all-reduce: its message in bytes (costed on the link, not by the kernel model)
+
+
+def _gemm(name: str, m: float, n: int, k: int, eb: float, dtype: str, count: float = 1.0, b: float = 1) -> EngineKernel:
+    """b x (m x k) @ (k x n): 2 b m n k FLOPs; reads A and W, writes C."""
+    return EngineKernel(
+        name,
+        "gemm",
+        2.0 * b * m * n * k,
+        b * (m * k + k * n) * eb,
+        b * m * n * eb,
+        dtype,
+        {"b": b, "m": m, "n": n, "k": k},
+        count,
+    )
+
+
+def _ew(name: str, kind: str, read: float, write: float, dtype: str, count: float, flops: float = 0.0):
+    return EngineKernel(name, kind, flops, read, write, dtype, {}, count)
+
+
+@dataclass(frozen=True)
+class Split:
+    """What one GPU holds of a layer under tensor parallelism n (Megatron-style)."""
+
+    n: int
+    heads: int
+    kv_heads: int  # replicated when the model has fewer KV heads than GPUs
+    intermediate: int
+    expert_intermediate: int
+    shared_intermediate: int
+    vocab: int
+
+    @classmethod
+    def of(cls, a: Arch, n: int) -> Split:
+        if a.heads % n:
+            raise EngineConfigError(f"{a.heads} attention heads do not split over --tensor-parallel {n}")
+        if a.kv_heads >= n and a.kv_heads % n:
+            raise EngineConfigError(f"{a.kv_heads} KV heads do not split over --tensor-parallel {n}")
+        return cls(
+            n,
+            a.heads // n,
+            max(1, a.kv_heads // n),
+            math.ceil(a.intermediate / n),
+            math.ceil(a.expert_intermediate / n),
+            math.ceil(a.shared_intermediate / n),
+            math.ceil(a.vocab / n),
+        )
+
+
+def layer_kernels(
+    a: Arch, s: Split, tokens: int, seqs: int, context: float, eb: float, dtype: str, *, prefill: bool, count: float
+) -> list[EngineKernel]:
+    """The kernels of `count` identical decoder layers on one GPU for one step of `tokens` tokens over `seqs`
+    sequences whose attention reads `context` cached tokens each (decode: the live context; prefill: the prompt,
+    causal). MLP kernels excluded (`mlp_kernels`)."""
+    h, hd, t = a.hidden, a.head_dim, tokens
+    qd, kvd = s.heads * hd, s.kv_heads * hd
+    out = [
+        _ew("fused_add_rms_norm", "norm", (2 * t * h + h) * eb, 2 * t * h * eb, dtype, count, 4.0 * t * h),
+        _gemm("qkv_proj", t, qd + 2 * kvd, h, eb, dtype, count),
+        _ew("rotary_embedding", "elementwise", (t * (qd + kvd) + t * hd) * eb, t * (qd + kvd) * eb, dtype, count),
+        _ew("reshape_and_cache", "copy", 2 * t * kvd * eb, 2 * t * kvd * eb, dtype, count),
+    ]
+    if prefill:  # flash attention over the prompt, causal: half the score matrix
+        q_len = tokens // max(seqs, 1)
+        flops = 4.0 * seqs * s.heads * hd * q_len * q_len / 2
+        attn = EngineKernel(
+            "flash_attention_prefill",
+            "attention",
+            flops,
+            (t * qd + 2 * t * kvd) * eb,
+            t * qd * eb,
+            dtype,
+            {"b": seqs, "h": s.heads, "s": q_len, "t": q_len, "d": hd},
+            count,
+        )
+    else:  # paged attention: each sequence's query over its live context
+        flops = 4.0 * seqs * s.heads * hd * context
+        attn = EngineKernel(
+            "paged_attention_decode",
+            "attention",
+            flops,
+            (seqs * context * 2 * kvd + t * qd) * eb,
+            t * qd * eb,
+            dtype,
+            {},  # no query-row tiles to quantise (see `_attention_for`)
+            count,
+        )
+    out += [attn, _gemm("o_proj", t, h, qd, eb, dtype, count)]
+    if s.n > 1:
+        out.append(EngineKernel("all_reduce_attn", "allreduce", 0.0, 0.0, 0.0, dtype, {}, count, t * h * eb))
+    out.append(_ew("fused_add_rms_norm", "norm", (2 * t * h + h) * eb, 2 * t * h * eb, dtype, count, 4.0 * t * h))
+    return out
+
+
+def mlp_kernels(
+    a: Arch, s: Split, tokens: int, eb: float, dtype: str, *, moe: bool, count: float
+) -> list[EngineKernel]:
+    """The MLP of `count` identical layers on one GPU for `tokens` tokens: gate/up GEMM, SiLU-and-multiply, down
+    GEMM (dense); a MoE layer: router GEMM, top-k, then per expert touched (expected number, `expected_experts`)
+    the same three on its expected tokens (B k / touched), the shared experts on every token."""
+    h, t = a.hidden, tokens
+
+    def mlp(prefix: str, m: float, inter: int, c: float) -> list[EngineKernel]:
+        if not a.gated:
+            return [
+                _gemm(f"{prefix}up_proj", m, inter, h, eb, dtype, c),
+                _ew(f"{prefix}gelu", "elementwise", m * inter * eb, m * inter * eb, dtype, c, 8.0 * m * inter),
+                _gemm(f"{prefix}down_proj", m, h, inter, eb, dtype, c),
+            ]
+        return [
+            _gemm(f"{prefix}gate_up_proj", m, 2 * inter, h, eb, dtype, c),
+            _ew(f"{prefix}silu_and_mul", "elementwise", 2 * m * inter * eb, m * inter * eb, dtype, c, 4.0 * m * inter),
+            _gemm(f"{prefix}down_proj", m, h, inter, eb, dtype, c),
+        ]
+
+    if not moe:
+        out = mlp("", t, s.intermediate, count)
+    else:
+        touched = expected_experts(a.experts, a.top_k, t)
+        per_expert = t * a.top_k / touched if touched else 0.0
+        out = [
+            _gemm("router", t, a.experts, h, eb, dtype, count),
+            _ew("topk_softmax", "softmax", t * a.experts * 4, t * a.top_k * 8, "float32", count),
+        ]
+        out += mlp("expert_", per_expert, s.expert_intermediate, count * touched)
+        if s.shared_intermediate:
+            out += mlp("shared_expert_", t, s.shared_intermediate, count)
+    if s.n > 1:
+        out.append(EngineKernel("all_reduce_mlp", "allreduce", 0.0, 0.0, 0.0, dtype, {}, count, t * h * eb))
+    return out
+
+
+def step_kernels(
+    a: Arch, tp: int, seqs: int, *, context: float, prompt: int | None = None, dtype: str = "bfloat16"
+) -> tuple[list[EngineKernel], list[EngineKernel]]:
+    """(model kernels, sampling kernels) of one step on one GPU.
+
+    Decode (`prompt` None): `seqs` sequences, one token each, attention over `context` cached tokens each.
+    Prefill: `seqs` prompts of `prompt` tokens. The model kernels run in the CUDA graph (decode); the LM head's
+    logits and sampling run outside it, eagerly (as in vLLM).
+    """
+    eb = 4.0 if dtype == "float32" else 2.0
+    s = Split.of(a, tp)
+    prefill = prompt is not None
+    t = seqs * (prompt if prefill else 1)
+    h = a.hidden
+    ks = [_ew("embedding", "elementwise", t * h * eb + t * 8, t * h * eb, dtype, 1)]
+    if tp > 1:
+        ks.append(EngineKernel("all_reduce_embedding", "allreduce", 0.0, 0.0, 0.0, dtype, {}, 1, t * h * eb))
+    ks += layer_kernels(a, s, t, seqs, context, eb, dtype, prefill=prefill, count=a.layers)
+    if a.dense_layers:
+        ks += mlp_kernels(a, s, t, eb, dtype, moe=False, count=a.dense_layers)
+    if a.moe_layers:
+        ks += mlp_kernels(a, s, t, eb, dtype, moe=True, count=a.moe_layers)
+    ks.append(_ew("final_rms_norm", "norm", (t * h + h) * eb, t * h * eb, dtype, 1, 4.0 * t * h))
+    # logits of each sequence's last token only; float32 sampling over the vocabulary
+    sample = [
+        _gemm("lm_head", seqs, s.vocab, h, eb, dtype, 1),
+        _ew("sampler", "softmax", seqs * a.vocab * 4 * 2, seqs * a.vocab * 4, "float32", 1),
+    ]
+    return ks, sample
+
+
+# ---- time and power ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One engine step on one GPU, in seconds, by where the time goes (each term summed over its kernels)."""
+
+    compute_s: float  # compute-bound kernels' execution
+    memory_s: float  # memory-bound kernels' execution
+    gap_s: float  # launch floors, graph gaps, all-reduces and the host's step overhead: the GPU mostly waits
+    comm_s: float  # of which all-reduces
+    host_s: float  # of which the engine's host overhead
+    kernels: int  # kernel launches (one per layer per kernel)
+    gemm_flops: float  # FLOPs of the GEMMs (one GPU)
+    gemm_bytes: float  # bytes the GEMMs read and write (one GPU)
+    bound_s: float = 0.0  # roofline bound of the kernels (efficiency 1, no gaps, no host time)
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.memory_s + self.gap_s
+
+    @property
+    def total_ms(self) -> float:
+        return self.total_s * 1e3
+
+    def shares(self) -> tuple[float, float, float]:
+        """(compute, memory, gap) shares of the step's time (`predictor.power.busy_shares`' convention)."""
+        tot = self.total_s
+        if tot <= 0:
+            return 0.0, 0.0, 0.0
+        return self.compute_s / tot, self.memory_s / tot, self.gap_s / tot
+
+
+def cost_kernels(
+    kernels: Sequence[EngineKernel], device: Device, *, graph: bool, link_bytes_per_s: float | None, tp: int
+) -> StepTime:
+    """Time of a kernel list on one GPU: each kernel max(compute, memory) at the kernel model's efficiencies, plus
+    `GRAPH_GAP_US` (graph) or floored at its launch time (eager); all-reduces on the link (`allreduce_s`)."""
+    comp = [k for k in kernels if k.kind != "allreduce"]
+    comm = [k for k in kernels if k.kind == "allreduce"]
+    c_s = m_s = gap = comm_s = bound = 0.0
+    if comp:
+        arrays = kernel_arrays(comp)
+        times = kernel_latency_arrays(arrays, device)
+        count = np.array([k.count for k in comp])
+        execution = np.maximum(times.compute_s, times.memory_s)
+        if graph:
+            extra = np.full(len(comp), GRAPH_GAP_US * 1e-6)
+        else:
+            extra = np.maximum(times.launch_s - execution, 0.0)
+        is_c = times.compute_s >= times.memory_s
+        c_s = float((execution * count)[is_c].sum())
+        m_s = float((execution * count)[~is_c].sum())
+        gap = float((extra * count).sum())
+        bound = float((times.bound_s * count).sum())
+    if comm:
+        if link_bytes_per_s is None:
+            raise EngineConfigError(f"{device.key} has no NVLink bandwidth in the device table (nvlink_gbs)")
+        comm_s = sum(allreduce_s(k.comm_bytes, tp, link_bytes_per_s) * k.count for k in comm)
+    gemm = [k for k in comp if k.kind == "gemm"]
+    return StepTime(
+        c_s,
+        m_s,
+        gap + comm_s,
+        comm_s,
+        0.0,
+        int(round(sum(k.count for k in kernels))),
+        sum(k.flops * k.count for k in gemm),
+        sum((k.bytes_read + k.bytes_written) * k.count for k in gemm),
+        bound,
+    )
+
+
+def _plus(a: StepTime, b: StepTime, host_s: float = 0.0) -> StepTime:
+    return StepTime(
+        a.compute_s + b.compute_s,
+        a.memory_s + b.memory_s,
+        a.gap_s + b.gap_s + host_s,
+        a.comm_s + b.comm_s,
+        a.host_s + b.host_s + host_s,
+        a.kernels + b.kernels,
+        a.gemm_flops + b.gemm_flops,
+        a.gemm_bytes + b.gemm_bytes,
+        a.bound_s + b.bound_s,
+    )
+
+
+def step_energy_j(step: StepTime, power) -> tuple[float, float]:
+    """(energy J, average power W) of a step on one GPU: the power model (`predictor.power.PowerParams`) at the
+    step's compute / memory busy shares (the gap share, host time included, at idle power) x the step's time."""
+    s_c, s_m, _ = step.shares()
+    w = power.power_w(s_c, s_m)
+    return w * step.total_s, w
+
+
+def captured_batch(seqs: int) -> int | None:
+    """The CUDA-graph batch a decode of `seqs` sequences is padded to; None above the largest (eager)."""
+    for b in CAPTURED_BATCHES:
+        if b >= seqs:
+            return b
+    return None
+
+
+def step_overhead_s(seqs: int) -> float:
+    """The engine's host time per step (`STEP_OVERHEAD_MS` + `STEP_OVERHEAD_PER_SEQ_MS` x sequences), seconds."""
+    return (STEP_OVERHEAD_MS + STEP_OVERHEAD_PER_SEQ_MS * seqs) * 1e-3
+
+
+def decode_step(a: Arch, device: Device, seqs: int, context: float, *, tp: int = 1, dtype: str = "bfloat16"):
+    """One decode step of `seqs` running sequences at a mean live context of `context` tokens, on one GPU of `tp`.
+
+    The model runs as the CUDA graph of the padded batch (`captured_batch`; eager beyond it), attention over the
+    real sequences; the LM head and sampler run eagerly on the real sequences; plus the host's step overhead.
+    """
+    padded = captured_batch(seqs)
+    graph = padded is not None
+    model, _ = step_kernels(a, tp, padded or seqs, context=context, dtype=dtype)
+    # attention reads only the live sequences' blocks (padding slots attend over nothing)
+    model = [k if k.kind != "attention" else _attention_for(k, seqs, a, tp, context, dtype) for k in model]
+    _, sample = step_kernels(a, tp, seqs, context=context, dtype=dtype)
+    link = device_link(device)
+    t = cost_kernels(model, device, graph=graph, link_bytes_per_s=link, tp=tp)
+    t2 = cost_kernels(sample, device, graph=False, link_bytes_per_s=link, tp=tp)
+    return _plus(t, t2, step_overhead_s(seqs))
+
+
+def _attention_for(k: EngineKernel, seqs: int, a: Arch, tp: int, context: float, dtype: str) -> EngineKernel:
+    s = Split.of(a, tp)
+    eb = 4.0 if dtype == "float32" else 2.0
+    kvd, qd = s.kv_heads * a.head_dim, s.heads * a.head_dim
+    return EngineKernel(
+        k.name,
+        "attention",
+        4.0 * seqs * s.heads * a.head_dim * context,
+        (seqs * context * 2 * kvd + seqs * qd) * eb,
+        seqs * qd * eb,
+        dtype,
+        {},  # paged decode attention splits each sequence's context over thread blocks: no query-row tiles
+        k.count,
+    )
+
+
+def prefill_step(a: Arch, device: Device, prompts: int, prompt: int, *, tp: int = 1, dtype: str = "bfloat16"):
+    """The prefill of `prompts` prompts of `prompt` tokens, eager (vLLM runs prefills outside CUDA graphs), plus the
+    host's step overhead."""
+    model, sample = step_kernels(a, tp, prompts, context=prompt, prompt=prompt, dtype=dtype)
+    link = device_link(device)
+    t = cost_kernels(model + sample, device, graph=False, link_bytes_per_s=link, tp=tp)
+    return _plus(t, StepTime(0, 0, 0, 0, 0, 0, 0, 0), step_overhead_s(prompts))
+
+
+def device_link(device: Device) -> float | None:
+    """NVLink bandwidth per direction of one GPU, bytes/s (None when the device table has none)."""
+    gbs = getattr(device, "nvlink_gbs", None)
+    return None if gbs is None else gbs * 1e9
+
+
+# ---- memory: the paged KV cache -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EngineMemory:
+    """vLLM's memory plan on one GPU (bytes unless named MiB): the KV pool is what is left of
+    `utilization` x memory after weights, the profiling pass's activations and non-torch memory."""
+
+    memory_mib: float
+    utilization: float
+    weight_bytes: float
+    activation_bytes: float
+    non_torch_mib: float
+    block_size: int
+    block_bytes: float  # one block: block_size tokens x 2 x kv_heads/GPU x head_dim x dtype bytes x layers
+
+    @property
+    def kv_pool_bytes(self) -> float:
+        budget = self.memory_mib * MIB * self.utilization
+        return max(0.0, budget - self.weight_bytes - self.activation_bytes - self.non_torch_mib * MIB)
+
+    @property
+    def blocks(self) -> int:
+        """KV-cache blocks: floor(pool / block bytes)."""
+        return int(self.kv_pool_bytes // self.block_bytes) if self.block_bytes > 0 else 0
+
+    @property
+    def fits(self) -> bool:
+        """The weights fit with room for at least one block."""
+        return self.blocks > 0
+
+    def blocks_per_sequence(self, context: int) -> int:
+        return math.ceil(context / self.block_size)
+
+    def sequences(self, context: int) -> int:
+        """Sequences of `context` tokens whose blocks fit the pool: floor(blocks / ceil(context / block size))."""
+        return self.blocks // self.blocks_per_sequence(context) if context > 0 else 0
+
+    def to_json(self, context: int) -> dict:
+        return {
+            "memory_mib": self.memory_mib,
+            "gpu_memory_utilization": self.utilization,
+            "weights_mib": self.weight_bytes / MIB,
+            "activations_mib": self.activation_bytes / MIB,
+            "non_torch_mib": self.non_torch_mib,
+            "kv_pool_mib": self.kv_pool_bytes / MIB,
+            "block_size": self.block_size,
+            "block_bytes": int(self.block_bytes),
+            "blocks": self.blocks,
+            "fits": self.fits,
+            "blocks_per_sequence": self.blocks_per_sequence(context),
+            "sequences_that_fit": self.sequences(context),
+        }
+
+
+def weight_bytes_per_gpu(a: Arch, tp: int, eb: float) -> float:
+    """Weights one GPU holds: every split matrix / tp (heads, intermediate, experts' intermediate, vocabulary;
+    KV projections replicated when fewer KV heads than GPUs), norms and routers whole."""
+    s = Split.of(a, tp)
+    h, hd = a.hidden, a.head_dim
+    attn = h * (s.heads * hd + 2 * s.kv_heads * hd) + s.heads * hd * h + 2 * h
+    dense = (3 if a.gated else 2) * h * s.intermediate
+    moe = 3 * h * s.expert_intermediate * a.experts + 3 * h * s.shared_intermediate + h * a.experts
+    emb = s.vocab * h * (1 if a.tied else 2)
+    return (a.layers * attn + a.dense_layers * dense + a.moe_layers * moe + emb + h) * eb
+
+
+def profile_activation_bytes(a: Arch, tp: int, eb: float, tokens: int) -> float:
+    """Peak activations of vLLM's profiling forward pass of `tokens` tokens on one GPU (the largest live set of a
+    layer: residual, normed input, QKV, attention output, gate/up and its SiLU product; logits of 256 sequences in
+    float32). A formula, not a liveness analysis."""
+    s = Split.of(a, tp)
+    inter = max(s.intermediate if a.dense_layers else 0, s.expert_intermediate * a.top_k + s.shared_intermediate)
+    per_token = 3 * a.hidden + (s.heads + 2 * s.kv_heads) * a.head_dim + 3 * inter
+    return tokens * per_token * eb + 256 * s.vocab * 4
+
+
+def engine_memory(
+    a: Arch,
+    memory_mib: float,
+    *,
+    tp: int = 1,
+    dtype: str = "bfloat16",
+    utilization: float = GPU_MEMORY_UTILIZATION,
+    block_size: int = BLOCK_SIZE,
+    profile_tokens: int = PROFILE_TOKENS,
+    non_torch_mib: float = NON_TORCH_MIB,
+) -> EngineMemory:
+    """vLLM's memory plan of one GPU (or MIG slice) of `memory_mib` MiB under tensor parallelism `tp`."""
+    eb = 4.0 if dtype == "float32" else 2.0
+    s = Split.of(a, tp)
+    block = block_size * 2 * s.kv_heads * a.head_dim * eb * a.layers
+    return EngineMemory(
+        memory_mib,
+        utilization,
+        weight_bytes_per_gpu(a, tp, eb),
+        profile_activation_bytes(a, tp, eb, profile_tokens),
+        non_torch_mib,
+        block_size,
+        block,
+    )
+
+
+# ---- a request served: what `preflight llm --runtime vllm` reports per GPU -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Served:
+    """`batch` sequences of `prompt` + `generate` tokens served by the engine on one GPU of `tp` (ms, J, W).
+
+    tpot_ms = decode step at the mean live context (prompt + generate / 2) + the prefills of batch / generate new
+    prompts per step (steady-state continuous batching without chunked prefill: every finished sequence is replaced
+    by a new one whose prefill pauses the decodes; several new prompts are prefilled in one step); ttft_ms = one
+    prompt's prefill in its own step (no queueing).
+    energy_per_token_j = (decode step energy + the interleaved prefills' energy) / batch, on one GPU.
+    """
+
+    decode: StepTime
+    prefill: StepTime
+    prefills_per_step: float
+    tpot_ms: float
+    ttft_ms: float
+    energy_per_token_j: float
+    avg_power_w: float
+
+
+def serve(
+    a: Arch, device: Device, batch: int, prompt: int, generate: int, power, *, tp: int = 1, dtype: str = "bfloat16"
+) -> Served:
+    """The vllm runtime's answer for one device (`power`: its `predictor.power.PowerParams`)."""
+    step = decode_step(a, device, batch, prompt + generate / 2, tp=tp, dtype=dtype)
+    pre = prefill_step(a, device, 1, prompt, tp=tp, dtype=dtype)
+    stalls = batch / generate
+    # fewer than one new prompt per step: one prefill every 1 / stalls steps; more: they are prefilled together,
+    # round(stalls) prompts in one step, the step's cost spread over stalls / round(stalls) of them
+    group = max(1, round(stalls))
+    batched = pre if group == 1 else prefill_step(a, device, group, prompt, tp=tp, dtype=dtype)
+    share = stalls / group
+    tpot = step.total_ms + share * batched.total_ms
+    e_step, _ = step_energy_j(step, power)
+    e_pre, _ = step_energy_j(batched, power)
+    energy = e_step + share * e_pre
+    return Served(step, pre, stalls, tpot, pre.total_ms, energy / batch, energy / (tpot / 1e3))
+
+
+def step_totals(a: Arch, seqs: int, length: int, *, prefill: bool, dtype: str = "bfloat16") -> dict[str, int]:
+    """Counts of one step of the whole model (tensor parallel 1): FLOPs, MACs (GEMMs and attention), parameters and
+    their bytes, bytes read and written, kernel launches; `seqs` sequences at `length` tokens (prompt or context)."""
+    model, sample = step_kernels(a, 1, seqs, context=float(length), prompt=length if prefill else None, dtype=dtype)
+    ks = model + sample
+    eb = 4 if dtype == "float32" else 2
+    flops = sum(k.flops * k.count for k in ks)
+    macs = sum(k.flops * k.count / 2 for k in ks if k.kind in ("gemm", "attention"))
+    return {
+        "flops": int(round(flops)),
+        "macs": int(round(macs)),
+        "params": a.params(),
+        "param_bytes": a.params() * eb,
+        "bytes_read": int(round(sum(k.bytes_read * k.count for k in ks))),
+        "bytes_written": int(round(sum(k.bytes_written * k.count for k in ks))),
+        "op_count": int(round(sum(k.count for k in ks))),
+    }

@@ -1,0 +1,226 @@
+"""`preflight llm --runtime vllm` (`predictor.serving_engine`): KV blocks and sequences that fit, all-reduce bytes per
+layer, expected experts touched, power-model energy of a step, all by hand; parameters against transformers' own
+model; the GEMM FLOPs of the formula-level decode step against the traced graph's; the CLI and JSON Schema."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import jsonschema
+import pytest
+import torch
+from click.testing import CliRunner
+
+from analyzer.cli import cli
+from analyzer.llm import llm
+from analyzer.render import SCHEMA_FILE
+from predictor import serving_engine as eng
+from predictor.devices import get_device
+from predictor.power import PowerParams
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# a tiny Llama: 2 layers, hidden 64 = 4 heads x 16, 2 KV heads, MLP 128, vocabulary 100
+TINY = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 100,
+    "max_position_embeddings": 512,
+    "tie_word_embeddings": False,
+}
+
+
+def test_arch_params_match_transformers_model():
+    from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
+
+    cfg = {k: v for k, v in TINY.items() if k not in ("model_type", "architectures")}
+    with torch.device("meta"):
+        lm = LlamaForCausalLM(LlamaConfig(**cfg))
+    assert eng.Arch.from_config(TINY).params() == sum(p.numel() for p in lm.parameters())
+    moe = {**cfg, "num_local_experts": 4, "num_experts_per_tok": 2}
+    with torch.device("meta"):
+        mx = MixtralForCausalLM(MixtralConfig(**moe))
+    a = eng.Arch.from_config({"model_type": "mixtral", **moe})
+    assert (a.experts, a.top_k, a.moe_layers, a.expert_intermediate) == (4, 2, 2, 128)
+    assert a.params() == sum(p.numel() for p in mx.parameters())
+
+
+def test_kv_blocks_and_sequences_that_fit_by_hand():
+    a = eng.Arch.from_config(TINY)
+    plan = eng.engine_memory(a, 1024, utilization=0.5, profile_tokens=100, non_torch_mib=0)
+    # weights: per layer attention 64 x (64 + 2 x 32) + 64 x 64 + 2 norms x 64 = 12,416; x 2 layers = 24,832
+    # MLP 3 x 64 x 128 = 24,576, x 2 = 49,152; embeddings 2 x 100 x 64 = 12,800; final norm 64: 86,848 x 2 bytes
+    assert plan.weight_bytes == 173_696
+    # activations: 100 tokens x (3 x 64 + (4 + 2 x 2) x 16 + 3 x 128 = 704) x 2 bytes + 256 x 100 x 4 = 243,200
+    assert plan.activation_bytes == 243_200
+    # pool: 0.5 x 1024 MiB = 536,870,912 - 173,696 - 243,200 = 536,454,016 bytes
+    assert plan.kv_pool_bytes == 536_454_016
+    # a block: 16 tokens x 2 (K, V) x 2 KV heads x 16 x 2 bytes x 2 layers = 4,096 bytes; 536,454,016 // 4,096
+    assert plan.block_bytes == 4096
+    assert plan.blocks == 130_970
+    # a sequence of 1,000 tokens holds ceil(1000 / 16) = 63 blocks: 130,970 // 63 = 2,078
+    assert plan.sequences(1000) == 2078
+    assert plan.sequences(16) == 130_970 and plan.sequences(17) == 65_485
+    # tensor parallel 2: 1 KV head per GPU, blocks of 2,048 bytes
+    assert eng.engine_memory(a, 1024, tp=2).block_bytes == 2048
+    # a model that does not fit: 8 GiB of weights on a 4 GiB budget
+    big = eng.Arch(layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, intermediate=14336, vocab=128256)
+    assert not eng.engine_memory(big, 4096).fits
+
+
+def test_allreduce_bytes_per_layer_by_hand():
+    a = eng.Arch(layers=80, hidden=8192, heads=64, kv_heads=8, head_dim=128, intermediate=28672, vocab=128256)
+    s = eng.Split.of(a, 4)
+    assert (s.heads, s.kv_heads, s.intermediate, s.vocab) == (16, 2, 7168, 32064)
+    ks = eng.layer_kernels(a, s, 8, 8, 100.0, 2.0, "bfloat16", prefill=False, count=1)
+    ks += eng.mlp_kernels(a, s, 8, 2.0, "bfloat16", moe=False, count=1)
+    comm = [k.comm_bytes for k in ks if k.kind == "allreduce"]
+    assert comm == [131_072, 131_072]  # two per layer, each 8 tokens x 8192 x 2 bytes
+    # a ring over 4 GPUs sends 2 x 3 / 4 = 1.5 x the message per GPU: 196,608 bytes
+    assert eng.allreduce_bytes_on_link(131_072, 4) == 196_608
+    # at 450 GB/s per direction: 196,608 / 450e9 s = 0.43691 us, + 8 us latency
+    assert eng.allreduce_s(131_072, 4, 450e9) == pytest.approx(196_608 / 450e9 + 8e-6)
+    assert eng.allreduce_s(131_072, 1, 450e9) == 0.0
+    assert get_device("h100-80gb").nvlink_gbs == 450.0  # 900 GB/s bidirectional, halved
+
+
+def test_expected_experts_touched_by_hand():
+    assert eng.expected_experts(8, 2, 1) == pytest.approx(2.0)  # one token touches its k experts
+    assert eng.expected_experts(8, 2, 2) == pytest.approx(3.5)  # 8 x (1 - 0.75^2) = 8 x 0.4375
+    assert eng.expected_experts(64, 8, 4) == pytest.approx(64 * (1 - (7 / 8) ** 4))  # 26.484375
+    assert eng.expected_experts(8, 2, 1000) == pytest.approx(8.0)
+    # the expert GEMMs of a MoE layer run count x touched times, on B k / touched tokens each
+    a = eng.Arch.from_config({**TINY, "num_local_experts": 8, "num_experts_per_tok": 2})
+    s = eng.Split.of(a, 1)
+    ks = {k.name: k for k in eng.mlp_kernels(a, s, 2, 2.0, "bfloat16", moe=True, count=1)}
+    assert ks["expert_gate_up_proj"].count == pytest.approx(3.5)
+    assert ks["expert_gate_up_proj"].params["m"] == pytest.approx(2 * 2 / 3.5)
+    # shared experts (DeepSeek-style n_shared_experts x moe_intermediate_size) run on every token
+    ds = eng.Arch.from_config(
+        {**TINY, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "n_shared_experts": 2}
+    )
+    assert (ds.expert_intermediate, ds.shared_intermediate) == (32, 64)
+    # Qwen-MoE: layer i is sparse when (i + 1) % decoder_sparse_step == 0 and i is not in mlp_only_layers
+    qw = {**TINY, "num_hidden_layers": 6, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+    qw |= {"decoder_sparse_step": 2, "mlp_only_layers": [1]}
+    assert eng.Arch.from_config(qw).moe_layers == 2  # layers 3 and 5 (layer 1 is listed dense)
+    assert eng.Arch.from_config({**qw, "first_k_dense_replace": 4}).moe_layers == 1  # only layer 5
+    with pytest.raises(eng.EngineConfigError, match="latent attention"):
+        eng.Arch.from_config({**TINY, "kv_lora_rank": 512})
+
+
+def test_power_model_energy_of_a_tiny_decode_step_by_hand():
+    step = eng.StepTime(1e-3, 2e-3, 1e-3, 0.0, 0.5e-3, 10, 0.0, 0.0)  # 1 ms compute, 2 ms memory, 1 ms idle
+    pw = PowerParams(gap_w=200.0, compute_w=700.0, memory_w=600.0, limit_w=700.0)
+    # P = 200 + 500 x 0.25 + 400 x 0.5 = 525 W; E = 525 W x 4 ms = 2.1 J
+    assert eng.step_energy_j(step, pw) == pytest.approx((2.1, 525.0))
+    # the tiny model's real decode step on an h100: shares add to 1 and the energy is power x time
+    from predictor.power import power_params
+
+    t = eng.decode_step(eng.Arch.from_config(TINY), get_device("h100-80gb"), 4, 100.0)
+    assert sum(t.shares()) == pytest.approx(1.0)
+    e, w = eng.step_energy_j(t, power_params("h100-80gb"))
+    assert e == pytest.approx(w * t.total_s) and power_params("h100-80gb").gap_w <= w <= 700.0
+    # the host's step overhead is in it: 1 ms + 4 x 40 us
+    assert t.host_s == pytest.approx(1.16e-3)
+
+
+def test_decode_gemm_flops_match_the_traced_graph(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    rep = llm(str(path), prompt=8, generate=8, batch=3, contexts=[16], full_depth=True, devices=["h100-80gb"])
+    traced = sum(k.flops for k in rep.analysis.kernels if k.kind == "gemm")
+    model, sample = eng.step_kernels(eng.Arch.from_config(TINY), 1, 3, context=16.0, dtype="float16")
+    formula = sum(k.flops * k.count for k in model + sample if k.kind == "gemm")
+    # by hand: per token 2 x (64 x 128 qkv + 64 x 64 o + 64 x 256 gate/up + 128 x 64 down) x 2 layers + 2 x 64 x 100
+    assert formula == 3 * (2 * (8192 + 4096 + 16384 + 8192) * 2 + 2 * 6400) == 480_768
+    assert traced == formula
+    # bytes: each GEMM reads A (m x k) and W (k x n) and writes m x n (2 bytes each), in both. The engine fuses
+    # q, k, v into one GEMM and gate, up into one: it reads the normed activations (3 x 64) once where the traced
+    # graph reads them 3 + 2 times: 2 layers x 3 extra reads x 3 x 64 x 2 bytes = 2,304 bytes fewer
+    traced_bytes = sum(k.bytes_read + k.bytes_written for k in rep.analysis.kernels if k.kind == "gemm")
+    formula_bytes = sum((k.bytes_read + k.bytes_written) * k.count for k in model + sample if k.kind == "gemm")
+    assert traced_bytes - formula_bytes == 2 * 3 * 3 * 64 * 2
+
+
+def test_cli_vllm_runtime_json_schema_and_errors(tmp_path):
+    schema = json.loads(SCHEMA_FILE.read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    runner = CliRunner()
+    base = ["llm", str(path), "--prompt", "8", "--generate", "8", "--contexts", "16", "--format", "json"]
+    res = runner.invoke(cli, [*base, "--runtime", "vllm", "--tensor-parallel", "2", "--batch", "4"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    jsonschema.validate(doc, schema)
+    d = doc["llm"]["devices"][0]
+    assert doc["llm"]["runtime"]["name"] == "vllm" and doc["llm"]["runtime"]["tensor_parallel"] == 2
+    step = d["engine"]["decode_step"]
+    # TPOT = the decode step + batch / generate = 4 / 8 prefills of one prompt per step
+    assert d["tpot_ms"] == pytest.approx(d["engine"]["decode_step_ms"] + 0.5 * d["engine"]["prefill_ms"])
+    assert step["allreduce_ms"] > 0 and step["cuda_graph_batch"] == 4
+    assert d["energy_per_token_j"] > 0 and d["avg_power_w"] > 0
+    plan = d["engine"]["memory_per_gpu"]["full GPU"]
+    assert plan["blocks_per_sequence"] == 1  # context 16 = one block of 16
+    eager = json.loads(runner.invoke(cli, base).stdout)["llm"]["devices"][0]
+    jsonschema.validate(json.loads(runner.invoke(cli, base).stdout), schema)
+    assert eager["energy_per_token_j"] > 0 and "engine" not in eager
+    for args, words in (
+        (["--runtime", "vllm", "--tensor-parallel", "3"], "do not split"),
+        (["--tensor-parallel", "2"], "needs --runtime vllm"),
+        (["--runtime", "vllm", "--gpu-memory-utilization", "1.5"], "gpu-memory-utilization"),
+        (["--runtime", "vllm", "--tensor-parallel", "2", "--device", "a100-pcie-40gb"], "NVLink"),
+    ):
+        res = runner.invoke(cli, [*base, *args])
+        assert res.exit_code == 2, (args, res.output)
+        assert words in res.stderr, (args, res.stderr)
+
+
+def test_captured_batches_and_overhead():
+    assert [eng.captured_batch(b) for b in (1, 3, 5, 9, 256, 257)] == [1, 4, 8, 16, 256, None]
+    assert eng.step_overhead_s(100) == pytest.approx(5e-3)  # 1 ms + 100 x 0.04 ms
+    assert math.isclose(eng.GPU_MEMORY_UTILIZATION, 0.9) and eng.BLOCK_SIZE == 16
+
+
+def test_vllm_runtime_moe_tensor_parallel_and_html(tmp_path):
+    from analyzer.predeploy import write
+
+    cfg = {**TINY, "model_type": "mixtral", "architectures": ["MixtralForCausalLM"]}
+    cfg |= {"num_local_experts": 8, "num_experts_per_tok": 2}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    one = llm(str(path), prompt=8, generate=8, batch=2, contexts=[16], runtime="vllm")
+    two = llm(str(path), prompt=8, generate=8, batch=2, contexts=[16], runtime="vllm", tensor_parallel=2)
+    d1, d2 = one.llm.devices[0], two.llm.devices[0]
+    assert d1.engine["moe"]["expected_experts_decode"] == pytest.approx(3.5)  # 2 tokens, top-2 of 8
+    # weights per GPU: experts' MLPs, attention and vocabulary halve; norms and routers stay whole
+    a = eng.Arch.from_config(cfg)
+    whole = a.params() * 2
+    norms_routers = (2 * 2 * 64 + 64 + 2 * 64 * 8) * 2  # 2 layers x 2 norms x 64 + final norm + 2 routers 64 x 8
+    assert one.llm.runtime["weights_per_gpu_bytes"] == whole
+    assert two.llm.runtime["weights_per_gpu_bytes"] == (whole - norms_routers) / 2 + norms_routers
+    assert d2.engine["decode_step"]["allreduce_ms"] > 0 == d1.engine["decode_step"]["allreduce_ms"]
+    assert set(d2.fits) == {"full GPU"}  # MIG slices have no NVLink: tensor parallel 1 only
+    small = llm(str(path), prompt=8, generate=8, contexts=[16], runtime="vllm", gpu_memory_utilization=0.01)
+    assert not small.llm.devices[0].engine["fits_model"]  # 0.01 x 80 GiB < 1 GiB outside torch
+    assert any("leave no room" in w for w in small.warnings)
+    out = tmp_path / "r.html"
+    write(two, str(out))
+    assert "tensor parallel 2" in out.read_text()
+
+
+def test_nvlink_field_is_validated():
+    from predictor.devices import DeviceFileError, device_json, parse_device
+
+    entry = device_json(get_device("h100-80gb")) | {"key": "my-h100", "aliases": []}
+    assert parse_device(entry).nvlink_gbs == 450.0
+    for bad in (0, "fast", 1e6):
+        with pytest.raises(DeviceFileError, match="nvlink_gbs"):
+            parse_device(entry | {"nvlink_gbs": bad})

@@ -66,3 +66,19 @@ def test_analyze_many_without_ray_names_the_extra():
     assert proc.returncode == 0, proc.stderr
     assert 'pip install -c constraints.txt -e ".[ray]"' in proc.stdout
     assert proc.stdout.startswith("analyze-many and the dataset builder need the optional dependency 'ray'")
+
+
+def test_the_lock_pins_every_package_but_the_project_itself():
+    """constraints.txt (pip-compile's lock) holds `name==version` lines only: no path of a checkout (a
+    self-referencing extra once put `preflight @ file:///...` there and a fresh clone could not install), and
+    the `all` extra is every other extra, listed out."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    lines = [x for x in (root / "constraints.txt").read_text().splitlines() if x and not x.startswith((" ", "#"))]
+    assert lines and all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[^\s@]+", x) for x in lines), lines
+    assert not [x for x in lines if x.lower().startswith("preflight")]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(extras["all"]) == set(extras["tensorflow"]) | set(extras["paddle"]) | set(extras["ray"])

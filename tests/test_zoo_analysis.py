@@ -20,10 +20,14 @@ from analyzer import analyze
 from passes.costs import MULTIPLY_ADD_CATEGORIES
 
 SMALLEST = [next(iter(f.variants)) for f in zoo.list_families()]
-CPU_FORWARD = {"gpt2", "llama", "mistral"}  # transformers' causal mask calls .item(): not on meta tensors
+# transformers' causal mask calls .item(): not on meta tensors
+CPU_FORWARD = {"gpt2", "llama", "mistral", "bart", "transformer_nmt"}
 # FLOPs eager torch spends on outputs the zoo module does not return: the pooler of [CLS],
 # 2 x 128 x 128 at hidden 128 (bert_tiny, roberta_tiny)
 DEAD_CODE = {"bert": 2 * 128 * 128, "roberta": 2 * 128 * 128}
+# FLOPs FlopCounterMode has no formula for, worked out by hand: GNMT's Bahdanau scores are a matrix-vector product
+# (aten.mv) of tanh(Wq q + Wk k), (1, 8, 50, 64) at gnmt_tiny, with v (64,): 8 x 50 x 64 MACs = 51,200 FLOPs
+UNCOUNTED = {"gnmt": 2 * 8 * 50 * 64}
 
 
 def oracle_flops(variant: str) -> int:
@@ -32,7 +36,7 @@ def oracle_flops(variant: str) -> int:
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH), counter:
         m.module(*m.example_inputs)
-    return counter.get_total_flops() - DEAD_CODE.get(family, 0)
+    return counter.get_total_flops() - DEAD_CODE.get(family, 0) + UNCOUNTED.get(family, 0)
 
 
 @pytest.mark.parametrize("variant", SMALLEST)

@@ -28,6 +28,7 @@ from .render import (
     Table,
     _shape,
     _summary,
+    assumes_text,
     basis_text,
     html_page,
     markdown_page,
@@ -91,6 +92,7 @@ def _prediction_section(report) -> Section:
     )
     sec.blocks.append([f"{p.device}: {p.mig.reason}" for p in report.predictions])
     sec.blocks.append([f"{p.device} rests on {basis_text(p.basis)}." for p in report.predictions])
+    sec.blocks.append([f"{p.device} assumes {assumes_text(p.runtime)}." for p in report.predictions])
     for name, info in report.predictors.items():
         text = f"Predictor {name}: {info['note']}."
         ev = info.get("evaluation") or {}

@@ -80,6 +80,23 @@ BASES = ("fitted_on_this_gpu", "fitted_on_other_gpus", "calibrated", "assumed")
 _CATEGORY = {"gemm": "matmul", "conv": "conv", "attention": "attention"}
 #: The table's pseudo-dtype of float32 gemm kernels on TF32 tensor cores (`param_dtype`).
 TF32 = "tf32"
+#: `torch.set_float32_matmul_precision`'s values -> whether float32 matmuls run on TF32 tensor cores on a GPU.
+#: "highest" is torch's default (FP32 CUDA cores). "high" and "medium" both let cuBLAS use TF32 (torch's
+#: `Context::allowTF32CuBLAS` is `precision != HIGHEST`); "medium"'s bfloat16 internal computation is a CPU
+#: (oneDNN) path, so on a CUDA GPU "medium" is costed as "high".
+MATMUL_PRECISIONS = {"highest": False, "high": True, "medium": True}
+DEFAULT_MATMUL_PRECISION = "highest"
+
+
+def tf32_matmul_of(matmul_precision: str) -> bool:
+    """Whether `matmul_precision` (`MATMUL_PRECISIONS`) puts float32 matmuls on TF32 tensor cores; ValueError for
+    a value torch does not accept."""
+    try:
+        return MATMUL_PRECISIONS[matmul_precision]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"matmul precision must be one of {', '.join(MATMUL_PRECISIONS)} (got {matmul_precision!r})"
+        ) from None
 
 
 def param_dtype(kind: str, dtype: str, tf32_matmul: bool = False) -> str:

@@ -3,8 +3,11 @@ model's peak and parameter entry by hand, what the flag leaves alone, and the co
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from predictor.devices import get_device
@@ -154,3 +157,190 @@ def test_committed_table_tf32_gemm_on_a100_and_basis():
     assert off.compute_s[0] > 5 * on.compute_s[0]  # FP32 CUDA cores: 8x lower peak, higher fitted efficiency
     assert kernel_basis(arrays, A100, on, tf32_matmul=True)["assumed"] == 1.0
     assert kernel_basis(arrays, A100, off)["fitted_on_other_gpus"] == 1.0  # NeuSight's A100 PCIe measurements
+
+
+# ---- the user's setting: CLI, API, manifests, reports ----------------------------------------------------------
+
+
+def run(*args):
+    from click.testing import CliRunner
+
+    from analyzer.cli import cli
+
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def ok_json(*args) -> dict:
+    res = run(*args, "--format", "json")
+    assert res.exit_code == 0, (res.exit_code, res.stderr, res.exception)
+    return json.loads(res.stdout)
+
+
+def _onnx(path: Path, nodes, inputs, outputs, inits) -> Path:
+    import onnx
+    from onnx import helper
+
+    graph = helper.make_graph(nodes, path.stem, inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    """mlp: x[N, 1024] -> MatMul(1024 x 4096) -> Relu -> MatMul(4096 x 1024); conv: x[N, 3, 8, 8] -> Conv(3 -> 4,
+    3x3, pad 1) -> Relu (no matmul)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    d = tmp_path_factory.mktemp("tf32_models")
+    w1 = numpy_helper.from_array(np.full((1024, 4096), 0.01, np.float32), "w1")
+    w2 = numpy_helper.from_array(np.full((4096, 1024), 0.01, np.float32), "w2")
+    mlp = _onnx(
+        d / "mlp.onnx",
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["h"]),
+            helper.make_node("Relu", ["h"], ["r"]),
+            helper.make_node("MatMul", ["r", "w2"], ["y"]),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1024])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1024])],
+        [w1, w2],
+    )
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    conv = _onnx(
+        d / "conv.onnx",
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["y"]),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])],
+        [w],
+    )
+    return {"mlp": mlp, "conv": conv}
+
+
+def test_cli_flag_reaches_the_json_and_speeds_up_float32_matmuls(models):
+    base = ["predict", models["mlp"], "--batch", "256", "--device", "a100-80gb"]
+    default = ok_json(*base)["prediction"]
+    highest = ok_json(*base, "--matmul-precision", "highest")["prediction"]
+    high = ok_json(*base, "--matmul-precision", "high")["prediction"]
+    medium = ok_json(*base, "--matmul-precision", "medium")["prediction"]
+    assert default == highest
+    assert highest["runtime"]["tf32_matmul"] is False and highest["runtime"]["matmul_precision"] == "highest"
+    assert high["runtime"] == {
+        "framework": "pytorch-eager-cuda",
+        "dtype": "float32",
+        "tf32_conv": True,
+        "tf32_matmul": True,
+        "matmul_precision": "high",
+    }
+    assert medium["runtime"]["tf32_matmul"] is True and medium["runtime"]["matmul_precision"] == "medium"
+    assert medium["latency_ms"] == high["latency_ms"]  # on a GPU "medium" is "high" (cuBLAS TF32)
+    assert high["latency_ms"] < highest["latency_ms"] and high["energy_j"] < highest["energy_j"]
+    # Each matmul: 2 x 256 x 1024 x 4096 = 2,147,483,648 FLOPs, 22,020,096 bytes (x or r, the 16 MiB weight, the
+    # output): bound max(F / 19.5e12, B / 2039e9) = max(110.127, 10.800) us on FP32 CUDA cores, max(F / 156e12,
+    # B / 2039e9) = max(13.766, 10.800) us on TF32: the roofline bound drops by 2 x 96.361 us = 0.192722 ms; the
+    # ReLU between them does not move.
+    drop = highest["roofline_latency_ms"] - high["roofline_latency_ms"]
+    assert drop == pytest.approx(0.192722, rel=1e-5)
+    assert high["basis"]["kernel_time_share"]["assumed"] > highest["basis"]["kernel_time_share"]["assumed"]
+
+
+def test_no_effect_without_float32_matmuls(models):
+    conv = ["predict", models["conv"], "--batch", "8", "--device", "a100-80gb"]
+    a, b = ok_json(*conv)["prediction"], ok_json(*conv, "--matmul-precision", "high")["prediction"]
+    for key in ("latency_ms", "latency_ms_interval", "energy_j", "roofline_latency_ms", "memory_mib", "mig", "basis"):
+        assert a[key] == b[key], key
+    half = ["predict", models["mlp"], "--batch", "256", "--device", "h100-80gb", "--dtype", "float16"]
+    a, b = ok_json(*half)["prediction"], ok_json(*half, "--matmul-precision", "high")["prediction"]
+    assert a["runtime"]["dtype"] == "float16" and b["runtime"]["tf32_matmul"] is True
+    assert (a["latency_ms"], a["roofline_latency_ms"]) == (b["latency_ms"], b["roofline_latency_ms"])
+
+
+def test_bad_precision_is_one_line_exit_2(models):
+    for args in (
+        ["predict", models["mlp"], "--matmul-precision", "low"],
+        ["report", models["mlp"], "-o", "r.json", "--matmul-precision", "HIGH"],
+        ["analyze-many", models["mlp"], "-o", "rows.jsonl", "--matmul-precision", "tf32"],
+    ):
+        res = run(*args)
+        assert res.exit_code == 2 and res.stdout == "", (res.exit_code, res.stdout, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "--matmul-precision" in lines[0], res.stderr
+    from analyzer import api
+    from analyzer.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"--matmul-precision must be one of highest, high, medium \(got 'low'\)"):
+        api.predict(str(models["mlp"]), matmul_precision="low")
+    with pytest.raises(UsageError, match="--matmul-precision"):
+        api.report(str(models["mlp"]), matmul_precision=None, batches=[])
+
+
+def test_cli_choices_are_the_kernel_models():
+    from analyzer.cli import MATMUL_PRECISIONS as CLI_CHOICES
+    from predictor.kernel_model import MATMUL_PRECISIONS
+
+    assert CLI_CHOICES == tuple(MATMUL_PRECISIONS)
+    assert MATMUL_PRECISIONS == {"highest": False, "high": True, "medium": True}
+
+
+def test_text_and_markdown_say_what_they_assume(models):
+    base = ["predict", models["mlp"], "--batch", "256", "--device", "a100-80gb"]
+    for fmt in ("table", "markdown", "html"):
+        res = run(*base, "--matmul-precision", "high", "--format", fmt)
+        assert res.exit_code == 0, res.stderr
+        assert "TF32 matmuls: torch.set_float32_matmul_precision(&#x27;high&#x27;)" in res.stdout or (
+            "TF32 matmuls: torch.set_float32_matmul_precision('high')" in res.stdout
+        ), fmt
+        default = run(*base, "--format", fmt)
+        assert "TF32 convolutions, FP32 matmuls: torch defaults" in default.stdout, fmt
+
+
+def test_api_report_and_sweep_follow_the_setting(models, tmp_path):
+    from analyzer import api
+
+    out = {}
+    import jsonschema
+
+    from analyzer.render import SCHEMA_FILE
+
+    schema = json.loads(Path(SCHEMA_FILE).read_text())
+    for mp in ("highest", "high"):
+        rep = api.report(str(models["mlp"]), devices=["a100-80gb"], batches=[64, 256], matmul_precision=mp)
+        doc = rep.to_json()
+        jsonschema.validate(doc, schema)
+        assert [p["runtime"]["matmul_precision"] for p in doc["predictions"]] == [mp]
+        out[mp] = [pt["latency_ms"] for pt in doc["sweep"]["devices"][0]["points"]]
+    assert len(out["high"]) == 2 and all(h < f for h, f in zip(out["high"], out["highest"], strict=True))
+    bad = json.loads(json.dumps(doc))
+    bad["predictions"][0]["runtime"]["matmul_precision"] = "tf32"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+
+
+def test_manifest_rows_carry_the_setting(models, tmp_path):
+    from analyzer.batch import Job, analyze_task, read_manifest
+    from analyzer.errors import UsageError
+
+    manifest = tmp_path / "m.jsonl"
+    rows = [
+        {"model": str(models["mlp"]), "batch": 256, "devices": ["a100-80gb"]},
+        {"model": str(models["mlp"]), "batch": 256, "devices": ["a100-80gb"], "matmul_precision": "high"},
+    ]
+    manifest.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    jobs, _ = read_manifest(manifest)
+    assert [j.matmul_precision for j in jobs] == ["highest", "high"]
+    assert "matmul_precision" not in jobs[0].request()  # results files written before the setting still resume
+    assert jobs[1].request()["matmul_precision"] == "high"
+    jobs, _ = read_manifest(manifest, matmul_precision="medium")  # the default of rows that name none
+    assert [j.matmul_precision for j in jobs] == ["medium", "high"]
+    got = [analyze_task(j)["predictions"][0] for j in jobs]
+    assert [p["runtime"]["matmul_precision"] for p in got] == ["medium", "high"]
+    assert got[0]["latency_ms"] == got[1]["latency_ms"]
+    manifest.write_text(json.dumps({"model": str(models["mlp"]), "matmul_precision": "fast"}) + "\n")
+    with pytest.raises(UsageError, match=r"m\.jsonl line 1: --matmul-precision must be one of"):
+        read_manifest(manifest)
+    assert Job("m", "m").matmul_precision == "highest"

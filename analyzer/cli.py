@@ -617,6 +617,7 @@ def report(
     "--gpu-memory-utilization", type=float, default=0.9, show_default=True, help="Engine's share of GPU memory (vllm)."
 )
 @click.option("--block-size", type=int, default=16, show_default=True, help="Tokens per KV-cache block (vllm).")
+@matmul_precision_option
 @click.option(
     "--format",
     "fmt",
@@ -652,6 +653,7 @@ def llm(
     block_size: int,
     fmt: str,
     output: str | None,
+    matmul_precision: str,
 ) -> None:
     """Serve a decoder LM: KV cache, TTFT/TPOT, and how many sequences each GPU and MIG slice holds.
 
@@ -685,6 +687,7 @@ def llm(
         tensor_parallel=tensor_parallel,
         gpu_memory_utilization=gpu_memory_utilization,
         block_size=block_size,
+        matmul_precision=matmul_precision,
     )
     if output is not None:
         write(rep, output)

@@ -58,6 +58,13 @@ def _iv(value: float, interval, fmt: str) -> str:
     return f"{f(value)} ({f(lo)} – {f(hi)})"
 
 
+def _llm_dtype(dtype: str, runtime: dict) -> str:
+    """The LLM summary's dtype row: the dtype, and how float32 matmuls run when the user set them to TF32."""
+    if runtime.get("tf32_matmul") and dtype == "float32":
+        return f"float32 (matmuls on TF32 tensor cores: matmul precision '{runtime.get('matmul_precision')}')"
+    return dtype
+
+
 def _prediction_section(report) -> Section:
     sec = Section("Predictions")
     rows = []
@@ -383,7 +390,7 @@ def llm_summary(report) -> list[tuple[str, str]]:
         return [
             ("model", f"{m['name']} ({report.model['framework']}: {report.model['source']})"),
             ("architecture", arch),
-            ("dtype", llm.dtype),
+            ("dtype", _llm_dtype(llm.dtype, runtime)),
             (
                 "weights",
                 f"{si(llm.params)} params, {mib(llm.param_bytes)}; {mib(runtime['weights_per_gpu_bytes'])} per GPU",
@@ -403,7 +410,7 @@ def llm_summary(report) -> list[tuple[str, str]]:
     return [
         ("model", f"{m['name']} ({report.model['framework']}: {report.model['source']})"),
         ("architecture", arch),
-        ("dtype", llm.dtype),
+        ("dtype", _llm_dtype(llm.dtype, runtime)),
         ("weights", f"{si(llm.params)} params, {mib(llm.param_bytes)}"),
         (
             "request",

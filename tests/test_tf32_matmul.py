@@ -265,6 +265,7 @@ def test_bad_precision_is_one_line_exit_2(models):
         ["predict", models["mlp"], "--matmul-precision", "low"],
         ["report", models["mlp"], "-o", "r.json", "--matmul-precision", "HIGH"],
         ["analyze-many", models["mlp"], "-o", "rows.jsonl", "--matmul-precision", "tf32"],
+        ["llm", "zoo:llama_7b", "--runtime", "vllm", "--matmul-precision", "fp32"],
     ):
         res = run(*args)
         assert res.exit_code == 2 and res.stdout == "", (res.exit_code, res.stdout, res.stderr)
@@ -344,3 +345,35 @@ def test_manifest_rows_carry_the_setting(models, tmp_path):
     with pytest.raises(UsageError, match=r"m\.jsonl line 1: --matmul-precision must be one of"):
         read_manifest(manifest)
     assert Job("m", "m").matmul_precision == "highest"
+
+
+TINY_GPT2 = "gpt2?layers=2&hidden=64&heads=4&intermediate=256&vocab=256&max_pos=128&seq_len=16"
+
+
+def test_llm_vllm_runtime_follows_the_setting():
+    from analyzer.llm import llm
+
+    vllm = {}
+    for dtype in ("float32", "float16"):
+        for mp in ("highest", "high"):
+            rep = llm("zoo:llama", prompt=512, generate=128, batch=8, devices=["a100-80gb"], dtype=dtype,
+                      runtime="vllm", matmul_precision=mp, contexts=[1024])  # fmt: skip
+            doc = rep.llm.to_json()
+            assert doc["runtime"]["matmul_precision"] == mp and doc["runtime"]["tf32_matmul"] is (mp == "high")
+            vllm[dtype, mp] = (doc["devices"][0]["ttft_ms"], doc["devices"][0]["tpot_ms"])
+    assert all(h < f for h, f in zip(vllm["float32", "high"], vllm["float32", "highest"], strict=True))
+    assert vllm["float16", "high"] == vllm["float16", "highest"]
+
+
+def test_llm_eager_runtime_follows_the_setting():
+    from analyzer.llm import llm
+
+    eager = {}
+    for mp in ("highest", "high"):
+        rep = llm(f"zoo:{TINY_GPT2}", prompt=16, generate=4, batch=1, devices=["a100-80gb"], contexts=[32],
+                  dtype="float32", matmul_precision=mp)  # fmt: skip
+        doc = rep.llm.to_json()
+        assert doc["runtime"] == {"name": "eager", "matmul_precision": mp, "tf32_matmul": mp == "high"}
+        eager[mp] = doc["prefill"]["basis"]["a100-80gb"]["kernel_time_share"]["assumed"]
+    # a model this small is launch-bound either way; its float32 GEMMs now rest on the assumed TF32 entry
+    assert eager["high"] > eager["highest"]

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from .errors import MissingShapeError, UsageError
 from .frontends import InputSpec
-from .options import check_devices, check_dtype
+from .options import check_devices, check_dtype, check_matmul_precision
 from .pipeline import Report, Verdict, analyze_model, budget_verdict, check_budget, predict_all
 from .predeploy import check_output, write
 from .sweep import DEFAULT_MAX_BATCH, batch_points, check_batches, run_sweep
@@ -55,6 +55,7 @@ def predict(
     latency_slo_ms: float | None = None,
     max_slowdown: float | None = None,
     dtype: str | None = None,
+    matmul_precision: str = "highest",
 ) -> Report:
     """Analyse `model` and predict its latency, energy, memory and MIG slice on `device`.
 
@@ -62,11 +63,16 @@ def predict(
     roofline estimate, labelled as such, when there is none. Arguments as for `analyze`, and:
         latency_slo_ms: the recommended MIG slice must also meet this latency.
         max_slowdown: also name the smallest slice at most this many times slower than the whole GPU.
+        matmul_precision: what `torch.set_float32_matmul_precision` is set to where the model runs: "highest"
+            (torch's default: float32 matmuls on FP32 CUDA cores), "high" or "medium" (float32 matmuls on TF32
+            tensor cores, as NVIDIA's containers run them; on a GPU the two are the same). Only float32 matmuls
+            move: a float16/bfloat16 model, its convolutions (TF32 already) and fused attention do not.
     The result's `prediction` is a `predictor.predict.Prediction`.
     """
     devices = check_devices([device])
+    check_matmul_precision(matmul_precision)
     report = analyze_model(model, example_inputs, inputs=inputs, batch=batch, strict=strict, dtype=dtype)
-    return predict_all(report, devices, latency_slo_ms, max_slowdown)
+    return predict_all(report, devices, latency_slo_ms, max_slowdown, matmul_precision=matmul_precision)
 
 
 def report(
@@ -85,6 +91,7 @@ def report(
     top: int = 15,
     progress=None,
     dtype: str | None = None,
+    matmul_precision: str = "highest",
 ) -> Report:
     """The pre-deployment report: analysis, predictions on each device, and a batch-size sweep.
 
@@ -95,6 +102,7 @@ def report(
         output: also write the report to this `.html`, `.md` (with its charts in `<stem>_files/`) or `.json`.
         top: how many of the costliest operators to list.
         progress: called as `progress(n)` after each of the sweep's batches.
+        matmul_precision: as for `predict` (every device and every batch of the sweep).
 
     Returns:
         The `Report`; `report.to_json()` is the `preflight.report/1` document with `predictions`,
@@ -102,6 +110,7 @@ def report(
     """
     devices = check_devices(devices)
     check_dtype(dtype)
+    check_matmul_precision(matmul_precision)
     if output is not None:
         check_output(output)  # fail before the long part
     if batches is not None and max_batch is not None:
@@ -123,7 +132,7 @@ def report(
             f"the model's batch dimension is dynamic: the report's own analysis uses batch "
             f"{batches[0]}, the sweep's first (set it with --batch)"
         )
-    predict_all(rep, devices, latency_slo_ms, max_slowdown)
+    predict_all(rep, devices, latency_slo_ms, max_slowdown, matmul_precision=matmul_precision)
     if batches:
         dims0 = {i["shape"][0] if i["shape"] else None for i in rep.inputs}
         own = dims0.pop() if len(dims0) == 1 else None  # reuse the analysis only if every input has that batch
@@ -138,6 +147,7 @@ def report(
             dtype=dtype,
             reuse={own: rep} if own is not None else None,
             progress=progress,
+            matmul_precision=matmul_precision,
         )
         rep.warnings.extend(w for w in warnings if w not in rep.warnings)
     if output is not None:

@@ -41,7 +41,7 @@ from .errors import AnalysisError, PreflightError, UsageError, one_line
 from .frontends import FILE_LOADERS, PADDLE_PARAMS, PADDLE_PROGRAM, SAVED_MODEL_MARKERS, is_paddle_program
 from .frontends.hf_config import is_hf_config
 from .frontends.specs import MAX_DIM, InputSpec
-from .options import check_devices
+from .options import check_devices, check_matmul_precision
 from .render import _text_table, si
 
 ROW_SCHEMA = "preflight.batch/1"
@@ -64,7 +64,8 @@ MEMORY_LIMIT = "MemoryLimitExceeded"
 # checks the two agree.
 MODEL_SUFFIXES = tuple(FILE_LOADERS)  # the frontends' own table (a light import: no TVM, no torch)
 
-_ROW_KEYS = ("model", "inputs", "batch", "dtype", "devices")
+_ROW_KEYS = ("model", "inputs", "batch", "dtype", "devices", "matmul_precision")
+DEFAULT_MATMUL_PRECISION = "highest"  # torch's default (predictor.kernel_model.DEFAULT_MATMUL_PRECISION)
 
 
 @dataclass(frozen=True)
@@ -77,10 +78,15 @@ class Job:
     batch: int | None = None
     dtype: str | None = None
     devices: tuple[str, ...] = DEFAULT_DEVICES  # device keys (aliases resolved)
+    matmul_precision: str = DEFAULT_MATMUL_PRECISION  # torch.set_float32_matmul_precision's setting
 
     def request(self) -> dict:
-        """What was asked of this model, as its row records it."""
-        return {"inputs": list(self.inputs), "batch": self.batch, "dtype": self.dtype, "devices": list(self.devices)}
+        """What was asked of this model, as its row records it (`matmul_precision` only when not torch's default,
+        so that results files written before it existed still resume)."""
+        req = {"inputs": list(self.inputs), "batch": self.batch, "dtype": self.dtype, "devices": list(self.devices)}
+        if self.matmul_precision != DEFAULT_MATMUL_PRECISION:
+            req["matmul_precision"] = self.matmul_precision
+        return req
 
     @property
     def key(self) -> str:
@@ -132,7 +138,13 @@ def _resolve(model: str, base: Path) -> str:
 
 
 def _jsonl_job(
-    row: object, where: str, base: Path, devices: tuple[str, ...], batch: int | None, dtype: str | None
+    row: object,
+    where: str,
+    base: Path,
+    devices: tuple[str, ...],
+    batch: int | None,
+    dtype: str | None,
+    matmul_precision: str = DEFAULT_MATMUL_PRECISION,
 ) -> Job:
     if not isinstance(row, dict):
         raise UsageError(f'{where}: a row is a JSON object with a "model" key')
@@ -164,12 +176,18 @@ def _jsonl_job(
         if not isinstance(own, list) or not all(isinstance(d, str) for d in own):
             raise UsageError(f'{where}: "devices" is a list of device names')
         devices = tuple(check_devices(own, where))
+    if row.get("matmul_precision") is not None:
+        matmul_precision = check_matmul_precision(row["matmul_precision"], where)
     model = model.strip()
-    return Job(model, _resolve(model, base), tuple(inputs), batch, dtype, devices)
+    return Job(model, _resolve(model, base), tuple(inputs), batch, dtype, devices, matmul_precision)
 
 
 def read_manifest(
-    manifest: str | Path, devices: Sequence[str] = DEFAULT_DEVICES, batch: int | None = None, dtype: str | None = None
+    manifest: str | Path,
+    devices: Sequence[str] = DEFAULT_DEVICES,
+    batch: int | None = None,
+    dtype: str | None = None,
+    matmul_precision: str = DEFAULT_MATMUL_PRECISION,
 ) -> tuple[list[Job], list[str]]:
     """The jobs a manifest names, in its order, duplicates dropped; and notes for the user.
 
@@ -177,11 +195,13 @@ def read_manifest(
         manifest: a directory (every model preflight reads, found recursively: `walk_models`), a text file
             with one MODEL per line (blank lines and `#` comments skipped), or a JSON Lines file (`.jsonl`, or
             a text file whose first entry starts with `{`) whose rows are
-            `{"model": ..., "inputs": ["x:1x3x224x224"], "batch": 8, "dtype": "float16", "devices": [...]}`
-            (every key but "model" optional). Relative model paths are relative to the manifest's folder.
+            `{"model": ..., "inputs": ["x:1x3x224x224"], "batch": 8, "dtype": "float16", "devices": [...],
+            "matmul_precision": "high"}` (every key but "model" optional). Relative model paths are relative to the
+            manifest's folder.
         devices: the GPUs to predict for where a row names none.
         batch, dtype: the batch and dtype of every model whose row names none (a directory's or a text file's
             models: all of them).
+        matmul_precision: `torch.set_float32_matmul_precision`'s setting for the models whose row names none.
 
     Raises:
         UsageError: a missing or unreadable manifest, a malformed row (naming its line), an unknown device,
@@ -189,13 +209,14 @@ def read_manifest(
     """
     path = Path(manifest)
     devices = tuple(check_devices(devices, "--device"))
+    matmul_precision = check_matmul_precision(matmul_precision)
     notes: list[str] = []
     if path.is_dir():
         found, skipped = walk_models(path)
         if skipped:
             kinds = ", ".join(f"{k} ({v})" for k, v in sorted(skipped.items()))
             notes.append(f"skipped {sum(skipped.values())} files preflight does not read: {kinds}")
-        jobs = [Job(str(p), str(p.absolute()), (), batch, dtype, devices) for p in found]
+        jobs = [Job(str(p), str(p.absolute()), (), batch, dtype, devices, matmul_precision) for p in found]
         if not jobs:
             raise UsageError(
                 f"{path}: no model files found (preflight reads {', '.join(MODEL_SUFFIXES)} files, "
@@ -221,9 +242,9 @@ def read_manifest(
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise UsageError(f"{where}: not JSON ({exc.msg})") from exc
-            jobs.append(_jsonl_job(row, where, base, devices, batch, dtype))
+            jobs.append(_jsonl_job(row, where, base, devices, batch, dtype, matmul_precision))
         else:
-            jobs.append(Job(line, _resolve(line, base), (), batch, dtype, devices))
+            jobs.append(Job(line, _resolve(line, base), (), batch, dtype, devices, matmul_precision))
     if not jobs:
         raise UsageError(f"{path}: the manifest names no model")
     seen: set[str] = set()
@@ -645,7 +666,7 @@ def analyze_task(job: Job) -> dict:
     from .pipeline import analyze_model, predict_all
 
     report = analyze_model(job.path, inputs=list(job.inputs), batch=job.batch, dtype=job.dtype)
-    predict_all(report, job.devices)
+    predict_all(report, job.devices, matmul_precision=job.matmul_precision)
     doc = report.to_json()
     return {
         "framework": doc["model"]["framework"],
@@ -857,6 +878,7 @@ def analyze_many(
     devices: Sequence[str] = DEFAULT_DEVICES,
     batch: int | None = None,
     dtype: str | None = None,
+    matmul_precision: str = DEFAULT_MATMUL_PRECISION,
     workers: int | None = None,
     address: str | None = None,
     resume: bool = False,
@@ -871,7 +893,8 @@ def analyze_many(
         manifest: a directory, a text file or a JSONL file (`read_manifest`).
         output: the results file; rows are appended as models finish, flushed and fsync'd.
         devices: the GPUs to predict for, for manifest rows that name none.
-        batch, dtype: the batch and dtype of the models whose manifest row names none (`read_manifest`).
+        batch, dtype, matmul_precision: the batch, dtype and `torch.set_float32_matmul_precision` setting of the
+            models whose manifest row names none (`read_manifest`).
         workers: worker processes (default: this machine's cores, or with `address` the cluster's CPUs).
         address: join this Ray cluster ("auto", "HOST:PORT", "ray://HOST:PORT") instead of starting one.
         resume: keep `output`'s rows and run only the models it has no row for.
@@ -885,7 +908,7 @@ def analyze_many(
     Raises:
         UsageError: a bad manifest or output file, or a cluster that cannot be joined (exit 2).
     """
-    jobs, notes = read_manifest(manifest, devices, batch, dtype)
+    jobs, notes = read_manifest(manifest, devices, batch, dtype, matmul_precision)
     results = ResultsFile(output, resume)
     say = (lambda m: (progress.write(m + "\n"), progress.flush())) if progress is not None else (lambda m: None)
     for note in notes:

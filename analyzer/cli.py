@@ -310,6 +310,23 @@ def analyze(
     _emit(_render(report, _format(fmt, output), top, explain, by_module), output)
 
 
+MATMUL_PRECISIONS = ("highest", "high", "medium")  # predictor.kernel_model.MATMUL_PRECISIONS (not imported here)
+
+
+def matmul_precision_option(f):
+    """--matmul-precision, shared by predict, report, llm and analyze-many."""
+    return click.option(
+        "--matmul-precision",
+        type=click.Choice(MATMUL_PRECISIONS),
+        default="highest",
+        show_default=True,
+        help="torch.set_float32_matmul_precision where the model runs: highest (torch's default: float32 matmuls "
+        "on FP32 CUDA cores), high or medium (float32 matmuls on TF32 tensor cores, as NVIDIA's containers run "
+        "them; medium's bfloat16 path is CPU-only, so on a GPU it is high). Only float32 matmuls move: no effect "
+        "with --dtype float16/bfloat16, on convolutions (TF32 already) or on fused attention.",
+    )(f)
+
+
 def max_slowdown_option(f):
     """--max-slowdown, shared by predict and report."""
     return click.option(
@@ -324,6 +341,7 @@ def max_slowdown_option(f):
 @cli.command()
 @click.argument("model", callback=_model_exists)
 @model_options
+@matmul_precision_option
 @max_slowdown_option
 @explain_option
 @click.option("--device", default="h100-80gb", show_default=True, help="Target GPU (see `preflight devices`).")
@@ -385,6 +403,7 @@ def predict(
     max_slowdown: float | None,
     explain: bool,
     by_module: int,
+    matmul_precision: str,
 ) -> None:
     """Predict latency, energy, memory and the MIG slice of MODEL on a GPU (MODEL as for `preflight analyze`).
 
@@ -404,6 +423,7 @@ def predict(
         latency_slo_ms=latency_slo,
         max_slowdown=max_slowdown,
         dtype=dtype,
+        matmul_precision=matmul_precision,
     )
     gated = max_latency is not None or max_memory is not None
     if gated:
@@ -422,6 +442,7 @@ def predict(
 @cli.command()
 @click.argument("model", callback=_model_exists)
 @model_options
+@matmul_precision_option
 @click.option(
     "--device",
     "devices",
@@ -479,6 +500,7 @@ def report(
     max_slowdown: float | None,
     strict: bool,
     top: int,
+    matmul_precision: str,
 ) -> None:
     """Write a pre-deployment report of MODEL: predictions per device, a batch-size sweep, where the cost is.
 
@@ -507,6 +529,7 @@ def report(
         latency_slo_ms=latency_slo,
         max_slowdown=max_slowdown,
         dtype=dtype,
+        matmul_precision=matmul_precision,
         strict=strict,
         output=output,
         top=top,
@@ -594,6 +617,7 @@ def report(
     "--gpu-memory-utilization", type=float, default=0.9, show_default=True, help="Engine's share of GPU memory (vllm)."
 )
 @click.option("--block-size", type=int, default=16, show_default=True, help="Tokens per KV-cache block (vllm).")
+@matmul_precision_option
 @click.option(
     "--format",
     "fmt",
@@ -629,6 +653,7 @@ def llm(
     block_size: int,
     fmt: str,
     output: str | None,
+    matmul_precision: str,
 ) -> None:
     """Serve a decoder LM: KV cache, TTFT/TPOT, and how many sequences each GPU and MIG slice holds.
 
@@ -662,6 +687,7 @@ def llm(
         tensor_parallel=tensor_parallel,
         gpu_memory_utilization=gpu_memory_utilization,
         block_size=block_size,
+        matmul_precision=matmul_precision,
     )
     if output is not None:
         write(rep, output)
@@ -821,6 +847,7 @@ def devices(fmt: str, show: str | None) -> None:
     default=None,
     help="Analyse as if computed in this float dtype, for the models whose manifest row names none.",
 )
+@matmul_precision_option
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
@@ -851,12 +878,15 @@ def devices(fmt: str, show: str | None) -> None:
     metavar="MIB",
     help="Per-model memory cap: the address space a model may add to its worker, in MiB.",
 )
-def analyze_many(manifest, output, devices, batch, dtype, workers, address, resume, timeout_s, memory_mb) -> None:
+def analyze_many(
+    manifest, output, devices, batch, dtype, matmul_precision, workers, address, resume, timeout_s, memory_mb
+) -> None:
     """Analyse every model of MANIFEST on Ray workers and predict it on each --device.
 
     MANIFEST is a directory (every model file preflight reads, found recursively), a text file with one
     MODEL per line, or a JSONL file of rows {"model": ..., "inputs": [...], "batch": N, "dtype": ...,
-    "devices": [...]}; --device, --batch and --dtype apply where a row names none. Progress goes to stderr,
+    "devices": [...], "matmul_precision": ...}; --device, --batch, --dtype and --matmul-precision apply where a
+    row names none. Progress goes to stderr,
     a summary to stdout. Exits 0 when the job ran, whatever single models did (each row says), and 2 for a
     bad manifest.
     """
@@ -868,6 +898,7 @@ def analyze_many(manifest, output, devices, batch, dtype, workers, address, resu
         devices=devices,
         batch=batch,
         dtype=dtype,
+        matmul_precision=matmul_precision,
         workers=workers,
         address=address,
         resume=resume,

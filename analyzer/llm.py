@@ -36,6 +36,7 @@ from passes.memory import MemoryProfile, liveness
 from predictor import llm as serving
 from predictor import serving_engine as engine
 from predictor.devices import get_device
+from predictor.kernel_model import tf32_matmul_of
 from predictor.mig import fits as mig_fits
 from predictor.predict import Prediction, predictor_info
 from predictor.predict import predict as run_predictor
@@ -43,7 +44,7 @@ from predictor.predict import predict as run_predictor
 from .errors import AnalysisError, PreflightError, UsageError, one_line
 from .frontends.loaded import LoadedModel
 from .frontends.specs import MAX_DIM
-from .options import check_devices, check_dtype
+from .options import check_devices, check_dtype, check_matmul_precision
 from .pipeline import Report, analyze_loaded
 
 DEFAULT_DTYPE = "float16"
@@ -435,8 +436,17 @@ class StepCost:
 class Step:
     """A step of the whole model: graphs at the traced depths, predictions per device, memoised per point."""
 
-    def __init__(self, kind: str, graphs: dict[int, StepGraph], layers: int, devices: Sequence[str], max_length: int):
+    def __init__(
+        self,
+        kind: str,
+        graphs: dict[int, StepGraph],
+        layers: int,
+        devices: Sequence[str],
+        max_length: int,
+        matmul_precision: str = "highest",
+    ):
         self.kind, self.graphs, self.layers, self.devices, self.max_length = kind, graphs, layers, devices, max_length
+        self.matmul_precision = matmul_precision  # torch.set_float32_matmul_precision's setting (`predict`)
         self._costs: dict[tuple[int, int], StepCost] = {}
         self.predict_warnings: list[str] = []
 
@@ -485,7 +495,7 @@ class Step:
         for dev in self.devices:
             preds: dict[int, Prediction] = {}
             for d, p in points.items():
-                pred, warnings = run_predictor(p.analysis, dev)
+                pred, warnings = run_predictor(p.analysis, dev, matmul_precision=self.matmul_precision)
                 preds[d] = pred
                 self.predict_warnings.extend(w for w in warnings if w not in self.predict_warnings)
             lat[dev] = self._combine({d: p.latency_ms for d, p in preds.items()})
@@ -701,6 +711,7 @@ def llm(
     tensor_parallel: int = 1,
     gpu_memory_utilization: float = engine.GPU_MEMORY_UTILIZATION,
     block_size: int = engine.BLOCK_SIZE,
+    matmul_precision: str = "highest",
 ) -> LlmReport:
     """Serve a decoder LM with a static KV cache: KV-cache bytes, TTFT/TPOT, capacity per GPU and MIG slice.
 
@@ -726,6 +737,8 @@ def llm(
         tensor_parallel: GPUs one model is split over (vllm runtime; Megatron-style, all-reduces over NVLink).
         gpu_memory_utilization: Fraction of each GPU's memory the engine may use (vllm runtime).
         block_size: Tokens per KV-cache block (vllm runtime).
+        matmul_precision: `torch.set_float32_matmul_precision` where the model is served: "highest" (torch's
+            default) or "high"/"medium" (float32 matmuls on TF32 tensor cores); only a float32 model moves.
 
     Returns:
         An `LlmReport`: the decode step's report (totals; per-operator list with full depth) with the `llm` block.
@@ -745,6 +758,7 @@ def llm(
     concurrency = batch if concurrency is None else _check_int("--concurrency", concurrency)
     devices = check_devices(devices)
     check_dtype(dtype)
+    check_matmul_precision(matmul_precision)
     for name, v in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
         if v is not None and not (isinstance(v, int | float) and v > 0 and math.isfinite(v)):
             raise UsageError(f"{name} must be a positive number of milliseconds (got {v!r})")
@@ -790,6 +804,7 @@ def llm(
             tp=tensor_parallel,
             utilization=gpu_memory_utilization,
             block_size=block_size,
+            matmul_precision=matmul_precision,
         )
 
     depths, depth = choose_depths(m.lm, layout, full_depth=full_depth, devices=devices)
@@ -809,8 +824,8 @@ def llm(
             for d, lm in depths.items()
         }
 
-    prefill = Step("prefill", graphs("prefill"), n, devices, max_length)
-    decode = Step("decode", graphs("decode"), n, devices, max_length)
+    prefill = Step("prefill", graphs("prefill"), n, devices, max_length, matmul_precision)
+    decode = Step("decode", graphs("decode"), n, devices, max_length, matmul_precision)
 
     say(f"tracing the prefill step ({batch} x {prompt} tokens)")
     pre = prefill.cost(batch, prompt)
@@ -914,6 +929,7 @@ def llm(
         contexts=grid,
         depth=depth,
         assumptions=list(ASSUMPTIONS),
+        runtime={"name": "eager", **_precision(matmul_precision)},
     )
     report = _decode_report(m, decode, dec, batch, request_context, kv, depth)
     report.llm = info
@@ -1099,6 +1115,11 @@ VLLM_ASSUMPTIONS = (
 )
 
 
+def _precision(matmul_precision: str) -> dict:
+    """The `llm.runtime` keys of `torch.set_float32_matmul_precision`'s setting (as `prediction.runtime` has them)."""
+    return {"matmul_precision": matmul_precision, "tf32_matmul": tf32_matmul_of(matmul_precision)}
+
+
 def _arch(m: LlmModel) -> engine.Arch:
     try:
         return engine.Arch.from_config(m.config.to_dict())
@@ -1124,12 +1145,14 @@ def _llm_vllm(
     tp: int,
     utilization: float,
     block_size: int,
+    matmul_precision: str = "highest",
 ) -> LlmReport:
     """`preflight llm --runtime vllm`: every number from the config's sizes (`predictor.serving_engine`), per GPU of
     `tp`; no graph is traced (the kernels of these architectures are a formula; tests/test_llm_serving.py checks
     the GEMM FLOPs against the traced decode graph's)."""
     from predictor.power import power_params
 
+    tf32 = tf32_matmul_of(matmul_precision)
     arch = _arch(m)
     try:
         engine.Split.of(arch, tp)
@@ -1160,7 +1183,7 @@ def _llm_vllm(
                 f"--tensor-parallel {tp} on {dev}: the device table gives it no NVLink bandwidth (nvlink_gbs)"
             )
         pw = power_params(dev)
-        served = engine.serve(arch, device, batch, prompt, generate, pw, tp=tp, dtype=dtype)
+        served = engine.serve(arch, device, batch, prompt, generate, pw, tp=tp, dtype=dtype, tf32_matmul=tf32)
         step, pre, stalls = served.decode, served.prefill, served.prefills_per_step
         name = "vllm engine model (kernel model, CUDA graphs, host overhead)"
         lat = {serving.FULL_GPU: serving.SliceLatency(served.ttft_ms, served.tpot_ms)}
@@ -1168,7 +1191,9 @@ def _llm_vllm(
         if tp == 1:  # a MIG slice has no NVLink: tensor parallel 1 only
             for q in device.mig:
                 sd = get_device(f"{dev}:{q.name}")
-                s_q = engine.serve(arch, sd, concurrency, prompt, generate, power_params(sd.key), dtype=dtype)
+                s_q = engine.serve(
+                    arch, sd, concurrency, prompt, generate, power_params(sd.key), dtype=dtype, tf32_matmul=tf32
+                )
                 lat[q.name] = serving.SliceLatency(s_q.ttft_ms, s_q.tpot_ms)
                 slice_ms[q.name] = s_q.tpot_ms
         for kind, st, energy in (
@@ -1206,11 +1231,11 @@ def _llm_vllm(
         )
         sweep = []
         for c in grid:
-            s_c = engine.decode_step(arch, device, batch, c, tp=tp, dtype=dtype)
+            s_c = engine.decode_step(arch, device, batch, c, tp=tp, dtype=dtype, tf32_matmul=tf32)
             sweep.append(
                 {
                     "context": c,
-                    "ttft_ms": engine.prefill_step(arch, device, 1, c, tp=tp, dtype=dtype).total_ms,
+                    "ttft_ms": engine.prefill_step(arch, device, 1, c, tp=tp, dtype=dtype, tf32_matmul=tf32).total_ms,
                     "tpot_ms": s_c.total_ms,
                     "decode_tokens_per_s": _per_s(batch, s_c.total_ms),
                     "prefill_activation_bytes": act(c),
@@ -1302,6 +1327,7 @@ def _llm_vllm(
         assumptions=list(VLLM_ASSUMPTIONS),
         runtime={
             "name": "vllm",
+            **_precision(matmul_precision),
             "tensor_parallel": tp,
             "gpu_memory_utilization": utilization,
             "block_size": block_size,

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from passes.graph import COMPUTE_DTYPES  # plain python: no TVM
 from predictor.devices import UnknownDeviceError, get_device
+from predictor.kernel_model import MATMUL_PRECISIONS
 
 from .errors import UsageError
 
@@ -37,3 +38,14 @@ def check_dtype(dtype: str | None) -> None:
     "amp-bfloat16" (the model as it is, run under `torch.autocast`)."""
     if dtype is not None and dtype not in COMPUTE_DTYPES:
         raise UsageError(f"--dtype must be one of {', '.join(COMPUTE_DTYPES)} (got {dtype!r})")
+
+
+def check_matmul_precision(matmul_precision: str, where: str | None = None) -> str:
+    """`matmul_precision` if it is one of `torch.set_float32_matmul_precision`'s values ("highest", "high",
+    "medium": `predictor.kernel_model.MATMUL_PRECISIONS`), else UsageError (`where` prefixes the message)."""
+    if not isinstance(matmul_precision, str) or matmul_precision not in MATMUL_PRECISIONS:
+        prefix = f"{where}: " if where else ""
+        raise UsageError(
+            f"{prefix}--matmul-precision must be one of {', '.join(MATMUL_PRECISIONS)} (got {matmul_precision!r})"
+        )
+    return matmul_precision

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field, replace
 from passes.analysis import Analysis, analyze_graph, gathered_expert_matmuls
 from passes.graph import AMP_DTYPES, dtype_bytes, with_autocast, with_compute_dtype, with_float_dtype
 from passes.tvm_ir import DataDependentShapeError, DynamicShapeError, IRError, extract, source_names
-from predictor.kernel_model import KernelParamsError
+from predictor.kernel_model import DEFAULT_MATMUL_PRECISION, KernelParamsError
 from predictor.predict import Prediction, predictor_info
 from predictor.predict import predict as run_predictor
 
 from .errors import AnalysisError, MissingShapeError, StrictFindingError, UsageError
 from .frontends import InputSpec, LoadedModel, load
-from .options import check_dtype
+from .options import check_dtype, check_matmul_precision
 
 TORCH_EXPORTED = ("torch", "zoo", "transformers")  # frameworks whose graphs come from torch.export
 
@@ -168,12 +168,22 @@ def analyze_model(
 
 
 def add_prediction(
-    report: Report, device: str, latency_slo_ms: float | None = None, max_slowdown: float | None = None
+    report: Report,
+    device: str,
+    latency_slo_ms: float | None = None,
+    max_slowdown: float | None = None,
+    *,
+    matmul_precision: str = DEFAULT_MATMUL_PRECISION,
 ) -> Prediction:
-    """Predict `report`'s analysis on `device`; the predictor's warnings join the report's."""
+    """Predict `report`'s analysis on `device` (float32 matmuls as `matmul_precision` runs them); the predictor's
+    warnings join the report's."""
     try:
         prediction, warnings = run_predictor(
-            report.analysis, device, latency_slo_ms=latency_slo_ms, max_slowdown=max_slowdown
+            report.analysis,
+            device,
+            latency_slo_ms=latency_slo_ms,
+            max_slowdown=max_slowdown,
+            matmul_precision=check_matmul_precision(matmul_precision),
         )
     except KernelParamsError as exc:  # an edited or corrupt kernel-parameter table
         raise AnalysisError(str(exc)) from exc
@@ -182,13 +192,20 @@ def add_prediction(
 
 
 def predict_all(
-    report: Report, devices: Sequence[str], latency_slo_ms: float | None = None, max_slowdown: float | None = None
+    report: Report,
+    devices: Sequence[str],
+    latency_slo_ms: float | None = None,
+    max_slowdown: float | None = None,
+    *,
+    matmul_precision: str = DEFAULT_MATMUL_PRECISION,
 ) -> Report:
-    """Fill `report.predictions` (one per device, in order), `report.prediction` and `report.predictors`."""
+    """Fill `report.predictions` (one per device, in order), `report.prediction` and `report.predictors`;
+    `matmul_precision` as `torch.set_float32_matmul_precision` takes it (`add_prediction`)."""
     if max_slowdown is not None and not max_slowdown >= 1:
         raise UsageError(f"the maximum slowdown is a factor of at least 1 (got {max_slowdown})")
+    check_matmul_precision(matmul_precision)
     for d in devices:
-        p = add_prediction(report, d, latency_slo_ms, max_slowdown)
+        p = add_prediction(report, d, latency_slo_ms, max_slowdown, matmul_precision=matmul_precision)
         report.predictions.append(p)
         if p.predictor not in report.predictors:
             report.predictors[p.predictor] = predictor_info(d, name=p.predictor)

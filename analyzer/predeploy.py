@@ -28,6 +28,7 @@ from .render import (
     Table,
     _shape,
     _summary,
+    assumes_text,
     basis_text,
     html_page,
     markdown_page,
@@ -55,6 +56,13 @@ def _iv(value: float, interval, fmt: str) -> str:
     lo, hi = interval
     f = g3 if fmt == ".3g" else lambda v: f"{v:{fmt}}"
     return f"{f(value)} ({f(lo)} – {f(hi)})"
+
+
+def _llm_dtype(dtype: str, runtime: dict) -> str:
+    """The LLM summary's dtype row: the dtype, and how float32 matmuls run when the user set them to TF32."""
+    if runtime.get("tf32_matmul") and dtype == "float32":
+        return f"float32 (matmuls on TF32 tensor cores: matmul precision '{runtime.get('matmul_precision')}')"
+    return dtype
 
 
 def _prediction_section(report) -> Section:
@@ -91,6 +99,7 @@ def _prediction_section(report) -> Section:
     )
     sec.blocks.append([f"{p.device}: {p.mig.reason}" for p in report.predictions])
     sec.blocks.append([f"{p.device} rests on {basis_text(p.basis)}." for p in report.predictions])
+    sec.blocks.append([f"{p.device} assumes {assumes_text(p.runtime)}." for p in report.predictions])
     for name, info in report.predictors.items():
         text = f"Predictor {name}: {info['note']}."
         ev = info.get("evaluation") or {}
@@ -381,7 +390,7 @@ def llm_summary(report) -> list[tuple[str, str]]:
         return [
             ("model", f"{m['name']} ({report.model['framework']}: {report.model['source']})"),
             ("architecture", arch),
-            ("dtype", llm.dtype),
+            ("dtype", _llm_dtype(llm.dtype, runtime)),
             (
                 "weights",
                 f"{si(llm.params)} params, {mib(llm.param_bytes)}; {mib(runtime['weights_per_gpu_bytes'])} per GPU",
@@ -401,7 +410,7 @@ def llm_summary(report) -> list[tuple[str, str]]:
     return [
         ("model", f"{m['name']} ({report.model['framework']}: {report.model['source']})"),
         ("architecture", arch),
-        ("dtype", llm.dtype),
+        ("dtype", _llm_dtype(llm.dtype, runtime)),
         ("weights", f"{si(llm.params)} params, {mib(llm.param_bytes)}"),
         (
             "request",

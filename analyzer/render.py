@@ -311,6 +311,23 @@ def basis_text(basis: dict) -> str:
     return f"{head}; kernel time: {', '.join(parts) or 'none'} ({where})"
 
 
+def assumes_text(runtime: dict) -> str:
+    """What a prediction assumes runs the model (its `runtime` block), in words: the framework, the dtype and
+    how float32 convolutions and matmuls run ("eager PyTorch on CUDA, float32 (TF32 convolutions, FP32 matmuls:
+    torch defaults)")."""
+    dtype = runtime.get("dtype", "?")
+    precision = runtime.get("matmul_precision", "highest")
+    if dtype == "float32" and runtime.get("tf32_matmul"):
+        how = f"TF32 convolutions, TF32 matmuls: torch.set_float32_matmul_precision('{precision}')"
+    elif dtype == "float32":
+        how = "TF32 convolutions, FP32 matmuls: torch defaults"
+    elif runtime.get("tf32_matmul"):
+        how = f"tensor cores; matmul precision '{precision}' moves float32 matmuls only"
+    else:
+        how = "tensor cores"
+    return f"eager PyTorch on CUDA, {dtype} ({how})"
+
+
 def _prediction(report) -> list[tuple[str, str]]:
     p = report.prediction
     if not p:
@@ -321,12 +338,10 @@ def _prediction(report) -> list[tuple[str, str]]:
         f = g3 if fmt == ".3g" else lambda v: f"{v:{fmt}}"
         return f"{f(value)} {unit} ({f(lo)} to {f(hi)})"
 
-    rt = p.runtime
-    tf32 = "TF32 convolutions, FP32 matmuls: torch defaults" if rt.get("dtype") == "float32" else "tensor cores"
     return [
         ("device", f"{p.device} (predictor: {p.predictor})"),
         ("rests on", basis_text(p.basis)),
-        ("assumes", f"eager PyTorch on CUDA, {rt.get('dtype', '?')} ({tf32})"),
+        ("assumes", assumes_text(p.runtime)),
         ("latency", iv(p.latency_ms, p.latency_ms_interval, "ms")),
         ("energy", iv(p.energy_j, p.energy_j_interval, "J") + _power_text(p)),
         ("memory", iv(p.memory_mib, p.memory_mib_interval, "MiB", ",.0f") + _tensor_text(p)),
@@ -440,8 +455,10 @@ EXPLAIN: tuple[tuple[str, str], ...] = (
     ),
     (
         "assumes",
-        "what the prediction takes to run the model: eager PyTorch on CUDA in this dtype, at torch's default "
-        "precision flags (float32: TF32 convolutions, FP32 matmuls)",
+        "what the prediction takes to run the model: eager PyTorch on CUDA in this dtype; float32 convolutions on "
+        "TF32 tensor cores (torch's default), float32 matmuls on FP32 CUDA cores (torch's default, "
+        "--matmul-precision highest) or on TF32 tensor cores (--matmul-precision high or medium, "
+        "torch.set_float32_matmul_precision)",
     ),
     ("roofline bound", "the fastest the graph can run: each op at the device's peak compute or bandwidth"),
     (
@@ -733,7 +750,8 @@ def render_csv(report, what: str = "ops") -> str:
         from predictor.devices import get_device
         from predictor.kernel_model import kernel_arrays, kernel_latency_arrays
 
-        kt = kernel_latency_arrays(kernel_arrays(a.kernels), get_device(p.device))
+        tf32 = bool(p.runtime.get("tf32_matmul", False))
+        kt = kernel_latency_arrays(kernel_arrays(a.kernels), get_device(p.device), tf32_matmul=tf32)
         scale = p.latency_ms / (float(kt.eager_s.sum()) * 1e3) if float(kt.eager_s.sum()) > 0 else 0.0
         secs, bound = kt.eager_s * 1e3 * scale, kt.compute_bound
     out.writerow(KERNEL_CSV_COLUMNS)

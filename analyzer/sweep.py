@@ -116,11 +116,13 @@ def run_sweep(
     dtype: str | None = None,
     reuse: dict | None = None,
     progress: Callable[[int], None] | None = None,
+    matmul_precision: str = "highest",
 ) -> tuple[dict, list[str]]:
     """The `sweep` block of the report and the warnings it raised; `batches` as `check_batches` returns them.
 
     `reuse` maps a batch already analysed and predicted (the report's own) to its `Report`, whose `predictions`
-    are for `devices`, in order; `progress(n)` is called after each batch.
+    are for `devices`, in order; `progress(n)` is called after each batch; `matmul_precision` as for
+    `predictor.predict.predict`.
     """
     reuse = reuse or {}
     per_device: dict[str, list[dict]] = {d: [] for d in devices}
@@ -138,7 +140,10 @@ def run_sweep(
                     example_inputs=_with_batch(example_inputs, b),
                 )
                 analysis = analyze_loaded(loaded, strict=strict, dtype=dtype).analysis
-                predicted = [run_predictor(analysis, d, latency_slo_ms=latency_slo_ms) for d in devices]
+                predicted = [
+                    run_predictor(analysis, d, latency_slo_ms=latency_slo_ms, matmul_precision=matmul_precision)
+                    for d in devices
+                ]
             for d, (p, w) in zip(devices, predicted, strict=True):
                 predictors[d] = p.predictor
                 per_device[d].append(point(b, p, latency_slo_ms))

@@ -48,6 +48,7 @@ from .devices import DEVICES, Device, UnknownDeviceError, get_device
 from .kernel_model import (
     _CATEGORY,
     GEMM_LIKE,
+    TF32,
     KernelArrays,
     KernelParams,
     KernelParamsError,
@@ -656,6 +657,12 @@ def derive_entries(fitted: dict[tuple[str, str, str], KernelParams]) -> dict[tup
             (fam, "conv", "float32"),
             g16,
             f"assumed: TF32 tensor cores (torch default) at the float16 GEMM entry; {g16.source}",
+        )
+        put(  # float32 matmuls with torch.set_float32_matmul_precision("high"): no TF32 GEMM measurement yet
+            (fam, "gemm", TF32),
+            g16,
+            "assumed: float32 matmuls on TF32 tensor cores (set_float32_matmul_precision high/medium) at the float16 "
+            f"GEMM entry, as float32 convolutions (no TF32 GEMM measurement); {g16.source}",
         )
         put((fam, "conv", "*"), g32, f"assumed: as the float32 GEMM entry (fp32 CUDA-core rate); {g32.source}")
 

@@ -9,6 +9,11 @@ For each kernel of the kernel view (`passes.kernels.Kernel`, or any object with 
   CUDA cores, float32 conv on TF32 tensor cores, float16/bfloat16 gemm/conv/attention on tensor cores,
   everything else at the fp32 CUDA-core rate), times the MIG slice's share of SMs; `bandwidth` is the
   datasheet bandwidth times the slice's share of memory slices (`roofline.shares`).
+- `tf32_matmul` (keyword of `kernel_latency`, `kernel_latency_arrays`, `latency_bound_ms`, `kernel_basis`;
+  default False, torch's default): float32 gemm kernels (matmul, linear, bmm, and the math-fallback attention's
+  two products) run on TF32 tensor cores, as under `torch.set_float32_matmul_precision("high")`: the TF32 peak,
+  and the table's entry of dtype "tf32" (`TF32`, `param_dtype`). Fused float32 attention does not move (torch's
+  memory-efficient kernel computes float32 in 3xTF32 whatever the flag says; `roofline` docstring).
 - `e_m` = `e_memory`, a constant per (device family, kind, dtype).
 - `e_c` = min(1, `e_compute` x q x k / (k + `k0`)) for gemm-like kinds (gemm, conv, attention), `e_compute`
   for the others. A gemm-like kernel is seen as `b` independent products of an (m x k) by (k x n) matrix:
@@ -42,7 +47,9 @@ The roofline bound of a kernel is the same with e_c = e_m = 1 and no launch. Eve
 All parameters live in one versioned table, `predictor/kernel_params.json` (`SCHEMA`), keyed by
 (scope, kind, dtype): scope is a device key or a device family (`families` in the table: "ampere" for the A100s,
 "hopper" for H100/H200), dtype may be "*". Lookup tries (device, kind, dtype), (device, kind, "*"), (family,
-kind, dtype), (family, kind, "*"). Each entry says where its numbers come from (`source`: "fit: ...",
+kind, dtype), (family, kind, "*"); the pseudo-dtype "tf32" (float32 gemm on TF32 tensor cores) never falls back
+to "*" (that is the FP32 CUDA-core fit): without a "tf32" entry the kind's float16 entry is used, its source
+marked "assumed". Each entry says where its numbers come from (`source`: "fit: ...",
 "transfer: ...", "default: ..."). `python -m predictor.kernel_fit fit --data DIR_OR_JSONL --out TABLE`
 refits it (`predictor.kernel_fit`) and writes the evaluation table `KERNEL_EVAL.md` beside it; see
 docs/kernel-model.md. The model itself needs only numpy and is vectorised over kernels.
@@ -53,7 +60,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -71,6 +78,31 @@ GEMM_LIKE = ("gemm", "conv", "attention")
 BASES = ("fitted_on_this_gpu", "fitted_on_other_gpus", "calibrated", "assumed")
 #: Kernel kind -> the roofline category whose peak applies (`roofline.peak_rate`); other kinds map to themselves.
 _CATEGORY = {"gemm": "matmul", "conv": "conv", "attention": "attention"}
+#: The table's pseudo-dtype of float32 gemm kernels on TF32 tensor cores (`param_dtype`).
+TF32 = "tf32"
+#: `torch.set_float32_matmul_precision`'s values -> whether float32 matmuls run on TF32 tensor cores on a GPU.
+#: "highest" is torch's default (FP32 CUDA cores). "high" and "medium" both let cuBLAS use TF32 (torch's
+#: `Context::allowTF32CuBLAS` is `precision != HIGHEST`); "medium"'s bfloat16 internal computation is a CPU
+#: (oneDNN) path, so on a CUDA GPU "medium" is costed as "high".
+MATMUL_PRECISIONS = {"highest": False, "high": True, "medium": True}
+DEFAULT_MATMUL_PRECISION = "highest"
+
+
+def tf32_matmul_of(matmul_precision: str) -> bool:
+    """Whether `matmul_precision` (`MATMUL_PRECISIONS`) puts float32 matmuls on TF32 tensor cores; ValueError for
+    a value torch does not accept."""
+    try:
+        return MATMUL_PRECISIONS[matmul_precision]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"matmul precision must be one of {', '.join(MATMUL_PRECISIONS)} (got {matmul_precision!r})"
+        ) from None
+
+
+def param_dtype(kind: str, dtype: str, tf32_matmul: bool = False) -> str:
+    """The dtype a kernel's parameters are looked up under: `TF32` for a float32 gemm when float32 matmuls run on
+    TF32 tensor cores (`tf32_matmul`), else the kernel's own dtype."""
+    return TF32 if tf32_matmul and kind == "gemm" and dtype == "float32" else dtype
 
 
 class KernelParamsError(ValueError):
@@ -199,10 +231,14 @@ class ParamTable:
         if fam is not None:
             scopes.append(fam)
         for scope in scopes:
-            for dt in (dtype, "*"):
+            for dt in (dtype,) if dtype == TF32 else (dtype, "*"):
                 entry = self.entries.get((scope, kind, dt))
                 if entry is not None:
                     return entry
+        if dtype == TF32:  # no TF32 entry: the kind's float16 tensor-core entry, at the TF32 peak (an assumption)
+            half = self.lookup(device_key, kind, "float16")
+            note = "assumed: TF32 tensor cores at the float16 entry (the table has no tf32 entry); "
+            return replace(half, source=note + half.source)
         where = f"device {device_key!r}" + (f" (family {fam!r})" if fam else " (in no family of the table)")
         raise KernelParamsError(f"no kernel parameters for kind {kind!r}, dtype {dtype!r} on {where}")
 
@@ -450,7 +486,12 @@ def _resources(device: Device, profile: MigProfile | None) -> tuple[float, float
 
 
 def kernel_latency_arrays(
-    arrays: KernelArrays, device: Device, profile: MigProfile | None = None, params: ParamTable | None = None
+    arrays: KernelArrays,
+    device: Device,
+    profile: MigProfile | None = None,
+    params: ParamTable | None = None,
+    *,
+    tf32_matmul: bool = False,
 ) -> KernelTimes:
     """`kernel_latency` from `kernel_arrays` (compute the arrays once, cost them on many devices and slices)."""
     table = params if params is not None else load_params()
@@ -460,8 +501,8 @@ def kernel_latency_arrays(
     bandwidth = device.bandwidth * bw_share
     out["bound_memory_s"] = arrays.nbytes / bandwidth
     for kind, dtype, rows in arrays.groups:
-        p = table.lookup(device.key, kind, dtype)
-        rate = peak_rate(device, _CATEGORY.get(kind, kind), dtype) * sm_share
+        p = table.lookup(device.key, kind, param_dtype(kind, dtype, tf32_matmul))
+        rate = peak_rate(device, _CATEGORY.get(kind, kind), dtype, tf32_matmul=tf32_matmul) * sm_share
         sub = arrays.subset(rows)
         out["bound_compute_s"][rows] = sub.flops / rate
         out["compute_s"][rows] = sub.flops / (rate * compute_efficiency(sub, p, sms)) + p.exec_us * 1e-6
@@ -471,21 +512,32 @@ def kernel_latency_arrays(
 
 
 def kernel_basis(
-    arrays: KernelArrays, device: Device, times: KernelTimes, params: ParamTable | None = None
+    arrays: KernelArrays,
+    device: Device,
+    times: KernelTimes,
+    params: ParamTable | None = None,
+    *,
+    tf32_matmul: bool = False,
 ) -> dict[str, float]:
     """The share of the estimate's time (`times.eager_s`, the kernels of `arrays` on `device`) whose kernel
     parameters rest on each basis of `BASES` (`KernelParams.basis`); the shares add up to 1 (all 0 when the
-    estimate is 0)."""
+    estimate is 0). `tf32_matmul` as the `times` were computed with."""
     table = params if params is not None else load_params()
     total = float(times.eager_s.sum())
     share = dict.fromkeys(BASES, 0.0)
     for kind, dtype, rows in arrays.groups:
-        share[table.lookup(device.key, kind, dtype).basis(device.key)] += float(times.eager_s[rows].sum())
+        entry = table.lookup(device.key, kind, param_dtype(kind, dtype, tf32_matmul))
+        share[entry.basis(device.key)] += float(times.eager_s[rows].sum())
     return {b: (v / total if total > 0 else 0.0) for b, v in share.items()}
 
 
 def kernel_latency(
-    kernels: Iterable, device: Device, profile: MigProfile | None = None, params: ParamTable | None = None
+    kernels: Iterable,
+    device: Device,
+    profile: MigProfile | None = None,
+    params: ParamTable | None = None,
+    *,
+    tf32_matmul: bool = False,
 ) -> KernelTimes:
     """Estimated and roofline time of every kernel on `device` (or one of its MIG slices).
 
@@ -494,16 +546,21 @@ def kernel_latency(
         device: the GPU.
         profile: a MIG profile of `device`, or None for the whole GPU.
         params: a parameter table (default: the committed one).
+        tf32_matmul: float32 gemm kernels on TF32 tensor cores (`torch.set_float32_matmul_precision("high")`);
+            False (torch's default): on FP32 CUDA cores. Other dtypes and kinds are not affected.
     """
-    return kernel_latency_arrays(kernel_arrays(kernels), device, profile, params)
+    return kernel_latency_arrays(kernel_arrays(kernels), device, profile, params, tf32_matmul=tf32_matmul)
 
 
-def latency_bound_ms(kernels: Iterable, device: Device, profile: MigProfile | None = None) -> float:
-    """The roofline bound of a kernel sequence in milliseconds (efficiency 1, no launch)."""
+def latency_bound_ms(
+    kernels: Iterable, device: Device, profile: MigProfile | None = None, *, tf32_matmul: bool = False
+) -> float:
+    """The roofline bound of a kernel sequence in milliseconds (efficiency 1, no launch; `tf32_matmul` as in
+    `kernel_latency`)."""
     arrays = kernel_arrays(kernels)
     sm_share, bw_share, _ = _resources(device, profile)
     total = 0.0
     for kind, dtype, rows in arrays.groups:
-        rate = peak_rate(device, _CATEGORY.get(kind, kind), dtype) * sm_share
+        rate = peak_rate(device, _CATEGORY.get(kind, kind), dtype, tf32_matmul=tf32_matmul) * sm_share
         total += float(np.maximum(arrays.flops[rows] / rate, arrays.nbytes[rows] / (device.bandwidth * bw_share)).sum())
     return total * 1e3

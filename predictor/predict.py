@@ -38,7 +38,16 @@ from passes.costs import INT8_DTYPES, compute_dtype
 
 from .data import Sample
 from .devices import DEVICES, Device, get_device
-from .kernel_model import KernelTimes, kernel_arrays, kernel_basis, kernel_latency_arrays, load_params
+from .kernel_model import (
+    DEFAULT_MATMUL_PRECISION,
+    KernelTimes,
+    kernel_arrays,
+    kernel_basis,
+    kernel_latency_arrays,
+    load_params,
+    param_dtype,
+    tf32_matmul_of,
+)
 from .memory import DEFAULT_RUNTIME, gpu_memory, runtime_memory
 from .mig import MigRecommendation, recommend
 from .power import busy_shares, power_params
@@ -305,11 +314,13 @@ class Prediction:
         )
 
 
-def runtime_of(ops) -> dict:
-    """What a prediction assumes executes the model: eager PyTorch on CUDA at torch's default precision flags
-    (`torch.backends.cudnn.allow_tf32` True: float32 convolutions on TF32 tensor cores;
-    `torch.backends.cuda.matmul.allow_tf32` False: float32 matmuls on FP32 CUDA cores), in the dtype most of the
-    graph's multiply-add ops (else its ops) compute in ("int8" for int8 or uint8 operands: a quantized model)."""
+def runtime_of(ops, matmul_precision: str = DEFAULT_MATMUL_PRECISION) -> dict:
+    """What a prediction assumes executes the model: eager PyTorch on CUDA, `torch.backends.cudnn.allow_tf32` True
+    (torch's default: float32 convolutions on TF32 tensor cores) and float32 matmuls as
+    `torch.set_float32_matmul_precision(matmul_precision)` runs them ("highest", torch's default: FP32 CUDA cores,
+    `tf32_matmul` False; "high" or "medium": TF32 tensor cores, `tf32_matmul` True), in the dtype most of the
+    graph's multiply-add ops (else its ops) compute in ("int8" for int8 or uint8 operands: a quantized model).
+    The matmul setting changes float32 matmuls only: a float16/bfloat16 graph's numbers do not move."""
     live = [c for c in ops if not c.folded and c.outputs]
     heavy = [c for c in live if c.category in ("conv", "matmul", "attention")] or live
     dtypes = Counter("int8" if d in INT8_DTYPES else d for d in map(compute_dtype, heavy))
@@ -317,8 +328,14 @@ def runtime_of(ops) -> dict:
         "framework": "pytorch-eager-cuda",
         "dtype": dtypes.most_common(1)[0][0] if dtypes else "float32",
         "tf32_conv": True,
-        "tf32_matmul": False,
+        "tf32_matmul": tf32_matmul_of(matmul_precision),
+        "matmul_precision": matmul_precision,
     }
+
+
+def tf32_matmul_of_prediction(prediction: Prediction) -> bool:
+    """Whether `prediction` was made with float32 matmuls on TF32 tensor cores (its `runtime` block)."""
+    return bool(prediction.runtime.get("tf32_matmul", False))
 
 
 def predict(
@@ -328,15 +345,20 @@ def predict(
     latency_slo_ms: float | None = None,
     max_slowdown: float | None = None,
     checkpoints: Path = CHECKPOINTS,
+    matmul_precision: str = DEFAULT_MATMUL_PRECISION,
 ) -> tuple[Prediction, list[str]]:
     """The prediction for `analysis` on `device_name`, and warnings to show the user.
 
     `latency_slo_ms` and `max_slowdown` go to the MIG recommender (`predictor.mig.recommend`).
+    `matmul_precision`: `torch.set_float32_matmul_precision`'s setting the model runs under ("highest", torch's
+    default; "high" or "medium": float32 matmuls on TF32 tensor cores, `kernel_model.MATMUL_PRECISIONS`);
+    ValueError for another value.
     """
+    tf32 = tf32_matmul_of(matmul_precision)
     device = get_device(device_name)
     warnings: list[str] = []
     karrays = kernel_arrays(analysis.kernels)
-    whole = kernel_latency_arrays(karrays, device)
+    whole = kernel_latency_arrays(karrays, device, tf32_matmul=tf32)
     bound = whole.bound_ms
     trained, artifact, source, skipped = first_loadable(device.key, checkpoints)
     warnings += skipped
@@ -351,7 +373,7 @@ def predict(
         name = artifact.name
         if source != device.key:  # measured on another GPU: scale by the kernel model's ratio of the two
             src = get_device(source)
-            src_ms = kernel_latency_arrays(karrays, src).eager_ms
+            src_ms = kernel_latency_arrays(karrays, src, tf32_matmul=tf32).eager_ms
             r = whole.eager_ms / src_ms if src_ms > 0 else 1.0
             lat_lo, lat, lat_hi = lat_lo * r, lat * r, lat_hi * r
             power = device.tdp_w / src.tdp_w
@@ -359,6 +381,11 @@ def predict(
             warnings.append(
                 f"no whole-model measurements on {device.key}: {name} (measured on {source}) transferred by the "
                 f"kernel model's latency ratio {r:.3g} and TDP ratio {power:.3g}; the transfer's error is not measured"
+            )
+        if tf32:
+            warnings.append(
+                f"matmul precision {matmul_precision!r}: {name} does not take it as an input (only the MIG slices "
+                "and any transfer between GPUs see TF32 matmuls)"
             )
     else:
         lat = whole.eager_ms
@@ -383,7 +410,7 @@ def predict(
     if device.parent is not None:  # a MIG slice as the target: does the model fit it, and how it compares
         parent = get_device(device.parent)
         profile = parent.profile(device.key.split(":", 1)[1])
-        full = kernel_latency_arrays(karrays, parent).eager_ms
+        full = kernel_latency_arrays(karrays, parent, tf32_matmul=tf32).eager_ms
         rec = recommend(
             replace(parent, mig=(profile,)),
             m_hi,
@@ -393,7 +420,7 @@ def predict(
             max_slowdown=max_slowdown,
         )
     else:
-        per_slice = {p.name: kernel_latency_arrays(karrays, device, p) for p in device.mig}
+        per_slice = {p.name: kernel_latency_arrays(karrays, device, p, tf32_matmul=tf32) for p in device.mig}
         slices = _slice_latencies(device, whole, per_slice, lat, trained is not None)
         rec = recommend(
             device,
@@ -414,8 +441,8 @@ def predict(
         memory_mib_interval=(m_lo, m_hi),
         roofline_latency_ms=bound,
         mig=rec,
-        runtime=runtime_of(analysis.ops),
-        basis=_basis(karrays, device, whole, None if trained is None else source),
+        runtime=runtime_of(analysis.ops, matmul_precision),
+        basis=_basis(karrays, device, whole, None if trained is None else source, tf32),
         memory_tensor_peak_mib=tensor_peak,
         power_w=power,
         power_shares=power_shares,
@@ -423,18 +450,20 @@ def predict(
     return prediction, warnings
 
 
-def _basis(karrays, device: Device, whole: KernelTimes, source: str | None) -> dict:
+def _basis(karrays, device: Device, whole: KernelTimes, source: str | None, tf32_matmul: bool = False) -> dict:
     """The `basis` block of a prediction (`Prediction.basis`)."""
     table = load_params()
     measured_on = set()
     for kind, dtype, _ in karrays.groups:
-        entry = table.lookup(device.key, kind, dtype)
+        entry = table.lookup(device.key, kind, param_dtype(kind, dtype, tf32_matmul))
         if entry.basis(device.key).startswith("fitted"):
             measured_on.update(entry.measured_on)
     return {
         "whole_model": "none" if source is None else "measured" if source == device.key else "transferred",
         "whole_model_device": source,
-        "kernel_time_share": {k: round(v, 4) for k, v in kernel_basis(karrays, device, whole, table).items()},
+        "kernel_time_share": {
+            k: round(v, 4) for k, v in kernel_basis(karrays, device, whole, table, tf32_matmul=tf32_matmul).items()
+        },
         "kernel_measured_on": sorted(measured_on),
     }
 
@@ -446,7 +475,8 @@ def op_times_ms(analysis, prediction: Prediction) -> dict[int, tuple[float, bool
     attention); views and folded ops get 0. With the estimate the shares add up to its latency exactly; a
     trained predictor's latency (it predicts the graph, not each op) is spread the same way.
     """
-    times = kernel_latency_arrays(kernel_arrays(analysis.kernels), get_device(prediction.device))
+    tf32 = tf32_matmul_of_prediction(prediction)
+    times = kernel_latency_arrays(kernel_arrays(analysis.kernels), get_device(prediction.device), tf32_matmul=tf32)
     per_op: dict[int, float] = {}
     bound: dict[int, bool] = {}
     for kern, sec, cb in zip(analysis.kernels, times.eager_s, times.compute_bound, strict=True):

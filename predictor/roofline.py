@@ -3,7 +3,11 @@
 Per operator: time = max(FLOPs / peak rate for its dtype and kind, bytes / bandwidth), summed over
 the graph (ops run one after another in eager PyTorch). Which peak applies (NB, PyTorch defaults):
 - conv in float32 runs on TF32 tensor cores (`torch.backends.cudnn.allow_tf32` is True by default);
-- matmul/attention in float32 runs on CUDA cores (`torch.backends.cuda.matmul.allow_tf32` is False);
+- matmul/attention in float32 runs on CUDA cores (`torch.backends.cuda.matmul.allow_tf32` is False); with
+  `tf32_matmul` (the user runs `torch.set_float32_matmul_precision("high")` or `"medium"`, as NVIDIA's containers
+  do), float32 matmuls run on TF32 tensor cores instead. Fused float32 attention is not moved by that flag: torch's
+  memory-efficient SDPA kernel computes float32 on tensor cores in 3xTF32 (CUTLASS `OpMultiplyAddFastF32`, FP32
+  accuracy) whatever the flag says, and stays at the rate the model already gives it;
 - float16 / bfloat16 conv, matmul and attention run on tensor cores at the fp16 / bf16 rate;
 - conv and matmul on 8-bit integer operands (int8 or uint8, accumulating in int32: quantized models) run on
   tensor cores at the int8 rate (a device without one in the table falls back to fp32); the dtype of such an
@@ -47,9 +51,12 @@ __all__ = [
 ]
 
 
-def peak_rate(device: Device, category: str, dtype: str) -> float:
-    """FLOP/s available to an op of `category` computing in `dtype` (see the module docstring)."""
+def peak_rate(device: Device, category: str, dtype: str, *, tf32_matmul: bool = False) -> float:
+    """FLOP/s available to an op of `category` computing in `dtype` (see the module docstring); `tf32_matmul`:
+    float32 matmuls on TF32 tensor cores (the device's `tf32` peak, its `fp32` peak if it lists none)."""
     if category in MULTIPLY_ADD_CATEGORIES:  # the matrix-multiply-accumulate ops tensor cores run
+        if tf32_matmul and dtype == "float32" and category == "matmul":
+            return device.peak_flops.get("tf32", device.peak_flops["fp32"])
         if dtype == "float16":
             return device.peak_flops["fp16"]
         if dtype == "bfloat16":
@@ -123,18 +130,23 @@ def op_arrays(ops: Iterable) -> dict[str, np.ndarray]:
     }
 
 
-def latency_bound_ms(ops: Iterable, device: Device, profile: MigProfile | None = None) -> float:
-    """The roofline latency bound of a graph, in milliseconds, on the full GPU or one MIG slice."""
-    return latency_bound_ms_arrays(op_arrays(ops), device, profile)
+def latency_bound_ms(
+    ops: Iterable, device: Device, profile: MigProfile | None = None, *, tf32_matmul: bool = False
+) -> float:
+    """The roofline latency bound of a graph, in milliseconds, on the full GPU or one MIG slice (`tf32_matmul`:
+    float32 matmuls on TF32 tensor cores, `peak_rate`)."""
+    return latency_bound_ms_arrays(op_arrays(ops), device, profile, tf32_matmul=tf32_matmul)
 
 
-def latency_bound_ms_arrays(arrays: dict, device: Device, profile: MigProfile | None = None) -> float:
+def latency_bound_ms_arrays(
+    arrays: dict, device: Device, profile: MigProfile | None = None, *, tf32_matmul: bool = False
+) -> float:
     """`latency_bound_ms` from per-op arrays (`op_arrays`, or a graph cache of `analyzer.dataset`)."""
     sm_share, bw_share = shares(device, profile)
     cats, dtypes = arrays["op_category"], arrays["op_dtype"]
     rates = np.empty(len(cats), dtype=np.float64)
     for c, d in {(int(c), str(d)) for c, d in zip(cats, dtypes, strict=True)}:
-        rates[(cats == c) & (dtypes == d)] = peak_rate(device, CATEGORIES[c], d)
+        rates[(cats == c) & (dtypes == d)] = peak_rate(device, CATEGORIES[c], d, tf32_matmul=tf32_matmul)
     compute = arrays["op_flops"] / (rates * sm_share)
     memory = arrays["op_bytes"] / (device.bandwidth * bw_share)
     return float(1e3 * np.maximum(compute, memory)[~arrays["op_folded"].astype(bool)].sum())

@@ -423,16 +423,23 @@ class StepTime:
 
 
 def cost_kernels(
-    kernels: Sequence[EngineKernel], device: Device, *, graph: bool, link_bytes_per_s: float | None, tp: int
+    kernels: Sequence[EngineKernel],
+    device: Device,
+    *,
+    graph: bool,
+    link_bytes_per_s: float | None,
+    tp: int,
+    tf32_matmul: bool = False,
 ) -> StepTime:
     """Time of a kernel list on one GPU: each kernel max(compute, memory) at the kernel model's efficiencies, plus
-    `GRAPH_GAP_US` (graph) or floored at its launch time (eager); all-reduces on the link (`allreduce_s`)."""
+    `GRAPH_GAP_US` (graph) or floored at its launch time (eager); all-reduces on the link (`allreduce_s`).
+    `tf32_matmul`: float32 GEMMs on TF32 tensor cores (`kernel_model.kernel_latency_arrays`)."""
     comp = [k for k in kernels if k.kind != "allreduce"]
     comm = [k for k in kernels if k.kind == "allreduce"]
     c_s = m_s = gap = comm_s = bound = 0.0
     if comp:
         arrays = kernel_arrays(comp)
-        times = kernel_latency_arrays(arrays, device)
+        times = kernel_latency_arrays(arrays, device, tf32_matmul=tf32_matmul)
         count = np.array([k.count for k in comp])
         execution = np.maximum(times.compute_s, times.memory_s)
         if graph:
@@ -497,11 +504,21 @@ def step_overhead_s(seqs: int) -> float:
     return (STEP_OVERHEAD_MS + STEP_OVERHEAD_PER_SEQ_MS * seqs) * 1e-3
 
 
-def decode_step(a: Arch, device: Device, seqs: int, context: float, *, tp: int = 1, dtype: str = "bfloat16"):
+def decode_step(
+    a: Arch,
+    device: Device,
+    seqs: int,
+    context: float,
+    *,
+    tp: int = 1,
+    dtype: str = "bfloat16",
+    tf32_matmul: bool = False,
+):
     """One decode step of `seqs` running sequences at a mean live context of `context` tokens, on one GPU of `tp`.
 
     The model runs as the CUDA graph of the padded batch (`captured_batch`; eager beyond it), attention over the
     real sequences; the LM head and sampler run eagerly on the real sequences; plus the host's step overhead.
+    `tf32_matmul`: float32 GEMMs on TF32 tensor cores (`cost_kernels`).
     """
     padded = captured_batch(seqs)
     graph = padded is not None
@@ -510,8 +527,8 @@ def decode_step(a: Arch, device: Device, seqs: int, context: float, *, tp: int =
     model = [k if k.kind != "attention" else _attention_for(k, seqs, a, tp, context, dtype) for k in model]
     _, sample = step_kernels(a, tp, seqs, context=context, dtype=dtype)
     link = device_link(device)
-    t = cost_kernels(model, device, graph=graph, link_bytes_per_s=link, tp=tp)
-    t2 = cost_kernels(sample, device, graph=False, link_bytes_per_s=link, tp=tp)
+    t = cost_kernels(model, device, graph=graph, link_bytes_per_s=link, tp=tp, tf32_matmul=tf32_matmul)
+    t2 = cost_kernels(sample, device, graph=False, link_bytes_per_s=link, tp=tp, tf32_matmul=tf32_matmul)
     return _plus(t, t2, step_overhead_s(seqs))
 
 
@@ -531,12 +548,21 @@ def _attention_for(k: EngineKernel, seqs: int, a: Arch, tp: int, context: float,
     )
 
 
-def prefill_step(a: Arch, device: Device, prompts: int, prompt: int, *, tp: int = 1, dtype: str = "bfloat16"):
+def prefill_step(
+    a: Arch,
+    device: Device,
+    prompts: int,
+    prompt: int,
+    *,
+    tp: int = 1,
+    dtype: str = "bfloat16",
+    tf32_matmul: bool = False,
+):
     """The prefill of `prompts` prompts of `prompt` tokens, eager (vLLM runs prefills outside CUDA graphs), plus the
-    host's step overhead."""
+    host's step overhead. `tf32_matmul`: float32 GEMMs on TF32 tensor cores (`cost_kernels`)."""
     model, sample = step_kernels(a, tp, prompts, context=prompt, prompt=prompt, dtype=dtype)
     link = device_link(device)
-    t = cost_kernels(model + sample, device, graph=False, link_bytes_per_s=link, tp=tp)
+    t = cost_kernels(model + sample, device, graph=False, link_bytes_per_s=link, tp=tp, tf32_matmul=tf32_matmul)
     return _plus(t, StepTime(0, 0, 0, 0, 0, 0, 0, 0), step_overhead_s(prompts))
 
 
@@ -673,16 +699,26 @@ class Served:
 
 
 def serve(
-    a: Arch, device: Device, batch: int, prompt: int, generate: int, power, *, tp: int = 1, dtype: str = "bfloat16"
+    a: Arch,
+    device: Device,
+    batch: int,
+    prompt: int,
+    generate: int,
+    power,
+    *,
+    tp: int = 1,
+    dtype: str = "bfloat16",
+    tf32_matmul: bool = False,
 ) -> Served:
-    """The vllm runtime's answer for one device (`power`: its `predictor.power.PowerParams`)."""
-    step = decode_step(a, device, batch, prompt + generate / 2, tp=tp, dtype=dtype)
-    pre = prefill_step(a, device, 1, prompt, tp=tp, dtype=dtype)
+    """The vllm runtime's answer for one device (`power`: its `predictor.power.PowerParams`; `tf32_matmul`: float32
+    GEMMs on TF32 tensor cores)."""
+    step = decode_step(a, device, batch, prompt + generate / 2, tp=tp, dtype=dtype, tf32_matmul=tf32_matmul)
+    pre = prefill_step(a, device, 1, prompt, tp=tp, dtype=dtype, tf32_matmul=tf32_matmul)
     stalls = batch / generate
     # fewer than one new prompt per step: one prefill every 1 / stalls steps; more: they are prefilled together,
     # round(stalls) prompts in one step, the step's cost spread over stalls / round(stalls) of them
     group = max(1, round(stalls))
-    batched = pre if group == 1 else prefill_step(a, device, group, prompt, tp=tp, dtype=dtype)
+    batched = pre if group == 1 else prefill_step(a, device, group, prompt, tp=tp, dtype=dtype, tf32_matmul=tf32_matmul)
     share = stalls / group
     tpot = step.total_ms + share * batched.total_ms
     e_step, _ = step_energy_j(step, power)

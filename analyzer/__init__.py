@@ -22,13 +22,21 @@ _LAZY = {
 __all__ = [*_LAZY, "__version__"]
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
+def lazy_attributes(module: str, table: dict[str, str]):
+    """`__getattr__` and `__dir__` for a package whose names in `table` (name -> module that defines it) are
+    imported on first use."""
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'analyzer' has no attribute {name!r}")
+    def __getattr__(name: str):
+        if name in table:
+            import importlib
+
+            return getattr(importlib.import_module(table[name]), name)
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted([*table, "__version__"])
+
+    return __getattr__, __dir__
 
 
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_attributes("analyzer", _LAZY)

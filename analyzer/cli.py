@@ -777,29 +777,8 @@ def devices(fmt: str, show: str | None) -> None:
         click.echo(json.dumps(device_json(d), indent=2))
         return
     if fmt == "json":
-        doc = [
-            {
-                "device": d.key,
-                "aliases": list(d.aliases),
-                "name": d.name,
-                "memory_mib": d.memory_mib,
-                "bandwidth_gbs": d.bandwidth / 1e9,
-                "peak_tflops": {k: v / 1e12 for k, v in d.peak_flops.items()},
-                "tdp_w": d.tdp_w,
-                "sms": d.sms,
-                "mig": [
-                    {
-                        "profile": p.name,
-                        "memory_mib": round(p.memory_mib),
-                        "sms": p.sms,
-                        "memory_slices": p.memory_slices,
-                        "measured": p.measured,
-                    }
-                    for p in d.mig
-                ],
-            }
-            for d in DEVICES.values()
-        ]
+        # one object per GPU as in a preflight.devices/1 file, plus the older "device" key (= "key")
+        doc = [{"device": d.key} | device_json(d) for d in DEVICES.values()]
         click.echo(json.dumps(doc, indent=2))
         return
     for d in DEVICES.values():

@@ -12,7 +12,7 @@ until a function is used (TVM and torch are imported then).
 
 from __future__ import annotations
 
-from analyzer import __version__
+from analyzer import __version__, lazy_attributes
 
 _LAZY = {
     "analyze": "analyzer.api",  # counts: FLOPs, MACs, bytes, params, peak activations (a Report)
@@ -31,14 +31,4 @@ _LAZY = {
 }
 __all__ = [*_LAZY, "__version__"]
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'preflight' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_attributes("preflight", _LAZY)

@@ -163,3 +163,18 @@ def test_predicting_on_a_slice_matches_the_recommenders_slice_latency():
         cli, ["predict", "zoo:resnet18", "--device", "a100:1g.5gb", "--max-memory-mb", "1", "--top", "0"]
     )
     assert res.exit_code == 4 and "on a100-40gb:1g.5gb exceeds the budget" in res.stderr
+
+
+def test_devices_json_listing_is_a_device_file(tmp_path):
+    """`preflight devices --format json` lists each GPU as a preflight.devices/1 object (plus the older "device"
+    key): written back as a device file, the reader gives the built-in devices unchanged (oracle: the reader of
+    predictor/devices.json itself)."""
+    from predictor.devices import DEVICES_SCHEMA
+
+    res = CliRunner().invoke(cli, ["devices", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    listed = json.loads(res.output)
+    assert all(e.pop("device") == e["key"] for e in listed)
+    path = tmp_path / "roundtrip.json"
+    path.write_text(json.dumps({"schema": DEVICES_SCHEMA, "devices": listed}))
+    assert read_device_file(path) == read_device_file(DEVICES_FILE)

@@ -53,11 +53,20 @@ class Seq2SeqLM(nn.Module):
         return out[0]
 
 
-def build_bart(
-    layers: int, hidden: int, heads: int, intermediate: int, vocab: int, max_pos: int, seq_len: int, tgt_len: int
+def _encoder_decoder(
+    model_class: str,
+    config_class: str,
+    tgt_len: int,
+    layers: int,
+    hidden: int,
+    heads: int,
+    intermediate: int,
+    vocab: int,
+    max_pos: int,
+    **extra,
 ) -> nn.Module:
-    """Build BartForConditionalGeneration (``layers`` encoder and decoder layers each) with random weights."""
-    config = hf_class("BartConfig")(
+    """A ``transformers`` encoder-decoder with ``layers`` encoder and decoder layers each, random weights, SDPA."""
+    config = hf_class(config_class)(
         vocab_size=vocab,
         d_model=hidden,
         encoder_layers=layers,
@@ -68,33 +77,41 @@ def build_bart(
         decoder_ffn_dim=intermediate,
         max_position_embeddings=max_pos,
         attn_implementation="sdpa",
+        **extra,
     )
-    return Seq2SeqLM(hf_class("BartForConditionalGeneration")(config), tgt_len)
+    return Seq2SeqLM(hf_class(model_class)(config), tgt_len)
+
+
+def build_bart(
+    layers: int, hidden: int, heads: int, intermediate: int, vocab: int, max_pos: int, seq_len: int, tgt_len: int
+) -> nn.Module:
+    """Build BartForConditionalGeneration (``layers`` encoder and decoder layers each) with random weights."""
+    return _encoder_decoder(
+        "BartForConditionalGeneration", "BartConfig", tgt_len, layers, hidden, heads, intermediate, vocab, max_pos
+    )
 
 
 def build_transformer_nmt(
     layers: int, hidden: int, heads: int, intermediate: int, vocab: int, max_pos: int, seq_len: int, tgt_len: int
 ) -> nn.Module:
     """Build fairseq's Transformer (big) as ``transformers`` MarianMTModel with random weights."""
-    config = hf_class("MarianConfig")(
-        vocab_size=vocab,
+    return _encoder_decoder(
+        "MarianMTModel",
+        "MarianConfig",
+        tgt_len,
+        layers,
+        hidden,
+        heads,
+        intermediate,
+        vocab,
+        max_pos,
         decoder_vocab_size=vocab,
-        d_model=hidden,
-        encoder_layers=layers,
-        decoder_layers=layers,
-        encoder_attention_heads=heads,
-        decoder_attention_heads=heads,
-        encoder_ffn_dim=intermediate,
-        decoder_ffn_dim=intermediate,
-        max_position_embeddings=max_pos,
         activation_function="relu",
         scale_embedding=True,
         share_encoder_decoder_embeddings=True,
         pad_token_id=1,
         decoder_start_token_id=2,
-        attn_implementation="sdpa",
     )
-    return Seq2SeqLM(hf_class("MarianMTModel")(config), tgt_len)
 
 
 class _Bahdanau(nn.Module):

@@ -31,3 +31,17 @@ def shard_arg(text: str) -> tuple[int, int]:
     if not (count >= 1 and 0 <= index < count):
         raise argparse.ArgumentTypeError(f"need 0 <= i < n, got {text!r}")
     return index, count
+
+
+def shard_summary(summary, shard: tuple[int, int], what: str = "", rate_digits: int = 1) -> str:
+    """The line a sweep prints when its shard ends: "<device> [what ]shard i/n: measured N (status=count, ...) in
+    T s = R/min; S were done, L left (budget)". `summary` has device, measured, statuses, elapsed_s,
+    skipped, assigned and stopped_by_budget (the model harness's and the kernel sweep's summaries both do)."""
+    rate = summary.measured / summary.elapsed_s * 60 if summary.elapsed_s else 0.0
+    statuses = ", ".join(f"{k}={v}" for k, v in sorted(summary.statuses.items())) or "none"
+    left = summary.assigned - summary.skipped - summary.measured
+    return (
+        f"{summary.device} {what + ' ' if what else ''}shard {shard[0]}/{shard[1]}: measured "
+        f"{summary.measured} ({statuses}) in {summary.elapsed_s:.0f} s = {rate:.{rate_digits}f}/min; "
+        f"{summary.skipped} were done, {left} left{' (budget)' if summary.stopped_by_budget else ''}"
+    )

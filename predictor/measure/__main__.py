@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from predictor.measure import shard_arg
+from predictor.measure import shard_arg, shard_summary
 from predictor.measure.configs import MeasureConfig, load_configs, sample_configs
 from predictor.measure.harness import HarnessError, Options, run_shard
 
@@ -84,14 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (HarnessError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    rate = summary.measured / summary.elapsed_s * 60 if summary.elapsed_s else 0.0
-    statuses = ", ".join(f"{k}={v}" for k, v in sorted(summary.statuses.items())) or "none"
-    left = summary.assigned - summary.skipped - summary.measured
-    print(
-        f"{summary.device} shard {args.shard[0]}/{args.shard[1]}: measured {summary.measured} ({statuses}) "
-        f"in {summary.elapsed_s:.0f} s = {rate:.1f}/min; {summary.skipped} were done, {left} left"
-        f"{' (budget)' if summary.stopped_by_budget else ''} -> {summary.path}"
-    )
+    print(f"{shard_summary(summary, args.shard)} -> {summary.path}")
     return 0
 
 

@@ -74,7 +74,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from predictor.devices import DEVICES
-from predictor.measure import shard_arg
+from predictor.measure import shard_arg, shard_summary
 from predictor.measure.configs import shard_of
 from predictor.measure.mig_profiles import device_key
 from predictor.measure.nvml import Nvml
@@ -1406,13 +1406,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    rate = summary.measured / summary.elapsed_s * 60 if summary.elapsed_s else 0.0
-    statuses = ", ".join(f"{k}={v}" for k, v in sorted(summary.statuses.items())) or "none"
-    left = summary.assigned - summary.skipped - summary.measured
     print(
-        f"{summary.device} kernels shard {args.shard[0]}/{args.shard[1]}: measured {summary.measured} ({statuses}) "
-        f"in {summary.elapsed_s:.0f} s = {rate:.0f}/min; {summary.skipped} were done, {left} left"
-        f"{' (budget)' if summary.stopped_by_budget else ''}{' (CUDA context broke)' if summary.broken else ''}"
+        f"{shard_summary(summary, args.shard, 'kernels', rate_digits=0)}"
+        f"{' (CUDA context broke)' if summary.broken else ''}"
         f"{' (every entry failed)' if summary.failing else ''}"
         f" -> {summary.path}"
     )

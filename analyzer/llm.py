@@ -1089,7 +1089,9 @@ VLLM_ASSUMPTIONS = (
     "prompt + generate / 2 and TPOT (mean inter-token latency) = the decode step at that context + the prefills "
     "that interleave with it (batch / generate new prompts per step, each pausing the decodes: no chunked "
     "prefill); TTFT is the prefill of one prompt in its own step (no queueing)",
-    "every step adds the engine's host time (1 ms + 40 us per running sequence; vLLM issues #6854 and #6801)",
+    "every decode step adds the engine's host time while the GPU idles: step + per KV block of the running "
+    "sequences + per extra tensor-parallel worker, fitted on ML.ENERGY v2's vLLM 0.5.4 rows leaving one model out "
+    "(predictor/serving_params.json; a newer vLLM that overlaps host and GPU work spends less)",
     "tensor parallel N: heads, KV heads (replicated below N), MLP and vocabulary split N ways; two ring "
     "all-reduces per layer (and one after the embedding) over NVLink: 2(N-1)/N x bytes / link + 8 us",
     "KV cache in blocks of --block-size tokens: the pool is --gpu-memory-utilization x memory - weights - the "
@@ -1160,7 +1162,8 @@ def _llm_vllm(
                 f"--tensor-parallel {tp} on {dev}: the device table gives it no NVLink bandwidth (nvlink_gbs)"
             )
         pw = power_params(dev)
-        served = engine.serve(arch, device, batch, prompt, generate, pw, tp=tp, dtype=dtype)
+        host = engine.host_params(device)
+        served = engine.serve(arch, device, batch, prompt, generate, pw, tp=tp, dtype=dtype, host=host)
         step, pre, stalls = served.decode, served.prefill, served.prefills_per_step
         name = "vllm engine model (kernel model, CUDA graphs, host overhead)"
         lat = {serving.FULL_GPU: serving.SliceLatency(served.ttft_ms, served.tpot_ms)}
@@ -1235,6 +1238,12 @@ def _llm_vllm(
             },
             "prefill_ms": pre.total_ms,
             "prefills_per_decode_step": stalls,
+            "host": {
+                "step_ms": host.step_ms,
+                "per_block_ms": host.per_block_ms,
+                "per_tp_worker_ms": host.per_tp_worker_ms,
+                "source": host.source,
+            },
             "power_shares": dict(zip(("compute", "memory", "gap"), (round(x, 4) for x in step.shares()), strict=True)),
             "memory_per_gpu": {t: p.to_json(request_context) for t, p in plans.items()},
             "fits_model": full.fits,
@@ -1307,7 +1316,7 @@ def _llm_vllm(
             "block_size": block_size,
             "weights_per_gpu_bytes": int(weights),
             "params": arch.params(),
-            "step_overhead_ms": {"fixed": engine.STEP_OVERHEAD_MS, "per_sequence": engine.STEP_OVERHEAD_PER_SEQ_MS},
+            "host_params": "predictor/serving_params.json (per device: llm.devices[].engine.host)",
             "graph_gap_us": engine.GRAPH_GAP_US,
             "allreduce_latency_us": engine.ALLREDUCE_LATENCY_US,
             "whole_model_prefill": pre_tot,

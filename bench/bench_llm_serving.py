@@ -12,9 +12,14 @@ row's average running batch (rounded) and tensor parallel degree, and compared w
 - energy per output token per GPU: `energy_per_request_j / avg_output_len / num_gpus` (the row's energy counts
   every GPU of the instance and the request's prefill too; so does the prediction).
 
-Generated tokens: the row's `avg_output_len`. Prompt tokens are not recorded in the data: 1024 for chat and 256 for
-code requests (`--prompt-chat`, `--prompt-code`, or `--prompt` for all) are assumptions. Prints one line per row
-with --rows, then MAPE per group (dense 8-32B, all dense, MoE), task and GPU.
+Generated tokens: the row's `avg_output_len`. Prompt tokens are not recorded in the data: the defaults are the
+estimates of `predictor.serving_fit.PROMPT_TOKENS` from the datasets ML.ENERGY sent (ShareGPT chat prompts with the
+client's system prompt, HumanEval+ code prompts); `--prompt-chat`, `--prompt-code` or `--prompt` override them.
+The engine's host time per step is `predictor/serving_params.json` (fitted on these rows by
+`python -m predictor.serving_fit`, which prints the leave-one-model-out table; this bench uses the figures fitted on
+all rows, `--no-host` leaves the host time out). Power: measured per GPU = energy per request x output tokens/s /
+output tokens / GPUs, against the predicted `avg_power_w`. Prints one line per row with --rows, then MAPE per group
+(dense 8-32B, all dense, MoE), task and GPU.
 """
 
 from __future__ import annotations
@@ -28,35 +33,10 @@ import numpy as np
 from predictor import serving_engine as eng
 from predictor.devices import get_device
 from predictor.power import power_params
+from predictor.serving_fit import ARCH, PROMPT_TOKENS
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "public-models" / "mlenergy-llm-v2.jsonl"
 GPUS = {"NVIDIA H100 80GB HBM3": "h100-80gb", "NVIDIA A100-SXM4-40GB": "a100-40gb"}
-
-# Published architectures (each model's config.json on the Hugging Face Hub): (config class, sizes).
-L = "llama"
-ARCH = {
-    "meta-llama/Meta-Llama-3.1-70B-Instruct": (L, 80, 8192, 64, 8, 128, 28672, 128256, False),
-    "mistralai/Mistral-7B-Instruct-v0.3": ("mistral", 32, 4096, 32, 8, 128, 14336, 32768, False),
-    "mistralai/Mistral-Nemo-Instruct-2407": ("mistral", 40, 5120, 32, 8, 128, 14336, 131072, False),
-    "mistralai/Mistral-Large-Instruct-2407": ("mistral", 88, 12288, 96, 8, 128, 28672, 32768, False),
-    "google/gemma-2-2b-it": ("gemma2", 26, 2304, 8, 4, 256, 9216, 256000, True),
-    "google/gemma-2-9b-it": ("gemma2", 42, 3584, 16, 8, 256, 14336, 256000, True),
-    "google/gemma-2-27b-it": ("gemma2", 46, 4608, 32, 16, 128, 36864, 256000, True),
-    "google/codegemma-1.1-2b": ("gemma", 18, 2048, 8, 1, 256, 16384, 256000, True),
-    "google/codegemma-7b": ("gemma", 28, 3072, 16, 16, 256, 24576, 256000, True),
-    "microsoft/Phi-3-mini-4k-instruct": ("phi3", 32, 3072, 32, 32, 96, 8192, 32064, False),
-    "microsoft/Phi-3-small-8k-instruct": (L, 32, 4096, 32, 8, 128, 14336, 100352, True),  # phi3small: custom code
-    "microsoft/Phi-3-medium-4k-instruct": ("phi3", 40, 5120, 40, 10, 128, 17920, 32064, False),
-    "codellama/CodeLlama-7b-hf": (L, 32, 4096, 32, 32, 128, 11008, 32016, False),
-    "codellama/CodeLlama-13b-hf": (L, 40, 5120, 40, 40, 128, 13824, 32016, False),
-    "codellama/CodeLlama-34b-hf": (L, 48, 8192, 64, 8, 128, 22016, 32000, False),
-    "codellama/CodeLlama-70b-hf": (L, 80, 8192, 64, 8, 128, 28672, 32016, False),
-    "bigcode/starcoder2-3b": ("starcoder2", 30, 3072, 24, 2, 128, 12288, 49152, True),
-    "bigcode/starcoder2-7b": ("starcoder2", 32, 4608, 36, 4, 128, 18432, 49152, True),
-    "bigcode/starcoder2-15b": ("starcoder2", 40, 6144, 48, 4, 128, 24576, 49152, False),
-    "mistralai/Mixtral-8x7B-Instruct-v0.1": ("mixtral", 32, 4096, 32, 8, 128, 14336, 32000, False),
-    "mistralai/Mixtral-8x22B-Instruct-v0.1": ("mixtral", 56, 6144, 48, 8, 128, 16384, 32768, False),
-}
 
 
 def config(name: str) -> dict:
@@ -83,18 +63,13 @@ def config(name: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompt", type=int, default=None, help="prompt tokens of every request (not in the data)")
-    ap.add_argument("--prompt-chat", type=int, default=1024, help="prompt tokens of a chat request (assumed)")
-    ap.add_argument("--prompt-code", type=int, default=256, help="prompt tokens of a code request (assumed)")
+    ap.add_argument("--prompt-chat", type=int, default=PROMPT_TOKENS["chat"], help="prompt tokens of a chat request")
+    ap.add_argument("--prompt-code", type=int, default=PROMPT_TOKENS["code"], help="prompt tokens of a code request")
     ap.add_argument("--gpu", choices=("h100", "a100", "all"), default="all")
     ap.add_argument("--rows", action="store_true", help="print every row")
-    ap.add_argument(
-        "--overhead-per-seq-ms",
-        type=float,
-        default=eng.STEP_OVERHEAD_PER_SEQ_MS,
-        help="the engine's host time per running sequence and step (a sensitivity study; default the model's)",
-    )
+    ap.add_argument("--no-host", action="store_true", help="leave the engine's host time out (the GPU's share)")
     args = ap.parse_args()
-    eng.STEP_OVERHEAD_PER_SEQ_MS = args.overhead_per_seq_ms
+    zero = eng.HostParams(0.0, 0.0, 0.0, "none") if args.no_host else None
     rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
     out = []
     for r in rows:
@@ -109,18 +84,20 @@ def main() -> None:
         gen = max(2, round(r["avg_output_len"]))
         task = r["task"].split("/")[-1]
         prompt = args.prompt or (args.prompt_code if task == "code" else args.prompt_chat)
-        s = eng.serve(arch, get_device(dev), batch, prompt, gen, power_params(dev), tp=tp)
+        s = eng.serve(arch, get_device(dev), batch, prompt, gen, power_params(dev), tp=tp, host=zero)
         meas_tpot = r["avg_tpot_s"] * 1e3
         meas_e = r["energy_per_request_j"] / r["avg_output_len"] / r["num_gpus"]
         params = arch.params() / 1e9
         group = ("moe" if arch.experts else "dense") + ("-8-32b" if 7.9 <= params <= 32.5 and not arch.experts else "")
+        meas_w = r["energy_per_request_j"] * r["output_tokens_per_s"] / r["avg_output_len"] / r["num_gpus"]
         row = (r["model"], dev, tp, batch, params, group, meas_tpot, s.tpot_ms, meas_e, s.energy_per_token_j, task)
+        row += (meas_w, s.avg_power_w)
         out.append(row)
         if args.rows:
             print(
                 f"{r['model'][:40]:40} {dev:10} tp{tp} B={batch:4d} {params:6.1f}B  TPOT {meas_tpot:7.2f} "
                 f"pred {s.tpot_ms:7.2f}  J/tok {meas_e:6.3f} pred {s.energy_per_token_j:6.3f}  "
-                f"P {s.avg_power_w:4.0f} W"
+                f"P {meas_w:4.0f} W pred {s.avg_power_w:4.0f} W"
             )
 
     def mape(sel, i, j):
@@ -129,12 +106,10 @@ def main() -> None:
         return float(np.mean(np.abs(b - a) / a) * 100), float(np.median(b / a))
 
     prompts = args.prompt or f"chat {args.prompt_chat}, code {args.prompt_code}"
-    print(
-        f"\nprompt tokens (assumed): {prompts}; host overhead {eng.STEP_OVERHEAD_MS} ms + "
-        f"{eng.STEP_OVERHEAD_PER_SEQ_MS} ms per sequence; MAPE %, median predicted/measured"
-    )
+    host = "none" if args.no_host else "predictor/serving_params.json (fitted on all rows)"
+    print(f"\nprompt tokens: {prompts}; host time: {host}; MAPE %, median predicted/measured")
     head = f"{'group':22} {'task':5} {'gpu':10} {'rows':>4} {'TPOT MAPE':>9} {'ratio':>6}"
-    print(head + f" {'J/tok MAPE':>10} {'ratio':>6}")
+    print(head + f" {'J/tok MAPE':>10} {'ratio':>6} {'power MAPE':>10} {'ratio':>6}")
     for dev in sorted({x[1] for x in out}):
         for group in ("dense-8-32b", "dense (all)", "moe"):
             for task in ("all", "chat", "code"):
@@ -149,7 +124,11 @@ def main() -> None:
                     continue
                 t, tr = mape(sel, 6, 7)
                 e, er = mape(sel, 8, 9)
-                print(f"{group:22} {task:5} {dev:10} {len(sel):4d} {t:9.1f} {tr:6.2f} {e:10.1f} {er:6.2f}")
+                w, wr = mape(sel, 11, 12)
+                print(
+                    f"{group:22} {task:5} {dev:10} {len(sel):4d} {t:9.1f} {tr:6.2f} {e:10.1f} {er:6.2f} "
+                    f"{w:10.1f} {wr:6.2f}"
+                )
 
 
 if __name__ == "__main__":

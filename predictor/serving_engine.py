@@ -19,15 +19,17 @@ Timing: each kernel's execution time is the kernel model's max(compute, memory) 
 (`predictor.kernel_model`, float16 GEMM parameters fitted on Vidur's kernel durations; bfloat16 uses them). A
 decode step captured in a CUDA graph pays no host launch per kernel, only `GRAPH_GAP_US` between kernels on the
 device; a step beyond the largest captured batch runs eagerly (each kernel at least its launch floor). Every step
-adds the engine's host time between steps (`STEP_OVERHEAD_MS` + `STEP_OVERHEAD_PER_SEQ_MS` x batch: scheduling,
-input preparation, sampling and output processing while the GPU idles).
+adds the engine's host time while the GPU idles (`HostParams`: a decode step step_ms + per_block_ms x the running
+sequences' KV blocks + per_tp_worker_ms x (tp - 1); fitted in `predictor/serving_params.json`).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -40,14 +42,14 @@ from .kernel_model import kernel_arrays, kernel_latency_arrays
 #: queued on the device: no host dispatch between them; the gap of a few microseconds is the launch of the next
 #: kernel's grid). Not measured here.
 GRAPH_GAP_US = 1.0
-#: Host time of one engine step while the GPU idles, fixed part, ms, and per running sequence, ms. From vLLM's
-#: issue #6854 (the multi-step scheduling RFC, July 2024, vLLM 0.5.x on H100): "5-13 ms of GPU bubble" per decode
-#: step from output processing, the scheduler and input preparation, about 4 ms in its Llama-3-8B profile; and
-#: issue #6801 (performance roadmap, Aug 2024): sampling + input preparation + output processing + scheduling
-#: "can be 20 ms" at batch 200. We take 1 ms plus 40 us per running sequence: 4.2 ms at batch 80, 11 ms at 256
-#: (inside #6854's range, half #6801's upper figure). An assumption resting on those two reports.
-STEP_OVERHEAD_MS = 1.0
-STEP_OVERHEAD_PER_SEQ_MS = 0.04
+#: The engine's host time per step while the GPU idles (scheduling, input preparation, sampling's host side, output
+#: processing and detokenization, the OpenAI server in the same process): fitted per host on ML.ENERGY v2's vLLM
+#: 0.5.4 rows, leave-one-model-out (`python -m predictor.serving_fit` writes this file; docs/llm-serving.md).
+SERVING_PARAMS_PATH = Path(__file__).resolve().parent / "serving_params.json"
+SERVING_SCHEMA = "preflight.serving_params/1"
+#: GPUs without their own fit take the host figures of the fitted GPU of the same generation (the CPUs of the
+#: servers they come in are assumed alike; an assumption).
+HOST_TRANSFERS = {"ampere": "a100-40gb", "hopper": "h100-80gb"}
 #: Batch sizes vLLM 0.5.x captures CUDA graphs for (`_BATCH_SIZES_TO_CAPTURE`: 1, 2, 4, then multiples of 8 up to
 #: 256); a decode batch is padded up to the next one, and runs eagerly above 256.
 CAPTURED_BATCHES = (1, 2, 4, *range(8, 257, 8))
@@ -492,17 +494,97 @@ def captured_batch(seqs: int) -> int | None:
     return None
 
 
-def step_overhead_s(seqs: int) -> float:
-    """The engine's host time per step (`STEP_OVERHEAD_MS` + `STEP_OVERHEAD_PER_SEQ_MS` x sequences), seconds."""
-    return (STEP_OVERHEAD_MS + STEP_OVERHEAD_PER_SEQ_MS * seqs) * 1e-3
+class ServingParamsError(ValueError):
+    """The serving-parameter file is missing, malformed or has no figures for a device (the message says which)."""
 
 
-def decode_step(a: Arch, device: Device, seqs: int, context: float, *, tp: int = 1, dtype: str = "bfloat16"):
+@dataclass(frozen=True)
+class HostParams:
+    """The engine's host time per step while the GPU idles, milliseconds (fitted by `predictor.serving_fit`).
+
+    A decode step of B sequences of live context L on tensor parallel tp:
+    step_ms + per_block_ms x B x ceil(L / block size) + per_tp_worker_ms x (tp - 1). The per-block term stands for
+    the work that grows with the KV blocks of the running sequences (vLLM 0.5.x rebuilds every sequence's block
+    table on the host each step; any per-block cost of paged attention beyond the kernel model lands here too: the
+    rows cannot tell the two apart). A prefill step adds none (a constant per prefill step fitted to 0).
+    """
+
+    step_ms: float
+    per_block_ms: float
+    per_tp_worker_ms: float
+    source: str = ""
+
+    def decode_s(self, seqs: int, context: float, tp: int = 1, block_size: int = BLOCK_SIZE) -> float:
+        """Host time of one decode step, seconds."""
+        blocks = seqs * math.ceil(context / block_size)
+        return (self.step_ms + self.per_block_ms * blocks + self.per_tp_worker_ms * (tp - 1)) * 1e-3
+
+    def prefill_s(self, prompts: int) -> float:
+        """Host time of one prefill step beyond its kernels, seconds: none (see the class docstring)."""
+        return 0.0
+
+
+_HOST_CACHE: dict[tuple[Path, float], dict[str, HostParams]] = {}
+
+
+def load_host_params(path: Path | str | None = None) -> dict[str, HostParams]:
+    """Device key -> `HostParams` from the serving-parameter file (default `SERVING_PARAMS_PATH`);
+    `ServingParamsError` when it is missing or malformed (no silent fallback)."""
+    p = Path(path) if path is not None else SERVING_PARAMS_PATH
+    try:
+        key = (p.resolve(), p.stat().st_mtime)
+    except OSError as e:
+        raise ServingParamsError(f"cannot read serving-parameter file {p}: {e.strerror}") from e
+    if key not in _HOST_CACHE:
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError) as e:
+            raise ServingParamsError(f"cannot read serving-parameter file {p}: {e}") from e
+        if not isinstance(doc, dict) or doc.get("schema") != SERVING_SCHEMA:
+            raise ServingParamsError(f"{p} is not a serving-parameter file (expected schema {SERVING_SCHEMA!r})")
+        out = {}
+        for dev, e in (doc.get("devices") or {}).items():
+            try:
+                out[dev] = HostParams(
+                    float(e["step_ms"]), float(e["per_block_ms"]), float(e["per_tp_worker_ms"]), str(e["source"])
+                )
+            except (KeyError, TypeError, ValueError) as err:
+                raise ServingParamsError(f"bad serving-parameter entry for {dev!r} in {p}: {err}") from err
+        _HOST_CACHE[key] = out
+    return _HOST_CACHE[key]
+
+
+def host_params(device: Device, path: Path | str | None = None) -> HostParams:
+    """The host figures for a device: its own fit, else (a MIG slice: its GPU's) the fitted GPU of its kernel family
+    (`HOST_TRANSFERS`), else the H100 fit; `source` says which."""
+    table = load_host_params(path)
+    key = device.key.split(":")[0]
+    if key in table:
+        return table[key]
+    ref = HOST_TRANSFERS.get(getattr(device, "kernel_family", None) or "", "h100-80gb")
+    if ref not in table:
+        raise ServingParamsError(f"no host figures for {device.key!r} (nor {ref!r}) in {path or SERVING_PARAMS_PATH}")
+    h = table[ref]
+    return HostParams(h.step_ms, h.per_block_ms, h.per_tp_worker_ms, f"transfer: {ref}'s fit (no serving data: {key})")
+
+
+def decode_step(
+    a: Arch,
+    device: Device,
+    seqs: int,
+    context: float,
+    *,
+    tp: int = 1,
+    dtype: str = "bfloat16",
+    host: HostParams | None = None,
+):
     """One decode step of `seqs` running sequences at a mean live context of `context` tokens, on one GPU of `tp`.
 
     The model runs as the CUDA graph of the padded batch (`captured_batch`; eager beyond it), attention over the
-    real sequences; the LM head and sampler run eagerly on the real sequences; plus the host's step overhead.
+    real sequences; the LM head and sampler run eagerly on the real sequences; plus the host's time (`host`, default
+    the device's `host_params`).
     """
+    host = host or host_params(device)
     padded = captured_batch(seqs)
     graph = padded is not None
     model, _ = step_kernels(a, tp, padded or seqs, context=context, dtype=dtype)
@@ -512,7 +594,7 @@ def decode_step(a: Arch, device: Device, seqs: int, context: float, *, tp: int =
     link = device_link(device)
     t = cost_kernels(model, device, graph=graph, link_bytes_per_s=link, tp=tp)
     t2 = cost_kernels(sample, device, graph=False, link_bytes_per_s=link, tp=tp)
-    return _plus(t, t2, step_overhead_s(seqs))
+    return _plus(t, t2, host.decode_s(seqs, context, tp))
 
 
 def _attention_for(k: EngineKernel, seqs: int, a: Arch, tp: int, context: float, dtype: str) -> EngineKernel:
@@ -531,13 +613,23 @@ def _attention_for(k: EngineKernel, seqs: int, a: Arch, tp: int, context: float,
     )
 
 
-def prefill_step(a: Arch, device: Device, prompts: int, prompt: int, *, tp: int = 1, dtype: str = "bfloat16"):
+def prefill_step(
+    a: Arch,
+    device: Device,
+    prompts: int,
+    prompt: int,
+    *,
+    tp: int = 1,
+    dtype: str = "bfloat16",
+    host: HostParams | None = None,
+):
     """The prefill of `prompts` prompts of `prompt` tokens, eager (vLLM runs prefills outside CUDA graphs), plus the
-    host's step overhead."""
+    host's time for them (`HostParams.prefill_s`)."""
+    host = host or host_params(device)
     model, sample = step_kernels(a, tp, prompts, context=prompt, prompt=prompt, dtype=dtype)
     link = device_link(device)
     t = cost_kernels(model + sample, device, graph=False, link_bytes_per_s=link, tp=tp)
-    return _plus(t, StepTime(0, 0, 0, 0, 0, 0, 0, 0), step_overhead_s(prompts))
+    return _plus(t, StepTime(0, 0, 0, 0, 0, 0, 0, 0), host.prefill_s(prompts))
 
 
 def device_link(device: Device) -> float | None:
@@ -673,16 +765,27 @@ class Served:
 
 
 def serve(
-    a: Arch, device: Device, batch: int, prompt: int, generate: int, power, *, tp: int = 1, dtype: str = "bfloat16"
+    a: Arch,
+    device: Device,
+    batch: int,
+    prompt: int,
+    generate: int,
+    power,
+    *,
+    tp: int = 1,
+    dtype: str = "bfloat16",
+    host: HostParams | None = None,
 ) -> Served:
-    """The vllm runtime's answer for one device (`power`: its `predictor.power.PowerParams`)."""
-    step = decode_step(a, device, batch, prompt + generate / 2, tp=tp, dtype=dtype)
-    pre = prefill_step(a, device, 1, prompt, tp=tp, dtype=dtype)
+    """The vllm runtime's answer for one device (`power`: its `predictor.power.PowerParams`; `host`: default the
+    device's `host_params`)."""
+    host = host or host_params(device)
+    step = decode_step(a, device, batch, prompt + generate / 2, tp=tp, dtype=dtype, host=host)
+    pre = prefill_step(a, device, 1, prompt, tp=tp, dtype=dtype, host=host)
     stalls = batch / generate
     # fewer than one new prompt per step: one prefill every 1 / stalls steps; more: they are prefilled together,
     # round(stalls) prompts in one step, the step's cost spread over stalls / round(stalls) of them
     group = max(1, round(stalls))
-    batched = pre if group == 1 else prefill_step(a, device, group, prompt, tp=tp, dtype=dtype)
+    batched = pre if group == 1 else prefill_step(a, device, group, prompt, tp=tp, dtype=dtype, host=host)
     share = stalls / group
     tpot = step.total_ms + share * batched.total_ms
     e_step, _ = step_energy_j(step, power)

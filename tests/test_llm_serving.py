@@ -124,12 +124,13 @@ def test_power_model_energy_of_a_tiny_decode_step_by_hand():
     # the tiny model's real decode step on an h100: shares add to 1 and the energy is power x time
     from predictor.power import power_params
 
-    t = eng.decode_step(eng.Arch.from_config(TINY), get_device("h100-80gb"), 4, 100.0)
+    host = eng.HostParams(step_ms=1.0, per_block_ms=0.01, per_tp_worker_ms=5.0)
+    t = eng.decode_step(eng.Arch.from_config(TINY), get_device("h100-80gb"), 4, 100.0, host=host)
     assert sum(t.shares()) == pytest.approx(1.0)
     e, w = eng.step_energy_j(t, power_params("h100-80gb"))
     assert e == pytest.approx(w * t.total_s) and power_params("h100-80gb").gap_w <= w <= 700.0
-    # the host's step overhead is in it: 1 ms + 4 x 40 us
-    assert t.host_s == pytest.approx(1.16e-3)
+    # the host's time is in it, at idle power: 1 ms + 0.01 ms x 4 sequences x ceil(100 / 16) = 7 blocks = 1.28 ms
+    assert t.host_s == pytest.approx(1.28e-3)
 
 
 def test_decode_gemm_flops_match_the_traced_graph(tmp_path):
@@ -183,10 +184,49 @@ def test_cli_vllm_runtime_json_schema_and_errors(tmp_path):
         assert words in res.stderr, (args, res.stderr)
 
 
-def test_captured_batches_and_overhead():
+def test_captured_batches_and_host_time(tmp_path):
     assert [eng.captured_batch(b) for b in (1, 3, 5, 9, 256, 257)] == [1, 4, 8, 16, 256, None]
-    assert eng.step_overhead_s(100) == pytest.approx(5e-3)  # 1 ms + 100 x 0.04 ms
     assert math.isclose(eng.GPU_MEMORY_UTILIZATION, 0.9) and eng.BLOCK_SIZE == 16
+    h = eng.HostParams(step_ms=2.0, per_block_ms=0.01, per_tp_worker_ms=5.0)
+    # 100 sequences at context 40: ceil(40 / 16) = 3 blocks each; tp 4: 2 + 0.01 x 300 + 5 x 3 = 20 ms
+    assert h.decode_s(100, 40.0, tp=4) == pytest.approx(20e-3)
+    assert h.decode_s(100, 48.0) == pytest.approx(5e-3) and h.prefill_s(7) == 0.0  # 48 = 3 blocks exactly
+    # which fit each device takes: its own, its GPU's for a MIG slice, its generation's fitted GPU otherwise
+    table = eng.load_host_params()
+    assert set(table) == {"h100-80gb", "a100-40gb"}
+    assert eng.host_params(get_device("h100-80gb")) == table["h100-80gb"]
+    assert eng.host_params(get_device("a100-40gb:1g.5gb")) == table["a100-40gb"]
+    moved = eng.host_params(get_device("h200-141gb"))
+    assert (moved.step_ms, moved.per_block_ms) == (table["h100-80gb"].step_ms, table["h100-80gb"].per_block_ms)
+    assert moved.source.startswith("transfer: h100-80gb")
+    bad = tmp_path / "p.json"
+    for text, words in (("{", "cannot read"), ('{"schema": "x"}', "not a serving-parameter file")):
+        bad.write_text(text)
+        with pytest.raises(eng.ServingParamsError, match=words):
+            eng.load_host_params(bad)
+    bad.write_text(json.dumps({"schema": eng.SERVING_SCHEMA, "devices": {"h100-80gb": {"step_ms": 1}}}))
+    with pytest.raises(eng.ServingParamsError, match="bad serving-parameter entry"):
+        eng.load_host_params(bad)
+
+
+def test_tpot_with_interleaved_prefills_by_hand():
+    """Continuous batching without chunked prefill: B / G new prompts per decode step, prefilled round(B / G) at a
+    time, so TPOT = decode step + (B / G) / round(B / G) x the prefill step of round(B / G) prompts."""
+    from predictor.power import power_params
+
+    a, dev = eng.Arch.from_config(TINY), get_device("h100-80gb")
+    host = eng.HostParams(step_ms=3.0, per_block_ms=0.0, per_tp_worker_ms=0.0)
+    s = eng.serve(a, dev, 10, 32, 4, power_params("h100-80gb"), host=host)
+    # 10 sequences of 4 generated tokens: 2.5 new prompts per step, 2 per prefill step, 1.25 prefill steps a step
+    dec = eng.decode_step(a, dev, 10, 32 + 4 / 2, host=host)
+    pre2 = eng.prefill_step(a, dev, 2, 32, host=host)
+    assert s.prefills_per_step == 2.5
+    assert s.tpot_ms == pytest.approx(dec.total_ms + 1.25 * pre2.total_ms)
+    assert dec.host_s == pytest.approx(3e-3) and pre2.host_s == 0.0
+    # energy per token: (decode step energy + 1.25 prefill steps' energy) / 10 tokens
+    pw = power_params("h100-80gb")
+    e = (eng.step_energy_j(dec, pw)[0] + 1.25 * eng.step_energy_j(pre2, pw)[0]) / 10
+    assert s.energy_per_token_j == pytest.approx(e)
 
 
 def test_vllm_runtime_moe_tensor_parallel_and_html(tmp_path):
@@ -224,3 +264,72 @@ def test_nvlink_field_is_validated():
     for bad in (0, "fast", 1e6):
         with pytest.raises(DeviceFileError, match="nvlink_gbs"):
             parse_device(entry | {"nvlink_gbs": bad})
+
+
+# ---- the host-time fit (predictor.serving_fit) ----------------------------------------------------------------------
+
+
+def _row(model, batch, context, tp, gpu_ms, tpot_ms, device="h100-80gb"):
+    from predictor.serving_fit import Row
+
+    return Row(model, device, "chat", tp, batch, 100, 8.0, False, tpot_ms, 0.1, gpu_ms, context)
+
+
+def test_host_features_and_exact_recovery_by_hand():
+    from predictor import serving_fit as sf
+
+    # 100 sequences at context 200: ceil(200 / 16) = 13 blocks each = 1,300; tp 4: 3 extra workers
+    assert list(sf.host_features(_row("m", 100, 200.0, 4, 10.0, 50.0))) == [1.0, 1300.0, 3.0]
+    # rows built to follow 20 ms + 0.01 ms / block + 8 ms / worker exactly: the fit gives those figures back
+    coef = (20.0, 0.01, 8.0)
+    rows = []
+    for i, (b, ctx, tp) in enumerate([(32, 100.0, 1), (64, 300.0, 1), (128, 200.0, 2), (256, 400.0, 4), (16, 50.0, 8)]):
+        blocks = b * math.ceil(ctx / 16)
+        rows.append(_row(f"m{i}", b, ctx, tp, 5.0 + i, 5.0 + i + coef[0] + coef[1] * blocks + coef[2] * (tp - 1)))
+    # e.g. the first: 32 x ceil(100 / 16) = 32 x 7 = 224 blocks: 5 + 20 + 2.24 = 27.24 ms
+    assert rows[0].tpot_ms == pytest.approx(27.24)
+    assert list(sf.fit(rows)) == pytest.approx(coef, rel=1e-6)
+    assert sf.predict(rows[0], sf.fit(rows)) == pytest.approx(27.24)
+
+
+def test_leave_one_model_out_holds_each_model_out():
+    """A model's held-out predictions must not move when its own measurements do; a fit on all rows (a planted
+    leak) fails the same check."""
+    from predictor import serving_fit as sf
+
+    rows = []
+    for i, model in enumerate(("a", "b", "c", "d")):
+        for b in (32, 128, 256):
+            blocks = b * 20  # context 320: 20 blocks a sequence
+            rows.append(_row(model, b, 320.0, 1 + i % 2, 10.0, 10.0 + 20 + 0.01 * blocks * (1 + 0.1 * i) + 8 * (i % 2)))
+    moved = [r if r.model != "b" else sf.Row(**{**r.__dict__, "tpot_ms": 3 * r.tpot_ms}) for r in rows]
+
+    def held_out_of_b(predict_all):
+        return [p for p, r in zip(predict_all(rows), rows, strict=True) if r.model == "b"], [
+            p for p, r in zip(predict_all(moved), moved, strict=True) if r.model == "b"
+        ]
+
+    before, after = held_out_of_b(sf.lomo)
+    assert before == pytest.approx(after)  # b's rows never enter the fit that predicts them
+
+    def leaky(rs):
+        coef = sf.fit(rs)
+        return [sf.predict(r, coef) for r in rs]
+
+    before, after = held_out_of_b(leaky)
+    assert after != pytest.approx(before)  # the planted leak: b's own rows pull its prediction
+
+
+def test_committed_serving_params_are_the_fit_of_the_data():
+    """predictor/serving_params.json is what `python -m predictor.serving_fit` writes from the committed data."""
+    from predictor import serving_fit as sf
+
+    doc, table = sf.run()
+    committed = json.loads(eng.SERVING_PARAMS_PATH.read_text())
+    assert committed["schema"] == eng.SERVING_SCHEMA and committed["prompt_tokens_assumed"] == sf.PROMPT_TOKENS
+    for dev, d in doc["devices"].items():
+        c = committed["devices"][dev]
+        for k in ("step_ms", "per_block_ms", "per_tp_worker_ms"):
+            assert c[k] == pytest.approx(d[k], rel=1e-3, abs=1e-6), (dev, k)
+        assert c["evaluation"] == d["evaluation"]
+    assert "dense 8-32B" in table

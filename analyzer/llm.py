@@ -1353,6 +1353,15 @@ def _llm_vllm(
             f"analysed as if served in {dtype}: weights, activations and the KV cache are {dtype}",
         ],
     )
+    for dev in devices:
+        h = engine.host_params(get_device(dev))
+        if h.extrapolates(prompt + generate / 2) and h.context_range:
+            lo, hi = h.context_range
+            report.warnings.append(
+                f"{dev}: the engine's host time per step is fitted on mean live contexts of {lo:.0f}-{hi:.0f} tokens "
+                f"(ML.ENERGY v2 vLLM 0.5.4 rows); at {prompt + generate / 2:.0f} its per-KV-block term is an "
+                "extrapolation (docs/llm-serving.md)"
+            )
     for d in out:
         if not d.engine["fits_model"]:
             report.warnings.append(

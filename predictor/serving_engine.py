@@ -513,6 +513,12 @@ class HostParams:
     per_block_ms: float
     per_tp_worker_ms: float
     source: str = ""
+    context_range: tuple[float, float] | None = None  # mean live contexts of the rows it was fitted on, tokens
+
+    def extrapolates(self, context: float) -> bool:
+        """Whether a mean live context lies outside the contexts the figures were fitted on."""
+        lo, hi = self.context_range or (0.0, math.inf)
+        return not lo <= context <= hi
 
     def decode_s(self, seqs: int, context: float, tp: int = 1, block_size: int = BLOCK_SIZE) -> float:
         """Host time of one decode step, seconds."""
@@ -545,8 +551,13 @@ def load_host_params(path: Path | str | None = None) -> dict[str, HostParams]:
         out = {}
         for dev, e in (doc.get("devices") or {}).items():
             try:
+                lo, hi = e["context_range"]
                 out[dev] = HostParams(
-                    float(e["step_ms"]), float(e["per_block_ms"]), float(e["per_tp_worker_ms"]), str(e["source"])
+                    float(e["step_ms"]),
+                    float(e["per_block_ms"]),
+                    float(e["per_tp_worker_ms"]),
+                    str(e["source"]),
+                    (float(lo), float(hi)),
                 )
             except (KeyError, TypeError, ValueError) as err:
                 raise ServingParamsError(f"bad serving-parameter entry for {dev!r} in {p}: {err}") from err
@@ -565,7 +576,8 @@ def host_params(device: Device, path: Path | str | None = None) -> HostParams:
     if ref not in table:
         raise ServingParamsError(f"no host figures for {device.key!r} (nor {ref!r}) in {path or SERVING_PARAMS_PATH}")
     h = table[ref]
-    return HostParams(h.step_ms, h.per_block_ms, h.per_tp_worker_ms, f"transfer: {ref}'s fit (no serving data: {key})")
+    why = f"transfer: {ref}'s fit (no serving data: {key})"
+    return HostParams(h.step_ms, h.per_block_ms, h.per_tp_worker_ms, why, h.context_range)
 
 
 def decode_step(

@@ -203,6 +203,7 @@ def run(path: Path = DATA) -> tuple[dict, str]:
             "step_ms": round(float(coef[0]), 3),
             "per_block_ms": round(float(coef[1]), 5),
             "per_tp_worker_ms": round(float(coef[2]), 3),
+            "context_range": [min(r.context for r in dense), max(r.context for r in dense)],
             "rows": len(dense),
             "models": len({r.model for r in dense}),
             "evaluation": ev,

@@ -191,9 +191,14 @@ def test_captured_batches_and_host_time(tmp_path):
     # 100 sequences at context 40: ceil(40 / 16) = 3 blocks each; tp 4: 2 + 0.01 x 300 + 5 x 3 = 20 ms
     assert h.decode_s(100, 40.0, tp=4) == pytest.approx(20e-3)
     assert h.decode_s(100, 48.0) == pytest.approx(5e-3) and h.prefill_s(7) == 0.0  # 48 = 3 blocks exactly
+    assert not h.extrapolates(1e6)  # no fitted range given: never flagged
     # which fit each device takes: its own, its GPU's for a MIG slice, its generation's fitted GPU otherwise
     table = eng.load_host_params()
     assert set(table) == {"h100-80gb", "a100-40gb"}
+    # the H100 rows' mean live contexts: shortest a code row, 128 + 66 / 2 = 161 (starcoder2-15b); longest a chat
+    # row, 136 + 513 / 2 = 392.5 (Mistral-Large)
+    assert table["h100-80gb"].context_range == (161.0, 392.5)
+    assert table["h100-80gb"].extrapolates(1024 + 128) and not table["h100-80gb"].extrapolates(300)
     assert eng.host_params(get_device("h100-80gb")) == table["h100-80gb"]
     assert eng.host_params(get_device("a100-40gb:1g.5gb")) == table["a100-40gb"]
     moved = eng.host_params(get_device("h200-141gb"))
@@ -245,6 +250,8 @@ def test_vllm_runtime_moe_tensor_parallel_and_html(tmp_path):
     whole = a.params() * 2
     norms_routers = (2 * 2 * 64 + 64 + 2 * 64 * 8) * 2  # 2 layers x 2 norms x 64 + final norm + 2 routers 64 x 8
     assert one.llm.runtime["weights_per_gpu_bytes"] == whole
+    # context 8 + 8 / 2 = 12 lies below the contexts the host figures were fitted on: said so
+    assert any("extrapolation" in w and "12" in w for w in one.warnings)
     assert two.llm.runtime["weights_per_gpu_bytes"] == (whole - norms_routers) / 2 + norms_routers
     assert d2.engine["decode_step"]["allreduce_ms"] > 0 == d1.engine["decode_step"]["allreduce_ms"]
     assert set(d2.fits) == {"full GPU"}  # MIG slices have no NVLink: tensor parallel 1 only

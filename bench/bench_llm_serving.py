@@ -16,10 +16,13 @@ Generated tokens: the row's `avg_output_len`. Prompt tokens are not recorded in 
 estimates of `predictor.serving_fit.PROMPT_TOKENS` from the datasets ML.ENERGY sent (ShareGPT chat prompts with the
 client's system prompt, HumanEval+ code prompts); `--prompt-chat`, `--prompt-code` or `--prompt` override them.
 The engine's host time per step is `predictor/serving_params.json` (fitted on these rows by
-`python -m predictor.serving_fit`, which prints the leave-one-model-out table; this bench uses the figures fitted on
-all rows, `--no-host` leaves the host time out). Power: measured per GPU = energy per request x output tokens/s /
-output tokens / GPUs, against the predicted `avg_power_w`. Prints one line per row with --rows, then MAPE per group
-(dense 8-32B, all dense, MoE), task and GPU.
+`python -m predictor.serving_fit`); `--lomo` gives each model the figures fitted on the other models' rows of its
+GPU (held out: the MoE rows get the all-dense fit, as they are not in it), `--no-host` leaves the host time out.
+Power: measured per GPU = energy per request x output tokens/s / output tokens / GPUs, against the predicted
+`avg_power_w`. The rows' energy per token is power x (average batch / output tokens/s); that time per token is
+longer than their TPOT on many rows (the last column: its median ratio to TPOT), which the engine model, whose
+energy per token is power x TPOT / batch, does not reproduce. Prints one line per row with --rows, then MAPE per
+group (dense 8-32B, all dense, MoE), task and GPU.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import numpy as np
 from predictor import serving_engine as eng
 from predictor.devices import get_device
 from predictor.power import power_params
-from predictor.serving_fit import ARCH, PROMPT_TOKENS
+from predictor.serving_fit import ARCH, PROMPT_TOKENS, fit, load_rows
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "public-models" / "mlenergy-llm-v2.jsonl"
 GPUS = {"NVIDIA H100 80GB HBM3": "h100-80gb", "NVIDIA A100-SXM4-40GB": "a100-40gb"}
@@ -68,8 +71,19 @@ def main() -> None:
     ap.add_argument("--gpu", choices=("h100", "a100", "all"), default="all")
     ap.add_argument("--rows", action="store_true", help="print every row")
     ap.add_argument("--no-host", action="store_true", help="leave the engine's host time out (the GPU's share)")
+    ap.add_argument(
+        "--lomo",
+        action="store_true",
+        help="each model's host figures fitted on the other models' rows of its GPU (held out), not the committed file",
+    )
     args = ap.parse_args()
     zero = eng.HostParams(0.0, 0.0, 0.0, "none") if args.no_host else None
+    held = {}
+    if args.lomo and not args.no_host:
+        fit_rows = [r for r in load_rows() if not r.moe]
+        for dev, model in {(r.device, r.model) for r in load_rows()}:
+            c = fit([r for r in fit_rows if r.device == dev and r.model != model])
+            held[dev, model] = eng.HostParams(*map(float, c), "leave-one-model-out")
     rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
     out = []
     for r in rows:
@@ -84,14 +98,16 @@ def main() -> None:
         gen = max(2, round(r["avg_output_len"]))
         task = r["task"].split("/")[-1]
         prompt = args.prompt or (args.prompt_code if task == "code" else args.prompt_chat)
-        s = eng.serve(arch, get_device(dev), batch, prompt, gen, power_params(dev), tp=tp, host=zero)
+        host = zero or held.get((dev, r["model"]))
+        s = eng.serve(arch, get_device(dev), batch, prompt, gen, power_params(dev), tp=tp, host=host)
         meas_tpot = r["avg_tpot_s"] * 1e3
         meas_e = r["energy_per_request_j"] / r["avg_output_len"] / r["num_gpus"]
         params = arch.params() / 1e9
         group = ("moe" if arch.experts else "dense") + ("-8-32b" if 7.9 <= params <= 32.5 and not arch.experts else "")
         meas_w = r["energy_per_request_j"] * r["output_tokens_per_s"] / r["avg_output_len"] / r["num_gpus"]
         row = (r["model"], dev, tp, batch, params, group, meas_tpot, s.tpot_ms, meas_e, s.energy_per_token_j, task)
-        row += (meas_w, s.avg_power_w)
+        cycle = r["avg_batch_size"] / r["output_tokens_per_s"] * 1e3  # ms per token of one sequence, from throughput
+        row += (meas_w, s.avg_power_w, cycle / meas_tpot)
         out.append(row)
         if args.rows:
             print(
@@ -106,10 +122,10 @@ def main() -> None:
         return float(np.mean(np.abs(b - a) / a) * 100), float(np.median(b / a))
 
     prompts = args.prompt or f"chat {args.prompt_chat}, code {args.prompt_code}"
-    host = "none" if args.no_host else "predictor/serving_params.json (fitted on all rows)"
+    host = "none" if args.no_host else "held out per model" if args.lomo else "predictor/serving_params.json (all rows)"
     print(f"\nprompt tokens: {prompts}; host time: {host}; MAPE %, median predicted/measured")
     head = f"{'group':22} {'task':5} {'gpu':10} {'rows':>4} {'TPOT MAPE':>9} {'ratio':>6}"
-    print(head + f" {'J/tok MAPE':>10} {'ratio':>6} {'power MAPE':>10} {'ratio':>6}")
+    print(head + f" {'J/tok MAPE':>10} {'ratio':>6} {'power MAPE':>10} {'ratio':>6} {'B/tput:TPOT':>11}")
     for dev in sorted({x[1] for x in out}):
         for group in ("dense-8-32b", "dense (all)", "moe"):
             for task in ("all", "chat", "code"):
@@ -127,7 +143,7 @@ def main() -> None:
                 w, wr = mape(sel, 11, 12)
                 print(
                     f"{group:22} {task:5} {dev:10} {len(sel):4d} {t:9.1f} {tr:6.2f} {e:10.1f} {er:6.2f} "
-                    f"{w:10.1f} {wr:6.2f}"
+                    f"{w:10.1f} {wr:6.2f} {np.median([x[13] for x in sel]):11.2f}"
                 )
 
 

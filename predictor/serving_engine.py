@@ -48,7 +48,8 @@ GRAPH_GAP_US = 1.0
 SERVING_PARAMS_PATH = Path(__file__).resolve().parent / "serving_params.json"
 SERVING_SCHEMA = "preflight.serving_params/1"
 #: GPUs without their own fit take the host figures of the fitted GPU of the same generation (the CPUs of the
-#: servers they come in are assumed alike; an assumption).
+#: servers they come in are assumed alike; an assumption): built-in GPUs as `predictor.power_fit.TRANSFERS` says,
+#: a user device by its kernel family here.
 HOST_TRANSFERS = {"ampere": "a100-40gb", "hopper": "h100-80gb"}
 #: Batch sizes vLLM 0.5.x captures CUDA graphs for (`_BATCH_SIZES_TO_CAPTURE`: 1, 2, 4, then multiples of 8 up to
 #: 256); a decode batch is padded up to the next one, and runs eagerly above 256.
@@ -566,13 +567,19 @@ def load_host_params(path: Path | str | None = None) -> dict[str, HostParams]:
 
 
 def host_params(device: Device, path: Path | str | None = None) -> HostParams:
-    """The host figures for a device: its own fit, else (a MIG slice: its GPU's) the fitted GPU of its kernel family
-    (`HOST_TRANSFERS`), else the H100 fit; `source` says which."""
+    """The host figures for a device: its own fit; else (a MIG slice: its GPU's) the fitted GPU the power model's
+    table transfers it from (`predictor.power_fit.TRANSFERS`: same chip generation), a user device's kernel family's
+    (`HOST_TRANSFERS`), else the H100's; `source` says which."""
+    from .power_fit import TRANSFERS
+
     table = load_host_params(path)
     key = device.key.split(":")[0]
     if key in table:
         return table[key]
-    ref = HOST_TRANSFERS.get(getattr(device, "kernel_family", None) or "", "h100-80gb")
+    if key in TRANSFERS:
+        ref = TRANSFERS[key][0]
+    else:
+        ref = HOST_TRANSFERS.get(getattr(device, "kernel_family", None) or "", "h100-80gb")
     if ref not in table:
         raise ServingParamsError(f"no host figures for {device.key!r} (nor {ref!r}) in {path or SERVING_PARAMS_PATH}")
     h = table[ref]

@@ -204,6 +204,7 @@ def test_captured_batches_and_host_time(tmp_path):
     moved = eng.host_params(get_device("h200-141gb"))
     assert (moved.step_ms, moved.per_block_ms) == (table["h100-80gb"].step_ms, table["h100-80gb"].per_block_ms)
     assert moved.source.startswith("transfer: h100-80gb")
+    assert eng.host_params(get_device("a100-80gb")).step_ms == table["a100-40gb"].step_ms  # same GA100 generation
     bad = tmp_path / "p.json"
     for text, words in (("{", "cannot read"), ('{"schema": "x"}', "not a serving-parameter file")):
         bad.write_text(text)

@@ -505,9 +505,9 @@ class HostParams:
 
     A decode step of B sequences of live context L on tensor parallel tp:
     step_ms + per_block_ms x B x ceil(L / block size) + per_tp_worker_ms x (tp - 1). The per-block term stands for
-    the work that grows with the KV blocks of the running sequences (vLLM 0.5.x rebuilds every sequence's block
-    table on the host each step; any per-block cost of paged attention beyond the kernel model lands here too: the
-    rows cannot tell the two apart). A prefill step adds none (a constant per prefill step fitted to 0).
+    whatever grows with the running sequences' contexts in the fitted rows; their power places it off the GPU (as
+    kernel time the predicted power would be 50-66% off; docs/llm-serving.md), what it is they cannot say. A prefill
+    step adds none (a constant per prefill step fitted to 0).
     """
 
     step_ms: float

@@ -1,5 +1,6 @@
 """Fit the vllm runtime's host time per engine step on ML.ENERGY Leaderboard v2's vLLM 0.5.4 rows, leaving one model
-out; write `predictor/serving_params.json` and print the before/after table of docs/llm-serving.md.
+out; write it as the `vllm-0.5.4` engine profile of `predictor/serving_params.json` (its other profiles kept) and print
+the before/after table of docs/llm-serving.md.
 
 Usage: python -m predictor.serving_fit [--data data/public-models/mlenergy-llm-v2.jsonl] [--out PATH] [--check]
 
@@ -35,7 +36,9 @@ from . import serving_engine as eng
 from .devices import get_device
 from .power import power_params
 
-SCHEMA = "preflight.serving_params/1"
+SCHEMA = eng.SERVING_SCHEMA
+#: The profile of the serving-parameter file this fit writes (the file's other profiles are kept).
+PROFILE = "vllm-0.5.4"
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "public-models" / "mlenergy-llm-v2.jsonl"
 GPUS = {"NVIDIA H100 80GB HBM3": "h100-80gb", "NVIDIA A100-SXM4-40GB": "a100-40gb"}
@@ -175,7 +178,8 @@ def size_group(r: Row) -> str:
 
 
 def run(path: Path = DATA) -> tuple[dict, str]:
-    """Fit both GPUs; return (the parameter document, the Markdown before/after table)."""
+    """Fit both GPUs; return (the `PROFILE` profile of the serving-parameter file, the Markdown before/after
+    table)."""
     rows = load_rows(path)
     devices, lines = {}, []
     lines.append("| GPU | rows | group | TPOT MAPE before | TPOT MAPE after (LOMO) | median LOMO pred/meas |")
@@ -192,7 +196,8 @@ def run(path: Path = DATA) -> tuple[dict, str]:
             else:
                 sel = [r for r in dense if group == "dense (all)" or size_group(r) == group]
                 after = [held[id(r)] for r in sel]
-            # before this fit: 1 ms + 40 us per sequence per decode step (vLLM issues #6854, #6801), no fit
+            # before this fit: 1 ms + 40 us per sequence per decode step (vLLM issues #6854, #6801), no fit: the
+            # figures of the file's vllm-overlapped profile
             before = [r.gpu_ms + 1.0 + 0.04 * r.batch for r in sel]
             b = _mape(list(zip(before, [r.tpot_ms for r in sel], strict=True)))
             a = _mape(list(zip(after, [r.tpot_ms for r in sel], strict=True)))
@@ -214,7 +219,16 @@ def run(path: Path = DATA) -> tuple[dict, str]:
             ),
         }
     doc = {
-        "schema": SCHEMA,
+        "description": (
+            "vLLM 0.5.4's OpenAI server as ML.ENERGY v2 ran it: frontend in the engine's process, no chunked "
+            "prefill, no asynchronous output processing, no multi-step scheduling; the engine's host work between "
+            "decode steps serialised with the GPU"
+        ),
+        "fitted": True,
+        "source": (
+            "fit: ML.ENERGY Leaderboard v2 vLLM 0.5.4 rows, per GPU host, leave-one-model-out "
+            "(python -m predictor.serving_fit)"
+        ),
         "created_by": "python -m predictor.serving_fit",
         "data": (
             "data/public-models/mlenergy-llm-v2.jsonl (ML.ENERGY Leaderboard v2, github.com/ml-energy/leaderboard-v2 "
@@ -231,6 +245,19 @@ def run(path: Path = DATA) -> tuple[dict, str]:
     return doc, "\n".join(lines)
 
 
+def merge(profile: dict, path: Path) -> dict:
+    """The serving-parameter file at `path` with its `PROFILE` profile replaced by `profile` (the other profiles and
+    the default kept); a new file holding only it when `path` is missing or of another schema."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        doc = None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("profiles"), dict):
+        doc = {"schema": SCHEMA, "default_profile": PROFILE, "profiles": {}}
+    doc["profiles"][PROFILE] = profile
+    return doc
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA)
@@ -245,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     for dev, d in doc["devices"].items():
         print(f"{dev}: step {d['step_ms']} ms + {d['per_block_ms']} ms/KV block + {d['per_tp_worker_ms']} ms/(tp-1)")
     if not args.check:
-        args.out.write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"wrote {args.out}")
+        args.out.write_text(json.dumps(merge(doc, args.out), indent=1) + "\n")
+        print(f"wrote profile {PROFILE!r} into {args.out}")
     return 0
 
 

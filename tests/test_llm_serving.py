@@ -193,26 +193,40 @@ def test_captured_batches_and_host_time(tmp_path):
     assert h.decode_s(100, 48.0) == pytest.approx(5e-3) and h.prefill_s(7) == 0.0  # 48 = 3 blocks exactly
     assert not h.extrapolates(1e6)  # no fitted range given: never flagged
     # which fit each device takes: its own, its GPU's for a MIG slice, its generation's fitted GPU otherwise
-    table = eng.load_host_params()
-    assert set(table) == {"h100-80gb", "a100-40gb"}
+    fitted = eng.engine_profile("vllm-0.5.4")
+    table = fitted.devices
+    assert set(table) == {"h100-80gb", "a100-40gb"} and fitted.fitted and fitted.any_device is None
     # the H100 rows' mean live contexts: shortest a code row, 128 + 66 / 2 = 161 (starcoder2-15b); longest a chat
     # row, 136 + 513 / 2 = 392.5 (Mistral-Large)
     assert table["h100-80gb"].context_range == (161.0, 392.5)
     assert table["h100-80gb"].extrapolates(1024 + 128) and not table["h100-80gb"].extrapolates(300)
-    assert eng.host_params(get_device("h100-80gb")) == table["h100-80gb"]
-    assert eng.host_params(get_device("a100-40gb:1g.5gb")) == table["a100-40gb"]
-    moved = eng.host_params(get_device("h200-141gb"))
+    assert eng.host_params(get_device("h100-80gb"), "vllm-0.5.4") == table["h100-80gb"]
+    assert fitted.host(get_device("a100-40gb:1g.5gb")) == table["a100-40gb"]
+    moved = fitted.host(get_device("h200-141gb"))
     assert (moved.step_ms, moved.per_block_ms) == (table["h100-80gb"].step_ms, table["h100-80gb"].per_block_ms)
     assert moved.source.startswith("transfer: h100-80gb")
-    assert eng.host_params(get_device("a100-80gb")).step_ms == table["a100-40gb"].step_ms  # same GA100 generation
+    assert fitted.host(get_device("a100-80gb")).step_ms == table["a100-40gb"].step_ms  # same GA100 generation
+    # the overlapped profile: one entry for every GPU, not fitted, no fitted context range
+    over = eng.engine_profile("vllm-overlapped")
+    assert not over.fitted and over.devices == {} and "#6854" in over.source
+    h = over.host(get_device("a100-40gb:1g.5gb"))
+    assert (h.step_ms, h.per_seq_ms, h.per_block_ms, h.per_tp_worker_ms, h.context_range) == (1.0, 0.04, 0, 0, None)
+    assert h.decode_s(80, 1000.0, tp=4) == pytest.approx(4.2e-3)  # 1 + 0.04 x 80 = 4.2 ms, no block / worker term
     bad = tmp_path / "p.json"
-    for text, words in (("{", "cannot read"), ('{"schema": "x"}', "not a serving-parameter file")):
+    for text, words in (
+        ("{", "cannot read"),
+        ('{"schema": "x"}', "not a serving-parameter file"),
+        (json.dumps({"schema": eng.SERVING_SCHEMA, "profiles": {"p": {"source": "s"}}}), "no host figures"),
+        (
+            json.dumps(
+                {"schema": eng.SERVING_SCHEMA, "profiles": {"p": {"source": "s", "any_device": {"step_ms": 1}}}}
+            ),
+            "default_profile",
+        ),
+    ):
         bad.write_text(text)
         with pytest.raises(eng.ServingParamsError, match=words):
-            eng.load_host_params(bad)
-    bad.write_text(json.dumps({"schema": eng.SERVING_SCHEMA, "devices": {"h100-80gb": {"step_ms": 1}}}))
-    with pytest.raises(eng.ServingParamsError, match="bad serving-parameter entry"):
-        eng.load_host_params(bad)
+            eng.load_profiles(bad)
 
 
 def test_tpot_with_interleaved_prefills_by_hand():
@@ -242,7 +256,7 @@ def test_vllm_runtime_moe_tensor_parallel_and_html(tmp_path):
     cfg |= {"num_local_experts": 8, "num_experts_per_tok": 2}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
-    one = llm(str(path), prompt=8, generate=8, batch=2, contexts=[16], runtime="vllm")
+    one = llm(str(path), prompt=8, generate=8, batch=2, contexts=[16], runtime="vllm", engine_profile="vllm-0.5.4")
     two = llm(str(path), prompt=8, generate=8, batch=2, contexts=[16], runtime="vllm", tensor_parallel=2)
     d1, d2 = one.llm.devices[0], two.llm.devices[0]
     assert d1.engine["moe"]["expected_experts_decode"] == pytest.approx(3.5)  # 2 tokens, top-2 of 8
@@ -333,11 +347,121 @@ def test_committed_serving_params_are_the_fit_of_the_data():
     from predictor import serving_fit as sf
 
     doc, table = sf.run()
-    committed = json.loads(eng.SERVING_PARAMS_PATH.read_text())
-    assert committed["schema"] == eng.SERVING_SCHEMA and committed["prompt_tokens_assumed"] == sf.PROMPT_TOKENS
+    whole = json.loads(eng.SERVING_PARAMS_PATH.read_text())
+    committed = whole["profiles"][sf.PROFILE]
+    assert whole["schema"] == eng.SERVING_SCHEMA and committed["prompt_tokens_assumed"] == sf.PROMPT_TOKENS
+    # rewriting the fitted profile keeps the file's other profiles and its default
+    merged = sf.merge(doc, eng.SERVING_PARAMS_PATH)
+    assert merged["default_profile"] == whole["default_profile"] and set(merged["profiles"]) == set(whole["profiles"])
     for dev, d in doc["devices"].items():
         c = committed["devices"][dev]
         for k in ("step_ms", "per_block_ms", "per_tp_worker_ms"):
             assert c[k] == pytest.approx(d[k], rel=1e-3, abs=1e-6), (dev, k)
         assert c["evaluation"] == d["evaluation"]
     assert "dense 8-32B" in table
+
+
+# ---- engine profiles (--engine-profile) ------------------------------------------------------------------------------
+
+
+def _profile_file(tmp_path, name="mine.json", **doc):
+    path = tmp_path / name
+    path.write_text(json.dumps({"schema": eng.PROFILE_SCHEMA, **doc}))
+    return path
+
+
+def test_engine_profile_changes_tpot_by_the_host_term(tmp_path):
+    """Only the decode step's host time depends on the profile (a prefill step adds none), so TPOT, the decode step
+    and the latency sweep move by the difference of the two host terms, worked out by hand."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    mine = _profile_file(
+        tmp_path,
+        name="mine",
+        source="a user's own measurements",
+        any_device={"step_ms": 2.0, "per_seq_ms": 0.5, "per_block_ms": 0.1, "per_tp_worker_ms": 3.0},
+    )
+    kw = dict(prompt=8, generate=8, batch=8, contexts=[16], runtime="vllm", tensor_parallel=2)
+    default = llm(str(path), **kw).llm
+    over = llm(str(path), engine_profile="vllm-overlapped", **kw).llm
+    fit = llm(str(path), engine_profile="vllm-0.5.4", **kw).llm
+    user = llm(str(path), engine_profile=str(mine), **kw).llm
+    assert default.runtime["engine_profile"]["name"] == "vllm-overlapped"  # the default
+    # 8 sequences at a mean live context of 8 + 8 / 2 = 12 tokens: ceil(12 / 16) = 1 block each, 8 blocks; tp 2
+    # overlapped: 1 + 0.04 x 8 = 1.32 ms
+    # vllm-0.5.4 (H100 fit): 24.42 + 0.00858 x 8 + 8.885 x 1 = 33.37364 ms
+    # the user's: 2 + 0.5 x 8 + 0.1 x 8 + 3 x 1 = 9.8 ms
+    hand = {"vllm-overlapped": 1.32, "vllm-0.5.4": 33.37364, "mine": 9.8}
+    for rep in (over, fit, user):
+        d = rep.devices[0]
+        name = rep.runtime["engine_profile"]["name"]
+        assert d.engine["host"]["profile"] == name
+        assert d.engine["decode_step"]["host_overhead_ms"] == pytest.approx(hand[name], rel=1e-9)
+    base = over.devices[0]
+    for rep in (fit, user):
+        d = rep.devices[0]
+        diff = hand[rep.runtime["engine_profile"]["name"]] - 1.32
+        assert d.tpot_ms - base.tpot_ms == pytest.approx(diff, rel=1e-9)
+        assert d.engine["decode_step_ms"] - base.engine["decode_step_ms"] == pytest.approx(diff, rel=1e-9)
+        assert d.engine["prefill_ms"] == pytest.approx(base.engine["prefill_ms"])
+        # the sweep's decode step at context 16 (one block each, as at 12) moves by the same term
+        assert d.sweep[0]["tpot_ms"] - base.sweep[0]["tpot_ms"] == pytest.approx(diff, rel=1e-9)
+    assert default.devices[0].tpot_ms == base.tpot_ms
+    assert user.runtime["engine_profile"] == {
+        "name": "mine",
+        "source": "a user's own measurements",
+        "fitted": False,
+        "description": "",
+        "file": str(mine),
+    }
+    assert fit.runtime["engine_profile"]["fitted"] and not over.runtime["engine_profile"]["fitted"]
+    assert any(a.startswith("engine profile mine (file ") for a in user.assumptions)
+
+
+def test_engine_profile_in_the_json_and_bad_profiles_exit_2(tmp_path):
+    schema = json.loads(SCHEMA_FILE.read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    runner = CliRunner()
+    base = ["llm", str(path), "--prompt", "8", "--generate", "8", "--contexts", "16", "--format", "json"]
+    vllm = [*base, "--runtime", "vllm"]
+    res = runner.invoke(cli, [*vllm, "--engine-profile", "vllm-0.5.4"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    jsonschema.validate(doc, schema)
+    prof = doc["llm"]["runtime"]["engine_profile"]
+    assert prof["name"] == "vllm-0.5.4" and prof["fitted"] is True and "ML.ENERGY" in prof["source"]
+    assert doc["llm"]["devices"][0]["engine"]["host"]["profile"] == "vllm-0.5.4"
+    assert any("engine profile vllm-0.5.4, fitted" in a for a in doc["llm"]["assumptions"])
+    ok = dict(source="s", any_device={"step_ms": 1.0})
+    cases = [
+        (["--engine-profile", "vllm-9"], "unknown engine profile 'vllm-9'"),
+        (["--engine-profile", str(tmp_path / "none.json")], "cannot read engine-profile file"),
+    ]
+    bad_json = tmp_path / "b.json"
+    bad_json.write_text("{")
+    cases.append((["--engine-profile", str(bad_json)], "is not JSON"))
+    for i, (doc_, words) in enumerate(
+        (
+            ({"source": "s"}, "no host figures"),
+            ({"any_device": {"step_ms": 1.0}}, "'source' must say"),
+            ({"source": "s", "any_device": {"step_ms": -1}}, "step_ms must be a number of milliseconds"),
+            ({"source": "s", "any_device": {"step_ms": float("nan")}}, "step_ms must be a number"),
+            ({"source": "s", "any_device": {"stepms": 1.0}}, "unknown key 'stepms'"),
+            ({"source": "s", "any_device": {"per_seq_ms": 1.0}}, "missing 'step_ms'"),
+            ({"source": "s", "devices": {"h100-80gb": {"step_ms": "1"}}}, "step_ms must be a number"),
+            ({"source": "s", "devices": {"a100-40gb": {"step_ms": 1}}}, "no host figures for 'h100-80gb'"),
+            ({"source": "s", "any_device": {"step_ms": 1, "context_range": [5, 1]}}, "context_range"),
+        )
+    ):
+        cases.append((["--engine-profile", str(_profile_file(tmp_path, f"bad{i}.json", **doc_))], words))
+    wrong = tmp_path / "w.json"
+    wrong.write_text(json.dumps({"schema": "x", **ok}))
+    cases.append((["--engine-profile", str(wrong)], "not an engine-profile file"))
+    for args, words in cases:
+        res = runner.invoke(cli, [*vllm, *args])
+        assert res.exit_code == 2, (args, res.output)
+        errs = [line for line in res.stderr.splitlines() if not line.startswith("[llm]")]
+        assert len(errs) == 1 and errs[0].startswith("error: --engine-profile") and words in errs[0], (args, errs)
+    res = runner.invoke(cli, [*base, "--engine-profile", "vllm-0.5.4"])  # the eager runtime has no engine
+    assert res.exit_code == 2 and "needs --runtime vllm" in res.stderr

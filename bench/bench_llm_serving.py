@@ -1,6 +1,7 @@
 """`preflight llm --runtime vllm` against ML.ENERGY Leaderboard v2's vLLM 0.5.4 measurements (TPOT, energy).
 
-    PYTHONPATH=. python bench/bench_llm_serving.py [--prompt 256] [--gpu h100|a100|all] [--rows]
+    PYTHONPATH=. python bench/bench_llm_serving.py [--prompt 256] [--gpu h100|a100|all] [--rows] [--lomo]
+        [--engine-profile NAME|FILE]...
 
 For every vLLM row of data/public-models/mlenergy-llm-v2.jsonl whose model is a text decoder with a published
 architecture below (vision-language models and pipeline-parallel rows left out), the model's config is built with
@@ -15,9 +16,12 @@ row's average running batch (rounded) and tensor parallel degree, and compared w
 Generated tokens: the row's `avg_output_len`. Prompt tokens are not recorded in the data: the defaults are the
 estimates of `predictor.serving_fit.PROMPT_TOKENS` from the datasets ML.ENERGY sent (ShareGPT chat prompts with the
 client's system prompt, HumanEval+ code prompts); `--prompt-chat`, `--prompt-code` or `--prompt` override them.
-The engine's host time per step is `predictor/serving_params.json` (fitted on these rows by
-`python -m predictor.serving_fit`); `--lomo` gives each model the figures fitted on the other models' rows of its
-GPU (held out: the MoE rows get the all-dense fit, as they are not in it), `--no-host` leaves the host time out.
+The engine's host time per step is an engine profile of `predictor/serving_params.json` (`--engine-profile`,
+repeatable; default both built-in ones, one table each: `vllm-0.5.4`, fitted on these rows by
+`python -m predictor.serving_fit`, and `vllm-overlapped`, not fitted); `--lomo` gives each model the `vllm-0.5.4`
+figures fitted on the other models' rows of its GPU (held out: the MoE rows get the all-dense fit, as they are not in
+it), `--no-host` leaves the host time out. Last, each profile (and none) for Llama-3.1-8B on one H100 against the
+public figures issue 24 quotes (batch 8: 7.3 ms, 490 W; batch 256: 26 ms, 690 W), at three request shapes.
 Power: measured per GPU = energy per request x output tokens/s / output tokens / GPUs, against the predicted
 `avg_power_w`. The rows' energy per token is power x (average batch / output tokens/s); that time per token is
 longer than their TPOT on many rows (the last column: its median ratio to TPOT), which the engine model, whose
@@ -63,6 +67,44 @@ def config(name: str) -> dict:
     return cls(**kw).to_dict()
 
 
+#: Issue 24's public figures for Llama-3.1-8B on one H100 in bfloat16 (a newer vLLM with continuous batching; engine
+#: version and prompt lengths not stated): batch -> (ms per output token, board power W).
+PUBLIC_LLAMA31_8B_H100 = {8: (7.3, 490.0), 256: (26.0, 690.0)}
+#: Llama-3.1-8B's published config.json sizes (meta-llama/Llama-3.1-8B on the Hugging Face Hub).
+LLAMA31_8B = dict(
+    model_type="llama",
+    num_hidden_layers=32,
+    hidden_size=4096,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=14336,
+    vocab_size=128256,
+    tie_word_embeddings=False,
+)
+#: Request shapes (prompt, generated tokens) tried against the public figures, whose prompts are not stated.
+PUBLIC_SHAPES = ((128, 128), (512, 256), (1024, 256))
+
+
+def public(profiles: list[eng.EngineProfile]) -> None:
+    """Each profile's TPOT and power for Llama-3.1-8B on one H100 against issue 24's public figures."""
+    a, dev, pw = eng.Arch.from_config(LLAMA31_8B), get_device("h100-80gb"), power_params("h100-80gb")
+    print("\nLlama-3.1-8B, h100-80gb, bfloat16, against issue 24's public figures (newer vLLM; prompts not stated)")
+    print(
+        f"{'profile':16} {'batch':>5} {'prompt/gen':>10} {'host ms':>8} {'TPOT ms':>8} {'meas':>6} {'ratio':>6}", end=""
+    )
+    print(f" {'power W':>8} {'meas':>6} {'ratio':>6}")
+    for prof in [*profiles, eng.EngineProfile("(no host)", "none", any_device=eng.HostParams(0.0, 0.0, 0.0))]:
+        for batch, (ms, watts) in PUBLIC_LLAMA31_8B_H100.items():
+            for prompt, gen in PUBLIC_SHAPES:
+                s = eng.serve(a, dev, batch, prompt, gen, pw, host=prof.host(dev))
+                print(
+                    f"{prof.name:16} {batch:5d} {f'{prompt}/{gen}':>10} {s.decode.host_s * 1e3:8.2f} "
+                    f"{s.tpot_ms:8.2f} {ms:6.1f} {s.tpot_ms / ms:6.2f} {s.avg_power_w:8.0f} {watts:6.0f} "
+                    f"{s.avg_power_w / watts:6.2f}"
+                )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompt", type=int, default=None, help="prompt tokens of every request (not in the data)")
@@ -70,21 +112,52 @@ def main() -> None:
     ap.add_argument("--prompt-code", type=int, default=PROMPT_TOKENS["code"], help="prompt tokens of a code request")
     ap.add_argument("--gpu", choices=("h100", "a100", "all"), default="all")
     ap.add_argument("--rows", action="store_true", help="print every row")
+    ap.add_argument(
+        "--engine-profile",
+        action="append",
+        default=None,
+        metavar="NAME|FILE",
+        help="the engine profiles to compare (repeatable; default: vllm-0.5.4 and vllm-overlapped)",
+    )
     ap.add_argument("--no-host", action="store_true", help="leave the engine's host time out (the GPU's share)")
     ap.add_argument(
         "--lomo",
         action="store_true",
-        help="each model's host figures fitted on the other models' rows of its GPU (held out), not the committed file",
+        help="vllm-0.5.4: each model's host figures fitted on the other models' rows of its GPU (held out)",
     )
     args = ap.parse_args()
-    zero = eng.HostParams(0.0, 0.0, 0.0, "none") if args.no_host else None
+    profiles = [eng.engine_profile(n) for n in args.engine_profile or ("vllm-0.5.4", "vllm-overlapped")]
     held = {}
     if args.lomo and not args.no_host:
         fit_rows = [r for r in load_rows() if not r.moe]
         for dev, model in {(r.device, r.model) for r in load_rows()}:
             c = fit([r for r in fit_rows if r.device == dev and r.model != model])
-            held[dev, model] = eng.HostParams(*map(float, c), "leave-one-model-out")
+            held[dev, model] = eng.HostParams(*map(float, c), "leave-one-model-out", profile="vllm-0.5.4")
     rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    for prof in profiles:
+        if args.no_host:
+            how = "none"
+        elif args.lomo and prof.name == "vllm-0.5.4":
+            how = "held out per model"
+        else:
+            how = f"engine profile {prof.name} ({'fitted' if prof.fitted else 'not fitted'})"
+
+        def host_of(dev: str, model: str, prof=prof) -> eng.HostParams:
+            if args.no_host:
+                return eng.HostParams(0.0, 0.0, 0.0, "none")
+            if args.lomo and prof.name == "vllm-0.5.4":
+                return held[dev, model]
+            return prof.host(get_device(dev))
+
+        table(rows, args, host_of, how)
+        if args.no_host:
+            break
+    public(profiles)
+
+
+def table(rows: list[dict], args, host_of, how: str) -> None:
+    """TPOT, energy per token and power of every usable row with the host figures `host_of(device, model)`,
+    printed as MAPE per group, task and GPU."""
     out = []
     for r in rows:
         if not r["runtime"].startswith("vLLM") or r["model"] not in ARCH or r["parallelization"]["pp"] != 1:
@@ -98,7 +171,7 @@ def main() -> None:
         gen = max(2, round(r["avg_output_len"]))
         task = r["task"].split("/")[-1]
         prompt = args.prompt or (args.prompt_code if task == "code" else args.prompt_chat)
-        host = zero or held.get((dev, r["model"]))
+        host = host_of(dev, r["model"])
         s = eng.serve(arch, get_device(dev), batch, prompt, gen, power_params(dev), tp=tp, host=host)
         meas_tpot = r["avg_tpot_s"] * 1e3
         meas_e = r["energy_per_request_j"] / r["avg_output_len"] / r["num_gpus"]
@@ -122,8 +195,7 @@ def main() -> None:
         return float(np.mean(np.abs(b - a) / a) * 100), float(np.median(b / a))
 
     prompts = args.prompt or f"chat {args.prompt_chat}, code {args.prompt_code}"
-    host = "none" if args.no_host else "held out per model" if args.lomo else "predictor/serving_params.json (all rows)"
-    print(f"\nprompt tokens: {prompts}; host time: {host}; MAPE %, median predicted/measured")
+    print(f"\nprompt tokens: {prompts}; host time: {how}; MAPE %, median predicted/measured")
     head = f"{'group':22} {'task':5} {'gpu':10} {'rows':>4} {'TPOT MAPE':>9} {'ratio':>6}"
     print(head + f" {'J/tok MAPE':>10} {'ratio':>6} {'power MAPE':>10} {'ratio':>6} {'B/tput:TPOT':>11}")
     for dev in sorted({x[1] for x in out}):

@@ -52,6 +52,7 @@ SERVING_PARAMS_PATH = Path(__file__).resolve().parent / "serving_params.json"
 SERVING_SCHEMA = "preflight.serving_params/2"
 #: A user's engine-profile file (`preflight llm --runtime vllm --engine-profile FILE`).
 PROFILE_SCHEMA = "preflight.engine_profile/1"
+PROFILE_MAX_BYTES = 1 << 20  # a profile file is read only up to this size
 #: GPUs without their own fit take the host figures of the fitted GPU of the same generation (the CPUs of the
 #: servers they come in are assumed alike; an assumption): built-in GPUs as `predictor.power_fit.TRANSFERS` says,
 #: a user device by its kernel family here.
@@ -708,11 +709,13 @@ def engine_profile(name_or_file: str | Path | None = None) -> EngineProfile:
             f"unknown engine profile {str(name_or_file)!r} (built in: {', '.join(profiles)}; or a profile .json file)"
         )
     try:
-        doc = json.loads(p.read_text())
+        if p.stat().st_size > PROFILE_MAX_BYTES:
+            raise ServingParamsError(f"engine-profile file {p} is over 1 MiB (a profile is a few hundred bytes)")
+        doc = json.loads(p.read_text(encoding="utf-8"))
     except OSError as e:
         raise ServingParamsError(f"cannot read engine-profile file {p}: {e.strerror or e}") from e
-    except ValueError as e:
-        raise ServingParamsError(f"engine-profile file {p} is not JSON: {e}") from e
+    except (ValueError, RecursionError) as e:
+        raise ServingParamsError(f"engine-profile file {p} is not JSON: {str(e).splitlines()[0][:120]}") from e
     if not isinstance(doc, dict) or doc.get("schema") != PROFILE_SCHEMA:
         raise ServingParamsError(f"{p} is not an engine-profile file (expected schema {PROFILE_SCHEMA!r})")
     name = doc.get("name", p.stem)

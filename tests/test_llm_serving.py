@@ -441,6 +441,9 @@ def test_engine_profile_in_the_json_and_bad_profiles_exit_2(tmp_path):
     bad_json = tmp_path / "b.json"
     bad_json.write_text("{")
     cases.append((["--engine-profile", str(bad_json)], "is not JSON"))
+    huge = tmp_path / "huge.json"
+    huge.write_text(" " * (1 << 20) + "{}")  # 1 MiB of spaces, then an object
+    cases.append((["--engine-profile", str(huge)], "over 1 MiB"))
     for i, (doc_, words) in enumerate(
         (
             ({"source": "s"}, "no host figures"),

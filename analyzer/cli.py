@@ -619,6 +619,12 @@ def report(
 @click.option("--block-size", type=int, default=16, show_default=True, help="Tokens per KV-cache block (vllm).")
 @matmul_precision_option
 @click.option(
+    "--engine-profile",
+    default=None,
+    metavar="NAME|FILE",
+    help="vllm: the engine's host time per step: vllm-overlapped (default), vllm-0.5.4, or a profile .json file.",
+)
+@click.option(
     "--format",
     "fmt",
     type=click.Choice(("table", "json", "markdown")),
@@ -651,6 +657,7 @@ def llm(
     tensor_parallel: int,
     gpu_memory_utilization: float,
     block_size: int,
+    engine_profile: str | None,
     fmt: str,
     output: str | None,
     matmul_precision: str,
@@ -688,6 +695,7 @@ def llm(
         gpu_memory_utilization=gpu_memory_utilization,
         block_size=block_size,
         matmul_precision=matmul_precision,
+        engine_profile=engine_profile,
     )
     if output is not None:
         write(rep, output)

@@ -712,6 +712,7 @@ def llm(
     gpu_memory_utilization: float = engine.GPU_MEMORY_UTILIZATION,
     block_size: int = engine.BLOCK_SIZE,
     matmul_precision: str = "highest",
+    engine_profile: str | None = None,
 ) -> LlmReport:
     """Serve a decoder LM with a static KV cache: KV-cache bytes, TTFT/TPOT, capacity per GPU and MIG slice.
 
@@ -739,6 +740,9 @@ def llm(
         block_size: Tokens per KV-cache block (vllm runtime).
         matmul_precision: `torch.set_float32_matmul_precision` where the model is served: "highest" (torch's
             default) or "high"/"medium" (float32 matmuls on TF32 tensor cores); only a float32 model moves.
+        engine_profile: The engine's host time per decode step (vllm runtime): a built-in profile's name
+            (`vllm-overlapped`, the default: host work overlapped with the GPU; `vllm-0.5.4`: fitted on ML.ENERGY
+            v2's vLLM 0.5.4 rows) or the path of a profile .json file (docs/llm-serving.md).
 
     Returns:
         An `LlmReport`: the decode step's report (totals; per-operator list with full depth) with the `llm` block.
@@ -752,6 +756,14 @@ def llm(
         raise UsageError(f"--gpu-memory-utilization must be in (0, 1] (got {gpu_memory_utilization!r})")
     if runtime == "eager" and tensor_parallel != 1:
         raise UsageError("--tensor-parallel needs --runtime vllm (the eager runtime runs one GPU)")
+    if runtime == "eager" and engine_profile is not None:
+        raise UsageError("--engine-profile needs --runtime vllm (the eager runtime has no serving engine)")
+    profile = None
+    if runtime == "vllm":
+        try:
+            profile = engine.engine_profile(engine_profile)
+        except engine.ServingParamsError as exc:
+            raise UsageError(f"--engine-profile: {exc}") from exc
     prompt = _check_int("--prompt", prompt)
     generate = _check_int("--generate", generate)
     batch = _check_int("--batch", batch)
@@ -786,7 +798,7 @@ def llm(
     kv = kv_cache_spec(layout, dtype)
     n = layout.layers
     if runtime == "vllm":  # the engine's kernels from the config: nothing to trace
-        say(f"serving engine (vllm runtime, tensor parallel {tensor_parallel})")
+        say(f"serving engine (vllm runtime, tensor parallel {tensor_parallel}, engine profile {profile.name})")
         return _llm_vllm(
             m,
             layout,
@@ -805,6 +817,7 @@ def llm(
             utilization=gpu_memory_utilization,
             block_size=block_size,
             matmul_precision=matmul_precision,
+            profile=profile,
         )
 
     depths, depth = choose_depths(m.lm, layout, full_depth=full_depth, devices=devices)
@@ -1105,7 +1118,9 @@ VLLM_ASSUMPTIONS = (
     "prompt + generate / 2 and TPOT (mean inter-token latency) = the decode step at that context + the prefills "
     "that interleave with it (batch / generate new prompts per step, each pausing the decodes: no chunked "
     "prefill); TTFT is the prefill of one prompt in its own step (no queueing)",
-    "every step adds the engine's host time (1 ms + 40 us per running sequence; vLLM issues #6854 and #6801)",
+    "every decode step adds the engine's host time the GPU waits for: step + per running sequence + per KV block "
+    "of the running sequences + per extra tensor-parallel worker, the figures of the engine profile below "
+    "(--engine-profile; llm.runtime.engine_profile, llm.devices[].engine.host)",
     "tensor parallel N: heads, KV heads (replicated below N), MLP and vocabulary split N ways; two ring "
     "all-reduces per layer (and one after the embedding) over NVLink: 2(N-1)/N x bytes / link + 8 us",
     "KV cache in blocks of --block-size tokens: the pool is --gpu-memory-utilization x memory - weights - the "
@@ -1118,6 +1133,13 @@ VLLM_ASSUMPTIONS = (
 def _precision(matmul_precision: str) -> dict:
     """The `llm.runtime` keys of `torch.set_float32_matmul_precision`'s setting (as `prediction.runtime` has them)."""
     return {"matmul_precision": matmul_precision, "tf32_matmul": tf32_matmul_of(matmul_precision)}
+
+
+def _profile_assumption(p: engine.EngineProfile) -> str:
+    """The report's line on the engine profile: its name, what it describes, whether fitted, its source."""
+    where = f" (file {p.file})" if p.file else ""
+    how = "fitted" if p.fitted else "not fitted"
+    return f"engine profile {p.name}{where}, {how}: {p.description or 'no description'}; source: {p.source}"
 
 
 def _arch(m: LlmModel) -> engine.Arch:
@@ -1146,6 +1168,7 @@ def _llm_vllm(
     utilization: float,
     block_size: int,
     matmul_precision: str = "highest",
+    profile: engine.EngineProfile,
 ) -> LlmReport:
     """`preflight llm --runtime vllm`: every number from the config's sizes (`predictor.serving_engine`), per GPU of
     `tp`; no graph is traced (the kernels of these architectures are a formula; tests/test_llm_serving.py checks
@@ -1183,16 +1206,30 @@ def _llm_vllm(
                 f"--tensor-parallel {tp} on {dev}: the device table gives it no NVLink bandwidth (nvlink_gbs)"
             )
         pw = power_params(dev)
-        served = engine.serve(arch, device, batch, prompt, generate, pw, tp=tp, dtype=dtype, tf32_matmul=tf32)
+        try:
+            host = profile.host(device)
+        except engine.ServingParamsError as exc:
+            raise UsageError(f"--engine-profile: {exc}") from exc
+        served = engine.serve(
+            arch, device, batch, prompt, generate, pw, tp=tp, dtype=dtype, tf32_matmul=tf32, host=host
+        )
         step, pre, stalls = served.decode, served.prefill, served.prefills_per_step
-        name = "vllm engine model (kernel model, CUDA graphs, host overhead)"
+        name = f"vllm engine model (kernel model, CUDA graphs, host time: {profile.name})"
         lat = {serving.FULL_GPU: serving.SliceLatency(served.ttft_ms, served.tpot_ms)}
         slice_ms: dict[str, float] = {}
         if tp == 1:  # a MIG slice has no NVLink: tensor parallel 1 only
             for q in device.mig:
                 sd = get_device(f"{dev}:{q.name}")
                 s_q = engine.serve(
-                    arch, sd, concurrency, prompt, generate, power_params(sd.key), dtype=dtype, tf32_matmul=tf32
+                    arch,
+                    sd,
+                    concurrency,
+                    prompt,
+                    generate,
+                    power_params(sd.key),
+                    dtype=dtype,
+                    tf32_matmul=tf32,
+                    host=host,
                 )
                 lat[q.name] = serving.SliceLatency(s_q.ttft_ms, s_q.tpot_ms)
                 slice_ms[q.name] = s_q.tpot_ms
@@ -1231,11 +1268,13 @@ def _llm_vllm(
         )
         sweep = []
         for c in grid:
-            s_c = engine.decode_step(arch, device, batch, c, tp=tp, dtype=dtype, tf32_matmul=tf32)
+            s_c = engine.decode_step(arch, device, batch, c, tp=tp, dtype=dtype, tf32_matmul=tf32, host=host)
             sweep.append(
                 {
                     "context": c,
-                    "ttft_ms": engine.prefill_step(arch, device, 1, c, tp=tp, dtype=dtype, tf32_matmul=tf32).total_ms,
+                    "ttft_ms": engine.prefill_step(
+                        arch, device, 1, c, tp=tp, dtype=dtype, tf32_matmul=tf32, host=host
+                    ).total_ms,
                     "tpot_ms": s_c.total_ms,
                     "decode_tokens_per_s": _per_s(batch, s_c.total_ms),
                     "prefill_activation_bytes": act(c),
@@ -1260,6 +1299,7 @@ def _llm_vllm(
             },
             "prefill_ms": pre.total_ms,
             "prefills_per_decode_step": stalls,
+            "host": host.to_json(),
             "power_shares": dict(zip(("compute", "memory", "gap"), (round(x, 4) for x in step.shares()), strict=True)),
             "memory_per_gpu": {t: p.to_json(request_context) for t, p in plans.items()},
             "fits_model": full.fits,
@@ -1324,7 +1364,7 @@ def _llm_vllm(
         devices=out,
         contexts=tuple(grid),
         depth=depth,
-        assumptions=list(VLLM_ASSUMPTIONS),
+        assumptions=[*VLLM_ASSUMPTIONS, _profile_assumption(profile)],
         runtime={
             "name": "vllm",
             **_precision(matmul_precision),
@@ -1333,7 +1373,8 @@ def _llm_vllm(
             "block_size": block_size,
             "weights_per_gpu_bytes": int(weights),
             "params": arch.params(),
-            "step_overhead_ms": {"fixed": engine.STEP_OVERHEAD_MS, "per_sequence": engine.STEP_OVERHEAD_PER_SEQ_MS},
+            "engine_profile": profile.to_json(),
+            "host_params": "the engine profile's figures per device: llm.devices[].engine.host",
             "graph_gap_us": engine.GRAPH_GAP_US,
             "allreduce_latency_us": engine.ALLREDUCE_LATENCY_US,
             "whole_model_prefill": pre_tot,
@@ -1370,6 +1411,15 @@ def _llm_vllm(
             f"analysed as if served in {dtype}: weights, activations and the KV cache are {dtype}",
         ],
     )
+    for dev in devices:
+        h = profile.host(get_device(dev))
+        if h.extrapolates(prompt + generate / 2) and h.context_range:
+            lo, hi = h.context_range
+            report.warnings.append(
+                f"{dev}: the engine's host time per step (engine profile {profile.name}) is fitted on mean live "
+                f"contexts of {lo:.0f}-{hi:.0f} tokens; at {prompt + generate / 2:.0f} its per-KV-block term is an "
+                "extrapolation (docs/llm-serving.md)"
+            )
     for d in out:
         if not d.engine["fits_model"]:
             report.warnings.append(

@@ -398,7 +398,8 @@ def llm_summary(report) -> list[tuple[str, str]]:
             (
                 "runtime",
                 f"vllm (CUDA-graph decode, continuous batching, paged KV cache in blocks of {runtime['block_size']}, "
-                f"{runtime['gpu_memory_utilization']:g} of GPU memory), tensor parallel {tp}",
+                f"{runtime['gpu_memory_utilization']:g} of GPU memory), tensor parallel {tp}"
+                + (f", engine profile {runtime['engine_profile']['name']}" if "engine_profile" in runtime else ""),
             ),
             (
                 "request",

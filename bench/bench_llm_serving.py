@@ -1,6 +1,7 @@
 """`preflight llm --runtime vllm` against ML.ENERGY Leaderboard v2's vLLM 0.5.4 measurements (TPOT, energy).
 
-    PYTHONPATH=. python bench/bench_llm_serving.py [--prompt 256] [--gpu h100|a100|all] [--rows]
+    PYTHONPATH=. python bench/bench_llm_serving.py [--prompt 256] [--gpu h100|a100|all] [--rows] [--lomo]
+        [--engine-profile NAME|FILE]...
 
 For every vLLM row of data/public-models/mlenergy-llm-v2.jsonl whose model is a text decoder with a published
 architecture below (vision-language models and pipeline-parallel rows left out), the model's config is built with
@@ -12,9 +13,20 @@ row's average running batch (rounded) and tensor parallel degree, and compared w
 - energy per output token per GPU: `energy_per_request_j / avg_output_len / num_gpus` (the row's energy counts
   every GPU of the instance and the request's prefill too; so does the prediction).
 
-Generated tokens: the row's `avg_output_len`. Prompt tokens are not recorded in the data: 1024 for chat and 256 for
-code requests (`--prompt-chat`, `--prompt-code`, or `--prompt` for all) are assumptions. Prints one line per row
-with --rows, then MAPE per group (dense 8-32B, all dense, MoE), task and GPU.
+Generated tokens: the row's `avg_output_len`. Prompt tokens are not recorded in the data: the defaults are the
+estimates of `predictor.serving_fit.PROMPT_TOKENS` from the datasets ML.ENERGY sent (ShareGPT chat prompts with the
+client's system prompt, HumanEval+ code prompts); `--prompt-chat`, `--prompt-code` or `--prompt` override them.
+The engine's host time per step is an engine profile of `predictor/serving_params.json` (`--engine-profile`,
+repeatable; default both built-in ones, one table each: `vllm-0.5.4`, fitted on these rows by
+`python -m predictor.serving_fit`, and `vllm-overlapped`, not fitted); `--lomo` gives each model the `vllm-0.5.4`
+figures fitted on the other models' rows of its GPU (held out: the MoE rows get the all-dense fit, as they are not in
+it), `--no-host` leaves the host time out. Last, each profile (and none) for Llama-3.1-8B on one H100 against the
+public figures issue 24 quotes (batch 8: 7.3 ms, 490 W; batch 256: 26 ms, 690 W), at three request shapes.
+Power: measured per GPU = energy per request x output tokens/s / output tokens / GPUs, against the predicted
+`avg_power_w`. The rows' energy per token is power x (average batch / output tokens/s); that time per token is
+longer than their TPOT on many rows (the last column: its median ratio to TPOT), which the engine model, whose
+energy per token is power x TPOT / batch, does not reproduce. Prints one line per row with --rows, then MAPE per
+group (dense 8-32B, all dense, MoE), task and GPU.
 """
 
 from __future__ import annotations
@@ -28,35 +40,10 @@ import numpy as np
 from predictor import serving_engine as eng
 from predictor.devices import get_device
 from predictor.power import power_params
+from predictor.serving_fit import ARCH, PROMPT_TOKENS, fit, load_rows
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "public-models" / "mlenergy-llm-v2.jsonl"
 GPUS = {"NVIDIA H100 80GB HBM3": "h100-80gb", "NVIDIA A100-SXM4-40GB": "a100-40gb"}
-
-# Published architectures (each model's config.json on the Hugging Face Hub): (config class, sizes).
-L = "llama"
-ARCH = {
-    "meta-llama/Meta-Llama-3.1-70B-Instruct": (L, 80, 8192, 64, 8, 128, 28672, 128256, False),
-    "mistralai/Mistral-7B-Instruct-v0.3": ("mistral", 32, 4096, 32, 8, 128, 14336, 32768, False),
-    "mistralai/Mistral-Nemo-Instruct-2407": ("mistral", 40, 5120, 32, 8, 128, 14336, 131072, False),
-    "mistralai/Mistral-Large-Instruct-2407": ("mistral", 88, 12288, 96, 8, 128, 28672, 32768, False),
-    "google/gemma-2-2b-it": ("gemma2", 26, 2304, 8, 4, 256, 9216, 256000, True),
-    "google/gemma-2-9b-it": ("gemma2", 42, 3584, 16, 8, 256, 14336, 256000, True),
-    "google/gemma-2-27b-it": ("gemma2", 46, 4608, 32, 16, 128, 36864, 256000, True),
-    "google/codegemma-1.1-2b": ("gemma", 18, 2048, 8, 1, 256, 16384, 256000, True),
-    "google/codegemma-7b": ("gemma", 28, 3072, 16, 16, 256, 24576, 256000, True),
-    "microsoft/Phi-3-mini-4k-instruct": ("phi3", 32, 3072, 32, 32, 96, 8192, 32064, False),
-    "microsoft/Phi-3-small-8k-instruct": (L, 32, 4096, 32, 8, 128, 14336, 100352, True),  # phi3small: custom code
-    "microsoft/Phi-3-medium-4k-instruct": ("phi3", 40, 5120, 40, 10, 128, 17920, 32064, False),
-    "codellama/CodeLlama-7b-hf": (L, 32, 4096, 32, 32, 128, 11008, 32016, False),
-    "codellama/CodeLlama-13b-hf": (L, 40, 5120, 40, 40, 128, 13824, 32016, False),
-    "codellama/CodeLlama-34b-hf": (L, 48, 8192, 64, 8, 128, 22016, 32000, False),
-    "codellama/CodeLlama-70b-hf": (L, 80, 8192, 64, 8, 128, 28672, 32016, False),
-    "bigcode/starcoder2-3b": ("starcoder2", 30, 3072, 24, 2, 128, 12288, 49152, True),
-    "bigcode/starcoder2-7b": ("starcoder2", 32, 4608, 36, 4, 128, 18432, 49152, True),
-    "bigcode/starcoder2-15b": ("starcoder2", 40, 6144, 48, 4, 128, 24576, 49152, False),
-    "mistralai/Mixtral-8x7B-Instruct-v0.1": ("mixtral", 32, 4096, 32, 8, 128, 14336, 32000, False),
-    "mistralai/Mixtral-8x22B-Instruct-v0.1": ("mixtral", 56, 6144, 48, 8, 128, 16384, 32768, False),
-}
 
 
 def config(name: str) -> dict:
@@ -80,22 +67,97 @@ def config(name: str) -> dict:
     return cls(**kw).to_dict()
 
 
+#: Issue 24's public figures for Llama-3.1-8B on one H100 in bfloat16 (a newer vLLM with continuous batching; engine
+#: version and prompt lengths not stated): batch -> (ms per output token, board power W).
+PUBLIC_LLAMA31_8B_H100 = {8: (7.3, 490.0), 256: (26.0, 690.0)}
+#: Llama-3.1-8B's published config.json sizes (meta-llama/Llama-3.1-8B on the Hugging Face Hub).
+LLAMA31_8B = dict(
+    model_type="llama",
+    num_hidden_layers=32,
+    hidden_size=4096,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    intermediate_size=14336,
+    vocab_size=128256,
+    tie_word_embeddings=False,
+)
+#: Request shapes (prompt, generated tokens) tried against the public figures, whose prompts are not stated.
+PUBLIC_SHAPES = ((128, 128), (512, 256), (1024, 256))
+
+
+def public(profiles: list[eng.EngineProfile]) -> None:
+    """Each profile's TPOT and power for Llama-3.1-8B on one H100 against issue 24's public figures."""
+    a, dev, pw = eng.Arch.from_config(LLAMA31_8B), get_device("h100-80gb"), power_params("h100-80gb")
+    print("\nLlama-3.1-8B, h100-80gb, bfloat16, against issue 24's public figures (newer vLLM; prompts not stated)")
+    print(
+        f"{'profile':16} {'batch':>5} {'prompt/gen':>10} {'host ms':>8} {'TPOT ms':>8} {'meas':>6} {'ratio':>6}", end=""
+    )
+    print(f" {'power W':>8} {'meas':>6} {'ratio':>6}")
+    for prof in [*profiles, eng.EngineProfile("(no host)", "none", any_device=eng.HostParams(0.0, 0.0, 0.0))]:
+        for batch, (ms, watts) in PUBLIC_LLAMA31_8B_H100.items():
+            for prompt, gen in PUBLIC_SHAPES:
+                s = eng.serve(a, dev, batch, prompt, gen, pw, host=prof.host(dev))
+                print(
+                    f"{prof.name:16} {batch:5d} {f'{prompt}/{gen}':>10} {s.decode.host_s * 1e3:8.2f} "
+                    f"{s.tpot_ms:8.2f} {ms:6.1f} {s.tpot_ms / ms:6.2f} {s.avg_power_w:8.0f} {watts:6.0f} "
+                    f"{s.avg_power_w / watts:6.2f}"
+                )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompt", type=int, default=None, help="prompt tokens of every request (not in the data)")
-    ap.add_argument("--prompt-chat", type=int, default=1024, help="prompt tokens of a chat request (assumed)")
-    ap.add_argument("--prompt-code", type=int, default=256, help="prompt tokens of a code request (assumed)")
+    ap.add_argument("--prompt-chat", type=int, default=PROMPT_TOKENS["chat"], help="prompt tokens of a chat request")
+    ap.add_argument("--prompt-code", type=int, default=PROMPT_TOKENS["code"], help="prompt tokens of a code request")
     ap.add_argument("--gpu", choices=("h100", "a100", "all"), default="all")
     ap.add_argument("--rows", action="store_true", help="print every row")
     ap.add_argument(
-        "--overhead-per-seq-ms",
-        type=float,
-        default=eng.STEP_OVERHEAD_PER_SEQ_MS,
-        help="the engine's host time per running sequence and step (a sensitivity study; default the model's)",
+        "--engine-profile",
+        action="append",
+        default=None,
+        metavar="NAME|FILE",
+        help="the engine profiles to compare (repeatable; default: vllm-0.5.4 and vllm-overlapped)",
+    )
+    ap.add_argument("--no-host", action="store_true", help="leave the engine's host time out (the GPU's share)")
+    ap.add_argument(
+        "--lomo",
+        action="store_true",
+        help="vllm-0.5.4: each model's host figures fitted on the other models' rows of its GPU (held out)",
     )
     args = ap.parse_args()
-    eng.STEP_OVERHEAD_PER_SEQ_MS = args.overhead_per_seq_ms
+    profiles = [eng.engine_profile(n) for n in args.engine_profile or ("vllm-0.5.4", "vllm-overlapped")]
+    held = {}
+    if args.lomo and not args.no_host:
+        fit_rows = [r for r in load_rows() if not r.moe]
+        for dev, model in {(r.device, r.model) for r in load_rows()}:
+            c = fit([r for r in fit_rows if r.device == dev and r.model != model])
+            held[dev, model] = eng.HostParams(*map(float, c), "leave-one-model-out", profile="vllm-0.5.4")
     rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    for prof in profiles:
+        if args.no_host:
+            how = "none"
+        elif args.lomo and prof.name == "vllm-0.5.4":
+            how = "held out per model"
+        else:
+            how = f"engine profile {prof.name} ({'fitted' if prof.fitted else 'not fitted'})"
+
+        def host_of(dev: str, model: str, prof=prof) -> eng.HostParams:
+            if args.no_host:
+                return eng.HostParams(0.0, 0.0, 0.0, "none")
+            if args.lomo and prof.name == "vllm-0.5.4":
+                return held[dev, model]
+            return prof.host(get_device(dev))
+
+        table(rows, args, host_of, how)
+        if args.no_host:
+            break
+    public(profiles)
+
+
+def table(rows: list[dict], args, host_of, how: str) -> None:
+    """TPOT, energy per token and power of every usable row with the host figures `host_of(device, model)`,
+    printed as MAPE per group, task and GPU."""
     out = []
     for r in rows:
         if not r["runtime"].startswith("vLLM") or r["model"] not in ARCH or r["parallelization"]["pp"] != 1:
@@ -109,18 +171,22 @@ def main() -> None:
         gen = max(2, round(r["avg_output_len"]))
         task = r["task"].split("/")[-1]
         prompt = args.prompt or (args.prompt_code if task == "code" else args.prompt_chat)
-        s = eng.serve(arch, get_device(dev), batch, prompt, gen, power_params(dev), tp=tp)
+        host = host_of(dev, r["model"])
+        s = eng.serve(arch, get_device(dev), batch, prompt, gen, power_params(dev), tp=tp, host=host)
         meas_tpot = r["avg_tpot_s"] * 1e3
         meas_e = r["energy_per_request_j"] / r["avg_output_len"] / r["num_gpus"]
         params = arch.params() / 1e9
         group = ("moe" if arch.experts else "dense") + ("-8-32b" if 7.9 <= params <= 32.5 and not arch.experts else "")
+        meas_w = r["energy_per_request_j"] * r["output_tokens_per_s"] / r["avg_output_len"] / r["num_gpus"]
         row = (r["model"], dev, tp, batch, params, group, meas_tpot, s.tpot_ms, meas_e, s.energy_per_token_j, task)
+        cycle = r["avg_batch_size"] / r["output_tokens_per_s"] * 1e3  # ms per token of one sequence, from throughput
+        row += (meas_w, s.avg_power_w, cycle / meas_tpot)
         out.append(row)
         if args.rows:
             print(
                 f"{r['model'][:40]:40} {dev:10} tp{tp} B={batch:4d} {params:6.1f}B  TPOT {meas_tpot:7.2f} "
                 f"pred {s.tpot_ms:7.2f}  J/tok {meas_e:6.3f} pred {s.energy_per_token_j:6.3f}  "
-                f"P {s.avg_power_w:4.0f} W"
+                f"P {meas_w:4.0f} W pred {s.avg_power_w:4.0f} W"
             )
 
     def mape(sel, i, j):
@@ -129,12 +195,9 @@ def main() -> None:
         return float(np.mean(np.abs(b - a) / a) * 100), float(np.median(b / a))
 
     prompts = args.prompt or f"chat {args.prompt_chat}, code {args.prompt_code}"
-    print(
-        f"\nprompt tokens (assumed): {prompts}; host overhead {eng.STEP_OVERHEAD_MS} ms + "
-        f"{eng.STEP_OVERHEAD_PER_SEQ_MS} ms per sequence; MAPE %, median predicted/measured"
-    )
+    print(f"\nprompt tokens: {prompts}; host time: {how}; MAPE %, median predicted/measured")
     head = f"{'group':22} {'task':5} {'gpu':10} {'rows':>4} {'TPOT MAPE':>9} {'ratio':>6}"
-    print(head + f" {'J/tok MAPE':>10} {'ratio':>6}")
+    print(head + f" {'J/tok MAPE':>10} {'ratio':>6} {'power MAPE':>10} {'ratio':>6} {'B/tput:TPOT':>11}")
     for dev in sorted({x[1] for x in out}):
         for group in ("dense-8-32b", "dense (all)", "moe"):
             for task in ("all", "chat", "code"):
@@ -149,7 +212,11 @@ def main() -> None:
                     continue
                 t, tr = mape(sel, 6, 7)
                 e, er = mape(sel, 8, 9)
-                print(f"{group:22} {task:5} {dev:10} {len(sel):4d} {t:9.1f} {tr:6.2f} {e:10.1f} {er:6.2f}")
+                w, wr = mape(sel, 11, 12)
+                print(
+                    f"{group:22} {task:5} {dev:10} {len(sel):4d} {t:9.1f} {tr:6.2f} {e:10.1f} {er:6.2f} "
+                    f"{w:10.1f} {wr:6.2f} {np.median([x[13] for x in sel]):11.2f}"
+                )
 
 
 if __name__ == "__main__":

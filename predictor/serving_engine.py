@@ -18,16 +18,20 @@ experts on every token). Heads, KV heads, the MLP's intermediate size and the vo
 Timing: each kernel's execution time is the kernel model's max(compute, memory) at its fitted efficiencies
 (`predictor.kernel_model`, float16 GEMM parameters fitted on Vidur's kernel durations; bfloat16 uses them). A
 decode step captured in a CUDA graph pays no host launch per kernel, only `GRAPH_GAP_US` between kernels on the
-device; a step beyond the largest captured batch runs eagerly (each kernel at least its launch floor). Every step
-adds the engine's host time between steps (`STEP_OVERHEAD_MS` + `STEP_OVERHEAD_PER_SEQ_MS` x batch: scheduling,
-input preparation, sampling and output processing while the GPU idles).
+device; a step beyond the largest captured batch runs eagerly (each kernel at least its launch floor). Every decode
+step adds the engine's host time while the GPU waits (`HostParams`: step_ms + per_seq_ms x the running sequences +
+per_block_ms x their KV blocks + per_tp_worker_ms x (tp - 1)), from a named engine profile (`EngineProfile`) of
+`predictor/serving_params.json` or a user's profile file: `vllm-overlapped` (the default: an engine that hides most
+of its host work behind the GPU; assumed, not fitted) or `vllm-0.5.4` (fitted on ML.ENERGY v2's vLLM 0.5.4 rows).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -40,14 +44,19 @@ from .kernel_model import kernel_arrays, kernel_latency_arrays
 #: queued on the device: no host dispatch between them; the gap of a few microseconds is the launch of the next
 #: kernel's grid). Not measured here.
 GRAPH_GAP_US = 1.0
-#: Host time of one engine step while the GPU idles, fixed part, ms, and per running sequence, ms. From vLLM's
-#: issue #6854 (the multi-step scheduling RFC, July 2024, vLLM 0.5.x on H100): "5-13 ms of GPU bubble" per decode
-#: step from output processing, the scheduler and input preparation, about 4 ms in its Llama-3-8B profile; and
-#: issue #6801 (performance roadmap, Aug 2024): sampling + input preparation + output processing + scheduling
-#: "can be 20 ms" at batch 200. We take 1 ms plus 40 us per running sequence: 4.2 ms at batch 80, 11 ms at 256
-#: (inside #6854's range, half #6801's upper figure). An assumption resting on those two reports.
-STEP_OVERHEAD_MS = 1.0
-STEP_OVERHEAD_PER_SEQ_MS = 0.04
+#: The engine profiles: the engine's host time per decode step while the GPU waits (scheduling, input preparation,
+#: sampling's host side, output processing and detokenization), each profile with its source and its default:
+#: `vllm-overlapped` (assumed) and `vllm-0.5.4` (fitted per host on ML.ENERGY v2's vLLM 0.5.4 rows, leave-one-model-out:
+#: `python -m predictor.serving_fit` writes that profile; docs/llm-serving.md).
+SERVING_PARAMS_PATH = Path(__file__).resolve().parent / "serving_params.json"
+SERVING_SCHEMA = "preflight.serving_params/2"
+#: A user's engine-profile file (`preflight llm --runtime vllm --engine-profile FILE`).
+PROFILE_SCHEMA = "preflight.engine_profile/1"
+PROFILE_MAX_BYTES = 1 << 20  # a profile file is read only up to this size
+#: GPUs without their own fit take the host figures of the fitted GPU of the same generation (the CPUs of the
+#: servers they come in are assumed alike; an assumption): built-in GPUs as `predictor.power_fit.TRANSFERS` says,
+#: a user device by its kernel family here.
+HOST_TRANSFERS = {"ampere": "a100-40gb", "hopper": "h100-80gb"}
 #: Batch sizes vLLM 0.5.x captures CUDA graphs for (`_BATCH_SIZES_TO_CAPTURE`: 1, 2, 4, then multiples of 8 up to
 #: 256); a decode batch is padded up to the next one, and runs eagerly above 256.
 CAPTURED_BATCHES = (1, 2, 4, *range(8, 257, 8))
@@ -499,9 +508,234 @@ def captured_batch(seqs: int) -> int | None:
     return None
 
 
-def step_overhead_s(seqs: int) -> float:
-    """The engine's host time per step (`STEP_OVERHEAD_MS` + `STEP_OVERHEAD_PER_SEQ_MS` x sequences), seconds."""
-    return (STEP_OVERHEAD_MS + STEP_OVERHEAD_PER_SEQ_MS * seqs) * 1e-3
+class ServingParamsError(ValueError):
+    """The serving-parameter file or an engine-profile file is missing, malformed or has no figures for a device (the
+    message says which, in one line)."""
+
+
+@dataclass(frozen=True)
+class HostParams:
+    """The engine's host time per step while the GPU idles, milliseconds (one profile's figures for one GPU host).
+
+    A decode step of B sequences of live context L on tensor parallel tp:
+    step_ms + per_seq_ms x B + per_block_ms x B x ceil(L / block size) + per_tp_worker_ms x (tp - 1).
+    The `vllm-0.5.4` profile's figures (fitted by `predictor.serving_fit`) have no per-sequence term; its per-block
+    term stands for whatever grows with the running sequences' contexts in the fitted rows; their power places it
+    off the GPU (as kernel time the predicted power would be 50-66% off; docs/llm-serving.md), what it is they cannot
+    say. A prefill step adds none (a constant per prefill step fitted to 0).
+    """
+
+    step_ms: float
+    per_block_ms: float
+    per_tp_worker_ms: float
+    source: str = ""
+    context_range: tuple[float, float] | None = None  # mean live contexts of the rows it was fitted on, tokens
+    per_seq_ms: float = 0.0
+    profile: str = ""  # the engine profile these figures belong to
+
+    def extrapolates(self, context: float) -> bool:
+        """Whether a mean live context lies outside the contexts the figures were fitted on."""
+        lo, hi = self.context_range or (0.0, math.inf)
+        return not lo <= context <= hi
+
+    def decode_s(self, seqs: int, context: float, tp: int = 1, block_size: int = BLOCK_SIZE) -> float:
+        """Host time of one decode step, seconds."""
+        blocks = seqs * math.ceil(context / block_size)
+        ms = self.step_ms + self.per_seq_ms * seqs + self.per_block_ms * blocks + self.per_tp_worker_ms * (tp - 1)
+        return ms * 1e-3
+
+    def prefill_s(self, prompts: int) -> float:
+        """Host time of one prefill step beyond its kernels, seconds: none (see the class docstring)."""
+        return 0.0
+
+    def to_json(self) -> dict:
+        out = {
+            "profile": self.profile,
+            "step_ms": self.step_ms,
+            "per_seq_ms": self.per_seq_ms,
+            "per_block_ms": self.per_block_ms,
+            "per_tp_worker_ms": self.per_tp_worker_ms,
+            "source": self.source,
+        }
+        if self.context_range is not None:
+            out["context_range"] = list(self.context_range)
+        return out
+
+
+#: The figures one host entry of a profile may give (milliseconds; context_range: tokens); step_ms is required.
+HOST_FIELDS = ("step_ms", "per_seq_ms", "per_block_ms", "per_tp_worker_ms")
+#: Largest figure accepted from a file, milliseconds (a step's host time beyond a second is not an engine).
+HOST_MAX_MS = 1000.0
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """A named set of host-time figures (`HostParams`) of one serving engine: per fitted GPU (`devices`, the other
+    GPUs take their generation's) and/or one entry for every GPU (`any_device`: host time that does not depend on
+    the server's CPU, as far as its source says). `fitted` says whether the figures were fitted on measurements."""
+
+    name: str
+    source: str
+    description: str = ""
+    fitted: bool = False
+    devices: Mapping[str, HostParams] = field(default_factory=dict)
+    any_device: HostParams | None = None
+    file: str = ""  # the user file it was read from ("" for a built-in profile)
+
+    def host(self, device: Device) -> HostParams:
+        """The figures for a device: its own; else (a MIG slice: its GPU's) the fitted GPU the power model's table
+        transfers it from (`predictor.power_fit.TRANSFERS`: same chip generation), a user device's kernel family's
+        (`HOST_TRANSFERS`), else the H100's; else the profile's `any_device` entry; `source` says which."""
+        from .power_fit import TRANSFERS
+
+        key = device.key.split(":")[0]
+        if key in self.devices:
+            return self.devices[key]
+        if key in TRANSFERS:
+            ref = TRANSFERS[key][0]
+        else:
+            ref = HOST_TRANSFERS.get(getattr(device, "kernel_family", None) or "", "h100-80gb")
+        if ref in self.devices:
+            h = self.devices[ref]
+            return replace(h, source=f"transfer: {ref}'s figures (no serving data: {key}); {h.source}")
+        if self.any_device is not None:
+            return self.any_device
+        nor = "" if ref == key else f" (nor {ref!r})"
+        raise ServingParamsError(f"engine profile {self.name!r} has no host figures for {device.key!r}{nor}")
+
+    def to_json(self) -> dict:
+        out = {"name": self.name, "source": self.source, "fitted": self.fitted, "description": self.description}
+        if self.file:
+            out["file"] = self.file
+        return out
+
+
+def _number(v, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not 0 <= v <= HOST_MAX_MS:
+        raise ServingParamsError(f"{where} must be a number of milliseconds in 0 .. {HOST_MAX_MS:g}, not {v!r}")
+    return float(v)
+
+
+def _host_entry(e, where: str, profile: str, source: str) -> HostParams:
+    """One host entry of a profile: {"step_ms": X, "per_seq_ms"?, "per_block_ms"?, "per_tp_worker_ms"?,
+    "context_range"?: [lo, hi] tokens, "source"?}; unknown keys refused (a misspelt figure must not read as 0)."""
+    if not isinstance(e, Mapping):
+        raise ServingParamsError(f"{where} must be an object")
+    known = (*HOST_FIELDS, "context_range", "source")
+    extra = [k for k in e if k not in known and k not in ("rows", "models", "evaluation")]
+    if extra:
+        raise ServingParamsError(f"{where}: unknown key {extra[0]!r} (known: {', '.join(known)})")
+    if "step_ms" not in e:
+        raise ServingParamsError(f"{where}: missing 'step_ms'")
+    vals = {k: _number(e.get(k, 0.0), f"{where}.{k}") for k in HOST_FIELDS}
+    rng = e.get("context_range")
+    if rng is not None:
+        ok = isinstance(rng, list) and len(rng) == 2 and all(isinstance(x, int | float) for x in rng)
+        if not ok or isinstance(rng[0], bool) or not 0 <= rng[0] <= rng[1] or not math.isfinite(rng[1]):
+            raise ServingParamsError(f"{where}.context_range must be [low, high] tokens, not {rng!r}")
+        rng = (float(rng[0]), float(rng[1]))
+    src = e.get("source", source)
+    if not isinstance(src, str) or not src.strip():
+        raise ServingParamsError(f"{where}.source must be a non-empty string")
+    return HostParams(
+        vals["step_ms"],
+        vals["per_block_ms"],
+        vals["per_tp_worker_ms"],
+        src,
+        rng,
+        per_seq_ms=vals["per_seq_ms"],
+        profile=profile,
+    )
+
+
+def parse_profile(name: str, doc, where: str, file: str = "") -> EngineProfile:
+    """An `EngineProfile` from its JSON object (a profile of the serving-parameter file, or a user's profile file):
+    {"source": str, "description"?: str, "fitted"?: bool, "devices"?: {gpu key: host entry}, "any_device"?: host
+    entry}; at least one entry. Other keys (provenance of a fit) are kept in the file, not read."""
+    if not isinstance(doc, Mapping):
+        raise ServingParamsError(f"{where} must be an object")
+    source = doc.get("source")
+    if not isinstance(source, str) or not source.strip():
+        raise ServingParamsError(f"{where}: 'source' must say where the figures come from (a non-empty string)")
+    desc = doc.get("description", "")
+    fitted = doc.get("fitted", False)
+    if not isinstance(desc, str) or not isinstance(fitted, bool):
+        raise ServingParamsError(f"{where}: 'description' must be a string and 'fitted' true or false")
+    devs = doc.get("devices", {})
+    if not isinstance(devs, Mapping) or not all(isinstance(k, str) for k in devs):
+        raise ServingParamsError(f"{where}.devices must be an object of GPU key -> host figures")
+    devices = {k: _host_entry(e, f"{where}.devices.{k}", name, source) for k, e in devs.items()}
+    anyd = doc.get("any_device")
+    any_device = None if anyd is None else _host_entry(anyd, f"{where}.any_device", name, source)
+    if not devices and any_device is None:
+        raise ServingParamsError(f"{where}: no host figures (give 'devices' or 'any_device')")
+    return EngineProfile(name, source, desc, fitted, devices, any_device, file)
+
+
+_PROFILES_CACHE: dict[tuple[Path, float], tuple[dict[str, EngineProfile], str]] = {}
+
+
+def load_profiles(path: Path | str | None = None) -> tuple[dict[str, EngineProfile], str]:
+    """(name -> `EngineProfile`, the default profile's name) from the serving-parameter file (default
+    `SERVING_PARAMS_PATH`); `ServingParamsError` when it is missing or malformed (no silent fallback)."""
+    p = Path(path) if path is not None else SERVING_PARAMS_PATH
+    try:
+        key = (p.resolve(), p.stat().st_mtime)
+    except OSError as e:
+        raise ServingParamsError(f"cannot read serving-parameter file {p}: {e.strerror}") from e
+    if key not in _PROFILES_CACHE:
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError) as e:
+            raise ServingParamsError(f"cannot read serving-parameter file {p}: {e}") from e
+        if not isinstance(doc, dict) or doc.get("schema") != SERVING_SCHEMA:
+            raise ServingParamsError(f"{p} is not a serving-parameter file (expected schema {SERVING_SCHEMA!r})")
+        profs = doc.get("profiles")
+        if not isinstance(profs, dict) or not profs:
+            raise ServingParamsError(f"{p}: 'profiles' must be a non-empty object")
+        out = {n: parse_profile(n, d, f"{p.name}: profiles.{n}") for n, d in profs.items()}
+        default = doc.get("default_profile")
+        if default not in out:
+            raise ServingParamsError(f"{p}: default_profile {default!r} is not one of its profiles")
+        _PROFILES_CACHE[key] = (out, default)
+    return _PROFILES_CACHE[key]
+
+
+def engine_profile(name_or_file: str | Path | None = None) -> EngineProfile:
+    """A built-in profile by name (None: the default one), else a user's profile file (JSON, schema
+    `PROFILE_SCHEMA`: {"schema", "name"?, "source", "devices"? / "any_device"?, ...} as `parse_profile` reads);
+    `ServingParamsError` with a one-line message otherwise. A file is only parsed as JSON: nothing in it runs."""
+    profiles, default = load_profiles()
+    if name_or_file is None:
+        return profiles[default]
+    if isinstance(name_or_file, str) and name_or_file in profiles:
+        return profiles[name_or_file]
+    p = Path(name_or_file)
+    if p.suffix.lower() != ".json" and not p.is_file():
+        raise ServingParamsError(
+            f"unknown engine profile {str(name_or_file)!r} (built in: {', '.join(profiles)}; or a profile .json file)"
+        )
+    try:
+        if p.stat().st_size > PROFILE_MAX_BYTES:
+            raise ServingParamsError(f"engine-profile file {p} is over 1 MiB (a profile is a few hundred bytes)")
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ServingParamsError(f"cannot read engine-profile file {p}: {e.strerror or e}") from e
+    except (ValueError, RecursionError) as e:
+        raise ServingParamsError(f"engine-profile file {p} is not JSON: {str(e).splitlines()[0][:120]}") from e
+    if not isinstance(doc, dict) or doc.get("schema") != PROFILE_SCHEMA:
+        raise ServingParamsError(f"{p} is not an engine-profile file (expected schema {PROFILE_SCHEMA!r})")
+    name = doc.get("name", p.stem)
+    if not isinstance(name, str) or not name.strip():
+        raise ServingParamsError(f"{p}: 'name' must be a non-empty string")
+    body = {k: v for k, v in doc.items() if k not in ("schema", "name")}
+    return parse_profile(name, body, p.name, file=str(p))
+
+
+def host_params(device: Device, profile: EngineProfile | str | Path | None = None) -> HostParams:
+    """The host figures of an engine profile (default: the default profile) for a device (`EngineProfile.host`)."""
+    prof = profile if isinstance(profile, EngineProfile) else engine_profile(profile)
+    return prof.host(device)
 
 
 def decode_step(
@@ -513,13 +747,15 @@ def decode_step(
     tp: int = 1,
     dtype: str = "bfloat16",
     tf32_matmul: bool = False,
+    host: HostParams | None = None,
 ):
     """One decode step of `seqs` running sequences at a mean live context of `context` tokens, on one GPU of `tp`.
 
     The model runs as the CUDA graph of the padded batch (`captured_batch`; eager beyond it), attention over the
-    real sequences; the LM head and sampler run eagerly on the real sequences; plus the host's step overhead.
-    `tf32_matmul`: float32 GEMMs on TF32 tensor cores (`cost_kernels`).
+    real sequences; the LM head and sampler run eagerly on the real sequences; plus the host's time (`host`, default
+    the device's `host_params`). `tf32_matmul`: float32 GEMMs on TF32 tensor cores (`cost_kernels`).
     """
+    host = host or host_params(device)
     padded = captured_batch(seqs)
     graph = padded is not None
     model, _ = step_kernels(a, tp, padded or seqs, context=context, dtype=dtype)
@@ -529,7 +765,7 @@ def decode_step(
     link = device_link(device)
     t = cost_kernels(model, device, graph=graph, link_bytes_per_s=link, tp=tp, tf32_matmul=tf32_matmul)
     t2 = cost_kernels(sample, device, graph=False, link_bytes_per_s=link, tp=tp, tf32_matmul=tf32_matmul)
-    return _plus(t, t2, step_overhead_s(seqs))
+    return _plus(t, t2, host.decode_s(seqs, context, tp))
 
 
 def _attention_for(k: EngineKernel, seqs: int, a: Arch, tp: int, context: float, dtype: str) -> EngineKernel:
@@ -557,13 +793,15 @@ def prefill_step(
     tp: int = 1,
     dtype: str = "bfloat16",
     tf32_matmul: bool = False,
+    host: HostParams | None = None,
 ):
     """The prefill of `prompts` prompts of `prompt` tokens, eager (vLLM runs prefills outside CUDA graphs), plus the
-    host's step overhead. `tf32_matmul`: float32 GEMMs on TF32 tensor cores (`cost_kernels`)."""
+    host's time for them (`HostParams.prefill_s`). `tf32_matmul`: float32 GEMMs on TF32 tensor cores."""
+    host = host or host_params(device)
     model, sample = step_kernels(a, tp, prompts, context=prompt, prompt=prompt, dtype=dtype)
     link = device_link(device)
     t = cost_kernels(model + sample, device, graph=False, link_bytes_per_s=link, tp=tp, tf32_matmul=tf32_matmul)
-    return _plus(t, StepTime(0, 0, 0, 0, 0, 0, 0, 0), step_overhead_s(prompts))
+    return _plus(t, StepTime(0, 0, 0, 0, 0, 0, 0, 0), host.prefill_s(prompts))
 
 
 def device_link(device: Device) -> float | None:
@@ -709,16 +947,22 @@ def serve(
     tp: int = 1,
     dtype: str = "bfloat16",
     tf32_matmul: bool = False,
+    host: HostParams | None = None,
 ) -> Served:
-    """The vllm runtime's answer for one device (`power`: its `predictor.power.PowerParams`; `tf32_matmul`: float32
-    GEMMs on TF32 tensor cores)."""
-    step = decode_step(a, device, batch, prompt + generate / 2, tp=tp, dtype=dtype, tf32_matmul=tf32_matmul)
-    pre = prefill_step(a, device, 1, prompt, tp=tp, dtype=dtype, tf32_matmul=tf32_matmul)
+    """The vllm runtime's answer for one device (`power`: its `predictor.power.PowerParams`; `host`: default the
+    device's `host_params`; `tf32_matmul`: float32 GEMMs on TF32 tensor cores)."""
+    host = host or host_params(device)
+    step = decode_step(a, device, batch, prompt + generate / 2, tp=tp, dtype=dtype, tf32_matmul=tf32_matmul, host=host)
+    pre = prefill_step(a, device, 1, prompt, tp=tp, dtype=dtype, tf32_matmul=tf32_matmul, host=host)
     stalls = batch / generate
     # fewer than one new prompt per step: one prefill every 1 / stalls steps; more: they are prefilled together,
     # round(stalls) prompts in one step, the step's cost spread over stalls / round(stalls) of them
     group = max(1, round(stalls))
-    batched = pre if group == 1 else prefill_step(a, device, group, prompt, tp=tp, dtype=dtype, tf32_matmul=tf32_matmul)
+    batched = (
+        pre
+        if group == 1
+        else prefill_step(a, device, group, prompt, tp=tp, dtype=dtype, tf32_matmul=tf32_matmul, host=host)
+    )
     share = stalls / group
     tpot = step.total_ms + share * batched.total_ms
     e_step, _ = step_energy_j(step, power)

@@ -124,12 +124,13 @@ def test_power_model_energy_of_a_tiny_decode_step_by_hand():
     # the tiny model's real decode step on an h100: shares add to 1 and the energy is power x time
     from predictor.power import power_params
 
-    t = eng.decode_step(eng.Arch.from_config(TINY), get_device("h100-80gb"), 4, 100.0)
+    host = eng.HostParams(step_ms=1.0, per_block_ms=0.01, per_tp_worker_ms=5.0)
+    t = eng.decode_step(eng.Arch.from_config(TINY), get_device("h100-80gb"), 4, 100.0, host=host)
     assert sum(t.shares()) == pytest.approx(1.0)
     e, w = eng.step_energy_j(t, power_params("h100-80gb"))
     assert e == pytest.approx(w * t.total_s) and power_params("h100-80gb").gap_w <= w <= 700.0
-    # the host's step overhead is in it: 1 ms + 4 x 40 us
-    assert t.host_s == pytest.approx(1.16e-3)
+    # the host's time is in it, at idle power: 1 ms + 0.01 ms x 4 sequences x ceil(100 / 16) = 7 blocks = 1.28 ms
+    assert t.host_s == pytest.approx(1.28e-3)
 
 
 def test_decode_gemm_flops_match_the_traced_graph(tmp_path):
@@ -183,10 +184,69 @@ def test_cli_vllm_runtime_json_schema_and_errors(tmp_path):
         assert words in res.stderr, (args, res.stderr)
 
 
-def test_captured_batches_and_overhead():
+def test_captured_batches_and_host_time(tmp_path):
     assert [eng.captured_batch(b) for b in (1, 3, 5, 9, 256, 257)] == [1, 4, 8, 16, 256, None]
-    assert eng.step_overhead_s(100) == pytest.approx(5e-3)  # 1 ms + 100 x 0.04 ms
     assert math.isclose(eng.GPU_MEMORY_UTILIZATION, 0.9) and eng.BLOCK_SIZE == 16
+    h = eng.HostParams(step_ms=2.0, per_block_ms=0.01, per_tp_worker_ms=5.0)
+    # 100 sequences at context 40: ceil(40 / 16) = 3 blocks each; tp 4: 2 + 0.01 x 300 + 5 x 3 = 20 ms
+    assert h.decode_s(100, 40.0, tp=4) == pytest.approx(20e-3)
+    assert h.decode_s(100, 48.0) == pytest.approx(5e-3) and h.prefill_s(7) == 0.0  # 48 = 3 blocks exactly
+    assert not h.extrapolates(1e6)  # no fitted range given: never flagged
+    # which fit each device takes: its own, its GPU's for a MIG slice, its generation's fitted GPU otherwise
+    fitted = eng.engine_profile("vllm-0.5.4")
+    table = fitted.devices
+    assert set(table) == {"h100-80gb", "a100-40gb"} and fitted.fitted and fitted.any_device is None
+    # the H100 rows' mean live contexts: shortest a code row, 128 + 66 / 2 = 161 (starcoder2-15b); longest a chat
+    # row, 136 + 513 / 2 = 392.5 (Mistral-Large)
+    assert table["h100-80gb"].context_range == (161.0, 392.5)
+    assert table["h100-80gb"].extrapolates(1024 + 128) and not table["h100-80gb"].extrapolates(300)
+    assert eng.host_params(get_device("h100-80gb"), "vllm-0.5.4") == table["h100-80gb"]
+    assert fitted.host(get_device("a100-40gb:1g.5gb")) == table["a100-40gb"]
+    moved = fitted.host(get_device("h200-141gb"))
+    assert (moved.step_ms, moved.per_block_ms) == (table["h100-80gb"].step_ms, table["h100-80gb"].per_block_ms)
+    assert moved.source.startswith("transfer: h100-80gb")
+    assert fitted.host(get_device("a100-80gb")).step_ms == table["a100-40gb"].step_ms  # same GA100 generation
+    # the overlapped profile: one entry for every GPU, not fitted, no fitted context range
+    over = eng.engine_profile("vllm-overlapped")
+    assert not over.fitted and over.devices == {} and "#6854" in over.source
+    h = over.host(get_device("a100-40gb:1g.5gb"))
+    assert (h.step_ms, h.per_seq_ms, h.per_block_ms, h.per_tp_worker_ms, h.context_range) == (1.0, 0.04, 0, 0, None)
+    assert h.decode_s(80, 1000.0, tp=4) == pytest.approx(4.2e-3)  # 1 + 0.04 x 80 = 4.2 ms, no block / worker term
+    bad = tmp_path / "p.json"
+    for text, words in (
+        ("{", "cannot read"),
+        ('{"schema": "x"}', "not a serving-parameter file"),
+        (json.dumps({"schema": eng.SERVING_SCHEMA, "profiles": {"p": {"source": "s"}}}), "no host figures"),
+        (
+            json.dumps(
+                {"schema": eng.SERVING_SCHEMA, "profiles": {"p": {"source": "s", "any_device": {"step_ms": 1}}}}
+            ),
+            "default_profile",
+        ),
+    ):
+        bad.write_text(text)
+        with pytest.raises(eng.ServingParamsError, match=words):
+            eng.load_profiles(bad)
+
+
+def test_tpot_with_interleaved_prefills_by_hand():
+    """Continuous batching without chunked prefill: B / G new prompts per decode step, prefilled round(B / G) at a
+    time, so TPOT = decode step + (B / G) / round(B / G) x the prefill step of round(B / G) prompts."""
+    from predictor.power import power_params
+
+    a, dev = eng.Arch.from_config(TINY), get_device("h100-80gb")
+    host = eng.HostParams(step_ms=3.0, per_block_ms=0.0, per_tp_worker_ms=0.0)
+    s = eng.serve(a, dev, 10, 32, 4, power_params("h100-80gb"), host=host)
+    # 10 sequences of 4 generated tokens: 2.5 new prompts per step, 2 per prefill step, 1.25 prefill steps a step
+    dec = eng.decode_step(a, dev, 10, 32 + 4 / 2, host=host)
+    pre2 = eng.prefill_step(a, dev, 2, 32, host=host)
+    assert s.prefills_per_step == 2.5
+    assert s.tpot_ms == pytest.approx(dec.total_ms + 1.25 * pre2.total_ms)
+    assert dec.host_s == pytest.approx(3e-3) and pre2.host_s == 0.0
+    # energy per token: (decode step energy + 1.25 prefill steps' energy) / 10 tokens
+    pw = power_params("h100-80gb")
+    e = (eng.step_energy_j(dec, pw)[0] + 1.25 * eng.step_energy_j(pre2, pw)[0]) / 10
+    assert s.energy_per_token_j == pytest.approx(e)
 
 
 def test_vllm_runtime_moe_tensor_parallel_and_html(tmp_path):
@@ -196,7 +256,7 @@ def test_vllm_runtime_moe_tensor_parallel_and_html(tmp_path):
     cfg |= {"num_local_experts": 8, "num_experts_per_tok": 2}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
-    one = llm(str(path), prompt=8, generate=8, batch=2, contexts=[16], runtime="vllm")
+    one = llm(str(path), prompt=8, generate=8, batch=2, contexts=[16], runtime="vllm", engine_profile="vllm-0.5.4")
     two = llm(str(path), prompt=8, generate=8, batch=2, contexts=[16], runtime="vllm", tensor_parallel=2)
     d1, d2 = one.llm.devices[0], two.llm.devices[0]
     assert d1.engine["moe"]["expected_experts_decode"] == pytest.approx(3.5)  # 2 tokens, top-2 of 8
@@ -205,6 +265,8 @@ def test_vllm_runtime_moe_tensor_parallel_and_html(tmp_path):
     whole = a.params() * 2
     norms_routers = (2 * 2 * 64 + 64 + 2 * 64 * 8) * 2  # 2 layers x 2 norms x 64 + final norm + 2 routers 64 x 8
     assert one.llm.runtime["weights_per_gpu_bytes"] == whole
+    # context 8 + 8 / 2 = 12 lies below the contexts the host figures were fitted on: said so
+    assert any("extrapolation" in w and "12" in w for w in one.warnings)
     assert two.llm.runtime["weights_per_gpu_bytes"] == (whole - norms_routers) / 2 + norms_routers
     assert d2.engine["decode_step"]["allreduce_ms"] > 0 == d1.engine["decode_step"]["allreduce_ms"]
     assert set(d2.fits) == {"full GPU"}  # MIG slices have no NVLink: tensor parallel 1 only
@@ -224,3 +286,185 @@ def test_nvlink_field_is_validated():
     for bad in (0, "fast", 1e6):
         with pytest.raises(DeviceFileError, match="nvlink_gbs"):
             parse_device(entry | {"nvlink_gbs": bad})
+
+
+# ---- the host-time fit (predictor.serving_fit) ----------------------------------------------------------------------
+
+
+def _row(model, batch, context, tp, gpu_ms, tpot_ms, device="h100-80gb"):
+    from predictor.serving_fit import Row
+
+    return Row(model, device, "chat", tp, batch, 100, 8.0, False, tpot_ms, 0.1, gpu_ms, context)
+
+
+def test_host_features_and_exact_recovery_by_hand():
+    from predictor import serving_fit as sf
+
+    # 100 sequences at context 200: ceil(200 / 16) = 13 blocks each = 1,300; tp 4: 3 extra workers
+    assert list(sf.host_features(_row("m", 100, 200.0, 4, 10.0, 50.0))) == [1.0, 1300.0, 3.0]
+    # rows built to follow 20 ms + 0.01 ms / block + 8 ms / worker exactly: the fit gives those figures back
+    coef = (20.0, 0.01, 8.0)
+    rows = []
+    for i, (b, ctx, tp) in enumerate([(32, 100.0, 1), (64, 300.0, 1), (128, 200.0, 2), (256, 400.0, 4), (16, 50.0, 8)]):
+        blocks = b * math.ceil(ctx / 16)
+        rows.append(_row(f"m{i}", b, ctx, tp, 5.0 + i, 5.0 + i + coef[0] + coef[1] * blocks + coef[2] * (tp - 1)))
+    # e.g. the first: 32 x ceil(100 / 16) = 32 x 7 = 224 blocks: 5 + 20 + 2.24 = 27.24 ms
+    assert rows[0].tpot_ms == pytest.approx(27.24)
+    assert list(sf.fit(rows)) == pytest.approx(coef, rel=1e-6)
+    assert sf.predict(rows[0], sf.fit(rows)) == pytest.approx(27.24)
+
+
+def test_leave_one_model_out_holds_each_model_out():
+    """A model's held-out predictions must not move when its own measurements do; a fit on all rows (a planted
+    leak) fails the same check."""
+    from predictor import serving_fit as sf
+
+    rows = []
+    for i, model in enumerate(("a", "b", "c", "d")):
+        for b in (32, 128, 256):
+            blocks = b * 20  # context 320: 20 blocks a sequence
+            rows.append(_row(model, b, 320.0, 1 + i % 2, 10.0, 10.0 + 20 + 0.01 * blocks * (1 + 0.1 * i) + 8 * (i % 2)))
+    moved = [r if r.model != "b" else sf.Row(**{**r.__dict__, "tpot_ms": 3 * r.tpot_ms}) for r in rows]
+
+    def held_out_of_b(predict_all):
+        return [p for p, r in zip(predict_all(rows), rows, strict=True) if r.model == "b"], [
+            p for p, r in zip(predict_all(moved), moved, strict=True) if r.model == "b"
+        ]
+
+    before, after = held_out_of_b(sf.lomo)
+    assert before == pytest.approx(after)  # b's rows never enter the fit that predicts them
+
+    def leaky(rs):
+        coef = sf.fit(rs)
+        return [sf.predict(r, coef) for r in rs]
+
+    before, after = held_out_of_b(leaky)
+    assert after != pytest.approx(before)  # the planted leak: b's own rows pull its prediction
+
+
+def test_committed_serving_params_are_the_fit_of_the_data():
+    """predictor/serving_params.json is what `python -m predictor.serving_fit` writes from the committed data."""
+    from predictor import serving_fit as sf
+
+    doc, table = sf.run()
+    whole = json.loads(eng.SERVING_PARAMS_PATH.read_text())
+    committed = whole["profiles"][sf.PROFILE]
+    assert whole["schema"] == eng.SERVING_SCHEMA and committed["prompt_tokens_assumed"] == sf.PROMPT_TOKENS
+    # rewriting the fitted profile keeps the file's other profiles and its default
+    merged = sf.merge(doc, eng.SERVING_PARAMS_PATH)
+    assert merged["default_profile"] == whole["default_profile"] and set(merged["profiles"]) == set(whole["profiles"])
+    for dev, d in doc["devices"].items():
+        c = committed["devices"][dev]
+        for k in ("step_ms", "per_block_ms", "per_tp_worker_ms"):
+            assert c[k] == pytest.approx(d[k], rel=1e-3, abs=1e-6), (dev, k)
+        assert c["evaluation"] == d["evaluation"]
+    assert "dense 8-32B" in table
+
+
+# ---- engine profiles (--engine-profile) ------------------------------------------------------------------------------
+
+
+def _profile_file(tmp_path, name="mine.json", **doc):
+    path = tmp_path / name
+    path.write_text(json.dumps({"schema": eng.PROFILE_SCHEMA, **doc}))
+    return path
+
+
+def test_engine_profile_changes_tpot_by_the_host_term(tmp_path):
+    """Only the decode step's host time depends on the profile (a prefill step adds none), so TPOT, the decode step
+    and the latency sweep move by the difference of the two host terms, worked out by hand."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    mine = _profile_file(
+        tmp_path,
+        name="mine",
+        source="a user's own measurements",
+        any_device={"step_ms": 2.0, "per_seq_ms": 0.5, "per_block_ms": 0.1, "per_tp_worker_ms": 3.0},
+    )
+    kw = dict(prompt=8, generate=8, batch=8, contexts=[16], runtime="vllm", tensor_parallel=2)
+    default = llm(str(path), **kw).llm
+    over = llm(str(path), engine_profile="vllm-overlapped", **kw).llm
+    fit = llm(str(path), engine_profile="vllm-0.5.4", **kw).llm
+    user = llm(str(path), engine_profile=str(mine), **kw).llm
+    assert default.runtime["engine_profile"]["name"] == "vllm-overlapped"  # the default
+    # 8 sequences at a mean live context of 8 + 8 / 2 = 12 tokens: ceil(12 / 16) = 1 block each, 8 blocks; tp 2
+    # overlapped: 1 + 0.04 x 8 = 1.32 ms
+    # vllm-0.5.4 (H100 fit): 24.42 + 0.00858 x 8 + 8.885 x 1 = 33.37364 ms
+    # the user's: 2 + 0.5 x 8 + 0.1 x 8 + 3 x 1 = 9.8 ms
+    hand = {"vllm-overlapped": 1.32, "vllm-0.5.4": 33.37364, "mine": 9.8}
+    for rep in (over, fit, user):
+        d = rep.devices[0]
+        name = rep.runtime["engine_profile"]["name"]
+        assert d.engine["host"]["profile"] == name
+        assert d.engine["decode_step"]["host_overhead_ms"] == pytest.approx(hand[name], rel=1e-9)
+    base = over.devices[0]
+    for rep in (fit, user):
+        d = rep.devices[0]
+        diff = hand[rep.runtime["engine_profile"]["name"]] - 1.32
+        assert d.tpot_ms - base.tpot_ms == pytest.approx(diff, rel=1e-9)
+        assert d.engine["decode_step_ms"] - base.engine["decode_step_ms"] == pytest.approx(diff, rel=1e-9)
+        assert d.engine["prefill_ms"] == pytest.approx(base.engine["prefill_ms"])
+        # the sweep's decode step at context 16 (one block each, as at 12) moves by the same term
+        assert d.sweep[0]["tpot_ms"] - base.sweep[0]["tpot_ms"] == pytest.approx(diff, rel=1e-9)
+    assert default.devices[0].tpot_ms == base.tpot_ms
+    assert user.runtime["engine_profile"] == {
+        "name": "mine",
+        "source": "a user's own measurements",
+        "fitted": False,
+        "description": "",
+        "file": str(mine),
+    }
+    assert fit.runtime["engine_profile"]["fitted"] and not over.runtime["engine_profile"]["fitted"]
+    assert any(a.startswith("engine profile mine (file ") for a in user.assumptions)
+
+
+def test_engine_profile_in_the_json_and_bad_profiles_exit_2(tmp_path):
+    schema = json.loads(SCHEMA_FILE.read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    runner = CliRunner()
+    base = ["llm", str(path), "--prompt", "8", "--generate", "8", "--contexts", "16", "--format", "json"]
+    vllm = [*base, "--runtime", "vllm"]
+    res = runner.invoke(cli, [*vllm, "--engine-profile", "vllm-0.5.4"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    jsonschema.validate(doc, schema)
+    prof = doc["llm"]["runtime"]["engine_profile"]
+    assert prof["name"] == "vllm-0.5.4" and prof["fitted"] is True and "ML.ENERGY" in prof["source"]
+    assert doc["llm"]["devices"][0]["engine"]["host"]["profile"] == "vllm-0.5.4"
+    assert any("engine profile vllm-0.5.4, fitted" in a for a in doc["llm"]["assumptions"])
+    ok = dict(source="s", any_device={"step_ms": 1.0})
+    cases = [
+        (["--engine-profile", "vllm-9"], "unknown engine profile 'vllm-9'"),
+        (["--engine-profile", str(tmp_path / "none.json")], "cannot read engine-profile file"),
+    ]
+    bad_json = tmp_path / "b.json"
+    bad_json.write_text("{")
+    cases.append((["--engine-profile", str(bad_json)], "is not JSON"))
+    huge = tmp_path / "huge.json"
+    huge.write_text(" " * (1 << 20) + "{}")  # 1 MiB of spaces, then an object
+    cases.append((["--engine-profile", str(huge)], "over 1 MiB"))
+    for i, (doc_, words) in enumerate(
+        (
+            ({"source": "s"}, "no host figures"),
+            ({"any_device": {"step_ms": 1.0}}, "'source' must say"),
+            ({"source": "s", "any_device": {"step_ms": -1}}, "step_ms must be a number of milliseconds"),
+            ({"source": "s", "any_device": {"step_ms": float("nan")}}, "step_ms must be a number"),
+            ({"source": "s", "any_device": {"stepms": 1.0}}, "unknown key 'stepms'"),
+            ({"source": "s", "any_device": {"per_seq_ms": 1.0}}, "missing 'step_ms'"),
+            ({"source": "s", "devices": {"h100-80gb": {"step_ms": "1"}}}, "step_ms must be a number"),
+            ({"source": "s", "devices": {"a100-40gb": {"step_ms": 1}}}, "no host figures for 'h100-80gb'"),
+            ({"source": "s", "any_device": {"step_ms": 1, "context_range": [5, 1]}}, "context_range"),
+        )
+    ):
+        cases.append((["--engine-profile", str(_profile_file(tmp_path, f"bad{i}.json", **doc_))], words))
+    wrong = tmp_path / "w.json"
+    wrong.write_text(json.dumps({"schema": "x", **ok}))
+    cases.append((["--engine-profile", str(wrong)], "not an engine-profile file"))
+    for args, words in cases:
+        res = runner.invoke(cli, [*vllm, *args])
+        assert res.exit_code == 2, (args, res.output)
+        errs = [line for line in res.stderr.splitlines() if not line.startswith("[llm]")]
+        assert len(errs) == 1 and errs[0].startswith("error: --engine-profile") and words in errs[0], (args, errs)
+    res = runner.invoke(cli, [*base, "--engine-profile", "vllm-0.5.4"])  # the eager runtime has no engine
+    assert res.exit_code == 2 and "needs --runtime vllm" in res.stderr

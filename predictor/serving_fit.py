@@ -1,0 +1,281 @@
+"""Fit the vllm runtime's host time per engine step on ML.ENERGY Leaderboard v2's vLLM 0.5.4 rows, leaving one model
+out; write it as the `vllm-0.5.4` engine profile of `predictor/serving_params.json` (its other profiles kept) and print
+the before/after table of docs/llm-serving.md.
+
+Usage: python -m predictor.serving_fit [--data data/public-models/mlenergy-llm-v2.jsonl] [--out PATH] [--check]
+
+The host model (`predictor.serving_engine.HostParams`), milliseconds, while the GPU idles:
+
+    decode step:  step_ms + per_block_ms x B x ceil(L / 16) + per_tp_worker_ms x (tp - 1)
+    prefill step: none beyond its kernels
+
+(B running sequences at mean live context L, tensor parallel tp). Three figures per host (the A100 rows ran on AWS
+p4d.24xlarge, the H100 rows on p5.48xlarge: two CPUs). TPOT is linear in them (one decode step per output token:
+`host_features`), so each fit is a non-negative least squares of the relative TPOT error. Variants tried on the same
+rows (docs/llm-serving.md gives their leave-one-model-out MAPE): a per-sequence term instead of (or with) the
+per-block one, a constant per prefill step (fitted to 0 on both GPUs), no tensor-parallel term.
+
+Rows: every vLLM row of a dense text decoder whose architecture is in `ARCH` (vision-language and mixture-of-experts
+models and pipeline-parallel rows left out of the fit; the MoE rows are evaluated with the fitted figures), at the
+row's average running batch (rounded), average output length and tensor-parallel degree, with the prompt lengths of
+`PROMPT_TOKENS`. Leave-one-model-out: each model's rows are predicted by a fit on the other models of that GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import serving_engine as eng
+from .devices import get_device
+from .power import power_params
+
+SCHEMA = eng.SERVING_SCHEMA
+#: The profile of the serving-parameter file this fit writes (the file's other profiles are kept).
+PROFILE = "vllm-0.5.4"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data" / "public-models" / "mlenergy-llm-v2.jsonl"
+GPUS = {"NVIDIA H100 80GB HBM3": "h100-80gb", "NVIDIA A100-SXM4-40GB": "a100-40gb"}
+
+#: Prompt tokens of a request, per task, estimated from the datasets ML.ENERGY v2 sent (github.com/ml-energy/
+#: leaderboard-v2 @ c3af7f31e2, benchmark/llm_text_generation/*/scripts/benchmark_client.py):
+#: chat: the first human turn of ShareGPT_V3_filtered_500.json (500 prompts, mean 350 characters: ~88 tokens at
+#: 4 characters a token) + the client's system prompt (113 characters: ~28 tokens) + ~20 chat-template tokens = 136;
+#: code: HumanEval+ prompts, raw completions (the 164 HumanEval prompts, github.com/openai/human-eval
+#: data/HumanEval.jsonl.gz, mean 448 characters: ~128 tokens at 3.5 characters a token). Counted here; no
+#: tokenizer was run (an estimate, +-20%).
+PROMPT_TOKENS = {"chat": 136, "code": 128}
+
+#: Published architectures (each model's config.json on the Hugging Face Hub): model type, layers, hidden, heads,
+#: KV heads, head dim, intermediate, vocabulary, tied embeddings.
+L = "llama"
+ARCH = {
+    "meta-llama/Meta-Llama-3.1-70B-Instruct": (L, 80, 8192, 64, 8, 128, 28672, 128256, False),
+    "mistralai/Mistral-7B-Instruct-v0.3": ("mistral", 32, 4096, 32, 8, 128, 14336, 32768, False),
+    "mistralai/Mistral-Nemo-Instruct-2407": ("mistral", 40, 5120, 32, 8, 128, 14336, 131072, False),
+    "mistralai/Mistral-Large-Instruct-2407": ("mistral", 88, 12288, 96, 8, 128, 28672, 32768, False),
+    "google/gemma-2-2b-it": ("gemma2", 26, 2304, 8, 4, 256, 9216, 256000, True),
+    "google/gemma-2-9b-it": ("gemma2", 42, 3584, 16, 8, 256, 14336, 256000, True),
+    "google/gemma-2-27b-it": ("gemma2", 46, 4608, 32, 16, 128, 36864, 256000, True),
+    "google/codegemma-1.1-2b": ("gemma", 18, 2048, 8, 1, 256, 16384, 256000, True),
+    "google/codegemma-7b": ("gemma", 28, 3072, 16, 16, 256, 24576, 256000, True),
+    "microsoft/Phi-3-mini-4k-instruct": ("phi3", 32, 3072, 32, 32, 96, 8192, 32064, False),
+    "microsoft/Phi-3-small-8k-instruct": (L, 32, 4096, 32, 8, 128, 14336, 100352, True),  # phi3small: custom code
+    "microsoft/Phi-3-medium-4k-instruct": ("phi3", 40, 5120, 40, 10, 128, 17920, 32064, False),
+    "codellama/CodeLlama-7b-hf": (L, 32, 4096, 32, 32, 128, 11008, 32016, False),
+    "codellama/CodeLlama-13b-hf": (L, 40, 5120, 40, 40, 128, 13824, 32016, False),
+    "codellama/CodeLlama-34b-hf": (L, 48, 8192, 64, 8, 128, 22016, 32000, False),
+    "codellama/CodeLlama-70b-hf": (L, 80, 8192, 64, 8, 128, 28672, 32016, False),
+    "bigcode/starcoder2-3b": ("starcoder2", 30, 3072, 24, 2, 128, 12288, 49152, True),
+    "bigcode/starcoder2-7b": ("starcoder2", 32, 4608, 36, 4, 128, 18432, 49152, True),
+    "bigcode/starcoder2-15b": ("starcoder2", 40, 6144, 48, 4, 128, 24576, 49152, False),
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": ("mixtral", 32, 4096, 32, 8, 128, 14336, 32000, False),
+    "mistralai/Mixtral-8x22B-Instruct-v0.1": ("mixtral", 56, 6144, 48, 8, 128, 16384, 32768, False),
+}
+
+
+def arch_of(name: str) -> eng.Arch:
+    """The engine's `Arch` of a model of `ARCH` (Mixtral: 8 experts, top 2, every layer sparse)."""
+    kind, layers, hidden, heads, kv, hd, inter, vocab, tied = ARCH[name]
+    moe = kind == "mixtral"
+    return eng.Arch(
+        layers, hidden, heads, kv, hd, inter, vocab, tied,
+        experts=8 if moe else 0, top_k=2 if moe else 0, expert_intermediate=inter if moe else 0,
+        moe_layers=layers if moe else 0, gated=kind not in eng.NON_GATED,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured row with what the engine model predicts for it without host time (ms)."""
+
+    model: str
+    device: str
+    task: str
+    tp: int
+    batch: int
+    generate: int
+    params_b: float
+    moe: bool
+    tpot_ms: float  # measured avg_tpot_s x 1e3
+    energy_j: float  # measured energy per output token per GPU
+    gpu_ms: float  # predicted TPOT with no host time: decode step + the interleaved prefills' GPU time
+    context: float  # mean live context of a running sequence: prompt + generate / 2
+
+
+def host_features(r: Row) -> np.ndarray:
+    """TPOT's host time (ms) = features . (step_ms, per_block_ms, per_tp_worker_ms): one decode step per output token,
+    with B x ceil(L / block size) KV blocks and tp - 1 workers."""
+    blocks = r.batch * math.ceil(r.context / eng.BLOCK_SIZE)
+    return np.array([1.0, float(blocks), float(r.tp - 1)])
+
+
+def load_rows(path: Path = DATA) -> list[Row]:
+    """The vLLM rows of the models in `ARCH` (pp = 1), each predicted with zero host time."""
+    zero = eng.HostParams(0.0, 0.0, 0.0, "zero")
+    out = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        if not r["runtime"].startswith("vLLM") or r["model"] not in ARCH or r["parallelization"]["pp"] != 1:
+            continue
+        dev = GPUS[r["gpu"]]
+        a = arch_of(r["model"])
+        task = r["task"].split("/")[-1]
+        tp = r["parallelization"]["tp"]
+        batch, gen = max(1, round(r["avg_batch_size"])), max(2, round(r["avg_output_len"]))
+        s = eng.serve(a, get_device(dev), batch, PROMPT_TOKENS[task], gen, power_params(dev), tp=tp, host=zero)
+        out.append(
+            Row(
+                r["model"], dev, task, tp, batch, gen, a.params() / 1e9, bool(a.experts), r["avg_tpot_s"] * 1e3,
+                r["energy_per_request_j"] / r["avg_output_len"] / r["num_gpus"], s.tpot_ms,
+                PROMPT_TOKENS[task] + gen / 2,
+            )
+        )  # fmt: skip
+    return out
+
+
+def fit(rows: list[Row]) -> np.ndarray:
+    """(step_ms, per_block_ms, per_tp_worker_ms) >= 0 minimising the relative TPOT error over `rows`."""
+    from scipy.optimize import lsq_linear
+
+    a = np.array([host_features(r) for r in rows])
+    meas = np.array([r.tpot_ms for r in rows])
+    gpu = np.array([r.gpu_ms for r in rows])
+    return lsq_linear(a / meas[:, None], (meas - gpu) / meas, bounds=(0.0, np.inf)).x
+
+
+def predict(r: Row, coef: np.ndarray) -> float:
+    return r.gpu_ms + float(host_features(r) @ coef)
+
+
+def lomo(rows: list[Row]) -> list[float]:
+    """Leave-one-model-out TPOT (ms) of every row: its model's rows predicted by a fit on the other models' rows."""
+    pred = [0.0] * len(rows)
+    for model in {r.model for r in rows}:
+        coef = fit([r for r in rows if r.model != model])
+        for i, r in enumerate(rows):
+            if r.model == model:
+                pred[i] = predict(r, coef)
+    return pred
+
+
+def _mape(pairs: list[tuple[float, float]]) -> float:
+    return float(np.mean([abs(p - m) / m for p, m in pairs]) * 100) if pairs else float("nan")
+
+
+def size_group(r: Row) -> str:
+    if r.moe:
+        return "moe"
+    return "dense <8B" if r.params_b < 7.9 else "dense 8-32B" if r.params_b <= 32.5 else "dense >32B"
+
+
+def run(path: Path = DATA) -> tuple[dict, str]:
+    """Fit both GPUs; return (the `PROFILE` profile of the serving-parameter file, the Markdown before/after
+    table)."""
+    rows = load_rows(path)
+    devices, lines = {}, []
+    lines.append("| GPU | rows | group | TPOT MAPE before | TPOT MAPE after (LOMO) | median LOMO pred/meas |")
+    lines.append("|---|---:|---|---:|---:|---:|")
+    for dev in sorted({r.device for r in rows}):
+        dense = [r for r in rows if r.device == dev and not r.moe]
+        coef = fit(dense)
+        held = dict(zip([id(r) for r in dense], lomo(dense), strict=True))
+        moe = [r for r in rows if r.device == dev and r.moe]
+        ev = {}
+        for group in ("dense 8-32B", "dense (all)", "dense <8B", "dense >32B", "moe"):
+            if group == "moe":
+                sel, after = moe, [predict(r, coef) for r in moe]  # not in the fit: the all-dense figures
+            else:
+                sel = [r for r in dense if group == "dense (all)" or size_group(r) == group]
+                after = [held[id(r)] for r in sel]
+            # before this fit: 1 ms + 40 us per sequence per decode step (vLLM issues #6854, #6801), no fit: the
+            # figures of the file's vllm-overlapped profile
+            before = [r.gpu_ms + 1.0 + 0.04 * r.batch for r in sel]
+            b = _mape(list(zip(before, [r.tpot_ms for r in sel], strict=True)))
+            a = _mape(list(zip(after, [r.tpot_ms for r in sel], strict=True)))
+            med = float(np.median([p / r.tpot_ms for p, r in zip(after, sel, strict=True)]))
+            ev[group] = {"rows": len(sel), "mape_before_pct": round(b, 1), "mape_lomo_pct": round(a, 1)}
+            lines.append(f"| {dev} | {len(sel)} | {group} | {b:.1f}% | {a:.1f}% | {med:.2f} |")
+        devices[dev] = {
+            "step_ms": round(float(coef[0]), 3),
+            "per_block_ms": round(float(coef[1]), 5),
+            "per_tp_worker_ms": round(float(coef[2]), 3),
+            "context_range": [min(r.context for r in dense), max(r.context for r in dense)],
+            "rows": len(dense),
+            "models": len({r.model for r in dense}),
+            "evaluation": ev,
+            "source": (
+                f"fit: ML.ENERGY Leaderboard v2 vLLM 0.5.4 rows on {dev} ({len(dense)} rows of "
+                f"{len({r.model for r in dense})} dense models; python -m predictor.serving_fit), leave-one-model-out "
+                f"TPOT MAPE {ev['dense (all)']['mape_lomo_pct']}%"
+            ),
+        }
+    doc = {
+        "description": (
+            "vLLM 0.5.4's OpenAI server as ML.ENERGY v2 ran it: frontend in the engine's process, no chunked "
+            "prefill, no asynchronous output processing, no multi-step scheduling; the engine's host work between "
+            "decode steps serialised with the GPU"
+        ),
+        "fitted": True,
+        "source": (
+            "fit: ML.ENERGY Leaderboard v2 vLLM 0.5.4 rows, per GPU host, leave-one-model-out "
+            "(python -m predictor.serving_fit)"
+        ),
+        "created_by": "python -m predictor.serving_fit",
+        "data": (
+            "data/public-models/mlenergy-llm-v2.jsonl (ML.ENERGY Leaderboard v2, github.com/ml-energy/leaderboard-v2 "
+            "@ c3af7f31e2, Apache-2.0): vLLM 0.5.4 OpenAI server, --enable-chunked-prefill False, --max-model-len "
+            "4096, --disable-frontend-multiprocessing, all requests sent at once, --max-num-seqs varied; A100 rows "
+            "on AWS p4d.24xlarge, H100 rows on p5.48xlarge"
+        ),
+        "prompt_tokens_assumed": PROMPT_TOKENS,
+        "model": "decode step host ms = step_ms + per_block_ms x B x ceil(context / 16) + per_tp_worker_ms x (tp - 1); "
+        "prefill step: none",
+        "transfers": {k: v for k, v in eng.HOST_TRANSFERS.items()},
+        "devices": devices,
+    }
+    return doc, "\n".join(lines)
+
+
+def merge(profile: dict, path: Path) -> dict:
+    """The serving-parameter file at `path` with its `PROFILE` profile replaced by `profile` (the other profiles and
+    the default kept); a new file holding only it when `path` is missing or of another schema."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        doc = None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("profiles"), dict):
+        doc = {"schema": SCHEMA, "default_profile": PROFILE, "profiles": {}}
+    doc["profiles"][PROFILE] = profile
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--out", type=Path, default=eng.SERVING_PARAMS_PATH)
+    ap.add_argument("--check", action="store_true", help="print the table only; write nothing")
+    args = ap.parse_args(argv)
+    if not args.data.is_file():
+        print(f"error: no such data file: {args.data}", file=sys.stderr)
+        return 2
+    doc, table = run(args.data)
+    print(table)
+    for dev, d in doc["devices"].items():
+        print(f"{dev}: step {d['step_ms']} ms + {d['per_block_ms']} ms/KV block + {d['per_tp_worker_ms']} ms/(tp-1)")
+    if not args.check:
+        args.out.write_text(json.dumps(merge(doc, args.out), indent=1) + "\n")
+        print(f"wrote profile {PROFILE!r} into {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

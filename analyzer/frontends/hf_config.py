@@ -206,7 +206,7 @@ def load_hf_config(path: Path, specs: dict[str, InputSpec], batch: int | None) -
                 f"most {MAX_FULL_LAYERS} such layers (a config with fewer layers shows their cost per layer)"
             )
     declared = _declared_layers(config)
-    if declared > MAX_FULL_LAYERS and (n is None or n <= EXTRAPOLATE_ABOVE):
+    if declared > MAX_FULL_LAYERS:
         raise AnalysisError(
             f"{path}: a stack of {declared:,} layers that preflight cannot extrapolate from the first two; it traces "
             f"at most {MAX_FULL_LAYERS} layers per stack (a config with fewer layers shows their cost per layer)"

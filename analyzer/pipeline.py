@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from passes.analysis import Analysis, analyze_graph, gathered_expert_matmuls
+from passes.analysis import Analysis, analyze_graph, extrapolate_layers, gathered_expert_matmuls
 from passes.graph import AMP_DTYPES, dtype_bytes, with_autocast, with_compute_dtype, with_float_dtype
 from passes.tvm_ir import DataDependentShapeError, DynamicShapeError, IRError, extract, source_names
 from predictor.kernel_model import DEFAULT_MATMUL_PRECISION, KernelParamsError
@@ -87,6 +87,8 @@ def analyze_loaded(
     (`passes.graph.with_autocast`: matmuls, convolutions and attention in 16 bits, the casts autocast launches).
     """
     check_dtype(dtype)
+    if loaded.depth1 is not None and loaded.layers:
+        return _extrapolated(loaded, strict=strict, func_name=func_name, shape_hint=shape_hint, dtype=dtype)
     try:
         graph = extract(loaded.mod, func_name, n_inputs=loaded.n_inputs)
     except DynamicShapeError as exc:
@@ -150,6 +152,25 @@ def analyze_loaded(
     if dtype is not None:
         warnings.append(f"analysed as if computed in {dtype} (--dtype): every float tensor of the model is {dtype}")
     return Report(model=model, inputs=inputs, analysis=analysis, warnings=warnings)
+
+
+def _extrapolated(loaded: LoadedModel, **kw) -> Report:
+    """The report of a model of `loaded.layers` identical layers: `loaded` holds its first 2, `loaded.depth1` its
+    first; counts extrapolated exactly (`passes.analysis.extrapolate_layers`), lists of the 2-layer graph."""
+    n = loaded.layers
+    two = analyze_loaded(replace(loaded, layers=None, depth1=None), **kw)
+    one = analyze_loaded(loaded.depth1, **kw)
+    try:
+        two.analysis = extrapolate_layers(one.analysis, two.analysis, n)
+    except ValueError as exc:
+        raise AnalysisError(f"{loaded.source}: extrapolating {n} identical layers from 2 failed: {exc}") from exc
+    note = (
+        f"layers 3..{n} extrapolated from layers 1-2 (identical): totals (FLOPs, MACs, bytes, params, operators) "
+        f"and the predicted latency are exact for {n} layers; the peak activations are the 2-layer graph's (the same "
+        f"at any depth); the operator, module and kernel lists show the embedding, layers 1-2 and the head only"
+    )
+    two.warnings.append(note)
+    return two
 
 
 def analyze_model(

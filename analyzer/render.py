@@ -70,6 +70,8 @@ def report_json(report) -> dict:
         doc["predictors"] = dict(report.predictors)
     if report.sweep is not None:
         doc["sweep"] = report.sweep
+    if getattr(a, "repeat", None) is not None:
+        doc["layers"] = a.repeat.to_json()
     if getattr(report, "verdict", None) is not None:
         doc["verdict"] = report.verdict.to_json()
     llm = getattr(report, "llm", None)  # `preflight llm` (analyzer.llm.LlmReport)
@@ -240,9 +242,18 @@ def _summary(report) -> list[tuple[str, str]]:
         ("peak activations", mib(t.peak_activation_bytes)),
         ("bytes read / written", f"{mib(t.bytes_read)} / {mib(t.bytes_written)}"),
         ("operators", f"{t.op_count:,} ({len(report.analysis.edges):,} data-flow edges)"),
-        ("CUDA kernels", _kernel_line(report.analysis.kernel_view.summary)),
+        ("CUDA kernels", _kernel_line(report.analysis.kernel_view.summary, getattr(report.analysis, "repeat", None))),
+        *([("layers", _layers_line(report.analysis.repeat))] if getattr(report.analysis, "repeat", None) else []),
         ("unsupported", ", ".join(f"{k} x{v}" for k, v in t.unsupported.items()) or "none"),
     ]
+
+
+def _layers_line(repeat) -> str:
+    n = repeat.layers
+    return (
+        f"{n:,}; layers 3..{n:,} extrapolated from layers 1-2 (identical): totals exact; the operator and kernel "
+        f"lists and the edges show the embedding, layers 1-2 and the head"
+    )
 
 
 def _at_least(totals) -> str:
@@ -270,8 +281,11 @@ def _mixed(macs_by_dtype: dict[str, int]) -> bool:
     return len(macs_by_dtype) > 1 or any(not d.startswith(("float", "bfloat")) for d in macs_by_dtype)
 
 
-def _kernel_line(k) -> str:
-    """What eager PyTorch launches, beside the Relax ops: '121 (91 views free, 1 fused attention), 180.2 MiB moved'."""
+def _kernel_line(k, repeat=None) -> str:
+    """What eager PyTorch launches, beside the Relax ops: '121 (91 views free, 1 fused attention), 180.2 MiB moved';
+    with layers extrapolated (`repeat`), the whole model's launches, then the listed 2-layer graph's line."""
+    if repeat is not None:
+        return f"{repeat.kernels:,} launched; layers 1-2 listed: {_kernel_line(k)}"
     roles = k.by_role
     parts = [
         f"{roles[r]} {one if roles[r] == 1 else many}"
@@ -752,7 +766,12 @@ def render_csv(report, what: str = "ops") -> str:
 
         tf32 = bool(p.runtime.get("tf32_matmul", False))
         kt = kernel_latency_arrays(kernel_arrays(a.kernels), get_device(p.device), tf32_matmul=tf32)
-        scale = p.latency_ms / (float(kt.eager_s.sum()) * 1e3) if float(kt.eager_s.sum()) > 0 else 0.0
+        whole = (
+            kernel_latency_arrays(kernel_arrays(a.launched_kernels), get_device(p.device), tf32_matmul=tf32)
+            if a.repeat
+            else kt
+        )
+        scale = p.latency_ms / (float(whole.eager_s.sum()) * 1e3) if float(whole.eager_s.sum()) > 0 else 0.0
         secs, bound = kt.eager_s * 1e3 * scale, kt.compute_bound
     out.writerow(KERNEL_CSV_COLUMNS)
     for i, k in enumerate(a.kernels):

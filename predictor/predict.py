@@ -357,11 +357,18 @@ def predict(
     tf32 = tf32_matmul_of(matmul_precision)
     device = get_device(device_name)
     warnings: list[str] = []
-    karrays = kernel_arrays(analysis.kernels)
+    launched = getattr(analysis, "launched_kernels", analysis.kernels)  # layers 3..n repeated when extrapolated
+    karrays = kernel_arrays(launched)
     whole = kernel_latency_arrays(karrays, device, tf32_matmul=tf32)
     bound = whole.bound_ms
     trained, artifact, source, skipped = first_loadable(device.key, checkpoints)
     warnings += skipped
+    if trained is not None and getattr(analysis, "repeat", None) is not None:
+        trained = None  # it reads the op graph, which holds 2 of the layers: the kernel model costs all of them
+        warnings.append(
+            f"the trained predictor for {device.key} reads the operator graph, which holds 2 of the "
+            f"{analysis.repeat.layers} extrapolated layers: the kernel-model estimate is used instead"
+        )
     power, power_shares = None, None
     tensor_peak = (analysis.totals.param_bytes + analysis.totals.peak_activation_bytes) / 2**20
     if trained is not None:
@@ -396,7 +403,7 @@ def predict(
         p_lo, p_hi = pw.interval_w(power)
         e, e_lo, e_hi = lat / 1e3 * power, lat_lo / 1e3 * p_lo, lat_hi / 1e3 * p_hi
         power_shares = {"compute": round(s_c, 4), "memory": round(s_m, 4), "gap": round(s_gap, 4)}
-        has_conv = any(k.kind == "conv" for k in analysis.kernels)
+        has_conv = any(k.kind == "conv" for k in launched)
         mem = estimate_memory(analysis.totals.param_bytes, analysis.totals.peak_activation_bytes, device, has_conv)
         m_lo = mem.tensor_peak_mib + mem.context_mib + mem.workspace_mib
         m, m_hi = mem.total_mib, mem.total_mib + 0.25 * mem.activations_mib
@@ -473,10 +480,12 @@ def op_times_ms(analysis, prediction: Prediction) -> dict[int, tuple[float, bool
 
     Each kernel's modelled time goes to the ops it covers (split evenly when it covers several, e.g. a fused
     attention); views and folded ops get 0. With the estimate the shares add up to its latency exactly; a
-    trained predictor's latency (it predicts the graph, not each op) is spread the same way.
+    trained predictor's latency (it predicts the graph, not each op) is spread the same way. With layers
+    extrapolated (`Analysis.repeat`) the listed ops (2 of n layers) get their own share of the n-layer latency.
     """
     tf32 = tf32_matmul_of_prediction(prediction)
-    times = kernel_latency_arrays(kernel_arrays(analysis.kernels), get_device(prediction.device), tf32_matmul=tf32)
+    device = get_device(prediction.device)
+    times = kernel_latency_arrays(kernel_arrays(analysis.kernels), device, tf32_matmul=tf32)
     per_op: dict[int, float] = {}
     bound: dict[int, bool] = {}
     for kern, sec, cb in zip(analysis.kernels, times.eager_s, times.compute_bound, strict=True):
@@ -484,6 +493,10 @@ def op_times_ms(analysis, prediction: Prediction) -> dict[int, tuple[float, bool
             per_op[i] = per_op.get(i, 0.0) + sec / len(kern.ops)
             bound[i] = bound.get(i, False) or bool(cb)
     total = sum(per_op.values())
+    if getattr(analysis, "repeat", None) is not None:  # the listed ops are 2 of n layers: scale by all n
+        total = float(
+            kernel_latency_arrays(kernel_arrays(analysis.launched_kernels), device, tf32_matmul=tf32).eager_s.sum()
+        )
     scale = prediction.latency_ms / (total * 1e3) if total > 0 else 0.0
     return {
         c.index: (per_op.get(c.index, 0.0) * 1e3 * scale, bound.get(c.index, False))

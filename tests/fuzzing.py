@@ -42,6 +42,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 def tiny_tflite(shape: tuple[int, ...] = (1, 4)) -> bytes:
     """A valid TFLite flatbuffer: x (float32, `shape`) -> RELU -> y, built with the flatbuffers builder."""
+    return tflite_chain(1, shape)
+
+
+def tflite_chain(n_ops: int, shape: tuple[int, ...] = (1, 4)) -> bytes:
+    """A valid TFLite flatbuffer of `n_ops` RELUs in a chain, x (float32, `shape`) -> t1 -> ... -> y, all tensors
+    sharing one empty buffer (flatbuffers builder; 200,000 ops take about 5 s and 10 MB)."""
     import importlib
 
     import flatbuffers
@@ -67,8 +73,8 @@ def tiny_tflite(shape: tuple[int, ...] = (1, 4)) -> bytes:
     Buffer.BufferStart(b)
     buf = Buffer.BufferEnd(b)
     tensors = []
-    for name in ("x", "y"):
-        s = b.CreateString(name)
+    for i in range(n_ops + 1):
+        s = b.CreateString("x" if i == 0 else "y" if i == n_ops else f"t{i}")
         shp = ints(Tensor.TensorStartShapeVector, list(shape))
         Tensor.TensorStart(b)
         Tensor.TensorAddShape(b, shp)
@@ -76,15 +82,18 @@ def tiny_tflite(shape: tuple[int, ...] = (1, 4)) -> bytes:
         Tensor.TensorAddBuffer(b, 0)
         Tensor.TensorAddName(b, s)
         tensors.append(Tensor.TensorEnd(b))
-    op_in, op_out = ints(Operator.OperatorStartInputsVector, [0]), ints(Operator.OperatorStartOutputsVector, [1])
-    Operator.OperatorStart(b)
-    Operator.OperatorAddOpcodeIndex(b, 0)
-    Operator.OperatorAddInputs(b, op_in)
-    Operator.OperatorAddOutputs(b, op_out)
-    op = Operator.OperatorEnd(b)
+    ops = []
+    for i in range(n_ops):
+        op_in = ints(Operator.OperatorStartInputsVector, [i])
+        op_out = ints(Operator.OperatorStartOutputsVector, [i + 1])
+        Operator.OperatorStart(b)
+        Operator.OperatorAddOpcodeIndex(b, 0)
+        Operator.OperatorAddInputs(b, op_in)
+        Operator.OperatorAddOutputs(b, op_out)
+        ops.append(Operator.OperatorEnd(b))
     tv = offsets(SubGraph.SubGraphStartTensorsVector, tensors)
-    sg_in, sg_out = ints(SubGraph.SubGraphStartInputsVector, [0]), ints(SubGraph.SubGraphStartOutputsVector, [1])
-    ov = offsets(SubGraph.SubGraphStartOperatorsVector, [op])
+    sg_in, sg_out = ints(SubGraph.SubGraphStartInputsVector, [0]), ints(SubGraph.SubGraphStartOutputsVector, [n_ops])
+    ov = offsets(SubGraph.SubGraphStartOperatorsVector, ops)
     SubGraph.SubGraphStart(b)
     SubGraph.SubGraphAddTensors(b, tv)
     SubGraph.SubGraphAddInputs(b, sg_in)
@@ -891,3 +900,30 @@ def _readline(proc: subprocess.Popen, timeout_s: float) -> str | None:
         return line or None
     finally:
         sel.close()
+
+
+def hf_config_layers(layers: int, *, alternating: bool = False) -> dict:
+    """A transformers config.json (as a dict) of `layers` small layers: GPT-2 (identical layers), or GPT-Neo with
+    global and local attention alternating (`alternating`: same shapes, different layers)."""
+    if alternating:
+        return {
+            "model_type": "gpt_neo",
+            "num_layers": layers,
+            "attention_types": [[["global", "local"], layers // 2]],
+            "hidden_size": 64,
+            "num_heads": 4,
+            "vocab_size": 100,
+            "bos_token_id": 0,
+            "eos_token_id": 0,
+        }
+    return {
+        "model_type": "gpt2",
+        "architectures": ["GPT2LMHeadModel"],
+        "n_layer": layers,
+        "n_embd": 64,
+        "n_head": 2,
+        "vocab_size": 1000,
+        "n_positions": 128,
+        "bos_token_id": 0,
+        "eos_token_id": 0,
+    }

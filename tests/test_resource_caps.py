@@ -420,3 +420,20 @@ def test_recurrence_cap_counts_directions_and_holds_in_the_converter(tmp_path, m
     # X computed by another node: the shape is known only in the import, where the converter refuses it
     msg = refused(_recurrent_onnx(tmp_path / "c.onnx", "GRU", 9, via_identity=True), 1)
     assert "GRU node 'GRU': a sequence of 9 steps (more than the 8 preflight unrolls per node) is not supported" in msg
+
+
+def test_pt2_node_cap_counts_the_graph_and_its_subgraphs(tmp_path, files, monkeypatch):  # noqa: F811
+    """An unrolled chain costs about 15 ms a node to deserialize, decompose and import: more than MAX_NODES nodes
+    are refused before the child starts. Rebuilt small: Net has 2 nodes (linear, relu), the cap lowered to 1."""
+    from analyzer.frontends import pt2_safety
+
+    monkeypatch.setattr(pt2_safety, "MAX_NODES", 1)
+    assert "its graph has more than 1 nodes (subgraphs included)" in refused(files["pt2"])
+    # a subgraph (a cond branch, a while_loop body) counts: 1 node above, 2 in the graph an argument holds
+    sub = {"nodes": [{"target": "a"}, {"target": "b"}], "tensor_values": {}}
+    graph = {"nodes": [{"target": "cond", "inputs": [{"arg": {"as_graph": {"graph": sub}}}]}], "tensor_values": {}}
+    monkeypatch.setattr(pt2_safety, "MAX_NODES", 3)
+    pt2_safety._check_node_count(graph)
+    monkeypatch.setattr(pt2_safety, "MAX_NODES", 2)
+    with pytest.raises(pt2_safety._Refused, match="more than 2 nodes"):
+        pt2_safety._check_node_count(graph)

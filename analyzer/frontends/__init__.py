@@ -53,6 +53,8 @@ def load(
 
         # the module says which parameters are inputs, so passes that see only the module (AnnotateCosts) agree
         loaded.mod = with_num_inputs(loaded.mod, loaded.n_inputs)
+        if loaded.depth1 is not None:  # the 1-layer rebuild of an extrapolated config (hf_config.py)
+            loaded.depth1.mod = with_num_inputs(loaded.depth1.mod, loaded.depth1.n_inputs)
     return loaded
 
 

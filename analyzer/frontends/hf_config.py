@@ -9,8 +9,11 @@ transformers ships it, else its causal-LM class, else its base model; it is wrap
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import os
+import re
 from pathlib import Path
 
 from ..errors import AnalysisError, UnreadableModelError, UsageError, one_line
@@ -182,15 +185,163 @@ def is_causal_lm(model) -> bool:
 
 
 def load_hf_config(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
-    """Analyse the model a transformers `config.json` describes: input_ids (batch x sequence) or pixel_values."""
+    """Analyse the model a transformers `config.json` describes: input_ids (batch x sequence) or pixel_values.
+
+    A stack of more than `EXTRAPOLATE_ABOVE` identical layers is traced at depth 2, with its depth-1 rebuild in
+    `depth1` (`LoadedModel.layers`): the analysis extrapolates the totals exactly. More than `MAX_FULL_LAYERS`
+    layers that cannot be extrapolated are refused (exit 1) rather than traced one by one.
+    """
+    config = read_config(path)
+    n = layer_count(config)
+    if n is not None and n > EXTRAPOLATE_ABOVE:
+        why = _why_not_identical_cached(path, config)
+        if why is None:
+            deep = _load_model(build_model(truncated_config(config, 2)), config, path, specs, batch)
+            deep.depth1 = _load_model(build_model(truncated_config(config, 1)), config, path, specs, batch)
+            deep.layers = n
+            return deep
+        if n > MAX_FULL_LAYERS:
+            raise AnalysisError(
+                f"{path}: {n:,} layers that preflight cannot extrapolate from the first two ({why}); it traces at "
+                f"most {MAX_FULL_LAYERS} such layers (a config with fewer layers shows their cost per layer)"
+            )
+    declared = _declared_layers(config)
+    if declared > MAX_FULL_LAYERS:
+        raise AnalysisError(
+            f"{path}: a stack of {declared:,} layers that preflight cannot extrapolate from the first two; it traces "
+            f"at most {MAX_FULL_LAYERS} layers per stack (a config with fewer layers shows their cost per layer)"
+        )
+    return _load_model(build_model(config), config, path, specs, batch)
+
+
+# ---- identical layers: trace two, extrapolate the rest --------------------------------------------------------------
+
+EXTRAPOLATE_ABOVE = 48  # layers: up to this many are traced one by one (exact op and kernel lists); above, two
+MAX_FULL_LAYERS = 256  # layers a stack that cannot be extrapolated may have (tracing takes ~0.3 s per layer)
+_INDEX_ATTR = re.compile(r"idx|index|^layer_(id|num|number)$")  # attributes that number a layer, not shape it
+_identical_cache: dict[tuple, str | None] = {}
+
+
+def layer_count(config) -> int | None:
+    """The decoder (or encoder) stack's layer count of a one-stack model, or None (an encoder-decoder, a config
+    with its text model nested, no count)."""
+    if getattr(config, "is_encoder_decoder", False):
+        return None
+    n = getattr(config, "num_hidden_layers", None)
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+def _declared_layers(config) -> int:
+    """The largest layer count anywhere in the config (nested sub-configs included)."""
+    doc = config.to_dict()
+    counts = [
+        v
+        for section in (doc, *(x for x in doc.values() if isinstance(x, dict)))
+        for k, v in section.items()
+        if k in _LAYER_KEYS and isinstance(v, int) and not isinstance(v, bool)
+    ]
+    return max(counts, default=0)
+
+
+def truncated_config(config, depth: int):
+    """A copy of `config` with its first `depth` layers (per-layer lists cut to `depth` entries)."""
+    n = layer_count(config)
+    out = copy.deepcopy(config)
+    for key, v in list(vars(out).items()):
+        if isinstance(v, list) and len(v) == n:
+            setattr(out, key, v[:depth])
+    out.num_hidden_layers = depth
+    return out
+
+
+def layer_signature(module) -> tuple:
+    """What makes a layer the layer it is: per submodule, its class, its parameters' and buffers' names, shapes
+    and dtypes, and its plain attributes (numbers, strings, flags: a sliding window, `is_sliding`, an attention
+    type), except the ones that number the layer (`layer_idx`)."""
+    out = []
+    for name, m in module.named_modules():
+        attrs = tuple(
+            sorted(
+                (k, repr(v))
+                for k, v in vars(m).items()
+                if not k.startswith("_")
+                and not _INDEX_ATTR.search(k)
+                and isinstance(v, int | float | str | bool | tuple | type(None))
+            )
+        )
+        tensors = tuple(
+            (k, tuple(t.shape), str(t.dtype))
+            for k, t in (*m.named_parameters(recurse=False), *m.named_buffers(recurse=False))
+        )
+        out.append((name, type(m).__name__, attrs, tensors))
+    return tuple(out)
+
+
+def _layer_list(model, n: int):
+    """The one ModuleList of `n` layers in `model`, or None (none, or several)."""
+    import torch
+
+    lists = [m for _, m in model.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n]
+    return lists[0] if len(lists) == 1 else None
+
+
+def why_not_identical(config) -> str | None:
+    """None when the n layers of `config`'s model are identical (same per-layer config entries, same layer
+    signature, and the rebuilds with 1 and 2 layers hold that layer); else why not, in a few words.
+
+    The n-layer model is built on the meta device with weight initialisation off (its modules only: 4,096 small
+    layers in about 10 s)."""
+    n = layer_count(config)
+    if n is None or n <= 2:
+        return "not a single stack of more than 2 layers"
+    for key, v in vars(config).items():
+        if isinstance(v, list) and len(v) == n and len({repr(x) for x in v}) > 1:
+            return f"its {key} differ by layer"
+    with _no_init_weights():
+        model = build_model(config)
+    layers = _layer_list(model, n)
+    if layers is None:
+        return f"no single list of {n} layers in {type(model).__name__}"
+    first = layer_signature(layers[0])
+    if any(layer_signature(m) != first for m in layers):
+        return "its layers differ (shapes or attributes)"
+    del model, layers
+    for depth in (1, 2):
+        probe = _layer_list(build_model(truncated_config(config, depth)), depth)
+        if probe is None or any(layer_signature(m) != first for m in probe):
+            return f"its rebuild with {depth} layer{'s' if depth > 1 else ''} has different layers"
+    return None
+
+
+def _why_not_identical_cached(path: Path, config) -> str | None:
+    """`why_not_identical`, once per file (a report's batch sweep loads the config once per batch)."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _identical_cache:
+        _identical_cache[key] = why_not_identical(config)
+    return _identical_cache[key]
+
+
+def _no_init_weights():
+    """transformers' context that skips weight initialisation (meta tensors need none), where it has one."""
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:
+        try:
+            from transformers.modeling_utils import no_init_weights
+        except ImportError:
+            return contextlib.nullcontext()
+    return no_init_weights()
+
+
+def _load_model(model, config, path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
+    """Trace `model` (built from `config`) with its main input: input_ids (batch x sequence) or pixel_values."""
     import torch
 
     from zoo._hf import HFWrapper
 
     from .torch_frontend import from_module
 
-    config = read_config(path)
-    model = build_model(config)
     name = getattr(model, "main_input_name", "input_ids")
     if name == "input_ids":
         file_dims: list = [None, None]

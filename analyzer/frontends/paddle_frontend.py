@@ -17,13 +17,14 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import os
 import pickle
 import sys
 import tempfile
 from pathlib import Path
 
 from ..errors import AnalysisError, MissingExtraError, PreflightError, UnreadableModelError
-from .isolate import GIB, Limits, run_isolated
+from .isolate import GIB, Limits, restrict_writes, run_isolated
 from .loaded import LoadedModel
 from .native import install_hint, quiet_native_output
 from .specs import InputSpec
@@ -154,7 +155,14 @@ def _convert(program: Path, params: Path, onnx_path: Path) -> None:
 
 
 def onnx_in_child(program: str, params: str) -> tuple[dict, bytes]:
-    """Child process: the ONNX bytes paddle2onnx makes of `program` + `params`."""
+    """Child process: the ONNX bytes paddle2onnx makes of `program` + `params`.
+
+    HOME and the cache folders are the child's scratch directory (its working directory, `isolate.py`), and
+    Landlock, where the kernel has it, lets it write nowhere else (`restrict_writes`)."""
+    scratch = os.getcwd()
+    for key in ("HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME"):
+        os.environ[key] = scratch
+    restrict_writes(Path(scratch))
     try:
         import paddle  # noqa: F401 - paddle2onnx needs it; imported first to report it by name
         import paddle2onnx

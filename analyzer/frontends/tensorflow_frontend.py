@@ -150,6 +150,34 @@ def _check_shapes(model, label: str) -> None:
                     )
 
 
+# TVM's TFLite importer reads the flatbuffer through the pure-Python `tflite` package: about 1 ms per operator
+# here (20,000 RELUs: 26 s, 0.48 GB in all); 200,000 ops ran past 120 s. The largest real models measured
+# (docs/safety.md) have a few thousand operators.
+MAX_TFLITE_OPS = 20_000
+MAX_TFLITE_TENSORS = 4 * MAX_TFLITE_OPS
+MAX_TFLITE_SUBGRAPHS = 1_000
+
+
+def _check_size(model, label: str) -> None:
+    """Refuse, from the flatbuffer's vector lengths and before any per-operator work, a file with more subgraphs,
+    operators or tensors than preflight reads in its time budget (exit 2)."""
+    n_graphs = model.SubgraphsLength()
+    if n_graphs > MAX_TFLITE_SUBGRAPHS:
+        raise UnreadableModelError(
+            f"{label}: {n_graphs:,} subgraphs; preflight reads TFLite files of at most {MAX_TFLITE_SUBGRAPHS:,}"
+        )
+    ops = tensors = 0
+    for g in range(n_graphs):
+        sg = model.Subgraphs(g)
+        ops, tensors = ops + sg.OperatorsLength(), tensors + sg.TensorsLength()
+    if ops > MAX_TFLITE_OPS or tensors > MAX_TFLITE_TENSORS:
+        raise UnreadableModelError(
+            f"{label}: {ops:,} operators and {tensors:,} tensors; preflight reads TFLite files of at most "
+            f"{MAX_TFLITE_OPS:,} operators and {MAX_TFLITE_TENSORS:,} tensors (TVM's importer takes about 1 ms "
+            f"per operator; real models have a few thousand)"
+        )
+
+
 def _parse_tflite(buf: bytes, label: str):
     if len(buf) < 8 or buf[4:8] != b"TFL3":
         raise UnreadableModelError(f"{label}: not a TFLite flatbuffer (no 'TFL3' file identifier)")
@@ -158,6 +186,7 @@ def _parse_tflite(buf: bytes, label: str):
         model = tflite.Model.GetRootAsModel(buf, 0)
         if model.SubgraphsLength() < 1:
             raise UnreadableModelError(f"{label}: the TFLite model has no subgraph")
+        _check_size(model, label)
         subgraph = model.Subgraphs(0)
         _check_shapes(model, label)
         inputs = []

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import AnalysisError, PreflightError, UsageError, one_line
-from .isolate import GIB, Limits, run_isolated
+from .isolate import GIB, Limits, restrict_writes, run_isolated
 from .loaded import LoadedModel
 from .pt2_safety import (  # noqa: F401 - PICKLE_SUFFIXES, refuse_pickle, sniff_pickle: used by frontends.load
     PICKLE_SUFFIXES,
@@ -441,8 +442,11 @@ def _pt2_in_child(path: str, plan=None) -> tuple[dict, bytes]:
     """Child process: deserialize the checked archive, decompose, import; the Relax module as bytes.
 
     `plan` comes from the parent when forked; a spawned child (no fork on this platform) checks the file itself.
+    Landlock, where the kernel has it, lets it write only in its scratch directory (`restrict_writes`).
     """
     from passes import tvm_ir
+
+    restrict_writes(Path(os.getcwd()))  # isolate.py made the child's working directory its scratch directory
 
     if plan is None:
         plan = inspect_pt2(Path(path))

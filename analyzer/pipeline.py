@@ -132,6 +132,16 @@ def analyze_loaded(
         warnings.append(
             f"operators without a cost rule count 0 FLOPs (use --strict to fail): {_unsupported_message(unsupported)}"
         )
+    eager_weight_ops = [c for c in analysis.ops if c.weight_only and not c.folded]
+    if eager_weight_ops:
+        flops = sum(c.flops for c in eager_weight_ops)
+        share = flops / analysis.totals.flops if analysis.totals.flops else 0.0
+        warnings.append(
+            f"{len(eager_weight_ops)} operators compute on weights alone ({flops:,} FLOPs, {share:.1%} of the total; "
+            f"e.g. {eager_weight_ops[0].source or eager_weight_ops[0].name}): counted, as eager PyTorch runs them on "
+            f"every call; a compiler (torch.compile, TensorRT, ONNX Runtime) folds them ahead of time "
+            f"(weight_only in the op list; docs/weight_only.md)"
+        )
     expert_matmuls, gathered = gathered_expert_matmuls(graph)
     if expert_matmuls:
         warnings.append(

@@ -95,7 +95,12 @@ class OpNode:
     outputs: tuple[TensorInfo, ...]  # more than one for tuple-returning ops (split, batch_norm)
     callee: str | None = None  # PrimFunc / packed function name for call_tir and friends
     tir_flops: int | None = None  # TVM's estimate for call_tir PrimFuncs, None if unavailable
-    folded: bool = False  # every operand is a weight: a compiler folds it ahead of time
+    # weight_only: every operand is a weight or computed from weights alone (a position-bias MLP over a constant table,
+    # a linear layer's transposed weight): a compiler folds it ahead of time. folded: weight-only and nothing to run in
+    # eager PyTorch either (a layout op or view, a cast or dequantization of a weight: `tvm_ir.eager_folds`); a
+    # weight-only op that computes (FLOPs > 0) runs on every eager call and is counted, not folded.
+    folded: bool = False
+    weight_only: bool = False
 
     @property
     def inputs(self) -> list[TensorInfo]:
@@ -320,7 +325,9 @@ def with_autocast(graph: OpGraph, dtype: str) -> OpGraph:
         nonlocal next_value
         vid = next_value
         next_value += 1
-        node = OpNode(len(new_ops), f"autocast_{vid}", op_name, attrs, [operand], (out,), folded=folded)
+        node = OpNode(
+            len(new_ops), f"autocast_{vid}", op_name, attrs, [operand], (out,), folded=folded, weight_only=folded
+        )
         new_ops.append(node)
         value_producer[vid] = node.index
         dtype_of[vid] = out.dtype

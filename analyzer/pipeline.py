@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from passes.analysis import Analysis, analyze_graph, gathered_expert_matmuls
-from passes.graph import AMP_DTYPES, dtype_bytes, with_autocast, with_compute_dtype, with_float_dtype
+from passes.graph import (
+    AMP_DTYPES,
+    dtype_bytes,
+    with_autocast,
+    with_compute_dtype,
+    with_float_dtype,
+    with_weight_only_folded,
+)
 from passes.tvm_ir import DataDependentShapeError, DynamicShapeError, IRError, extract, source_names
 from predictor.kernel_model import KernelParamsError
 from predictor.predict import Prediction, predictor_info
@@ -23,6 +30,10 @@ from .frontends import InputSpec, LoadedModel, load
 from .options import check_dtype
 
 TORCH_EXPORTED = ("torch", "zoo", "transformers")  # frameworks whose graphs come from torch.export
+# frameworks whose runtime folds constant subgraphs when it loads the model (ONNX Runtime, TensorFlow, TFLite, Paddle
+# Inference): every weight-only op is folded there; graphs from PyTorch count the ones that compute, as eager PyTorch
+# runs them on every call (docs/weight_only.md)
+FOLDING_RUNTIMES = ("onnx", "tensorflow", "tflite", "paddle")
 
 
 @dataclass
@@ -99,6 +110,8 @@ def analyze_loaded(
     except IRError as exc:
         raise AnalysisError(str(exc)) from exc
     loaded.check_graph(graph)  # every shape and window sane before any pass sizes anything from them
+    if loaded.framework in FOLDING_RUNTIMES:
+        graph = with_weight_only_folded(graph)
     if loaded.float_dtype:
         graph = with_float_dtype(graph, loaded.float_dtype)
     if dtype in AMP_DTYPES:

@@ -154,6 +154,16 @@ class OpGraph:
         return out
 
 
+def with_weight_only_folded(graph: OpGraph) -> OpGraph:
+    """The graph as a runtime that folds constant subgraphs when it loads the model runs it (ONNX Runtime, TensorFlow,
+    TFLite, Paddle Inference, a compiler): every weight-only op (`OpNode.weight_only`) is folded, the ones that compute
+    included. Shapes and indices unchanged."""
+    if not any(op.weight_only and not op.folded for op in graph.ops):
+        return graph
+    ops = [replace(op, folded=True) if op.weight_only else op for op in graph.ops]
+    return OpGraph(ops=ops, sources=graph.sources, outputs=graph.outputs, value_producer=graph.value_producer)
+
+
 def with_float_dtype(graph: OpGraph, dtype: str, source: str = "float32") -> OpGraph:
     """The same graph computed in `dtype`: every `source`-typed tensor becomes `dtype`.
 

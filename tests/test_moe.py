@@ -148,6 +148,39 @@ def test_pt2_of_the_default_experts_is_costed_like_the_module(default_mixtral, t
     assert from_file.totals.macs == from_module.totals.macs
 
 
+# Qwen2-MoE and OLMoE, tiny: hidden 64, 4 experts of intermediate 32, top-2, 2 layers (Qwen2-MoE also has a dense
+# shared expert of intermediate 64, a plain MLP). One routed row: gate+up 64 x 64 + down 32 x 64 = 6,144 MACs.
+_SMALL_MOE = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                  max_position_embeddings=512, num_experts=4, num_experts_per_tok=2)  # fmt: skip
+
+
+@pytest.mark.slow  # about 20 s each here (two exports, two analyses)
+@pytest.mark.parametrize(
+    ("config", "model"),
+    [
+        ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
+        ("OlmoeConfig", "OlmoeForCausalLM"),
+    ],
+)
+def test_other_default_moe_models_through_pt2(config, model, tmp_path):
+    """Qwen2-MoE and OLMoE in transformers' default experts implementation: the `.pt2` is read and costed as the
+    nn.Module route costs it; the routed expert GEMMs equal the hand count."""
+    extra = {"moe_intermediate_size": 32, "shared_expert_intermediate_size": 64, "intermediate_size": 128}
+    cfg = getattr(transformers, config)(
+        **_SMALL_MOE, **(extra if config == "Qwen2MoeConfig" else {"intermediate_size": 32})
+    )
+    torch.manual_seed(0)
+    module = Logits(getattr(transformers, model)(cfg).eval())
+    path = tmp_path / "moe.pt2"
+    torch.export.save(torch.export.export(module, IDS), path)
+    from_file, from_module = analyze(str(path)).analysis, analyze(module, IDS).analysis
+    for a in (from_file, from_module):
+        # 2 layers x 32 routed rows x 6,144 MACs = 393,216
+        assert sum(c.macs for c in expert_ops(a)) == 2 * 32 * (64 * 2 * 32 + 32 * 64) == 393_216
+        assert not a.totals.unsupported
+    assert from_file.totals.flops == from_module.totals.flops
+
+
 def test_pt2_library_op_is_defined_without_importing_the_library(default_mixtral, tmp_path):
     """In a process without transformers, the `.pt2` loader registers the op from the schema preflight writes
     (`pt2_safety.LIBRARY_OPS`) and never imports transformers: the file names the op, nothing more."""

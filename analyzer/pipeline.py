@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from passes.analysis import Analysis, analyze_graph, extrapolate_layers, gathered_expert_matmuls
-from passes.graph import AMP_DTYPES, dtype_bytes, with_autocast, with_compute_dtype, with_float_dtype
+from passes.graph import (
+    AMP_DTYPES,
+    dtype_bytes,
+    with_autocast,
+    with_compute_dtype,
+    with_float_dtype,
+    with_weight_only_folded,
+)
 from passes.tvm_ir import DataDependentShapeError, DynamicShapeError, IRError, extract, source_names
 from predictor.kernel_model import DEFAULT_MATMUL_PRECISION, KernelParamsError
 from predictor.predict import Prediction, predictor_info
@@ -23,6 +30,10 @@ from .frontends import InputSpec, LoadedModel, load
 from .options import check_dtype, check_matmul_precision
 
 TORCH_EXPORTED = ("torch", "zoo", "transformers")  # frameworks whose graphs come from torch.export
+# frameworks whose runtime folds constant subgraphs when it loads the model (ONNX Runtime, TensorFlow, TFLite, Paddle
+# Inference): every weight-only op is folded there; graphs from PyTorch count the ones that compute, as eager PyTorch
+# runs them on every call (docs/weight_only.md)
+FOLDING_RUNTIMES = ("onnx", "tensorflow", "tflite", "paddle")
 
 
 @dataclass
@@ -101,6 +112,8 @@ def analyze_loaded(
     except IRError as exc:
         raise AnalysisError(str(exc)) from exc
     loaded.check_graph(graph)  # every shape and window sane before any pass sizes anything from them
+    if loaded.framework in FOLDING_RUNTIMES:
+        graph = with_weight_only_folded(graph)
     if loaded.float_dtype:
         graph = with_float_dtype(graph, loaded.float_dtype)
     if dtype in AMP_DTYPES:
@@ -133,6 +146,16 @@ def analyze_loaded(
     if unsupported:
         warnings.append(
             f"operators without a cost rule count 0 FLOPs (use --strict to fail): {_unsupported_message(unsupported)}"
+        )
+    eager_weight_ops = [c for c in analysis.ops if c.weight_only and not c.folded]
+    if eager_weight_ops:
+        flops = sum(c.flops for c in eager_weight_ops)
+        share = flops / analysis.totals.flops if analysis.totals.flops else 0.0
+        warnings.append(
+            f"{len(eager_weight_ops)} operators compute on weights alone ({flops:,} FLOPs, {share:.1%} of the total; "
+            f"e.g. {eager_weight_ops[0].source or eager_weight_ops[0].name}): counted, as eager PyTorch runs them on "
+            f"every call; a compiler (torch.compile, TensorRT, ONNX Runtime) folds them ahead of time "
+            f"(weight_only in the op list; docs/weight_only.md)"
         )
     expert_matmuls, gathered = gathered_expert_matmuls(graph)
     if expert_matmuls:

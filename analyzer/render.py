@@ -30,6 +30,7 @@ def op_json(cost) -> dict:
         "output": cost.output.to_json() if cost.outputs else None,
         "weight_bytes": cost.weight_bytes,
         "folded": cost.folded,
+        "weight_only": cost.weight_only,
         "supported": cost.supported,
     }
 

@@ -95,7 +95,12 @@ class OpNode:
     outputs: tuple[TensorInfo, ...]  # more than one for tuple-returning ops (split, batch_norm)
     callee: str | None = None  # PrimFunc / packed function name for call_tir and friends
     tir_flops: int | None = None  # TVM's estimate for call_tir PrimFuncs, None if unavailable
-    folded: bool = False  # every operand is a weight: a compiler folds it ahead of time
+    # weight_only: every operand is a weight or computed from weights alone (a position-bias MLP over a constant table,
+    # a linear layer's transposed weight): a compiler folds it ahead of time. folded: weight-only and nothing to run in
+    # eager PyTorch either (a layout op or view, a cast or dequantization of a weight: `tvm_ir.eager_folds`); a
+    # weight-only op that computes (FLOPs > 0) runs on every eager call and is counted, not folded.
+    folded: bool = False
+    weight_only: bool = False
 
     @property
     def inputs(self) -> list[TensorInfo]:
@@ -147,6 +152,16 @@ class OpGraph:
                     seen.add((o.source, op.index))
                     out.append((o.source, op.index))
         return out
+
+
+def with_weight_only_folded(graph: OpGraph) -> OpGraph:
+    """The graph as a runtime that folds constant subgraphs when it loads the model runs it (ONNX Runtime, TensorFlow,
+    TFLite, Paddle Inference, a compiler): every weight-only op (`OpNode.weight_only`) is folded, the ones that compute
+    included. Shapes and indices unchanged."""
+    if not any(op.weight_only and not op.folded for op in graph.ops):
+        return graph
+    ops = [replace(op, folded=True) if op.weight_only else op for op in graph.ops]
+    return OpGraph(ops=ops, sources=graph.sources, outputs=graph.outputs, value_producer=graph.value_producer)
 
 
 def with_float_dtype(graph: OpGraph, dtype: str, source: str = "float32") -> OpGraph:
@@ -320,7 +335,9 @@ def with_autocast(graph: OpGraph, dtype: str) -> OpGraph:
         nonlocal next_value
         vid = next_value
         next_value += 1
-        node = OpNode(len(new_ops), f"autocast_{vid}", op_name, attrs, [operand], (out,), folded=folded)
+        node = OpNode(
+            len(new_ops), f"autocast_{vid}", op_name, attrs, [operand], (out,), folded=folded, weight_only=folded
+        )
         new_ops.append(node)
         value_producer[vid] = node.index
         dtype_of[vid] = out.dtype

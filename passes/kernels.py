@@ -33,7 +33,8 @@ Rules (docs/execution-model.md explains them for users):
   nothing (eager PyTorch passes `is_causal` or no mask); a mask counts as "real" (and its bytes as read)
   only when it depends on a model input.
 * **Folded**: ops on weights alone (`OpCost.folded`) launch nothing (a transposed linear weight is a
-  view in torch).
+  view in torch); ops that compute on weights alone (`weight_only`, not folded: a position-bias MLP over a constant
+  table) are a kernel each, as eager PyTorch runs them on every forward.
 * **Epilogues**: a matmul with a 2-D weight followed by the add of a bias vector is one gemm kernel (addmm,
   cuBLASLt bias epilogue) when the input is contiguous or 2-D (torch's `linear`; a non-contiguous 3-D input runs
   matmul, which folds it with a copy, then `add_(bias)`); a depthwise 2-D convolution and its bias add are one
@@ -1055,7 +1056,9 @@ class _View:
         for op in self.node:
             outs = self.outputs_of.get(op.index, [])
             if outs and all(v in self.indep for v in outs) and not op.attrs.get("autocast"):
-                roles[op.index] = "folded"  # (autocast's weight casts run every forward)
+                # (autocast's weight casts and computations on weights alone run every forward)
+                if not (op.weight_only and not op.folded):
+                    roles[op.index] = "folded"
 
         # torch activations TVM's importers spell as several pointwise ops (one kernel in torch)
         act_groups: dict[int, list[int]] = {}

@@ -3,8 +3,9 @@
 A tensor lives from the op that produces it (graph inputs: from the start) to its last consumer
 (graph outputs: to the end). Views (reshape, squeeze, expand_dims, flatten) share their input's
 storage, as they do in PyTorch and after TVM's memory planning, so they extend the input's life
-instead of allocating. Tensors computed from weights alone (`OpNode.folded`) are folded by
-a compiler and count as weights, not activations. The peak is the largest sum of live bytes at
+instead of allocating. Tensors of folded ops (`OpNode.folded`: views of weights) count as weights, not activations;
+a weight-only op that computes (`OpNode.weight_only`, not folded) runs every eager call and its output is an
+activation. The peak is the largest sum of live bytes at
 any op, while that op runs (its inputs and outputs are both live).
 """
 
@@ -52,9 +53,11 @@ def liveness(graph: OpGraph) -> MemoryProfile:
             if sid is not None:
                 last[sid] = max(last[sid], op.index)
         produced = sorted(out_values.get(op.index, []))
-        if op.folded:
-            continue
         first_act = next((o for o in op.operands if o.value in storage), None)
+        if op.folded:
+            if first_act is not None and len(produced) == 1:  # a view of a weight-only result computed every call
+                storage[produced[0]] = storage[first_act.value]
+            continue
         if op.op in VIEW_OPS and first_act is not None and len(produced) == 1:
             storage[produced[0]] = storage[first_act.value]
             continue

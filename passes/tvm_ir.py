@@ -459,7 +459,7 @@ class _Extractor:
                 attrs["min"], attrs["max"] = (float(b) for b in bounds)  # relax.clip takes them as arguments
 
         index = len(self.ops)
-        folded = bool(operands) and all(o.kind == "weight" for o in operands)
+        weight_only = bool(operands) and all(o.kind == "weight" for o in operands)
         node = OpNode(
             index=index,
             name=var.name,
@@ -469,14 +469,15 @@ class _Extractor:
             outputs=outputs,
             callee=callee_name,
             tir_flops=tir,
-            folded=folded,
+            weight_only=weight_only,
         )
+        node.folded = weight_only and eager_folds(node)
         self.ops.append(node)
         refs = []
         for j, info in enumerate(outputs):
             vid = self.new_value()
             self.producer[vid] = index
-            if folded:
+            if weight_only:
                 self.weight_values.add(vid)
             refs.append((vid, j if len(outputs) > 1 else None, info))
         self.env[_key(var)] = refs
@@ -486,6 +487,22 @@ class _Extractor:
         if key not in self._prim_flops:
             self._prim_flops[key] = prim_func_flops(self.mod, gvar)
         return self._prim_flops[key]
+
+
+# Weight-only ops that stay folded although they count FLOPs: a weight's change of representation, which a model
+# loaded in its dtype does not run per call (eager PyTorch quantized kernels take int8 weights as they are).
+_REPRESENTATION_OPS = frozenset({"relax.astype", "relax.quantize", "relax.dequantize"})
+
+
+def eager_folds(op: OpNode) -> bool:
+    """Whether a weight-only op (`op.weight_only`) is also free in eager PyTorch: it computes nothing (a layout op or
+    view: a linear layer's transposed weight, an expanded class token; a gather of a table by a constant index) or
+    only changes a weight's representation (`_REPRESENTATION_OPS`). An op that computes on weights alone (SwinV2's
+    position-bias MLP over a constant table, DeBERTa's relative-position projections, a resize of BEiT's bias table)
+    runs on every eager call: counted, and marked weight-only for a compiler that folds it."""
+    from .costs import cost_of
+
+    return op.op in _REPRESENTATION_OPS or cost_of(op).flops == 0
 
 
 @gc_paused

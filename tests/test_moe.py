@@ -10,6 +10,9 @@ size (the example's S) that broke the symbolic prefill export.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -104,20 +107,107 @@ def test_symbolic_prefill_export_binds_every_point(lm):
     assert len(g._symbolic) == 1
 
 
+class Logits(torch.nn.Module):
+    """A causal LM's logits (no cache): what torch.export and preflight's nn.Module route take."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(ids, use_cache=False).logits
+
+
+@pytest.fixture(scope="module")
+def default_mixtral():
+    """The tiny Mixtral with random weights and transformers' default experts (`grouped_mm`: on CPU two
+    `transformers.grouped_mm_fallback` calls per layer)."""
+    torch.manual_seed(0)
+    return Logits(transformers.MixtralForCausalLM(tiny_config()).eval())
+
+
+IDS = (torch.zeros(2, 8, dtype=torch.long),)  # 2 x 8 = 16 tokens x top-2 = 32 routed rows per layer
+
+
+def test_pt2_of_the_default_experts_is_costed_like_the_module(default_mixtral, tmp_path):
+    """A `.pt2` exported from transformers' default MoE calls `torch.ops.transformers.grouped_mm_fallback`: read
+    by its known schema (not refused as a custom op) and costed as the nn.Module route costs it."""
+    path = tmp_path / "mixtral.pt2"
+    ep = torch.export.export(default_mixtral, IDS)
+    assert "transformers.grouped_mm_fallback.default" in {str(n.target) for n in ep.graph.nodes}
+    torch.export.save(ep, path)
+    from_file = analyze(str(path)).analysis
+    from_module = analyze(default_mixtral, IDS).analysis
+    for a in (from_file, from_module):
+        experts = expert_ops(a)
+        assert len(experts) == 2 * LAYERS
+        # 2 layers x 32 routed rows x 24,576 MACs = 1,572,864, whatever the (random) routing
+        assert sum(c.macs for c in experts) == LAYERS * 32 * ROW_MACS == 1_572_864
+        assert not a.totals.unsupported and not a.totals.incomplete
+    assert from_file.totals.flops == from_module.totals.flops
+    assert from_file.totals.macs == from_module.totals.macs
+
+
+# Qwen2-MoE and OLMoE, tiny: hidden 64, 4 experts of intermediate 32, top-2, 2 layers (Qwen2-MoE also has a dense
+# shared expert of intermediate 64, a plain MLP). One routed row: gate+up 64 x 64 + down 32 x 64 = 6,144 MACs.
+_SMALL_MOE = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                  max_position_embeddings=512, num_experts=4, num_experts_per_tok=2)  # fmt: skip
+
+
+@pytest.mark.slow  # about 20 s each here (two exports, two analyses)
+@pytest.mark.parametrize(
+    ("config", "model"),
+    [
+        ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
+        ("OlmoeConfig", "OlmoeForCausalLM"),
+    ],
+)
+def test_other_default_moe_models_through_pt2(config, model, tmp_path):
+    """Qwen2-MoE and OLMoE in transformers' default experts implementation: the `.pt2` is read and costed as the
+    nn.Module route costs it; the routed expert GEMMs equal the hand count."""
+    extra = {"moe_intermediate_size": 32, "shared_expert_intermediate_size": 64, "intermediate_size": 128}
+    cfg = getattr(transformers, config)(
+        **_SMALL_MOE, **(extra if config == "Qwen2MoeConfig" else {"intermediate_size": 32})
+    )
+    torch.manual_seed(0)
+    module = Logits(getattr(transformers, model)(cfg).eval())
+    path = tmp_path / "moe.pt2"
+    torch.export.save(torch.export.export(module, IDS), path)
+    from_file, from_module = analyze(str(path)).analysis, analyze(module, IDS).analysis
+    for a in (from_file, from_module):
+        # 2 layers x 32 routed rows x 6,144 MACs = 393,216
+        assert sum(c.macs for c in expert_ops(a)) == 2 * 32 * (64 * 2 * 32 + 32 * 64) == 393_216
+        assert not a.totals.unsupported
+    assert from_file.totals.flops == from_module.totals.flops
+
+
+def test_pt2_library_op_is_defined_without_importing_the_library(default_mixtral, tmp_path):
+    """In a process without transformers, the `.pt2` loader registers the op from the schema preflight writes
+    (`pt2_safety.LIBRARY_OPS`) and never imports transformers: the file names the op, nothing more."""
+    path = tmp_path / "mixtral.pt2"
+    torch.export.save(torch.export.export(default_mixtral, IDS), path)
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from pathlib import Path
+        from analyzer.frontends.pt2_safety import build_exported_program, inspect_pt2
+        plan = inspect_pt2(Path({str(path)!r}))
+        ep = build_exported_program(plan)
+        calls = sorted({{str(n.target) for n in ep.graph.nodes if "transformers" in str(n.target)}})
+        print(calls, sorted(plan.library_ops), "transformers" in sys.modules)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    last = out.stdout.strip().splitlines()[-1]
+    target = "torch.ops.transformers.grouped_mm_fallback.default"
+    assert last == f"['transformers.grouped_mm_fallback.default'] ['{target}'] False", out.stderr[-2000:]
+
+
 def test_batched_formulation_counts_what_eager_runs_and_says_so():
     """transformers' `batched_mm` experts gather each routed row's expert matrix, then run a batched matmul: the same
     routed FLOPs as the grouped formulation, plus the gathered matrices that eager PyTorch moves, and a warning."""
     model = transformers.MixtralForCausalLM._from_config(tiny_config(), experts_implementation="batched_mm").eval()
-
-    class Logits(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids):
-            return self.model(ids, use_cache=False).logits
-
-    report = analyze(Logits(), (torch.zeros(2, 8, dtype=torch.long),))
+    report = analyze(Logits(model), IDS)
     routed = [
         c
         for c in report.analysis.ops

@@ -62,7 +62,7 @@ def oracle_flops(module: torch.nn.Module, inputs: tuple) -> int:
 
 
 def multiply_add_flops(report) -> int:
-    """Preflight's conv/matmul/attention FLOPs: 2 x MACs over the non-weight-only ops of those categories."""
+    """Preflight's conv/matmul/attention FLOPs: 2 x MACs over the ops of those categories that are not folded."""
     return sum(2 * op.macs for op in report.analysis.ops if op.category in MULTIPLY_ADD_CATEGORIES and not op.folded)
 
 

@@ -435,6 +435,113 @@ def _constants_as_tensors(model) -> None:
         node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(value)))
 
 
+# Integer and boolean values computed from constants alone are folded before TVM's import (`fold_constant_indices`)
+# when each holds at most this many elements: the shape, index and mask arithmetic legacy (TorchScript-based) exports
+# write out, which TVM's converters mis-type (an Expand to a shape computed by Where/Equal/ConstantOfShape is
+# "broadcast_to ... target shape has ndim 0").
+FOLD_ELEMENTS = 1 << 16
+_FOLD_TYPES = {2, 3, 4, 5, 6, 7, 9, 12, 13}  # TensorProto UINT8, INT8, UINT16, INT16, INT32, INT64, BOOL, UINT32/64
+_NO_FOLD = frozenset({"If", "Loop", "Scan", "SequenceMap", "RandomNormal", "RandomUniform", "RandomNormalLike"})
+_NO_FOLD |= frozenset({"RandomUniformLike", "Multinomial", "Bernoulli", "Constant"})
+
+
+def fold_constant_indices(model) -> int:
+    """Replace, in place, each node of the default domain whose every input is a constant (a `Constant` node, an
+    initializer with its data of at most `FOLD_ELEMENTS` elements that is no graph input, or a value folded before)
+    and whose every output is an integer or boolean tensor of at most `FOLD_ELEMENTS` elements by `Constant` nodes
+    of its values; returns how many nodes were folded.
+
+    Each node's output shapes are inferred first (onnx's shape inference with data propagation, on a graph of that
+    node alone); a node whose outputs cannot be shown small is left as it is. Values come from onnx's reference
+    evaluator (numpy; no code from the file). Float arithmetic is never folded: FLOPs stay where the file has them.
+    """
+    import numpy as np
+    from onnx import helper, numpy_helper, shape_inference
+    from onnx.reference import ReferenceEvaluator
+
+    graph_inputs = {i.name for i in model.graph.input}
+    known: dict[str, object] = {}  # value name -> numpy array
+    for init in model.graph.initializer:
+        size = int(np.prod(list(init.dims), dtype=object))
+        if init.name not in graph_inputs and size <= FOLD_ELEMENTS and init.data_location != 1:
+            known[init.name] = init  # parsed on first use
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+
+    def value(name):
+        v = known[name]
+        if not isinstance(v, np.ndarray):
+            v = known[name] = numpy_helper.to_array(v)
+        return v
+
+    folded = 0
+    nodes = list(model.graph.node)
+    out_nodes = []
+    for node in nodes:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1:
+            attr = node.attribute[0]
+            if attr.name == "value" and len(node.output) == 1:
+                t = attr.t
+                if int(np.prod(list(t.dims), dtype=object)) <= FOLD_ELEMENTS:
+                    known[node.output[0]] = t
+        ins = [i for i in node.input if i]
+        if (
+            node.domain not in ("", "ai.onnx")
+            or node.op_type in _NO_FOLD
+            or not ins
+            or not all(i in known for i in ins)
+            or any(a.type in (5, 10) for a in node.attribute)  # GRAPH, GRAPHS
+        ):
+            out_nodes.append(node)
+            continue
+        try:
+            consts = [numpy_helper.from_array(value(i), i) for i in dict.fromkeys(ins)]
+            outputs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
+            one = helper.make_graph([node], "fold", [], outputs, initializer=consts)
+            one_model = helper.make_model(one, opset_imports=[helper.make_opsetid("", opset)])
+            one_model.ir_version = model.ir_version
+            inferred = shape_inference.infer_shapes(one_model, strict_mode=True, data_prop=True)
+        except Exception:  # noqa: BLE001 - onnx raises many types; the node is left as it is
+            out_nodes.append(node)
+            continue
+        small = True
+        for vi in inferred.graph.output:
+            tt = vi.type.tensor_type
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            if tt.elem_type not in _FOLD_TYPES or not tt.HasField("shape") or None in dims:
+                small = False
+            elif int(np.prod(dims, dtype=object)) > FOLD_ELEMENTS:
+                small = False
+        if not small or len(inferred.graph.output) != len([o for o in node.output if o]):
+            out_nodes.append(node)
+            continue
+        try:
+            results = ReferenceEvaluator(one_model).run(None, {})
+        except Exception:  # noqa: BLE001 - a node the reference evaluator cannot run stays for TVM
+            out_nodes.append(node)
+            continue
+        outs = [o for o in node.output if o]
+        if any(np.asarray(r).size > FOLD_ELEMENTS for r in results):
+            out_nodes.append(node)
+            continue
+        for name, result in zip(outs, results, strict=True):
+            arr = np.asarray(result)
+            known[name] = arr
+            out_nodes.append(
+                helper.make_node(
+                    "Constant",
+                    [],
+                    [name],
+                    name=f"{node.name or node.op_type}_folded_{name}"[:200],
+                    value=numpy_helper.from_array(arr, name),
+                )
+            )
+        folded += 1
+    if folded:
+        del model.graph.node[:]
+        model.graph.node.extend(out_nodes)
+    return folded
+
+
 # ONNX operands that set shapes, axes or counts (op type -> input slot -> what it sets): TVM's importer needs
 # them as constants, and so does any static analysis
 _SHAPE_OPERANDS = {
@@ -563,6 +670,7 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
         dtype_dict[inp.name] = spec.dtype if spec and spec.dtype else dtype
 
     _constants_as_tensors(model)
+    fold_constant_indices(model)
     _check_recurrent_lengths(model, shape_dict, path.name)
     from passes.tvm_ir import UnsupportedOnnxNode, onnx_import
 

@@ -33,8 +33,10 @@ torch/utils/_pytree.py, torch/export/_unlift.py, torch/fx/graph.py):
     `Argument.as_operator` (`torch.ops.load_library`, `torch.ops.import_module`, `torch.hub.load`,
     `torch.os.system` all resolve), and the callable is then run when the graph is traced.
     RULE: targets are `torch.ops.aten|prims.<op>.<overload>` (minus the ops that touch files or print:
-    `_DENIED_OPS`), `torch.ops.higher_order.<one of _HOPS>`, or one of the symbolic ops torch serializes
-    (`_SYM_TARGETS`).
+    `_DENIED_OPS`), `torch.ops.higher_order.<one of _HOPS>`, one of the symbolic ops torch serializes
+    (`_SYM_TARGETS`), or a well-known library operator preflight knows by name (`LIBRARY_OPS`: transformers'
+    grouped matmul). torch resolves the last only once its library has registered it; preflight never imports
+    the library: `define_library_ops` registers the schema written here, with a shape-only fake kernel.
  7. `deserialize_extension_operator`: `#namespace:op` targets go to a handler registry.
     RULE: refused (they are not `torch.ops` names).
  8. `deserialize_metadata`: `source_fn_stack` runs the same getattr chains (`deserialize_meta_func`);
@@ -151,6 +153,16 @@ _SYM_TARGETS = frozenset(
     | {"_operator.lshift", "_operator.rshift", "math.trunc"}
     | {f"torch.{n}" for n in ("sym_not", "sym_int", "sym_float", "sym_ite", "sym_max", "sym_min", "_sym_sqrt")}
 )
+# Operators of well-known libraries with known semantics (each has a conversion in torch_frontend and a cost rule in
+# passes.costs), allowed by their exact target: target -> (qualified name, schema as the library registers it).
+LIBRARY_OPS = {
+    # transformers.integrations.moe: a mixture-of-experts layer's experts on CPU (transformers' default `grouped_mm`
+    # experts implementation): input (S, K) rows sorted by expert, weight (E, K, N), offs (E,) -> (S, N)
+    "torch.ops.transformers.grouped_mm_fallback.default": (
+        "transformers::grouped_mm_fallback",
+        "(Tensor input, Tensor weight, Tensor offs) -> Tensor",
+    ),
+}
 _TREESPEC_TYPES = frozenset(
     {
         "builtins.tuple",
@@ -307,6 +319,7 @@ class Pt2Plan:
     tensors: list[TensorRecord]
     storages: dict[str, Storage]
     warnings: list[str] = field(default_factory=list)
+    library_ops: frozenset[str] = frozenset()  # the `LIBRARY_OPS` targets the program calls
 
     @property
     def param_bytes(self) -> int:
@@ -497,6 +510,8 @@ def check_target(target, where: str) -> str:
     """Rule 6: an operator the graph calls must be a torch.ops name preflight allows."""
     if not isinstance(target, str):
         raise _Refused(f"{where} is not a string")
+    if target in LIBRARY_OPS:
+        return target
     m = _OP_TARGET_RE.fullmatch(target)
     if m is not None:
         if m.group(2) in _DENIED_OPS:
@@ -509,7 +524,7 @@ def check_target(target, where: str) -> str:
         return target
     raise _Refused(
         f"{where} calls {target[:120]!r}; preflight loads programs of torch.ops.aten / torch.ops.prims operators "
-        f"(custom operators and other Python callables are refused)"
+        f"and a few library operators it knows (other custom operators and Python callables are refused)"
     )
 
 
@@ -591,6 +606,7 @@ class _Walker:
         self.hints: dict[type, dict] = {}
         self.dropped: set[str] = set()
         self.output_types: set[str] = set()  # output node types read as tuples (`neutral_out_spec`)
+        self.library_ops: set[str] = set()  # `LIBRARY_OPS` targets called
         self.exprs = 0
 
     def type_hints(self, cls) -> dict:
@@ -738,8 +754,8 @@ class _Walker:
         ((kind, value),) = out.items()
         if kind in ("as_custom_obj",):
             raise _Refused(f"{path}: custom (torchbind) objects are not supported")
-        if kind == "as_operator":
-            check_target(value, f"{path}.as_operator")
+        if kind == "as_operator" and check_target(value, f"{path}.as_operator") in LIBRARY_OPS:
+            self.library_ops.add(value)
         if kind == "as_string":
             _string(value, f"{path}.as_string")
         if kind == "as_strings":
@@ -762,7 +778,8 @@ class _Walker:
         return out
 
     def _check_Node(self, out, path):
-        check_target(out["target"], f"{path}.target")
+        if check_target(out["target"], f"{path}.target") in LIBRARY_OPS:
+            self.library_ops.add(out["target"])
         if out.get("name"):
             _identifier(out["name"], f"{path}.name")
         out["metadata"] = {}  # rule 8
@@ -1005,7 +1022,15 @@ def _inspect(path: Path, zf: zipfile.ZipFile) -> Pt2Plan:
         )
     _check_signature(program, tensors)
     _check_inflation(path, infos, kinds, by_rest, storages)
-    return Pt2Plan(path=path, zf=zf, program=program, tensors=tensors, storages=storages, warnings=warnings)
+    return Pt2Plan(
+        path=path,
+        zf=zf,
+        program=program,
+        tensors=tensors,
+        storages=storages,
+        warnings=warnings,
+        library_ops=frozenset(walker.library_ops),
+    )
 
 
 def _record(path, root, kind, fqn, meta, member_re, member_dir, by_rest) -> TensorRecord:
@@ -1211,6 +1236,38 @@ def build_tensors(plan: Pt2Plan) -> tuple[dict, dict]:
     return state_dict, constants
 
 
+_DEFINED: list = []  # `define_library_ops`'s torch.library.Library objects (an op lives as long as its Library)
+
+
+def _grouped_mm_fake(input, weight, offs):
+    """transformers::grouped_mm_fallback's output: (S, N) rows of the input's dtype, for rows (S, K) and weights
+    (E, K, N); nothing is computed (tracing and TVM's import need only the shape)."""
+    return input.new_empty((input.shape[0], weight.shape[2]))
+
+
+_FAKE_KERNELS = {"transformers::grouped_mm_fallback": _grouped_mm_fake}
+
+
+def define_library_ops(targets) -> None:
+    """Register the `LIBRARY_OPS` among `targets` that this process lacks, from the schemas written here, so that
+    torch's deserializer resolves them without the library being imported (rule 6). Each gets a fake (shape-only)
+    kernel; none gets a real one: preflight never runs the model."""
+    import torch
+
+    for target in sorted(targets):
+        qualname, schema = LIBRARY_OPS[target]
+        namespace, name = qualname.split("::")
+        try:
+            getattr(getattr(torch.ops, namespace), name)
+            continue  # registered already (the library is imported in this process)
+        except AttributeError:
+            pass
+        lib = torch.library.Library(namespace, "FRAGMENT")
+        lib.define(f"{name}{schema}")
+        torch.library.register_fake(qualname, _FAKE_KERNELS[qualname], lib=lib)
+        _DEFINED.append(lib)
+
+
 def build_exported_program(plan: Pt2Plan):
     """torch's ExportedProgram of a checked archive, without torch's archive loader (run in the child)."""
     from torch._export.serde import schema
@@ -1225,6 +1282,7 @@ def build_exported_program(plan: Pt2Plan):
         raise UnreadableModelError(f"{label}: cannot read the archive's tensors ({one_line(exc)})") from exc
     try:
         program = _dict_to_dataclass(schema.ExportedProgram, _with_sympy_exprs(plan.program))
+        define_library_ops(plan.library_ops)
         with no_unpickling(plan.path), quiet_torch_export_log(), _sympify_refuses_strings():
             return ExportedProgramDeserializer().deserialize(program, state_dict, constants, None)
     except UnreadableModelError:

@@ -266,7 +266,12 @@ def from_module(
     example_inputs = tuple(example_inputs)
     if not example_inputs:
         raise UsageError("an nn.Module needs example inputs (a tensor or a tuple of tensors)")
-    module = module.eval()
+    try:
+        module = module.eval()
+    except NotImplementedError:
+        # `ExportedProgram.module()` (and a PT2E-quantized module made from one) refuses train/eval switches: its
+        # behaviour was fixed when it was exported, so it is exported again as it is
+        pass
     n_inputs = len(example_inputs)
     float_dtype = _float_dtype(module, example_inputs)
     if float_dtype is not None:  # TVM's importer cannot import float16 convs: import in float32, retarget after

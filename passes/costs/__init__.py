@@ -97,7 +97,8 @@ class OpCost:
     supported: bool
     unsupported_key: str | None = None  # how it is listed in totals.unsupported
     callee: str | None = None
-    folded: bool = False
+    folded: bool = False  # left out of the totals: nothing runs (`OpNode.folded`)
+    weight_only: bool = False  # every operand is a weight: a compiler folds it ahead of time (`OpNode.weight_only`)
     source: str | None = None  # where it comes from in the source model (module path, node name); None: unknown
 
     @property
@@ -124,6 +125,7 @@ def cost_of(op: OpNode) -> OpCost:
         outputs=op.outputs,
         callee=op.callee,
         folded=op.folded,
+        weight_only=op.weight_only,
     )
 
     if op.op in TIR_CALLS:

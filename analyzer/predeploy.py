@@ -33,6 +33,7 @@ from .render import (
     markdown_page,
     mib,
     op_label,
+    op_source_label,
     si,
 )
 
@@ -239,7 +240,7 @@ def _cost_section(report, top: int) -> Section:
         rows.append(
             [
                 str(c.index),
-                c.name,
+                op_source_label(c),
                 op_label(c),
                 c.category,
                 _shape(c.output.shape) if c.outputs else "-",
@@ -306,7 +307,7 @@ def _cost_section(report, top: int) -> Section:
                         "intensity": c.flops / nbytes,
                         "flops_per_s": c.flops / (t / 1e3),
                         "category": c.category,
-                        "label": f"#{c.index} {c.name} ({op_label(c)}): {si(c.flops)}FLOP, "
+                        "label": f"#{c.index} {op_source_label(c)} ({op_label(c)}): {si(c.flops)}FLOP, "
                         f"{c.flops / nbytes:.1f} FLOP/B, {t * 1e3:.1f} µs",
                     }
                 )
@@ -322,7 +323,7 @@ def _cost_section(report, top: int) -> Section:
             )
     m = a.memory
     if m.timeline:
-        name = a.ops[m.peak_op].name if m.peak_op is not None else "?"
+        name = op_source_label(a.ops[m.peak_op]) if m.peak_op is not None else "?"
         label = f"peak {mib(m.peak_bytes)} at op #{m.peak_op} ({name})"
         sec.blocks.append(
             Figure(

@@ -35,6 +35,9 @@ class LoadedModel:
     # Relax variable name -> where it comes from in the source model (a module path such as layer4.2.conv3, or
     # the source graph's node name); empty when the importer could not say
     op_sources: dict[str, str] = field(default_factory=dict)
+    # source name -> module path (layer4.2.conv3) where the sources are node or tensor names the exporter wrote
+    # it into (left out where it did not); None: the sources are module paths themselves (the PyTorch route)
+    source_modules: dict[str, str] | None = None
 
     def check_graph(self, graph) -> None:
         """Refuse shapes and window attributes no real model has (`sanity.check_graph`), naming the model."""

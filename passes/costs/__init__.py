@@ -99,6 +99,7 @@ class OpCost:
     callee: str | None = None
     folded: bool = False
     source: str | None = None  # where it comes from in the source model (module path, node name); None: unknown
+    module: str | None = None  # the module path (layer4.2.conv3) it belongs to, for roll-ups; None: unknown
 
     @property
     def output(self) -> TensorInfo:

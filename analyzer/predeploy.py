@@ -26,6 +26,7 @@ from .render import (
     Figure,
     Section,
     Table,
+    _module_rows,
     _shape,
     _summary,
     basis_text,
@@ -272,6 +273,11 @@ def _cost_section(report, top: int) -> Section:
             f"The costliest {len(rows)} of {len(live)} operators",
         )
     )
+    for depth in (1, 2):  # the same cost by the module each operator comes from (ops[].module)
+        header, mod_rows = _module_rows(report, depth, top)
+        if mod_rows:
+            what = "top-level modules" if depth == 1 else "modules two levels deep"
+            sec.blocks.append(Table(header, mod_rows, set(range(1, len(header))), f"The costliest {what}"))
     by_cat: dict[str, list] = {}
     for c in live:
         by_cat.setdefault(c.category, []).append(c)

@@ -219,3 +219,17 @@ def test_tflite_layer_paths_from_tensor_names():
     assert tensor_module(fused) == "re_lu_1+batch_normalization_1+conv2d_1"
     assert tensor_module("cnn_1/Add") == "(top level)"
     assert tensor_module("Identity") is None and tensor_module("StatefulPartitionedCall_1:0") is None
+
+
+def test_report_names_operators_and_modules(tmp_path):
+    """The pre-deployment report (HTML) names each operator by its ONNX node and rolls the cost up by module."""
+    import analyzer
+
+    path = tmp_path / "nested.onnx"
+    torch.onnx.export(Nested().eval(), (torch.randn(1, 3, 8, 8),), str(path), dynamo=False)
+    page = tmp_path / "r.html"
+    analyzer.report(str(path), devices=["h100-80gb"], output=str(page))
+    html = page.read_text()
+    assert "<td>/layer1/layer1.0/conv1/Conv</td>" in html and "<td>lv" not in html
+    assert "The costliest top-level modules" in html and "<td>layer1</td>" in html
+    assert "The costliest modules two levels deep" in html and "<td>layer1.1</td>" in html

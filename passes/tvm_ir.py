@@ -2007,13 +2007,17 @@ def _recording_onnx_nodes(importer, graph) -> list[tuple[object, int]]:
     index). A converter returns a bound variable, or an expression the block builder binds later, when a later
     node's expression or the output uses it (`_bound_sources` finds it by identity). `If` nodes convert their
     branches' nodes through the same method: recording stops at the first call that is not the next node."""
-    convert = importer._convert_operator
+    import weakref
+
+    # the class's function and a weak reference: a failed import's traceback keeps this closure alive after
+    # `native_stderr_captured` clears its frames, and it must not keep the importer (and its block builder) too
+    convert, ref = type(importer)._convert_operator, weakref.ref(importer)
     nodes = iter([(i, n) for i, n in enumerate(graph.node) if n.op_type != "If"])
     returned: list[tuple[object, int]] = []
     state = {"on": True}
 
     def converter(op_name, inputs, attrs, opset):
-        out = convert(op_name, inputs, attrs, opset)
+        out = convert(ref(), op_name, inputs, attrs, opset)
         if state["on"]:
             index, node = next(nodes, (None, None))
             custom = attrs.get("tvm_custom", {}) if isinstance(attrs, dict) else {}

@@ -125,7 +125,11 @@ def analyze_loaded(
     analysis = analyze_graph(graph, attention_patterns=patterns)
     if loaded.op_sources:  # names a user can act on (layer4.2.conv3), beside the Relax ones (lv190)
         sources = source_names([c.name for c in analysis.ops], loaded.op_sources)
-        analysis.ops = [replace(c, source=s) for c, s in zip(analysis.ops, sources, strict=True)]
+        mods = loaded.source_modules
+        analysis.ops = [
+            replace(c, source=s, module=s if mods is None or s is None else mods.get(s))
+            for c, s in zip(analysis.ops, sources, strict=True)
+        ]
     if loaded.source_params is not None:
         params, param_bytes = loaded.source_params  # the file's float weights
         if dtype is not None and dtype not in AMP_DTYPES:

@@ -26,6 +26,7 @@ from .render import (
     Figure,
     Section,
     Table,
+    _module_rows,
     _shape,
     _summary,
     assumes_text,
@@ -34,6 +35,7 @@ from .render import (
     markdown_page,
     mib,
     op_label,
+    op_source_label,
     si,
 )
 
@@ -248,7 +250,7 @@ def _cost_section(report, top: int) -> Section:
         rows.append(
             [
                 str(c.index),
-                c.name,
+                op_source_label(c),
                 op_label(c),
                 c.category,
                 _shape(c.output.shape) if c.outputs else "-",
@@ -280,6 +282,11 @@ def _cost_section(report, top: int) -> Section:
             f"The costliest {len(rows)} of {len(live)} operators",
         )
     )
+    for depth in (1, 2):  # the same cost by the module each operator comes from (ops[].module)
+        header, mod_rows = _module_rows(report, depth, top)
+        if mod_rows:
+            what = "top-level modules" if depth == 1 else "modules two levels deep"
+            sec.blocks.append(Table(header, mod_rows, set(range(1, len(header))), f"The costliest {what}"))
     by_cat: dict[str, list] = {}
     for c in live:
         by_cat.setdefault(c.category, []).append(c)
@@ -315,7 +322,7 @@ def _cost_section(report, top: int) -> Section:
                         "intensity": c.flops / nbytes,
                         "flops_per_s": c.flops / (t / 1e3),
                         "category": c.category,
-                        "label": f"#{c.index} {c.name} ({op_label(c)}): {si(c.flops)}FLOP, "
+                        "label": f"#{c.index} {op_source_label(c)} ({op_label(c)}): {si(c.flops)}FLOP, "
                         f"{c.flops / nbytes:.1f} FLOP/B, {t * 1e3:.1f} µs",
                     }
                 )
@@ -331,7 +338,7 @@ def _cost_section(report, top: int) -> Section:
             )
     m = a.memory
     if m.timeline:
-        name = a.ops[m.peak_op].name if m.peak_op is not None else "?"
+        name = op_source_label(a.ops[m.peak_op]) if m.peak_op is not None else "?"
         label = f"peak {mib(m.peak_bytes)} at op #{m.peak_op} ({name})"
         sec.blocks.append(
             Figure(

@@ -20,6 +20,7 @@ def op_json(cost) -> dict:
         "index": cost.index,
         "name": cost.name,
         "source": cost.source,
+        "module": cost.module,
         "op": cost.op,
         "category": cost.category,
         "flops": cost.flops,
@@ -147,6 +148,22 @@ def ranked_ops(report) -> list[tuple[object, float | None]]:
     return [(c, times.get(c.index, (0.0, False))[0]) for c in order]
 
 
+def op_source_label(cost) -> str:
+    """The op's name for a table: where it comes from in the source model (a module path, an ONNX node, a TFLite
+    tensor) with the module it belongs to where the name does not say it (`node_conv2d_1 (layer1.0.conv1)`), else
+    the Relax value's name (`lv190`)."""
+    src, module = cost.source, cost.module
+    if not src:
+        return cost.name
+    if ";" in src:  # a TFLite operator that fused several TensorFlow ops names them all: the first stands for them
+        src = src.split(";", 1)[0] + ";\u2026"
+    if not module or module == src or module == "(top level)":
+        return src
+    if src.startswith("/") or module in src or module.replace(".", "/") in src:  # a scoped name shows it
+        return src
+    return f"{src} ({module})"
+
+
 def op_label(cost) -> str:
     """The op's name for a table: the Relax op without `relax.`, or for a packed call with a cost rule (a grouped
     matmul of MoE experts) its callee without `preflight.`."""
@@ -159,14 +176,14 @@ def op_label(cost) -> str:
 
 def module_rollup(report, depths: tuple[int, ...] = (1, 2)) -> list[dict]:
     """The live operators' cost summed by module: each op counts toward the first `depth` dotted parts of its
-    `source` (`layer4.2.conv3` -> `layer4` at depth 1, `layer4.2` at depth 2), for every depth asked; ops without
-    a source are left out. Rows in the operator tables' order (`ranking`); time_ms is None without a prediction."""
+    `module` (`layer4.2.conv3` -> `layer4` at depth 1, `layer4.2` at depth 2), for every depth asked; ops without
+    a module are left out. Rows in the operator tables' order (`ranking`); time_ms is None without a prediction."""
     timed = {c.index: t for c, t in ranked_ops(report)}
     rows: dict[tuple[int, str], dict] = {}
     for c in report.analysis.ops:
-        if c.folded or not c.source:
+        if c.folded or not c.module:
             continue
-        parts = c.source.split(".")
+        parts = c.module.split(".")
         for depth in depths:
             if len(parts) < depth and depth > 1:
                 continue
@@ -213,7 +230,7 @@ def _rows(report, top: int) -> tuple[list[str], list[list[str]]]:
         header = [*header[:6], "bytes moved", "time (ms)", "share of latency"]
     rows = []
     for c, t in ranked:
-        row = [str(c.index), c.source or c.name, op_label(c), c.category]
+        row = [str(c.index), op_source_label(c), op_label(c), c.category]
         row += [_shape(c.output.shape) if c.outputs else "-", si(c.flops)]
         if timed:
             row += [mib(c.bytes_read + c.bytes_written), f"{t:,.4g}", f"{100 * t / latency:.1f}%" if latency else "-"]
@@ -521,7 +538,14 @@ def render_table(report, top: int = 15, explain: bool = False, by_module: int = 
             title = f"costliest {len(rows)} modules at depth {by_module} by {ranking(report)}:"
             lines += ["", title, *_text_table(header, rows, set(range(1, len(header))))]
         else:
-            lines += ["", "modules: this model's operators carry no module paths (ONNX, TFLite: not yet)"]
+            deepest = max((len(c.module.split(".")) for c in report.analysis.ops if c.module), default=0)
+            lines += [
+                "",
+                f"modules: no module path is {by_module} levels deep (the deepest: {deepest})"
+                if deepest
+                else "modules: the model file records no module paths for its operators (a PyTorch model, an ONNX "
+                "file from torch.onnx or a TensorFlow model names them)",
+            ]
     if report.warnings:
         lines += [""] + [f"warning: {w}" for w in report.warnings]
     if explain:
@@ -710,7 +734,7 @@ def markdown_page(title: str, secs: list[Section], assets: str = "") -> tuple[st
 
 OP_CSV_COLUMNS = (
     "index", "name", "op", "category", "flops", "macs", "bytes_read", "bytes_written", "weight_bytes",
-    "output_shape", "output_dtype", "folded", "supported", "time_ms", "compute_bound",
+    "output_shape", "output_dtype", "folded", "supported", "time_ms", "compute_bound", "source", "module",
 )  # fmt: skip
 KERNEL_CSV_COLUMNS = (
     "index", "kind", "op", "ops", "flops", "bytes_read", "bytes_written", "dtype", "time_ms", "compute_bound",
@@ -755,6 +779,8 @@ def render_csv(report, what: str = "ops") -> str:
                     c.supported,
                     f"{t[0]:.6g}" if t else "",
                     t[1] if t else "",
+                    c.source or "",
+                    c.module or "",
                 ]  # fmt: skip
             )
         return buf.getvalue()

@@ -738,8 +738,13 @@ def onnx_convert_ops() -> set[str]:
     return set(_get_convert_map().keys()) | set(ONNX_EXTRA_CONVERTERS)
 
 
-def onnx_import(model, shape_dict: dict[str, list[int]], dtype_dict: dict[str, str]) -> tvm.IRModule:
+def onnx_import(
+    model, shape_dict: dict[str, list[int]], dtype_dict: dict[str, str], sources: dict[str, int] | None = None
+) -> tvm.IRModule:
     """TVM's ONNX importer on `model` with ONNX_EXTRA_CONVERTERS added to its converter map.
+
+    `sources`, when given, is filled with the ONNX node each Relax value comes from: variable name -> index of
+    the node in `model.graph.node` (`_recording_onnx_nodes`).
 
     Initializers marked `data_location == EXTERNAL` are shape-only: they become uninitialised constants of their
     shape and dtype (no data is read; see `_onnx_shape_only_weights`). Every other tensor must hold its data.
@@ -760,9 +765,58 @@ def onnx_import(model, shape_dict: dict[str, list[int]], dtype_dict: dict[str, s
     onnx_frontend._get_convert_map = extended
     try:
         with contextlib.redirect_stdout(io.StringIO()), _onnx_shape_only_weights(), native_stderr_captured():
-            return _onnx_from_model(model, shape_dict, dtype_dict)
+            return _onnx_from_model(model, shape_dict, dtype_dict, sources)
     finally:
         onnx_frontend._get_convert_map = base
+
+
+def tflite_import(
+    model, shape_dict: dict[str, list[int]], dtype_dict: dict[str, str], sources: dict[str, str] | None = None
+) -> tvm.IRModule:
+    """TVM's TFLite importer (`from_tflite`) on a parsed `tflite.Model`.
+
+    `sources`, when given, is filled with the TFLite operator each Relax value comes from: variable name -> the
+    name of the operator's first output tensor (TensorFlow's converter writes the Keras layer's name scope there:
+    `cnn_1/conv2d_1/convolution`). The converter of every operator of the main subgraph is wrapped (as
+    `_recording_onnx_nodes` does for ONNX) to collect what it returns.
+    """
+    from tvm.relax.frontend.tflite import tflite_frontend
+
+    if sources is None:
+        return tflite_frontend.from_tflite(model, shape_dict=shape_dict, dtype_dict=dtype_dict)
+    returned: list[tuple[object, str]] = []
+    first = {"free": True}
+
+    class Recording(tflite_frontend.OperatorConverter):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if first["free"]:  # the main subgraph's converter; control-flow bodies get their own
+                first["free"] = False
+                self.convert_map = {k: self._recording(v) for k, v in self.convert_map.items()}
+
+        def _recording(self, fn):
+            def convert(*args, **kwargs):
+                out = fn(*args, **kwargs)
+                try:
+                    op = kwargs.get("op", args[0] if args else None)
+                    if isinstance(out, relax.Expr):
+                        out = self.bb.normalize(out)  # what the importer does next: the same object
+                    tensors = self.get_output_tensors(op)
+                    if tensors:
+                        name = tflite_frontend.get_tensor_name(self.subgraph, tensors[0].tensor_idx)
+                        returned.append((out, str(name)))
+                except Exception:  # noqa: BLE001 - a name is only a label: the import goes on without it
+                    pass
+                return out
+
+            return convert
+
+    mod = tflite_frontend.from_tflite(model, shape_dict=shape_dict, dtype_dict=dtype_dict, op_converter=Recording)
+    try:
+        sources.update({k: str(v) for k, v in _bound_sources(main_function(mod), returned).items()})
+    except Exception:  # noqa: BLE001 - a name is only a label: the import stands without it
+        pass
+    return mod
 
 
 def tflite_convert_ops(model, subgraph) -> set[str]:
@@ -1934,10 +1988,12 @@ def _onnx_shape_only_weights():
         ONNXGraphImporter._parse_array, ONNXGraphImporter._convert_operator = parse_original, convert_original
 
 
-def _onnx_from_model(model, shape_dict: dict[str, list[int]], dtype_dict: dict[str, str]) -> tvm.IRModule:
+def _onnx_from_model(
+    model, shape_dict: dict[str, list[int]], dtype_dict: dict[str, str], sources: dict[str, int] | None = None
+) -> tvm.IRModule:
     """`tvm.relax.frontend.onnx.from_onnx(model, ...)` without its own run of onnx's checker (the frontend ran it
     on a copy without weight data; on `model` it would serialise every weight and then fail on the shape-only
-    ones)."""
+    ones). `sources`: see `onnx_import`."""
     from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
     if model.ir_version < 3:
@@ -1948,7 +2004,75 @@ def _onnx_from_model(model, shape_dict: dict[str, list[int]], dtype_dict: dict[s
             opset = op.version
             break
     importer = ONNXGraphImporter(shape_dict, dtype_dict, keep_params_in_input=False, sanitize=True)
-    return importer.from_onnx(model.graph, opset)
+    if sources is None:
+        return importer.from_onnx(model.graph, opset)
+    returned = _recording_onnx_nodes(importer, model.graph)
+    try:
+        mod = importer.from_onnx(model.graph, opset)
+    finally:
+        del importer._convert_operator  # no reference cycle: a failed import's builder is freed at once
+    try:
+        sources.update(_bound_sources(main_function(mod), returned))
+    except Exception:  # noqa: BLE001 - a name is only a label: the import stands without it
+        pass
+    return mod
+
+
+def _recording_onnx_nodes(importer, graph) -> list[tuple[object, int]]:
+    """Wrap `importer._convert_operator` (called once per node of `graph`, in order, by `_construct_nodes`) to
+    collect what each node's converter returns: a list (filled during the import) of (Relax expression, node
+    index). A converter returns a bound variable, or an expression the block builder binds later, when a later
+    node's expression or the output uses it (`_bound_sources` finds it by identity). `If` nodes convert their
+    branches' nodes through the same method: recording stops at the first call that is not the next node."""
+    import weakref
+
+    # the class's function and a weak reference: a failed import's traceback keeps this closure alive after
+    # `native_stderr_captured` clears its frames, and it must not keep the importer (and its block builder) too
+    convert, ref = type(importer)._convert_operator, weakref.ref(importer)
+    nodes = iter([(i, n) for i, n in enumerate(graph.node) if n.op_type != "If"])
+    returned: list[tuple[object, int]] = []
+    state = {"on": True}
+
+    def converter(op_name, inputs, attrs, opset):
+        out = convert(ref(), op_name, inputs, attrs, opset)
+        if state["on"]:
+            index, node = next(nodes, (None, None))
+            custom = attrs.get("tvm_custom", {}) if isinstance(attrs, dict) else {}
+            if node is None or node.op_type != op_name or node.name != custom.get("name"):
+                state["on"] = False
+            else:
+                returned.append((out, index))
+        return out
+
+    importer._convert_operator = converter
+    return returned
+
+
+def _bound_sources(func, returned: list[tuple[object, object]]) -> dict[str, object]:
+    """Variable name -> source (a node index, a tensor name) for every binding of `func` whose variable or value is
+    an expression in `returned` (a tuple's fields and a tuple item's tuple count as the tuple's source); the first
+    source wins."""
+    by_handle: dict[int, object] = {}
+
+    def note(expr, index) -> None:
+        if isinstance(expr, relax.Tuple):
+            for f in expr.fields:
+                note(f, index)
+        elif isinstance(expr, relax.TupleGetItem):
+            note(expr.tuple_value, index)
+        elif isinstance(expr, relax.Var | relax.Call):
+            by_handle.setdefault(_key(expr), index)
+
+    for expr, index in returned:
+        note(expr, index)
+    out: dict[str, object] = {}
+    body = func.body
+    for block in body.blocks if isinstance(body, relax.SeqExpr) else ():
+        for b in block.bindings:
+            index = by_handle.get(_key(b.var), by_handle.get(_key(b.value)))
+            if index is not None:
+                out.setdefault(b.var.name, index)
+    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,10 +6,11 @@ views free, attention one fused kernel, constant work folded), each costed by th
 
 Estimate without a trained predictor (labelled `"predictor": "roofline"`, as the schema has always called it):
 - latency: the sum over kernels of max(compute, memory, launch) from the kernel model (the launch of the next
-  kernel overlaps the current one's execution: `KernelTimes.eager_s`); interval from the roofline bound of the
-  same kernels
-  (efficiency 1, no launch: a true lower bound) to 2x the estimate (the model's held-out errors, and the
-  sanity checks against published eager measurements in docs/kernel-model.md, are well inside 2x);
+  kernel overlaps the current one's execution: `KernelTimes.eager_s`); interval from the sum over the same
+  kernels of max(roofline time, half the fitted launch floor) (`estimate_low_ms`: a faster host may dispatch up
+  to twice as fast; the bare roofline, without launch, sits 100x below the point for small models) to 2x the
+  estimate (the model's held-out errors, and the sanity checks against published eager measurements in
+  docs/kernel-model.md, are well inside 2x);
 - energy: latency x average board power, the power from the kernels' busy shares (`predictor.power`: the share
   of the time in compute-bound kernels, in memory-bound kernels and at the launch floor, each with a power
   fitted per GPU on ML.ENERGY measurements, `predictor/power_params.json`); interval: the low latency x the

@@ -94,7 +94,9 @@ def test_html_report_renders_in_chromium(driver, tmp_path, model, devices, batch
     assert _requests(driver) == [page.as_uri()]
     charts = driver.find_elements("css selector", "svg.chart")
     assert len(charts) == 3 * len(devices) + 3
+    boxes = driver.execute_script(_LABEL_BOXES)
     for chart in charts:
+        assert _overlaps(boxes[chart.get_attribute("aria-label")]) == [], chart.get_attribute("aria-label")
         size = chart.size
         assert size["width"] > 200 and size["height"] > 100, chart.get_attribute("aria-label")
         drawn = chart.find_elements("css selector", ".point, .series, .bar")
@@ -116,6 +118,72 @@ def test_html_report_renders_in_chromium(driver, tmp_path, model, devices, batch
     out = ARTIFACTS / f"report-{model.removeprefix('zoo:')}.png"
     out.write_bytes(base64.b64decode(shot["data"]))
     assert out.stat().st_size > 20_000
+
+
+# Rendered boxes of every chart's own text (tick labels, line labels, legend, titles): {chart label: [[x, y, w, h,
+# text], ...]}, read after layout; text in the plot's nested <svg> (the data) is not a label.
+_LABEL_BOXES = """
+const out = {};
+for (const chart of document.querySelectorAll('svg.chart')) {
+  out[chart.getAttribute('aria-label')] = [...chart.children].filter(e => e.tagName === 'text').map(e => {
+    const r = e.getBoundingClientRect();
+    return [r.x, r.y, r.width, r.height, e.textContent];
+  });
+}
+return out;
+"""
+
+
+def _overlaps(boxes: list) -> list[tuple[str, str]]:
+    """Pairs of labels whose rendered boxes overlap by more than a pixel each way."""
+    hits = []
+    for i, (x, y, w, h, a) in enumerate(boxes):
+        for x2, y2, w2, h2, b in boxes[i + 1 :]:
+            if min(x + w, x2 + w2) - max(x, x2) > 1 and min(y + h, y2 + h2) - max(y, y2) > 1:
+                hits.append((a, b))
+    return hits
+
+
+def test_llm_report_charts_render_readably_in_chromium(driver, tmp_path):
+    """The LLM serving report's charts (latency against context, concurrency against context) drawn in the
+    browser: no console error, something drawn in each, at least two tick labels on each axis, and no two labels
+    on top of each other (the overlapping `1.02k`/`1.28k` ticks and the line label hidden under another that a
+    person found)."""
+    from analyzer.charts import PAD_L
+    from analyzer.llm import llm
+    from analyzer.predeploy import write
+
+    tiny = "gpt2?layers=2&hidden=64&heads=4&intermediate=256&vocab=256&max_pos=128&seq_len=16"
+    report = llm(f"zoo:{tiny}", prompt=16, generate=4, devices=["h100-80gb", "a100-40gb"], dtype="float32")
+    page = tmp_path / "llm.html"
+    write(report, page)
+    driver.get(page.as_uri())
+    assert [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING")] == []
+    charts = driver.find_elements("css selector", "svg.chart")
+    assert len(charts) >= 4  # latency and capacity, per device
+    boxes = driver.execute_script(_LABEL_BOXES)
+    y_axis_x = str(PAD_L - 4)
+    for chart in charts:
+        label = chart.get_attribute("aria-label")
+        assert chart.size["width"] > 200 and chart.size["height"] > 100, label
+        drawn = [e for e in chart.find_elements("css selector", "polyline, circle, rect, path") if e.size["width"]]
+        assert len(drawn) > 2, f"empty chart: {label}"  # more than the background and the plot frame
+        texts = boxes[label]
+        assert all(w > 0 and h > 0 for _, _, w, h, _ in texts), label
+        assert _overlaps(texts) == [], label
+        if not chart.find_elements("css selector", ":scope > svg"):
+            continue  # no plot area, no axes: the bar chart of shares by category
+        # tick labels (font-size 10): the y axis's end at the plot's left edge, the x axis's are centred below it
+        ticks = chart.find_elements("css selector", ":scope > text[font-size='10']")
+        y_ticks = [t for t in ticks if t.get_attribute("text-anchor") == "end" and t.get_attribute("x") == y_axis_x]
+        x_ticks = [t for t in ticks if t.get_attribute("text-anchor") == "middle"]
+        assert len(y_ticks) >= 2 and len(x_ticks) >= 2, f"{label}: {[t.text for t in ticks]}"
+
+
+def test_the_overlap_check_sees_overlapping_labels():
+    """Negative control for `_overlaps`: two labels drawn at one place overlap; side by side they do not."""
+    assert _overlaps([[0, 0, 30, 12, "1.02k"], [20, 0, 30, 12, "1.28k"]]) == [("1.02k", "1.28k")]
+    assert _overlaps([[0, 0, 30, 12, "1.02k"], [31, 0, 30, 12, "2.05k"]]) == []
 
 
 def test_the_browser_check_catches_errors_and_fetches(driver, tmp_path):

@@ -190,6 +190,41 @@ def test_tflite_flops_nhwc_layout_attrs(tf_models):
     assert r.totals.macs == MB_MACS
 
 
+def _operator_outputs(path: Path) -> dict[str, list[str]]:
+    """The oracle for op names: each TFLite operator's first output tensor name, by builtin operator name, read
+    from the flatbuffer with the tflite package."""
+    import tflite
+    from tflite.BuiltinOperator import BuiltinOperator
+
+    names = {v: k for k, v in vars(BuiltinOperator).items() if not k.startswith("_")}
+    model = tflite.Model.GetRootAsModel(path.read_bytes(), 0)
+    sub = model.Subgraphs(0)
+    out: dict[str, list[str]] = {}
+    for i in range(sub.OperatorsLength()):
+        op = sub.Operators(i)
+        code = model.OperatorCodes(op.OpcodeIndex())
+        kind = names[max(code.BuiltinCode(), code.DeprecatedBuiltinCode())]
+        out.setdefault(kind, []).append(sub.Tensors(op.Outputs(0)).Name().decode())
+    return out
+
+
+@needs_tf
+def test_tflite_ops_carry_tensor_names_and_layers(tf_models):
+    """Every op is named after the TFLite operator it comes from (its output tensor, which TensorFlow's converter
+    names after the Keras layers' scopes), and rolls up by layer."""
+    path = tf_models["cnn"]["tflite"]
+    oracle = _operator_outputs(path)
+    doc = analyze(path).to_json()
+    convs = [o for o in doc["ops"] if o["op"] == "relax.nn.conv2d"]
+    assert [o["source"] for o in convs] == oracle["CONV_2D"]
+    every = {n for names in oracle.values() for n in names}
+    assert all(o["source"] in every for o in doc["ops"] if not o["folded"])
+    # conv1 fused with its batch norm and ReLU: the layers it spans; the pooling layer on its own
+    assert all("conv2d" in o["module"] for o in convs)
+    assert [o["module"] for o in doc["ops"] if o["op"] == "relax.mean"] == [oracle["MEAN"][0].split("/")[1]]
+    assert {m["module"] for m in doc["modules"]} >= {o["module"] for o in convs}
+
+
 # ---- --batch and --input ---------------------------------------------------------------------------
 
 

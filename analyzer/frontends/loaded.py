@@ -39,6 +39,9 @@ class LoadedModel:
     # only; the analysis extrapolates the n-layer totals from both (`passes.analysis.extrapolate_layers`)
     layers: int | None = None
     depth1: LoadedModel | None = None
+    # source name -> module path (layer4.2.conv3) where the sources are node or tensor names the exporter wrote
+    # it into (left out where it did not); None: the sources are module paths themselves (the PyTorch route)
+    source_modules: dict[str, str] | None = None
 
     def check_graph(self, graph) -> None:
         """Refuse shapes and window attributes no real model has (`sanity.check_graph`), naming the model."""

@@ -14,7 +14,7 @@ from ..errors import (
     one_line,
 )
 from .loaded import LoadedModel
-from .specs import MAX_DIM, InputSpec, printable, resolve_shape
+from .specs import MAX_DIM, TOP_LEVEL, InputSpec, printable, resolve_shape, short_name
 
 
 def _check_external_data(model, base: Path, name: str) -> None:
@@ -410,6 +410,49 @@ def model_name(graph_name: str, path: Path) -> str:
     return path.stem if graph_name.strip().lower() in GENERIC_GRAPH_NAMES or not graph_name.strip() else graph_name
 
 
+def node_label(node, index: int) -> str:
+    """How reports name ONNX node `index` of the graph: its name, else `<op_type>_<index>` (`Relu_2`)."""
+    return short_name(node.name or f"{node.op_type}_{index}")
+
+
+def _name_scopes(text: str) -> list[str] | None:
+    """The list literal torch's dynamo exporter writes into `pkg.torch.onnx.name_scopes` (`['', 'layer1',
+    'layer1.0', 'conv2d']`), read as data (never evaluated); None when it is not a list of strings."""
+    import ast
+
+    if len(text) > 4096:
+        return None
+    try:
+        scopes = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    return scopes if isinstance(scopes, list) and all(isinstance(x, str) for x in scopes) else None
+
+
+def node_module(node) -> str | None:
+    """The PyTorch module path an ONNX node was exported from, where the exporter recorded it, else None.
+
+    torch.onnx's dynamo exporter writes the module stack into the node's metadata (`pkg.torch.onnx.name_scopes`:
+    `['', 'layer1', 'layer1.0', 'layer1.0.conv1', 'conv2d']`, the last entry the fx node); the TorchScript
+    exporter names nodes by scope (`/layer1/layer1.0/conv1/Conv`: a child of a Sequential is written
+    `parent.index`). An op in the model's own forward is `(top level)`."""
+    for prop in node.metadata_props:
+        if prop.key == "pkg.torch.onnx.name_scopes":
+            scopes = _name_scopes(prop.value)
+            if scopes:
+                module = scopes[-2] if len(scopes) >= 2 else ""
+                return short_name(module) if module else TOP_LEVEL
+    name = node.name
+    if not name.startswith("/") or len(name) > 4096:
+        return None
+    segments = [s for s in name.split("/")[1:-1] if s]
+    path: list[str] = []
+    for i, seg in enumerate(segments):
+        parent, _, last = seg.rpartition(".")
+        path.append(last if i and parent and parent == segments[i - 1] else seg)
+    return short_name(".".join(path)) if path else TOP_LEVEL
+
+
 # Constant's scalar and list attributes (opset 12+) as the tensor they stand for: (numpy dtype, is a list)
 _CONSTANT_FORMS = {"value_int": ("int64", False), "value_ints": ("int64", True),
                    "value_float": ("float32", False), "value_floats": ("float32", True)}  # fmt: skip
@@ -674,8 +717,9 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
     _check_recurrent_lengths(model, shape_dict, path.name)
     from passes.tvm_ir import UnsupportedOnnxNode, onnx_import
 
+    recorded: dict[str, int] = {}
     try:
-        mod = onnx_import(model, shape_dict, dtype_dict)
+        mod = onnx_import(model, shape_dict, dtype_dict, recorded)
     except PreflightError:
         raise
     except UnsupportedOnnxNode as exc:
@@ -697,9 +741,14 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
             ) from exc
         raise AnalysisError(f"{path.name}: TVM's ONNX importer failed: {one_line(exc)}") from exc
     params = file_params(model)
+    nodes = model.graph.node
+    labels = {i: node_label(nodes[i], i) for i in set(recorded.values())}
+    modules = {labels[i]: m for i in labels if (m := node_module(nodes[i])) is not None}
     return LoadedModel(
         mod=mod,
         framework="onnx",
+        op_sources={var: labels[i] for var, i in recorded.items()},
+        source_modules=modules,
         name=model_name(model.graph.name, path),
         source=str(path),
         n_inputs=len(graph_inputs),

@@ -18,6 +18,16 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+MAX_NAME = 200  # characters of an op's source name or module path kept in reports; longer ones end in an ellipsis
+TOP_LEVEL = "(top level)"  # the module of an op in the model's own forward (as the PyTorch route names it)
+
+
+def short_name(text: str) -> str:
+    """A name from a model file as reports show it: `printable`, at most MAX_NAME characters."""
+    text = printable(text)
+    return text if len(text) <= MAX_NAME else text[: MAX_NAME - 1] + "\u2026"
+
+
 def _looks_like_dims(text: str) -> bool:
     """Whether `text` reads as DIMS: sizes or `?` separated by `x`."""
     return all(d == "?" or d.isdigit() for d in text.lower().split("x"))

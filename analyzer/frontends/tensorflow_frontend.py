@@ -37,7 +37,7 @@ from ..errors import (
 from .isolate import GIB, Limits, restrict_writes, run_isolated
 from .loaded import LoadedModel
 from .native import import_extra, quiet_native_output, require_extra
-from .specs import MAX_DIM, InputSpec, printable, resolve_shape
+from .specs import MAX_DIM, TOP_LEVEL, InputSpec, printable, resolve_shape, short_name
 from .tf_graph_safety import check_saved_model
 
 # tflite.TensorType -> numpy dtype name; bytes per element of the floating-point types (weights)
@@ -203,6 +203,40 @@ def _parse_tflite(buf: bytes, label: str):
     return model, inputs, params
 
 
+def tensor_module(name: str) -> str | None:
+    """The Keras layer path of a TFLite tensor, from the name scopes TensorFlow's converter writes into its name.
+
+    A fused operator's tensor lists every op it fused, `;`-separated (`cnn_1/re_lu_1/Relu;cnn_1/conv2d_1/
+    convolution`); the layer is the scope all of them share, less the last segment of each (the TensorFlow op) and
+    the first scope (the model's: `cnn_1`), dotted (`multi_head_attention_1.key_1`; TensorFlow's tracing suffixes
+    such as `_1` are kept as written). Where they share only the model's scope, the layers they come from joined
+    by `+` (`re_lu_1+batch_normalization_1+conv2d_1`), or `(top level)` if none has a layer; None where the name
+    has no scope (`Identity`, `StatefulPartitionedCall:0`)."""
+    if len(name) > 8192:
+        return None
+    common: list[str] | None = None
+    layers: list[str] = []  # each part's layer under the model's scope, in order
+    for part in name.split(";"):
+        scopes = part.split("/")[:-1]
+        if not scopes:
+            return None
+        if len(scopes) > 1 and scopes[1] not in layers:
+            layers.append(scopes[1])
+        if common is None:
+            common = scopes
+        else:
+            n = 0
+            while n < min(len(common), len(scopes)) and common[n] == scopes[n]:
+                n += 1
+            common = common[:n]
+    if not common:
+        return None
+    if len(common) > 1:
+        return short_name(".".join(common[1:]))
+    # ops of several layers fused into one (a convolution with its batch norm and ReLU): all of them, `+`-joined
+    return short_name("+".join(layers)) if layers else TOP_LEVEL
+
+
 def _import_tflite(
     buf: bytes,
     label: str,
@@ -216,16 +250,15 @@ def _import_tflite(
     params=None,
     dynamic: bool = False,
 ) -> LoadedModel:
-    from tvm.relax.frontend.tflite import from_tflite
-
     from passes import tvm_ir
 
     if model is None:
         model, _, params = _parse_tflite(buf, label)
     failure = None
+    recorded: dict[str, str] = {}
     with quiet_native_output():
         try:
-            mod = from_tflite(model, shape_dict=shapes, dtype_dict=dtypes)
+            mod = tvm_ir.tflite_import(model, shapes, dtypes, recorded)
         except PreflightError:
             raise
         except Exception as exc:  # noqa: BLE001 - the importer raises OpNotImplemented, TVMError, AssertionError...
@@ -254,6 +287,8 @@ def _import_tflite(
         n_inputs=len(shapes),
         input_names=tuple(shapes),
         source_params=params,
+        op_sources={var: short_name(name) for var, name in recorded.items()},
+        source_modules={short_name(n): m for n in set(recorded.values()) if (m := tensor_module(n)) is not None},
     )
 
 

@@ -100,6 +100,7 @@ class OpCost:
     folded: bool = False  # left out of the totals: nothing runs (`OpNode.folded`)
     weight_only: bool = False  # every operand is a weight: a compiler folds it ahead of time (`OpNode.weight_only`)
     source: str | None = None  # where it comes from in the source model (module path, node name); None: unknown
+    module: str | None = None  # the module path (layer4.2.conv3) it belongs to, for roll-ups; None: unknown
 
     @property
     def output(self) -> TensorInfo:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -526,6 +527,7 @@ def make_item(
 # --------------------------------------------------------------------------------------------------
 
 QUANTILES = (0.05, 0.5, 0.95)
+CLIP = 5.0  # standardised inputs are clipped to +-CLIP
 
 
 @dataclass
@@ -568,8 +570,11 @@ class Fitted:
 
         out = []
         for it in items:
-            x = torch.from_numpy(((it.nodes - self.node_mean) / self.node_std).astype(np.float32))
-            gv = torch.from_numpy(((it.graph - self.graph_mean) / self.graph_std).astype(np.float32)).unsqueeze(0)
+            # standardised inputs clipped to +-CLIP: a feature (almost) constant over the training rows must not
+            # blow a new family's value up to thousands of standard deviations
+            x = torch.from_numpy(np.clip((it.nodes - self.node_mean) / self.node_std, -CLIP, CLIP).astype(np.float32))
+            z = np.clip((it.graph - self.graph_mean) / self.graph_std, -CLIP, CLIP).astype(np.float32)
+            gv = torch.from_numpy(z).unsqueeze(0)
             z = (it.target - self.y_mean) / self.y_std
             y = torch.tensor([[z, float("nan"), float("nan")]], dtype=torch.float32)
             out.append(Data(x=x, edge_index=torch.from_numpy(np.ascontiguousarray(it.edge_index)), static=gv, y=y))
@@ -832,11 +837,42 @@ def evaluate_lofo(
     for fam in dist:
         others = [d for f, v in dist.items() if f != fam for _, d in v]
         thresholds[fam] = float(np.percentile(others, OOD_PERCENTILE)) if others else float("inf")
+    # the interval, widened by family: each family's factor from the other families' held-out rows (split conformal
+    # over families: how far outside its interval a new family's measurement falls)
+    factors = {}
+    for fam in dist:
+        others = [interval_need(r) for r in out_rows if r["family"] != fam]
+        factors[fam] = conformal_factor(others)
     for r in out_rows:
         inside = r["distance"] <= thresholds[r["family"]]
         r["in_distribution"] = bool(inside)
         r["final_ms"] = r["graphsage_ms"] if inside else r["kernel_ms"]
-    return {"rows": out_rows, "thresholds": thresholds, "distances": {f: [d for _, d in v] for f, v in dist.items()}}
+        f = factors[r["family"]]
+        mid = math.log(r["graphsage_ms"])
+        r["graphsage_lo"] = math.exp(mid - (mid - math.log(r["graphsage_lo"])) * f)
+        r["graphsage_hi"] = math.exp(mid + (math.log(r["graphsage_hi"]) - mid) * f)
+    return {
+        "rows": out_rows,
+        "thresholds": thresholds,
+        "distances": {f: [d for _, d in v] for f, v in dist.items()},
+        "family_factor": conformal_factor([interval_need(r) for r in out_rows]),
+    }
+
+
+def interval_need(r: dict) -> float:
+    """The factor a held-out row's 5%..95% half-width (log scale) needs to cover its measurement."""
+    mid, y = math.log(r["graphsage_ms"]), math.log(r["measured_ms"])
+    if y >= mid:
+        return (y - mid) / max(math.log(r["graphsage_hi"]) - mid, 1e-6)
+    return (mid - y) / max(mid - math.log(r["graphsage_lo"]), 1e-6)
+
+
+def conformal_factor(needs: list[float], coverage: float = 0.9) -> float:
+    """Split-conformal factor: the ceil((n+1) coverage)/n quantile of the needs (1 when there are none)."""
+    if not needs:
+        return 1.0
+    k = min(math.ceil((len(needs) + 1) * coverage) / len(needs), 1.0)
+    return max(float(np.quantile(needs, k)), 1.0)
 
 
 MODELS = (
@@ -1142,12 +1178,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "train":
         prev = {}
         try:
-            prev = json.loads((args.out / "meta.json").read_text()).get("ood", {})
+            prev = json.loads((args.out / "meta.json").read_text())
         except (OSError, ValueError):
             pass
         fitted, train = train_final(exs, graphs, None, cfg, log)
-        if prev.get("threshold") is not None:  # keep the threshold the last evaluation set
-            fitted.ood_threshold = float(prev["threshold"])
+        if prev.get("ood", {}).get("threshold") is not None:  # keep what the last evaluation set
+            fitted.ood_threshold = float(prev["ood"]["threshold"])
+        fitted.calibration *= float(prev.get("family_factor", 1.0))
+        meta["family_factor"] = float(prev.get("family_factor", 1.0))
         meta |= {"families": sorted({e.row.family for e in train}), "n_rows": len(train), "n_samples": len(train)}
         save_artifact(fitted, args.out, meta)
         log(f"trained on {len(train)} rows in {time.perf_counter() - t0:.0f} s -> {args.out}")
@@ -1157,6 +1195,8 @@ def main(argv: list[str] | None = None) -> None:
     summary = summarise(ev["rows"])
     all_d = [d for v in ev["distances"].values() for d in v]
     fitted, train = train_final(exs, graphs, all_d, cfg, log)
+    fitted.calibration *= ev["family_factor"]  # widened for unseen families (evaluate_lofo)
+    meta["family_factor"] = ev["family_factor"]
     meta |= {
         "families": sorted({e.row.family for e in train}),
         "n_rows": len(train),

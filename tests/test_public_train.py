@@ -12,7 +12,8 @@ import pytest
 
 from predictor import public_train as pt
 
-CHECKPOINT = Path(pt.__file__).resolve().parent / "checkpoints" / pt.CHECKPOINT_NAME
+SHIPPED = Path(pt.__file__).resolve().parent / "checkpoints"
+CHECKPOINT = SHIPPED / pt.CHECKPOINT_NAME
 
 
 def test_training_rows_counts():
@@ -162,3 +163,17 @@ def test_predict_uses_it_on_a100_and_falls_back_out_of_distribution(tmp_path):
     assert p.predictor == "roofline" and p.latency_ms == empty.latency_ms
     assert p.basis["whole_model"] == "none" and "out of distribution" in p.basis["whole_model_fallback"]
     assert any("out of distribution" in w for w in warnings)
+
+
+@pytest.mark.skipif(not CHECKPOINT.is_dir(), reason="no committed checkpoint")
+def test_shipped_checkpoint_answers_on_a100():
+    """The committed predictor loads from predictor/checkpoints/ and names its training data and table."""
+    from predictor.predict import first_loadable, predictor_info
+
+    fitted, artifact, source, warnings = first_loadable("a100-80gb", SHIPPED)
+    assert artifact == CHECKPOINT and source == "a100-80gb" and not warnings
+    assert fitted.kind == "residual" and len(fitted.info["families"]) >= 9
+    assert 0 < fitted.ood_threshold < math.inf
+    info = predictor_info("a100-40gb", SHIPPED)
+    assert info["trained"] and info["evaluation_table"].endswith("EVAL.md")
+    assert first_loadable("h100-80gb", SHIPPED)[0] is None  # not transferred to other GPUs

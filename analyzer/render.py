@@ -321,10 +321,14 @@ def basis_text(basis: dict) -> str:
     if not basis:
         return "?"
     whole = basis.get("whole_model")
-    if whole == "measured":
+    if whole == "measured" and basis.get("whole_model_training"):
+        head = f"a GraphSAGE trained on {basis['whole_model_training']}"
+    elif whole == "measured":
         head = "whole-model measurements of this GPU"
     elif whole == "transferred":
         head = f"whole-model measurements of {basis.get('whole_model_device')}, transferred"
+    elif basis.get("whole_model_fallback"):
+        head = "no whole-model measurements (the trained predictor's training graphs are too far from this one)"
     else:
         head = "no whole-model measurements"
     share = basis.get("kernel_time_share") or {}

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -54,7 +55,12 @@ from .mig import MigRecommendation, recommend
 from .power import busy_shares, power_params
 from .roofline import op_arrays
 
-CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
+#: Where trained predictors are looked up: `predictor/checkpoints/`, or the folder `PREFLIGHT_CHECKPOINTS` names (an
+#: empty or missing folder: the kernel-model estimate everywhere; the test suite sets one, tests/conftest.py).
+SHIPPED_CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
+CHECKPOINTS = (
+    Path(os.environ["PREFLIGHT_CHECKPOINTS"]) if os.environ.get("PREFLIGHT_CHECKPOINTS") else SHIPPED_CHECKPOINTS
+)
 ESTIMATE_HIGH = 2.0  # the estimate's interval reaches this many times the estimate
 # The estimate's low end: each kernel at least its roofline time or this share of its fitted launch floor (the
 # floor is one host's dispatch time; a faster host may issue kernels up to twice as fast): never the bare roofline,
@@ -77,9 +83,32 @@ def newest_artifacts(root: Path = CHECKPOINTS) -> dict[str, Path]:
     if root.is_dir():
         for d in root.iterdir():
             m = _ARTIFACT.match(d.name)
-            if m and (d / "meta.json").is_file() and int(m["version"]) > best.get(m["device"], (-1, d))[0]:
-                best[m["device"]] = (int(m["version"]), d)
+            if not (m and (d / "meta.json").is_file()):
+                continue
+            for key in (m["device"], *_also_measured_on(d)):
+                if int(m["version"]) > best.get(key, (-1, d))[0]:
+                    best[key] = (int(m["version"]), d)
     return {k: d for k, (_, d) in best.items()}
+
+
+def _meta(artifact: Path) -> dict:
+    try:
+        meta = json.loads((artifact / "meta.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _also_measured_on(artifact: Path) -> list[str]:
+    """The other GPUs an artifact's measurements came from (`devices` of a public-data predictor's meta.json)."""
+    devices = _meta(artifact).get("devices")
+    return [str(k) for k in devices if isinstance(k, str)] if isinstance(devices, list) else []
+
+
+def _transfers(artifact: Path) -> bool:
+    """Whether an artifact may be transferred to GPUs it was not measured on (a public-data residual predictor is
+    not: no measurement on another GPU has tested that transfer)."""
+    return _meta(artifact).get("schema") != "preflight.public_residual/1"
 
 
 def find_artifact(device: str, root: Path = CHECKPOINTS) -> Path | None:
@@ -97,12 +126,13 @@ def predictor_candidates(device: str, root: Path = CHECKPOINTS) -> Iterator[tupl
     if not artifacts:
         return
     family = load_params().family
-    others = [k for k in DEVICES if k != device and k in artifacts]
+    whole = device.split(":")[0]  # a MIG slice: its GPU's measurements are its own
+    others = [k for k in DEVICES if k != whole and k in artifacts]
     others.sort(key=lambda k: family(k) is None or family(k) != family(device))  # same family first (stable)
-    if device in artifacts:
-        yield artifacts[device], device
+    if whole in artifacts:
+        yield artifacts[whole], whole
     for key in others:
-        if usable(artifacts[key]):
+        if usable(artifacts[key]) and _transfers(artifacts[key]):
             yield artifacts[key], key
 
 
@@ -370,6 +400,9 @@ def predict(
             f"the trained predictor for {device.key} reads the operator graph, which holds 2 of the "
             f"{analysis.repeat.layers} extrapolated layers: the kernel-model estimate is used instead"
         )
+    residual = None  # a GraphSAGE trained on public measurements, correcting the kernel model (predictor.public_train)
+    if trained is not None and getattr(trained, "kind", None) == "residual":
+        residual, trained = trained, None
     power, power_shares = None, None
     tensor_peak = (analysis.totals.param_bytes + analysis.totals.peak_activation_bytes) / 2**20
     if trained is not None:
@@ -409,12 +442,33 @@ def predict(
         m_lo = mem.tensor_peak_mib + mem.context_mib + mem.workspace_mib
         m, m_hi = mem.total_mib, mem.total_mib + 0.25 * mem.activations_mib
         name = "roofline"
-        warnings.append(
-            f"no trained predictor for {device.key}: kernel-model estimate (each eager CUDA kernel timed with "
-            f"efficiencies fitted on public single-kernel measurements; power {power:.0f} W from the kernels' "
-            f"busy shares, fitted on ML.ENERGY measurements; the latency interval is an assumption, not calibrated "
-            f"on whole-model measurements)"
-        )
+        fallback = None
+        if residual is not None:
+            from .public_train import precision_of, predict_analysis
+
+            precision = precision_of(runtime_of(analysis.ops, matmul_precision), analysis.ops)
+            q, dist, _ = predict_analysis(residual, analysis, device.key, precision)
+            if dist <= residual.ood_threshold:
+                lat_lo, lat, lat_hi = (float(v) for v in q)
+                e, e_lo, e_hi = lat / 1e3 * power, lat_lo / 1e3 * p_lo, lat_hi / 1e3 * p_hi
+                name = artifact.name
+            else:
+                fallback = (
+                    f"out of distribution: the graph is {dist:.2f} from the nearest training graph of {artifact.name}, "
+                    f"beyond its threshold {residual.ood_threshold:.2f}: kernel-model estimate"
+                )
+        if name == "roofline":
+            warnings.append(
+                (
+                    f"{artifact.name}: {fallback}"
+                    if fallback
+                    else f"no trained predictor for {device.key}: kernel-model estimate"
+                )
+                + " (each eager CUDA kernel timed with "
+                f"efficiencies fitted on public single-kernel measurements; power {power:.0f} W from the kernels' "
+                f"busy shares, fitted on ML.ENERGY measurements; the latency interval is an assumption, not calibrated "
+                f"on whole-model measurements)"
+            )
     if device.parent is not None:  # a MIG slice as the target: does the model fit it, and how it compares
         parent = get_device(device.parent)
         profile = parent.profile(device.key.split(":", 1)[1])
@@ -429,7 +483,7 @@ def predict(
         )
     else:
         per_slice = {p.name: kernel_latency_arrays(karrays, device, p, tf32_matmul=tf32) for p in device.mig}
-        slices = _slice_latencies(device, whole, per_slice, lat, trained is not None)
+        slices = _slice_latencies(device, whole, per_slice, lat, name != "roofline")
         rec = recommend(
             device,
             m_hi,
@@ -450,12 +504,28 @@ def predict(
         roofline_latency_ms=bound,
         mig=rec,
         runtime=runtime_of(analysis.ops, matmul_precision),
-        basis=_basis(karrays, device, whole, None if trained is None else source, tf32),
+        basis=_basis(karrays, device, whole, None if trained is None else source, tf32)
+        | (_public_basis(residual, device, name != "roofline", fallback) if residual is not None else {}),
         memory_tensor_peak_mib=tensor_peak,
         power_w=power,
         power_shares=power_shares,
     )
     return prediction, warnings
+
+
+def _public_basis(residual, device: Device, used: bool, fallback: str | None) -> dict:
+    """The `basis` entries of a prediction by the GraphSAGE trained on public measurements (`predictor.public_train`):
+    what it was trained on, and why it was not used (out of distribution)."""
+    info = residual.info
+    doc = {
+        "whole_model_training": f"{info.get('training_data', 'public measurements')}, "
+        f"{len(info.get('families', []))} families, {info.get('n_rows', '?')} rows"
+    }
+    if used:
+        doc |= {"whole_model": "measured", "whole_model_device": device.key}
+    else:
+        doc["whole_model_fallback"] = fallback
+    return doc
 
 
 def _basis(karrays, device: Device, whole: KernelTimes, source: str | None, tf32_matmul: bool = False) -> dict:

@@ -432,6 +432,10 @@ def load(directory: Path) -> tuple[Trained, dict]:
         meta = json.loads((directory / "meta.json").read_text())
     except (OSError, ValueError) as exc:
         raise ArtifactError(f"cannot load the predictor in {directory}: {exc}") from exc
+    if isinstance(meta, dict) and str(meta.get("schema", "")).startswith("preflight.public_residual"):
+        from .public_train import load_artifact  # a GraphSAGE trained on public measurements (its own layout)
+
+        return load_artifact(directory, meta)
     if meta.get("feature_version") != FEATURE_VERSION:
         raise ArtifactError(
             f"predictor {directory.name} was trained on features {meta.get('feature_version')}, "

@@ -13,6 +13,11 @@ import os
 
 import pytest
 
+# Predictions in tests are the kernel-model estimate unless a test passes `checkpoints=` (the shipped GraphSAGE,
+# predictor/checkpoints/, is tested in test_public_train.py): set before any test imports predictor.predict, and
+# inherited by the CLI subprocesses tests start.
+os.environ.setdefault("PREFLIGHT_CHECKPOINTS", os.path.join(os.path.dirname(__file__), "no-checkpoints"))
+
 pytest_plugins = ["pytester"]  # tests/test_require_extras.py runs this hook in an inner session
 
 REQUIRE_EXTRAS = "PREFLIGHT_REQUIRE_EXTRAS"

@@ -113,11 +113,20 @@ class _Group(click.Group):
     help="A device file (preflight.devices/1: docs/devices.md) adding GPUs to the built-in ones. Repeatable; "
     "also $PREFLIGHT_DEVICES and ~/.config/preflight/devices.json.",
 )
+@click.option(
+    "--predictor",
+    type=click.Choice(("kernel", "public")),
+    default=None,
+    help="Whole-model predictor: kernel (default: the kernel model) or public (A100s: also the GraphSAGE trained on "
+    "public benchmark measurements, docs/predictor-training.md). Also $PREFLIGHT_PREDICTOR.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Only the result and errors: no progress or 'wrote' lines.")
 @click.option("-v", "--verbose", is_flag=True, help="Also show the libraries' own warnings (torch, transformers, TVM).")
-def cli(device_files: tuple[str, ...], quiet: bool, verbose: bool) -> None:
+def cli(device_files: tuple[str, ...], predictor: str | None, quiet: bool, verbose: bool) -> None:
     """preflight: what a model will cost on a data-centre GPU, without running it."""
     _STATE["quiet"] = quiet
+    if predictor is not None:  # read where predictions are made (analyze-many's workers inherit it)
+        os.environ["PREFLIGHT_PREDICTOR"] = predictor
     if verbose:
         warnings.resetwarnings()  # the libraries' own warnings, which preflight hides by default
     try:

@@ -130,8 +130,10 @@ def test_artifact_of_another_schema_is_refused(tmp_path):
 
 
 @pytest.mark.skipif(not CHECKPOINT.is_dir(), reason="no committed checkpoint")
-def test_predict_uses_it_on_a100_and_falls_back_out_of_distribution(tmp_path):
+def test_predict_uses_it_on_a100_and_falls_back_out_of_distribution(tmp_path, monkeypatch):
     import torch
+
+    monkeypatch.setenv("PREFLIGHT_PREDICTOR", "public")
 
     from analyzer import analyze
     from predictor.predict import predict
@@ -166,9 +168,11 @@ def test_predict_uses_it_on_a100_and_falls_back_out_of_distribution(tmp_path):
 
 
 @pytest.mark.skipif(not CHECKPOINT.is_dir(), reason="no committed checkpoint")
-def test_shipped_checkpoint_answers_on_a100():
+def test_shipped_checkpoint_answers_on_a100(monkeypatch):
     """The committed predictor loads from predictor/checkpoints/ and names its training data and table."""
     from predictor.predict import first_loadable, predictor_info
+
+    monkeypatch.setenv("PREFLIGHT_PREDICTOR", "public")
 
     fitted, artifact, source, warnings = first_loadable("a100-80gb", SHIPPED)
     assert artifact == CHECKPOINT and source == "a100-80gb" and not warnings
@@ -177,3 +181,24 @@ def test_shipped_checkpoint_answers_on_a100():
     info = predictor_info("a100-40gb", SHIPPED)
     assert info["trained"] and info["evaluation_table"].endswith("EVAL.md")
     assert first_loadable("h100-80gb", SHIPPED)[0] is None  # not transferred to other GPUs
+
+
+@pytest.mark.skipif(not CHECKPOINT.is_dir(), reason="no committed checkpoint")
+def test_public_predictor_is_opt_in(monkeypatch):
+    """By default the kernel model answers on an A100 though the public GraphSAGE is shipped (it is not even
+    loaded); `preflight --predictor public` (or $PREFLIGHT_PREDICTOR=public) turns it on, for worker processes too."""
+    from click.testing import CliRunner
+
+    from analyzer.cli import cli
+    from predictor.predict import first_loadable
+
+    monkeypatch.setenv("PREFLIGHT_PREDICTOR", "kernel")  # (and monkeypatch restores what the CLI sets below)
+    assert first_loadable("a100-80gb", SHIPPED) == (None, None, None, [])
+    res = CliRunner().invoke(cli, ["--predictor", "public", "devices", "--format", "json"])
+    assert res.exit_code == 0
+    import os
+
+    assert os.environ["PREFLIGHT_PREDICTOR"] == "public"
+    assert first_loadable("a100-80gb", SHIPPED)[1] == CHECKPOINT
+    res = CliRunner().invoke(cli, ["--predictor", "graphsage", "devices"])
+    assert res.exit_code == 2 and "graphsage" in res.output

@@ -70,6 +70,8 @@ def report_json(report) -> dict:
         doc["predictors"] = dict(report.predictors)
     if report.sweep is not None:
         doc["sweep"] = report.sweep
+    if getattr(report, "symbolic", None) is not None:
+        doc["symbolic"] = report.symbolic
     if getattr(report, "verdict", None) is not None:
         doc["verdict"] = report.verdict.to_json()
     llm = getattr(report, "llm", None)  # `preflight llm` (analyzer.llm.LlmReport)

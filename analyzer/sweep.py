@@ -1,14 +1,19 @@
 """Batch-size sweep for pre-deployment reports: the model analysed and predicted at each batch size.
 
-Every point is a real analysis of the model lowered at that batch (nothing is extrapolated), predicted on
-each device with the same predictor `preflight predict` uses. A point "fits" a MIG profile by the MIG rule
-of docs/design.md (upper end of the memory interval + headroom within the profile's usable memory, and the
-slice's predicted latency within the SLO when one is given); the largest fitting batch is the largest
-*swept* batch that fits.
+Every point is a real analysis of the model's graph at that batch (nothing is extrapolated), predicted on
+each device with the same predictor `preflight predict` uses. A zoo model or an nn.Module is exported once
+with its batch symbolic (`analyzer.symbolic`) and every point in the export's range is the concrete graph
+evaluated from it (the same graph, op for op, as exporting at that batch: docs/symbolic.md); batch 1, a
+model torch.export cannot keep symbolic and files are lowered again at each batch.
+
+A point "fits" a MIG profile by the MIG rule of docs/design.md (upper end of the memory interval + headroom
+within the profile's usable memory, and the slice's predicted latency within the SLO when one is given); the
+largest fitting batch is the largest *swept* batch that fits.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from numbers import Integral
 
@@ -21,6 +26,7 @@ from .errors import PreflightError, UsageError
 from .frontends import load
 from .frontends.specs import MAX_DIM
 from .pipeline import analyze_loaded
+from .symbolic import analyze_at, load_symbolic
 
 DEFAULT_MAX_BATCH = 32
 MAX_SWEEP_POINTS = 64
@@ -104,6 +110,22 @@ def largest(points: list[dict]) -> tuple[dict[str, int | None], int | None]:
     return per_profile, full
 
 
+def _symbolic(model, example_inputs, inputs, batches: list[int]):
+    """(SymbolicModel or None, why not): one symbolic export for the sweep when it pays (a zoo model or an
+    nn.Module, at least two batches inside the export's range, i.e. >= 2); else None and the reason (None when
+    none was tried: files, or fewer than two batches to analyse)."""
+    if inputs or len([b for b in batches if b >= 2]) < 2:
+        return None, None
+    torch = sys.modules.get("torch")
+    is_module = torch is not None and isinstance(model, torch.nn.Module)
+    if not (is_module or (isinstance(model, str) and model.startswith("zoo:"))):
+        return None, None
+    try:
+        return load_symbolic(model, example_inputs), None
+    except PreflightError as exc:
+        return None, str(exc)
+
+
 def run_sweep(
     model,
     example_inputs,
@@ -116,28 +138,37 @@ def run_sweep(
     dtype: str | None = None,
     reuse: dict | None = None,
     progress: Callable[[int], None] | None = None,
+    symbolic: bool = True,
 ) -> tuple[dict, list[str]]:
     """The `sweep` block of the report and the warnings it raised; `batches` as `check_batches` returns them.
 
     `reuse` maps a batch already analysed and predicted (the report's own) to its `Report`, whose `predictions`
-    are for `devices`, in order; `progress(n)` is called after each batch.
+    are for `devices`, in order; `progress(n)` is called after each batch. `symbolic=False` lowers the model
+    again at every batch (the way before `analyzer.symbolic`; bench/bench_symbolic_sweep.py compares the two).
     """
     reuse = reuse or {}
     per_device: dict[str, list[dict]] = {d: [] for d in devices}
     predictors: dict[str, str] = {}
     skipped, warnings = [], []
+    todo = [b for b in batches if b not in reuse]
+    sm, why_not = _symbolic(model, example_inputs, inputs, todo) if symbolic else (None, None)
+    from_symbolic: list[int] = []
     for b in batches:
         try:
             if b in reuse:  # its warnings are in the report already
                 predicted = [(p, []) for p in reuse[b].predictions]
             else:
-                loaded = load(
-                    model,
-                    inputs=inputs,
-                    batch=None if example_inputs else b,
-                    example_inputs=_with_batch(example_inputs, b),
-                )
-                analysis = analyze_loaded(loaded, strict=strict, dtype=dtype).analysis
+                if sm is not None and sm.covers(b):
+                    analysis = analyze_at(sm, b, strict=strict, dtype=dtype).analysis
+                    from_symbolic.append(b)
+                else:
+                    loaded = load(
+                        model,
+                        inputs=inputs,
+                        batch=None if example_inputs else b,
+                        example_inputs=_with_batch(example_inputs, b),
+                    )
+                    analysis = analyze_loaded(loaded, strict=strict, dtype=dtype).analysis
                 predicted = [run_predictor(analysis, d, latency_slo_ms=latency_slo_ms) for d in devices]
             for d, (p, w) in zip(devices, predicted, strict=True):
                 predictors[d] = p.predictor
@@ -160,6 +191,7 @@ def run_sweep(
         "headroom": HEADROOM,
         "devices": [],
         "skipped": skipped,
+        "symbolic": {"batches": from_symbolic, "reason": why_not},
     }
     for d, points in per_device.items():
         per_profile, full = largest(points)

@@ -35,6 +35,9 @@ class LoadedModel:
     # Relax variable name -> where it comes from in the source model (a module path such as layer4.2.conv3, or
     # the source graph's node name); empty when the importer could not say
     op_sources: dict[str, str] = field(default_factory=dict)
+    # a symbolic export (`from_module(..., batch_axes=...)`): Relax shape variable -> (the name a user knows,
+    # lowest value, highest value or None) over which torch.export's guards hold; empty for a static export
+    symbols: dict[str, tuple[str, int, int | None]] = field(default_factory=dict)
 
     def check_graph(self, graph) -> None:
         """Refuse shapes and window attributes no real model has (`sanity.check_graph`), naming the model."""

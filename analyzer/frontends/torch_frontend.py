@@ -26,7 +26,7 @@ from .pt2_safety import (  # noqa: F401 - PICKLE_SUFFIXES, refuse_pickle, sniff_
     refuse_pickle,
     sniff_pickle,
 )
-from .specs import InputSpec, resolve_shape
+from .specs import MAX_DIM, InputSpec, resolve_shape
 
 UNCONVERTED_PREFIX = "torch:"  # callee name of placeholders for ATen ops TVM cannot import
 
@@ -254,8 +254,15 @@ def from_module(
     framework: str = "torch",
     source: str = "<nn.Module>",
     input_names: Sequence[str] | None = None,
+    batch_axes: Sequence[int | None] | None = None,
 ) -> LoadedModel:
-    """Export an nn.Module with its example inputs and import it to Relax."""
+    """Export an nn.Module with its example inputs and import it to Relax.
+
+    `batch_axes`, one per example input (an axis, or None for an input without a batch), exports a symbolic
+    program: those axes are one `torch.export.Dim` ("batch"), left as a shape variable in the Relax module;
+    `LoadedModel.symbols` names it and says the batch range over which the export holds. torch.export refuses
+    (AnalysisError) a model whose code fixes the batch (e.g. a state built for the example's batch).
+    """
     import torch
 
     if not isinstance(module, torch.nn.Module):
@@ -271,13 +278,21 @@ def from_module(
     if float_dtype is not None:  # TVM's importer cannot import float16 convs: import in float32, retarget after
         module, example_inputs = _as_float32(module, example_inputs)
     tensor_outputs, dropped = _TensorOutputs.wrap(module)
+    dynamic = None
+    if batch_axes is not None:
+        if len(batch_axes) != n_inputs:
+            raise UsageError(f"batch_axes names one axis (or None) per example input ({n_inputs})")
+        dim = torch.export.Dim(SYMBOLIC_BATCH, min=1, max=MAX_DIM)
+        dynamic = [None if a is None else {a: dim} for a in batch_axes]
     try:
         with torch.inference_mode(False), torch.no_grad(), _no_stack_traces():
             if _on_meta(module):
                 wrapper, weights = _ParamsAsInputs.wrap(tensor_outputs, n_inputs)
-                ep = torch.export.export(wrapper, (*example_inputs, *weights))
+                shapes = None if dynamic is None else ((*dynamic, *([None] * len(weights))),)
+                ep = torch.export.export(wrapper, (*example_inputs, *weights), dynamic_shapes=shapes)
             else:
-                ep = torch.export.export(tensor_outputs, example_inputs)
+                shapes = None if dynamic is None else tuple(dynamic)
+                ep = torch.export.export(tensor_outputs, example_inputs, dynamic_shapes=shapes)
     except Exception as exc:
         raise AnalysisError(f"torch.export could not export the module: {one_line(exc)}") from exc
     sources: dict[str, str] = {}
@@ -307,7 +322,29 @@ def from_module(
         warnings=warnings,
         float_dtype=float_dtype,
         op_sources=sources,
+        symbols=_export_symbols(ep) if dynamic is not None else {},
     )
+
+
+SYMBOLIC_BATCH = "batch"  # the name of the batch Dim of a symbolic export
+
+
+def _export_symbols(ep) -> dict[str, tuple[str, int, int | None]]:
+    """The symbolic sizes of an exported program's inputs: torch's symbol name (the Relax shape variable's) ->
+    ("batch", lowest, highest or None) from its range constraints. A size torch specialised is not listed."""
+    out = {}
+    for sym, vr in ep.range_constraints.items():
+        lo, hi = vr.lower, vr.upper
+        try:  # at least 2: torch specialises size 1 (a graph traced at 2 may drop a broadcast a graph at 1 has)
+            lo = max(2, int(lo))
+        except (TypeError, ValueError):
+            lo = 2
+        try:
+            hi = min(int(hi), MAX_DIM)
+        except (TypeError, ValueError, OverflowError):  # int_oo
+            hi = MAX_DIM
+        out[str(sym)] = (SYMBOLIC_BATCH, lo, hi)
+    return out
 
 
 def _float_dtype(module, example_inputs) -> str | None:

@@ -27,7 +27,41 @@ def split_dtype(spec: str):
     return (name + ("?" + "&".join(keep) if keep else "")), getattr(torch, dtype)
 
 
-def load_zoo(spec: str, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
+def zoo_batch_axes(spec: str) -> list[int | None]:
+    """The batch axis of each of a zoo model's example inputs (None: an input without one): the one axis whose
+    size is the batch, found by building the inputs at batch 2 and 3 (meta device: nothing is allocated).
+    UsageError if an input's batch is not one axis of exactly that size (e.g. 2 x batch rows)."""
+    import zoo
+
+    name, _ = split_dtype(spec)
+    try:
+        two, three = (zoo.build(name, batch=b, device="meta").example_inputs for b in (2, 3))
+    except zoo.ZooError as exc:
+        raise UsageError(f"zoo:{spec}: {exc}") from exc
+    axes: list[int | None] = []
+    for a, b in zip(two, three, strict=True):
+        diff = [i for i, (x, y) in enumerate(zip(a.shape, b.shape, strict=True)) if x != y]
+        if not diff:
+            axes.append(None)
+        elif len(diff) == 1 and (a.shape[diff[0]], b.shape[diff[0]]) == (2, 3):
+            axes.append(diff[0])
+        else:
+            raise UsageError(f"zoo:{spec}: an input's batch is not one axis of the batch's size")
+    if all(x is None for x in axes):
+        raise UsageError(f"zoo:{spec}: no input has a batch axis")
+    return axes
+
+
+def load_zoo_symbolic(spec: str) -> LoadedModel:
+    """A zoo model exported with its batch symbolic (`from_module(..., batch_axes=...)`), from example inputs of
+    batch 2 (torch specialises sizes 0 and 1). AnalysisError when torch.export finds the batch fixed."""
+    loaded = load_zoo(spec, {}, 2, batch_axes=zoo_batch_axes(spec))
+    if not loaded.symbols:
+        raise AnalysisError(f"zoo:{spec}: torch.export fixed the batch size; no symbolic export")
+    return loaded
+
+
+def load_zoo(spec: str, specs: dict[str, InputSpec], batch: int | None, batch_axes=None) -> LoadedModel:
     """Build a zoo model's shapes only (meta device) and import it; weights are never allocated."""
     import torch
 
@@ -54,6 +88,7 @@ def load_zoo(spec: str, specs: dict[str, InputSpec], batch: int | None) -> Loade
         framework="zoo",
         source=source,
         input_names=built.input_names,
+        batch_axes=batch_axes,
     )
     loaded.name = built.name
     if dtype is not torch.float32:

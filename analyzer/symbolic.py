@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from passes.symbolic import SymbolicCosts, SymbolicError, SymbolicGraph, symbolic_costs
+from passes.symbolic import COUNTS, SymbolicCosts, SymbolicError, SymbolicGraph, symbolic_costs
 
 from .errors import AnalysisError, PreflightError, UsageError
 from .frontends.loaded import LoadedModel
@@ -145,8 +145,8 @@ def symbolic_json(sm: SymbolicModel, costs: SymbolicCosts) -> dict:
         "exact": costs.exact,
         "totals": {k: _formula(p) for k, p in costs.totals.items()},
         "ops": [
-            {"index": i, **{k: _formula(p) for k, p in op.items()}}
-            for i, op in enumerate(costs.ops)
+            {"index": i, "name": node.name, "op": node.op, **{k: _formula(p) for k, p in op.items()}}
+            for (i, op), node in zip(enumerate(costs.ops), sm.graph.graph.ops, strict=True)
             if any(p is None or p.degree > 0 for p in op.values())  # ops whose counts do not depend on the batch
         ],
     }
@@ -163,18 +163,25 @@ _LABELS = {
 }
 
 
-def symbolic_text(sm: SymbolicModel, costs: SymbolicCosts) -> str:
-    """The formulas as lines of text: 'FLOPs = 3,637,975,208 x batch' (a total without a formula says so)."""
-    lo, hi = sm.batch_range
+def formulas_text(block: dict) -> str:
+    """The `symbolic` block (`symbolic_json`) as lines of text: 'FLOPs = 3,642,975,208 x batch'."""
+    sym = block["symbols"][BATCH]
     width = max(len(v) for v in _LABELS.values())
-    lines = [f"Costs as formulas of the batch ({lo} <= batch <= {hi:,}; fitted at batch {costs.points}, exact):"]
-    for k, p in costs.totals.items():
-        text = "no polynomial (computed per batch)" if p is None else str(p)
-        lines.append(f"  {_LABELS[k]:<{width}} = {text}")
-    grows = [i for i, op in enumerate(costs.ops) if any(p is not None and p.degree >= 2 for p in op.values())]
-    if grows:
-        lines.append(f"  {len(grows)} operators grow faster than linearly in the batch (see the JSON's ops)")
-    missing = sum(1 for op in costs.ops for p in op.values() if p is None)
+    lines = [
+        f"Costs as formulas of the batch, exact for {sym['min']} <= batch <= {sym['max']:,} "
+        f"(fitted and checked at batch {', '.join(map(str, block['points']))}):"
+    ]
+    for k, f in block["totals"].items():
+        lines.append(f"  {_LABELS[k]:<{width}} = {'no polynomial: computed per batch' if f is None else f['formula']}")
+    steeper = sum(
+        1
+        for op in block["ops"]
+        for k in COUNTS
+        if op[k] is not None and max((sum(t["powers"].values()) for t in op[k]["terms"]), default=0) >= 2
+    )
+    if steeper:
+        lines.append(f"  {steeper} operator counts grow faster than linearly in the batch (the JSON's symbolic.ops)")
+    missing = sum(1 for op in block["ops"] for k in COUNTS if op[k] is None)
     if missing:
-        lines.append(f"  {missing} per-operator counts have no polynomial: they are computed per batch")
+        lines.append(f"  {missing} operator counts have no polynomial: they are computed per batch")
     return "\n".join(lines) + "\n"

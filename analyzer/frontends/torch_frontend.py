@@ -291,7 +291,7 @@ def from_module(
                 shapes = None if dynamic is None else ((*dynamic, *([None] * len(weights))),)
                 ep = torch.export.export(wrapper, (*example_inputs, *weights), dynamic_shapes=shapes)
             else:
-                shapes = None if dynamic is None else tuple(dynamic)
+                shapes = None if dynamic is None else (tuple(dynamic),)  # forward(*args): one varargs tuple
                 ep = torch.export.export(tensor_outputs, example_inputs, dynamic_shapes=shapes)
     except Exception as exc:
         raise AnalysisError(f"torch.export could not export the module: {one_line(exc)}") from exc

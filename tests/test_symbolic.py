@@ -11,6 +11,7 @@ import json
 from fractions import Fraction
 from pathlib import Path
 
+import jsonschema
 import pytest
 import torch
 from click.testing import CliRunner
@@ -21,7 +22,7 @@ from analyzer.api import analyze
 from analyzer.cli import cli
 from analyzer.errors import AnalysisError, UsageError
 from analyzer.pipeline import analyze_model
-from analyzer.sweep import run_sweep
+from analyzer.sweep import run_sweep, solve_largest
 from analyzer.symbolic import analyze_at, formulas, load_symbolic
 from passes.costs import MULTIPLY_ADD_CATEGORIES
 from passes.symbolic import Expr, Poly, SymbolicError, fit, sample_points
@@ -191,8 +192,11 @@ def _sweep(module, example, symbolic: bool):
 def test_sweep_from_one_export_equals_the_sweep_that_exports_each_batch():
     example = (torch.randn(1, 8),)
     (new, w_new), (old, w_old) = _sweep(_Linear(), example, True), _sweep(_Linear(), example, False)
-    assert new.pop("symbolic") == {"batches": [2, 4, 8], "reason": None}  # batch 1: exported on its own
+    assert new.pop("symbolic") == {"batches": [2, 4, 8], "reason": None, "solve_max": 2**24}  # batch 1: its own
     assert old.pop("symbolic") == {"batches": [], "reason": None}
+    for dev in new["devices"]:  # only a symbolic export solves for the largest batch
+        assert dev.pop("largest_batch_solved") and "largest_batch_full_gpu_solved" in dev
+        del dev["largest_batch_full_gpu_solved"]
     assert new == old and w_new == w_old
 
 
@@ -209,8 +213,6 @@ def test_cli_symbolic_json_and_table():
     res = CliRunner().invoke(cli, ["analyze", "zoo:resnet18?resolution=64", "--symbolic", "--format", "json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
-    import jsonschema
-
     jsonschema.validate(doc, SCHEMA)
     flops = doc["symbolic"]["totals"]["flops"]
     assert flops["terms"][0]["powers"] == {"batch": 1} and len(flops["terms"]) == 1  # no FLOP is independent of b
@@ -227,3 +229,47 @@ def test_cli_symbolic_refuses_other_formats_and_files(tmp_path):
     f.write_bytes(b"not a model")
     res = CliRunner().invoke(cli, ["analyze", str(f), "--symbolic"])
     assert res.exit_code == 2 and "symbolic analysis takes" in res.output
+
+
+# ---- the largest batch that fits, solved ----------------------------------------------------
+
+
+def test_solve_largest_by_hand():
+    # memory 3b + 10 within 1000: 3 x 330 + 10 = 1000 fits, 3 x 331 + 10 = 1003 does not
+    calls = []
+
+    def fits(b):
+        calls.append(b)
+        return 3 * b + 10 <= 1000
+
+    assert solve_largest(fits, lambda b: 3 * b + 10 - 1000, 2, 4096) == 330
+    assert len(calls) <= 4  # the interpolation lands on the boundary; the safeguard is not needed
+    # a fit the guide does not describe (a latency limit at b <= 77): the halving steps still find it exactly
+    assert solve_largest(lambda b: b <= 77, lambda b: 3 * b - 1000, 2, 4096) == 77
+
+
+def test_sweep_solves_the_largest_batch_against_concrete_exports():
+    module = torch.nn.Linear(8, 4096, device="meta")  # 16 KiB of output per sample: boundaries near 10^5
+    doc, _ = run_sweep(
+        module,
+        (torch.empty(1, 8, device="meta"),),
+        inputs=None,
+        batches=[1, 2, 4],
+        devices=["a100-40gb"],
+        latency_slo_ms=None,
+        strict=False,
+    )
+    jsonschema.validate({"sweep": doc}, {**SCHEMA, "required": []})
+    dev = doc["devices"][0]
+    solved = dev["largest_batch_solved"]
+    assert set(solved) == set(dev["largest_batch"])
+    assert all(solved[p] >= dev["largest_batch"][p] for p in solved)
+
+    def fits(b: int, profile: str) -> bool:  # the oracle: the module exported at batch b, predicted
+        rep = analyze(module, (torch.empty(b, 8, device="meta"),))
+        return predict(rep.analysis, "a100-40gb")[0].mig.fits[profile]
+
+    for profile in ("1g.5gb", "3g.20gb"):
+        b = solved[profile]
+        assert 4 < b < doc["symbolic"]["solve_max"]
+        assert fits(b, profile) and not fits(b + 1, profile), profile

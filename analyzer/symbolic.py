@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from passes.symbolic import COUNTS, SymbolicCosts, SymbolicError, SymbolicGraph, symbolic_costs
 
@@ -29,10 +29,13 @@ METHOD = (
 
 @dataclass
 class SymbolicModel:
-    """A model lowered once with its batch symbolic: the loaded module and its symbolic graph (symbol "batch")."""
+    """A model lowered once with its batch (and maybe its sequence length, "seq") symbolic: the loaded module,
+    its symbolic graph and each symbol's value in the model as given (batch 2; seq: the spec's seq_len)."""
 
     loaded: LoadedModel
     graph: SymbolicGraph
+    values: dict[str, int]
+    notes: list[str] = field(default_factory=list)  # what could not stay symbolic, for the report's warnings
 
     @property
     def batch_range(self) -> tuple[int, int | None]:
@@ -41,6 +44,13 @@ class SymbolicModel:
     def covers(self, batch: int) -> bool:
         lo, hi = self.batch_range
         return lo <= batch and (hi is None or batch <= hi)
+
+    def point(self, batch: int | None = None, **values: int) -> dict[str, int]:
+        """{symbol: value} for every symbol: `batch`, `values`, and the model's own value of the others."""
+        out = {**self.values, **values}
+        if batch is not None:
+            out[BATCH] = batch
+        return out
 
 
 def _with_batch(example_inputs: Sequence, batch: int, axes: Sequence[int | None]) -> tuple:
@@ -53,19 +63,31 @@ def _with_batch(example_inputs: Sequence, batch: int, axes: Sequence[int | None]
     return tuple(out)
 
 
-def load_symbolic(model, example_inputs: Sequence | None = None) -> SymbolicModel:
+def load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool = False) -> SymbolicModel:
     """Export `model` ("zoo:NAME[?...]", or an nn.Module with example inputs whose axis 0 is the batch) with the
-    batch symbolic and extract its symbolic graph.
+    batch symbolic and extract its symbolic graph. `seq`: also the sequence length ("seq") of a zoo language
+    model (`zoo_symbol_axes`); when it cannot stay symbolic, the batch alone, and `SymbolicModel.notes` says why.
 
     Raises UsageError for a model symbolic analysis does not take (a file, an IRModule), AnalysisError when
     torch.export fixes the batch or the graph has a size the analysis cannot keep symbolic.
     """
+    if seq and isinstance(model, str) and model.startswith("zoo:"):
+        try:
+            return _load_symbolic(model, example_inputs, seq=True)
+        except AnalysisError as exc:
+            sm = _load_symbolic(model, example_inputs)
+            sm.notes.append(f"the sequence length could not stay symbolic ({exc}): formulas of the batch only")
+            return sm
+    return _load_symbolic(model, example_inputs)
+
+
+def _load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool = False) -> SymbolicModel:
     from passes import tvm_ir
 
     if isinstance(model, str) and model.startswith("zoo:"):
         from .frontends.zoo_frontend import load_zoo_symbolic
 
-        loaded = load_zoo_symbolic(model[4:])
+        loaded, values = load_zoo_symbolic(model[4:], seq=seq)
     elif (torch := sys.modules.get("torch")) is not None and isinstance(model, torch.nn.Module):
         from .frontends.torch_frontend import from_module
 
@@ -78,11 +100,12 @@ def load_symbolic(model, example_inputs: Sequence | None = None) -> SymbolicMode
             model,
             _with_batch(example_inputs, 2, axes),  # torch specialises sizes 0 and 1
             source=f"<{type(model).__name__}>",
-            batch_axes=axes,
+            symbol_axes=[{} if a is None else {a: BATCH} for a in axes],
         )
+        values = {BATCH: 2}
     else:
         raise UsageError("symbolic analysis takes zoo:NAME models and nn.Modules (files have fixed or named sizes)")
-    if not loaded.symbols:
+    if BATCH not in {user for user, _, _ in loaded.symbols.values()}:
         raise AnalysisError(f"{loaded.source}: torch.export fixed the batch size; no symbolic export")
     try:
         graph = tvm_ir.extract(loaded.mod, n_inputs=loaded.n_inputs, symbolic=True)
@@ -94,13 +117,17 @@ def load_symbolic(model, example_inputs: Sequence | None = None) -> SymbolicMode
         sym = SymbolicGraph(graph, ranges=ranges, aliases=aliases)
     except (tvm_ir.IRError, SymbolicError) as exc:
         raise AnalysisError(f"{loaded.source}: no symbolic analysis: {exc}") from exc
-    return SymbolicModel(loaded=loaded, graph=sym)
+    values = {k: v for k, v in values.items() if k in ranges}
+    return SymbolicModel(loaded=loaded, graph=sym, values=values)
 
 
-def analyze_at(sm: SymbolicModel, batch: int, *, strict: bool = False, dtype: str | None = None) -> Report:
-    """The Report at `batch`, from the symbolic graph evaluated there (every pass runs on that concrete graph)."""
+def analyze_at(
+    sm: SymbolicModel, batch: int | None = None, *, strict: bool = False, dtype: str | None = None, **values: int
+) -> Report:
+    """The Report at `batch` (and `values` of the other symbols; by default the model's own), from the symbolic
+    graph evaluated there (every pass runs on that concrete graph)."""
     try:
-        graph = sm.graph.at({BATCH: batch})
+        graph = sm.graph.at(sm.point(batch, **values))
     except SymbolicError as exc:
         raise UsageError(f"{sm.loaded.source}: {exc}") from exc
     return analyze_loaded(sm.loaded, strict=strict, dtype=dtype, graph=graph)
@@ -128,20 +155,19 @@ def _formula(p) -> dict | None:
 def symbolic_json(sm: SymbolicModel, costs: SymbolicCosts) -> dict:
     """The JSON `symbolic` block: the symbol, its range and inputs, the sample points, totals' and per-op formulas
     (each {"formula": text, "terms": [{"coefficient", "powers"}]}, or null where no polynomial passed the check)."""
-    lo, hi = sm.batch_range
     names = list(sm.loaded.input_names)
     return {
         "symbols": {
-            BATCH: {
+            sym: {
                 "min": lo,
                 "max": hi,
-                "inputs": [
-                    [names[i] if i < len(names) else s.name, axis] for i, s, axis in sm.graph.symbol_axes(BATCH)
-                ],
+                "value": sm.values.get(sym),
+                "inputs": [[names[i] if i < len(names) else s.name, axis] for i, s, axis in sm.graph.symbol_axes(sym)],
             }
+            for sym, (lo, hi) in sm.graph.ranges.items()
         },
         "method": METHOD,
-        "points": list(costs.points),
+        "points": {k: list(v) for k, v in costs.points.items()},
         "exact": costs.exact,
         "totals": {k: _formula(p) for k, p in costs.totals.items()},
         "ops": [
@@ -165,23 +191,22 @@ _LABELS = {
 
 def formulas_text(block: dict) -> str:
     """The `symbolic` block (`symbolic_json`) as lines of text: 'FLOPs = 3,642,975,208 x batch'."""
-    sym = block["symbols"][BATCH]
+    symbols = block["symbols"]
     width = max(len(v) for v in _LABELS.values())
-    lines = [
-        f"Costs as formulas of the batch, exact for {sym['min']} <= batch <= {sym['max']:,} "
-        f"(fitted and checked at batch {', '.join(map(str, block['points']))}):"
-    ]
+    ranges = ", ".join(f"{v['min']} <= {k} <= {v['max']:,}" for k, v in symbols.items())
+    points = "; ".join(f"{k} = {', '.join(map(str, p))}" for k, p in block["points"].items())
+    lines = [f"Costs as formulas of {' and '.join(symbols)}, exact for {ranges} (fitted and checked at {points}):"]
     for k, f in block["totals"].items():
-        lines.append(f"  {_LABELS[k]:<{width}} = {'no polynomial: computed per batch' if f is None else f['formula']}")
-    steeper = sum(
-        1
-        for op in block["ops"]
-        for k in COUNTS
-        if op[k] is not None and max((sum(t["powers"].values()) for t in op[k]["terms"]), default=0) >= 2
-    )
-    if steeper:
-        lines.append(f"  {steeper} operator counts grow faster than linearly in the batch (the JSON's symbolic.ops)")
+        lines.append(f"  {_LABELS[k]:<{width}} = {'no polynomial: computed per point' if f is None else f['formula']}")
+    for sym in symbols:
+        power = {}
+        for op in block["ops"]:
+            top = max((t["powers"].get(sym, 0) for k in COUNTS if op[k] is not None for t in op[k]["terms"]), default=0)
+            if top >= 2:
+                power[top] = power.get(top, 0) + 1
+        for p, n in sorted(power.items()):
+            lines.append(f"  {n} operators have counts that grow as {sym}^{p} (the JSON's symbolic.ops)")
     missing = sum(1 for op in block["ops"] for k in COUNTS if op[k] is None)
     if missing:
-        lines.append(f"  {missing} operator counts have no polynomial: they are computed per batch")
+        lines.append(f"  {missing} operator counts have no polynomial: they are computed per point")
     return "\n".join(lines) + "\n"

@@ -15,7 +15,7 @@ string is ever parsed or evaluated). From that one `SymbolicGraph`:
   the check (a rounding rule, a `floordiv` dimension: a quasi-polynomial) has no formula (`None`) and is
   evaluated per point; nothing is ever extrapolated from a formula that was not checked.
 
-Formulas are in one symbol (the batch) here; `Poly` itself holds several.
+Formulas are in every symbol of the graph (the batch, and a language model's sequence length): `fit_grid`.
 """
 
 from __future__ import annotations
@@ -351,11 +351,12 @@ def sample_points(lo: int, hi: int | None, n: int = 7, far: int = 40) -> list[in
 
 @dataclass
 class SymbolicCosts:
-    """Exact formulas of one symbolic graph (one symbol). `ops[i][count]` is a Poly or None (no polynomial: the
-    count is evaluated per point); `totals[name]` likewise. `points` are the sample points the fits used."""
+    """Exact formulas of one symbolic graph. `ops[i][count]` is a Poly or None (no polynomial: the count is
+    evaluated per point); `totals[name]` likewise. `points[symbol]` are the sample points of each symbol; the
+    fits used every combination of them."""
 
-    symbol: str
-    points: list[int]
+    symbols: tuple[str, ...]
+    points: dict[str, list[int]]
     ops: list[dict[str, Poly | None]]
     totals: dict[str, Poly | None]
 
@@ -365,6 +366,33 @@ class SymbolicCosts:
         return all(p is not None for p in self.totals.values()) and all(
             p is not None for op in self.ops for p in op.values()
         )
+
+
+def fit_grid(symbols: Sequence[str], points: Sequence[Sequence[int]], values: Mapping[tuple, int | Fraction]):
+    """The polynomial in `symbols` through `values` ({(x1, x2, ...): y} on the grid of `points`), or None.
+
+    Tensor-product interpolation, exact: for each value of the first symbol, the polynomial in the others
+    (recursively); then each coefficient of those, as a function of the first symbol, is `fit` (checked at the
+    spare points) in turn. None as soon as one of the univariate fits fails its check.
+    """
+    if len(symbols) == 1:
+        return fit(symbols[0], [(x, values[(x,)]) for x in points[0]])
+    first, rest = symbols[0], symbols[1:]
+    inner = {}
+    for x in points[0]:
+        p = fit_grid(rest, points[1:], {k[1:]: v for k, v in values.items() if k[0] == x})
+        if p is None:
+            return None
+        inner[x] = p
+    monomials = sorted({m for p in inner.values() for m, _ in p.terms})
+    terms: dict[Monomial, Fraction] = {}
+    for m in monomials:
+        q = fit(first, [(x, inner[x].coefficient(m)) for x in points[0]])
+        if q is None:
+            return None
+        for m1, c in q.terms:
+            terms[tuple(sorted(m1 + m))] = c
+    return Poly.make(terms)
 
 
 def op_counts(analysis) -> list[dict[str, int]]:
@@ -386,25 +414,28 @@ def total_counts(analysis) -> dict[str, int]:
     return {k: getattr(t, k) for k in TOTALS}
 
 
+MAX_GRID = 256  # the most analyses one fit runs (8 sample points per symbol: two symbols)
+
+
 def symbolic_costs(sym: SymbolicGraph, analyze=None) -> SymbolicCosts:
-    """Fit every per-op count and total of `sym` (one symbol) at `sample_points` of its range.
+    """Fit every per-op count and total of `sym` on the grid of each symbol's `sample_points` (`fit_grid`).
 
     `analyze(graph) -> Analysis` runs the passes on the graph at a point (default `passes.analysis.analyze_graph`;
     the pipeline passes its own, with dtype retargeting and the model's parameter count)."""
-    if len(sym.symbols) != 1:
-        raise SymbolicError("formulas are fitted in exactly one symbol")
     if analyze is None:
         from .analysis import analyze_graph as analyze
-    (symbol,) = sym.symbols
-    lo, hi = sym.ranges[symbol]
-    points = sample_points(lo, hi)
-    per_point = [analyze(sym.at({symbol: p})) for p in points]
-    ops_at = [op_counts(a) for a in per_point]
-    totals_at = [total_counts(a) for a in per_point]
-    n_ops = len(ops_at[0])
-    ops = [
-        {k: fit(symbol, [(p, o[i][k]) for p, o in zip(points, ops_at, strict=True)]) for k in COUNTS}
-        for i in range(n_ops)
-    ]
-    totals = {k: fit(symbol, [(p, t[k]) for p, t in zip(points, totals_at, strict=True)]) for k in TOTALS}
-    return SymbolicCosts(symbol=symbol, points=points, ops=ops, totals=totals)
+    symbols = sym.symbols
+    points = {s: sample_points(*sym.ranges[s]) for s in symbols}
+    grid = [()]
+    for s in symbols:
+        grid = [(*g, x) for g in grid for x in points[s]]
+    if len(grid) > MAX_GRID:
+        raise SymbolicError(f"{len(grid)} sample points for {', '.join(symbols)}: at most {MAX_GRID}")
+    per_point = {g: analyze(sym.at(dict(zip(symbols, g, strict=True)))) for g in grid}
+    ops_at = {g: op_counts(a) for g, a in per_point.items()}
+    totals_at = {g: total_counts(a) for g, a in per_point.items()}
+    n_ops = len(ops_at[grid[0]])
+    axes = [points[s] for s in symbols]
+    ops = [{k: fit_grid(symbols, axes, {g: o[i][k] for g, o in ops_at.items()}) for k in COUNTS} for i in range(n_ops)]
+    totals = {k: fit_grid(symbols, axes, {g: t[k] for g, t in totals_at.items()}) for k in TOTALS}
+    return SymbolicCosts(symbols=symbols, points=points, ops=ops, totals=totals)

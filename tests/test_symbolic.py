@@ -25,7 +25,7 @@ from analyzer.pipeline import analyze_model
 from analyzer.sweep import run_sweep, solve_largest
 from analyzer.symbolic import analyze_at, formulas, load_symbolic
 from passes.costs import MULTIPLY_ADD_CATEGORIES
-from passes.symbolic import Expr, Poly, SymbolicError, fit, sample_points
+from passes.symbolic import Expr, Poly, SymbolicError, fit, fit_grid, sample_points
 from predictor.predict import predict
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "analyzer" / "schema" / "report-1.schema.json").read_text())
@@ -51,6 +51,17 @@ def test_fit_keeps_two_points_to_check():
     # 4 points: at most degree 1 is fitted (2 points) and checked at 2; a cubic through them is refused
     assert fit("b", [(x, x**3) for x in (1, 2, 3, 4)]) is None
     assert fit("b", [(x, 5 * x + 1) for x in (1, 2, 3, 4)]) == Poly.univariate("b", [1, 5])
+
+
+def test_fit_grid_in_two_symbols():
+    # y = 3 b s^2 + 2 s + 5 on the grid b, s in 2..8 and 42: fitted in s for each b, then each coefficient in b
+    pts = sample_points(2, None)
+    values = {(b, s): 3 * b * s * s + 2 * s + 5 for b in pts for s in pts}
+    p = fit_grid(("b", "s"), (pts, pts), values)
+    assert p == Poly.make({(("b", 1), ("s", 2)): 3, (("s", 1),): 2, (): 5})
+    assert str(p) == "3 x b x s^2 + 2 x s + 5"
+    values[(5, 5)] += 1  # one sample off the polynomial: refused
+    assert fit_grid(("b", "s"), (pts, pts), values) is None
 
 
 def test_expr_evaluates_with_integers():
@@ -133,6 +144,44 @@ def test_resnet_flops_per_batch_match_flopcountermode():
         with torch.no_grad(), counter:
             built.module(*built.example_inputs)
         assert sum(f.at({"batch": batch}) for f in multiply_add) == counter.get_total_flops()
+
+
+# ---- the sequence length as a second symbol (a zoo language model) ------------------------------
+
+T5 = "t5_encoder_tiny"  # layers 2, hidden 256, heads 4, intermediate 1024 (zoo.resolve)
+
+
+@pytest.fixture(scope="module")
+def t5():
+    sm = load_symbolic(f"zoo:{T5}?seq_len=16", seq=True)
+    return sm, formulas(sm)
+
+
+@pytest.mark.parametrize(("batch", "seq"), [(2, 16), (3, 33), (5, 100)])
+def test_batch_and_sequence_length_symbolic_equal_concrete(t5, batch, seq):
+    sm, costs = t5
+    assert sm.graph.symbols == ("batch", "seq") and sm.values == {"batch": 2, "seq": 16}
+    a = analyze_at(sm, batch, seq=seq).analysis
+    o = analyze_model(f"zoo:{T5}?seq_len={seq}", batch=batch).analysis
+    assert [_op_key(c) for c in a.ops] == [_op_key(c) for c in o.ops]
+    assert a.totals == o.totals and a.memory == o.memory and a.kernels == o.kernels
+    assert costs.exact
+    env = {"batch": batch, "seq": seq}
+    for formula, c in zip(costs.ops, o.ops, strict=True):
+        assert (formula["macs"].at(env), formula["bytes_read"].at(env)) == (c.macs, c.bytes_read), c.name
+    for k, f in costs.totals.items():
+        assert f.at(env) == getattr(o.totals, k), k
+
+
+def test_attention_macs_grow_as_seq_squared_by_hand(t5):
+    _, costs = t5
+    layers, hidden, inter = 2, 256, 1024
+    macs = costs.totals["macs"]
+    # scores Q K^T and their product with V: 2 x b x s^2 x hidden per layer (heads x head size = hidden)
+    assert macs.coefficient((("batch", 1), ("seq", 2))) == 2 * layers * hidden  # 1,024
+    # per token: q, k, v, o projections (4 H^2) and the feed-forward (2 H I) in each layer
+    assert macs.coefficient((("batch", 1), ("seq", 1))) == layers * (4 * hidden * hidden + 2 * hidden * inter)
+    assert macs.degree == 3 and len(macs.terms) == 2  # nothing else multiplies and adds
 
 
 # ---- nn.Modules, by hand --------------------------------------------------------------------

@@ -35,7 +35,7 @@ class LoadedModel:
     # Relax variable name -> where it comes from in the source model (a module path such as layer4.2.conv3, or
     # the source graph's node name); empty when the importer could not say
     op_sources: dict[str, str] = field(default_factory=dict)
-    # a symbolic export (`from_module(..., batch_axes=...)`): Relax shape variable -> (the name a user knows,
+    # a symbolic export (`from_module(..., symbol_axes=...)`): Relax shape variable -> (the name a user knows,
     # lowest value, highest value or None) over which torch.export's guards hold; empty for a static export
     symbols: dict[str, tuple[str, int, int | None]] = field(default_factory=dict)
 

@@ -72,12 +72,21 @@ def load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool = 
     torch.export fixes the batch or the graph has a size the analysis cannot keep symbolic.
     """
     if seq and isinstance(model, str) and model.startswith("zoo:"):
-        try:
-            return _load_symbolic(model, example_inputs, seq=True)
-        except AnalysisError as exc:
-            sm = _load_symbolic(model, example_inputs)
-            sm.notes.append(f"the sequence length could not stay symbolic ({exc}): formulas of the batch only")
-            return sm
+        import gc
+
+        from passes.tvm_ir import native_stderr_captured
+
+        why = None
+        # a failed import's TVM objects log from their C++ destructors when collected: collect them here
+        with native_stderr_captured():
+            try:
+                return _load_symbolic(model, example_inputs, seq=True)
+            except AnalysisError as exc:
+                why = str(exc)
+            gc.collect()
+        sm = _load_symbolic(model, example_inputs)
+        sm.notes.append(f"the sequence length could not stay symbolic ({why}): formulas of the batch only")
+        return sm
     return _load_symbolic(model, example_inputs)
 
 

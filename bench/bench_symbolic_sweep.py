@@ -4,7 +4,9 @@ model again at every batch, beside one analysis of the same model; prints one ta
 In one warm process (imports and first-call costs paid by a warm-up run of each path first), for each model:
   one analysis   `analyze_model(zoo:NAME, batch=1)` + one prediction (what `preflight predict` does)
   sweep, before  `run_sweep(..., symbolic=False)`: batches 1, 2, 4, ..., 128, each exported and imported again
-  sweep, after   `run_sweep(...)`: batch 1 exported on its own, 2..128 evaluated from one symbolic export
+  sweep, after   `run_sweep(..., solve=False)`: batch 1 exported on its own, 2..128 evaluated from one symbolic
+                 export
+  + solve        `run_sweep(...)`: the same, and the largest batch fitting each MIG profile solved exactly
   formulas       `formulas(load_symbolic(...))`: the export and the fits of every per-op count (8 sample points)
 Each timing is the best of --repeat runs (wall clock, `time.perf_counter`). The two sweeps' points are compared
 and must be identical.
@@ -54,10 +56,10 @@ def main() -> None:
         rep = analyze_model(model, batch=1)
         return predict(rep.analysis, DEVICES[0])
 
-    def sweep(model, symbolic):
+    def sweep(model, symbolic, solve=False):
         return run_sweep(
             model, None, inputs=None, batches=BATCHES, devices=DEVICES, latency_slo_ms=None, strict=False,
-            symbolic=symbolic,
+            symbolic=symbolic, solve=solve,
         )  # fmt: skip
 
     rows = []
@@ -67,17 +69,18 @@ def main() -> None:
         t_one, _ = best(lambda: one(model), args.repeat)  # noqa: B023
         t_old, (old, _) = best(lambda: sweep(model, False), args.repeat)  # noqa: B023
         t_new, (new, _) = best(lambda: sweep(model, True), args.repeat)  # noqa: B023
+        t_solve, _ = best(lambda: sweep(model, True, True), args.repeat)  # noqa: B023
         t_fit, _ = best(lambda: formulas(load_symbolic(model)), args.repeat)  # noqa: B023
         same = old["devices"] == new["devices"] and old["batches"] == new["batches"]
-        rows.append((name, t_one, t_old, t_new, t_fit, same, new["symbolic"]["batches"]))
+        rows.append((name, t_one, t_old, t_new, t_solve, t_fit, same))
 
     print(f"{len(BATCHES)}-point batch sweep ({', '.join(map(str, BATCHES))}), one device; best of {args.repeat}")
-    head = ("model", "one analysis s", "sweep before s", "x one", "sweep after s", "x one", "formulas s", "same points")
-    print(" | ".join(head))
-    for name, t_one, t_old, t_new, t_fit, same, _ in rows:
+    head = ("model", "one analysis s", "sweep before s", "x one", "sweep after s", "x one", "+ solve s", "x one")
+    print(" | ".join((*head, "formulas s", "same points")))
+    for name, t_one, t_old, t_new, t_solve, t_fit, same in rows:
         print(
             f"{name} | {t_one:.2f} | {t_old:.2f} | {t_old / t_one:.1f}x | {t_new:.2f} | {t_new / t_one:.1f}x | "
-            f"{t_fit:.2f} | {'yes' if same else 'NO'}"
+            f"{t_solve:.2f} | {t_solve / t_one:.1f}x | {t_fit:.2f} | {'yes' if same else 'NO'}"
         )
 
 

@@ -1829,6 +1829,43 @@ def float_promoting_converter(target: str):
     return convert
 
 
+def slice_converter(node, importer):
+    """`aten.slice.Tensor` with the shape torch knows when a size is symbolic.
+
+    TVM's conversion slices a static dimension N to a symbolic end s as `min(s, N)`, which it cannot simplify
+    (it does not use the export's range constraint s <= N); adding that to a tensor of size s then has no known
+    shape (BERT's and GPT-2's position table sliced to the sequence length). torch's fake tensor has the exact
+    size; when every dimension of it is an integer or a plain symbol that is a shape variable of the function's
+    inputs, the slice is `match_cast` to that shape. Otherwise TVM's own conversion stands.
+    """
+    out = importer._slice(node)
+    val = node.meta.get("val")
+    shape = getattr(val, "shape", None)
+    ty = getattr(out, "ty", None)
+    if shape is None or not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return out
+    if all(isinstance(d, IntImm) for d in getattr(ty.shape, "values", [None])):
+        return out  # already static
+    known: dict[str, object] = {}
+    for v in importer.env.values():  # the inputs' shape variables, by name
+        vty = getattr(v, "ty", None)
+        if isinstance(vty, relax.TensorType) and isinstance(vty.shape, relax.ShapeExpr):
+            for d in vty.shape.values:
+                if isinstance(d, PE.Var):
+                    known.setdefault(str(d.name), d)
+    dims = []
+    for d in shape:
+        if isinstance(d, int):
+            dims.append(d)
+            continue
+        expr = getattr(getattr(d, "node", None), "expr", None)
+        if expr is None or not getattr(expr, "is_Symbol", False) or str(expr) not in known:
+            return out
+        dims.append(known[str(expr)])
+    # named apart from the importer's "lv" values, so that the graph's names match those of a static export
+    return importer.block_builder.match_cast(out, relax.TensorType(dims, ty.dtype), name_hint="slice_cast")
+
+
 def rounding_div_converter(node, importer):
     """`aten.div.Tensor_mode` (`torch.div(a, b, rounding_mode=...)`) computed in torch's result dtype.
 

@@ -50,6 +50,7 @@ def _converters() -> dict[str, Callable]:
         "grouped_mm_fallback.default": tvm_ir.grouped_matmul_converter,  # transformers' MoE experts on CPU
         "_grouped_mm.default": tvm_ir.grouped_matmul_converter,
         "histc.default": tvm_ir.histc_converter,
+        "slice.Tensor": tvm_ir.slice_converter,
     }
 
 

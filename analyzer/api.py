@@ -23,6 +23,7 @@ def analyze(
     batch: int | None = None,
     strict: bool = False,
     dtype: str | None = None,
+    symbolic: bool = False,
 ) -> Report:
     """Analyse a model: per-op FLOPs/MACs/bytes, totals, peak memory, graph features.
 
@@ -37,11 +38,32 @@ def analyze(
             "what if I serve this in fp16?" (`model.to(dtype)`); or "amp-float16" / "amp-bfloat16": the model as
             it is under `torch.autocast("cuda", dtype)` (matmuls, convolutions and attention in 16 bits, softmax,
             norms and reductions in float32, and the cast kernels autocast launches every forward).
+        symbolic: also give every total and each operator's counts as exact polynomials of the batch, and of
+            the sequence length ("seq") for a zoo language model (`report.symbolic`, docs/symbolic.md): a zoo
+            model or an nn.Module (batch on axis 0) is exported once with those sizes symbolic; the report's own
+            numbers are at `batch` (default 2, the lowest batch a symbolic export holds for; batch 1 is exported
+            on its own) and the model's own sequence length. Not with `inputs`.
 
     Returns:
         A `Report`; `report.to_json()` is the `preflight.report/1` document.
     """
-    return analyze_model(model, example_inputs, inputs=inputs, batch=batch, strict=strict, dtype=dtype)
+    if not symbolic:
+        return analyze_model(model, example_inputs, inputs=inputs, batch=batch, strict=strict, dtype=dtype)
+    from .symbolic import analyze_at, formulas, load_symbolic, symbolic_json
+
+    if inputs:
+        raise UsageError("symbolic analysis takes the batch as its symbol: give --batch, not --input")
+    check_dtype(dtype)
+    sm = load_symbolic(model, example_inputs, seq=True)
+    if batch is None:
+        batch = sm.batch_range[0]
+    if sm.covers(batch):
+        rep = analyze_at(sm, batch, strict=strict, dtype=dtype)
+    else:
+        rep = analyze_model(model, example_inputs, batch=batch, strict=strict, dtype=dtype)
+    rep.symbolic = symbolic_json(sm, formulas(sm, dtype=dtype))
+    rep.warnings.extend(sm.notes)
+    return rep
 
 
 def predict(

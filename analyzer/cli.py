@@ -293,6 +293,12 @@ def model_options(f):
     show_default=True,
     help="How many of the costliest operators the table and Markdown list.",
 )
+@click.option(
+    "--symbolic",
+    is_flag=True,
+    help="Also give the totals and each operator's counts as exact formulas of the batch (zoo models; one export "
+    "with the batch symbolic; the rest of the output is at --batch, default 2). Table and JSON. docs/symbolic.md.",
+)
 @budget_options
 def analyze(
     model: str,
@@ -305,6 +311,7 @@ def analyze(
     top: int,
     explain: bool,
     by_module: int,
+    symbolic: bool,
 ) -> None:
     """Count FLOPs, MACs, bytes and peak memory of MODEL, operator by operator.
 
@@ -315,8 +322,18 @@ def analyze(
     """
     from .api import analyze as run
 
-    report = run(model, inputs=list(inputs), batch=batch, strict=strict, dtype=dtype)
-    _emit(_render(report, _format(fmt, output), top, explain, by_module), output)
+    fmt = _format(fmt, output)
+    if symbolic and fmt not in ("table", "json"):
+        from .errors import UsageError
+
+        raise UsageError("--symbolic prints a table or JSON (--format table|json)")
+    report = run(model, inputs=list(inputs), batch=batch, strict=strict, dtype=dtype, symbolic=symbolic)
+    text = _render(report, fmt, top, explain, by_module)
+    if symbolic and fmt == "table":
+        from .symbolic import formulas_text
+
+        text += "\n" + formulas_text(report.symbolic)
+    _emit(text, output)
 
 
 MATMUL_PRECISIONS = ("highest", "high", "medium")  # predictor.kernel_model.MATMUL_PRECISIONS (not imported here)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from passes.analysis import Analysis, analyze_graph, extrapolate_layers, gathered_expert_matmuls
 from passes.graph import (
     AMP_DTYPES,
+    OpGraph,
     dtype_bytes,
     with_autocast,
     with_compute_dtype,
@@ -48,6 +49,7 @@ class Report:
     predictions: list[Prediction] = field(default_factory=list)  # one per device (report); [0] is `prediction`
     predictors: dict[str, dict] = field(default_factory=dict)  # predictor name -> what it is, its evaluation
     sweep: dict | None = None  # the batch-size sweep block (report)
+    symbolic: dict | None = None  # the formulas block (analyze --symbolic: analyzer.symbolic.symbolic_json)
     verdict: Verdict | None = None  # the budget gate's verdict (predict with budgets)
 
     @property
@@ -89,8 +91,12 @@ def analyze_loaded(
     func_name: str = "main",
     shape_hint: str = "set every input dimension with --input NAME:DIMS or --batch N",
     dtype: str | None = None,
+    graph: OpGraph | None = None,
 ) -> Report:
     """Run the passes over a loaded model's function `func_name` and assemble the report.
+
+    `graph`: the function's graph already extracted (a symbolic graph evaluated at a point,
+    `passes.symbolic.SymbolicGraph.at`): used instead of extracting `loaded.mod` again.
 
     `shape_hint` follows the error when a dimension is still symbolic (a pipeline binds it, a user sets it).
     `dtype` ("float16", "bfloat16", "float32"): analyse the model as if it computed in that float dtype;
@@ -101,7 +107,8 @@ def analyze_loaded(
     if loaded.depth1 is not None and loaded.layers:
         return _extrapolated(loaded, strict=strict, func_name=func_name, shape_hint=shape_hint, dtype=dtype)
     try:
-        graph = extract(loaded.mod, func_name, n_inputs=loaded.n_inputs)
+        if graph is None:
+            graph = extract(loaded.mod, func_name, n_inputs=loaded.n_inputs)
     except DynamicShapeError as exc:
         raise MissingShapeError(f"{exc}{_symbol_source(loaded, func_name, exc.symbol)}; {shape_hint}") from exc
     except DataDependentShapeError as exc:

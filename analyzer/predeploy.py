@@ -135,6 +135,12 @@ def _sweep_section(report) -> Section:
         f"A batch fits a MIG profile when the upper end of its memory interval plus "
         f"{sw['headroom']:.0%} headroom is within the profile's usable memory{slo}; 'largest batch' "
         f"is the largest swept batch that fits."
+        + (
+            f" 'Largest batch that fits (solved)' is found over every batch up to {solve_max:,}, each evaluated from "
+            f"one export with the batch symbolic (docs/symbolic.md)."
+            if (solve_max := (sw.get("symbolic") or {}).get("solve_max"))
+            else ""
+        )
     )
     for dev in sw["devices"]:
         if not dev["points"]:
@@ -182,11 +188,17 @@ def _sweep_section(report) -> Section:
         lim_rows.append(
             [f"full GPU ({device.key})", f"{device.memory_mib:,.0f}", str(dev["largest_batch_full_gpu"] or "none")]
         )
+        solved = dev.get("largest_batch_solved")  # from a symbolic export (docs/symbolic.md)
+        if solved is not None:
+            for row, q in zip(lim_rows, order, strict=False):
+                row.append(f"{solved[q.name]:,}" if solved.get(q.name) is not None else "none")
+            full = dev.get("largest_batch_full_gpu_solved")
+            lim_rows[-1].append(f"{full:,}" if full is not None else "none")
         sec.blocks.append(
             Table(
-                ["profile", "usable MiB", "largest batch"],
+                ["profile", "usable MiB", "largest batch"] + (["largest batch that fits (solved)"] if solved else []),
                 lim_rows,
-                {1, 2},
+                {1, 2, 3},
                 f"{dev['device']}: largest swept batch per MIG profile"
                 + (" (* derived lower bound of usable memory)" if any(not q.measured for q in order) else "")
                 + (

@@ -74,6 +74,8 @@ def report_json(report) -> dict:
         doc["sweep"] = report.sweep
     if getattr(a, "repeat", None) is not None:
         doc["layers"] = a.repeat.to_json()
+    if getattr(report, "symbolic", None) is not None:
+        doc["symbolic"] = report.symbolic
     if getattr(report, "verdict", None) is not None:
         doc["verdict"] = report.verdict.to_json()
     llm = getattr(report, "llm", None)  # `preflight llm` (analyzer.llm.LlmReport)

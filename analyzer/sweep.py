@@ -1,14 +1,19 @@
 """Batch-size sweep for pre-deployment reports: the model analysed and predicted at each batch size.
 
-Every point is a real analysis of the model lowered at that batch (nothing is extrapolated), predicted on
-each device with the same predictor `preflight predict` uses. A point "fits" a MIG profile by the MIG rule
-of docs/design.md (upper end of the memory interval + headroom within the profile's usable memory, and the
-slice's predicted latency within the SLO when one is given); the largest fitting batch is the largest
-*swept* batch that fits.
+Every point is a real analysis of the model's graph at that batch (nothing is extrapolated), predicted on
+each device with the same predictor `preflight predict` uses. A zoo model or an nn.Module is exported once
+with its batch symbolic (`analyzer.symbolic`) and every point in the export's range is the concrete graph
+evaluated from it (the same graph, op for op, as exporting at that batch: docs/symbolic.md); batch 1, a
+model torch.export cannot keep symbolic and files are lowered again at each batch.
+
+A point "fits" a MIG profile by the MIG rule of docs/design.md (upper end of the memory interval + headroom
+within the profile's usable memory, and the slice's predicted latency within the SLO when one is given); the
+largest fitting batch is the largest *swept* batch that fits.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from numbers import Integral
 
@@ -21,6 +26,7 @@ from .errors import PreflightError, UsageError
 from .frontends import load
 from .frontends.specs import MAX_DIM
 from .pipeline import analyze_loaded
+from .symbolic import analyze_at, load_symbolic
 
 DEFAULT_MAX_BATCH = 32
 MAX_SWEEP_POINTS = 64
@@ -104,6 +110,104 @@ def largest(points: list[dict]) -> tuple[dict[str, int | None], int | None]:
     return per_profile, full
 
 
+SOLVE_MAX = 2**24  # the largest batch the solve for the largest fitting batch looks at
+
+
+def solve_largest(fits_at: Callable[[int], bool], need_at: Callable[[int], float], lo: int, hi: int) -> int:
+    """The largest batch in [lo, hi) that fits, given that `lo` fits and `hi` does not, for a fit that holds up
+    to some batch and not beyond (as memory, growing with the batch, does).
+
+    A safeguarded root search on integers: a guess interpolates `need_at` (how far past the limit a batch is:
+    negative while it fits by memory) between the bracket's ends, clamped strictly inside it; a guess that does
+    not halve the bracket is followed by a halving step. Every step evaluates `fits_at` once and shrinks the
+    bracket, so the result is exact: it fits, and the next batch was evaluated and does not.
+    """
+    bisect = False
+    while hi - lo > 1:
+        width = hi - lo
+        if bisect:
+            guess = (lo + hi) // 2
+        else:
+            a, b = need_at(lo), need_at(hi)
+            guess = lo + int(-a * (hi - lo) / (b - a)) if b > a else (lo + hi) // 2
+            guess = min(max(guess, lo + 1), hi - 1)
+        if fits_at(guess):
+            lo = guess
+        else:
+            hi = guess
+        bisect = not bisect and hi - lo > width // 2
+    return lo
+
+
+def _solve_device(
+    sm, device: str, points: list[dict], analysis_at, latency_slo_ms, matmul_precision: str = "highest"
+) -> tuple[dict, int | None]:
+    """(largest fitting batch per MIG profile, and on the whole GPU) of one device, solved over the symbolic
+    export's range lo..min(its highest, SOLVE_MAX) with `solve_largest`, starting from the swept points; batch 1
+    (below that range) answers from the sweep's own point when the range's lowest batch does not fit."""
+    lo_range, hi_range = sm.batch_range
+    top = min(hi_range or SOLVE_MAX, SOLVE_MAX)
+    cache: dict[int, dict] = {p["batch"]: p for p in points}
+
+    def at(b: int) -> dict:
+        if b not in cache:
+            p, _ = run_predictor(
+                analysis_at(b), device, latency_slo_ms=latency_slo_ms, matmul_precision=matmul_precision
+            )
+            cache[b] = point(b, p, latency_slo_ms)
+        return cache[b]
+
+    def fits_at(b: int, name: str | None) -> bool:
+        p = at(b)
+        return p["fits_full_gpu"] if name is None else p["fits"][name]
+
+    dev = get_device(device)
+    limits: dict[str | None, float] = {p.name: p.memory_mib for p in dev.mig}
+    limits[None] = dev.memory_mib  # the whole GPU
+    answers: dict[str | None, int | None] = {}
+    for name, limit in limits.items():
+        if not fits_at(lo_range, name):
+            one = 1 in cache and lo_range == 2 and fits_at(1, name)
+            answers[name] = 1 if one else None
+            continue
+        lo = max(b for b in list(cache) if lo_range <= b <= top and fits_at(b, name))
+        hi = min((b for b in list(cache) if lo < b <= top and not fits_at(b, name)), default=None)
+        while hi is None:  # double past the largest batch known to fit
+            b = min(2 * lo, top)
+            if not fits_at(b, name):
+                hi = b
+            elif b == top:
+                break
+            else:
+                lo = b
+        if hi is None:
+            answers[name] = top
+            continue
+
+        def need(b: int, limit: float = limit) -> float:
+            return at(b)["memory_mib_interval"][1] * (1 + HEADROOM) - limit
+
+        answers[name] = solve_largest(lambda b, name=name: fits_at(b, name), need, lo, hi)
+    full = answers.pop(None)
+    return answers, full
+
+
+def _symbolic(model, example_inputs, inputs, batches: list[int]):
+    """(SymbolicModel or None, why not): one symbolic export for the sweep when it pays (a zoo model or an
+    nn.Module, at least two batches inside the export's range, i.e. >= 2); else None and the reason (None when
+    none was tried: files, or fewer than two batches to analyse)."""
+    if inputs or len([b for b in batches if b >= 2]) < 2:
+        return None, None
+    torch = sys.modules.get("torch")
+    is_module = torch is not None and isinstance(model, torch.nn.Module)
+    if not (is_module or (isinstance(model, str) and model.startswith("zoo:"))):
+        return None, None
+    try:
+        return load_symbolic(model, example_inputs), None
+    except PreflightError as exc:
+        return None, str(exc)
+
+
 def run_sweep(
     model,
     example_inputs,
@@ -117,29 +221,42 @@ def run_sweep(
     reuse: dict | None = None,
     progress: Callable[[int], None] | None = None,
     matmul_precision: str = "highest",
+    symbolic: bool = True,
+    solve: bool = True,
 ) -> tuple[dict, list[str]]:
     """The `sweep` block of the report and the warnings it raised; `batches` as `check_batches` returns them.
 
     `reuse` maps a batch already analysed and predicted (the report's own) to its `Report`, whose `predictions`
     are for `devices`, in order; `progress(n)` is called after each batch; `matmul_precision` as for
-    `predictor.predict.predict`.
+    `predictor.predict.predict`. `symbolic=False` lowers the model
+    again at every batch (the way before `analyzer.symbolic`; bench/bench_symbolic_sweep.py compares the two).
+    With a symbolic export and `solve`, each device's entry also has `largest_batch_solved` (per MIG profile)
+    and `largest_batch_full_gpu_solved`: the largest batch that fits over the whole range (up to
+    `symbolic.solve_max`), not only among the swept ones (`solve_largest`).
     """
     reuse = reuse or {}
     per_device: dict[str, list[dict]] = {d: [] for d in devices}
     predictors: dict[str, str] = {}
     skipped, warnings = [], []
+    todo = [b for b in batches if b not in reuse]
+    sm, why_not = _symbolic(model, example_inputs, inputs, todo) if symbolic else (None, None)
+    from_symbolic: list[int] = []
     for b in batches:
         try:
             if b in reuse:  # its warnings are in the report already
                 predicted = [(p, []) for p in reuse[b].predictions]
             else:
-                loaded = load(
-                    model,
-                    inputs=inputs,
-                    batch=None if example_inputs else b,
-                    example_inputs=_with_batch(example_inputs, b),
-                )
-                analysis = analyze_loaded(loaded, strict=strict, dtype=dtype).analysis
+                if sm is not None and sm.covers(b):
+                    analysis = analyze_at(sm, b, strict=strict, dtype=dtype).analysis
+                    from_symbolic.append(b)
+                else:
+                    loaded = load(
+                        model,
+                        inputs=inputs,
+                        batch=None if example_inputs else b,
+                        example_inputs=_with_batch(example_inputs, b),
+                    )
+                    analysis = analyze_loaded(loaded, strict=strict, dtype=dtype).analysis
                 predicted = [
                     run_predictor(analysis, d, latency_slo_ms=latency_slo_ms, matmul_precision=matmul_precision)
                     for d in devices
@@ -165,16 +282,34 @@ def run_sweep(
         "headroom": HEADROOM,
         "devices": [],
         "skipped": skipped,
+        "symbolic": {"batches": from_symbolic, "reason": why_not},
     }
+    solved = {}
+    if sm is not None and solve and all(per_device.values()):
+        analyses: dict[int, object] = {}
+
+        def analysis_at(b: int):
+            if b not in analyses:  # one analysis per batch, shared by the devices
+                analyses[b] = analyze_at(sm, b, strict=strict, dtype=dtype).analysis
+            return analyses[b]
+
+        try:
+            solved = {
+                d: _solve_device(sm, d, per_device[d], analysis_at, latency_slo_ms, matmul_precision) for d in devices
+            }
+            doc["symbolic"]["solve_max"] = min(sm.batch_range[1] or SOLVE_MAX, SOLVE_MAX)
+        except PreflightError as exc:
+            warnings.append(f"batch sweep: the largest fitting batch was not solved: {exc}")
     for d, points in per_device.items():
         per_profile, full = largest(points)
-        doc["devices"].append(
-            {
-                "device": d,
-                "predictor": predictors.get(d),
-                "points": points,
-                "largest_batch": per_profile,
-                "largest_batch_full_gpu": full,
-            }
-        )
+        entry = {
+            "device": d,
+            "predictor": predictors.get(d),
+            "points": points,
+            "largest_batch": per_profile,
+            "largest_batch_full_gpu": full,
+        }
+        if d in solved:
+            entry["largest_batch_solved"], entry["largest_batch_full_gpu_solved"] = solved[d]
+        doc["devices"].append(entry)
     return doc, warnings

@@ -13,11 +13,13 @@ from collections.abc import Iterable
 
 import tvm
 from tvm import relax
+from tvm.ir.prim import expr as PE
 from tvm.ir.prim.expr import FloatImm, IntImm
 
 from ._gc import gc_paused
 from .costs.registry import GROUPED_MATMUL, HISTOGRAM
 from .graph import Operand, OpGraph, OpNode, SourceValue, TensorInfo
+from .symbolic import Expr
 
 # The call ops whose first argument names a function and second holds the tensor arguments.
 _CALL_WITH_CALLEE = {
@@ -27,6 +29,7 @@ _CALL_WITH_CALLEE = {
     "relax.call_tir_with_grad",
     "relax.dist.call_tir_local_view",
 }
+_TIR_CALL_OPS = _CALL_WITH_CALLEE - {"relax.call_dps_packed"}
 _PACKED_CALLS = {"relax.call_pure_packed", "relax.call_inplace_packed", "relax.call_builtin_with_ctx"}
 
 
@@ -85,8 +88,42 @@ def _op_name(call) -> str | None:
     return op.name if isinstance(op, tvm.ir.Op) else None
 
 
-def _tensor_infos(ty, where: str) -> tuple[TensorInfo, ...] | None:
-    """The tensors a value of type `ty` holds (a tuple flattens), or None if it holds none."""
+_DIM_OPS = {
+    PE.Add: "add",
+    PE.Sub: "sub",
+    PE.Mul: "mul",
+    PE.FloorDiv: "floordiv",
+    PE.FloorMod: "floormod",
+    PE.Max: "max",
+    PE.Min: "min",
+}
+MAX_DIM_EXPR_NODES = 256
+
+
+def dim_expr(d, _budget: list[int] | None = None) -> Expr | int | None:
+    """A shape dimension (a TIR integer expression) as a `passes.symbolic.Expr` (an int when constant), built
+    node by node from TVM's expression objects (integer variables, + - * floordiv floormod max min); None for
+    anything else (a division that is not a floor, a cast, a select) or more than MAX_DIM_EXPR_NODES nodes."""
+    budget = [MAX_DIM_EXPR_NODES] if _budget is None else _budget
+    budget[0] -= 1
+    if budget[0] < 0:
+        return None
+    if isinstance(d, IntImm):
+        return int(d.value)
+    if isinstance(d, PE.Var):
+        return Expr("sym", str(d.name)) if str(getattr(d, "ty", "")).startswith("int") else None
+    op = _DIM_OPS.get(type(d))
+    if op is None:
+        return None
+    a, b = dim_expr(d.a, budget), dim_expr(d.b, budget)
+    return None if a is None or b is None else Expr(op, a, b)
+
+
+def _tensor_infos(ty, where: str, symbolic: bool = False) -> tuple[TensorInfo, ...] | None:
+    """The tensors a value of type `ty` holds (a tuple flattens), or None if it holds none.
+
+    `symbolic`: a dimension that is an integer expression of shape variables becomes a `passes.symbolic.Expr`
+    (`dim_expr`) instead of raising DynamicShapeError."""
     if isinstance(ty, relax.TensorType):
         shape = ty.shape
         if shape is None:
@@ -95,22 +132,26 @@ def _tensor_infos(ty, where: str) -> tuple[TensorInfo, ...] | None:
             raise DataDependentShapeError(where)
         dims = []
         for i, d in enumerate(shape.values):
-            if not isinstance(d, IntImm):
+            if isinstance(d, IntImm):
+                dims.append(int(d.value))
+            elif symbolic and (e := dim_expr(d)) is not None:
+                dims.append(e)
+            else:
                 raise DynamicShapeError(where, i, str(d))
-            dims.append(int(d.value))
         return (TensorInfo(tuple(dims), str(ty.dtype)),)
     if isinstance(ty, tvm.ir.TupleType):
         out: list[TensorInfo] = []
         for i, f in enumerate(ty.fields):
-            sub = _tensor_infos(f, f"{where}[{i}]")
+            sub = _tensor_infos(f, f"{where}[{i}]", symbolic)
             if sub:
                 out.extend(sub)
         return tuple(out)
     return None
 
 
-def _plain(value):
-    """Convert an attribute value to plain Python (ints, floats, strs, lists, dicts)."""
+def _plain(value, symbolic: bool = False):
+    """Convert an attribute value to plain Python (ints, floats, strs, lists, dicts); `symbolic`: an integer
+    expression of shape variables becomes a `passes.symbolic.Expr` (`dim_expr`), not its text."""
     if value is None or isinstance(value, bool | int | float):
         return value
     if isinstance(value, str):  # also TVM's dtype, a str subclass
@@ -124,23 +165,25 @@ def _plain(value):
     if isinstance(value, tvm.ir.PrimType):
         return str(value)
     if hasattr(value, "items") and not isinstance(value, tvm.ir.Attrs):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): _plain(v, symbolic) for k, v in value.items()}
     if isinstance(value, Iterable) and not isinstance(value, tvm.ir.Expr):
-        return [_plain(v) for v in value]
+        return [_plain(v, symbolic) for v in value]
+    if symbolic and (e := dim_expr(value)) is not None:
+        return e
     return str(value)
 
 
-def attrs_to_dict(attrs) -> dict:
-    """A Relax op's attributes as a plain dict (empty when the op has none)."""
+def attrs_to_dict(attrs, symbolic: bool = False) -> dict:
+    """A Relax op's attributes as a plain dict (empty when the op has none); `symbolic` as for `_plain`."""
     if attrs is None:
         return {}
     if isinstance(attrs, tvm.ir.DictAttrs):
-        return {str(k): _plain(v) for k, v in attrs.items()}
+        return {str(k): _plain(v, symbolic) for k, v in attrs.items()}
     out = {}
     info = type(attrs).__tvm_ffi_type_info__
     while info is not None:
         for f in info.fields:
-            out.setdefault(f.name, _plain(getattr(attrs, f.name)))
+            out.setdefault(f.name, _plain(getattr(attrs, f.name), symbolic))
         info = info.parent_type_info
     return out
 
@@ -316,8 +359,9 @@ def legalize(mod: tvm.IRModule) -> tvm.IRModule:
 
 
 class _Extractor:
-    def __init__(self, mod: tvm.IRModule, tir_flops: bool):
+    def __init__(self, mod: tvm.IRModule, tir_flops: bool, symbolic: bool = False):
         self.mod = mod
+        self.symbolic = symbolic
         self.tir_flops = tir_flops
         self.ops: list[OpNode] = []
         self.sources: list[SourceValue] = []
@@ -347,7 +391,7 @@ class _Extractor:
         if isinstance(expr, tvm.ir.Var):
             return self.env.get(_key(expr), [])
         if isinstance(expr, tvm.ir.Constant):
-            infos = _tensor_infos(expr.ty, where) if hasattr(expr, "ty") else None
+            infos = _tensor_infos(expr.ty, where, self.symbolic) if hasattr(expr, "ty") else None
             if not infos:
                 return []
             info = infos[0]
@@ -376,7 +420,7 @@ class _Extractor:
     def function(self, func, args: list[list[tuple[int, int | None, TensorInfo]]] | None, n_inputs: int | None):
         if args is None:
             for i, p in enumerate(func.params):
-                infos = _tensor_infos(p.ty, p.name)
+                infos = _tensor_infos(p.ty, p.name, self.symbolic)
                 if not infos:
                     self.env[_key(p)] = []
                     continue
@@ -440,7 +484,7 @@ class _Extractor:
                 src = self.producer.get(vid)
                 kind = "weight" if vid in self.weight_values else ("activation" if src is not None else "input")
                 operands.append(Operand(info, src, kind, vid, fld))
-        outputs = _tensor_infos(var.ty, var.name) or ()
+        outputs = _tensor_infos(var.ty, var.name, self.symbolic) or ()
 
         tir = None
         if name in _CALL_WITH_CALLEE and isinstance(call.args[0], tvm.ir.GlobalVar) and self.tir_flops:
@@ -448,11 +492,15 @@ class _Extractor:
         elif name == "relax.call_tir" and isinstance(call.op, tvm.ir.GlobalVar) and self.tir_flops:
             tir = self._tir(call.op)
 
-        attrs = attrs_to_dict(call.attrs)
+        if self.symbolic and name in _TIR_CALL_OPS:
+            raise IRError(f"{name} ({callee_name}) in a symbolic graph: its PrimFunc's cost needs fixed sizes")
+        attrs = attrs_to_dict(call.attrs, symbolic=self.symbolic)
         if name == "relax.shape_to_tensor" and call.args:
             dims = getattr(getattr(call.args[0], "ty", None), "values", None)
             if dims is not None and all(isinstance(d, IntImm) for d in dims):
                 attrs["shape"] = [int(d.value) for d in dims]  # the static shape it turns into a tensor
+            elif dims is not None and self.symbolic and all(dim_expr(d) is not None for d in dims):
+                attrs["shape"] = [dim_expr(d) for d in dims]
         elif name == "relax.clip" and len(call.args) == 3:
             bounds = [a.value for a in call.args[1:] if isinstance(a, IntImm | FloatImm)]
             if len(bounds) == 2:
@@ -507,7 +555,12 @@ def eager_folds(op: OpNode) -> bool:
 
 @gc_paused
 def extract(
-    mod: tvm.IRModule, func_name: str = "main", *, n_inputs: int | None = None, tir_flops: bool = True
+    mod: tvm.IRModule,
+    func_name: str = "main",
+    *,
+    n_inputs: int | None = None,
+    tir_flops: bool = True,
+    symbolic: bool = False,
 ) -> OpGraph:
     """Flatten a Relax function into an `OpGraph` of plain data.
 
@@ -517,6 +570,9 @@ def extract(
         n_inputs: how many leading parameters are model inputs (the rest are weights). Defaults to
             the function's `num_input` attribute, or every parameter when it has none.
         tir_flops: estimate FLOPs of `call_tir` PrimFuncs with TVM's TIR estimator.
+        symbolic: keep dimensions that are integer expressions of shape variables as `passes.symbolic.Expr`s
+            (the graph of a `passes.symbolic.SymbolicGraph`; no pass runs on it before `SymbolicGraph.at`);
+            refuses `call_tir` (a PrimFunc's estimate needs fixed sizes).
 
     Raises:
         DynamicShapeError: a tensor has a dimension that is not a known integer.
@@ -525,13 +581,16 @@ def extract(
     func = main_function(mod, func_name)
     if n_inputs is None:
         n_inputs = num_inputs(func)
-    ex = _Extractor(mod, tir_flops)
+    ex = _Extractor(mod, tir_flops, symbolic)
     result = ex.function(func, None, n_inputs)
     outputs = [(ex.producer.get(vid), vid) for vid, _, _ in result]
     return OpGraph(ops=ex.ops, sources=ex.sources, outputs=outputs, value_producer=ex.producer)
 
 
 _EP_CONVERT_OPS: frozenset[str] | None = None
+
+
+_NO_MODULE_PATH = "_empty_nn_module_stack"
 
 
 @contextlib.contextmanager
@@ -557,7 +616,8 @@ def recording_fx_sources(weight_names: dict[str, str] | None = None):
         stack = node.meta.get("nn_module_stack") if hasattr(node, "meta") else None
         if stack:
             path = list(stack.values())[-1][0]
-            found = path if isinstance(path, str) and path else None
+            # torch.export's placeholder path for nodes its symbolic-shape machinery adds (a symbolic export)
+            found = path if isinstance(path, str) and path and not path.startswith(_NO_MODULE_PATH) else None
         inputs = list(getattr(node, "all_input_nodes", ()))
         if found is None:
             found = next((weights[n.name] for n in inputs if n.name in weights), None)
@@ -1838,6 +1898,43 @@ def float_promoting_converter(target: str):
             importer.env.update(swapped)  # other users of the operand see its own dtype
 
     return convert
+
+
+def slice_converter(node, importer):
+    """`aten.slice.Tensor` with the shape torch knows when a size is symbolic.
+
+    TVM's conversion slices a static dimension N to a symbolic end s as `min(s, N)`, which it cannot simplify
+    (it does not use the export's range constraint s <= N); adding that to a tensor of size s then has no known
+    shape (BERT's and GPT-2's position table sliced to the sequence length). torch's fake tensor has the exact
+    size; when every dimension of it is an integer or a plain symbol that is a shape variable of the function's
+    inputs, the slice is `match_cast` to that shape. Otherwise TVM's own conversion stands.
+    """
+    out = importer._slice(node)
+    val = node.meta.get("val")
+    shape = getattr(val, "shape", None)
+    ty = getattr(out, "ty", None)
+    if shape is None or not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return out
+    if all(isinstance(d, IntImm) for d in getattr(ty.shape, "values", [None])):
+        return out  # already static
+    known: dict[str, object] = {}
+    for v in importer.env.values():  # the inputs' shape variables, by name
+        vty = getattr(v, "ty", None)
+        if isinstance(vty, relax.TensorType) and isinstance(vty.shape, relax.ShapeExpr):
+            for d in vty.shape.values:
+                if isinstance(d, PE.Var):
+                    known.setdefault(str(d.name), d)
+    dims = []
+    for d in shape:
+        if isinstance(d, int):
+            dims.append(d)
+            continue
+        expr = getattr(getattr(d, "node", None), "expr", None)
+        if expr is None or not getattr(expr, "is_Symbol", False) or str(expr) not in known:
+            return out
+        dims.append(known[str(expr)])
+    # named apart from the importer's "lv" values, so that the graph's names match those of a static export
+    return importer.block_builder.match_cast(out, relax.TensorType(dims, ty.dtype), name_hint="slice_cast")
 
 
 def rounding_div_converter(node, importer):

@@ -42,6 +42,9 @@ class LoadedModel:
     # source name -> module path (layer4.2.conv3) where the sources are node or tensor names the exporter wrote
     # it into (left out where it did not); None: the sources are module paths themselves (the PyTorch route)
     source_modules: dict[str, str] | None = None
+    # a symbolic export (`from_module(..., symbol_axes=...)`): Relax shape variable -> (the name a user knows,
+    # lowest value, highest value or None) over which torch.export's guards hold; empty for a static export
+    symbols: dict[str, tuple[str, int, int | None]] = field(default_factory=dict)
 
     def check_graph(self, graph) -> None:
         """Refuse shapes and window attributes no real model has (`sanity.check_graph`), naming the model."""

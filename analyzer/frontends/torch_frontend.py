@@ -27,7 +27,7 @@ from .pt2_safety import (  # noqa: F401 - PICKLE_SUFFIXES, refuse_pickle, sniff_
     refuse_pickle,
     sniff_pickle,
 )
-from .specs import InputSpec, resolve_shape
+from .specs import MAX_DIM, InputSpec, resolve_shape
 
 UNCONVERTED_PREFIX = "torch:"  # callee name of placeholders for ATen ops TVM cannot import
 
@@ -51,6 +51,7 @@ def _converters() -> dict[str, Callable]:
         "grouped_mm_fallback.default": tvm_ir.grouped_matmul_converter,  # transformers' MoE experts on CPU
         "_grouped_mm.default": tvm_ir.grouped_matmul_converter,
         "histc.default": tvm_ir.histc_converter,
+        "slice.Tensor": tvm_ir.slice_converter,
     }
 
 
@@ -255,8 +256,15 @@ def from_module(
     framework: str = "torch",
     source: str = "<nn.Module>",
     input_names: Sequence[str] | None = None,
+    symbol_axes: Sequence[dict[int, str]] | None = None,
 ) -> LoadedModel:
-    """Export an nn.Module with its example inputs and import it to Relax."""
+    """Export an nn.Module with its example inputs and import it to Relax.
+
+    `symbol_axes`, one {axis: symbol name} per example input (e.g. {0: "batch", 1: "seq"}; {} for an input with
+    none), exports a symbolic program: each name is one `torch.export.Dim`, left as a shape variable in the Relax
+    module; `LoadedModel.symbols` names them and says the range over which the export holds. torch.export
+    refuses (AnalysisError) a model whose code fixes such a size (e.g. a state built for the example's batch).
+    """
     import torch
 
     if not isinstance(module, torch.nn.Module):
@@ -277,13 +285,27 @@ def from_module(
     if float_dtype is not None:  # TVM's importer cannot import float16 convs: import in float32, retarget after
         module, example_inputs = _as_float32(module, example_inputs)
     tensor_outputs, dropped = _TensorOutputs.wrap(module)
+    dynamic = None
+    if symbol_axes is not None:
+        if len(symbol_axes) != n_inputs:
+            raise UsageError(f"symbol_axes holds one {{axis: symbol}} per example input ({n_inputs})")
+        # the batch: one named Dim, shared by every input; any other size (a sequence length, which the model's
+        # position table bounds): dynamic with the range torch infers
+        dims = {
+            n: torch.export.Dim(n, min=1, max=MAX_DIM) if n == "batch" else torch.export.Dim.DYNAMIC
+            for axes in symbol_axes
+            for n in axes.values()
+        }
+        dynamic = [{a: dims[n] for a, n in axes.items()} or None for axes in symbol_axes]
     try:
         with torch.inference_mode(False), torch.no_grad(), _no_stack_traces():
             if _on_meta(module):
                 wrapper, weights = _ParamsAsInputs.wrap(tensor_outputs, n_inputs)
-                ep = torch.export.export(wrapper, (*example_inputs, *weights))
+                shapes = None if dynamic is None else ((*dynamic, *([None] * len(weights))),)
+                ep = torch.export.export(wrapper, (*example_inputs, *weights), dynamic_shapes=shapes)
             else:
-                ep = torch.export.export(tensor_outputs, example_inputs)
+                shapes = None if dynamic is None else (tuple(dynamic),)  # forward(*args): one varargs tuple
+                ep = torch.export.export(tensor_outputs, example_inputs, dynamic_shapes=shapes)
     except Exception as exc:
         raise AnalysisError(f"torch.export could not export the module: {one_line(exc)}") from exc
     sources: dict[str, str] = {}
@@ -313,7 +335,40 @@ def from_module(
         warnings=warnings,
         float_dtype=float_dtype,
         op_sources=sources,
+        symbols=_export_symbols(ep, symbol_axes) if dynamic is not None else {},
     )
+
+
+def _is_integer(v) -> bool:
+    """A finite integer bound of a torch value range (an int or a sympy Integer; not int_oo)."""
+    return isinstance(v, int) or bool(getattr(v, "is_Integer", False))
+
+
+def _export_symbols(ep, symbol_axes: Sequence[dict[int, str]]) -> dict[str, tuple[str, int, int | None]]:
+    """The symbolic sizes of an exported program's inputs: torch's symbol name (the Relax shape variable's) ->
+    (the Dim's name, lowest, highest) from its range constraints, found through the user inputs' fake tensors.
+    A size torch specialised, or made an expression of another, is not listed."""
+    import torch
+
+    users = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    vals = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
+    names: dict[str, str] = {}
+    for user, axes in zip(users, symbol_axes, strict=False):
+        shape = getattr(vals.get(user), "shape", ())
+        for axis, name in axes.items():
+            d = shape[axis] if axis < len(shape) else None
+            if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol:
+                names[str(d.node.expr)] = name
+    out = {}
+    for sym, vr in ep.range_constraints.items():
+        if str(sym) not in names:
+            continue
+        lo, hi = vr.lower, vr.upper
+        # at least 2: torch specialises size 1 (a graph traced at 2 may drop a broadcast a graph at 1 has)
+        lo = max(2, int(lo)) if _is_integer(lo) else 2
+        hi = min(int(hi), MAX_DIM) if _is_integer(hi) else MAX_DIM  # int_oo: unbounded
+        out[str(sym)] = (names[str(sym)], lo, hi)
+    return out
 
 
 def _float_dtype(module, example_inputs) -> str | None:

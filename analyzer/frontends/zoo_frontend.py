@@ -27,7 +27,75 @@ def split_dtype(spec: str):
     return (name + ("?" + "&".join(keep) if keep else "")), getattr(torch, dtype)
 
 
-def load_zoo(spec: str, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
+def _with_param(spec: str, key: str, value) -> str:
+    """`spec` with its query parameter `key` set to `value` ("bert_tiny?seq_len=16", "seq_len", 17)."""
+    name, _, query = spec.partition("?")
+    parts = [p for p in query.split("&") if p and p.partition("=")[0] != key]
+    return f"{name}?{'&'.join([*parts, f'{key}={value}'])}"
+
+
+def _changed_axes(a_inputs, b_inputs, a: int, b: int, spec: str, what: str) -> list[int | None]:
+    """Per input, the one axis whose size goes from `a` to `b` between the two builds (None: no axis changes)."""
+    axes: list[int | None] = []
+    for x, y in zip(a_inputs, b_inputs, strict=True):
+        diff = [i for i, (m, n) in enumerate(zip(x.shape, y.shape, strict=True)) if m != n]
+        if not diff:
+            axes.append(None)
+        elif len(diff) == 1 and (x.shape[diff[0]], y.shape[diff[0]]) == (a, b):
+            axes.append(diff[0])
+        else:
+            raise UsageError(f"zoo:{spec}: an input's {what} is not one axis of the {what}'s size")
+    return axes
+
+
+def zoo_symbol_axes(spec: str, seq: bool = False) -> tuple[list[dict[int, str]], dict[str, int]]:
+    """({axis: symbol} per example input, {symbol: the spec's value}) of a zoo model: "batch", the one axis of each
+    input whose size is the batch (the inputs built at batch 2 and 3, meta device: nothing is allocated); with
+    `seq`, also "seq" for a family of kind "language" with a `seq_len` of at least 2: the axes whose size is the
+    sequence length (built at seq_len and seq_len +/- 1). UsageError if an input's batch is not one axis."""
+    import zoo
+
+    name, _ = split_dtype(spec)
+    try:
+        family, params = zoo.resolve(name)
+        two, three = (zoo.build(name, batch=b, device="meta").example_inputs for b in (2, 3))
+    except zoo.ZooError as exc:
+        raise UsageError(f"zoo:{spec}: {exc}") from exc
+    batch = _changed_axes(two, three, 2, 3, spec, "batch")
+    if all(x is None for x in batch):
+        raise UsageError(f"zoo:{spec}: no input has a batch axis")
+    axes = [{} if a is None else {a: "batch"} for a in batch]
+    values = {"batch": 2}
+    s0 = params.get("seq_len")
+    if seq and family.kind == "language" and isinstance(s0, int) and s0 >= 2:
+        other = None
+        for s1 in (s0 + 1, s0 - 1):
+            try:
+                other = zoo.build(_with_param(name, "seq_len", s1), batch=2, device="meta").example_inputs
+                break
+            except zoo.ZooError:
+                continue
+        if other is not None:
+            for ax, a in zip(axes, _changed_axes(two, other, s0, s1, spec, "sequence length"), strict=True):
+                if a is not None and a not in ax:
+                    ax[a] = "seq"
+            if any("seq" in ax.values() for ax in axes):
+                values["seq"] = s0
+    return axes, values
+
+
+def load_zoo_symbolic(spec: str, seq: bool = False) -> tuple[LoadedModel, dict[str, int]]:
+    """A zoo model exported with its batch (and with `seq`, its sequence length) symbolic
+    (`from_module(..., symbol_axes=...)`), from example inputs of batch 2 (torch specialises sizes 0 and 1);
+    and the spec's value of each symbol. AnalysisError when torch.export finds the batch fixed."""
+    axes, values = zoo_symbol_axes(spec, seq)
+    loaded = load_zoo(spec, {}, 2, symbol_axes=axes)
+    if "batch" not in {v[0] for v in loaded.symbols.values()}:
+        raise AnalysisError(f"zoo:{spec}: torch.export fixed the batch size; no symbolic export")
+    return loaded, values
+
+
+def load_zoo(spec: str, specs: dict[str, InputSpec], batch: int | None, symbol_axes=None) -> LoadedModel:
     """Build a zoo model's shapes only (meta device) and import it; weights are never allocated."""
     import torch
 
@@ -54,6 +122,7 @@ def load_zoo(spec: str, specs: dict[str, InputSpec], batch: int | None) -> Loade
         framework="zoo",
         source=source,
         input_names=built.input_names,
+        symbol_axes=symbol_axes,
     )
     loaded.name = built.name
     if dtype is not torch.float32:

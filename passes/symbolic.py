@@ -221,6 +221,7 @@ class SymbolicGraph:
                 callee=op.callee,
                 tir_flops=op.tir_flops,
                 folded=op.folded,
+                weight_only=op.weight_only,
             )
             for op in g.ops
         ]

@@ -9,6 +9,7 @@ preflight works on the plain dataclasses of `passes.graph`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterable
 
 import tvm
@@ -542,6 +543,38 @@ class _Extractor:
 _REPRESENTATION_OPS = frozenset({"relax.astype", "relax.quantize", "relax.dequantize"})
 
 
+def _at_some_point(op: OpNode) -> OpNode:
+    """`op` with every symbolic dimension and attribute evaluated with each symbol at 2 (a symbolic export): whether
+    an op computes anything does not depend on the sizes, and `cost_of` needs them concrete."""
+    from .symbolic import evaluate, has_symbols
+
+    tensors = [*(o.tensor for o in op.operands), *op.outputs]
+    if not (has_symbols(op.attrs) or any(has_symbols(t.shape) for t in tensors)):
+        return op
+    names = set()
+    for value in (op.attrs, *(t.shape for t in tensors)):
+        stack = [value]
+        while stack:
+            v = stack.pop()
+            if isinstance(v, Expr):
+                names |= v.symbols()
+            elif isinstance(v, list | tuple):
+                stack.extend(v)
+            elif isinstance(v, dict):
+                stack.extend(v.values())
+    env = dict.fromkeys(names, 2)
+
+    def t(info: TensorInfo) -> TensorInfo:
+        return TensorInfo(tuple(evaluate(d, env) for d in info.shape), info.dtype)
+
+    return dataclasses.replace(
+        op,
+        attrs=evaluate(op.attrs, env),
+        operands=[dataclasses.replace(o, tensor=t(o.tensor)) for o in op.operands],
+        outputs=tuple(t(x) for x in op.outputs),
+    )
+
+
 def eager_folds(op: OpNode) -> bool:
     """Whether a weight-only op (`op.weight_only`) is also free in eager PyTorch: it computes nothing (a layout op or
     view: a linear layer's transposed weight, an expanded class token; a gather of a table by a constant index) or
@@ -550,7 +583,7 @@ def eager_folds(op: OpNode) -> bool:
     runs on every eager call: counted, and marked weight-only for a compiler that folds it."""
     from .costs import cost_of
 
-    return op.op in _REPRESENTATION_OPS or cost_of(op).flops == 0
+    return op.op in _REPRESENTATION_OPS or cost_of(_at_some_point(op)).flops == 0
 
 
 @gc_paused

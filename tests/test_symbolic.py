@@ -149,7 +149,8 @@ def test_resnet_flops_per_batch_match_flopcountermode():
 # ---- the sequence length as a second symbol (a zoo language model) ------------------------------
 
 # (family, layers, hidden, intermediate) as zoo.resolve gives them; GPT-2's LM head adds vocab x hidden per token
-SEQ_MODELS = {"t5_encoder_tiny": (2, 256, 1024), "bert_tiny": (2, 128, 512), "gpt2_tiny": None}
+# zoo name -> (layers, hidden, feed-forward, LM-head vocabulary or 0)
+SEQ_MODELS = {"t5_encoder_tiny": (2, 256, 1024, 0), "bert_tiny": (2, 128, 512, 0), "gpt2_tiny": (2, 256, 1024, 50257)}
 
 
 @pytest.fixture(scope="module", params=sorted(SEQ_MODELS))
@@ -176,14 +177,13 @@ def test_batch_and_sequence_length_symbolic_equal_concrete(seq_model, batch, seq
 
 def test_attention_macs_grow_as_seq_squared_by_hand(seq_model):
     name, _, costs = seq_model
-    if SEQ_MODELS[name] is None:
-        pytest.skip("no hand formula for a model with an LM head")
-    layers, hidden, inter = SEQ_MODELS[name]
+    layers, hidden, inter, vocab = SEQ_MODELS[name]
     macs = costs.totals["macs"]
     # scores Q K^T and their product with V: 2 x b x s^2 x hidden per layer (heads x head size = hidden)
     assert macs.coefficient((("batch", 1), ("seq", 2))) == 2 * layers * hidden  # T5 1,024; BERT 512
-    # per token: q, k, v, o projections (4 H^2) and the feed-forward (2 H I) in each layer
-    assert macs.coefficient((("batch", 1), ("seq", 1))) == layers * (4 * hidden * hidden + 2 * hidden * inter)
+    # per token: q, k, v, o projections (4 H^2) and the feed-forward (2 H I) in each layer, and the LM head (H V)
+    per_token = layers * (4 * hidden * hidden + 2 * hidden * inter) + hidden * vocab
+    assert macs.coefficient((("batch", 1), ("seq", 1))) == per_token
     assert macs.degree == 3 and len(macs.terms) == 2  # nothing else multiplies and adds
 
 

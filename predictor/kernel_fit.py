@@ -10,7 +10,12 @@ Three data shapes are read:
   (`fit_with`, `launch_of`);
 - a JSONL kernel sweep, one record per line with the kernel-contract fields `kind, op, dtype, flops,
   bytes_read, bytes_written, params`, plus `latency_ms` (median) and `device` (a key or alias of
-  `predictor.devices`). Extra fields are ignored.
+  `predictor.devices`). Extra fields are ignored;
+- this project's own kernel sweep (`read_sweep`: `python -m predictor.measure.kernels` records, `.jsonl.gz`,
+  data/README.md): CUDA-graph-timed kernel times (no launch), each record under the entry `sweep_entry` names
+  (float32 gemm with TF32 -> "tf32", bfloat16 gemm pooled with float16, forced or math attention backends and
+  cuDNN-TF32-off convolutions left out, channels_last and `SWEEP_EVAL_ONLY` evaluated only). Its eager per-call
+  times give launch floors (`sweep_launch`), measured but not used (`SWEEP_LAUNCH`).
 
 Fit: per (device family, kind, dtype) group, least squares on log(predicted / measured) latency
 (`scipy.optimize.least_squares`, bounded, a few deterministic starts). Free parameters: gemm / conv
@@ -27,7 +32,10 @@ roofline bound (efficiency 1, no launch) and the roofline + 5 us per kernel (`pr
 (d) held-out model: where a family's (kind, dtype) was measured on at least 3 models (Vidur), fit on all models but
     one, evaluate on that one;
 and the committed fit's in-sample error; for kernel-duration data also a summary per GPU and kind on kernels
->= 50 us and on all (`half_summary`): the table before these data, in-sample, held-out models pooled, roofline.
+>= 50 us and on all (`half_summary`): the table before these data, in-sample, held-out models pooled, roofline;
+for the sweep (`sweep_summary`, per device, kind, dtype and layout) the table before the sweep, in-sample, a random
+20% of the problems held out (by shape) and the largest 20% held out. A sweep fit whose random-20% held-out error
+is not below the table's before on the same kernels is not adopted (`rejected_sweep_fits`).
 """
 
 from __future__ import annotations

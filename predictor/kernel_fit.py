@@ -10,7 +10,12 @@ Three data shapes are read:
   (`fit_with`, `launch_of`);
 - a JSONL kernel sweep, one record per line with the kernel-contract fields `kind, op, dtype, flops,
   bytes_read, bytes_written, params`, plus `latency_ms` (median) and `device` (a key or alias of
-  `predictor.devices`). Extra fields are ignored.
+  `predictor.devices`). Extra fields are ignored;
+- this project's own kernel sweep (`read_sweep`: `python -m predictor.measure.kernels` records, `.jsonl.gz`,
+  data/README.md): CUDA-graph-timed kernel times (no launch), each record under the entry `sweep_entry` names
+  (float32 gemm with TF32 -> "tf32", bfloat16 gemm pooled with float16, forced or math attention backends and
+  cuDNN-TF32-off convolutions left out, channels_last and `SWEEP_EVAL_ONLY` evaluated only). Its eager per-call
+  times give launch floors (`sweep_launch`), measured but not used (`SWEEP_LAUNCH`).
 
 Fit: per (device family, kind, dtype) group, least squares on log(predicted / measured) latency
 (`scipy.optimize.least_squares`, bounded, a few deterministic starts). Free parameters: gemm / conv
@@ -27,7 +32,10 @@ roofline bound (efficiency 1, no launch) and the roofline + 5 us per kernel (`pr
 (d) held-out model: where a family's (kind, dtype) was measured on at least 3 models (Vidur), fit on all models but
     one, evaluate on that one;
 and the committed fit's in-sample error; for kernel-duration data also a summary per GPU and kind on kernels
->= 50 us and on all (`half_summary`): the table before these data, in-sample, held-out models pooled, roofline.
+>= 50 us and on all (`half_summary`): the table before these data, in-sample, held-out models pooled, roofline;
+for the sweep (`sweep_summary`, per device, kind, dtype and layout) the table before the sweep, in-sample, a random
+20% of the problems held out (by shape) and the largest 20% held out. A sweep fit whose random-20% held-out error
+is not below the table's before on the same kernels is not adopted (`rejected_sweep_fits`).
 """
 
 from __future__ import annotations
@@ -86,6 +94,21 @@ BOUNDS["tile_i0"] = (0.0, 1000.0)
 BOUNDS["exec_us"] = (0.0, 100.0)
 #: Free parameters of a group of kernel durations (no launch in the data: `exec_us` instead, the launch kept).
 FREE_DURATIONS = {"gemm": ("e_compute", "e_memory", "k0", "tile_i0", "exec_us")}
+FREE_DURATIONS["attention"] = ("e_compute", "e_memory", "k0", "exec_us")
+#: Sweep records evaluated but not fitted, by (kind, dtype) ("*": any): float32 GEMMs on CUDA cores keep the
+#: NeuSight host-timed fit (a group cannot mix host-timed calls and kernel durations, and that fit has the larger
+#: data); "other" (RNNs, embeddings, interpolation...) is too mixed a kind for one entry (it stays as elementwise).
+#: channels_last records of every kind are evaluated, not fitted: the entries hold eager PyTorch's default
+#: (contiguous, NCHW) kernels, and the model has no memory-format switch yet.
+SWEEP_EVAL_ONLY = (("gemm", "float32"), ("other", "*"))
+HOST_BOUND = 2.0  # a sweep record whose eager per-call time exceeds this x its graph-timed time is host-bound
+#: Whether sweep-fitted entries take their launch from the sweep's eager floors (`sweep_launch`). False: they keep
+#: the host-timed fits' launch (`launch_of`), as Vidur's do. The sweep's eager floors (8-28 us by kind on the H100)
+#: come from a bare op called in a Python loop; inside a model's forward (nn.Module calls, Python between ops) the
+#: floor is higher: with them, 4 of the 5 whole models measured on the H100 (data/h100-80gb/models) were predicted
+#: further from their measurement (mean |error| 32.7% against 29.1% with the host-timed launches;
+#: docs/kernel-model.md).
+SWEEP_LAUNCH = False
 MEMORY_FIT_MIN_S = 10e-6  # memory-bound kernel durations shorter than this are left out of their fit (`fit_with`)
 MIN_FIT = 12  # fewer records than this: no fit, the entry keeps its default
 
@@ -145,6 +168,9 @@ class MeasuredKernel:
     source: str  # data set name ("NeuSight", a JSONL file name, "vidur:<gpu>-<model>")
     split: str = ""  # "train" / "test" where the data set has a split
     includes_launch: bool = True  # False: a kernel duration from a profiler trace (no host dispatch, no launch)
+    layout: str = "contiguous"  # sweep records: "contiguous" or "channels_last" (conv, norm, pooling)
+    eager_s: float | None = None  # sweep records: per-call time of eager calls back to back (launch included)
+    shape_key: str = ""  # sweep records: the problem (op and shape) whatever its dtype, TF32 flag or backend
 
 
 # --------------------------------------------------------------------------------------------------- readers
@@ -350,9 +376,115 @@ def read_jsonl(path: Path | str) -> list[MeasuredKernel]:
     return out
 
 
-def read_data(path: Path | str) -> list[MeasuredKernel]:
-    """A NeuSight folder, a Vidur folder, a JSONL file, or a folder of JSONL files."""
+SWEEP_SCHEMA = "preflight.kernel-measurement/1"  # predictor.measure.kernels.RECORD_SCHEMA
+
+
+def _out_spatial(p: dict) -> list[int]:
+    """Output size per spatial dim of a sweep conv record (`in`, `k`, `s`, `p`, `d`, and `op` for a transposed
+    conv: torch's formulas)."""
+    dims = zip(p["in"], p["k"], p["s"], p["p"], p["d"], strict=True)
+    if "op" in p:  # conv_transpose: (in - 1) s - 2 p + d (k - 1) + output_padding + 1
+        return [(i - 1) * s - 2 * q + d * (k - 1) + o + 1 for (i, k, s, q, d), o in zip(dims, p["op"], strict=True)]
+    return [(i + 2 * q - d * (k - 1) - 1) // s + 1 for i, k, s, q, d in dims]
+
+
+def sweep_params(kind: str, params: dict) -> dict:
+    """A sweep record's params (predictor.measure.kernel_list names) in the kernel contract's names, which
+    `kernel_model.gemm_dims` reads: gemm `b, m, n, k` as they are; conv `n, c, o, g, k, in` -> `n, c_in, c_out,
+    groups, kernel, out_spatial`; attention `b, hq, s, t, d` -> `b, h, s, t, d`. Others unchanged."""
+    if kind == "conv":
+        return {"n": params["n"], "c_in": params["c"], "c_out": params["o"], "groups": params.get("g", 1),
+                "kernel": list(params["k"]), "out_spatial": _out_spatial(params)}  # fmt: skip
+    if kind == "attention":
+        return {"b": params["b"], "h": params["hq"], "s": params["s"], "t": params["t"], "d": params["d"]}
+    return dict(params)
+
+
+def sweep_entry(rec: dict) -> tuple[str, str] | str:
+    """(kind, table dtype) a sweep record is fitted under, or why it is left out (a short reason).
+
+    - float32 gemm with `tf32` True (`allow_tf32` on cuBLAS: `set_float32_matmul_precision("high")`) -> the
+      table's `tf32` entry; `tf32` False or None (torch's default) -> `float32` (FP32 CUDA cores);
+    - float32 conv with `tf32` True or None (cuDNN's TF32 is on by default) -> `float32` (the model's float32
+      conv runs on TF32 tensor cores, `roofline.peak_rate`); `tf32` False -> left out (the model has no switch
+      for `cudnn.allow_tf32 = False`);
+    - attention: only `backend` "auto" (what torch picks, `picked`) where it picked a fused kernel (flash,
+      efficient, cudnn) -> the fused attention entry; "auto" that picked math, and the forced backends, are left
+      out (the math backend is costed as its decomposed kernels: matmul, softmax, matmul);
+    - bfloat16 gemm -> `float16` (the same tensor cores at the same peak; fitted alone, the sweep's bfloat16
+      GEMMs, none larger than the zoo's layers, put e_compute at its bound 1.0 and the 8192^3 bf16 matmul measured
+      on this project's H100 15% faster than it runs; pooled with the float16 GEMMs and Vidur's, it stays within
+      the 12% of tests/test_kernel_model.py);
+    - channels_last records keep their kind's entry (`layout` kept for the evaluation; not fitted).
+    """
+    kind, dtype = rec["kind"], rec["dtype"]
+    if kind == "attention":
+        if rec.get("backend") != "auto":
+            return f"attention backend {rec.get('backend')} forced"
+        if rec.get("picked") not in ("flash", "efficient", "cudnn"):
+            return f"attention auto picked {rec.get('picked')}"
+    if kind == "gemm" and dtype == "bfloat16":  # same tensor cores, same peak: pooled with float16
+        return kind, "float16"
+    if dtype == "float32" and kind == "gemm" and rec.get("tf32") is True:
+        return kind, TF32
+    if dtype == "float32" and kind == "conv" and rec.get("tf32") is False:
+        return "conv with cuDNN TF32 off"
+    return kind, dtype
+
+
+def read_sweep(path: Path | str) -> list[MeasuredKernel]:
+    """The ok, graph-timed records of a kernel sweep (`python -m predictor.measure.kernels`, data/README.md:
+    `*.jsonl.gz` or `*.jsonl` files of `SWEEP_SCHEMA`) as kernel durations (`includes_launch` False: CUDA-graph
+    replays carry no launch), each under the entry `sweep_entry` names; `eager_s` keeps the eager per-call time."""
+    from .measure.kernels import iter_records  # deferred: the sweep's module imports nothing heavy at top level
+
     path = Path(path)
+    if not path.exists():
+        raise KernelParamsError(f"no such file or folder: {path}")
+    out: list[MeasuredKernel] = []
+    for rec in iter_records([path], SWEEP_SCHEMA):
+        if rec.get("status") != "ok" or rec.get("timing") != "cuda-graph" or rec.get("device") not in DEVICES:
+            continue
+        entry = sweep_entry(rec)
+        if isinstance(entry, str):
+            continue
+        kind, dtype = entry
+        try:
+            latency = float(rec["latency_ms"]["median"]) * 1e-3
+            eager = rec.get("eager_ms")
+            params = sweep_params(kind, rec["params"])
+            shape = json.dumps([rec["op"], rec["params"]], sort_keys=True)
+            out.append(MeasuredKernel(kind, str(rec["op"]), dtype, float(rec["flops"]), float(rec["bytes_read"]),
+                                      float(rec["bytes_written"]), params, latency, rec["device"],
+                                      "sweep:" + rec["device"], includes_launch=False,
+                                      layout=str(rec.get("layout") or "contiguous"),
+                                      eager_s=None if eager is None else float(eager) * 1e-3,
+                                      shape_key=hashlib.sha256(shape.encode()).hexdigest()[:16]))  # fmt: skip
+        except (KeyError, TypeError, ValueError) as e:
+            raise KernelParamsError(f"{path}: record {rec.get('id')}: {e}") from e
+    if not out:
+        raise KernelParamsError(f"{path} holds no ok graph-timed kernel records ({SWEEP_SCHEMA})")
+    return out
+
+
+def _is_sweep(path: Path) -> bool:
+    if path.is_dir():
+        return any(path.rglob("*.jsonl.gz"))
+    if path.name.endswith(".gz"):
+        return True
+    try:
+        with open(path) as fh:
+            return SWEEP_SCHEMA in fh.readline()
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def read_data(path: Path | str) -> list[MeasuredKernel]:
+    """A NeuSight folder, a Vidur folder, a kernel sweep (`read_sweep`: a `.jsonl.gz` file, a folder holding
+    such files, or a `.jsonl` of its schema), a JSONL file, or a folder of JSONL files."""
+    path = Path(path)
+    if path.exists() and _is_sweep(path):
+        return read_sweep(path)
     if path.is_dir():
         if any((path / f).is_file() for f in _NEUSIGHT_FILES):
             return read_neusight(path)
@@ -404,7 +536,11 @@ class Group:
         if len(kinds) != 1 or len(dtypes) != 1:
             raise KernelParamsError(f"a fit group needs one kind and dtype, got {sorted(kinds)} {sorted(dtypes)}")
         kind, dtype = kinds.pop(), dtypes.pop()
-        peak = np.array([peak_rate(d, _CATEGORY.get(kind, kind), dtype) for d in devs])
+        cat = _CATEGORY.get(kind, kind)
+        if dtype == TF32:  # float32 on TF32 tensor cores
+            peak = np.array([peak_rate(d, cat, "float32", tf32_matmul=True) for d in devs])
+        else:
+            peak = np.array([peak_rate(d, cat, dtype) for d in devs])
         return cls(
             records,
             arrays,
@@ -507,10 +643,14 @@ def fit_with(group: Group, elementwise: KernelParams | None, launch_us: float | 
         if group.kind in ("gemm", "conv"):
             base = replace(FALLBACK_GEMM, launch_us=launch)
             return fit_entry(group, base, FREE_DURATIONS["gemm"])
+        if group.kind == "attention":
+            base = KernelParams(0.5, 0.8, launch, ATTENTION_TILES, 0.0, 32.0)
+            return fit_entry(group, base, FREE_DURATIONS["attention"])
         # only kernels of at least MEMORY_FIT_MIN_S: shorter ones run partly out of the L2 cache (their inputs were
         # just written), faster than DRAM, and pull e_memory up for the large kernels; the eager sum charges them
         # the launch floor anyway (max(execution, launch), launch >= 16 us)
-        keep = np.flatnonzero(group.latency >= MEMORY_FIT_MIN_S)
+        sweep = all(r.source.startswith("sweep:") for r in group.records)  # graph-timed: fit on every size
+        keep = np.flatnonzero(group.latency >= (0.0 if sweep else MEMORY_FIT_MIN_S))
         sub = group.subset(keep) if len(keep) >= MIN_FIT else group
         return fit_entry(sub, replace(FALLBACK_MEMORY, launch_us=launch), ("e_memory", "exec_us"))
     e_memory = (elementwise or FALLBACK_MEMORY).e_memory
@@ -527,26 +667,58 @@ def fit_with(group: Group, elementwise: KernelParams | None, launch_us: float | 
     return fit_entry(group, FALLBACK_MEMORY)
 
 
+def fitted_records(records: Sequence[MeasuredKernel]) -> list[MeasuredKernel]:
+    """`records` less the sweep records `SWEEP_EVAL_ONLY` keeps out of the fit (and channels_last ones)."""
+    EVAL_ONLY = SWEEP_EVAL_ONLY
+    return [
+        r
+        for r in records
+        if not r.source.startswith("sweep:")
+        or (r.layout == "contiguous" and not any(lookup_kind(r) == k and d in ("*", r.dtype) for k, d in EVAL_ONLY))
+    ]
+
+
+def sweep_launch(records: Sequence[MeasuredKernel]) -> dict[tuple[str, str], float]:
+    """Launch (us) per (family, kind) from the sweep records' eager times: the median eager per-call time of the
+    host-bound records (eager > HOST_BOUND x graph-timed), over every dtype of the kind.
+
+    The model charges a kernel inside an eager run max(execution, launch) (`KernelTimes.eager_s`): the launch is
+    the floor the host's dispatch puts under each kernel, which is what a host-bound kernel's eager per-call time
+    measures (its execution hides behind the dispatch of the next call)."""
+    by: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in records:
+        if r.source.startswith("sweep:") and r.eager_s and r.eager_s > HOST_BOUND * r.latency_s:
+            by[(family_of(r.device), lookup_kind(r))].append(r.eager_s * 1e6)
+    return {k: float(np.median(v)) for k, v in sorted(by.items()) if len(v) >= MIN_FIT}
+
+
 def fit_groups(records: Sequence[MeasuredKernel]) -> dict[tuple[str, str, str], KernelParams]:
     """Fit every (family, kind, dtype) with at least MIN_FIT records.
 
     Host-timed groups go first, memory-bound kinds before gemm-like ones; a gemm-like fit keeps the family's
     float32 elementwise e_memory, or, where the family has none, another family's (the same transfer
     `derive_entries` makes for the elementwise entry). Groups of kernel durations (no launch in the data) go last
-    and take their launch from `launch_of`.
+    and take their launch from `sweep_launch` where the group holds sweep records, else from `launch_of` over the
+    host-timed fits. Sweep records of `SWEEP_EVAL_ONLY` are not fitted.
     """
+    launches = sweep_launch(records)
+    records = fitted_records(records)
     buckets: dict[tuple[str, str, str], list[MeasuredKernel]] = defaultdict(list)
     for r in records:
         buckets[(family_of(r.device), lookup_kind(r), r.dtype)].append(r)
     groups = {key: Group.of(recs) for key, recs in buckets.items() if len(recs) >= MIN_FIT}
     fitted: dict[tuple[str, str, str], KernelParams] = {}
+    host: dict[tuple[str, str, str], KernelParams] = {}  # the host-timed fits (their launch is measured)
     for key in sorted(groups, key=lambda k: (not groups[k].timed_with_launch, k[1] in GEMM_LIKE, k)):
         if groups[key].timed_with_launch:
             elem = next((fitted[(f, "elementwise", "float32")] for f in (key[0], *FAMILIES)
                          if (f, "elementwise", "float32") in fitted), None)  # fmt: skip
             fitted[key] = fit_with(groups[key], elem)
+            host[key] = fitted[key]
         else:
-            fitted[key] = fit_with(groups[key], None, launch_of(fitted, *key[:2]))
+            sweep = any(r.source.startswith("sweep:") for r in groups[key].records)
+            launch = launches.get(key[:2]) if sweep and SWEEP_LAUNCH else None
+            fitted[key] = fit_with(groups[key], None, launch_of(host, *key[:2]) if launch is None else launch)
     return fitted
 
 
@@ -900,6 +1072,111 @@ def half_summary(
     return out
 
 
+@dataclass(frozen=True)
+class SweepRow:
+    """One line of KERNEL_EVAL.md's sweep summary: errors (%) as (MAPE, median APE) on one device's sweep records
+    of (kind, table dtype, layout), over `subset`, of the table without the sweep (`before`), the committed fit
+    (`after`), the fit without a random 20% of the problems (by shape) on those (`random`), the fit without the
+    largest 20% on those (`largest`, (nan, nan) for records in the smaller 80%), and the roofline bound."""
+
+    device: str
+    kind: str
+    dtype: str
+    layout: str
+    subset: str
+    n: int
+    fitted: str  # "yes", "no" (evaluated only), "rejected" (`rejected_sweep_fits`)
+    before: tuple[float, float]
+    after: tuple[float, float]
+    random: tuple[float, float]
+    before_random: tuple[float, float]  # the table before the sweep on the same held-out fifth as `random`
+    n_largest: int
+    largest: tuple[float, float]
+    roofline: tuple[float, float]
+
+
+def rejected_sweep_fits(rows: Sequence[SweepRow]) -> frozenset[tuple[str, str, str]]:
+    """(family, kind, dtype) whose sweep fit is not adopted: its random-20% held-out MAPE over all its
+    contiguous kernels is not below the table's before the sweep on the same held-out kernels."""
+    out = set()
+    for w in rows:
+        if w.fitted == "yes" and w.layout == "contiguous" and w.subset == "all":
+            if not w.random[0] < w.before_random[0]:
+                out.add((family_of(w.device), w.kind, w.dtype))
+    return frozenset(out)
+
+
+def held_out_shape(r: MeasuredKernel) -> bool:
+    """The random 20% of problems held out: by the problem's hash, so one shape is out for every dtype."""
+    return int(r.shape_key or "0", 16) % 5 == 0
+
+
+def sweep_summary(
+    records: Sequence[MeasuredKernel],
+    fitted: dict[tuple[str, str, str], KernelParams],
+    before: ParamTable,
+    rejected: frozenset[tuple[str, str, str]] = frozenset(),
+) -> list[SweepRow]:
+    """Before/after errors on the sweep records (`read_sweep`) of `records` (`SweepRow`). The held-out fits refit
+    the entry's whole group (other data of the group, e.g. Vidur, stays in) without the held-out sweep records.
+    `rejected`: (family, kind, dtype) whose sweep fit was not adopted (`rejected_sweep_fits`): "after" is then the
+    entry as before, the held-out columns still the rejected fit's."""
+    launches = sweep_launch(records)
+    pool = fitted_records(records)
+    buckets: dict[tuple[str, str, str], list[MeasuredKernel]] = defaultdict(list)
+    for r in pool:
+        buckets[(family_of(r.device), lookup_kind(r), r.dtype)].append(r)
+    sweep = [r for r in records if r.source.startswith("sweep:")]
+    cells: dict[tuple[str, str, str, str], list[MeasuredKernel]] = defaultdict(list)
+    for r in sweep:
+        cells[(r.device, lookup_kind(r), r.dtype, r.layout)].append(r)
+    refits: dict[tuple[str, str, str], tuple[KernelParams | None, KernelParams | None, set[int]]] = {}
+    out = []
+    for (dev, kind, dtype, layout), recs in sorted(cells.items()):
+        key = (family_of(dev), kind, dtype)
+        is_fit = (key in fitted or key in rejected) and any(r.source.startswith("sweep:") for r in buckets.get(key, ()))
+        if is_fit and key not in refits:
+            group = buckets[key]
+            launch = launches.get(key[:2])
+            train = [r for r in group if not (r.source.startswith("sweep:") and held_out_shape(r))]
+            mine = [r for r in group if r.source.startswith("sweep:")]
+            size = Group.of(mine).size()
+            cut = np.sort(size)[int(round(0.8 * len(size)))] if len(size) else np.inf
+            large = {id(r) for r, v in zip(mine, size, strict=True) if v >= cut}
+            small = [r for r in group if id(r) not in large]
+            refits[key] = (fit_with(Group.of(train), None, launch), fit_with(Group.of(small), None, launch), large)
+        g = Group.of(recs)
+        p_before = before.lookup(dev, kind, dtype)
+        p_after = fitted[key] if is_fit and key not in rejected else p_before
+        pred = {"before": g.predict(p_before), "after": g.predict(p_after)}
+        is_rand = np.array([held_out_shape(r) for r in recs])
+        is_large = np.zeros(len(recs), dtype=bool)
+        if is_fit:
+            p_rand, p_small, large = refits[key]
+            pred["random"], pred["largest"] = g.predict(p_rand), g.predict(p_small)
+            is_large = np.array([id(r) in large for r in recs])
+        for subset, sel in ((">= 50 us", g.latency >= HALF_MIN_S), ("all", np.ones(len(recs), dtype=bool))):
+            if not sel.any():
+                continue
+
+            def err(
+                name: str, mask: np.ndarray, sel: np.ndarray = sel, pred: dict = pred, y: np.ndarray = g.latency
+            ) -> tuple[float, float]:
+                m = sel & mask
+                if name not in pred or not m.any():
+                    return (float("nan"), float("nan"))
+                return ape(pred[name][m], y[m])
+
+            every = np.ones(len(recs), dtype=bool)
+            bound = ape(g.bound()[sel], g.latency[sel])
+            state = ("rejected" if key in rejected else "yes") if is_fit and layout == "contiguous" else "no"
+            out.append(SweepRow(dev, kind, dtype, layout, subset, int(sel.sum()), state, err("before", every),
+                                err("after", every), err("random", is_rand), err("before", is_rand),
+                                int((sel & is_large).sum()),
+                                err("largest", is_large), bound))  # fmt: skip
+    return out
+
+
 # ------------------------------------------------------------------------------------------------- outputs
 def _sources_with_errors(
     fitted: dict[tuple[str, str, str], KernelParams], records: Sequence[MeasuredKernel], rows: list[EvalRow]
@@ -947,6 +1224,8 @@ def _sources_with_errors(
 def _data_name(source: str) -> str:
     if source == "NeuSight":
         return "NeuSight (ASPLOS'25, MIT licence)"
+    if source.startswith("sweep:"):
+        return f"this project's kernel sweep (data/{source.split(':', 1)[1]}/kernels, graph-timed)"
     return "Vidur profiling data (MIT licence, data/vidur-ops)" if source.startswith("vidur:") else source
 
 
@@ -959,23 +1238,52 @@ def _digest(records: Sequence[MeasuredKernel]) -> str:
     return h.hexdigest()[:16]
 
 
+def fits_before_sweep(
+    pool: Sequence[MeasuredKernel], fitted: dict[tuple[str, str, str], KernelParams]
+) -> dict[tuple[str, str, str], KernelParams]:
+    """The fits as they were without the sweep records: groups without sweep records as fitted; groups that pool
+    sweep records with other kernel durations (Vidur) refitted on the others (the launch does not matter here:
+    the sweep summary compares executions); groups of sweep records alone dropped (their entries derive)."""
+    buckets: dict[tuple[str, str, str], list[MeasuredKernel]] = defaultdict(list)
+    for r in pool:
+        buckets[(family_of(r.device), lookup_kind(r), r.dtype)].append(r)
+    out = {}
+    for key, p in fitted.items():
+        recs = buckets.get(key, [])
+        others = [r for r in recs if not r.source.startswith("sweep:")]
+        if len(others) == len(recs):
+            out[key] = p
+        elif len(others) >= MIN_FIT:
+            out[key] = fit_with(Group.of(others), None, p.launch_us)
+    return out
+
+
 def build(
     records: Sequence[MeasuredKernel], data_names: Sequence[str], out: str = "predictor/kernel_params.json"
-) -> tuple[ParamTable, list[EvalRow], list[HalfRow]]:
-    """Fit, evaluate and derive: the parameter table, its evaluation and the summary of the kernel-duration data
-    (`half_summary`) (`out`: where the table goes, recorded)."""
+) -> tuple[ParamTable, list[EvalRow], list[HalfRow], list[SweepRow]]:
+    """Fit, evaluate and derive: the parameter table, its evaluation, the summary of the kernel-duration data
+    (`half_summary`) and of the kernel sweep (`sweep_summary`) (`out`: where the table goes, recorded)."""
     import scipy
 
     fitted = fit_groups(records)
-    held = held_out_all(records)
-    rows = evaluate(records, fitted, held)
-    entries = derive_entries(_sources_with_errors(fitted, records, rows))
+    pool = fitted_records(records)
+    held = held_out_all(pool)
+    rows = evaluate(pool, fitted, held)
+    fams = {k: tuple(v) for k, v in FAMILIES.items()}
     durations = {(family_of(r.device), lookup_kind(r), r.dtype) for r in records if not r.includes_launch}
-    before = ParamTable(
-        derive_entries({k: v for k, v in fitted.items() if k not in durations}),
-        {k: tuple(v) for k, v in FAMILIES.items()},
-    )
-    half = half_summary(records, fitted, before, held)
+    before = ParamTable(derive_entries({k: v for k, v in fitted.items() if k not in durations}), fams)
+    half = half_summary([r for r in records if not r.source.startswith("sweep:")], fitted, before, held)
+    earlier = fits_before_sweep(pool, fitted)
+    before_sweep = ParamTable(derive_entries(earlier), fams)
+    rejected = rejected_sweep_fits(sweep_summary(records, fitted, before_sweep))
+    for key in rejected:  # the entry stays what it was before the sweep (a fit on other data, or derived)
+        if key in earlier:
+            fitted[key] = earlier[key]
+        else:
+            fitted.pop(key)
+    rows = [r for r in rows if not (r.protocol == "in-sample" and (family_of(r.eval_on), r.kind, r.dtype) in rejected)]
+    entries = derive_entries(_sources_with_errors(fitted, pool, rows))
+    sweep = sweep_summary(records, fitted, before_sweep, rejected)
     missing = [(f, k) for f in FAMILIES for k in KINDS if not any((f, k, d) in entries for d in ("*", "float32"))]
     if missing:
         raise KernelParamsError(f"the table leaves kinds uncovered: {missing}")
@@ -998,10 +1306,12 @@ def build(
         "notice": "predictor/KERNEL_PARAMS_NOTICE.md",
     }
     table = ParamTable(entries, {k: tuple(v) for k, v in FAMILIES.items()}, TABLE_VERSION, meta)
-    return table, rows, half
+    return table, rows, half, sweep
 
 
-def eval_markdown(rows: list[EvalRow], table: ParamTable, half: Sequence[HalfRow] = ()) -> str:
+def eval_markdown(
+    rows: list[EvalRow], table: ParamTable, half: Sequence[HalfRow] = (), sweep: Sequence[SweepRow] = ()
+) -> str:
     """KERNEL_EVAL.md: the evaluation table (numbers as measured), and what each protocol means."""
     meta = table.meta
     lines = [
@@ -1058,7 +1368,56 @@ def eval_markdown(rows: list[EvalRow], table: ParamTable, half: Sequence[HalfRow
                 f"| {h.device} | {h.kind} | {h.dtype} | {h.subset} | {h.n:,} | {h.before:.1f} | {h.in_sample:.1f} "
                 f"| {h.held_out:.1f} | {h.held_out_median:.1f} | {h.held_out_max:.1f} | {h.roofline:.1f} |"
             )
+    if sweep:
+        lines += [
+            "",
+            "## Kernel sweep on this project's GPUs: before and after its fit",
+            "",
+            "Kernel times measured by `python -m predictor.measure.kernels` (CUDA-graph replays: no launch in them; "
+            "data/README.md) compared with the model's execution time, max(compute, memory) + exec. Each cell is "
+            "MAPE / median APE in %: **before** the table without the sweep (what it held before: NeuSight, Vidur, "
+            "transfers, assumptions), **after** the committed fit (in-sample), **random 20%** the problems (shapes) "
+            "whose hash is 0 mod 5 predicted by the fit without them, **largest 20%** the largest fifth of the "
+            "entry's sweep problems (FLOPs for gemm-like kinds, bytes otherwise) predicted by the fit on the rest "
+            "(n large: how many of the row's kernels), and the roofline bound; **before on them** the table before "
+            "the sweep on the random 20%. fitted: no = the sweep records only evaluate an entry fitted elsewhere "
+            "(float32 CUDA-core GEMMs: NeuSight; `other`: as elementwise; channels_last: not fitted); rejected = "
+            "the sweep fit's random-20% MAPE over all kernels was not below the table's before on them, so the "
+            "entry stays as it was (after = before; the held-out columns are the rejected fit's). "
+            "tf32 = float32 on TF32 tensor cores (a gemm under `allow_tf32`; a float32 conv always: cuDNN's default). "
+            "channels_last records share their kind's entry. "
+            f"Subsets: kernels measured at >= {HALF_MIN_S * 1e6:g} us, and all kernels.",
+            "",
+            "| device | kind | dtype | layout | kernels | n | fitted | before | after | random 20% | before on them "
+            "| n large | largest 20% | roofline |",
+            "| --- | --- | --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+
+        def cell(v: tuple[float, float]) -> str:
+            return "-" if np.isnan(v[0]) else f"{v[0]:.1f} / {v[1]:.1f}"
+
+        for w in sweep:
+            lines.append(
+                f"| {w.device} | {w.kind} | {w.dtype} | {w.layout} | {w.subset} | {w.n:,} | "
+                f"{w.fitted} | {cell(w.before)} | {cell(w.after)} | {cell(w.random)} | {cell(w.before_random)} "
+                f"| {w.n_largest:,} | {cell(w.largest)} | {cell(w.roofline)} |"
+            )
     return "\n".join(lines) + "\n"
+
+
+def parse_sweep_markdown(text: str) -> list[dict]:
+    """The rows of KERNEL_EVAL.md's sweep summary as dicts (for the reproduction test): key (device, kind,
+    dtype, layout, subset), n, and the numbers of the five error cells (nan where "-")."""
+    out = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 14 or cells[4] not in (">= 50 us", "all"):
+            continue
+        nums = []
+        for c in (cells[7], cells[8], cells[9], cells[10], cells[12], cells[13]):
+            nums += [float("nan"), float("nan")] if c == "-" else [float(v) for v in c.split(" / ")]
+        out.append({"key": tuple(cells[:5]), "n": int(cells[5].replace(",", "")), "numbers": nums})
+    return out
 
 
 def parse_half_markdown(text: str) -> list[dict]:
@@ -1116,14 +1475,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         records = [r for d in args.data for r in read_data(d)]
-        table, rows, half = build(records, args.data, args.out)
+        table, rows, half, sweep = build(records, args.data, args.out)
     except KernelParamsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.write_text(dump_table(table))
     eval_path = Path(args.eval) if args.eval else out.with_name("KERNEL_EVAL.md")
-    eval_path.write_text(eval_markdown(rows, table, half))
+    eval_path.write_text(eval_markdown(rows, table, half, sweep))
     print(f"{len(records):,} kernels, {len(table.entries)} entries -> {out}; evaluation -> {eval_path}")
     return 0
 

@@ -158,7 +158,13 @@ def test_predicting_on_a_slice_matches_the_recommenders_slice_latency():
     assert part.device == "h100-80gb:2g.20gb"
     assert part.latency_ms == pytest.approx(whole.mig.latency_ms["2g.20gb"], rel=1e-9)
     assert part.mig.profile == "2g.20gb" and part.mig.full_gpu_latency_ms == pytest.approx(whole.latency_ms)
-    assert part.basis["kernel_time_share"] == pytest.approx(whole.basis["kernel_time_share"], abs=0.02)
+    # the same kernels rest on the same fits; their time shares move with the slice (memory-bound kernels slow
+    # down with the memory slices, compute-bound ones with the SMs): resnet18's batch norms (hopper float32 norm:
+    # the ampere transfer) take 27% of the whole GPU's kernel time and 19% of the slice's
+    assert {k for k, v in part.basis["kernel_time_share"].items() if v} == {
+        k for k, v in whole.basis["kernel_time_share"].items() if v
+    }
+    assert part.basis["kernel_time_share"] == pytest.approx(whole.basis["kernel_time_share"], abs=0.1)
     res = CliRunner().invoke(
         cli, ["predict", "zoo:resnet18", "--device", "a100:1g.5gb", "--max-memory-mb", "1", "--top", "0"]
     )

@@ -137,18 +137,19 @@ def test_recommendation_states_its_slowdown_and_the_smallest_slice_within_a_boun
 def test_slice_latency_keeps_the_launch_floor():
     """x + y on 2^20 fp32 values, through `predict` (the estimate: no artifact for the device).
 
-    The kernel-parameter table's hopper elementwise float32 entry (asserted below): e_memory 0.877243,
-    launch 16.621 us, e_compute 1. By hand: one memory-bound kernel moving 3 x 4 x 2^20 = 12,582,912 bytes.
-    Whole H100: bound 12,582,912 / 3.35e12 s = 0.00375609 ms; at e_memory the transfer takes
-    12,582,912 / (3.35e12 x 0.877243) s = 0.00428168 ms, under the 0.016621 ms launch floor, so the kernel
-    takes max(0.00428168, 0.016621) = 0.016621 ms. 1g.10gb owns 1 of 8 memory slices (compute
-    2^20 / (67e12 x 16/132) s = 0.000129 ms, still memory-bound): 8 x 0.00428168 = 0.0342535 ms, now above the
-    floor (which a slice does not scale). 7g.80gb owns all 8 slices and all 132 SMs: the whole-GPU latency.
+    The kernel-parameter table's hopper elementwise float32 entry (asserted below; fitted on the H100 kernel
+    sweep): e_memory 1.0, exec 1.4422 us, launch 16.621 us (the host-timed elementwise fit's), e_compute 1. By
+    hand: one memory-bound kernel moving 3 x 4 x 2^20 = 12,582,912 bytes. Whole H100: bound 12,582,912 / 3.35e12
+    s = 0.00375609 ms; at e_memory 1 plus exec the kernel runs 0.00375609 + 0.0014422 = 0.00519829 ms, under the
+    0.016621 ms launch floor, so it takes 0.016621 ms. 1g.10gb owns 1 of 8 memory slices (compute 2^20 / (67e12 x
+    16/132) s = 0.000129 ms + exec, still memory-bound): 8 x 0.00375609 + 0.0014422 = 0.0314909 ms, now above the
+    floor (which a slice does not scale, nor the exec). 7g.80gb owns all 8 slices and all 132 SMs: the whole-GPU
+    latency.
     """
     from predictor.kernel_model import load_params
 
     entry = load_params().lookup("h100-80gb", "elementwise", "float32")
-    assert (entry.e_memory, entry.launch_us, entry.e_compute) == (0.877243, 16.621, 1.0)
+    assert (entry.e_memory, entry.launch_us, entry.e_compute, entry.exec_us) == (1.0, 16.621, 1.0, 1.4422)
     import torch
 
     from analyzer.api import predict
@@ -170,5 +171,5 @@ def test_slice_latency_keeps_the_launch_floor():
     assert report.prediction.latency_ms == pytest.approx(0.016621, rel=1e-5)
     assert report.prediction.roofline_latency_ms == pytest.approx(0.00375609, rel=1e-5)
     slices = report.prediction.mig.latency_ms
-    assert slices["1g.10gb"] == pytest.approx(0.0342535, rel=1e-4)
+    assert slices["1g.10gb"] == pytest.approx(0.0314909, rel=1e-4)
     assert slices["7g.80gb"] == pytest.approx(0.016621, rel=1e-4)

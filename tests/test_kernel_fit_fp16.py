@@ -63,10 +63,11 @@ def test_gemm_time_by_hand_from_the_committed_parameters():
     by_hand = (read + written) / (3.35e12 * p.e_memory) + p.exec_us * 1e-6
     assert kt.memory_s[0] == pytest.approx(by_hand, rel=1e-9) and kt.compute_s[0] < kt.memory_s[0]
     assert kt.seconds[0] == pytest.approx(by_hand + p.launch_us * 1e-6, rel=1e-9)
-    # measured by Vidur: 0.038 ms (median kernel duration, TP 1, 1 token); the fit gives 0.0429 ms (+13%: one
-    # e_memory serves every small-m GEMM, and this one streams its weights faster than most)
+    # measured by Vidur: 0.038 ms (median kernel duration, TP 1, 1 token); the fit gives 0.0440 ms (+16%: one
+    # e_memory serves every small-m GEMM, and this one streams its weights faster than most; the fit on Vidur alone
+    # gave 0.0429 ms, +13%, before the H100 sweep's 713 float16/bfloat16 GEMMs were pooled in)
     assert float(_row("h100-meta-llama_Llama-2-7b-hf.csv", 1, 1)["time_stats.attn_pre_proj.median"]) == 0.038
-    assert by_hand == pytest.approx(0.038e-3, rel=0.15)
+    assert by_hand == pytest.approx(0.038e-3, rel=0.18)
 
 
 @pytest.mark.parametrize("gpu, bound", [("h100", 11.0), ("a100", 10.5)])
@@ -92,12 +93,14 @@ def test_new_entries_rest_on_the_gpus_they_measured():
             p = params.lookup(key, kind, "float16")
             assert p.source.startswith("fit: Vidur") and p.measured_on == (key,)
             assert p.basis(key) == "fitted_on_this_gpu"
-            # bfloat16: the same parameters, recorded as an assumption
+            # bfloat16: the same parameters, recorded as an assumption (on the H100 the float16 GEMM fit pools the
+            # sweep's bfloat16 GEMMs: kernel_fit.sweep_entry)
             b = params.lookup(key, kind, "bfloat16")
             assert (b.e_compute, b.e_memory, b.exec_us) == (p.e_compute, p.e_memory, p.exec_us)
             assert b.basis(key) == "assumed"
         assert params.lookup("h200-141gb", "gemm", "float16").basis("h200-141gb") == "fitted_on_other_gpus"
-        # the launch is the host-timed float32 fit's (NeuSight), never fitted on kernel durations
+        # the launch is the host-timed float32 fit's (NeuSight), never fitted on kernel durations (nor taken from
+        # the H100 sweep's eager floors: kernel_fit.SWEEP_LAUNCH)
         assert params.lookup(key, "gemm", "float16").launch_us == params.lookup(key, "gemm", "float32").launch_us
 
 

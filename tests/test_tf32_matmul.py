@@ -132,14 +132,21 @@ def test_the_flag_leaves_other_kernels_alone():
 
 
 def test_committed_table_has_assumed_tf32_gemm_entries():
+    """ampere: assumed (the float16 GEMM entry at the TF32 peak); hopper: fitted on the H100 kernel sweep's TF32
+    GEMMs (docs/kernel-model.md), a fit of its own, not the float16 entry."""
     params = load_params()
-    for fam in ("ampere", "hopper"):
-        tf32, half = params.entries[(fam, "gemm", TF32)], params.entries[(fam, "gemm", "float16")]
-        for f in ("e_compute", "e_memory", "launch_us", "tiles", "tile_i0", "k0", "exec_us"):
-            assert getattr(tf32, f) == getattr(half, f), (fam, f)  # the float16 GEMM entry, at the TF32 peak
-        assert tf32.source.startswith("assumed: float32 matmuls on TF32 tensor cores"), tf32.source
-    for key in ("a100-80gb", "a100-pcie-40gb", "h100-80gb", "h200-141gb", "h100-80gb:3g.40gb"):
+    tf32, half = params.entries[("ampere", "gemm", TF32)], params.entries[("ampere", "gemm", "float16")]
+    for f in ("e_compute", "e_memory", "launch_us", "tiles", "tile_i0", "k0", "exec_us"):
+        assert getattr(tf32, f) == getattr(half, f), f  # the float16 GEMM entry, at the TF32 peak
+    assert tf32.source.startswith("assumed: float32 matmuls on TF32 tensor cores"), tf32.source
+    for key in ("a100-80gb", "a100-pcie-40gb"):
         assert params.lookup(key, "gemm", TF32).basis(key) == "assumed"
+    hopper = params.entries[("hopper", "gemm", TF32)]
+    assert hopper.source.startswith("fit: this project's kernel sweep") and hopper.measured_on == ("h100-80gb",)
+    assert hopper.e_compute != params.entries[("hopper", "gemm", "float16")].e_compute
+    assert params.lookup("h100-80gb", "gemm", TF32).basis("h100-80gb") == "fitted_on_this_gpu"
+    assert params.lookup("h100-80gb:3g.40gb", "gemm", TF32).basis("h100-80gb:3g.40gb") == "fitted_on_this_gpu"
+    assert params.lookup("h200-141gb", "gemm", TF32).basis("h200-141gb") == "fitted_on_other_gpus"
     # default (flag off) is what it was: the float32 gemm entry, fitted on NeuSight's measurements
     assert params.lookup("a100-80gb", "gemm", param_dtype("gemm", "float32")).source.startswith("fit: NeuSight")
 

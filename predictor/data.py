@@ -23,6 +23,31 @@ TARGETS = ("latency_ms", "energy_j", "memory_mb")  # memory in MiB (2**20 bytes)
 DEFAULT_CACHE = Path("cache/graphs")
 
 
+#: The static graph features the predictors read (log-scaled), and the DIPPM-style ablation's subset.
+STATIC_NAMES = (
+    "macs",
+    "flops",
+    "params",
+    "param_bytes",
+    "peak_activation_bytes",
+    "bytes_read",
+    "bytes_written",
+    "op_count",
+    "batch_size",
+    "n_conv",
+    "n_dense",
+    "n_relu",
+    "n_attention",
+    "n_elementwise",
+    "n_reduction",
+    "n_normalization",
+    "n_pooling",
+    "n_data_movement",
+    "n_other",
+)
+DIPPM_STATIC = ("macs", "batch_size", "n_conv", "n_dense", "n_relu")
+
+
 def read_records(paths: Iterable[str | Path]) -> Iterator[dict]:
     """Every JSON record in the given .jsonl files or directories (recursively)."""
     for p in map(Path, paths):

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .data import DIPPM_STATIC, STATIC_NAMES
 from .public_data import DEFAULT_PATH as DLE_PATH
 from .public_data import MappedRow, load_rows, map_rows
 
@@ -425,28 +426,6 @@ def view_of_times(g: Graph, times, h2d_ms: float = 0.0) -> View:
 # --------------------------------------------------------------------------------------------------
 
 SCHEMA = "preflight.public_residual/1"
-STATIC_NAMES = (
-    "macs",
-    "flops",
-    "params",
-    "param_bytes",
-    "peak_activation_bytes",
-    "bytes_read",
-    "bytes_written",
-    "op_count",
-    "batch_size",
-    "n_conv",
-    "n_dense",
-    "n_relu",
-    "n_attention",
-    "n_elementwise",
-    "n_reduction",
-    "n_normalization",
-    "n_pooling",
-    "n_data_movement",
-    "n_other",
-)
-DIPPM_STATIC = ("macs", "batch_size", "n_conv", "n_dense", "n_relu")
 DEVICE_NAMES = ("log_fp32_tflops", "log_tensor_tflops", "log_bandwidth_gbs", "log_sms")
 KERNEL_NAMES = ("log_estimate_ms", "log_bound_ms", "floor_share", "h2d_share")
 

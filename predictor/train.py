@@ -22,34 +22,12 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
-from .data import TARGETS, Sample
+from .data import DIPPM_STATIC, STATIC_NAMES, TARGETS, Sample
 from .devices import DEVICES
 from .model import QUANTILES, CostPredictor, pinball_loss
 from .roofline import latency_bound_ms_arrays, memory_estimate
 
-STATIC_NAMES = (
-    "macs",
-    "flops",
-    "params",
-    "param_bytes",
-    "peak_activation_bytes",
-    "bytes_read",
-    "bytes_written",
-    "op_count",
-    "batch_size",
-    "n_conv",
-    "n_dense",
-    "n_relu",
-    "n_attention",
-    "n_elementwise",
-    "n_reduction",
-    "n_normalization",
-    "n_pooling",
-    "n_data_movement",
-    "n_other",
-)
 DEVICE_FEATURES = ("log_fp32_tflops", "log_fp16_tflops", "log_bandwidth_gbs", "log_memory_gib", "is_cpu")
-DIPPM_STATIC = ("macs", "batch_size", "n_conv", "n_dense", "n_relu")
 
 
 def device_vector(device: str) -> list[float]:

@@ -85,6 +85,23 @@ class CostPredictor(nn.Module):
         )
 
 
+def restore(config: dict, state: dict) -> CostPredictor:
+    """A trained CostPredictor in eval mode from its saved constructor arguments (`config`: node_dim, static_dim,
+    hidden, layers, readout, quantiles, dropout; an artifact's meta.json "model") and its state dict."""
+    model = CostPredictor(
+        config["node_dim"],
+        config["static_dim"],
+        hidden=config["hidden"],
+        layers=config["layers"],
+        readout=config["readout"],
+        quantiles=tuple(config["quantiles"]),
+        dropout=config["dropout"],
+    )
+    model.load_state_dict(state)
+    model.eval()
+    return model
+
+
 def pinball_loss(pred: torch.Tensor, y: torch.Tensor, quantiles: tuple[float, ...]) -> torch.Tensor:
     """Mean quantile (pinball) loss; `y` (B, T) may hold NaN for targets not measured."""
     q = torch.tensor(quantiles, dtype=pred.dtype, device=pred.device).view(1, 1, -1)

@@ -1027,7 +1027,7 @@ def load_artifact(directory: str | Path, meta: dict | None = None) -> tuple[Fitt
 
     import torch
 
-    from .model import CostPredictor
+    from .model import restore
     from .train import ArtifactError
 
     directory = Path(directory)
@@ -1057,17 +1057,7 @@ def load_artifact(directory: str | Path, meta: dict | None = None) -> tuple[Fitt
     try:
         state = torch.load(directory / "model.pt", weights_only=True, map_location="cpu")
         m, nz, ood = meta["model"], meta["normaliser"], meta["ood"]
-        model = CostPredictor(
-            m["node_dim"],
-            m["static_dim"],
-            hidden=m["hidden"],
-            layers=m["layers"],
-            readout=m["readout"],
-            quantiles=tuple(m["quantiles"]),
-            dropout=m["dropout"],
-        )
-        model.load_state_dict(state)
-        model.eval()
+        model = restore(m, state)
         arr = lambda v: np.asarray(v, dtype=np.float32)  # noqa: E731
         fitted = Fitted(
             kind,

@@ -24,7 +24,7 @@ from torch_geometric.loader import DataLoader
 
 from .data import DIPPM_STATIC, STATIC_NAMES, TARGETS, Sample
 from .devices import DEVICES
-from .model import QUANTILES, CostPredictor, pinball_loss
+from .model import QUANTILES, CostPredictor, pinball_loss, restore
 from .roofline import latency_bound_ms_arrays, memory_estimate
 
 DEVICE_FEATURES = ("log_fp32_tflops", "log_fp16_tflops", "log_bandwidth_gbs", "log_memory_gib", "is_cpu")
@@ -441,15 +441,5 @@ def _from_state(meta: dict, state: dict) -> tuple[Trained, dict]:
         readout=m["readout"],
         quantiles=tuple(m["quantiles"]),
     )
-    model = CostPredictor(
-        m["node_dim"],
-        m["static_dim"],
-        hidden=m["hidden"],
-        layers=m["layers"],
-        readout=m["readout"],
-        quantiles=tuple(m["quantiles"]),
-        dropout=m["dropout"],
-    )
-    model.load_state_dict(state)
-    model.eval()
+    model = restore(m, state)
     return Trained(model, Normaliser.from_json(meta["normaliser"]), variant, list(meta["calibration"])), meta

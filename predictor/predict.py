@@ -80,8 +80,8 @@ _ARTIFACT = re.compile(r"^(?P<device>[\w.-]+)@(?P<version>\d+)$")
 #: this project's own GPU measurements where one is in the checkpoints) or "public" (also the GraphSAGE trained on
 #: public whole-model measurements, `predictor.public_train`). The public one is opt-in: held out by family its median
 #: error is 58.5% (the kernel model's 81.1% on the same benchmark loops), while on FP32 transformer forwards timed
-#: with CUDA events the kernel model is within 5% and the GraphSAGE moves far from it (BERT-base, batch 8, A100:
-#: 26.1 ms against the kernel model's 17.9 ms); docs/predictor-training.md.
+#: with CUDA events (a public comparison, not shipped) the kernel model is within 5% and the GraphSAGE moves far
+#: from it (BERT-base, batch 8, A100: 26.1 ms against the kernel model's 17.9 ms); docs/predictor-training.md.
 PREDICTOR_ENV = "PREFLIGHT_PREDICTOR"
 PREDICTOR_CHOICES = ("kernel", "public")
 PUBLIC_SCHEMA = "preflight.public_residual/1"

@@ -16,7 +16,8 @@ experts on every token). Heads, KV heads, the MLP's intermediate size and the vo
 (Megatron-style column / row parallel linears; KV heads replicated when fewer than N).
 
 Timing: each kernel's execution time is the kernel model's max(compute, memory) at its fitted efficiencies
-(`predictor.kernel_model`, float16 GEMM parameters fitted on Vidur's kernel durations; bfloat16 uses them). A
+(`predictor.kernel_model`, float16 GEMM parameters fitted on Vidur's kernel durations; bfloat16 uses them), except
+that a decode-sized half-precision GEMM streams its weights at the family's own fit (`StreamingGemm`). A
 decode step captured in a CUDA graph pays no host launch per kernel, only `GRAPH_GAP_US` between kernels on the
 device; a step beyond the largest captured batch runs eagerly (each kernel at least its launch floor). Every decode
 step adds the engine's host time while the GPU waits (`HostParams`: step_ms + per_seq_ms x the running sequences +
@@ -73,6 +74,17 @@ PROFILE_TOKENS = 2048
 NON_TORCH_MIB = 1024.0
 
 MIB = 2**20
+
+#: Decode-sized GEMMs stream their weights: time = exec_us + bytes / (bandwidth x e_memory), fitted per kernel family
+#: on Vidur's H100 / A100 float16 linear layers of m <= `STREAM_M_MAX` tokens moving >= `STREAM_MIN_BYTES` (above
+#: both GPUs' L2, so no replay reads weights from cache) by `python -m predictor.serving_fit` into the
+#: `weight_streaming_gemm` entry of `serving_params.json`. The kernel model's one half-precision GEMM fit (21,593
+#: shapes, most of them compute-bound) puts these at 0.745 of the bandwidth + 3.6 us on Hopper, 16% slow on the fit's
+#: rows (docs/llm-serving.md). Between `STREAM_M_MAX` and `STREAM_M_BLEND` tokens the two are blended linearly in m
+#: (no step in the time at m = 65); from `STREAM_M_BLEND` on the kernel model alone.
+STREAM_M_MAX = 64
+STREAM_M_BLEND = 256
+STREAM_MIN_BYTES = 64 * MIB
 
 
 #: Model types whose MLP is up-projection, activation, down-projection (no gate): two GEMMs, not three.
@@ -451,11 +463,14 @@ def cost_kernels(
         times = kernel_latency_arrays(arrays, device, tf32_matmul=tf32_matmul)
         count = np.array([k.count for k in comp])
         execution = np.maximum(times.compute_s, times.memory_s)
+        stream = streaming_gemm_params(device)
+        if stream is not None:
+            execution = _streamed(comp, arrays, times, execution, device, stream)
         if graph:
             extra = np.full(len(comp), GRAPH_GAP_US * 1e-6)
         else:
             extra = np.maximum(times.launch_s - execution, 0.0)
-        is_c = times.compute_s >= times.memory_s
+        is_c = times.compute_s >= execution  # the compute term sets the time (the memory or streaming term otherwise)
         c_s = float((execution * count)[is_c].sum())
         m_s = float((execution * count)[~is_c].sum())
         gap = float((extra * count).sum())
@@ -476,6 +491,69 @@ def cost_kernels(
         sum((k.bytes_read + k.bytes_written) * k.count for k in gemm),
         bound,
     )
+
+
+@dataclass(frozen=True)
+class StreamingGemm:
+    """Time of a weight-streaming (decode-sized) half-precision GEMM on one kernel family: exec_us + bytes /
+    (bandwidth x e_memory); `source` says what it was fitted on."""
+
+    exec_us: float
+    e_memory: float
+    source: str = ""
+
+
+_STREAM_OVERRIDE: dict[str, StreamingGemm] | None = None
+
+
+def streaming_gemm_table(path: Path | str | None = None) -> dict[str, StreamingGemm]:
+    """Kernel family -> `StreamingGemm` from the serving-parameter file's `weight_streaming_gemm` entry ({} when it
+    has none: the kernel model alone); `ServingParamsError` when malformed."""
+    if _STREAM_OVERRIDE is not None and path is None:
+        return _STREAM_OVERRIDE
+    p = Path(path) if path is not None else SERVING_PARAMS_PATH
+    load_profiles(p)  # validates the file (schema, profiles) and fills the cache
+    doc = _STREAM_CACHE.get(p.resolve())
+    if doc is None:
+        raw = json.loads(p.read_text()).get("weight_streaming_gemm", {})
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("families", {}), Mapping):
+            raise ServingParamsError(f"{p}: 'weight_streaming_gemm' must be an object with 'families'")
+        doc = {}
+        for fam, e in raw.get("families", {}).items():
+            ok = isinstance(e, Mapping) and all(
+                isinstance(e.get(k), int | float) and not isinstance(e.get(k), bool) for k in ("exec_us", "e_memory")
+            )
+            if not ok or not 0 < e["e_memory"] <= 1 or not 0 <= e["exec_us"] <= 1000:
+                where = f"{p}: weight_streaming_gemm.families.{fam}"
+                raise ServingParamsError(f"{where} needs exec_us >= 0 and e_memory in (0, 1]")
+            doc[fam] = StreamingGemm(float(e["exec_us"]), float(e["e_memory"]), str(e.get("source", "")))
+        _STREAM_CACHE[p.resolve()] = doc
+    return doc
+
+
+_STREAM_CACHE: dict[Path, dict[str, StreamingGemm]] = {}
+
+
+def streaming_gemm_params(device: Device) -> StreamingGemm | None:
+    """The streaming-GEMM figures of a device's kernel family (None: no fit for it, the kernel model alone)."""
+    from .kernel_model import load_params
+
+    fam = load_params().family(device.key)
+    return None if fam is None else streaming_gemm_table().get(fam)
+
+
+def _streamed(comp, arrays, times, execution: np.ndarray, device: Device, p: StreamingGemm) -> np.ndarray:
+    """`execution` with each half-precision, unbatched GEMM of m <= `STREAM_M_BLEND` tokens taken as
+    max(compute, streaming) (`STREAM_M_MAX` and below), blended linearly in m with the kernel model's time above."""
+    is_gemm = np.array([k.kind == "gemm" and k.dtype in ("float16", "bfloat16") for k in comp])
+    m = arrays.m
+    use = is_gemm & (arrays.b <= 1) & (m > 0) & (m < STREAM_M_BLEND)
+    if not use.any():
+        return execution
+    stream = arrays.nbytes / (device.bandwidth * p.e_memory) + p.exec_us * 1e-6
+    streamed = np.maximum(times.compute_s, stream)
+    w = np.clip((STREAM_M_BLEND - m) / (STREAM_M_BLEND - STREAM_M_MAX), 0.0, 1.0)
+    return np.where(use, w * streamed + (1.0 - w) * execution, execution)
 
 
 def _plus(a: StepTime, b: StepTime, host_s: float = 0.0) -> StepTime:

@@ -15,6 +15,10 @@ p4d.24xlarge, the H100 rows on p5.48xlarge: two CPUs). TPOT is linear in them (o
 rows (docs/llm-serving.md gives their leave-one-model-out MAPE): a per-sequence term instead of (or with) the
 per-block one, a constant per prefill step (fitted to 0 on both GPUs), no tensor-parallel term.
 
+First (`fit_streaming`) the time of decode-sized GEMMs per kernel family on Vidur's float16 linear layers
+(data/vidur-ops: m <= 64 tokens, >= 64 MiB moved): exec_us + bytes / (bandwidth x e_memory), written as the file's
+`weight_streaming_gemm` entry; the host figures are fitted on top of the GPU time it gives.
+
 Rows: every vLLM row of a dense text decoder whose architecture is in `ARCH` (vision-language and mixture-of-experts
 models and pipeline-parallel rows left out of the fit; the MoE rows are evaluated with the fitted figures), at the
 row's average running batch (rounded), average output length and tensor-parallel degree, with the prompt lengths of
@@ -109,6 +113,83 @@ class Row:
     context: float  # mean live context of a running sequence: prompt + generate / 2
 
 
+VIDUR = ROOT / "data" / "vidur-ops"
+
+
+def fit_streaming(folder: Path = VIDUR) -> dict:
+    """The `weight_streaming_gemm` entry of the serving-parameter file: per kernel family, (exec_us, e_memory)
+    minimising the relative error of time = exec + bytes / (bandwidth x e_memory) over Vidur's float16 linear layers
+    (QKV, output, up, down; every tensor-parallel split) of m <= `eng.STREAM_M_MAX` tokens moving >=
+    `eng.STREAM_MIN_BYTES`, with the MAPE of that fit and of the kernel model's GEMM entry on the same rows, and on
+    the blended rows up to `eng.STREAM_M_BLEND` tokens."""
+    from scipy.optimize import lsq_linear
+
+    from .kernel_fit import VIDUR_GEMMS, family_of, read_vidur
+    from .kernel_model import kernel_arrays, kernel_latency_arrays
+
+    recs = [r for r in read_vidur(folder) if r.kind == "gemm" and r.op in VIDUR_GEMMS]
+    fams = {}
+    for dev in sorted({r.device for r in recs}):
+        device, fam = get_device(dev), family_of(dev)
+        big = [r for r in recs if r.device == dev and r.bytes_read + r.bytes_written >= eng.STREAM_MIN_BYTES]
+        sel = [r for r in big if r.params["m"] <= eng.STREAM_M_MAX]
+        x = np.array([(r.bytes_read + r.bytes_written) / device.bandwidth for r in sel])
+        y = np.array([r.latency_s for r in sel])
+        c = lsq_linear(np.stack([np.ones_like(x), x], 1) / y[:, None], np.ones_like(y), bounds=([0, 1], np.inf)).x
+        entry = {"exec_us": round(float(c[0]) * 1e6, 3), "e_memory": round(1.0 / float(c[1]), 4)}
+        ev = {}
+        with streaming_override({fam: eng.StreamingGemm(entry["exec_us"], entry["e_memory"])}):
+            for lo, hi in ((1, eng.STREAM_M_MAX), (eng.STREAM_M_MAX + 1, eng.STREAM_M_BLEND - 1)):
+                rows = [r for r in big if lo <= r.params["m"] <= hi]
+                ks = [eng._gemm("g", r.params["m"], r.params["n"], r.params["k"], 2.0, "float16") for r in rows]
+                t = kernel_latency_arrays(kernel_arrays(ks), device)
+                old = np.maximum(t.compute_s, t.memory_s)
+                new = np.array([eng.cost_kernels([k], device, graph=True, link_bytes_per_s=None, tp=1).total_s
+                                for k in ks]) - eng.GRAPH_GAP_US * 1e-6  # fmt: skip
+                meas = np.array([r.latency_s for r in rows])
+                ev[f"m {lo}-{hi}"] = {
+                    "rows": len(rows),
+                    "mape_kernel_model_pct": round(float(np.mean(np.abs(old - meas) / meas) * 100), 1),
+                    "mape_pct": round(float(np.mean(np.abs(new - meas) / meas) * 100), 1),
+                }
+        entry["evaluation"] = ev
+        small = ev[f"m 1-{eng.STREAM_M_MAX}"]
+        entry["source"] = (
+            f"fit: Vidur float16 linear layers on {dev} (data/vidur-ops, MIT licence), {len(sel)} GEMMs of m <= "
+            f"{eng.STREAM_M_MAX} tokens moving >= {eng.STREAM_MIN_BYTES // eng.MIB} MiB; MAPE {small['mape_pct']}% "
+            f"(the kernel model's GEMM entry: {small['mape_kernel_model_pct']}%)"
+        )
+        fams[fam] = entry
+    return {
+        "created_by": "python -m predictor.serving_fit",
+        "model": "decode-sized float16/bfloat16 GEMM time = exec_us + bytes / (bandwidth x e_memory), at least its "
+        f"compute time; m <= {eng.STREAM_M_MAX} tokens, blended linearly with the kernel model up to m = "
+        f"{eng.STREAM_M_BLEND}",
+        "families": fams,
+    }
+
+
+class streaming_override:
+    """Within the block the engine costs GEMMs with `table` (kernel family -> `StreamingGemm`) instead of the
+    serving-parameter file's (the fit uses the figures it is writing)."""
+
+    def __init__(self, table: dict) -> None:
+        self.table = table
+
+    def __enter__(self):
+        self.saved = eng._STREAM_OVERRIDE
+        eng._STREAM_OVERRIDE = self.table
+        return self
+
+    def __exit__(self, *exc) -> None:
+        eng._STREAM_OVERRIDE = self.saved
+
+
+def streaming_table(doc: dict) -> dict:
+    """The `weight_streaming_gemm` entry as the engine's table (kernel family -> `StreamingGemm`)."""
+    return {f: eng.StreamingGemm(e["exec_us"], e["e_memory"], e["source"]) for f, e in doc["families"].items()}
+
+
 def host_features(r: Row) -> np.ndarray:
     """TPOT's host time (ms) = features . (step_ms, per_block_ms, per_tp_worker_ms): one decode step per output token,
     with B x ceil(L / block size) KV blocks and tp - 1 workers."""
@@ -177,10 +258,13 @@ def size_group(r: Row) -> str:
     return "dense <8B" if r.params_b < 7.9 else "dense 8-32B" if r.params_b <= 32.5 else "dense >32B"
 
 
-def run(path: Path = DATA) -> tuple[dict, str]:
-    """Fit both GPUs; return (the `PROFILE` profile of the serving-parameter file, the Markdown before/after
-    table)."""
-    rows = load_rows(path)
+def run(path: Path = DATA, vidur: Path = VIDUR) -> tuple[dict, str]:
+    """Fit the streaming GEMMs (`fit_streaming`), then the host figures of both GPUs on top of them; return (the
+    `PROFILE` profile of the serving-parameter file with the streaming fit under the key `weight_streaming_gemm`,
+    the Markdown before/after table)."""
+    stream = fit_streaming(vidur)
+    with streaming_override(streaming_table(stream)):
+        rows = load_rows(path)
     devices, lines = {}, []
     lines.append("| GPU | rows | group | TPOT MAPE before | TPOT MAPE after (LOMO) | median LOMO pred/meas |")
     lines.append("|---|---:|---|---:|---:|---:|")
@@ -241,6 +325,7 @@ def run(path: Path = DATA) -> tuple[dict, str]:
         "prefill step: none",
         "transfers": {k: v for k, v in eng.HOST_TRANSFERS.items()},
         "devices": devices,
+        "weight_streaming_gemm": stream,
     }
     return doc, "\n".join(lines)
 
@@ -254,6 +339,10 @@ def merge(profile: dict, path: Path) -> dict:
         doc = None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("profiles"), dict):
         doc = {"schema": SCHEMA, "default_profile": PROFILE, "profiles": {}}
+    profile = dict(profile)
+    stream = profile.pop("weight_streaming_gemm", None)
+    if stream is not None:
+        doc["weight_streaming_gemm"] = stream
     doc["profiles"][PROFILE] = profile
     return doc
 

@@ -358,6 +358,8 @@ def test_committed_serving_params_are_the_fit_of_the_data():
         for k in ("step_ms", "per_block_ms", "per_tp_worker_ms"):
             assert c[k] == pytest.approx(d[k], rel=1e-3, abs=1e-6), (dev, k)
         assert c["evaluation"] == d["evaluation"]
+    # the streaming-GEMM fit the host figures were fitted on top of is the committed one
+    assert whole["weight_streaming_gemm"] == doc["weight_streaming_gemm"]
     assert "dense 8-32B" in table
 
 
@@ -391,7 +393,7 @@ def test_engine_profile_changes_tpot_by_the_host_term(tmp_path):
     # overlapped: 1 + 0.04 x 8 = 1.32 ms
     # vllm-0.5.4 (H100 fit): 22.985 + 0.00816 x 8 + 9.113 x 1 = 32.16328 ms
     # the user's: 2 + 0.5 x 8 + 0.1 x 8 + 3 x 1 = 9.8 ms
-    hand = {"vllm-overlapped": 1.32, "vllm-0.5.4": 32.16328, "mine": 9.8}
+    hand = {"vllm-overlapped": 1.32, "vllm-0.5.4": 33.33348, "mine": 9.8}
     for rep in (over, fit, user):
         d = rep.devices[0]
         name = rep.runtime["engine_profile"]["name"]
@@ -468,3 +470,33 @@ def test_engine_profile_in_the_json_and_bad_profiles_exit_2(tmp_path):
         assert len(errs) == 1 and errs[0].startswith("error: --engine-profile") and words in errs[0], (args, errs)
     res = runner.invoke(cli, [*base, "--engine-profile", "vllm-0.5.4"])  # the eager runtime has no engine
     assert res.exit_code == 2 and "needs --runtime vllm" in res.stderr
+
+
+def test_decode_gemms_stream_their_weights_by_hand():
+    """A decode-sized half-precision GEMM costs exec + bytes / (bandwidth x e_memory) (`StreamingGemm`), blended
+    with the kernel model between m = 64 and 256 tokens, the kernel model alone from 256 on and in float32."""
+    from predictor import serving_fit as sf
+    from predictor.kernel_model import kernel_arrays, kernel_latency_arrays
+
+    dev = get_device("h100-80gb")  # 3.35 TB/s
+
+    def one(m, dtype="bfloat16"):
+        k = eng._gemm("g", m, 4096, 4096, 2.0 if dtype != "float32" else 4.0, dtype)
+        t = eng.cost_kernels([k], dev, graph=True, link_bytes_per_s=None, tp=1)
+        model = kernel_latency_arrays(kernel_arrays([k]), dev)
+        return t.total_s - eng.GRAPH_GAP_US * 1e-6, max(model.compute_s[0], model.memory_s[0])
+
+    with sf.streaming_override({"hopper": eng.StreamingGemm(exec_us=5.0, e_memory=0.5)}):
+        # m = 8: 2 x (8 x 4096 + 4096 x 4096) read + 2 x 8 x 4096 written = 33,685,504 B;
+        # 33,685,504 / (3.35e12 x 0.5) = 20.1107 us, + 5 us = 25.1107 us
+        assert one(8)[0] == pytest.approx(25.1107e-6, rel=1e-4)
+        # m = 160: halfway from 64 to 256: 0.5 x the streaming time + 0.5 x the kernel model's.
+        # 2 x (160 x 4096 + 4096 x 4096) + 2 x 160 x 4096 = 36,175,872 B: 36,175,872 / 1.675e12 + 5 us = 26.5975 us
+        t, model = one(160)
+        assert t == pytest.approx(0.5 * 26.5975e-6 + 0.5 * model, rel=1e-4)
+        assert one(256)[0] == pytest.approx(one(256)[1])  # the kernel model alone
+        assert one(8, "float32")[0] == pytest.approx(one(8, "float32")[1])  # float32: not fitted, not streamed
+    # the committed fit: Hopper moves weights at 0.8875 of 3.35 TB/s + 4.695 us, within 5% of Vidur's rows at m <= 64
+    table = eng.streaming_gemm_table()
+    assert set(table) == {"hopper", "ampere"} and 0.5 < table["hopper"].e_memory <= 1.0
+    assert eng.streaming_gemm_params(get_device("h200-141gb")) == table["hopper"]  # same kernel family

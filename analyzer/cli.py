@@ -651,6 +651,13 @@ def report(
     help="vllm: the engine's host time per step: vllm-overlapped (default), vllm-0.5.4, or a profile .json file.",
 )
 @click.option(
+    "--max-num-batched-tokens",
+    type=click.IntRange(min=0, max=MAX_DIM),
+    default=None,
+    metavar="N",
+    help="vllm: chunked prefill's token budget per step (0: none; default: the engine profile's, vLLM's default).",
+)
+@click.option(
     "--format",
     "fmt",
     type=click.Choice(("table", "json", "markdown")),
@@ -684,6 +691,7 @@ def llm(
     gpu_memory_utilization: float,
     block_size: int,
     engine_profile: str | None,
+    max_num_batched_tokens: int | None,
     fmt: str,
     output: str | None,
     matmul_precision: str,
@@ -722,6 +730,7 @@ def llm(
         block_size=block_size,
         matmul_precision=matmul_precision,
         engine_profile=engine_profile,
+        max_num_batched_tokens=max_num_batched_tokens,
     )
     if output is not None:
         write(rep, output)

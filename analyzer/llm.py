@@ -713,6 +713,7 @@ def llm(
     block_size: int = engine.BLOCK_SIZE,
     matmul_precision: str = "highest",
     engine_profile: str | None = None,
+    max_num_batched_tokens: int | None = None,
 ) -> LlmReport:
     """Serve a decoder LM with a static KV cache: KV-cache bytes, TTFT/TPOT, capacity per GPU and MIG slice.
 
@@ -743,6 +744,10 @@ def llm(
         engine_profile: The engine's host time per decode step (vllm runtime): a built-in profile's name
             (`vllm-overlapped`, the default: host work overlapped with the GPU; `vllm-0.5.4`: fitted on ML.ENERGY
             v2's vLLM 0.5.4 rows) or the path of a profile .json file (docs/llm-serving.md).
+        max_num_batched_tokens: Chunked prefill's token budget per step (vllm runtime): prompts are prefilled in
+            chunks of up to this many tokens minus the running decodes, in the decodes' steps; 0: no chunked
+            prefill (each prefill its own step); None: the engine profile's default (`vllm-overlapped`: vLLM's
+            default budget for the GPU, 8192 on >= 70 GiB other than A100, else 2048; `vllm-0.5.4`: none).
 
     Returns:
         An `LlmReport`: the decode step's report (totals; per-operator list with full depth) with the `llm` block.
@@ -758,6 +763,10 @@ def llm(
         raise UsageError("--tensor-parallel needs --runtime vllm (the eager runtime runs one GPU)")
     if runtime == "eager" and engine_profile is not None:
         raise UsageError("--engine-profile needs --runtime vllm (the eager runtime has no serving engine)")
+    if runtime == "eager" and max_num_batched_tokens is not None:
+        raise UsageError("--max-num-batched-tokens needs --runtime vllm (the eager runtime has no scheduler)")
+    if max_num_batched_tokens is not None:
+        max_num_batched_tokens = _check_int("--max-num-batched-tokens", max_num_batched_tokens, 0)
     profile = None
     if runtime == "vllm":
         try:
@@ -818,6 +827,7 @@ def llm(
             block_size=block_size,
             matmul_precision=matmul_precision,
             profile=profile,
+            batched_tokens=max_num_batched_tokens,
         )
 
     depths, depth = choose_depths(m.lm, layout, full_depth=full_depth, devices=devices)
@@ -1116,8 +1126,10 @@ VLLM_ASSUMPTIONS = (
     "paged attention over each sequence's live context, SiLU-and-multiply, LM head and sampler",
     "continuous batching: --batch sequences run at once, at uniformly spread progress, so the mean live context is "
     "prompt + generate / 2 and TPOT (mean inter-token latency) = the decode step at that context + the prefills "
-    "that interleave with it (batch / generate new prompts per step, each pausing the decodes: no chunked "
-    "prefill); TTFT is the prefill of one prompt in its own step (no queueing)",
+    "that interleave with it (batch / generate new prompts per step). Without chunked prefill each prefill pauses "
+    "the decodes and TTFT is one prompt's prefill in its own step; with chunked prefill (--max-num-batched-tokens, "
+    "llm.devices[].engine.chunked_prefill) the prompts' tokens fill the step's budget beside the decodes, chunked, "
+    "as eager mixed steps, and TTFT is one prompt's chunks beside the running decodes (no queueing either way)",
     "every decode step adds the engine's host time the GPU waits for: step + per running sequence + per KV block "
     "of the running sequences + per extra tensor-parallel worker, the figures of the engine profile below "
     "(--engine-profile; llm.runtime.engine_profile, llm.devices[].engine.host)",
@@ -1169,6 +1181,7 @@ def _llm_vllm(
     block_size: int,
     matmul_precision: str = "highest",
     profile: engine.EngineProfile,
+    batched_tokens: int | None = None,
 ) -> LlmReport:
     """`preflight llm --runtime vllm`: every number from the config's sizes (`predictor.serving_engine`), per GPU of
     `tp`; no graph is traced (the kernels of these architectures are a formula; tests/test_llm_serving.py checks
@@ -1210,9 +1223,16 @@ def _llm_vllm(
             host = profile.host(device)
         except engine.ServingParamsError as exc:
             raise UsageError(f"--engine-profile: {exc}") from exc
+        budget = engine.batched_tokens_for(profile, device, batched_tokens)
+        if budget and budget <= batch:
+            raise UsageError(
+                f"--max-num-batched-tokens {budget} on {dev} leaves no room for a prefill beside {batch} decodes"
+                " (give more than --batch, or 0 for no chunked prefill)"
+            )
         served = engine.serve(
-            arch, device, batch, prompt, generate, pw, tp=tp, dtype=dtype, tf32_matmul=tf32, host=host
-        )
+            arch, device, batch, prompt, generate, pw, tp=tp, dtype=dtype, tf32_matmul=tf32, host=host,
+            batched_tokens=budget,
+        )  # fmt: skip
         step, pre, stalls = served.decode, served.prefill, served.prefills_per_step
         name = f"vllm engine model (kernel model, CUDA graphs, host time: {profile.name})"
         lat = {serving.FULL_GPU: serving.SliceLatency(served.ttft_ms, served.tpot_ms)}
@@ -1220,6 +1240,7 @@ def _llm_vllm(
         if tp == 1:  # a MIG slice has no NVLink: tensor parallel 1 only
             for q in device.mig:
                 sd = get_device(f"{dev}:{q.name}")
+                b_q = engine.batched_tokens_for(profile, sd, batched_tokens)
                 s_q = engine.serve(
                     arch,
                     sd,
@@ -1230,6 +1251,7 @@ def _llm_vllm(
                     dtype=dtype,
                     tf32_matmul=tf32,
                     host=host,
+                    batched_tokens=b_q if b_q > concurrency else 0,
                 )
                 lat[q.name] = serving.SliceLatency(s_q.ttft_ms, s_q.tpot_ms)
                 slice_ms[q.name] = s_q.tpot_ms
@@ -1299,6 +1321,15 @@ def _llm_vllm(
             },
             "prefill_ms": pre.total_ms,
             "prefills_per_decode_step": stalls,
+            "chunked_prefill": None
+            if not served.batched_tokens
+            else {
+                "max_num_batched_tokens": served.batched_tokens,
+                "prefill_tokens_per_step": served.batched_tokens - batch,
+                "prefill_chunks": served.prefill_chunks,
+                "mixed_steps_per_step": served.mixed_steps_per_step,
+                "prefill_bound": served.prefill_bound,
+            },
             "host": host.to_json(),
             "power_shares": dict(zip(("compute", "memory", "gap"), (round(x, 4) for x in step.shares()), strict=True)),
             "memory_per_gpu": {t: p.to_json(request_context) for t, p in plans.items()},

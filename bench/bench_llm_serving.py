@@ -21,7 +21,9 @@ repeatable; default both built-in ones, one table each: `vllm-0.5.4`, fitted on 
 `python -m predictor.serving_fit`, and `vllm-overlapped`, not fitted); `--lomo` gives each model the `vllm-0.5.4`
 figures fitted on the other models' rows of its GPU (held out: the MoE rows get the all-dense fit, as they are not in
 it), `--no-host` leaves the host time out. Last, each profile (and none) for Llama-3.1-8B on one H100 against the
-public figures issue 24 quotes (batch 8: 7.3 ms, 490 W; batch 256: 26 ms, 690 W), at three request shapes.
+public figures issue 24 quotes (batch 8: 7.3 ms, 490 W; batch 256: 26 ms, 690 W), at three request shapes, each
+profile with its own prefill scheduling (`vllm-overlapped`: chunked, vLLM's default budget; the ML.ENERGY rows above
+ran vLLM 0.5.4 without chunked prefill, so the tables cost every profile without it).
 Power: measured per GPU = energy per request x output tokens/s / output tokens / GPUs, against the predicted
 `avg_power_w`. The rows' energy per token is power x (average batch / output tokens/s); that time per token is
 longer than their TPOT on many rows (the last column: its median ratio to TPOT), which the engine model, whose
@@ -97,7 +99,16 @@ def public(profiles: list[eng.EngineProfile]) -> None:
     for prof in [*profiles, eng.EngineProfile("(no host)", "none", any_device=eng.HostParams(0.0, 0.0, 0.0))]:
         for batch, (ms, watts) in PUBLIC_LLAMA31_8B_H100.items():
             for prompt, gen in PUBLIC_SHAPES:
-                s = eng.serve(a, dev, batch, prompt, gen, pw, host=prof.host(dev))
+                s = eng.serve(
+                    a,
+                    dev,
+                    batch,
+                    prompt,
+                    gen,
+                    pw,
+                    host=prof.host(dev),
+                    batched_tokens=eng.batched_tokens_for(prof, dev),
+                )
                 print(
                     f"{prof.name:16} {batch:5d} {f'{prompt}/{gen}':>10} {s.decode.host_s * 1e3:8.2f} "
                     f"{s.tpot_ms:8.2f} {ms:6.1f} {s.tpot_ms / ms:6.2f} {s.avg_power_w:8.0f} {watts:6.0f} "

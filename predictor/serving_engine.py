@@ -70,6 +70,13 @@ GPU_MEMORY_UTILIZATION = 0.9
 #: Tokens of vLLM's profiling forward pass (max_num_batched_tokens without chunked prefill: max(max_model_len,
 #: 2048); we use 2048 capped by the model's positions, the activations it measures set the KV pool aside).
 PROFILE_TOKENS = 2048
+#: Chunked prefill (vLLM V1: always on, decodes scheduled first, waiting prompts fill the rest of the step's token
+#: budget `--max-num-batched-tokens` and are chunked to fit; vLLM docs/configuration/optimization.md, "Chunked
+#: Prefill"). The budget's default for vLLM's OpenAI server (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults):
+#: 8192 tokens on a GPU of >= 70 GiB that is not an A100, 2048 otherwise (`default_batched_tokens`).
+BATCHED_TOKENS_LARGE = 8192
+BATCHED_TOKENS_SMALL = 2048
+LARGE_GPU_GIB = 70.0
 #: Memory outside the torch allocator per GPU (CUDA context, NCCL, CUDA graphs' pools), MiB. Assumed.
 NON_TORCH_MIB = 1024.0
 
@@ -659,6 +666,7 @@ class EngineProfile:
     devices: Mapping[str, HostParams] = field(default_factory=dict)
     any_device: HostParams | None = None
     file: str = ""  # the user file it was read from ("" for a built-in profile)
+    chunked_prefill: bool = False  # the engine chunks prefills into the decodes' steps (`serve_chunked`) by default
 
     def host(self, device: Device) -> HostParams:
         """The figures for a device: its own; else (a MIG slice: its GPU's) the fitted GPU the power model's table
@@ -683,6 +691,7 @@ class EngineProfile:
 
     def to_json(self) -> dict:
         out = {"name": self.name, "source": self.source, "fitted": self.fitted, "description": self.description}
+        out["chunked_prefill"] = self.chunked_prefill
         if self.file:
             out["file"] = self.file
         return out
@@ -737,8 +746,11 @@ def parse_profile(name: str, doc, where: str, file: str = "") -> EngineProfile:
         raise ServingParamsError(f"{where}: 'source' must say where the figures come from (a non-empty string)")
     desc = doc.get("description", "")
     fitted = doc.get("fitted", False)
-    if not isinstance(desc, str) or not isinstance(fitted, bool):
-        raise ServingParamsError(f"{where}: 'description' must be a string and 'fitted' true or false")
+    chunked = doc.get("chunked_prefill", False)
+    if not isinstance(desc, str) or not isinstance(fitted, bool) or not isinstance(chunked, bool):
+        raise ServingParamsError(
+            f"{where}: 'description' must be a string, 'fitted' and 'chunked_prefill' true or false"
+        )
     devs = doc.get("devices", {})
     if not isinstance(devs, Mapping) or not all(isinstance(k, str) for k in devs):
         raise ServingParamsError(f"{where}.devices must be an object of GPU key -> host figures")
@@ -747,7 +759,7 @@ def parse_profile(name: str, doc, where: str, file: str = "") -> EngineProfile:
     any_device = None if anyd is None else _host_entry(anyd, f"{where}.any_device", name, source)
     if not devices and any_device is None:
         raise ServingParamsError(f"{where}: no host figures (give 'devices' or 'any_device')")
-    return EngineProfile(name, source, desc, fitted, devices, any_device, file)
+    return EngineProfile(name, source, desc, fitted, devices, any_device, file, chunked)
 
 
 _PROFILES_CACHE: dict[tuple[Path, float], tuple[dict[str, EngineProfile], str]] = {}
@@ -882,6 +894,85 @@ def prefill_step(
     return _plus(t, StepTime(0, 0, 0, 0, 0, 0, 0, 0), host.prefill_s(prompts))
 
 
+def mixed_step(
+    a: Arch,
+    device: Device,
+    seqs: int,
+    context: float,
+    chunk: int,
+    prior: float = 0.0,
+    *,
+    prompts: int = 1,
+    final: bool = True,
+    tp: int = 1,
+    dtype: str = "bfloat16",
+    tf32_matmul: bool = False,
+    host: HostParams | None = None,
+) -> StepTime:
+    """One step of chunked prefill on one GPU: `seqs` running decodes (one token each over a live context of
+    `context` tokens) and `chunk` prompt tokens of `prompts` prompts (chunk / prompts each), each prompt's tokens
+    attending to the `prior` tokens its earlier chunks cached and causally among themselves. One flat batch of
+    seqs + chunk tokens through every GEMM, norm and elementwise kernel; paged attention for the decodes, a flash
+    attention for the chunk. `final`: the chunk ends its prompts (their first token is sampled here). Eager, as the
+    prefill step (vLLM V0 runs no CUDA graph for a batch holding a prefill; V1's piecewise graphs would hide part of
+    the launch floors: not modelled); plus the decodes' host time (`HostParams.decode_s`; none without decodes)."""
+    host = host or host_params(device)
+    s = Split.of(a, tp)
+    eb = 4.0 if dtype == "float32" else 2.0
+    qd, kvd = s.heads * a.head_dim, s.kv_heads * a.head_dim
+    q_len = chunk / prompts
+    keys = prior + q_len
+    model, _ = step_kernels(a, tp, seqs + chunk, context=context, dtype=dtype)
+    ks: list[EngineKernel] = []
+    for k in model:
+        if k.kind != "attention":
+            ks.append(k)
+            continue
+        if seqs:
+            ks.append(_attention_for(k, seqs, a, tp, context, dtype))
+        ks.append(
+            EngineKernel(
+                "flash_attention_chunk",
+                "attention",
+                4.0 * prompts * s.heads * a.head_dim * q_len * (prior + q_len / 2),  # causal within the chunk
+                (chunk * qd + prompts * keys * 2 * kvd) * eb,
+                chunk * qd * eb,
+                dtype,
+                {"b": prompts, "h": s.heads, "s": math.ceil(q_len), "t": math.ceil(keys), "d": a.head_dim},
+                k.count,
+            )
+        )
+    _, sample = step_kernels(a, tp, max(1, seqs + (prompts if final else 0)), context=context, dtype=dtype)
+    link = device_link(device)
+    t = cost_kernels(ks + sample, device, graph=False, link_bytes_per_s=link, tp=tp, tf32_matmul=tf32_matmul)
+    h = host.decode_s(seqs, context, tp) if seqs else host.prefill_s(prompts)
+    return _plus(t, StepTime(0, 0, 0, 0, 0, 0, 0, 0), h)
+
+
+def chunk_sizes(tokens: int, budget: int) -> list[int]:
+    """The chunks `tokens` prompt tokens are prefilled in when each step has `budget` tokens left beside the
+    decodes: ceil(tokens / budget) chunks, all `budget` but the last (the rest)."""
+    if budget <= 0:
+        raise EngineConfigError("the token budget per step leaves no room for a prefill beside the running decodes")
+    n = max(1, math.ceil(tokens / budget))
+    return [budget] * (n - 1) + [tokens - budget * (n - 1)]
+
+
+def default_batched_tokens(device: Device) -> int:
+    """vLLM's default `--max-num-batched-tokens` for its OpenAI server on this GPU (or MIG slice): 8192 on >= 70 GiB
+    other than an A100, else 2048 (`BATCHED_TOKENS_LARGE`)."""
+    large = device.memory_mib / 1024 >= LARGE_GPU_GIB and not device.key.startswith("a100")
+    return BATCHED_TOKENS_LARGE if large else BATCHED_TOKENS_SMALL
+
+
+def batched_tokens_for(profile: EngineProfile, device: Device, asked: int | None = None) -> int:
+    """The chunked-prefill token budget per step on a device: `asked` when given (0: no chunked prefill), else
+    vLLM's default (`default_batched_tokens`) when the profile chunks prefills, else 0."""
+    if asked is not None:
+        return asked
+    return default_batched_tokens(device) if profile.chunked_prefill else 0
+
+
 def device_link(device: Device) -> float | None:
     """NVLink bandwidth per direction of one GPU, bytes/s (None when the device table has none)."""
     gbs = getattr(device, "nvlink_gbs", None)
@@ -1012,6 +1103,10 @@ class Served:
     ttft_ms: float
     energy_per_token_j: float
     avg_power_w: float
+    batched_tokens: int | None = None  # chunked prefill's token budget per step (None: no chunked prefill)
+    prefill_chunks: int = 1  # steps one prompt's prefill takes (its chunks), for TTFT
+    mixed_steps_per_step: float = 0.0  # chunked prefill: the share of steps that carry prefill chunks
+    prefill_bound: bool = False  # chunked: prompts arrive faster than the budget can prefill them
 
 
 def serve(
@@ -1026,11 +1121,16 @@ def serve(
     dtype: str = "bfloat16",
     tf32_matmul: bool = False,
     host: HostParams | None = None,
+    batched_tokens: int | None = None,
 ) -> Served:
     """The vllm runtime's answer for one device (`power`: its `predictor.power.PowerParams`; `host`: default the
-    device's `host_params`; `tf32_matmul`: float32 GEMMs on TF32 tensor cores)."""
+    device's `host_params`; `tf32_matmul`: float32 GEMMs on TF32 tensor cores; `batched_tokens`: chunked prefill
+    with this token budget per step (`serve_chunked`), None or 0: none)."""
     host = host or host_params(device)
-    step = decode_step(a, device, batch, prompt + generate / 2, tp=tp, dtype=dtype, tf32_matmul=tf32_matmul, host=host)
+    kw = dict(tp=tp, dtype=dtype, tf32_matmul=tf32_matmul, host=host)
+    step = decode_step(a, device, batch, prompt + generate / 2, **kw)
+    if batched_tokens:
+        return serve_chunked(a, device, batch, prompt, generate, power, step, batched_tokens, **kw)
     pre = prefill_step(a, device, 1, prompt, tp=tp, dtype=dtype, tf32_matmul=tf32_matmul, host=host)
     stalls = batch / generate
     # fewer than one new prompt per step: one prefill every 1 / stalls steps; more: they are prefilled together,
@@ -1047,6 +1147,76 @@ def serve(
     e_pre, _ = step_energy_j(batched, power)
     energy = e_step + share * e_pre
     return Served(step, pre, stalls, tpot, pre.total_ms, energy / batch, energy / (tpot / 1e3))
+
+
+def serve_chunked(
+    a: Arch,
+    device: Device,
+    batch: int,
+    prompt: int,
+    generate: int,
+    power,
+    step: StepTime,
+    batched_tokens: int,
+    **kw,
+) -> Served:
+    """`serve` with chunked prefill: every step runs the `batch` decodes (`step`, the decode step) and, when prompts
+    wait, up to budget = `batched_tokens` - batch of their tokens in the same step (`mixed_step`).
+
+    Steady state: batch / generate new prompts per step (each finished sequence replaced), gathered g =
+    max(1, round(batch / generate)) at a time; a group's g x prompt tokens take the chunks `chunk_sizes` gives, each
+    one mixed step, the group every g / (batch / generate) steps. TPOT = decode step + (batch / generate) / g x the
+    sum over the group's chunks of (mixed step - decode step); energy likewise. `prefill_bound` when the chunks need
+    more than every step ((batch / generate) / g x chunks > 1: the budget cannot admit prompts as fast as sequences
+    finish, so the running batch would shrink; TPOT is then that of steps all carrying chunks, an underestimate).
+    TTFT = one prompt's chunks (`chunk_sizes(prompt, budget)`) as mixed steps beside the running decodes."""
+    context = prompt + generate / 2
+    budget = batched_tokens - batch
+    if budget <= 0:
+        raise EngineConfigError(
+            f"--max-num-batched-tokens {batched_tokens} leaves no room for a prefill beside {batch} running decodes"
+        )
+    rate = batch / generate
+    group = max(1, round(rate))
+    share = rate / group
+
+    def steps(tokens: int, prompts: int) -> list[StepTime]:
+        out, done = [], 0
+        sizes = chunk_sizes(tokens, budget)
+        for i, c in enumerate(sizes):
+            final = i == len(sizes) - 1
+            out.append(mixed_step(a, device, batch, context, c, done / prompts, prompts=prompts, final=final, **kw))
+            done += c
+        return out
+
+    mixed = steps(group * prompt, group)
+    own = mixed if group == 1 else steps(prompt, 1)
+    e_step, _ = step_energy_j(step, power)
+    busy = min(1.0, share * len(mixed))
+    scale = busy / (share * len(mixed))  # 1 unless prefill-bound: then every step carries a chunk
+    tpot = step.total_ms + share * scale * sum(m.total_ms - step.total_ms for m in mixed)
+    energy = e_step + share * scale * sum(step_energy_j(m, power)[0] - e_step for m in mixed)
+    ttft = sum(m.total_ms for m in own)
+    return Served(
+        step,
+        _sum_steps(own),
+        rate,
+        tpot,
+        ttft,
+        energy / batch,
+        energy / (tpot / 1e3),
+        batched_tokens,
+        len(own),
+        busy,
+        share * len(mixed) > 1.0,
+    )
+
+
+def _sum_steps(steps: Sequence[StepTime]) -> StepTime:
+    out = StepTime(0, 0, 0, 0, 0, 0, 0, 0)
+    for st in steps:
+        out = _plus(out, st)
+    return out
 
 
 def step_totals(a: Arch, seqs: int, length: int, *, prefill: bool, dtype: str = "bfloat16") -> dict[str, int]:

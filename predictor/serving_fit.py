@@ -309,6 +309,7 @@ def run(path: Path = DATA, vidur: Path = VIDUR) -> tuple[dict, str]:
             "decode steps serialised with the GPU"
         ),
         "fitted": True,
+        "chunked_prefill": False,
         "source": (
             "fit: ML.ENERGY Leaderboard v2 vLLM 0.5.4 rows, per GPU host, leave-one-model-out "
             "(python -m predictor.serving_fit)"

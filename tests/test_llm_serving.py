@@ -157,14 +157,16 @@ def test_cli_vllm_runtime_json_schema_and_errors(tmp_path):
     path.write_text(json.dumps(TINY))
     runner = CliRunner()
     base = ["llm", str(path), "--prompt", "8", "--generate", "8", "--contexts", "16", "--format", "json"]
-    res = runner.invoke(cli, [*base, "--runtime", "vllm", "--tensor-parallel", "2", "--batch", "4"])
+    vllm = [*base, "--runtime", "vllm", "--tensor-parallel", "2", "--batch", "4"]
+    res = runner.invoke(cli, [*vllm, "--max-num-batched-tokens", "0"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     jsonschema.validate(doc, schema)
     d = doc["llm"]["devices"][0]
     assert doc["llm"]["runtime"]["name"] == "vllm" and doc["llm"]["runtime"]["tensor_parallel"] == 2
+    assert d["engine"]["chunked_prefill"] is None
     step = d["engine"]["decode_step"]
-    # TPOT = the decode step + batch / generate = 4 / 8 prefills of one prompt per step
+    # no chunked prefill: TPOT = the decode step + batch / generate = 4 / 8 prefills of one prompt per step
     assert d["tpot_ms"] == pytest.approx(d["engine"]["decode_step_ms"] + 0.5 * d["engine"]["prefill_ms"])
     assert step["allreduce_ms"] > 0 and step["cuda_graph_batch"] == 4
     assert d["energy_per_token_j"] > 0 and d["avg_power_w"] > 0
@@ -178,6 +180,9 @@ def test_cli_vllm_runtime_json_schema_and_errors(tmp_path):
         (["--tensor-parallel", "2"], "needs --runtime vllm"),
         (["--runtime", "vllm", "--gpu-memory-utilization", "1.5"], "gpu-memory-utilization"),
         (["--runtime", "vllm", "--tensor-parallel", "2", "--device", "a100-pcie-40gb"], "NVLink"),
+        (["--max-num-batched-tokens", "64"], "needs --runtime vllm"),
+        (["--runtime", "vllm", "--batch", "4", "--max-num-batched-tokens", "4"], "no room for a prefill"),
+        (["--runtime", "vllm", "--max-num-batched-tokens", "-1"], "max-num-batched-tokens"),
     ):
         res = runner.invoke(cli, [*base, *args])
         assert res.exit_code == 2, (args, res.output)
@@ -383,7 +388,8 @@ def test_engine_profile_changes_tpot_by_the_host_term(tmp_path):
         source="a user's own measurements",
         any_device={"step_ms": 2.0, "per_seq_ms": 0.5, "per_block_ms": 0.1, "per_tp_worker_ms": 3.0},
     )
-    kw = dict(prompt=8, generate=8, batch=8, contexts=[16], runtime="vllm", tensor_parallel=2)
+    # no chunked prefill in any of them (the overlapped profile would chunk): only the host term differs
+    kw = dict(prompt=8, generate=8, batch=8, contexts=[16], runtime="vllm", tensor_parallel=2, max_num_batched_tokens=0)
     default = llm(str(path), **kw).llm
     over = llm(str(path), engine_profile="vllm-overlapped", **kw).llm
     fit = llm(str(path), engine_profile="vllm-0.5.4", **kw).llm
@@ -391,7 +397,7 @@ def test_engine_profile_changes_tpot_by_the_host_term(tmp_path):
     assert default.runtime["engine_profile"]["name"] == "vllm-overlapped"  # the default
     # 8 sequences at a mean live context of 8 + 8 / 2 = 12 tokens: ceil(12 / 16) = 1 block each, 8 blocks; tp 2
     # overlapped: 1 + 0.04 x 8 = 1.32 ms
-    # vllm-0.5.4 (H100 fit): 22.985 + 0.00816 x 8 + 9.113 x 1 = 32.16328 ms
+    # vllm-0.5.4 (H100 fit): 24.002 + 0.00806 x 8 + 9.267 x 1 = 33.33348 ms
     # the user's: 2 + 0.5 x 8 + 0.1 x 8 + 3 x 1 = 9.8 ms
     hand = {"vllm-overlapped": 1.32, "vllm-0.5.4": 33.33348, "mine": 9.8}
     for rep in (over, fit, user):
@@ -414,6 +420,7 @@ def test_engine_profile_changes_tpot_by_the_host_term(tmp_path):
         "source": "a user's own measurements",
         "fitted": False,
         "description": "",
+        "chunked_prefill": False,  # a profile file chunks prefills only when it says so
         "file": str(mine),
     }
     assert fit.runtime["engine_profile"]["fitted"] and not over.runtime["engine_profile"]["fitted"]
@@ -500,3 +507,66 @@ def test_decode_gemms_stream_their_weights_by_hand():
     table = eng.streaming_gemm_table()
     assert set(table) == {"hopper", "ampere"} and 0.5 < table["hopper"].e_memory <= 1.0
     assert eng.streaming_gemm_params(get_device("h200-141gb")) == table["hopper"]  # same kernel family
+
+
+def test_chunked_prefill_steps_and_token_budgets_by_hand(tmp_path):
+    """Chunked prefill: the prompts' tokens share the decodes' steps within --max-num-batched-tokens."""
+    from predictor.power import power_params
+
+    assert eng.chunk_sizes(1000, 412) == [412, 412, 176]  # 412 + 412 + 176 = 1000: ceil(1000 / 412) = 3 chunks
+    assert eng.chunk_sizes(100, 412) == [100] and eng.chunk_sizes(24, 12) == [12, 12]
+    with pytest.raises(eng.EngineConfigError, match="no room"):
+        eng.chunk_sizes(10, 0)
+    # vLLM's default budget: 8192 on >= 70 GiB but an A100, 2048 otherwise (an H100 MIG slice of 10 GB too)
+    budgets = {k: eng.default_batched_tokens(get_device(k)) for k in ("h100-80gb", "h200-141gb", "a100-80gb")}
+    assert budgets == {"h100-80gb": 8192, "h200-141gb": 8192, "a100-80gb": 2048}
+    assert eng.default_batched_tokens(get_device("h100-80gb:1g.10gb")) == 2048
+    over, fitted = eng.engine_profile("vllm-overlapped"), eng.engine_profile("vllm-0.5.4")
+    dev = get_device("h100-80gb")
+    assert over.chunked_prefill and not fitted.chunked_prefill  # 0.5.4 ran --enable-chunked-prefill False
+    assert eng.batched_tokens_for(over, dev) == 8192 and eng.batched_tokens_for(fitted, dev) == 0
+    assert eng.batched_tokens_for(fitted, dev, 512) == 512 and eng.batched_tokens_for(over, dev, 0) == 0
+
+    a, pw = eng.Arch.from_config(TINY), power_params("h100-80gb")
+    host = eng.HostParams(step_ms=2.0, per_block_ms=0.0, per_tp_worker_ms=0.0)
+    # 4 sequences, prompt 40, generate 16, budget 20: 20 - 4 decodes = 16 prompt tokens a step; 4 / 16 = 0.25 new
+    # prompts a step (one at a time); a prompt takes chunks 16, 16, 8 (3 mixed steps), so 0.25 x 3 = 0.75 of the
+    # steps carry a chunk; mean live context 40 + 16 / 2 = 48
+    s = eng.serve(a, dev, 4, 40, 16, pw, host=host, batched_tokens=20)
+    dec = eng.decode_step(a, dev, 4, 48.0, host=host)
+    mixed = [
+        eng.mixed_step(a, dev, 4, 48.0, 16, 0.0, final=False, host=host),
+        eng.mixed_step(a, dev, 4, 48.0, 16, 16.0, final=False, host=host),
+        eng.mixed_step(a, dev, 4, 48.0, 8, 32.0, final=True, host=host),
+    ]
+    assert (s.batched_tokens, s.prefill_chunks, s.prefill_bound) == (20, 3, False)
+    assert s.mixed_steps_per_step == pytest.approx(0.75)
+    assert s.tpot_ms == pytest.approx(dec.total_ms + 0.25 * sum(m.total_ms - dec.total_ms for m in mixed))
+    assert s.ttft_ms == pytest.approx(sum(m.total_ms for m in mixed))  # the prompt's 3 steps beside the decodes
+    e_dec = eng.step_energy_j(dec, pw)[0]
+    e = e_dec + 0.25 * sum(eng.step_energy_j(m, pw)[0] - e_dec for m in mixed)
+    assert s.energy_per_token_j == pytest.approx(e / 4)
+    # a mixed step runs 4 + 16 = 20 tokens through every linear layer: per layer QKV 64 x (64 + 2 x 32) = 8,192,
+    # O 64 x 64 = 4,096, gate/up 64 x 256 = 16,384, down 128 x 64 = 8,192 weights = 36,864, x 2 layers = 73,728;
+    # the LM head (64 x 100 = 6,400) on the 4 decodes: 2 x 20 x 73,728 + 2 x 4 x 6,400 = 3,000,320 FLOPs; the final
+    # chunk (8 tokens) also samples its prompt's first token: 2 x 12 x 73,728 + 2 x 5 x 6,400 = 1,833,472
+    assert mixed[0].gemm_flops == 3_000_320 and mixed[2].gemm_flops == 1_833_472
+    assert all(m.host_s == pytest.approx(2e-3) for m in mixed)  # the decodes' host time, once a step
+    # 10 sequences of 4 tokens, prompt 32, budget 34: 2.5 prompts a step, 2 at a time (64 tokens: chunks 24, 24, 16),
+    # 2.5 / 2 x 3 = 3.75 mixed steps needed a step: more than every step, prefill-bound
+    b = eng.serve(a, dev, 10, 32, 4, pw, host=host, batched_tokens=34)
+    assert b.prefill_bound and b.mixed_steps_per_step == 1.0
+    with pytest.raises(eng.EngineConfigError, match="no room"):
+        eng.serve(a, dev, 10, 32, 4, pw, host=host, batched_tokens=10)
+    # the CLI: the default profile chunks with vLLM's budget for the GPU; --max-num-batched-tokens 0 turns it off
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    base = ["llm", str(path), "--prompt", "40", "--generate", "16", "--batch", "4", "--runtime", "vllm"]
+    runner = CliRunner()
+    d = json.loads(runner.invoke(cli, [*base, "--format", "json"]).stdout)["llm"]["devices"][0]
+    assert d["engine"]["chunked_prefill"]["max_num_batched_tokens"] == 8192
+    assert d["engine"]["chunked_prefill"]["prefill_tokens_per_step"] == 8188  # 8192 - 4 decodes
+    res = runner.invoke(cli, [*base, "--format", "json", "--max-num-batched-tokens", "20"])
+    d = json.loads(res.stdout)["llm"]["devices"][0]
+    assert d["engine"]["chunked_prefill"]["prefill_chunks"] == 3
+    assert d["engine"]["chunked_prefill"]["mixed_steps_per_step"] == pytest.approx(0.75)

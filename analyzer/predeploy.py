@@ -543,8 +543,9 @@ def llm_sections(llm) -> list[Section]:
             (
                 f"The request on each GPU: TTFT = the prefill, TPOT = one decode step at {c:,} slots, "
                 if not _vllm(llm)
-                else "The request on each GPU (vllm runtime): TTFT = one prompt's prefill, TPOT = the mean "
-                "inter-token latency (decode step at the mean live context + the prefills interleaved with it), "
+                else "The request on each GPU (vllm runtime): TTFT = one prompt's prefill (chunked prefill: its "
+                "chunks beside the running decodes), TPOT = the mean inter-token latency (decode step at the mean live "
+                "context + the prefills or prefill chunks interleaved with it), "
             )
             + f"E2E = TTFT + {llm.generate - 1} x TPOT",
         )

@@ -852,10 +852,24 @@ def decode_step(
     # attention reads only the live sequences' blocks (padding slots attend over nothing)
     model = [k if k.kind != "attention" else _attention_for(k, seqs, a, tp, context, dtype) for k in model]
     _, sample = step_kernels(a, tp, seqs, context=context, dtype=dtype)
-    link = device_link(device)
-    t = cost_kernels(model, device, graph=graph, link_bytes_per_s=link, tp=tp, tf32_matmul=tf32_matmul)
-    t2 = cost_kernels(sample, device, graph=False, link_bytes_per_s=link, tp=tp, tf32_matmul=tf32_matmul)
-    return _plus(t, t2, host.decode_s(seqs, context, tp))
+    return _step_time(device, model, sample, graph, tp, tf32_matmul, host.decode_s(seqs, context, tp))
+
+
+def _step_time(
+    device: Device,
+    model: Sequence[EngineKernel],
+    sample: Sequence[EngineKernel],
+    graph: bool,
+    tp: int,
+    tf32_matmul: bool,
+    host_s: float,
+) -> StepTime:
+    """One step on one GPU: the `model` kernels replayed in a CUDA graph (`graph`) or launched eagerly, the LM head
+    and sampler (`sample`) always eagerly, plus `host_s` seconds of the engine's host time (what the decode, prefill
+    and mixed steps share)."""
+    kw = dict(link_bytes_per_s=device_link(device), tp=tp, tf32_matmul=tf32_matmul)
+    t = cost_kernels(model, device, graph=graph, **kw)
+    return _plus(t, cost_kernels(sample, device, graph=False, **kw), host_s)
 
 
 def _attention_for(k: EngineKernel, seqs: int, a: Arch, tp: int, context: float, dtype: str) -> EngineKernel:
@@ -889,9 +903,7 @@ def prefill_step(
     host's time for them (`HostParams.prefill_s`). `tf32_matmul`: float32 GEMMs on TF32 tensor cores."""
     host = host or host_params(device)
     model, sample = step_kernels(a, tp, prompts, context=prompt, prompt=prompt, dtype=dtype)
-    link = device_link(device)
-    t = cost_kernels(model + sample, device, graph=False, link_bytes_per_s=link, tp=tp, tf32_matmul=tf32_matmul)
-    return _plus(t, StepTime(0, 0, 0, 0, 0, 0, 0, 0), host.prefill_s(prompts))
+    return _step_time(device, model, sample, False, tp, tf32_matmul, host.prefill_s(prompts))
 
 
 def mixed_step(
@@ -943,10 +955,8 @@ def mixed_step(
             )
         )
     _, sample = step_kernels(a, tp, max(1, seqs + (prompts if final else 0)), context=context, dtype=dtype)
-    link = device_link(device)
-    t = cost_kernels(ks + sample, device, graph=False, link_bytes_per_s=link, tp=tp, tf32_matmul=tf32_matmul)
     h = host.decode_s(seqs, context, tp) if seqs else host.prefill_s(prompts)
-    return _plus(t, StepTime(0, 0, 0, 0, 0, 0, 0, 0), h)
+    return _step_time(device, ks, sample, False, tp, tf32_matmul, h)
 
 
 def chunk_sizes(tokens: int, budget: int) -> list[int]:
@@ -1131,16 +1141,12 @@ def serve(
     step = decode_step(a, device, batch, prompt + generate / 2, **kw)
     if batched_tokens:
         return serve_chunked(a, device, batch, prompt, generate, power, step, batched_tokens, **kw)
-    pre = prefill_step(a, device, 1, prompt, tp=tp, dtype=dtype, tf32_matmul=tf32_matmul, host=host)
+    pre = prefill_step(a, device, 1, prompt, **kw)
     stalls = batch / generate
     # fewer than one new prompt per step: one prefill every 1 / stalls steps; more: they are prefilled together,
     # round(stalls) prompts in one step, the step's cost spread over stalls / round(stalls) of them
     group = max(1, round(stalls))
-    batched = (
-        pre
-        if group == 1
-        else prefill_step(a, device, group, prompt, tp=tp, dtype=dtype, tf32_matmul=tf32_matmul, host=host)
-    )
+    batched = pre if group == 1 else prefill_step(a, device, group, prompt, **kw)
     share = stalls / group
     tpot = step.total_ms + share * batched.total_ms
     e_step, _ = step_energy_j(step, power)

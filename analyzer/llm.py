@@ -1122,7 +1122,8 @@ RUNTIMES = ("eager", "vllm")
 VLLM_ASSUMPTIONS = (
     "vLLM-style engine (0.5.x): decode steps replayed as CUDA graphs (batches padded to the captured sizes 1, 2, 4, "
     "8..256; eager above), prefills eager; kernels from the config: fused add+RMSNorm, QKV/O/gate-up/down GEMMs "
-    "(cuBLAS, the kernel model's fitted float16 GEMM parameters; bfloat16 as float16), rotary, KV-cache write, "
+    "(cuBLAS, the kernel model's fitted float16 GEMM parameters, decode-sized ones of <= 64 tokens at their own "
+    "weight-streaming fit on Vidur's layers, blended up to 256; bfloat16 as float16), rotary, KV-cache write, "
     "paged attention over each sequence's live context, SiLU-and-multiply, LM head and sampler",
     "continuous batching: --batch sequences run at once, at uniformly spread progress, so the mean live context is "
     "prompt + generate / 2 and TPOT (mean inter-token latency) = the decode step at that context + the prefills "

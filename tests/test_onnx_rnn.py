@@ -8,9 +8,11 @@ per direction, B * T * G*H * (I + H) MACs: the input projection (I*G*H per row a
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections import Counter
 
+import jsonschema
 import numpy as np
 import onnx
 import pytest
@@ -20,6 +22,7 @@ from torch import nn
 
 from analyzer import analyze
 from analyzer.errors import AnalysisError
+from analyzer.render import SCHEMA_FILE
 
 T, B, IN, H = 8, 2, 16, 32  # steps, batch, input features, hidden size
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
@@ -325,6 +328,7 @@ def test_long_recurrence_extrapolated_equals_unrolled(tmp_path, monkeypatch, kin
     # B * T * G*H * (IN + H) per direction, e.g. LSTM bidirectional: 2 * 2 * 40 * 128 * 48 = 983,040
     assert closed.totals.macs == dirs * B * LONG * g * (IN + H)
     doc = closed.to_json()
+    jsonschema.validate(doc, json.loads(SCHEMA_FILE.read_text()))
     assert doc["recurrence"]["steps"] == LONG and doc["recurrence"]["sampled"] == [12, 13, 14]
     assert doc["recurrence"]["nodes"] == [f"{kind} 'my_{kind.lower()}'"]
     assert doc["inputs"][0]["shape"] == ([B, LONG, IN] if layout else [LONG, B, IN])

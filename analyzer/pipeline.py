@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from passes.analysis import Analysis, analyze_graph, extrapolate_layers, gathered_expert_matmuls
+from passes.analysis import Analysis, analyze_graph, extrapolate_layers, extrapolate_steps, gathered_expert_matmuls
 from passes.graph import (
     AMP_DTYPES,
     OpGraph,
@@ -106,6 +106,8 @@ def analyze_loaded(
     check_dtype(dtype)
     if loaded.depth1 is not None and loaded.layers:
         return _extrapolated(loaded, strict=strict, func_name=func_name, shape_hint=shape_hint, dtype=dtype)
+    if loaded.steps is not None and loaded.step_samples:
+        return _extrapolated_steps(loaded, strict=strict, func_name=func_name, shape_hint=shape_hint, dtype=dtype)
     try:
         if graph is None:
             graph = extract(loaded.mod, func_name, n_inputs=loaded.n_inputs)
@@ -205,6 +207,27 @@ def _extrapolated(loaded: LoadedModel, **kw) -> Report:
     )
     two.warnings.append(note)
     return two
+
+
+def _extrapolated_steps(loaded: LoadedModel, **kw) -> Report:
+    """The report of a model whose recurrences run `loaded.steps` time steps: analysed at each of the
+    `loaded.step_samples` step counts, the totals extrapolated exactly (`passes.analysis.extrapolate_steps`, which
+    refuses counts that are not affine in the step count); lists of the last sample's graph."""
+    reports = [(t, analyze_loaded(m, **kw)) for t, m in loaded.step_samples]
+    last = reports[-1][1]
+    try:
+        last.analysis = extrapolate_steps([(t, r.analysis) for t, r in reports], loaded.steps, loaded.step_nodes)
+    except ValueError as exc:
+        raise AnalysisError(
+            f"{loaded.source}: a recurrence of {loaded.steps:,} steps could not be extrapolated from "
+            f"{', '.join(str(t) for t, _ in reports)} steps: {exc}"
+        ) from exc
+    for inp in last.inputs:  # the sequence axes at the model's length, not the last sample's
+        for name, axis in loaded.step_axes:
+            if inp["name"] == name:
+                inp["shape"][axis] = loaded.steps
+    last.warnings.append(last.analysis.steps.note)
+    return last
 
 
 def analyze_model(

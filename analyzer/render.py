@@ -74,6 +74,8 @@ def report_json(report) -> dict:
         doc["sweep"] = report.sweep
     if getattr(a, "repeat", None) is not None:
         doc["layers"] = a.repeat.to_json()
+    if getattr(a, "steps", None) is not None:
+        doc["recurrence"] = a.steps.to_json()
     if getattr(report, "symbolic", None) is not None:
         doc["symbolic"] = report.symbolic
     if getattr(report, "verdict", None) is not None:
@@ -262,8 +264,9 @@ def _summary(report) -> list[tuple[str, str]]:
         ("peak activations", mib(t.peak_activation_bytes)),
         ("bytes read / written", f"{mib(t.bytes_read)} / {mib(t.bytes_written)}"),
         ("operators", f"{t.op_count:,} ({len(report.analysis.edges):,} data-flow edges)"),
-        ("CUDA kernels", _kernel_line(report.analysis.kernel_view.summary, getattr(report.analysis, "repeat", None))),
+        ("CUDA kernels", _kernel_line(report.analysis.kernel_view.summary, _repeat_of(report.analysis))),
         *([("layers", _layers_line(report.analysis.repeat))] if getattr(report.analysis, "repeat", None) else []),
+        *([("recurrence", _steps_line(report.analysis.steps))] if getattr(report.analysis, "steps", None) else []),
         ("unsupported", ", ".join(f"{k} x{v}" for k, v in t.unsupported.items()) or "none"),
     ]
 
@@ -273,6 +276,14 @@ def _layers_line(repeat) -> str:
     return (
         f"{n:,}; layers 3..{n:,} extrapolated from layers 1-2 (identical): totals exact; the operator and kernel "
         f"lists and the edges show the embedding, layers 1-2 and the head"
+    )
+
+
+def _steps_line(steps) -> str:
+    t1, t2, t3 = steps.sampled
+    return (
+        f"{steps.steps:,} steps costed from {t1}/{t2} steps (checked at {t3}), exact: every count is affine in the "
+        f"step count; the operator and kernel lists and the edges show {t3} steps"
     )
 
 
@@ -301,11 +312,17 @@ def _mixed(macs_by_dtype: dict[str, int]) -> bool:
     return len(macs_by_dtype) > 1 or any(not d.startswith(("float", "bfloat")) for d in macs_by_dtype)
 
 
+def _repeat_of(analysis):
+    """The analysis's extrapolation (`Analysis.repeat` or `Analysis.steps`), or None."""
+    return getattr(analysis, "repeat", None) or getattr(analysis, "steps", None)
+
+
 def _kernel_line(k, repeat=None) -> str:
     """What eager PyTorch launches, beside the Relax ops: '121 (91 views free, 1 fused attention), 180.2 MiB moved';
     with layers extrapolated (`repeat`), the whole model's launches, then the listed 2-layer graph's line."""
     if repeat is not None:
-        return f"{repeat.kernels:,} launched; layers 1-2 listed: {_kernel_line(k)}"
+        listed = "layers 1-2" if hasattr(repeat, "layers") else f"{repeat.sampled[-1]} steps"
+        return f"{repeat.kernels:,} launched; {listed} listed: {_kernel_line(k)}"
     roles = k.by_role
     parts = [
         f"{roles[r]} {one if roles[r] == 1 else many}"
@@ -801,7 +818,7 @@ def render_csv(report, what: str = "ops") -> str:
         kt = kernel_latency_arrays(kernel_arrays(a.kernels), get_device(p.device), tf32_matmul=tf32)
         whole = (
             kernel_latency_arrays(kernel_arrays(a.launched_kernels), get_device(p.device), tf32_matmul=tf32)
-            if a.repeat
+            if a.repeat or a.steps
             else kt
         )
         scale = p.latency_ms / (float(whole.eager_s.sum()) * 1e3) if float(whole.eager_s.sum()) > 0 else 0.0

@@ -62,6 +62,10 @@ class Analysis:
     #: set when the graph holds the first 2 of `repeat.layers` identical layers and the totals are extrapolated
     #: (`extrapolate_layers`): `ops`, `graph`, `edges` and `kernels` are then the 2-layer graph's
     repeat: LayerRepeat | None = None
+    #: set when the model holds recurrences (ONNX LSTM, GRU, RNN) of `steps.steps` time steps whose totals are
+    #: extrapolated from analyses at fewer steps (`extrapolate_steps`): `ops`, `graph`, `edges` and `kernels` are
+    #: then the graph's at the largest sampled step count
+    steps: StepRepeat | None = None
 
     @cached_property
     def kernel_view(self) -> KernelView:
@@ -77,6 +81,8 @@ class Analysis:
     def launched_kernels(self) -> tuple[Kernel, ...]:
         """Every kernel the whole model launches, in order: `kernels`, or with `repeat` the 2-layer graph's with
         its second layer's kernels repeated for layers 3..n (what the time model costs)."""
+        if self.steps is not None:
+            return self.steps.launched
         r = self.repeat
         if r is None:
             return self.kernels
@@ -118,6 +124,62 @@ class LayerRepeat:
             "kernels_launched": self.kernels,
             "note": f"layers 3..{self.layers} extrapolated from layers 1-2 (identical): every count in totals is "
             f"x(1) + (n - 1) (x(2) - x(1)), exact for identical layers; peak activations are the 2-layer graph's",
+        }
+
+
+@dataclass(frozen=True)
+class Launches:
+    """`count` launches of one kernel (what `predictor.kernel_model.kernel_arrays` costs as `count` rows): the
+    attributes the time model reads are the kernel's."""
+
+    kernel: Kernel
+    count: int
+
+    kind = property(lambda self: self.kernel.kind)
+    op = property(lambda self: self.kernel.op)
+    flops = property(lambda self: self.kernel.flops)
+    bytes_read = property(lambda self: self.kernel.bytes_read)
+    bytes_written = property(lambda self: self.kernel.bytes_written)
+    dtype = property(lambda self: self.kernel.dtype)
+    params = property(lambda self: self.kernel.params)
+
+
+@dataclass(frozen=True)
+class StepRepeat:
+    """How an analysis of recurrences over `steps` time steps was extrapolated from analyses at `sampled` steps.
+
+    Attributes:
+        steps: the sequence length T of the model's recurrences (their longest, when several).
+        sampled: the step counts (T1, T2, T3), evenly spaced, the model was analysed at.
+        launched: every kernel the T-step model launches, as (kernel, count) runs (`Launches`).
+        kernels: how many kernels that is (the sum of the counts).
+        nodes: "LSTM 'name'" for each recurrent node the extrapolation covers.
+    """
+
+    steps: int
+    sampled: tuple[int, int, int]
+    launched: tuple[Launches, ...]
+    kernels: int
+    nodes: tuple[str, ...] = ()
+
+    @property
+    def note(self) -> str:
+        t1, t2, t3 = self.sampled
+        return (
+            f"recurrence of {self.steps:,} steps costed from {t1}/{t2} steps (checked at {t3}): every count in "
+            f"totals, each kernel's launch count and size, and the peak activations are affine in the step count "
+            f"(each step adds the same ops), exact at {t3} and so at any count"
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "mode": "extrapolated",
+            "steps": self.steps,
+            "sampled": list(self.sampled),
+            "nodes": list(self.nodes),
+            "listed": f"the graph at {self.sampled[-1]} steps (ops, modules and kernel list)",
+            "kernels_launched": self.kernels,
+            "note": self.note,
         }
 
 
@@ -204,6 +266,146 @@ def extrapolate_layers(a1: Analysis, a2: Analysis, layers: int) -> Analysis:
         repeat=LayerRepeat(layers, block, n_kernels),
     )
     out.__dict__["kernel_view"] = a2.kernel_view  # the same graph: its view, computed once
+    return out
+
+
+def _affine(name: str, xs: tuple[int, int, int]) -> tuple[int, int]:
+    """(x1, per-sample-step difference) of three evenly spaced samples; ValueError unless x3 - x2 == x2 - x1."""
+    x1, x2, x3 = xs
+    if x3 - x2 != x2 - x1:
+        raise ValueError(f"{name} is not affine in the step count ({x1:,}, {x2:,}, {x3:,})")
+    return x1, x2 - x1
+
+
+def _is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _extrapolated_kernels(lists: list[tuple[Kernel, ...]], at) -> tuple[Launches, ...]:
+    """The kernels launched at the target step count from the kernel lists at three sampled counts: a kernel the
+    three lists share keeps its identity, its launch count affine (`at` maps three samples to the target); the
+    others (sized by the sequence: the input projection, the stacked output) must pair up in launch order, of the
+    same kind, op and dtype, every size affine. ValueError otherwise."""
+    keys = [[_kernel_key(k) for k in ks] for ks in lists]
+    counts = [Counter(ks) for ks in keys]
+    common = set(counts[0]) & set(counts[1]) & set(counts[2])
+    out: list[Launches] = []
+    seen: set = set()
+    for kern, key in zip(lists[2], keys[2], strict=True):
+        if key in common and key not in seen:
+            seen.add(key)
+            n = at(f"launches of {kern.kind} kernel {kern.op}", tuple(c[key] for c in counts))
+            if n > 0:
+                out.append(Launches(kern, n))
+    varying = [
+        [k for k, key in zip(ks, kk, strict=True) if key not in common] for ks, kk in zip(lists, keys, strict=True)
+    ]
+    if not len(varying[0]) == len(varying[1]) == len(varying[2]):
+        raise ValueError("the kernels sized by the sequence differ in number between the sampled step counts")
+    for a, b, c in zip(*varying, strict=True):
+        what = f"{c.kind} kernel {c.op}"
+        if (a.kind, a.op, a.dtype, sorted(a.params)) != (b.kind, b.op, b.dtype, sorted(b.params)) or (
+            b.kind,
+            b.op,
+            b.dtype,
+            sorted(b.params),
+        ) != (c.kind, c.op, c.dtype, sorted(c.params)):
+            raise ValueError(f"the sampled step counts launch different kernels ({what})")
+        params = {}
+        for p, v in c.params.items():
+            if _is_count(v):
+                params[p] = at(f"{what} parameter {p}", (a.params[p], b.params[p], v))
+            elif a.params[p] == b.params[p] == v:
+                params[p] = v
+            else:
+                raise ValueError(f"{what} parameter {p} changes with the step count ({a.params[p]!r}, {v!r})")
+        kern = replace(
+            c,
+            flops=at(f"{what} FLOPs", (a.flops, b.flops, c.flops)),
+            bytes_read=at(f"{what} bytes read", (a.bytes_read, b.bytes_read, c.bytes_read)),
+            bytes_written=at(f"{what} bytes written", (a.bytes_written, b.bytes_written, c.bytes_written)),
+            params=params,
+        )
+        out.append(Launches(kern, 1))
+    return tuple(out)
+
+
+def extrapolate_steps(samples: list[tuple[int, Analysis]], steps: int, nodes: tuple[str, ...] = ()) -> Analysis:
+    """The analysis of a model whose recurrences run `steps` time steps, from its analyses at three evenly spaced
+    smaller step counts `samples` [(T1, a1), (T2, a2), (T3, a3)], T1 < T2 < T3, T2 - T1 = T3 - T2 = d.
+
+    An unrolled recurrence adds the same ops at every step, and the ops sized by the sequence (the input
+    projection [T, B, I] @ [I, G*H], the stacked output [T, dirs, B, H], whatever follows them) grow by the same
+    amount per step. So every count (FLOPs, MACs, bytes, parameters, operators, per-dtype MACs, static features,
+    the peak of the live activations and the input bytes), each shared kernel's launch count and each
+    sequence-sized kernel's FLOPs, bytes and dimensions is affine in T: x(T) = x1 + (T - T1) / d * (x2 - x1). The
+    third sample checks it: x3 - x2 must equal x2 - x1 for every one, else ValueError (and the model is refused
+    rather than guessed). The peak is a maximum over the ops: affine across the samples, it could still be set by
+    a fixed-size tensor there and by the sequence's beyond them; an extrapolated peak below the largest kernel
+    output at T (a lower bound on the true peak) is refused for that reason. The op, module and kernel lists
+    stay a3's; `launched_kernels` holds the T-step kernels as (kernel, count) runs, which the time model costs
+    without listing 10**6 steps.
+
+    Raises:
+        ValueError: the samples are not evenly spaced below `steps`, (T - T1) is not a multiple of d, or some count
+            is not affine in the step count.
+    """
+    (s1, a1), (s2, a2), (s3, a3) = samples
+    d = s2 - s1
+    if not (0 < d == s3 - s2 and s3 < steps and (steps - s1) % d == 0):
+        raise ValueError(f"samples at {s1}, {s2}, {s3} steps cannot be extrapolated to {steps}")
+    k = (steps - s1) // d
+
+    def at(name: str, xs: tuple[int, int, int]) -> int:
+        x1, dx = _affine(name, xs)
+        return x1 + k * dx
+
+    t = (a1.totals, a2.totals, a3.totals)
+
+    def per_key(name: str, ds: tuple[dict, dict, dict]) -> dict[str, int]:
+        out = {key: at(f"{name} {key}", tuple(x.get(key, 0) for x in ds)) for key in sorted(set().union(*ds))}
+        return {key: v for key, v in out.items() if v}
+
+    field_ = lambda f: at(f, tuple(getattr(x, f) for x in t))  # noqa: E731
+    totals = Totals(
+        flops=field_("flops"),
+        macs=field_("macs"),
+        params=field_("params"),
+        param_bytes=field_("param_bytes"),
+        peak_activation_bytes=field_("peak_activation_bytes"),
+        bytes_read=field_("bytes_read"),
+        bytes_written=field_("bytes_written"),
+        op_count=field_("op_count"),
+        unsupported=per_key("uncounted", tuple(x.unsupported for x in t)),
+        macs_by_dtype=per_key("MACs in", tuple(x.macs_by_dtype for x in t)),
+    )
+    # every feature is a count, batch_size included (the first input's first axis: the sequence for X [T, B, I])
+    static = {key: at(key, tuple(a.static_features.get(key, 0) for a in (a1, a2, a3))) for key in a3.static_features}
+    launched = _extrapolated_kernels([a1.kernels, a2.kernels, a3.kernels], at)
+    largest = max((run.kernel.bytes_written for run in launched), default=0)
+    if totals.peak_activation_bytes < largest:  # a fixed tensor set the samples' peak; the sequence outgrows it
+        raise ValueError(
+            f"the peak activations extrapolated from the samples ({totals.peak_activation_bytes:,} bytes) are less "
+            f"than one kernel's output at {steps:,} steps ({largest:,} bytes): another tensor sets the peak there"
+        )
+    memory = replace(
+        a3.memory,
+        peak_bytes=totals.peak_activation_bytes,
+        weight_bytes=at("weight bytes", tuple(a.memory.weight_bytes for a in (a1, a2, a3))),
+        input_bytes=at("input bytes", tuple(a.memory.input_bytes for a in (a1, a2, a3))),
+    )
+    out = Analysis(
+        graph=a3.graph,
+        ops=a3.ops,
+        totals=totals,
+        memory=memory,
+        edges=a3.edges,
+        static_features=static,
+        warnings=list(a3.warnings),
+        attention_patterns=a3.attention_patterns,
+        steps=StepRepeat(steps, (s1, s2, s3), launched, sum(x.count for x in launched), nodes),
+    )
+    out.__dict__["kernel_view"] = a3.kernel_view
     return out
 
 

@@ -1515,7 +1515,9 @@ ONNX_EXTRA_CONVERTERS.update(
 
 
 # Steps unrolled per recurrent node (sequence length x directions). Each step is about ten Relax bindings: 16,384
-# steps took 35 s and 1.2 GB to analyse here; a hostile sequence of 10**6 steps would take an hour and 70 GB.
+# steps took 35 s and 1.2 GB to analyse here; a hostile sequence of 10**6 steps would take an hour and 70 GB. A
+# longer recurrence raises `LongRecurrence`: the ONNX frontend analyses the model at a few short sequences and
+# extrapolates exactly (`passes.analysis.extrapolate_steps`), or refuses it.
 MAX_RECURRENT_STEPS = 16_384
 
 
@@ -1524,6 +1526,19 @@ class UnsupportedOnnxNode(IRError):
 
     def __init__(self, op_type: str, node: str, what: str):
         super().__init__(f"{op_type} node '{node[:80]}': {what} is not supported")
+
+
+class LongRecurrence(UnsupportedOnnxNode):
+    """A recurrent node runs more than `MAX_RECURRENT_STEPS` steps (`steps` time steps in `dirs` directions)."""
+
+    def __init__(self, op_type: str, node: str, steps: int, dirs: int):
+        super().__init__(
+            op_type,
+            node,
+            f"a sequence of {steps:,} steps{' in 2 directions' if dirs == 2 else ''} (more than the "
+            f"{MAX_RECURRENT_STEPS:,} preflight unrolls per node)",
+        )
+        self.steps, self.dirs = steps, dirs
 
 
 _RNN_ACTIVATIONS = {"sigmoid": relax.op.sigmoid, "tanh": relax.op.tanh, "relu": relax.op.nn.relu}
@@ -1655,10 +1670,7 @@ class _OnnxRecurrent:
             c0 = None if c0 is None else bb.emit(relax.op.permute_dims(c0, [1, 0, 2]))
         steps, batch, _ = _static_shape(x)
         if steps * dirs > MAX_RECURRENT_STEPS:
-            refuse(
-                f"a sequence of {steps:,} steps{' in 2 directions' if dirs == 2 else ''} (more than the "
-                f"{MAX_RECURRENT_STEPS:,} preflight unrolls per node)"
-            )
+            raise LongRecurrence(cls.op_type, node, steps, dirs)
         hidden = int(attr["hidden_size"]) if "hidden_size" in attr else _static_shape(r)[-1]
         if seq_lens is not None:
             import numpy as np

@@ -297,6 +297,8 @@ class KernelArrays:
 
     `b, m, n, k` are the gemm-like dimensions of the module docstring (0 where unknown or not gemm-like);
     `kind` is the kind the parameters are looked up under (math-fallback attention becomes "gemm").
+    `count`: how many times each row's kernel is launched (None: once each); a row launched c times costs c times
+    its time, so a recurrence of 10**6 identical steps is one row (`passes.analysis.Launches`).
     """
 
     kind: np.ndarray  # (N,) str
@@ -307,6 +309,7 @@ class KernelArrays:
     m: np.ndarray
     n: np.ndarray
     k: np.ndarray
+    count: np.ndarray | None = None  # (N,) float64 launches per row, or None for one each
 
     def __len__(self) -> int:
         return len(self.flops)
@@ -320,7 +323,9 @@ class KernelArrays:
         return [(*str(key).split("|", 1), np.flatnonzero(inverse == i)) for i, key in enumerate(keys)]
 
     def subset(self, index: np.ndarray) -> KernelArrays:
-        return KernelArrays(*(getattr(self, f)[index] for f in self.__dataclass_fields__))
+        return KernelArrays(
+            *(None if getattr(self, f) is None else getattr(self, f)[index] for f in self.__dataclass_fields__)
+        )
 
 
 def _prod(values) -> int:
@@ -353,9 +358,11 @@ def gemm_dims(kind: str, params: dict) -> tuple[str, tuple[float, float, float, 
 
 
 def kernel_arrays(kernels: Iterable) -> KernelArrays:
-    """Arrays of `kernels` (objects with kind, flops, bytes_read, bytes_written, dtype, params)."""
-    kinds, dtypes, flops, nbytes, dims = [], [], [], [], []
+    """Arrays of `kernels` (objects with kind, flops, bytes_read, bytes_written, dtype, params, and optionally
+    `count`, the launches the object stands for: `passes.analysis.Launches`)."""
+    kinds, dtypes, flops, nbytes, dims, counts = [], [], [], [], [], []
     for kern in kernels:
+        counts.append(getattr(kern, "count", 1))
         kind, d = gemm_dims(kern.kind, kern.params or {}) if kern.kind in GEMM_LIKE else (kern.kind, (0, 0, 0, 0))
         kinds.append(kind)
         dtypes.append(kern.dtype)
@@ -369,6 +376,7 @@ def kernel_arrays(kernels: Iterable) -> KernelArrays:
         np.array(flops, dtype=np.float64),
         np.array(nbytes, dtype=np.float64),
         *dim.T.copy(),
+        None if all(c == 1 for c in counts) else np.array(counts, dtype=np.float64),
     )
     if (arrays.flops < 0).any() or (arrays.nbytes < 0).any():
         raise KernelParamsError("kernel FLOPs and bytes must be >= 0")
@@ -508,6 +516,8 @@ def kernel_latency_arrays(
         out["compute_s"][rows] = sub.flops / (rate * compute_efficiency(sub, p, sms)) + p.exec_us * 1e-6
         out["memory_s"][rows] = sub.nbytes / (bandwidth * p.e_memory) + p.exec_us * 1e-6
         out["launch_s"][rows] = p.launch_us * 1e-6
+    if arrays.count is not None:  # c launches of a kernel: c times each term, so every max and sum is of all c
+        out = {f: v * arrays.count for f, v in out.items()}
     return KernelTimes(**out)
 
 

@@ -417,6 +417,12 @@ def predict(
             f"the trained predictor for {device.key} reads the operator graph, which holds 2 of the "
             f"{analysis.repeat.layers} extrapolated layers: the kernel-model estimate is used instead"
         )
+    if trained is not None and getattr(analysis, "steps", None) is not None:
+        trained = None  # the op graph holds a few of the steps: the kernel model costs all of them
+        warnings.append(
+            f"the trained predictor for {device.key} reads the operator graph, which holds {analysis.steps.sampled[-1]}"
+            f" of the {analysis.steps.steps:,} extrapolated recurrence steps: the kernel-model estimate is used instead"
+        )
     residual = None  # a GraphSAGE trained on public measurements, correcting the kernel model (predictor.public_train)
     if trained is not None and getattr(trained, "kind", None) == "residual":
         residual, trained = trained, None
@@ -581,7 +587,8 @@ def op_times_ms(analysis, prediction: Prediction) -> dict[int, tuple[float, bool
             per_op[i] = per_op.get(i, 0.0) + sec / len(kern.ops)
             bound[i] = bound.get(i, False) or bool(cb)
     total = sum(per_op.values())
-    if getattr(analysis, "repeat", None) is not None:  # the listed ops are 2 of n layers: scale by all n
+    if getattr(analysis, "repeat", None) is not None or getattr(analysis, "steps", None) is not None:
+        # the listed ops are 2 of n layers (a few of T steps): scale by all of them
         total = float(
             kernel_latency_arrays(kernel_arrays(analysis.launched_kernels), device, tf32_matmul=tf32).eager_s.sum()
         )

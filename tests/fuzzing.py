@@ -422,7 +422,7 @@ PT2_RESOURCE_VECTORS = {
     "buffer_zip_bomb": 2,
     "tiny_values": 2,
 }
-ONNX_RESOURCE_VECTORS = {"range_400m": 0, "constant_of_shape_400m": 0, "lstm_1e6_steps": 1, "gru_max_dim_steps": 1}
+ONNX_RESOURCE_VECTORS = {"range_400m": 0, "constant_of_shape_400m": 0, "lstm_1e6_steps": 0, "gru_max_dim_steps": 0}
 
 
 def _declare_size(path: Path, member_suffix: str, size: int) -> None:

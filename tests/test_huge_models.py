@@ -1,8 +1,9 @@
-"""Issue 28's huge-model families, in a real CLI process: a transformers config of 4,096 layers and TFLite files
-with more operators than preflight reads. Each asserts the exit code, one line on stderr when it fails, no
-traceback, the mechanism (layers extrapolated; the operator cap named) and the peak resident memory of the CLI
-process under 2 GiB (its own `getrusage(RUSAGE_CHILDREN)`, measured in a fresh wrapper process so no earlier
-child of the test run counts). Wall time is measured by bench/bench_fuzz.py and docs/safety.md, not asserted.
+"""Issue 28's huge-model families, in a real CLI process: a transformers config of 4,096 layers, TFLite files
+with more operators than preflight reads, and ONNX recurrences of 10**6 and 2**31 - 1 steps. Each asserts the
+exit code, one line on stderr when it fails, no traceback, the mechanism (layers or steps extrapolated; the
+operator cap named) and the peak resident memory of the CLI process under 2 GiB (its own
+`getrusage(RUSAGE_CHILDREN)`, measured in a fresh wrapper process so no earlier child of the test run counts).
+Wall time is measured by bench/bench_fuzz.py and docs/safety.md, not asserted.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fuzzing import hf_config_layers, tflite_chain
+from fuzzing import hf_config_layers, onnx_resource_vector, tflite_chain
 
 from analyzer.frontends.tensorflow_frontend import MAX_TFLITE_OPS
 
@@ -71,3 +72,25 @@ def test_a_tflite_file_past_the_operator_cap_is_refused(tmp_path):
     path.write_bytes(tflite_chain(MAX_TFLITE_OPS + 1))
     line = _one_line(_analyze(path), 2)
     assert f"{MAX_TFLITE_OPS + 1:,} operators" in line and f"at most {MAX_TFLITE_OPS:,} operators" in line
+
+
+@pytest.mark.parametrize(
+    ("vector", "steps", "macs"),
+    [
+        # LSTM, B 1, I 3, H 4: 10**6 steps x 4 gates x 4 x (3 + 4) = 112,000,000 MACs
+        ("lstm_1e6_steps", 10**6, 10**6 * 16 * 7),
+        # GRU over the largest dimension: (2**31 - 1) x 3 gates x 4 x (3 + 4) = 180,388,626,348 MACs
+        ("gru_max_dim_steps", 2**31 - 1, (2**31 - 1) * 12 * 7),
+    ],
+)
+def test_the_hostile_recurrences_are_costed_in_closed_form(tmp_path, vector, steps, macs):
+    """Issue 28's files (killed at 120 s and 10 GB; 16.8 GB peak): analysed at 12, 13 and 14 steps and
+    extrapolated exactly (tests/test_onnx_rnn.py checks the closed form against the unrolled graph)."""
+    path = tmp_path / "rnn.onnx"
+    onnx_resource_vector(vector, path)
+    res = _analyze(path, "--format", "json")
+    assert res["rc"] == 0, res["err"][-2000:]
+    doc = json.loads(res["out"])
+    assert doc["recurrence"]["steps"] == steps and doc["recurrence"]["sampled"] == [12, 13, 14]
+    assert doc["totals"]["macs"] == macs
+    assert doc["inputs"][0]["shape"] == [steps, 1, 3]

@@ -22,6 +22,7 @@ from predictor.kernel_model import (
     gemm_dims,
     kernel_arrays,
     kernel_latency,
+    kernel_latency_arrays,
     latency_bound_ms,
     load_params,
     tile_efficiency,
@@ -432,3 +433,23 @@ def test_held_out_accuracy_on_the_largest_gemms(neusight, device):
     model, baseline = _held_out_ape(small + elementwise, large, device)
     assert model.mean() <= LARGEST_BOUNDS[device], model.mean()
     assert model.mean() < baseline.mean()
+
+
+def test_a_row_launched_count_times_costs_count_launches():
+    """`count` (passes.analysis.Launches): a row launched c times costs exactly what c copies of it cost, in every
+    term (estimate, launch floor, roofline), so a recurrence of 10**6 steps is costed from one row per kernel."""
+    from passes.analysis import Launches
+    from passes.kernels import Kernel
+
+    gemm = Kernel(0, "gemm", "relax.matmul", (0,), 2 * 8 * 64 * 256, 4 * (8 * 64 + 64 * 256), 4 * 8 * 256, "float32",
+                  {"b": 1, "m": 8, "n": 256, "k": 64})  # fmt: skip
+    gates = Kernel(1, "elementwise", "relax.sigmoid", (1,), 8 * 256, 4 * 8 * 256, 4 * 8 * 256, "float32",
+                   {"numel": 8 * 256})  # fmt: skip
+    arrays = kernel_arrays([Launches(gemm, 1000), gates, Launches(gates, 2)])
+    assert list(arrays.count) == [1000, 1, 2] and len(arrays) == 3
+    runs = kernel_latency([gemm] * 1000 + [gates] * 3, H100)
+    whole = kernel_latency_arrays(arrays, H100)
+    for term in ("eager_ms", "floor_ms"):
+        assert getattr(whole, term) == pytest.approx(getattr(runs, term), rel=1e-12)
+    assert float(whole.bound_s.sum()) == pytest.approx(float(runs.bound_s.sum()), rel=1e-12)
+    assert kernel_arrays([gemm, gates]).count is None  # one launch each: no column

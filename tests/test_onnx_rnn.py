@@ -8,9 +8,11 @@ per direction, B * T * G*H * (I + H) MACs: the input projection (I*G*H per row a
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections import Counter
 
+import jsonschema
 import numpy as np
 import onnx
 import pytest
@@ -20,6 +22,7 @@ from torch import nn
 
 from analyzer import analyze
 from analyzer.errors import AnalysisError
+from analyzer.render import SCHEMA_FILE
 
 T, B, IN, H = 8, 2, 16, 32  # steps, batch, input features, hidden size
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
@@ -246,3 +249,156 @@ def test_outputs_match_onnxruntime(tmp_path, kind, attrs, dirs, extra):
     np.testing.assert_allclose(outs[1][0], reference[0].transpose(2, 0, 1, 3), atol=1e-5)
     for ours, ref in zip(outs[1][1:], reference[1:], strict=True):
         np.testing.assert_allclose(ours, ref.transpose(1, 0, 2), atol=1e-5)
+
+
+# ---- long recurrences: analysed at 12, 13 and 14 steps, extrapolated exactly (passes.analysis.extrapolate_steps) --
+
+LONG = 40  # steps: unrolled (the default cap) and extrapolated (the cap lowered to 30) must agree on everything
+
+
+def _both_ways(tmp_path, monkeypatch, model, name="rnn.onnx"):
+    """(unrolled, extrapolated) predict reports on the H100 of `model`, whose recurrences run LONG steps."""
+    from analyzer import predict
+    from passes import tvm_ir
+
+    path = tmp_path / name
+    onnx.save(model, path)
+    unrolled = predict(str(path), device="h100-80gb")
+    assert unrolled.analysis.steps is None
+    monkeypatch.setattr(tvm_ir, "MAX_RECURRENT_STEPS", 30)  # 40 x dirs > 30 >= 14 x dirs: sampled at 12, 13, 14
+    closed = predict(str(path), device="h100-80gb")
+    assert closed.analysis.steps is not None and closed.analysis.steps.sampled == (12, 13, 14)
+    return unrolled, closed
+
+
+def _assert_same(unrolled, closed):
+    """Every total, static feature, the memory, the launched kernels (each one's size and launch count) and the
+    predicted latency, energy and memory of the closed form equal the unrolled analysis's."""
+    from passes.analysis import _kernel_key
+
+    u, c = unrolled.analysis, closed.analysis
+    assert c.totals == u.totals
+    assert c.static_features == u.static_features
+    assert (c.memory.peak_bytes, c.memory.weight_bytes, c.memory.input_bytes) == (
+        u.memory.peak_bytes,
+        u.memory.weight_bytes,
+        u.memory.input_bytes,
+    )
+    launched = Counter()
+    for run in c.launched_kernels:
+        launched[_kernel_key(run.kernel)] += run.count
+    assert launched == Counter(_kernel_key(k) for k in u.kernels)
+    assert c.steps.kernels == len(u.kernels)
+    assert closed.inputs == unrolled.inputs  # the sequence axis reported at LONG, not at a sample
+    p, q = unrolled.prediction, closed.prediction
+    assert p.predictor == q.predictor and p.latency_ms > 0
+    _assert_close(q.to_json(), p.to_json())  # latency, energy, memory, intervals, the MIG slice, the basis
+
+
+def _assert_close(a, b, where="prediction"):
+    """Equal JSON, floats to 1e-9 relative (c launches cost as c x t against t added c times)."""
+    if isinstance(b, dict):
+        assert sorted(a) == sorted(b), where
+        for k in b:
+            _assert_close(a[k], b[k], f"{where}.{k}")
+    elif isinstance(b, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_close(x, y, f"{where}[{i}]")
+    elif isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-9, abs=1e-12), where
+    else:
+        assert a == b, where
+
+
+@pytest.mark.parametrize(
+    ("kind", "attrs", "dirs", "layout"),
+    [
+        ("LSTM", {"direction": "bidirectional"}, 2, 0),
+        ("LSTM", {"layout": 1}, 1, 1),
+        ("GRU", {"linear_before_reset": 0}, 1, 0),
+        ("GRU", {"direction": "bidirectional", "linear_before_reset": 1}, 2, 0),
+        ("RNN", {"direction": "reverse"}, 1, 0),
+    ],
+)
+def test_long_recurrence_extrapolated_equals_unrolled(tmp_path, monkeypatch, kind, attrs, dirs, layout):
+    unrolled, closed = _both_ways(tmp_path, monkeypatch, _rnn_model(kind, attrs, dirs=dirs, layout=layout, t=LONG))
+    _assert_same(unrolled, closed)
+    g = GATES[kind] * H
+    # B * T * G*H * (IN + H) per direction, e.g. LSTM bidirectional: 2 * 2 * 40 * 128 * 48 = 983,040
+    assert closed.totals.macs == dirs * B * LONG * g * (IN + H)
+    doc = closed.to_json()
+    jsonschema.validate(doc, json.loads(SCHEMA_FILE.read_text()))
+    assert doc["recurrence"]["steps"] == LONG and doc["recurrence"]["sampled"] == [12, 13, 14]
+    assert doc["recurrence"]["nodes"] == [f"{kind} 'my_{kind.lower()}'"]
+    assert doc["inputs"][0]["shape"] == ([B, LONG, IN] if layout else [LONG, B, IN])
+    assert any("recurrence of 40 steps costed from 12/13 steps (checked at 14)" in w for w in closed.warnings)
+
+
+def test_long_recurrence_with_states_and_sequence_lens(tmp_path, monkeypatch):
+    """Initial states (the first step's GEMM on a constant state is folded) and sequence_lens of the whole length
+    (rewritten with the sequence at each sample) extrapolate exactly too."""
+    rng = np.random.default_rng(1)
+    extra = [
+        ("sequence_lens", np.full((B,), LONG, dtype=np.int32)),
+        ("initial_h", rng.standard_normal((1, B, H)).astype(np.float32)),
+        ("initial_c", rng.standard_normal((1, B, H)).astype(np.float32)),
+    ]
+    unrolled, closed = _both_ways(tmp_path, monkeypatch, _rnn_model("LSTM", {}, t=LONG, extra_inputs=extra))
+    _assert_same(unrolled, closed)
+    # 2 * 40 * 128 * 48 - 2 * 128 * 32 = 491,520 - 8,192 = 483,328 (the folded step-0 recurrent GEMM)
+    assert closed.totals.macs == B * LONG * 4 * H * (IN + H) - B * 4 * H * H == 483_328
+
+
+def test_long_torch_stack_extrapolated_equals_unrolled(tmp_path, monkeypatch):
+    """A torch export (2 bidirectional LSTM layers, Y reshaped between them: the exporter writes Transpose and
+    Reshape nodes with -1 and 0, no sequence length) analysed both ways."""
+    torch.manual_seed(0)
+    module = nn.LSTM(IN, H, num_layers=2, bidirectional=True).eval()
+    _export(module, torch.randn(LONG, B, IN), tmp_path / "m.onnx")
+    unrolled, closed = _both_ways(tmp_path, monkeypatch, onnx.load(str(tmp_path / "m.onnx")), "m2.onnx")
+    _assert_same(unrolled, closed)
+    # layer 0: 2 dirs * 2 rows * 40 steps * 128 * (16 + 32) = 983,040; layer 1: 2 * 2 * 40 * 128 * (64 + 32)
+    # = 1,966,080
+    assert closed.totals.macs == _hand_macs("LSTM", 2, True, t=LONG) == 983_040 + 1_966_080
+
+
+def test_long_recurrence_refused_when_the_graph_holds_its_length(tmp_path, monkeypatch):
+    """A Reshape whose shape constant holds T (x B) would contradict a shorter sequence: refused, as before."""
+    from passes import tvm_ir
+
+    model = _rnn_model("RNN", {}, t=LONG)
+    model.graph.initializer.append(numpy_helper.from_array(np.array([LONG * B, H], np.int64), "shape"))
+    model.graph.node.append(helper.make_node("Reshape", ["Y", "shape"], ["Z"]))
+    model.graph.output.append(helper.make_tensor_value_info("Z", TensorProto.FLOAT, [LONG * B, H]))
+    path = tmp_path / "rnn.onnx"
+    onnx.save(model, path)
+    assert analyze(str(path)).totals.macs == B * LONG * H * (IN + H)  # unrolled: 2 * 40 * 32 * 48 = 122,880
+    monkeypatch.setattr(tvm_ir, "MAX_RECURRENT_STEPS", 30)
+    with pytest.raises(AnalysisError) as err:
+        analyze(str(path))
+    assert "a sequence of 40 steps is more than preflight unrolls (30 per node); constant 'shape' holds" in str(
+        err.value
+    )
+
+
+def test_long_recurrence_refused_when_a_fixed_tensor_sets_the_sampled_peak(tmp_path, monkeypatch):
+    """Z [1024, 1024] and Relu(Z) (8 MiB together) are live before the LSTM and set the peak at 12 to 14 steps
+    (the sequence's tensors are then a few KiB); at 40,000 steps the input projection alone, [40,000, 2, 128]
+    float32 = 40,960,000 bytes, is larger than the affine extension of that peak (8 MiB + X's 40,000 x 2 x 16 x 4
+    bytes): refused rather than reported low."""
+    from passes import tvm_ir
+
+    model = _rnn_model("LSTM", {}, t=40_000)
+    model.graph.node[0].input[0] = "X2"
+    model.graph.input.append(helper.make_tensor_value_info("Z", TensorProto.FLOAT, [1024, 1024]))
+    model.graph.node.insert(0, helper.make_node("Relu", ["Z"], ["ZR"]))
+    model.graph.node.insert(1, helper.make_node("ReduceSum", ["ZR"], ["S"], keepdims=0))
+    model.graph.node.insert(2, helper.make_node("Add", ["X", "S"], ["X2"]))
+    path = tmp_path / "rnn.onnx"
+    onnx.save(model, path)
+    monkeypatch.setattr(tvm_ir, "MAX_RECURRENT_STEPS", 30)
+    with pytest.raises(AnalysisError) as err:
+        analyze(str(path))
+    assert "a recurrence of 40,000 steps could not be extrapolated from 12, 13, 14 steps" in str(err.value)
+    assert "another tensor sets the peak there" in str(err.value)

@@ -406,25 +406,43 @@ def _recurrent_onnx(path: Path, kind: str, steps: int, *, direction: str = "forw
 
 
 @pytest.mark.parametrize(("kind", "steps"), [("LSTM", 10**6), ("GRU", 2**31 - 1)])
-def test_recurrence_longer_than_preflight_unrolls(tmp_path, kind, steps):
+def test_recurrence_longer_than_preflight_unrolls_is_extrapolated(tmp_path, kind, steps):
     """The hostile files: an LSTM over 10**6 steps (killed at 120 s, 10 GB), a GRU over the largest dimension
-    (16.8 GB). Each step was ten Relax bindings; now the length is checked before the import: exit 1, one line."""
-    msg = refused(_recurrent_onnx(tmp_path / "rnn.onnx", kind, steps), 1)
-    assert (
-        f"{kind} node '{kind}': a sequence of {steps:,} steps is more than preflight unrolls (16,384 per node)" in msg
-    )
+    (16.8 GB). Each step was ten Relax bindings; now the model is analysed at 12, 13 and 14 steps and the totals
+    extrapolated (passes.analysis.extrapolate_steps): exit 0, the MACs of every step."""
+    from analyzer import analyze
+
+    rep = analyze(str(_recurrent_onnx(tmp_path / "rnn.onnx", kind, steps)))
+    assert rep.analysis.steps.steps == steps
+    # B 1, I 3, H 4: steps x G*4 x (3 + 4) MACs, G = 4 (LSTM), 3 (GRU)
+    assert rep.totals.macs == steps * {"LSTM": 16, "GRU": 12}[kind] * 7
 
 
 def test_recurrence_cap_counts_directions_and_holds_in_the_converter(tmp_path, monkeypatch):
     from passes import tvm_ir
 
-    monkeypatch.setattr(tvm_ir, "MAX_RECURRENT_STEPS", 8)
+    monkeypatch.setattr(tvm_ir, "MAX_RECURRENT_STEPS", 8)  # below the 12 to 14 steps of the samples: refused
     assert run_ok(_recurrent_onnx(tmp_path / "a.onnx", "LSTM", 8))  # 8 steps: at the cap
     msg = refused(_recurrent_onnx(tmp_path / "b.onnx", "RNN", 5, direction="bidirectional"), 1)
     assert "a sequence of 5 steps in 2 directions is more than preflight unrolls (8 per node)" in msg  # 5 x 2 > 8
-    # X computed by another node: the shape is known only in the import, where the converter refuses it
+    # X computed by another node: the shape is known only in the import, where the converter raises it
     msg = refused(_recurrent_onnx(tmp_path / "c.onnx", "GRU", 9, via_identity=True), 1)
     assert "GRU node 'GRU': a sequence of 9 steps (more than the 8 preflight unrolls per node) is not supported" in msg
+    # 20 steps: sampled at 12 steps, which is still more than 8: the sample's refusal
+    msg = refused(_recurrent_onnx(tmp_path / "d.onnx", "GRU", 20), 1)
+    assert "a sequence of 12 steps (more than the 8 preflight unrolls per node)" in msg
+
+
+def test_recurrence_fed_by_a_computed_sequence_is_extrapolated(tmp_path, monkeypatch):
+    """X from an Identity of the input: the converter raises the long recurrence in the import; the input axis
+    equal to the sequence is shortened all the same."""
+    from analyzer import analyze
+    from passes import tvm_ir
+
+    monkeypatch.setattr(tvm_ir, "MAX_RECURRENT_STEPS", 16)
+    rep = analyze(str(_recurrent_onnx(tmp_path / "c.onnx", "GRU", 100, via_identity=True)))
+    assert rep.analysis.steps.steps == 100
+    assert rep.totals.macs == 100 * 12 * 7  # 100 steps x 3 gates x 4 x (3 + 4) = 8,400
 
 
 def test_pt2_node_cap_counts_the_graph_and_its_subgraphs(tmp_path, files, monkeypatch):  # noqa: F811

@@ -55,6 +55,9 @@ def load(
         loaded.mod = with_num_inputs(loaded.mod, loaded.n_inputs)
         if loaded.depth1 is not None:  # the 1-layer rebuild of an extrapolated config (hf_config.py)
             loaded.depth1.mod = with_num_inputs(loaded.depth1.mod, loaded.depth1.n_inputs)
+        for _, sample in loaded.step_samples:  # the sampled step counts of a long recurrence (onnx_frontend.py)
+            if sample is not loaded:
+                sample.mod = with_num_inputs(sample.mod, sample.n_inputs)
     return loaded
 
 

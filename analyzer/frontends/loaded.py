@@ -39,6 +39,13 @@ class LoadedModel:
     # only; the analysis extrapolates the n-layer totals from both (`passes.analysis.extrapolate_layers`)
     layers: int | None = None
     depth1: LoadedModel | None = None
+    # `mod` is the model with its recurrences (ONNX LSTM, GRU, RNN) at the last of the sampled step counts
+    # `step_samples` ((T, the model at T) x 3), the sequence axes `step_axes` ((input, axis), ...) set to T; the
+    # analysis extrapolates the totals at `steps` time steps (`passes.analysis.extrapolate_steps`)
+    steps: int | None = None
+    step_samples: tuple[tuple[int, LoadedModel], ...] = ()
+    step_axes: tuple[tuple[str, int], ...] = ()
+    step_nodes: tuple[str, ...] = ()  # "LSTM 'name'" for each recurrent node of the model
     # source name -> module path (layer4.2.conv3) where the sources are node or tensor names the exporter wrote
     # it into (left out where it did not); None: the sources are module paths themselves (the PyTorch route)
     source_modules: dict[str, str] | None = None

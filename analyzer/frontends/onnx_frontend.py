@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import (
@@ -628,9 +629,10 @@ def _fed_operands(model, graph_inputs) -> str | None:
     return None
 
 
-def _check_recurrent_lengths(model, shape_dict: dict[str, list[int]], name: str) -> None:
-    """An LSTM, GRU or RNN fed by a graph input whose sequence is longer than preflight unrolls: refused before the
-    import (the converter refuses the others, `passes.tvm_ir.MAX_RECURRENT_STEPS`). Shapes are `shape_dict`'s."""
+def _long_recurrence(model, shape_dict: dict[str, list[int]], name: str) -> tuple[int, str] | None:
+    """(steps, the refusal) for the first LSTM, GRU or RNN fed by a graph input whose sequence is longer than
+    preflight unrolls (`passes.tvm_ir.MAX_RECURRENT_STEPS`), found before the import; None if there is none (the
+    converter raises `LongRecurrence` for the others). Shapes are `shape_dict`'s."""
     from onnx import helper
 
     from passes.tvm_ir import MAX_RECURRENT_STEPS
@@ -646,11 +648,57 @@ def _check_recurrent_lengths(model, shape_dict: dict[str, list[int]], name: str)
         dirs = 2 if attrs.get("direction", b"forward") == b"bidirectional" else 1
         if steps * dirs > MAX_RECURRENT_STEPS:
             label = printable((node.name or node.op_type)[:80])
-            raise AnalysisError(
+            return steps, (
                 f"{name}: {node.op_type} node '{label}': a sequence of {steps:,} steps"
                 f"{' in 2 directions' if dirs == 2 else ''} is more than preflight unrolls ({MAX_RECURRENT_STEPS:,} "
-                f"per node); analyse a shorter sequence with --input (costs grow linearly with it)"
+                f"per node)"
             )
+    return None
+
+
+# The step counts a model with a recurrence longer than preflight unrolls is analysed at (evenly spaced: two to
+# extrapolate from, the third to check; `passes.analysis.extrapolate_steps`). At least 12 so that no tensor sized
+# by the sequence (T x dirs x B x H) has a step's size (at most 8 x B x H for a bidirectional LSTM's gates), which
+# would merge their kernels.
+STEP_SAMPLES = (12, 13, 14)
+_MAX_SCANNED_CONSTANT = 4096  # integer constants longer than this are data, not shapes: not scanned for T
+
+
+def _full_sequence_lens(model, steps: int) -> list:
+    """The initializers that are only the `sequence_lens` input of recurrent nodes and hold `steps` for every
+    batch row (every sequence runs the whole length): they follow the sequence when it is shortened."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    lens = {n.input[4] for n in model.graph.node if n.op_type in ("LSTM", "GRU", "RNN") and len(n.input) > 4}
+    other = {i for n in model.graph.node for k, i in enumerate(n.input) if not (k == 4 and i in lens)}
+    out = []
+    for t in model.graph.initializer:
+        if t.name in lens and t.name not in other and t.data_type in (6, 7) and len(t.dims) == 1:
+            if t.dims[0] <= _MAX_SCANNED_CONSTANT and np.all(numpy_helper.to_array(t) == steps):
+                out.append(t)
+    return out
+
+
+def _sequence_in_constants(model, steps: int, skip=()) -> str | None:
+    """The name of an integer constant of `model` holding a multiple of `steps` (a shape or length with the
+    sequence written into the graph, which a shorter sequence would contradict), or None. `skip`: names not
+    looked at."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    tensors = [t for t in model.graph.initializer if t.name not in skip]
+    tensors += [a.t for n in model.graph.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"]
+    for t in tensors:
+        if t.data_type not in (6, 7) or not 0 < np.prod(t.dims, dtype=np.int64) <= _MAX_SCANNED_CONSTANT:
+            continue  # INT32, INT64 only
+        try:
+            v = numpy_helper.to_array(t).astype(np.int64).ravel()
+        except Exception:  # noqa: BLE001 - an external or malformed tensor: nothing to read here
+            continue
+        if np.any((v >= steps) & (v % steps == 0)):
+            return printable(t.name[:60]) or "a Constant"
+    return None
 
 
 def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
@@ -714,13 +762,73 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
 
     _constants_as_tensors(model)
     fold_constant_indices(model)
-    _check_recurrent_lengths(model, shape_dict, path.name)
-    from passes.tvm_ir import UnsupportedOnnxNode, onnx_import
+    from passes.tvm_ir import LongRecurrence
+
+    long = _long_recurrence(model, shape_dict, path.name)
+    if long is None:
+        try:
+            return _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, rebatched)
+        except LongRecurrence as exc:
+            long = exc.steps, f"{path.name}: {exc}"
+    return _sampled_steps(model, shape_dict, dtype_dict, graph_inputs, retyped, path, rebatched, *long)
+
+
+def _sampled_steps(model, shape_dict, dtype_dict, graph_inputs, retyped, path: Path, rebatched, steps, refusal):
+    """A model whose recurrences run `steps` (> `MAX_RECURRENT_STEPS`) time steps, loaded at the `STEP_SAMPLES`
+    step counts instead: every input dimension equal to `steps` (the sequence axis; shapes as `shape_dict`) set to
+    each sample. The analysis extrapolates the totals at `steps` (`passes.analysis.extrapolate_steps`, which checks
+    the third sample). Refused (exit 1, `refusal` and why) when no input dimension carries the sequence, when an
+    integer constant of the graph holds it, or when a sample cannot be imported."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    axes = tuple((n, i) for n, shape in shape_dict.items() for i, v in enumerate(shape) if v == steps)
+    lens = _full_sequence_lens(model, steps)
+    why = None
+    if not axes:
+        why = "no input dimension sets the sequence length, so preflight cannot analyse shorter ones"
+    elif steps <= STEP_SAMPLES[-1]:
+        why = "a shorter sequence is unrolled instead"  # MAX_RECURRENT_STEPS lowered below the samples (tests)
+    elif (const := _sequence_in_constants(model, steps, {t.name for t in lens})) is not None:
+        why = f"constant '{const}' holds the sequence length, so a shorter sequence would contradict it"
+    if why is not None:
+        raise AnalysisError(f"{refusal}; {why}")
+    from passes.tvm_ir import LongRecurrence
+
+    samples = []
+    for t in STEP_SAMPLES:
+        at_t = {n: [t if (n, i) in axes else v for i, v in enumerate(shape)] for n, shape in shape_dict.items()}
+        for tensor in lens:  # sequence_lens of the whole sequence: the whole shorter one
+            full = numpy_helper.to_array(tensor)
+            tensor.CopyFrom(numpy_helper.from_array(np.full_like(full, t), tensor.name))
+        try:
+            samples.append((t, _imported(model, at_t, dtype_dict, graph_inputs, retyped, path, rebatched)))
+        except LongRecurrence as exc:  # another recurrence, not fed by the sequence axis, is as long
+            raise AnalysisError(f"{path.name}: {exc}") from exc
+        except PreflightError as exc:
+            raise AnalysisError(f"{refusal}; at {t} steps the model does not import ({exc})") from exc
+    for tensor in lens:  # as the file has it again
+        tensor.CopyFrom(numpy_helper.from_array(np.full_like(numpy_helper.to_array(tensor), steps), tensor.name))
+    nodes = tuple(
+        f"{n.op_type} '{node_label(n, i)}'"
+        for i, n in enumerate(model.graph.node)
+        if n.op_type in ("LSTM", "GRU", "RNN") and n.domain in ("", "ai.onnx")
+    )
+    loaded = replace(samples[-1][1], steps=steps, step_samples=tuple(samples), step_axes=axes, step_nodes=nodes)
+    loaded.input_names = tuple(shape_dict)
+    return loaded
+
+
+def _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path: Path, rebatched) -> LoadedModel:
+    """`model` through TVM's ONNX importer at the input shapes `shape_dict` (the rest of `load_onnx`)."""
+    from passes.tvm_ir import LongRecurrence, UnsupportedOnnxNode, onnx_import
 
     recorded: dict[str, int] = {}
     try:
         mod = onnx_import(model, shape_dict, dtype_dict, recorded)
     except PreflightError:
+        raise
+    except LongRecurrence:
         raise
     except UnsupportedOnnxNode as exc:
         raise AnalysisError(f"{path.name}: {exc}") from exc

@@ -334,3 +334,42 @@ def test_paddle_deeply_nested_json_is_a_clean_error(tmp_path):
     (tmp_path / "model.pdiparams").write_bytes(b"\0" * 16)
     msg = fails(2, "analyze", tmp_path / "model.json")
     assert "nests arrays or objects deeper" in msg and "internal error" not in msg
+
+
+TFLITE_WRITER = r"""
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import tensorflow as tf
+
+out, marker = sys.argv[1], sys.argv[2]
+
+
+class Writer(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([1, 4], tf.float32)])
+    def __call__(self, x):
+        tf.io.write_file(marker, tf.strings.as_string(tf.reduce_sum(x)))
+        return x * 2.0
+
+
+m = Writer()
+conv = tf.lite.TFLiteConverter.from_concrete_functions([m.__call__.get_concrete_function()], m)
+conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
+with open(out, "wb") as f:
+    f.write(conv.convert())
+"""
+
+
+@needs_tf
+def test_tflite_select_tf_write_file_is_refused_and_writes_nothing(tmp_path):
+    """A TFLite file carrying TensorFlow ops (SELECT_TF_OPS: FlexWriteFile) is only parsed, never run.
+
+    TensorFlow's converter embeds `tf.io.write_file` as the custom operator `FlexWriteFile`; a runtime with the
+    Flex delegate would write the marker. preflight reads the flatbuffer, names the operators it cannot read
+    and stops: one line, a non-zero exit, and no marker file.
+    """
+    model, marker = tmp_path / "writer.tflite", tmp_path / "marker"
+    subprocess.run([sys.executable, "-c", TFLITE_WRITER, str(model), str(marker)], check=True, timeout=300)
+    assert model.is_file() and not marker.exists()  # converting does not run the graph
+    msg = fails(1, "analyze", model, "--batch", "1")
+    assert "CUSTOM:FlexWriteFile (1)" in msg, msg
+    assert not marker.exists()

@@ -16,7 +16,11 @@ Each configuration is cached as `cache/public-graphs/<key>.npz` (gitignored; reu
 all of them into one compressed file committed with the repository (`predictor.public_train.GRAPHS_PATH`), so
 that training needs neither TVM nor the analyzer.
 
+Configurations the committed file already holds are taken from it (`--reuse`, default the committed file; its
+feature version must be this preflight's), so a rebuild after a mapping change featurises only the new ones.
+
 Usage: python -m analyzer.public_dataset [--cache cache/public-graphs] [--out PATH] [--limit N] [--reverse]
+       [--reuse PATH | --no-reuse]
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor.public_train import GRAPHS_PATH, graph_id, pack_graphs, training_rows
+from predictor.public_train import GRAPHS_PATH, graph_id, pack_graphs, training_rows, unpack_graphs
 
 DEFAULT_CACHE = Path("cache/public-graphs")
 
@@ -72,10 +76,25 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=GRAPHS_PATH)
     ap.add_argument("--limit", type=int, default=None, help="featurise at most N new configurations (testing)")
     ap.add_argument("--reverse", action="store_true", help="featurise in reverse order (a second process)")
+    ap.add_argument("--reuse", type=Path, default=GRAPHS_PATH, help="a packed graph file to take configurations from")
+    ap.add_argument("--no-reuse", action="store_true", help="featurise every configuration anew")
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
     args.cache.mkdir(parents=True, exist_ok=True)
     configs = sorted({(r.spec, r.batch, r.analysis_dtype) for r in training_rows()})
+    if not args.no_reuse and args.reuse.exists():
+        from passes.features import FEATURE_VERSION
+
+        packed = unpack_graphs(args.reuse)
+        reused = 0
+        for c in configs:
+            arrays = packed.get(graph_id(*c))
+            path = args.cache / f"{graph_id(*c)}.npz"
+            if arrays is None or path.exists() or str(arrays["feature_version"]) != FEATURE_VERSION:
+                continue
+            np.savez_compressed(path, **{k: v for k, v in arrays.items() if k != "config"})
+            reused += 1
+        print(f"{reused} configurations taken from {args.reuse}", file=sys.stderr)
     todo = [c for c in configs if not (args.cache / f"{graph_id(*c)}.npz").exists()]
     if args.reverse:
         todo.reverse()

@@ -51,7 +51,9 @@ class MappedRow:
         dtype: Float dtype to analyse the graph in: ``"float32"``, ``"float16"`` or ``"bfloat16"``.
         precision: How the row computed: ``"tf32"`` (float32 storage, TF32 tensor-core math), ``"fp32"``
             (TF32 state not stated), ``"amp-fp16"`` / ``"amp-bf16"`` (autocast: matmuls and convs in half,
-            reductions and norms in float32), ``"fp16"`` (the whole model converted to half).
+            reductions and norms in float32), ``"fp16"`` (the whole model converted to half). As the family's
+            inference script ran it where that differs from the table's column (``_AS_RUN``: DLRM's "AMP" is
+            ``model.half()``, TFT's "mixed precision" eager rows run float32 on TF32); ``note`` says so.
         device: preflight device key, ``"a100-40gb"`` or ``"a100-80gb"``.
         latency_ms: Measured milliseconds per batch (average).
         latency_from: ``"latency_ms_avg"`` (printed) or ``"throughput"`` (``1000 * batch / throughput_per_s``,
@@ -160,6 +162,27 @@ def _precision(text: str) -> tuple[str, str]:
     raise PublicDataError(f"unknown precision {text!r}")
 
 
+# What the family's inference script does with the precision its README's table names (the source's code at the
+# rows' commits), where that differs from the column: (dtype, precision, note) by the row's precision mode.
+_AS_RUN = {
+    # dlrm/scripts/main.py (4154bda6e1, the rows' commit), mode inference_benchmark: `if FLAGS.amp: model =
+    # model.half()  # can use pure FP16 for inference`, and the dense features are `.half()`ed: no autocast
+    ("DLRM", "amp-fp16"): (
+        "float16",
+        "fp16",
+        "AMP rows run the whole model in float16 (main.py: `model = model.half()` for inference_benchmark)",
+    ),
+    # inference.py (92c85bffc5, 5a522b139e, 777d174008) never enters autocast nor calls .half(): the float32 model
+    # runs on TF32 tensor cores (NGC containers; the README: "TF32 ... is enabled by default"); "mixed
+    # precision" in the table header is how the checkpoint was trained
+    ("Temporal Fusion Transformer", "amp-fp16"): (
+        "float32",
+        "tf32",
+        "the table says mixed precision, but inference.py runs the float32 model (no autocast, no .half()): TF32",
+    ),
+}
+
+
 def _latency(row: dict) -> tuple[float, str] | None:
     if row.get("latency_ms_avg"):
         return float(row["latency_ms_avg"]), "latency_ms_avg"
@@ -239,6 +262,10 @@ def map_row(index: int, row: dict) -> MappedRow | LeftOut:
         device, device_note = _device(row["gpu"])
         dtype, precision = _precision(row["precision"])
         zoo_spec, timed, note = spec
+        as_run = _AS_RUN.get((model, precision))
+        if as_run is not None and "Triton" not in row["runtime"]:
+            dtype, precision, run_note = as_run
+            note = "; ".join(n for n in (note, run_note) if n)
         return MappedRow(
             index=index,
             model=model,

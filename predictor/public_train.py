@@ -2,11 +2,11 @@
 
 Rows (`training_rows`): the NVIDIA DeepLearningExamples rows `predictor.public_data` maps to zoo configurations
 (`data/public-models/dle-a100.jsonl`) and the MIGProfiler encoder rows (`data/public-models/mig-a100-40gb.jsonl`,
-FP32 eager on every MIG slice of an A100-40GB). Each row becomes a `TrainRow`: the family (the unit of the
-leave-one-family-out split), the zoo spec, batch and the dtype to analyse the graph in (autocast rows as
-"amp-float16" / "amp-bfloat16"), the precision it ran in, the device key (a MIG slice as `a100-40gb:3g.20gb`), the
-measured milliseconds, what the timed loop holds (`harness`) and whether it counts as a single-forward row
-(`single_forward`, with the reason when not).
+float32 eager with TF32 matmuls on every MIG slice of an A100-40GB, `MIG_PRECISION`). Each row becomes a
+`TrainRow`: the family (the unit of the leave-one-family-out split), the zoo spec, batch and the dtype to analyse
+the graph in (autocast rows as "amp-float16" / "amp-bfloat16"), the precision it ran in, the device key (a MIG
+slice as `a100-40gb:3g.20gb`), the measured milliseconds, what the timed loop holds (`harness`) and whether it
+counts as a single-forward row (`single_forward`, with the reason when not).
 
 Graphs: `python -m analyzer.public_dataset` featurises every configuration once and packs them into
 `GRAPHS_PATH` (committed), which `load_graphs` reads back; training needs only that file and the JSON lines.
@@ -80,9 +80,17 @@ MIG_ENCODERS = {
         "distiluse-distilbert",
     ),
 }
-#: MIG rows whose sequence cap is at most this are used: inputs are padded to the batch's longest review, capped,
-#: and reviews are longer than 64 tokens; at caps of 128-512 the real length is unknown (rows counted, left out).
-MIG_MAX_SEQ = 64
+#: How the MIGProfiler rows ran (the script that wrote them: `A100-infer_test.py` at the repository's first commit
+#: a801b5d3ff, runs of 2022-07-01/02, the CSV timestamps): `padding(test_data[:batch], seq_length)` truncates or
+#: zero-pads every review to exactly `seq_length` tokens, so the sequence column is the exact length (not a cap; the
+#: padded-to-longest loader came later), and `AutoModel` is timed with CUDA events on input_ids already on the GPU.
+#: Precision: TF32 matmuls. FP32 CUDA cores cannot have run them: distiluse (6 x 768, FFN 3072) is 2 x 6 x
+#: (4 x 768^2 + 2 x 768 x 3072) = 84.9 MFLOP per token of linear layers alone; at batch 256 x 64 tokens on 1g.5gb
+#: (14 SMs x 64 FP32 lanes x 2 x 1.41 GHz = 2.53 TFLOP/s FP32) that is >= 550 ms, measured 199.7 ms (7.0 TFLOP/s);
+#: on 7g.40gb (98 SMs, 17.7 TFLOP/s FP32) >= 78.7 ms, measured 26.5 ms. The run's torch is not recorded (the
+#: requirements naming 1.12.0, whose default is no TF32, were committed a month later; earlier torch and NGC
+#: containers default to TF32).
+MIG_PRECISION = "tf32"
 
 
 class PublicTrainError(ValueError):
@@ -157,7 +165,8 @@ def _dle_row(m: MappedRow) -> TrainRow:
 
 
 def mig_rows(path: str | Path = MIG_PATH) -> tuple[list[TrainRow], dict[str, int]]:
-    """The MIGProfiler rows used (sequence cap <= `MIG_MAX_SEQ`), and the count left out per reason."""
+    """The MIGProfiler rows (every row: the sequence is exact, `MIG_PRECISION`), and the count left out per reason
+    (none today; kept for the evaluation table's left-out list)."""
     used, left = [], {}
     with open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh):
@@ -166,10 +175,6 @@ def mig_rows(path: str | Path = MIG_PATH) -> tuple[list[TrainRow], dict[str, int
             r = json.loads(line)
             if r["model"] not in MIG_ENCODERS:
                 raise PublicTrainError(f"{path}:{n + 1}: unknown encoder {r['model']!r}")
-            if int(r["seq_len"]) > MIG_MAX_SEQ:
-                why = "sequence cap above 64: the padded length is not known"
-                left[why] = left.get(why, 0) + 1
-                continue
             spec, family = MIG_ENCODERS[r["model"]]
             used.append(
                 TrainRow(
@@ -178,7 +183,7 @@ def mig_rows(path: str | Path = MIG_PATH) -> tuple[list[TrainRow], dict[str, int
                     spec=f"{spec}&seq_len={int(r['seq_len'])}",
                     batch=int(r["batch"]),
                     analysis_dtype="float32",
-                    precision="fp32",  # torch 1.12: float32 matmuls on CUDA cores by default (TF32 convs: none here)
+                    precision=MIG_PRECISION,
                     device=f"a100-40gb:{r['mig_profile']}",
                     latency_ms=float(r["latency_ms"]),
                     comparability="B",
@@ -258,6 +263,29 @@ def pack_graphs(graphs: dict[str, dict[str, np.ndarray]], path: str | Path) -> N
     buf = io.BytesIO()
     np.savez_compressed(buf, **out)
     Path(path).write_bytes(buf.getvalue())
+
+
+def unpack_graphs(path: str | Path = GRAPHS_PATH) -> dict[str, dict[str, np.ndarray]]:
+    """The inverse of `pack_graphs`: {graph id: the arrays `analyzer.public_dataset.featurize_public` returned, and
+    "config"}, so that a rebuild featurises only the configurations the file does not hold yet."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            a = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as exc:
+        raise PublicTrainError(f"cannot read the graph file {path}: {exc}") from None
+    out = {}
+    for g, gid in enumerate(map(str, a["ids"])):
+        arrays: dict[str, np.ndarray] = {
+            "static_names": a["static_names"],
+            "input_bytes": np.array(a["input_bytes"][g], dtype=np.int64),
+            "feature_version": a["feature_version"],
+            "config": np.array(str(a["configs"][g])),
+        }
+        for name in (*_RAGGED, *_KERNEL):
+            lo, hi = a[f"{name}__ptr"][g], a[f"{name}__ptr"][g + 1]
+            arrays[name] = a[name][:, lo:hi] if name == "edge_index" else a[name][lo:hi]
+        out[gid] = arrays
+    return out
 
 
 @dataclass

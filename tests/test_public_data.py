@@ -83,16 +83,37 @@ def test_rows_map_to_the_configuration_they_timed(results) -> None:
     # wav2vec 2.0 in bfloat16 autocast
     w = _first(results, spec="wav2vec2_base", precision="amp-bf16")
     assert w.dtype == "bfloat16"
-    # DLRM 32768 AMP without CUDA graphs: README prints 0.00228 s
+    # DLRM 32768 AMP without CUDA graphs: README prints 0.00228 s; main.py's inference_benchmark runs AMP as
+    # `model = model.half()`: the whole model in float16, no autocast
     d = next(
         r for r in results
         if isinstance(r, MappedRow) and r.model == "DLRM" and r.batch == 32768 and r.comparability == "B"
-        and r.precision == "amp-fp16"
+        and rows[r.index]["precision"].startswith("AMP")
     )  # fmt: skip
     assert d.latency_ms == pytest.approx(2.28) and "CUDA graphs off" in d.timed
+    assert (d.dtype, d.precision) == ("float16", "fp16") and "model.half()" in d.note
     # TFT: the traffic rows use the 963-sensor id table
     t = _first(results, spec="tft_traffic")
     assert "traffic" in (rows[t.index]["variant"] + rows[t.index]["seq_len_or_resolution"]).lower()
+
+
+def test_precision_is_what_the_inference_script_ran(results) -> None:
+    """The tables' precision column against what the family's inference script does with it (the sources' code)."""
+    rows = load_rows()
+    by_family: dict[tuple[str, str, str], set] = {}
+    for r in results:
+        if isinstance(r, MappedRow):
+            key = (r.model, rows[r.index]["precision"], "Triton" if "Triton" in rows[r.index]["runtime"] else "eager")
+            by_family.setdefault(key, set()).add((r.dtype, r.precision))
+    # TFT's eager table says "mixed precision"; inference.py has no autocast and no .half(): float32 on TF32
+    assert by_family[("Temporal Fusion Transformer", "AMP (mixed precision)", "eager")] == {("float32", "tf32")}
+    # TFT on Triton: the exported model in FP16 (the row's config says so), unchanged
+    assert by_family[("Temporal Fusion Transformer", "FP16", "Triton")] == {("float16", "fp16")}
+    # DLRM "AMP", CUDA graphs on or off: model.half(); TF32 rows stay TF32
+    assert by_family[("DLRM", "AMP (mixed precision)", "eager")] == {("float16", "fp16")}
+    assert by_family[("DLRM", "TF32", "eager")] == {("float32", "tf32")}
+    # nnU-Net's AMP is autocast: main.py builds its Lightning Trainer with `precision=16 if args.amp else 32`
+    assert by_family[("nnU-Net", "AMP (FP16)", "eager")] == {("float16", "amp-fp16")}
 
 
 def test_left_out_reasons_name_the_cause(results) -> None:

@@ -19,18 +19,63 @@ CHECKPOINT = SHIPPED / pt.CHECKPOINT_NAME
 def test_training_rows_counts():
     rows = pt.training_rows()
     # DLE: 248 mapped rows (docs/public-data.md) - 22 TFT Triton rows not used = 226;
-    # MIG: 224 rows - 3 sequence caps above 64 (128, 256, 512) x 4 models x 4 slices = 224 - 48 = 176
-    assert len(rows) == 226 + 176
+    # MIG: all 224 rows (the sequence column is the exact padded length: 32 to 512)
+    assert len(rows) == 226 + 224
     fams = {r.family for r in rows}
     assert len(fams) == 10
     # distiluse v1 and v2 are one architecture: one family, one graph per (batch, seq)
     assert {r.spec for r in rows if r.family == "distiluse-distilbert"} == {
-        pt.MIG_ENCODERS["distiluse-base-multilingual-cased-v1"][0] + f"&seq_len={s}" for s in (32, 64)
+        pt.MIG_ENCODERS["distiluse-base-multilingual-cased-v1"][0] + f"&seq_len={s}" for s in (32, 64, 128, 256, 512)
     }
     assert all(r.analysis_dtype == "amp-float16" for r in rows if r.precision == "amp-fp16")
-    # single-forward: grade B, QuartzNet (host-dominated) out: 30 + 44 + 40 + 24 + 8 (DLE) + 176 (MIG)
-    assert sum(r.single_forward for r in rows) == 30 + 44 + 40 + 24 + 8 + 176
+    # single-forward: grade B, QuartzNet (host-dominated) out: 30 + 44 + 40 + 24 + 8 (DLE) + 224 (MIG)
+    assert sum(r.single_forward for r in rows) == 30 + 44 + 40 + 24 + 8 + 224
+    assert pt.mig_rows()[1] == {}
     assert pt.not_used_counts() == {pt.NOT_USED[("tft", "C")]: 22}
+
+
+def test_mig_rows_ran_tf32_matmuls():
+    """No FP32 CUDA core can have run the MIGProfiler rows: the linear layers alone, at FP32 peak, take longer than
+    the measurement (hand arithmetic; the slice's SMs from NVIDIA's MIG user guide: 1g.5gb 14, 7g.40gb 98)."""
+    rows = {(r["model"], r["mig_profile"], r["batch"], r["seq_len"]): r for r in map(json.loads, open(pt.MIG_PATH))}
+    # distiluse (DistilBERT 6 x 768, FFN 3072): 2 x 6 x (4 x 768^2 + 2 x 768 x 3072) = 84,934,656 FLOP per token
+    flop = 2 * 6 * (4 * 768**2 + 2 * 768 * 3072) * 256 * 64  # batch 256 x 64 tokens: 1.392 TFLOP
+    for profile, sms in (("1g.5gb", 14), ("7g.40gb", 98)):
+        fp32_peak = sms * 64 * 2 * 1.41e9  # 64 FP32 lanes per SM, FMA = 2 FLOP, 1.41 GHz boost
+        measured = rows[("distiluse-base-multilingual-cased-v1", profile, 256, 64)]["latency_ms"]
+        assert flop / fp32_peak * 1e3 > 2.5 * measured  # 550.7 ms vs 199.68; 78.7 ms vs 26.5
+    assert {r.precision for r in pt.mig_rows()[0]} == {pt.MIG_PRECISION} == {"tf32"}
+    # the sequence is exact (each review truncated or zero-padded to seq_len): at batch 32 the latency grows with it
+    lat = [rows[("distiluse-base-multilingual-cased-v1", "1g.5gb", 32, s)]["latency_ms"] for s in (64, 128, 256, 512)]
+    assert lat == sorted(lat) and lat[-1] > 8 * lat[0]  # 274.96 ms at 512 vs 26.52 at 64
+
+
+def test_unpack_inverts_pack(tmp_path):
+    packed = pt.unpack_graphs()
+    gid = pt.graph_id("nnunet_2d", 32, "float32")
+    some = {
+        gid: packed[gid],
+        pt.graph_id("wav2vec2_base", 1, "float32"): packed[pt.graph_id("wav2vec2_base", 1, "float32")],
+    }
+    pt.pack_graphs(some, tmp_path / "g.npz")
+    again = pt.unpack_graphs(tmp_path / "g.npz")
+    assert set(again) == set(some)
+    for name, value in some[gid].items():
+        np.testing.assert_array_equal(again[gid][name], value)
+
+
+def test_rebuild_takes_packed_configurations(tmp_path):
+    """`python -m analyzer.public_dataset` featurises only what the packed file lacks: with every configuration in
+    the committed file and none allowed to be featurised (--limit 0), the rebuilt file holds the same graphs."""
+    from analyzer.public_dataset import main
+
+    out = tmp_path / "g.npz"
+    main(["--cache", str(tmp_path / "cache"), "--out", str(out), "--limit", "0"])
+    old, new = pt.unpack_graphs(), pt.unpack_graphs(out)
+    assert set(new) == set(old) == {pt.graph_id(*r.config) for r in pt.training_rows()}
+    gid = pt.graph_id("dlrm_criteo_1tb", 2, "float16")
+    for name in ("x", "edge_index", "k_kind", "k_flops", "k_op_idx"):
+        np.testing.assert_array_equal(new[gid][name], old[gid][name])
 
 
 def test_kernel_graph_links_kept_ops_through_views():

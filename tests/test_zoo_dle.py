@@ -74,6 +74,23 @@ def test_dlrm_param_counts() -> None:
     assert 15 * 2**30 < _n_params("dlrm_criteo_1tb") * 4 < 16 * 2**30
     # capped at 1,000 rows: 17 tables are capped, the other 9 hold 4+63+11+104+4+968+15+97+35 = 1,301 rows
     assert _n_params("dlrm_tiny") == (17 * 1000 + 1301) * 128 + mlps
+    # one joint table (the default, as DLE's joint_fused embedding runs) or one per table: the same parameters
+    assert _n_params("dlrm_tiny?embedding=per_table") == (17 * 1000 + 1301) * 128 + mlps
+
+
+def test_dlrm_joint_embedding_matches_per_table_lookups() -> None:
+    """Oracle: the per-table model (26 nn.Embedding lookups) with the same weights; the joint table is the tables
+    stacked, each feature's index shifted by the rows of the tables before it."""
+    torch.manual_seed(0)
+    per = build("dlrm_tiny?embedding=per_table", batch=4)
+    joint = build("dlrm_tiny", batch=4).module.eval()
+    state = {k: v for k, v in per.module.state_dict().items() if not k.startswith("embeddings.")}
+    state["embedding.weight"] = torch.cat([e.weight for e in per.module.embeddings], dim=0)
+    joint.load_state_dict(state)
+    # dlrm_tiny: tables capped at 1,000 rows: the third feature's offset is 1000 + 1000 (cat_0, cat_1 capped)
+    assert joint.offsets[:3].tolist() == [0, 1000, 2000] and joint.embedding.weight.shape == (18_301, 128)
+    with torch.no_grad():
+        torch.testing.assert_close(joint(*per.example_inputs), per.module.eval()(*per.example_inputs))
 
 
 def test_tft_tiny_param_count() -> None:

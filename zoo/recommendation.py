@@ -9,6 +9,14 @@ preprocessed with frequency threshold 15 (the "small" 15 GB model, the one that 
 from the repository's ``tests/feature_specs/criteo_f15.yaml``). ``max_table_size`` caps each table (the script's
 ``--max_table_size``, indices hashed modulo the cap), 0 for no cap. Built on the meta device the published
 tables allocate nothing.
+
+``embedding`` is how the 26 lookups run. ``"joint"`` (the default) is what the script runs on one GPU:
+``--embedding_type custom_cuda`` (its default) becomes ``joint_fused`` for 26 tables of dimension 128
+(``validate_flags``), one lookup kernel over the tables concatenated, each feature's index shifted by its table's
+offset; written here as NVIDIA's plain-torch ``joint`` type does it (``dlrm/nn/embeddings.py``: one
+``nn.Embedding`` over the concatenated rows, ``embedding(categorical + offsets)``): one add and one gather where
+eager torch would run 26 gathers and a stack. ``"per_table"`` is one ``nn.Embedding`` per table (the
+``multi_table`` type). Both hold the same parameters.
 """
 
 from __future__ import annotations
@@ -43,12 +51,23 @@ class DLRM(nn.Module):
         dim: Embedding dimension (also the bottom MLP's output).
         bottom: Bottom MLP hidden sizes (the last must equal ``dim``).
         top: Top MLP hidden sizes (a final linear to 1 follows).
+        embedding: ``"joint"`` (one table over all rows, indices + offsets) or ``"per_table"`` (module docstring).
     """
 
-    def __init__(self, tables: tuple[int, ...], dim: int, bottom: list[int], top: list[int]) -> None:
+    def __init__(
+        self, tables: tuple[int, ...], dim: int, bottom: list[int], top: list[int], embedding: str = "joint"
+    ) -> None:
         super().__init__()
         self.bottom = _mlp([DENSE, *bottom[:-1], dim])
-        self.embeddings = nn.ModuleList(nn.Embedding(rows, dim) for rows in tables)
+        self.joint = embedding == "joint"
+        if self.joint:
+            self.embedding = nn.Embedding(sum(tables), dim)
+            offsets = [0]
+            for rows in tables[:-1]:
+                offsets.append(offsets[-1] + rows)
+            self.register_buffer("offsets", torch.tensor(offsets, dtype=torch.int64), persistent=False)
+        else:
+            self.embeddings = nn.ModuleList(nn.Embedding(rows, dim) for rows in tables)
         n = len(tables) + 1
         rows, cols = zip(*[(i, j) for i in range(n) for j in range(i)], strict=True)
         self.register_buffer("tril_rows", torch.tensor(rows, dtype=torch.int64), persistent=False)
@@ -60,7 +79,10 @@ class DLRM(nn.Module):
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
         x = self.bottom(dense)
-        vectors = torch.stack([x] + [emb(sparse[:, i]) for i, emb in enumerate(self.embeddings)], dim=1)
+        if self.joint:  # (B, 26, dim) in one lookup, then the bottom output in front: (B, 27, dim)
+            vectors = torch.cat([x.unsqueeze(1), self.embedding(sparse + self.offsets)], dim=1)
+        else:
+            vectors = torch.stack([x] + [emb(sparse[:, i]) for i, emb in enumerate(self.embeddings)], dim=1)
         dots = torch.bmm(vectors, vectors.transpose(1, 2))[:, self.tril_rows, self.tril_cols]
         parts = [x, dots]
         if self.pad:
@@ -72,9 +94,9 @@ def _tables(max_table_size: int) -> tuple[int, ...]:
     return tuple(min(r, max_table_size) if max_table_size else r for r in CRITEO_FL15)
 
 
-def build_dlrm(dim: int, max_table_size: int) -> nn.Module:
+def build_dlrm(dim: int, max_table_size: int, embedding: str) -> nn.Module:
     """Build DLRM (bottom 512-256-``dim``, top 1024-1024-512-256-1) over the Criteo FL=15 tables."""
-    return DLRM(_tables(max_table_size), dim, [512, 256, dim], [1024, 1024, 512, 256])
+    return DLRM(_tables(max_table_size), dim, [512, 256, dim], [1024, 1024, 512, 256], embedding)
 
 
 def dlrm_inputs(
@@ -89,12 +111,12 @@ def dlrm_inputs(
 registrar("recommendation", dlrm_inputs, ("dense", "sparse"))(
     "dlrm",
     build_dlrm,
-    {"dim": 128, "max_table_size": 0},
+    {"dim": 128, "max_table_size": 0, "embedding": "joint"},
     {
         "dlrm_tiny": {"max_table_size": 1000},
         "dlrm_capped": {"max_table_size": 1_000_000},
         "dlrm_criteo_1tb": {},  # the FL=15 tables: 32.71 M rows x 128 = 4.19 G parameters (15.6 GiB)
     },
     "DLRM (NVIDIA DLE, Criteo 1TB FL=15 tables, dot interaction)",
-    bounds={"dim": Bounds(ge=1)},
+    bounds={"dim": Bounds(ge=1), "embedding": Bounds(choices=("joint", "per_table"))},
 )

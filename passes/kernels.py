@@ -201,12 +201,16 @@ class KernelView:
             folded op); an op may map to a copy kernel and its own kernel.
         roles: for each op index, one of `ROLES`.
         summary: totals beside the Relax-op view.
+        recomputed: indices of the kernels that depend on no model input but run on every eager forward (a
+            computation on weights alone and what eager PyTorch computes from it: BEiT's relative-position
+            table resized, concatenated, gathered and padded as an attention mask, in every layer).
     """
 
     kernels: tuple[Kernel, ...]
     op_kernels: tuple[tuple[int, ...], ...]
     roles: tuple[str, ...]
     summary: KernelSummary
+    recomputed: tuple[int, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -389,6 +393,9 @@ _NEED_DENSE_NCHW_OR_NHWC = {
 }
 _GATHER_OPS = {"relax.take", "relax.gather_elements", "relax.gather_nd", "relax.index_tensor"}
 _MAX_POOLS = {"relax.nn.max_pool1d", "relax.nn.max_pool2d", "relax.nn.max_pool3d"}
+#: Data-movement ops on weights that launch a kernel when eager PyTorch runs them on a value it recomputes every
+#: forward (`_View.live`): torch.cat and advanced indexing (never views).
+_LIVE_COPIES = {"relax.concat", *_GATHER_OPS}
 _CONVS = {"relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d"}
 _ATTENTION_OPS = {"relax.nn.attention", "relax.nn.attention_bias"}
 _SCALE_OPS = {"relax.multiply", "relax.divide"}
@@ -501,6 +508,17 @@ class _View:
         for op in self.node:
             if all(o.value in self.indep for o in op.operands):
                 self.indep.update(self.outputs_of.get(op.index, []))
+        # of those, the values eager PyTorch computes again on every forward: what a weight-only op that computes
+        # (`weight_only`, not folded: BEiT's resize of its relative-position table) produces, and everything
+        # computed from it (the concat and gather of that table that follow run every forward too)
+        self.live: set[int] = set()
+        self.recomputed_pads: set[int] = set()  # the efficient backend's padding of a `live` mask (kernel indices)
+        for op in self.node:
+            outs = self.outputs_of.get(op.index, [])
+            if not outs or not all(v in self.indep for v in outs):
+                continue
+            if (op.weight_only and not op.folded) or any(o.value in self.live for o in op.operands):
+                self.live.update(outs)
 
     # -- helpers ----------------------------------------------------------------------------
     def find_index_casts(self) -> set[int]:
@@ -1116,6 +1134,13 @@ class _View:
         for i, cost in enumerate(self.costs):
             if cost.folded:  # (the contract's rule; the constant rule above already covers it)
                 roles[i] = "folded"
+        # a concat or a gather of a value eager PyTorch computes on every forward (`live`) is a kernel on every
+        # forward too, although it depends on no input (BEiT: `cat` and `index` of the resized relative-position
+        # table in every layer; the eager dispatch trace has them)
+        for op in self.node:
+            if roles[op.index] == "folded" and op.op in _LIVE_COPIES and not self.is_view_op(op):
+                if any(o.value in self.live for o in op.operands):
+                    roles[op.index] = "kernel"
 
         # nn.MultiheadAttention's and nn.TransformerEncoderLayer's fast paths, as eager torch takes them
         fast_views, blocks = self.mha_fast_paths(list(anchor_of.values()), backend, fused_into)
@@ -1283,7 +1308,16 @@ class _View:
             by_role=dict(sorted(Counter(roles).items())),
             attention=dict(sorted(Counter(k.params["backend"] for k in kernels if k.kind == "attention").items())),
         )
-        return KernelView(tuple(kernels), tuple(tuple(x) for x in op_kernels), tuple(roles), summary)
+        recomputed = {k for i, ks in enumerate(op_kernels) if self.recomputes(i) for k in ks}
+        recomputed |= self.recomputed_pads
+        return KernelView(
+            tuple(kernels), tuple(tuple(x) for x in op_kernels), tuple(roles), summary, tuple(sorted(recomputed))
+        )
+
+    def recomputes(self, i: int) -> bool:
+        """Whether op `i` depends on no model input but eager PyTorch runs it on every forward (`live` outputs)."""
+        outs = self.outputs_of.get(i, [])
+        return bool(outs) and all(v in self.live for v in outs)
 
     def hard_activation(self, clip: OpNode, roles: list[str]) -> list[int] | None:
         """hardsigmoid = add(x, 3) -> clip(0, 6) -> divide(6); hardswish = x * hardsigmoid(x): op indices or None."""
@@ -1861,11 +1895,17 @@ class _View:
                         emit("copy", "flash:pad_head_dim", idx, 0, nb, out, att.dtype, {"numel": int(out / size)})
                     q_bytes, k_bytes, v_bytes = (int(x * padded / att.d) for x in (q_bytes, k_bytes, v_bytes))
                     written += int(o_bytes * (padded / att.d - 1))  # the padded output, sliced after
-            if be == "efficient" and att.mask is not None and att.mask not in self.indep and att.t % 16:
+            live_mask = att.mask is not None and (att.mask not in self.indep or att.mask in self.live)
+            if be == "efficient" and live_mask and att.t % 16:
                 # preprocess_mask (attention.cpp): the mask, expanded to (B, H, S, T), is padded to a multiple of 16
-                # (a constant mask, such as a relative position bias, is padded once, like every constant)
+                # on every call (a constant mask is padded once, like every constant; a relative position bias that
+                # eager recomputes every forward, `live`, is padded every forward)
                 padded = int(bh * att.s * (-(-att.t // 16) * 16) * size)
-                emit("copy", "efficient:pad_mask", idx, 0, mask_bytes, padded, att.dtype, {"numel": int(padded / size)})
+                pad = emit(
+                    "copy", "efficient:pad_mask", idx, 0, mask_bytes, padded, att.dtype, {"numel": int(padded / size)}
+                )
+                if att.mask in self.live:
+                    self.recomputed_pads.add(pad)
                 mask_bytes = int(bh * att.s * att.t * size)
             name = op.op if att.bshd else "fused:attention"
             emit(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections import Counter
 
 import pytest
 import torch
@@ -947,7 +948,12 @@ def test_zoo_kernels_match_the_eager_trace(variant):
     # ops on weights alone (`weight_only`: OPT's positions from its constant mask) are kernels eager runs every call,
     # outside the trace's input-dependent set: compared with the trace's other kernels, the rest with the dependent
     ops = {c.index: c for c in report.analysis.ops}
-    weight_only = [k for k in report.analysis.kernels if all(ops[i].weight_only for i in k.ops)]
+    # (and what eager PyTorch recomputes from them on every call, `KernelView.recomputed`: BEiT's concat, gather and
+    # mask padding of its resized relative-position table)
+    recomputed = set(view.recomputed)
+    weight_only = [
+        k for k in report.analysis.kernels if k.index in recomputed or all(ops[i].weight_only for i in k.ops)
+    ]
     # (eager runs them too; not one for one: wav2vec2's weight norm is 6 kernels here, one fused _weight_norm there)
     assert not weight_only or trace.count > trace.dependent_count
     kernels = s.kernels - len(weight_only)
@@ -968,3 +974,24 @@ def test_zoo_kernels_match_the_eager_trace(variant):
         report.totals.op_count,
         report.totals.bytes_read + report.totals.bytes_written,
     )
+
+
+def test_beit_relative_position_bias_runs_every_forward():
+    """BEiT's relative-position bias depends on no input but eager PyTorch rebuilds it in every layer on every call:
+    resize (upsample_bilinear2d), torch.cat, the gather by the position index (aten.index) and, as the efficient
+    backend's attention mask of 197 keys, its padding to 208 (constant_pad_nd). Oracle: the eager dispatch trace's
+    input-independent kernels, one of each per layer."""
+    variant = "beit_small"
+    view = analyze(f"zoo:{variant}").analysis.kernel_view
+    trace = _trace_zoo(variant)
+    independent = Counter(k.op for k in trace.kernels if not k.dependent)
+    recomputed = Counter(view.kernels[i].op for i in view.recomputed)
+    layers = independent["aten.upsample_bilinear2d.default"]
+    assert layers == 12  # beit_small: 12 layers, each with its own bias table
+    assert recomputed["relax.image.resize2d"] == layers
+    assert recomputed["relax.concat"] == independent["aten.cat.default"] == layers
+    assert recomputed["relax.take"] == independent["aten.index.Tensor"] == layers
+    assert recomputed["efficient:pad_mask"] == independent["aten.constant_pad_nd.default"] == layers
+    pad = next(view.kernels[i] for i in view.recomputed if view.kernels[i].op == "efficient:pad_mask")
+    heads = pad.params["numel"] // (197 * 208)  # (1, heads, 197, 197) float32 padded to (1, heads, 197, 208)
+    assert pad.bytes_read == heads * 197 * 197 * 4 and pad.bytes_written == heads * 197 * 208 * 4

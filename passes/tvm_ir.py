@@ -1519,6 +1519,181 @@ ONNX_EXTRA_CONVERTERS.update(
 MAX_RECURRENT_STEPS = 16_384
 
 
+# --------------------------------------------------------------------------------------------
+# Dequantize -> float conv/matmul (TFLite's and torch's PT2E int8 graphs) as integer ops
+# --------------------------------------------------------------------------------------------
+# TVM's TFLite importer reads a full-integer int8 model as `quantize -> dequantize -> float conv2d/matmul ->
+# quantize` (the weights `dequantize`d constants); a PT2E-quantized `.pt2` holds the same pattern written by torch
+# (`quantized_decomposed.dequantize_per_tensor/per_channel` around float `aten.conv2d`/`aten.linear`). An int8 runtime
+# (the TFLite interpreter, XNNPACK, oneDNN, TensorRT) runs each such contraction as one integer kernel: `fuse_int8`
+# rewrites them as the ONNX QDQ converters above do (`relax.nn.conv*d` / `relax.matmul` on the 8-bit operands with
+# `out_dtype="int32"`, then `relax.dequantize` by the product of the scales), and drops the float copies of the
+# weights that are then unused. Zero-point corrections are not represented (see the ONNX section above).
+
+
+def _through_layout(bb, expr):
+    """(quantized tensor, scale, zp, axis) for `dequantize(q)` of an 8-bit `q`, or for a `permute_dims` or `reshape`
+    of one (TFLite's depthwise weights are reshaped after they are dequantized, a PT2E linear's are transposed): the
+    layout op is then applied to `q` (emitted) and a per-channel scale's axis follows it."""
+    found = _dequantized(bb, expr)
+    if found is not None:
+        return found
+    call = bb.lookup_binding(expr) if isinstance(expr, tvm.ir.Var) else None
+    name = _op_name(call) if call is not None and _is_call(call) else None
+    if name not in ("relax.permute_dims", "relax.reshape"):
+        return None
+    inner = _dequantized(bb, call.args[0])
+    if inner is None:
+        return None
+    q, scale, zp, axis = inner
+    rank = _rank(q)
+    if name == "relax.permute_dims":
+        axes = [int(a) for a in call.attrs.axes] if call.attrs.axes is not None else list(range(rank))[::-1]
+        new_q = bb.emit(relax.op.permute_dims(q, axes), name_hint="int8_weight")
+        return new_q, scale, zp, axes.index(axis) if not _per_tensor(scale) else 0
+    new_q = bb.emit(relax.op.reshape(q, call.args[1]), name_hint="int8_weight")
+    if _per_tensor(scale):
+        return new_q, scale, zp, 0
+    # the channel axis survives a reshape where an axis of the same size has the same elements after it
+    old = [int(d.value) for d in q.ty.shape.values]
+    new = [int(d.value) for d in new_q.ty.shape.values]
+    inner_old = _prod(old[axis + 1 :])
+    for b, size in enumerate(new):
+        if size == old[axis] and _prod(new[b + 1 :]) == inner_old:
+            return new_q, scale, zp, b
+    return None
+
+
+def _prod(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+class _Int8Fuser:
+    """The mutator `fuse_int8` runs (built lazily: `relax.expr_functor.mutator` registers a class with TVM)."""
+
+    cls = None
+
+    @classmethod
+    def get(cls):
+        if cls.cls is None:
+
+            @relax.expr_functor.mutator
+            class Fuser(relax.PyExprMutator):
+                def __init__(self, mod):
+                    super().__init__(mod)
+                    self.fused = self.emitted = 0
+                    self.accumulators: set[int] = set()  # the int32 results of the rewritten ops
+
+                def visit_call_(self, call):
+                    call = self.visit_expr_post_order(call)
+                    name = _op_name(call) if _is_call(call) else None
+                    try:
+                        if name in ("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d"):
+                            fused = self._conv(call)
+                        elif name == "relax.matmul":
+                            fused = self._matmul(call)
+                        elif name == "relax.add":
+                            fused = self._bias(call)
+                        else:
+                            fused = None
+                    except Exception:  # noqa: BLE001 - a pattern this pass does not know stays float, as imported
+                        fused = None
+                    if fused is None:
+                        return call
+                    self.fused += 1
+                    return fused
+
+                def _conv(self, call):
+                    bb = self.builder_
+                    dx, dw = _dequantized(bb, call.args[0]), _through_layout(bb, call.args[1])
+                    if dx is None or dw is None or not _per_tensor(dx[1]):
+                        return None
+                    a = call.attrs
+                    if not _scale_fits(dw[1], dw[3], str(a.kernel_layout).index("O")):
+                        return None
+                    op = {3: relax.op.nn.conv1d, 4: relax.op.nn.conv2d, 5: relax.op.nn.conv3d}[_rank(dx[0])]
+                    out_layout = str(a.out_layout) or str(a.data_layout)
+                    acc = self._emit(
+                        accumulator=True,
+                        expr=op(
+                            dx[0],
+                            dw[0],
+                            strides=[int(v) for v in a.strides],
+                            padding=[int(v) for v in a.padding],
+                            dilation=[int(v) for v in a.dilation],
+                            groups=int(a.groups),
+                            data_layout=str(a.data_layout),
+                            kernel_layout=str(a.kernel_layout),
+                            out_layout=out_layout,
+                            out_dtype="int32",
+                        ),
+                    )
+                    return self._rescale(acc, dx[1], dw[1], out_layout.index("C"), _dtype_of(call))
+
+                def _matmul(self, call):
+                    bb = self.builder_
+                    da = _dequantized(bb, call.args[0])
+                    if da is None or not _per_tensor(da[1]):
+                        return None
+                    db = _through_layout(bb, call.args[1])
+                    if db is None or _rank(db[0]) < 2 or not _scale_fits(db[1], db[3], _rank(db[0]) - 1):
+                        return None
+                    acc = self._emit(relax.op.matmul(da[0], db[0], out_dtype="int32"), accumulator=True)
+                    return self._rescale(acc, da[1], db[1], _rank(acc) - 1, _dtype_of(call))
+
+                def _bias(self, call):
+                    # dequantize(acc) + dequantize(int32 bias) -> dequantize(acc + bias): an int8 kernel adds its
+                    # bias to the int32 accumulator (TFLite's bias scale is the input scale x the weight scale)
+                    bb = self.builder_
+                    acc_call = _dequantize_call(bb, call.args[0])
+                    bias_call = _dequantize_call(bb, call.args[1])
+                    if acc_call is None or bias_call is None:
+                        return None
+                    acc, bias = acc_call.args[0], bias_call.args[0]
+                    if not isinstance(acc, tvm.ir.Var) or _key(acc) not in self.accumulators:
+                        return None
+                    if _dtype_of(bias) != "int32" or _rank(bias) != 1 or int(acc_call.attrs.axis) != _rank(acc) - 1:
+                        return None
+                    summed = self._emit(relax.op.add(acc, bias), accumulator=True)
+                    a = acc_call.attrs
+                    return relax.op.dequantize(
+                        summed, acc_call.args[1], acc_call.args[2], axis=int(a.axis), out_dtype=str(a.out_dtype)
+                    )
+
+                def _emit(self, expr, accumulator: bool = False):
+                    # names no importer wrote: each new value takes the source (layer name) of the next op that
+                    # has one, the rewritten binding's (`source_names`)
+                    self.emitted += 1
+                    var = self.builder_.emit(expr, name_hint=f"int8_{self.emitted}")
+                    if accumulator:
+                        self.accumulators.add(_key(var))
+                    return var
+
+                def _rescale(self, acc, scale_a, scale_b, axis, dtype):
+                    scale = self._emit(relax.op.multiply(scale_a, scale_b))
+                    zero = relax.const(0, "int32")
+                    return relax.op.dequantize(acc, scale, zero, axis=axis, out_dtype=dtype or "float32")
+
+            cls.cls = Fuser
+        return cls.cls
+
+
+def fuse_int8(mod: tvm.IRModule, func_name: str = "main") -> tuple[tvm.IRModule, int]:
+    """`mod` with every float conv/matmul whose operands are `dequantize`d 8-bit tensors (activation per tensor,
+    weight per tensor or per output channel) rewritten as an int8 x int8 -> int32 op and a `dequantize` of the
+    accumulator (shapes unchanged), and the bindings that became unused removed; and how many were rewritten."""
+    func = main_function(mod, func_name)
+    fuser = _Int8Fuser.get()(mod)
+    new = fuser.visit_expr(func)
+    if not fuser.fused:
+        return mod, 0
+    new = relax.analysis.remove_all_unused(new)
+    return _replace(mod, func_name, new), fuser.fused
+
+
 class UnsupportedOnnxNode(IRError):
     """An ONNX node uses a feature preflight's conversion of it does not cover (e.g. LSTM peepholes)."""
 

@@ -165,3 +165,21 @@ def test_dynamic_range_quantization_is_a_one_line_error(files):
         analyze(files["mlp"]["dynamic"])
     msg = str(err.value)
     assert "\n" not in msg and "dynamic-range quantized" in msg and "TFLITE_BUILTINS_INT8" in msg
+
+
+@needs_tf
+def test_kernel_model_prices_int8_as_an_assumption(files):
+    """No single-kernel measurement of an int8 GEMM or convolution: the kernel model's entries for them are the
+    float32 fit at the device's int8 tensor-core peak, and say so; a prediction runs and counts that time as
+    assumed."""
+    from analyzer import predict
+    from predictor.kernel_model import load_params
+
+    table = load_params()
+    for kind in ("gemm", "conv"):
+        p = table.lookup("h100-80gb", kind, "int8")
+        assert p.basis("h100-80gb") == "assumed" and p.source.startswith("assumed:")
+    r = predict(files["mobilenet"]["int8"], device="h100-80gb")
+    p = r.prediction
+    assert 0 < p.latency_ms < float("inf")
+    assert p.basis["kernel_time_share"]["assumed"] > 0

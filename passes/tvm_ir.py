@@ -1019,6 +1019,61 @@ def histc_converter(node, importer):
     return importer.block_builder.emit(call, name_hint="histc")
 
 
+# torch's `quantized_decomposed` ops (a PT2E-quantized program: `convert_pt2e` writes them around float ops)
+_TORCH_8BIT = {"torch.int8": "int8", "torch.uint8": "uint8"}
+
+
+def _qparam(importer, node, i: int, name: str, dtype: str):
+    """A scale or zero point of a quantized_decomposed op: a Python number (the `.default` overloads) as a Relax
+    scalar constant, or a tensor argument (`.tensor`, per-channel) as it is."""
+    a = node.args[i] if len(node.args) > i else node.kwargs.get(name)
+    if a is None:
+        return relax.const(0, dtype)
+    if isinstance(a, int | float):
+        return relax.const(a, dtype)
+    x = importer.env.get(a)
+    if not isinstance(getattr(x, "ty", None), relax.TensorType):
+        raise IRError(f"{node.target}: argument {name} is neither a number nor a tensor")
+    if _numel(x) == 1 and _rank(x) != 0:  # a 1-element scale or zero point: per tensor
+        x = importer.block_builder.emit(relax.op.reshape(x, []))
+    return x
+
+
+def _qdtype(node, i: int) -> str:
+    a = node.args[i] if len(node.args) > i else node.kwargs.get("dtype")
+    dtype = _TORCH_8BIT.get(str(a))
+    if dtype is None:
+        raise IRError(f"{node.target}: quantized dtype {a} (preflight reads int8 and uint8)")
+    return dtype
+
+
+def quantize_converter(node, importer):
+    """`quantized_decomposed.quantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype)` (scale and
+    zero point numbers, or 1-element tensors in `.tensor`) and `quantize_per_channel(input, scales, zero_points, axis,
+    quant_min, quant_max, dtype)`: `relax.quantize` to int8/uint8, same shape (3 FLOPs an element)."""
+    x = _tensor_arg(importer, node, 0, "input")
+    per_channel = "per_channel" in str(node.target)
+    scale = _qparam(importer, node, 1, "scales" if per_channel else "scale", "float32")
+    zp = _qparam(importer, node, 2, "zero_points" if per_channel else "zero_point", "int32")
+    axis = int(node.args[3]) % _rank(x) if per_channel else 0
+    dtype = _qdtype(node, 6 if per_channel else 5)
+    return importer.block_builder.emit(relax.op.quantize(x, scale, _as_int32(zp), axis=axis, out_dtype=dtype))
+
+
+def dequantize_converter(node, importer):
+    """`quantized_decomposed.dequantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype, *,
+    out_dtype)` and `dequantize_per_channel(input, scales, zero_points, axis, ...)`: `relax.dequantize` to float32
+    (or `out_dtype`), same shape (2 FLOPs an element)."""
+    x = _tensor_arg(importer, node, 0, "input")
+    per_channel = "per_channel" in str(node.target)
+    scale = _qparam(importer, node, 1, "scales" if per_channel else "scale", "float32")
+    zp = _qparam(importer, node, 2, "zero_points" if per_channel else "zero_point", "int32")
+    axis = int(node.args[3]) % _rank(x) if per_channel else 0
+    out = node.kwargs.get("out_dtype")
+    out_dtype = str(out).replace("torch.", "") if out is not None else "float32"
+    return importer.block_builder.emit(relax.op.dequantize(x, scale, _as_int32(zp), axis=axis, out_dtype=out_dtype))
+
+
 def input_dims(mod: tvm.IRModule, n_inputs: int | None, func_name: str = "main") -> list[tuple[str, list, str]]:
     """(name, dims, dtype) of the function's first `n_inputs` tensor parameters (all when None).
 
@@ -1608,7 +1663,7 @@ class _Int8Fuser:
 
                 def _conv(self, call):
                     bb = self.builder_
-                    dx, dw = _dequantized(bb, call.args[0]), _through_layout(bb, call.args[1])
+                    dx, dw = _through_layout(bb, call.args[0]), _through_layout(bb, call.args[1])
                     if dx is None or dw is None or not _per_tensor(dx[1]):
                         return None
                     a = call.attrs
@@ -1635,7 +1690,7 @@ class _Int8Fuser:
 
                 def _matmul(self, call):
                     bb = self.builder_
-                    da = _dequantized(bb, call.args[0])
+                    da = _through_layout(bb, call.args[0])  # PT2E flattens a dequantized activation
                     if da is None or not _per_tensor(da[1]):
                         return None
                     db = _through_layout(bb, call.args[1])

@@ -756,6 +756,10 @@ def test_vector4_aotinductor_compile_flags(tmp_path, files, marker):
         # transformers' ops other than the one preflight knows (LIBRARY_OPS: grouped_mm_fallback.default)
         "torch.ops.transformers.grouped_mm_fallback_backward.default",
         "torch.ops.transformers.grouped_mm_fallback.out",
+        # torch's quantized_decomposed ops other than the quantize/dequantize preflight knows by name
+        "torch.ops.quantized_decomposed.choose_qparams.tensor",
+        "torch.ops.quantized_decomposed.quantize_per_tensor.tensor2",
+        "torch.ops.quantized_decomposed.dequantize_per_token.default",
         "torch.ops.higher_order.triton_kernel_wrapper_functional",
         "_operator.getitem.__globals__",
     ],

@@ -875,17 +875,47 @@ def tflite_import(
     """
     from tvm.relax.frontend.tflite import tflite_frontend
 
-    if sources is None:
-        return tflite_frontend.from_tflite(model, shape_dict=shape_dict, dtype_dict=dtype_dict)
     returned: list[tuple[object, str]] = []
     first = {"free": True}
 
     class Recording(tflite_frontend.OperatorConverter):
+        _SUPPORTED_QUANTIZED_OPS = tflite_frontend.OperatorConverter._SUPPORTED_QUANTIZED_OPS | TFLITE_QDQ_OPS.keys()
+
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            if first["free"]:  # the main subgraph's converter; control-flow bodies get their own
+            for name, lowered in TFLITE_QDQ_OPS.items():
+                if name in self.convert_map and lowered:
+                    self.convert_map[name] = self._qdq(self.convert_map[name], lowered)
+            if sources is not None and first["free"]:  # the main subgraph's converter; control flow has its own
                 first["free"] = False
                 self.convert_map = {k: self._recording(v) for k, v in self.convert_map.items()}
+
+        def _qdq(self, fn, how: str):
+            """A quantized op TVM's importer has no int8 form of, as dequantize -> the float op -> quantize (the
+            pattern `fuse_int8` turns into an int8 matmul where it is one)."""
+
+            def convert(op):
+                if not self.is_quantized(op):
+                    return fn(op)
+                inputs = {t.tensor_idx: t for t in self.get_input_tensors(op) if t.qnn_params is not None}
+                outputs = self.get_output_tensors(op)
+                own_get = self.get_expr
+
+                def get_expr(idx):
+                    expr = own_get(idx)
+                    return self.bb.normalize(self.dequantize(expr, inputs[idx])) if idx in inputs else expr
+
+                self.get_expr, self.is_quantized = get_expr, lambda op: False
+                try:
+                    # TVM's float GELU takes its constants' dtype from the (int8) tensor: relax's own GELU instead
+                    out = relax.op.nn.gelu(get_expr(next(iter(inputs)))) if how == "gelu" else fn(op)
+                finally:
+                    del self.get_expr, self.is_quantized  # back to the class's methods
+                if len(outputs) != 1 or outputs[0].qnn_params is None:
+                    return out
+                return self.quantize(self.bb.normalize(out), outputs[0])
+
+            return convert
 
         def _recording(self, fn):
             def convert(*args, **kwargs):
@@ -905,11 +935,20 @@ def tflite_import(
             return convert
 
     mod = tflite_frontend.from_tflite(model, shape_dict=shape_dict, dtype_dict=dtype_dict, op_converter=Recording)
+    if sources is None:
+        return mod
     try:
         sources.update({k: str(v) for k, v in _bound_sources(main_function(mod), returned).items()})
     except Exception:  # noqa: BLE001 - a name is only a label: the import stands without it
         pass
     return mod
+
+
+# Quantized TFLite ops TVM's importer refuses ("Quantized operators require explicit QDQ lowering") that a
+# full-integer transformer block holds: name -> whether to lower it as dequantize -> float op -> quantize (an int8
+# BATCH_MATMUL becomes an int8 matmul in `fuse_int8`; GELU, which the TFLite interpreter runs from a lookup table, is
+# counted as the float GELU between a dequantize and a quantize); TRANSPOSE moves int8 values as they are.
+TFLITE_QDQ_OPS = {"BATCH_MATMUL": "float", "GELU": "gelu", "TRANSPOSE": ""}
 
 
 def tflite_convert_ops(model, subgraph) -> set[str]:

@@ -15,7 +15,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_tensorflow import CNN_MACS, MB_MACS, keras_cnn, keras_mobilenet, needs_tf
+from test_tensorflow import (
+    CNN_MACS,
+    MB_MACS,
+    TR_MACS,
+    TR_PARAMS,
+    keras_cnn,
+    keras_mobilenet,
+    keras_transformer,
+    needs_tf,
+)
 
 from analyzer import analyze
 from analyzer.errors import AnalysisError
@@ -82,7 +91,13 @@ def files(tmp_path_factory):
     pytest.importorskip("tflite")
     root = tmp_path_factory.mktemp("tflite_int8")
     out = {}
-    for name, build in (("cnn", keras_cnn), ("mobilenet", keras_mobilenet), ("mlp", keras_mlp)):
+    models = (
+        ("cnn", keras_cnn),
+        ("mobilenet", keras_mobilenet),
+        ("mlp", keras_mlp),
+        ("transformer", keras_transformer),
+    )
+    for name, build in models:
         (root / name).mkdir()
         out[name] = convert(build(), root / name)
     return out
@@ -157,6 +172,30 @@ def test_per_layer_macs_and_edges(files):
     assert io.inputs[0]["dtype"] == "int8"
     assert len([c for c in io.analysis.ops if c.op == "relax.quantize"]) == len(quant) - 1
     assert io.totals.macs == MB_MACS
+
+
+@needs_tf
+def test_transformer_block_int8(files):
+    """A full-integer Keras transformer block (MultiHeadAttention 4 x 16, LayerNorm, FFN 64 -> 128 GELU -> 64): TVM's
+    importer has no int8 BATCH_MATMUL, GELU or TRANSPOSE; preflight lowers them (tvm_ir.TFLITE_QDQ_OPS), so every
+    matmul, the attention ones included, is int8."""
+    f = analyze(files["transformer"]["float"]).totals
+    r = analyze(files["transformer"]["int8"])
+    t = r.totals
+    assert not t.unsupported
+    assert t.macs == f.macs == TR_MACS == 557_056
+    assert t.macs_by_dtype == {"int8": TR_MACS}
+    assert t.params == f.params == TR_PARAMS == 33_472
+    # the converter stores every weight and the layer norms' scales and offsets as int8 (33,024), the 4 x 64 + 128 +
+    # 64 = 448 dense biases as int32
+    assert t.param_bytes == (TR_PARAMS - 448) * 1 + 448 * 4 == 34_816
+    mm = [c for c in r.analysis.ops if c.op == "relax.matmul" and not c.folded]
+    # Q, K, V, output projections 16 x 64 x 64 = 65,536 each; QK^T and attention x V 4 x 16 x 16 x 16 = 16,384 each;
+    # FFN 16 x 64 x 128 = 131,072 twice
+    assert sorted(c.macs for c in mm) == sorted([65_536] * 4 + [16_384] * 2 + [131_072] * 2)
+    assert all(c.inputs[0].dtype == c.inputs[1].dtype == "int8" and c.output.dtype == "int32" for c in mm)
+    gelu = [c for c in r.analysis.ops if c.op == "relax.nn.gelu"]
+    assert len(gelu) == 1 and gelu[0].inputs[0].dtype == "float32"  # between a dequantize and a quantize
 
 
 @needs_tf

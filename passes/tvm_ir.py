@@ -1767,12 +1767,24 @@ class _Int8Fuser:
                     return var
 
                 def _rescale(self, acc, scale_a, scale_b, axis, dtype):
-                    scale = self._emit(relax.op.multiply(scale_a, scale_b))
+                    scale = _constant_product(scale_a, scale_b)  # what an int8 kernel precomputes
+                    if scale is None:  # scales that are graph inputs (a meta-device module): multiplied per call
+                        scale = self._emit(relax.op.multiply(scale_a, scale_b))
                     zero = relax.const(0, "int32")
                     return relax.op.dequantize(acc, scale, zero, axis=axis, out_dtype=dtype or "float32")
 
             cls.cls = Fuser
         return cls.cls
+
+
+def _constant_product(a, b):
+    """The float32 constant a x b (broadcast) when both scales are constants with readable payloads, else None."""
+    if not (isinstance(a, tvm.ir.Constant) and isinstance(b, tvm.ir.Constant)):
+        return None
+    try:
+        return relax.const((a.value.numpy() * b.value.numpy()).astype("float32"))
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 def fuse_int8(mod: tvm.IRModule, func_name: str = "main") -> tuple[tvm.IRModule, int]:

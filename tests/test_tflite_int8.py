@@ -53,8 +53,9 @@ def keras_mlp():
     return model
 
 
-def convert(model, folder: Path) -> dict[str, Path]:
-    """float32, full-integer int8 (float input/output), int8 with int8 input/output, and dynamic-range .tflite."""
+def convert(model, folder: Path, dynamic: bool = False) -> dict[str, Path]:
+    """float32, full-integer int8 (float input/output), int8 with int8 input/output, and (`dynamic`) dynamic-range
+    .tflite files of a Keras model at batch 1."""
     import tensorflow as tf
 
     shape = (1, *model.inputs[0].shape[1:])
@@ -79,9 +80,10 @@ def convert(model, folder: Path) -> dict[str, Path]:
         if key == "int8_io":
             c.inference_input_type = c.inference_output_type = tf.int8
         paths[key].write_bytes(c.convert())
-    c = converter()
-    c.optimizations = [tf.lite.Optimize.DEFAULT]  # no representative data: int8 weights, float activations
-    paths["dynamic"].write_bytes(c.convert())
+    if dynamic:
+        c = converter()
+        c.optimizations = [tf.lite.Optimize.DEFAULT]  # no representative data: int8 weights, float activations
+        paths["dynamic"].write_bytes(c.convert())
     return paths
 
 
@@ -99,7 +101,7 @@ def files(tmp_path_factory):
     )
     for name, build in models:
         (root / name).mkdir()
-        out[name] = convert(build(), root / name)
+        out[name] = convert(build(), root / name, dynamic=name == "mlp")
     return out
 
 

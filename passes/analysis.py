@@ -451,7 +451,9 @@ def analyze_graph(graph: OpGraph, *, attention_patterns: str = "sdpa") -> Analys
     )
 
 
-_ROW_GATHERS = ("relax.take", "relax.index_tensor")
+# how a graph gathers rows of a weight by index: torch's `weight[ids]` (take, index_tensor); torch's ONNX exporter
+# writes it as GatherND with (S, 1) indices, which TVM imports as gather_nd
+_ROW_GATHERS = ("relax.take", "relax.index_tensor", "relax.gather_nd")
 
 
 def gathered_expert_matmuls(graph: OpGraph) -> tuple[int, int]:

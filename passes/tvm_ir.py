@@ -875,17 +875,47 @@ def tflite_import(
     """
     from tvm.relax.frontend.tflite import tflite_frontend
 
-    if sources is None:
-        return tflite_frontend.from_tflite(model, shape_dict=shape_dict, dtype_dict=dtype_dict)
     returned: list[tuple[object, str]] = []
     first = {"free": True}
 
     class Recording(tflite_frontend.OperatorConverter):
+        _SUPPORTED_QUANTIZED_OPS = tflite_frontend.OperatorConverter._SUPPORTED_QUANTIZED_OPS | TFLITE_QDQ_OPS.keys()
+
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            if first["free"]:  # the main subgraph's converter; control-flow bodies get their own
+            for name, lowered in TFLITE_QDQ_OPS.items():
+                if name in self.convert_map and lowered:
+                    self.convert_map[name] = self._qdq(self.convert_map[name], lowered)
+            if sources is not None and first["free"]:  # the main subgraph's converter; control flow has its own
                 first["free"] = False
                 self.convert_map = {k: self._recording(v) for k, v in self.convert_map.items()}
+
+        def _qdq(self, fn, how: str):
+            """A quantized op TVM's importer has no int8 form of, as dequantize -> the float op -> quantize (the
+            pattern `fuse_int8` turns into an int8 matmul where it is one)."""
+
+            def convert(op):
+                if not self.is_quantized(op):
+                    return fn(op)
+                inputs = {t.tensor_idx: t for t in self.get_input_tensors(op) if t.qnn_params is not None}
+                outputs = self.get_output_tensors(op)
+                own_get = self.get_expr
+
+                def get_expr(idx):
+                    expr = own_get(idx)
+                    return self.bb.normalize(self.dequantize(expr, inputs[idx])) if idx in inputs else expr
+
+                self.get_expr, self.is_quantized = get_expr, lambda op: False
+                try:
+                    # TVM's float GELU takes its constants' dtype from the (int8) tensor: relax's own GELU instead
+                    out = relax.op.nn.gelu(get_expr(next(iter(inputs)))) if how == "gelu" else fn(op)
+                finally:
+                    del self.get_expr, self.is_quantized  # back to the class's methods
+                if len(outputs) != 1 or outputs[0].qnn_params is None:
+                    return out
+                return self.quantize(self.bb.normalize(out), outputs[0])
+
+            return convert
 
         def _recording(self, fn):
             def convert(*args, **kwargs):
@@ -905,11 +935,20 @@ def tflite_import(
             return convert
 
     mod = tflite_frontend.from_tflite(model, shape_dict=shape_dict, dtype_dict=dtype_dict, op_converter=Recording)
+    if sources is None:
+        return mod
     try:
         sources.update({k: str(v) for k, v in _bound_sources(main_function(mod), returned).items()})
     except Exception:  # noqa: BLE001 - a name is only a label: the import stands without it
         pass
     return mod
+
+
+# Quantized TFLite ops TVM's importer refuses ("Quantized operators require explicit QDQ lowering") that a
+# full-integer transformer block holds: name -> whether to lower it as dequantize -> float op -> quantize (an int8
+# BATCH_MATMUL becomes an int8 matmul in `fuse_int8`; GELU, which the TFLite interpreter runs from a lookup table, is
+# counted as the float GELU between a dequantize and a quantize); TRANSPOSE moves int8 values as they are.
+TFLITE_QDQ_OPS = {"BATCH_MATMUL": "float", "GELU": "gelu", "TRANSPOSE": ""}
 
 
 def tflite_convert_ops(model, subgraph) -> set[str]:
@@ -1017,6 +1056,61 @@ def histc_converter(node, importer):
     out = relax.TensorType([int(bins)], x.ty.dtype)
     call = relax.call_dps_packed(HISTOGRAM, relax.Tuple([x]), out)
     return importer.block_builder.emit(call, name_hint="histc")
+
+
+# torch's `quantized_decomposed` ops (a PT2E-quantized program: `convert_pt2e` writes them around float ops)
+_TORCH_8BIT = {"torch.int8": "int8", "torch.uint8": "uint8"}
+
+
+def _qparam(importer, node, i: int, name: str, dtype: str):
+    """A scale or zero point of a quantized_decomposed op: a Python number (the `.default` overloads) as a Relax
+    scalar constant, or a tensor argument (`.tensor`, per-channel) as it is."""
+    a = node.args[i] if len(node.args) > i else node.kwargs.get(name)
+    if a is None:
+        return relax.const(0, dtype)
+    if isinstance(a, int | float):
+        return relax.const(a, dtype)
+    x = importer.env.get(a)
+    if not isinstance(getattr(x, "ty", None), relax.TensorType):
+        raise IRError(f"{node.target}: argument {name} is neither a number nor a tensor")
+    if _numel(x) == 1 and _rank(x) != 0:  # a 1-element scale or zero point: per tensor
+        x = importer.block_builder.emit(relax.op.reshape(x, []))
+    return x
+
+
+def _qdtype(node, i: int) -> str:
+    a = node.args[i] if len(node.args) > i else node.kwargs.get("dtype")
+    dtype = _TORCH_8BIT.get(str(a))
+    if dtype is None:
+        raise IRError(f"{node.target}: quantized dtype {a} (preflight reads int8 and uint8)")
+    return dtype
+
+
+def quantize_converter(node, importer):
+    """`quantized_decomposed.quantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype)` (scale and
+    zero point numbers, or 1-element tensors in `.tensor`) and `quantize_per_channel(input, scales, zero_points, axis,
+    quant_min, quant_max, dtype)`: `relax.quantize` to int8/uint8, same shape (3 FLOPs an element)."""
+    x = _tensor_arg(importer, node, 0, "input")
+    per_channel = "per_channel" in str(node.target)
+    scale = _qparam(importer, node, 1, "scales" if per_channel else "scale", "float32")
+    zp = _qparam(importer, node, 2, "zero_points" if per_channel else "zero_point", "int32")
+    axis = int(node.args[3]) % _rank(x) if per_channel else 0
+    dtype = _qdtype(node, 6 if per_channel else 5)
+    return importer.block_builder.emit(relax.op.quantize(x, scale, _as_int32(zp), axis=axis, out_dtype=dtype))
+
+
+def dequantize_converter(node, importer):
+    """`quantized_decomposed.dequantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype, *,
+    out_dtype)` and `dequantize_per_channel(input, scales, zero_points, axis, ...)`: `relax.dequantize` to float32
+    (or `out_dtype`), same shape (2 FLOPs an element)."""
+    x = _tensor_arg(importer, node, 0, "input")
+    per_channel = "per_channel" in str(node.target)
+    scale = _qparam(importer, node, 1, "scales" if per_channel else "scale", "float32")
+    zp = _qparam(importer, node, 2, "zero_points" if per_channel else "zero_point", "int32")
+    axis = int(node.args[3]) % _rank(x) if per_channel else 0
+    out = node.kwargs.get("out_dtype")
+    out_dtype = str(out).replace("torch.", "") if out is not None else "float32"
+    return importer.block_builder.emit(relax.op.dequantize(x, scale, _as_int32(zp), axis=axis, out_dtype=out_dtype))
 
 
 def input_dims(mod: tvm.IRModule, n_inputs: int | None, func_name: str = "main") -> list[tuple[str, list, str]]:
@@ -1519,6 +1613,193 @@ ONNX_EXTRA_CONVERTERS.update(
 # longer recurrence raises `LongRecurrence`: the ONNX frontend analyses the model at a few short sequences and
 # extrapolates exactly (`passes.analysis.extrapolate_steps`), or refuses it.
 MAX_RECURRENT_STEPS = 16_384
+
+
+# --------------------------------------------------------------------------------------------
+# Dequantize -> float conv/matmul (TFLite's and torch's PT2E int8 graphs) as integer ops
+# --------------------------------------------------------------------------------------------
+# TVM's TFLite importer reads a full-integer int8 model as `quantize -> dequantize -> float conv2d/matmul ->
+# quantize` (the weights `dequantize`d constants); a PT2E-quantized `.pt2` holds the same pattern written by torch
+# (`quantized_decomposed.dequantize_per_tensor/per_channel` around float `aten.conv2d`/`aten.linear`). An int8 runtime
+# (the TFLite interpreter, XNNPACK, oneDNN, TensorRT) runs each such contraction as one integer kernel: `fuse_int8`
+# rewrites them as the ONNX QDQ converters above do (`relax.nn.conv*d` / `relax.matmul` on the 8-bit operands with
+# `out_dtype="int32"`, then `relax.dequantize` by the product of the scales), and drops the float copies of the
+# weights that are then unused. Zero-point corrections are not represented (see the ONNX section above).
+
+
+def _through_layout(bb, expr):
+    """(quantized tensor, scale, zp, axis) for `dequantize(q)` of an 8-bit `q`, or for a `permute_dims` or `reshape`
+    of one (TFLite's depthwise weights are reshaped after they are dequantized, a PT2E linear's are transposed): the
+    layout op is then applied to `q` (emitted) and a per-channel scale's axis follows it."""
+    found = _dequantized(bb, expr)
+    if found is not None:
+        return found
+    call = bb.lookup_binding(expr) if isinstance(expr, tvm.ir.Var) else None
+    name = _op_name(call) if call is not None and _is_call(call) else None
+    if name not in ("relax.permute_dims", "relax.reshape"):
+        return None
+    inner = _dequantized(bb, call.args[0])
+    if inner is None:
+        return None
+    q, scale, zp, axis = inner
+    rank = _rank(q)
+    if name == "relax.permute_dims":
+        axes = [int(a) for a in call.attrs.axes] if call.attrs.axes is not None else list(range(rank))[::-1]
+        new_q = bb.emit(relax.op.permute_dims(q, axes), name_hint="int8_weight")
+        return new_q, scale, zp, axes.index(axis) if not _per_tensor(scale) else 0
+    new_q = bb.emit(relax.op.reshape(q, call.args[1]), name_hint="int8_weight")
+    if _per_tensor(scale):
+        return new_q, scale, zp, 0
+    # the channel axis survives a reshape where an axis of the same size has the same elements after it
+    old = [int(d.value) for d in q.ty.shape.values]
+    new = [int(d.value) for d in new_q.ty.shape.values]
+    inner_old = _prod(old[axis + 1 :])
+    for b, size in enumerate(new):
+        if size == old[axis] and _prod(new[b + 1 :]) == inner_old:
+            return new_q, scale, zp, b
+    return None
+
+
+def _prod(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+class _Int8Fuser:
+    """The mutator `fuse_int8` runs (built lazily: `relax.expr_functor.mutator` registers a class with TVM)."""
+
+    cls = None
+
+    @classmethod
+    def get(cls):
+        if cls.cls is None:
+
+            @relax.expr_functor.mutator
+            class Fuser(relax.PyExprMutator):
+                def __init__(self, mod):
+                    super().__init__(mod)
+                    self.fused = self.emitted = 0
+                    self.accumulators: set[int] = set()  # the int32 results of the rewritten ops
+
+                def visit_call_(self, call):
+                    call = self.visit_expr_post_order(call)
+                    name = _op_name(call) if _is_call(call) else None
+                    try:
+                        if name in ("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d"):
+                            fused = self._conv(call)
+                        elif name == "relax.matmul":
+                            fused = self._matmul(call)
+                        elif name == "relax.add":
+                            fused = self._bias(call)
+                        else:
+                            fused = None
+                    except Exception:  # noqa: BLE001 - a pattern this pass does not know stays float, as imported
+                        fused = None
+                    if fused is None:
+                        return call
+                    self.fused += 1
+                    return fused
+
+                def _conv(self, call):
+                    bb = self.builder_
+                    dx, dw = _through_layout(bb, call.args[0]), _through_layout(bb, call.args[1])
+                    if dx is None or dw is None or not _per_tensor(dx[1]):
+                        return None
+                    a = call.attrs
+                    if not _scale_fits(dw[1], dw[3], str(a.kernel_layout).index("O")):
+                        return None
+                    op = {3: relax.op.nn.conv1d, 4: relax.op.nn.conv2d, 5: relax.op.nn.conv3d}[_rank(dx[0])]
+                    out_layout = str(a.out_layout) or str(a.data_layout)
+                    acc = self._emit(
+                        accumulator=True,
+                        expr=op(
+                            dx[0],
+                            dw[0],
+                            strides=[int(v) for v in a.strides],
+                            padding=[int(v) for v in a.padding],
+                            dilation=[int(v) for v in a.dilation],
+                            groups=int(a.groups),
+                            data_layout=str(a.data_layout),
+                            kernel_layout=str(a.kernel_layout),
+                            out_layout=out_layout,
+                            out_dtype="int32",
+                        ),
+                    )
+                    return self._rescale(acc, dx[1], dw[1], out_layout.index("C"), _dtype_of(call))
+
+                def _matmul(self, call):
+                    bb = self.builder_
+                    da = _through_layout(bb, call.args[0])  # PT2E flattens a dequantized activation
+                    if da is None or not _per_tensor(da[1]):
+                        return None
+                    db = _through_layout(bb, call.args[1])
+                    if db is None or _rank(db[0]) < 2 or not _scale_fits(db[1], db[3], _rank(db[0]) - 1):
+                        return None
+                    acc = self._emit(relax.op.matmul(da[0], db[0], out_dtype="int32"), accumulator=True)
+                    return self._rescale(acc, da[1], db[1], _rank(acc) - 1, _dtype_of(call))
+
+                def _bias(self, call):
+                    # dequantize(acc) + dequantize(int32 bias) -> dequantize(acc + bias): an int8 kernel adds its
+                    # bias to the int32 accumulator (TFLite's bias scale is the input scale x the weight scale)
+                    bb = self.builder_
+                    acc_call = _dequantize_call(bb, call.args[0])
+                    bias_call = _dequantize_call(bb, call.args[1])
+                    if acc_call is None or bias_call is None:
+                        return None
+                    acc, bias = acc_call.args[0], bias_call.args[0]
+                    if not isinstance(acc, tvm.ir.Var) or _key(acc) not in self.accumulators:
+                        return None
+                    if _dtype_of(bias) != "int32" or _rank(bias) != 1 or int(acc_call.attrs.axis) != _rank(acc) - 1:
+                        return None
+                    summed = self._emit(relax.op.add(acc, bias), accumulator=True)
+                    a = acc_call.attrs
+                    return relax.op.dequantize(
+                        summed, acc_call.args[1], acc_call.args[2], axis=int(a.axis), out_dtype=str(a.out_dtype)
+                    )
+
+                def _emit(self, expr, accumulator: bool = False):
+                    # names no importer wrote: each new value takes the source (layer name) of the next op that
+                    # has one, the rewritten binding's (`source_names`)
+                    self.emitted += 1
+                    var = self.builder_.emit(expr, name_hint=f"int8_{self.emitted}")
+                    if accumulator:
+                        self.accumulators.add(_key(var))
+                    return var
+
+                def _rescale(self, acc, scale_a, scale_b, axis, dtype):
+                    scale = _constant_product(scale_a, scale_b)  # what an int8 kernel precomputes
+                    if scale is None:  # scales that are graph inputs (a meta-device module): multiplied per call
+                        scale = self._emit(relax.op.multiply(scale_a, scale_b))
+                    zero = relax.const(0, "int32")
+                    return relax.op.dequantize(acc, scale, zero, axis=axis, out_dtype=dtype or "float32")
+
+            cls.cls = Fuser
+        return cls.cls
+
+
+def _constant_product(a, b):
+    """The float32 constant a x b (broadcast) when both scales are constants with readable payloads, else None."""
+    if not (isinstance(a, tvm.ir.Constant) and isinstance(b, tvm.ir.Constant)):
+        return None
+    try:
+        return relax.const((a.value.numpy() * b.value.numpy()).astype("float32"))
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def fuse_int8(mod: tvm.IRModule, func_name: str = "main") -> tuple[tvm.IRModule, int]:
+    """`mod` with every float conv/matmul whose operands are `dequantize`d 8-bit tensors (activation per tensor,
+    weight per tensor or per output channel) rewritten as an int8 x int8 -> int32 op and a `dequantize` of the
+    accumulator (shapes unchanged), and the bindings that became unused removed; and how many were rewritten."""
+    func = main_function(mod, func_name)
+    fuser = _Int8Fuser.get()(mod)
+    new = fuser.visit_expr(func)
+    if not fuser.fused:
+        return mod, 0
+    new = relax.analysis.remove_all_unused(new)
+    return _replace(mod, func_name, new), fuser.fused
 
 
 class UnsupportedOnnxNode(IRError):

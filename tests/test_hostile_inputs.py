@@ -756,6 +756,10 @@ def test_vector4_aotinductor_compile_flags(tmp_path, files, marker):
         # transformers' ops other than the one preflight knows (LIBRARY_OPS: grouped_mm_fallback.default)
         "torch.ops.transformers.grouped_mm_fallback_backward.default",
         "torch.ops.transformers.grouped_mm_fallback.out",
+        # torch's quantized_decomposed ops other than the quantize/dequantize preflight knows by name
+        "torch.ops.quantized_decomposed.choose_qparams.tensor",
+        "torch.ops.quantized_decomposed.quantize_per_tensor.tensor2",
+        "torch.ops.quantized_decomposed.dequantize_per_token.default",
         "torch.ops.higher_order.triton_kernel_wrapper_functional",
         "_operator.getitem.__globals__",
     ],
@@ -767,15 +771,22 @@ def test_pt2_node_target_must_be_a_torch_ops_name(tmp_path, files, target):
     assert "calls" in refused(p, 2, *DYN_ARGS)
 
 
-def test_pt2_known_library_op_with_wrong_operands_is_a_clean_error(tmp_path, files):
-    """`transformers.grouped_mm_fallback` is read by the schema preflight writes (pt2_safety.LIBRARY_OPS); a file
-    that calls it with a linear's operands (input, weight, bias) gets a one-line error, not a traceback."""
-    target = "torch.ops.transformers.grouped_mm_fallback.default"
+@pytest.mark.parametrize(
+    "target",
+    [
+        "torch.ops.transformers.grouped_mm_fallback.default",
+        "torch.ops.quantized_decomposed.dequantize_per_tensor.default",
+        "torch.ops.quantized_decomposed.quantize_per_channel.default",
+    ],
+)
+def test_pt2_known_library_op_with_wrong_operands_is_a_clean_error(tmp_path, files, target):
+    """The ops of pt2_safety.LIBRARY_OPS are read by the schemas preflight writes; a file that calls one with a
+    linear's operands (input, weight, bias) gets a one-line error, not a traceback."""
     p = _edit_program(
         files["dyn"], tmp_path / "t.pt2", lambda d: _node(d, "torch.ops.aten.linear.default").update(target=target)
     )
     msg = refused(p, 2, *DYN_ARGS)
-    assert "could not read the exported program" in msg and "grouped_mm_fallback" in msg
+    assert "could not read the exported program" in msg and target.split(".")[3] in msg
 
 
 def test_pt2_operator_argument_must_be_a_torch_ops_name(tmp_path, files, marker):

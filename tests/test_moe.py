@@ -220,6 +220,25 @@ def test_batched_formulation_counts_what_eager_runs_and_says_so():
     assert "4 matmuls" in warning and "6.0 MiB of gathered matrices" in warning
 
 
+def test_batched_formulation_over_onnx(tmp_path):
+    """The same model exported by torch's ONNX exporter (dynamo, opset 18): the gathered expert matrices are a
+    GatherND with (S, 1) indices, then a batched MatMul; the routed MACs are the hand count and the warning is the
+    nn.Module route's. (transformers' default `grouped_mm` experts do not export: torch's exporter has no ONNX
+    function for `transformers.grouped_mm_fallback`, docs/moe.md.)"""
+    config = tiny_config()
+    config.use_cache = False
+    model = transformers.MixtralForCausalLM._from_config(config, experts_implementation="batched_mm").eval()
+    path = tmp_path / "mixtral.onnx"
+    torch.onnx.export(model, IDS, str(path), dynamo=True, input_names=["input_ids"], external_data=False)
+    report = analyze(str(path))
+    routed = [c for c in report.analysis.ops if c.op == "relax.matmul" and c.module and c.module.endswith("experts")]
+    # per layer, 32 routed rows: gate+up 32 x 64 x 256 = 524,288 MACs, down 32 x 128 x 64 = 262,144
+    assert sorted(c.macs for c in routed) == [262_144] * LAYERS + [524_288] * LAYERS
+    assert sum(c.macs for c in routed) == LAYERS * 32 * ROW_MACS == 1_572_864
+    (warning,) = [w for w in report.warnings if w.startswith("mixture-of-experts in the batched formulation")]
+    assert "4 matmuls" in warning and "6.0 MiB of gathered matrices" in warning
+
+
 class Opaque(torch.nn.Module):
     """A linear, then `aten.kthvalue` (TVM's importer has no conversion: an opaque call counted as 0)."""
 

@@ -35,8 +35,9 @@ torch/utils/_pytree.py, torch/export/_unlift.py, torch/fx/graph.py):
     RULE: targets are `torch.ops.aten|prims.<op>.<overload>` (minus the ops that touch files or print:
     `_DENIED_OPS`), `torch.ops.higher_order.<one of _HOPS>`, one of the symbolic ops torch serializes
     (`_SYM_TARGETS`), or a well-known library operator preflight knows by name (`LIBRARY_OPS`: transformers'
-    grouped matmul). torch resolves the last only once its library has registered it; preflight never imports
-    the library: `define_library_ops` registers the schema written here, with a shape-only fake kernel.
+    grouped matmul, torch's quantized_decomposed quantize/dequantize). torch resolves the last only once its
+    library has registered it; preflight never imports the library: `define_library_ops` registers the schema
+    written here, with a shape-only fake kernel.
  7. `deserialize_extension_operator`: `#namespace:op` targets go to a handler registry.
     RULE: refused (they are not `torch.ops` names).
  8. `deserialize_metadata`: `source_fn_stack` runs the same getattr chains (`deserialize_meta_func`);
@@ -161,6 +162,37 @@ LIBRARY_OPS = {
     "torch.ops.transformers.grouped_mm_fallback.default": (
         "transformers::grouped_mm_fallback",
         "(Tensor input, Tensor weight, Tensor offs) -> Tensor",
+    ),
+    # torch's own quantized_decomposed namespace (torch/ao/quantization/fx/_decomposed.py, registered only when that
+    # module is imported): the quantize/dequantize ops a PT2E-quantized program (`convert_pt2e`) holds around float
+    # convolutions and linear layers. Same shape in and out; quantize gives `dtype`, dequantize `out_dtype` or float32.
+    "torch.ops.quantized_decomposed.quantize_per_tensor.default": (
+        "quantized_decomposed::quantize_per_tensor",
+        "(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor",
+    ),
+    "torch.ops.quantized_decomposed.quantize_per_tensor.tensor": (
+        "quantized_decomposed::quantize_per_tensor.tensor",
+        "(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, ScalarType dtype) -> Tensor",
+    ),
+    "torch.ops.quantized_decomposed.dequantize_per_tensor.default": (
+        "quantized_decomposed::dequantize_per_tensor",
+        "(Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype, *, "
+        "ScalarType? out_dtype=None) -> Tensor",
+    ),
+    "torch.ops.quantized_decomposed.dequantize_per_tensor.tensor": (
+        "quantized_decomposed::dequantize_per_tensor.tensor",
+        "(Tensor input, Tensor scale, Tensor zero_point, int quant_min, int quant_max, ScalarType dtype, *, "
+        "ScalarType? out_dtype=None) -> Tensor",
+    ),
+    "torch.ops.quantized_decomposed.quantize_per_channel.default": (
+        "quantized_decomposed::quantize_per_channel",
+        "(Tensor input, Tensor scales, Tensor zero_points, int axis, int quant_min, int quant_max, ScalarType dtype) "
+        "-> Tensor",
+    ),
+    "torch.ops.quantized_decomposed.dequantize_per_channel.default": (
+        "quantized_decomposed::dequantize_per_channel",
+        "(Tensor input, Tensor scales, Tensor? zero_points, int axis, int quant_min, int quant_max, ScalarType dtype, "
+        "*, ScalarType? out_dtype=None) -> Tensor",
     ),
 }
 _TREESPEC_TYPES = frozenset(
@@ -1245,7 +1277,27 @@ def _grouped_mm_fake(input, weight, offs):
     return input.new_empty((input.shape[0], weight.shape[2]))
 
 
-_FAKE_KERNELS = {"transformers::grouped_mm_fallback": _grouped_mm_fake}
+def _quantize_fake(input, *args):
+    """quantized_decomposed.quantize_per_*: the input's shape in `dtype` (the last argument)."""
+    return input.new_empty(input.shape, dtype=args[-1])
+
+
+def _dequantize_fake(input, *args, out_dtype=None):
+    """quantized_decomposed.dequantize_per_*: the input's shape in `out_dtype` (float32 when None)."""
+    import torch
+
+    return input.new_empty(input.shape, dtype=out_dtype or torch.float32)
+
+
+_FAKE_KERNELS = {
+    "transformers::grouped_mm_fallback": _grouped_mm_fake,
+    "quantized_decomposed::quantize_per_tensor": _quantize_fake,
+    "quantized_decomposed::quantize_per_tensor.tensor": _quantize_fake,
+    "quantized_decomposed::quantize_per_channel": _quantize_fake,
+    "quantized_decomposed::dequantize_per_tensor": _dequantize_fake,
+    "quantized_decomposed::dequantize_per_tensor.tensor": _dequantize_fake,
+    "quantized_decomposed::dequantize_per_channel": _dequantize_fake,
+}
 
 
 def define_library_ops(targets) -> None:
@@ -1257,8 +1309,9 @@ def define_library_ops(targets) -> None:
     for target in sorted(targets):
         qualname, schema = LIBRARY_OPS[target]
         namespace, name = qualname.split("::")
+        packet, _, overload = name.partition(".")
         try:
-            getattr(getattr(torch.ops, namespace), name)
+            getattr(getattr(getattr(torch.ops, namespace), packet), overload or "default")
             continue  # registered already (the library is imported in this process)
         except AttributeError:
             pass

@@ -54,6 +54,8 @@ _TFLITE_DTYPES = {
     16: "bfloat16",
 }
 _FLOAT_BYTES = {0: 4, 1: 2, 10: 8, 16: 2}
+# bytes per element of quantized weights (int8/uint8/int16) and biases (int32, int64 for 16-bit activations)
+_QUANTIZED_BYTES = {9: 1, 3: 1, 7: 2, 2: 4, 4: 8}
 _H5_HINT = (
     "legacy HDF5 Keras files can carry marshalled Python code that Keras loads without safe_mode; "
     "re-save the model with model.save('model.keras') or model.export('saved_model_dir')"
@@ -100,7 +102,9 @@ def _check_ops(model, subgraph, label: str) -> None:
 
 
 def _file_params(model, subgraph) -> tuple[int, int]:
-    """Elements and bytes of the flatbuffer's floating-point constant tensors (each buffer once).
+    """Elements and bytes of the flatbuffer's weights (each buffer once): floating-point constant tensors, and the
+    8-bit weights and int32 biases of a quantized model (constant tensors with quantization parameters; int32
+    constants without them are shapes and indices, not weights).
 
     NB: TensorFlow's converter folds batch norm into the preceding conv's weights and bias, stores
     identical constants once and drops all-zero biases, as ONNX exporters do.
@@ -111,7 +115,10 @@ def _file_params(model, subgraph) -> tuple[int, int]:
     for i in range(subgraph.TensorsLength()):
         t = subgraph.Tensors(i)
         b = t.Buffer()
-        if i in inputs or b <= 0 or b in seen or t.Type() not in _FLOAT_BYTES or t.ShapeLength() == 0:
+        if i in inputs or b <= 0 or b in seen or t.ShapeLength() == 0:
+            continue
+        size = _FLOAT_BYTES.get(t.Type()) or (_QUANTIZED_BYTES.get(t.Type()) if _quantized(t) else None)
+        if size is None:
             continue
         buf = model.Buffers(b)
         if buf is None or (buf.DataLength() == 0 and buf.Size() == 0):
@@ -119,8 +126,14 @@ def _file_params(model, subgraph) -> tuple[int, int]:
         seen.add(b)
         n = math.prod(int(d) for d in t.ShapeAsNumpy())
         elements += n
-        nbytes += n * _FLOAT_BYTES[t.Type()]
+        nbytes += n * size
     return elements, nbytes
+
+
+def _quantized(t) -> bool:
+    """A tensor with quantization scales (a quantized weight or bias)."""
+    q = t.Quantization()
+    return q is not None and q.ScaleLength() > 0
 
 
 def _dynamic(model) -> bool:
@@ -259,6 +272,7 @@ def _import_tflite(
     with quiet_native_output():
         try:
             mod = tvm_ir.tflite_import(model, shapes, dtypes, recorded)
+            mod, _ = tvm_ir.fuse_int8(mod)  # full-integer int8: dequantize -> float conv/matmul as int8 ops
         except PreflightError:
             raise
         except Exception as exc:  # noqa: BLE001 - the importer raises OpNotImplemented, TVMError, AssertionError...
@@ -271,6 +285,13 @@ def _import_tflite(
                 " (the file keeps its weights in resource variables; convert with "
                 "TFLiteConverter.from_keras_model or from_saved_model, which freeze them, or give preflight "
                 "the Keras model or SavedModel)"
+            )
+        elif "dynamic range quantization" in failure:
+            failure = (
+                "the file is dynamic-range quantized (int8 weights, float activations quantized at run time), "
+                "which TVM's TFLite importer does not read; analyse the float model (the Keras model or SavedModel) "
+                "or a full-integer conversion (converter.representative_dataset with "
+                "target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8])"
             )
         elif dynamic:
             failure += (

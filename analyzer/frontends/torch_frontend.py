@@ -51,8 +51,15 @@ def _converters() -> dict[str, Callable]:
         "grouped_mm_fallback.default": tvm_ir.grouped_matmul_converter,  # transformers' MoE experts on CPU
         "_grouped_mm.default": tvm_ir.grouped_matmul_converter,
         "histc.default": tvm_ir.histc_converter,
+        # torch's quantized_decomposed ops (a PT2E-quantized program); fused into int8 ops by tvm_ir.fuse_int8
+        **dict.fromkeys(QUANTIZE_OPS, tvm_ir.quantize_converter),
+        **dict.fromkeys(DEQUANTIZE_OPS, tvm_ir.dequantize_converter),
         "slice.Tensor": tvm_ir.slice_converter,
     }
+
+
+QUANTIZE_OPS = ("quantize_per_tensor.default", "quantize_per_tensor.tensor", "quantize_per_channel.default")
+DEQUANTIZE_OPS = ("dequantize_per_tensor.default", "dequantize_per_tensor.tensor", "dequantize_per_channel.default")
 
 
 def _whole_op_converters() -> dict[str, Callable]:
@@ -163,6 +170,8 @@ def import_exported_program(
         except Exception as exc:
             raise AnalysisError(f"TVM's PyTorch importer failed: {one_line(exc)}") from exc
     mod = tvm_ir.strip_param_data(mod)
+    if _targets(ep) & set(DEQUANTIZE_OPS):  # PT2E int8: dequantize -> float conv/linear as int8 ops
+        mod, _ = tvm_ir.fuse_int8(mod)
     if n_inputs is None:
         n_inputs = tvm_ir.num_inputs(tvm_ir.main_function(mod))
     return mod, n_inputs, missing

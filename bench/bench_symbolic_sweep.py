@@ -12,8 +12,8 @@ and where the sweep's time goes (a second table):
   export b=1     the concrete export + import at batch 1 (`load(zoo:NAME, batch=1)`)
   symbolic       the symbolic export + import + extraction (`load_symbolic`)
   per point      one point from the symbolic graph: `analyze_at` + `predict` (mean over batches 2..128)
-Each timing is the best of --repeat runs (wall clock, `time.perf_counter`). The two sweeps' points are compared
-and must be identical.
+Each timing is the best of --repeat runs (wall clock, `time.perf_counter`); each repeat runs every case of a model
+in turn, so the columns see the same load. The two sweeps' points are compared and must be identical.
 
 `--llm zoo:NAME` adds the `preflight llm` context table: `llm(NAME, prompt 512, generate 128, batch 4)` with the 5
 contexts 512, 1024, 2048, 3072, 4096 against the same call with the one context 640 (= prompt + generate: the
@@ -88,17 +88,28 @@ def main() -> None:
     for name in filter(None, args.models.split(",")):
         model = f"zoo:{name}"
         one(model), sweep(model, True), sweep(model, False)  # warm-up: imports, first-call costs
-        t_one, _ = best(lambda: one(model), args.repeat)  # noqa: B023
-        t_old, (old, _) = best(lambda: sweep(model, False), args.repeat)  # noqa: B023
-        t_new, (new, _) = best(lambda: sweep(model, True), args.repeat)  # noqa: B023
-        t_solve, _ = best(lambda: sweep(model, True, True), args.repeat)  # noqa: B023
-        t_fit, _ = best(lambda: formulas(load_symbolic(model)), args.repeat)  # noqa: B023
-        same = old["devices"] == new["devices"] and old["batches"] == new["batches"]
-        rows.append((name, t_one, t_old, t_new, t_solve, t_fit, same))
-        t_c, _ = best(lambda: load(model, inputs=None, batch=1), args.repeat)  # noqa: B023
-        t_s, sm = best(lambda: load_symbolic(model), args.repeat)  # noqa: B023
-        t_p, _ = best(lambda: points(sm), args.repeat)  # noqa: B023
-        parts.append((name, t_one, t_c, t_s, t_p / (len(BATCHES) - 1)))
+        sm = load_symbolic(model)
+        cases = {
+            "one": lambda: one(model),  # noqa: B023
+            "old": lambda: sweep(model, False),  # noqa: B023
+            "new": lambda: sweep(model, True),  # noqa: B023
+            "solve": lambda: sweep(model, True, True),  # noqa: B023
+            "fit": lambda: formulas(load_symbolic(model)),  # noqa: B023
+            "export": lambda: load(model, inputs=None, batch=1),  # noqa: B023
+            "symbolic": lambda: load_symbolic(model),  # noqa: B023
+            "points": lambda: points(sm),  # noqa: B023
+        }
+        t, out = {}, {}
+        for _ in range(args.repeat):  # every case in turn in each repeat: they see the same load
+            for key, fn in cases.items():
+                dt, out[key] = best(fn, 1)
+                t[key] = min(t.get(key, dt), dt)
+        same = (
+            out["old"][0]["devices"] == out["new"][0]["devices"]
+            and out["old"][0]["batches"] == out["new"][0]["batches"]
+        )
+        rows.append((name, t["one"], t["old"], t["new"], t["solve"], t["fit"], same))
+        parts.append((name, t["one"], t["export"], t["symbolic"], t["points"] / (len(BATCHES) - 1)))
         if args.cold:
             cold.append((name, *cold_pair(model, args.repeat)))
 

@@ -8,8 +8,12 @@ predictor (`predictor.predict.predict`, the function `preflight predict` uses). 
 bytes, memory per batch and context, capacity search, the MIG choice) is `predictor.llm`.
 
 Speed without approximation:
-- Each step is exported once with a symbolic batch and length and bound to each (batch, length) it is asked for
-  (TVM's `bind_symbolic_vars`), instead of one export per point.
+- Each step is exported once with a symbolic batch and length, and its graph extracted once with those sizes as
+  expressions (`passes.tvm_ir.extract(..., symbolic=True)`, a `passes.symbolic.SymbolicGraph`); each (batch,
+  length) it is asked for is that graph evaluated there (`SymbolicGraph.at`: integer arithmetic, no TVM), instead
+  of one export per point. Where the graph cannot stay symbolic (a size of another form), the export is bound to
+  the point instead (TVM's `bind_symbolic_vars`) and extracted again: the same graph (tests/test_llm.py compares
+  the two at three points).
 - A decoder whose layers are identical (same parameter shapes, same attention window) is traced at depth 1 and 2.
   Every count of the graph (FLOPs, MACs, bytes, parameters, operators) and every latency of an additive predictor
   (the roofline estimate, a per-kernel time model: sums over operators) is then exactly x(1) + (n - 1)(x(2) - x(1))
@@ -236,12 +240,16 @@ class StepGraph:
     cache (batch, kv_heads, slots, head_dim), slots = min(context, window).
     """
 
+    evaluate = True  # False: bind every point in TVM and extract it again (the slower path; the same graph)
+
     def __init__(self, kind: str, lm, layout, dtype: str, *, name: str, source: str, framework: str):
         if kind not in ("prefill", "decode"):
             raise ValueError(kind)
         self.kind, self.lm, self.layout, self.dtype = kind, lm, layout, dtype
         self.name, self.source, self.framework = name, source, framework
         self._symbolic: dict[tuple, tuple | None] = {}  # segment -> (mod, n_inputs, batch sym, length syms) | None
+        # segment -> its SymbolicGraph, or None where extraction could not keep the sizes symbolic (bind instead)
+        self._graphs: dict[tuple, object | None] = {}
         self._points: dict[tuple[int, int], GraphPoint] = {}
         self.warnings: list[str] = []
 
@@ -309,8 +317,25 @@ class StepGraph:
             return (2, w) if length <= w else (w + 1, max(max_length, w + 1))
         return (2, max(max_length, 2))
 
+    def _symbolic_graph(self, key: tuple, mod, n_inputs: int, symbols: Sequence[str]):
+        """The segment's export extracted once with its sizes symbolic (`passes.symbolic.SymbolicGraph`), memoised;
+        None when a dimension is not an expression of the input sizes `symbols` (then each point is bound)."""
+        if key not in self._graphs:
+            from passes import tvm_ir
+            from passes.symbolic import SymbolicError, SymbolicGraph
+
+            try:
+                graph = tvm_ir.extract(mod, n_inputs=n_inputs, symbolic=True)
+                # every size is checked by the segment (`_segment`): the graph holds at any value of each symbol
+                self._graphs[key] = SymbolicGraph(graph, ranges=dict.fromkeys(symbols, (0, None)))
+            except (tvm_ir.IRError, SymbolicError):
+                self._graphs[key] = None
+        return self._graphs[key]
+
     def _bound(self, batch: int, length: int, max_length: int):
-        """(Relax module at (batch, length), n_inputs, unconverted ops), from the symbolic export when possible."""
+        """(Relax module, n_inputs, unconverted ops, OpGraph at (batch, length) or None): the symbolic export and
+        its graph evaluated at the point when the graph stays symbolic, else the export bound to the point (graph
+        None: extract the module); a point outside a symbolic segment is exported on its own."""
         from passes import tvm_ir
 
         lo, hi = self._segment(length, max_length)
@@ -326,7 +351,7 @@ class StepGraph:
         sym = self._symbolic.get(key) if length >= 2 and lo < hi else None
         if sym is None:
             mod, n, missing, n_inputs = self._export(batch, length, None)
-            return mod, n_inputs, missing
+            return mod, n_inputs, missing, None
         mod, n_inputs, missing = sym
         dims = [d for _, d, _ in tvm_ir.input_dims(mod, n_inputs)]
         values: dict[str, int] = {}
@@ -338,8 +363,10 @@ class StepGraph:
             else:  # decode cache input i: layer (i - 1) // 2
                 values[str(d[2])] = self.layout.slots((i - 1) // 2, length)
         values = {k: v for k, v in values.items() if not k.lstrip("-").isdigit()}
+        if self.evaluate and (sg := self._symbolic_graph(key, mod, n_inputs, sorted(values))) is not None:
+            return mod, n_inputs, missing, sg.at(values)
         try:
-            return tvm_ir.bind_symbolic_dims(mod, values), n_inputs, missing
+            return tvm_ir.bind_symbolic_dims(mod, values), n_inputs, missing, None
         except Exception as exc:
             raise AnalysisError(f"could not bind the {self.kind} step's sizes: {one_line(exc)}") from exc
 
@@ -350,7 +377,7 @@ class StepGraph:
         key = (batch, length)
         if key in self._points:
             return self._points[key]
-        mod, n_inputs, missing = self._bound(batch, length, max_length)
+        mod, n_inputs, missing, graph = self._bound(batch, length, max_length)
         loaded = LoadedModel(
             mod=mod,
             framework=self.framework,
@@ -360,7 +387,7 @@ class StepGraph:
             unconverted=list(missing),
             input_names=self._input_names(),
         )
-        report = analyze_loaded(loaded, dtype=self.dtype)
+        report = analyze_loaded(loaded, dtype=self.dtype, graph=graph)
         graph = report.analysis.graph
         inputs = graph.inputs
         cache = {s.value for s in inputs[1:]} if self.kind == "decode" else set()

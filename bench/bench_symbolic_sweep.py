@@ -8,17 +8,32 @@ In one warm process (imports and first-call costs paid by a warm-up run of each 
                  export
   + solve        `run_sweep(...)`: the same, and the largest batch fitting each MIG profile solved exactly
   formulas       `formulas(load_symbolic(...))`: the export and the fits of every per-op count (8 sample points)
-Each timing is the best of --repeat runs (wall clock, `time.perf_counter`). The two sweeps' points are compared
-and must be identical.
+and where the sweep's time goes (a second table):
+  export b=1     the concrete export + import at batch 1 (`load(zoo:NAME, batch=1)`)
+  symbolic       the symbolic export + import + extraction (`load_symbolic`)
+  per point      one point from the symbolic graph: `analyze_at` + `predict` (mean over batches 2..128)
+Each timing is the best of --repeat runs (wall clock, `time.perf_counter`); each repeat runs every case of a model
+in turn, so the columns see the same load. The two sweeps' points are compared and must be identical.
 
-Usage: python bench/bench_symbolic_sweep.py [--models resnet18,bert_tiny] [--repeat 3]
+`--llm zoo:NAME` adds the `preflight llm` context table: `llm(NAME, prompt 512, generate 128, batch 4)` with the 5
+contexts 512, 1024, 2048, 3072, 4096 against the same call with the one context 640 (= prompt + generate: the
+request's own prefill + decode analysis, which every call makes), and the 5 contexts with each point bound in TVM
+and extracted again (`StepGraph.evaluate = False`, the way before), side by side, best of --repeat.
+
+`--cold` adds, per model, two fresh `preflight -q report zoo:NAME` processes side by side (imports and first-call
+costs included, as a user runs it): `--no-sweep` and `--batches 1,2,...,128`, best of --repeat.
+
+Usage: python bench/bench_symbolic_sweep.py [--models resnet18,resnet50,bert_base] [--repeat 3] [--cold]
+       [--llm zoo:llama_7b]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -41,15 +56,18 @@ def best(fn, repeat: int) -> tuple[float, object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="resnet18,bert_tiny", help="zoo names, comma-separated")
+    ap.add_argument("--models", default="resnet18,resnet50,bert_base", help="zoo names, comma-separated")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cold", action="store_true", help="also time fresh `preflight report` processes")
+    ap.add_argument("--llm", default=None, metavar="MODEL", help="also time `preflight llm`'s context table")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+    from analyzer.frontends import load
     from analyzer.pipeline import analyze_model
     from analyzer.sweep import run_sweep
-    from analyzer.symbolic import formulas, load_symbolic
+    from analyzer.symbolic import analyze_at, formulas, load_symbolic
     from predictor.predict import predict
 
     def one(model):
@@ -62,17 +80,38 @@ def main() -> None:
             symbolic=symbolic, solve=solve,
         )  # fmt: skip
 
-    rows = []
-    for name in args.models.split(","):
+    def points(sm):
+        for b in BATCHES[1:]:
+            predict(analyze_at(sm, b).analysis, DEVICES[0])
+
+    rows, parts, cold = [], [], []
+    for name in filter(None, args.models.split(",")):
         model = f"zoo:{name}"
         one(model), sweep(model, True), sweep(model, False)  # warm-up: imports, first-call costs
-        t_one, _ = best(lambda: one(model), args.repeat)  # noqa: B023
-        t_old, (old, _) = best(lambda: sweep(model, False), args.repeat)  # noqa: B023
-        t_new, (new, _) = best(lambda: sweep(model, True), args.repeat)  # noqa: B023
-        t_solve, _ = best(lambda: sweep(model, True, True), args.repeat)  # noqa: B023
-        t_fit, _ = best(lambda: formulas(load_symbolic(model)), args.repeat)  # noqa: B023
-        same = old["devices"] == new["devices"] and old["batches"] == new["batches"]
-        rows.append((name, t_one, t_old, t_new, t_solve, t_fit, same))
+        sm = load_symbolic(model)
+        cases = {
+            "one": lambda: one(model),  # noqa: B023
+            "old": lambda: sweep(model, False),  # noqa: B023
+            "new": lambda: sweep(model, True),  # noqa: B023
+            "solve": lambda: sweep(model, True, True),  # noqa: B023
+            "fit": lambda: formulas(load_symbolic(model)),  # noqa: B023
+            "export": lambda: load(model, inputs=None, batch=1),  # noqa: B023
+            "symbolic": lambda: load_symbolic(model),  # noqa: B023
+            "points": lambda: points(sm),  # noqa: B023
+        }
+        t, out = {}, {}
+        for _ in range(args.repeat):  # every case in turn in each repeat: they see the same load
+            for key, fn in cases.items():
+                dt, out[key] = best(fn, 1)
+                t[key] = min(t.get(key, dt), dt)
+        same = (
+            out["old"][0]["devices"] == out["new"][0]["devices"]
+            and out["old"][0]["batches"] == out["new"][0]["batches"]
+        )
+        rows.append((name, t["one"], t["old"], t["new"], t["solve"], t["fit"], same))
+        parts.append((name, t["one"], t["export"], t["symbolic"], t["points"] / (len(BATCHES) - 1)))
+        if args.cold:
+            cold.append((name, *cold_pair(model, args.repeat)))
 
     print(f"{len(BATCHES)}-point batch sweep ({', '.join(map(str, BATCHES))}), one device; best of {args.repeat}")
     head = ("model", "one analysis s", "sweep before s", "x one", "sweep after s", "x one", "+ solve s", "x one")
@@ -82,6 +121,79 @@ def main() -> None:
             f"{name} | {t_one:.2f} | {t_old:.2f} | {t_old / t_one:.1f}x | {t_new:.2f} | {t_new / t_one:.1f}x | "
             f"{t_solve:.2f} | {t_solve / t_one:.1f}x | {t_fit:.2f} | {'yes' if same else 'NO'}"
         )
+    print("\nwhere the sweep's time goes (s; x = share of one analysis)")
+    print("model | one analysis s | export b=1 s | symbolic export s | x one | per point s | x one")
+    for name, t_one, t_c, t_s, t_p in parts:
+        print(f"{name} | {t_one:.3f} | {t_c:.3f} | {t_s:.3f} | {t_s / t_one:.2f}x | {t_p:.4f} | {t_p / t_one:.3f}x")
+    if cold:
+        print(f"\ncold `preflight -q report` processes, best of {args.repeat}")
+        print("model | --no-sweep s | --batches (8 points) s | x")
+        for name, t_a, t_b in cold:
+            print(f"{name} | {t_a:.1f} | {t_b:.1f} | {t_b / t_a:.2f}x")
+
+    if args.llm:
+        llm_row(args.llm, args.repeat)
+
+
+LLM_CONTEXTS = [512, 1024, 2048, 3072, 4096]
+
+
+def llm_row(model: str, repeat: int) -> None:
+    """Print the llm context-table row: one prefill + decode analysis, 5 contexts evaluated, 5 contexts bound (run
+    in turn in each repeat, so the three see the same load), and the seconds of each spent exporting."""
+    from analyzer import llm as L
+
+    export = L.StepGraph._export
+    spent = [0.0]
+
+    def timed_export(self, *a, **k):
+        t = time.perf_counter()
+        try:
+            return export(self, *a, **k)
+        finally:
+            spent[0] += time.perf_counter() - t
+
+    def run(contexts, evaluate=True):
+        L.StepGraph.evaluate, L.StepGraph._export = evaluate, timed_export
+        spent[0] = 0.0
+        try:
+            t = time.perf_counter()
+            doc = L.llm(model, prompt=512, generate=128, batch=4, contexts=contexts).llm.to_json()
+            return time.perf_counter() - t, spent[0], doc
+        finally:
+            L.StepGraph.evaluate, L.StepGraph._export = True, export
+
+    cases = {"one": ([640], True), "five": (LLM_CONTEXTS, True), "bound": (LLM_CONTEXTS, False)}
+    for contexts, evaluate in cases.values():  # warm-up
+        run(contexts, evaluate)
+    best_of: dict[str, tuple] = {}
+    for _ in range(repeat):
+        for key, (contexts, evaluate) in cases.items():
+            out = run(contexts, evaluate)
+            if key not in best_of or out[0] < best_of[key][0]:
+                best_of[key] = out
+    (t1, e1, _), (t5, e5, five), (tb, eb, bound) = (best_of[k] for k in ("one", "five", "bound"))
+    print(f"\n`llm {model}` context table (prompt 512, generate 128, batch 4; one device); best of {repeat}, in turn")
+    print("case | wall s | x one | of which exporting s | the rest s")
+    for name, t, e in (("one prefill+decode (contexts 640)", t1, e1), ("5 contexts, evaluated", t5, e5),
+                       ("5 contexts, bound (before)", tb, eb)):  # fmt: skip
+        print(f"{name} | {t:.2f} | {t / t1:.2f}x | {e:.2f} | {t - e:.2f}")
+    print(f"same llm block, evaluated and bound: {'yes' if five == bound else 'NO'}")
+
+
+def cold_pair(model: str, repeat: int) -> tuple[float, float]:
+    """(best wall s of `preflight -q report MODEL --no-sweep`, of the same with the 8-point --batches), run
+    alternately in fresh processes."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    base = [sys.executable, "-m", "analyzer.cli", "-q", "report", model, "--device", DEVICES[0]]
+    runs = {"no": [], "sweep": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(repeat):
+            for key, extra in (("no", ["--no-sweep"]), ("sweep", ["--batches", ",".join(map(str, BATCHES))])):
+                t = time.perf_counter()
+                subprocess.run([*base, *extra, "-o", f"{tmp}/r.json"], env=env, cwd=ROOT, check=True)
+                runs[key].append(time.perf_counter() - t)
+    return min(runs["no"]), min(runs["sweep"])
 
 
 if __name__ == "__main__":

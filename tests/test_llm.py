@@ -33,6 +33,7 @@ from predictor.llm import (
     largest_fitting,
     recommend,
 )
+from predictor.predict import predict as run_predictor
 from predictor.roofline import CONTEXT_MIB, WORKSPACE_MIB
 from zoo.serving import DecodeStep, PrefillStep, cache_layout, decode_inputs, prefill_inputs
 
@@ -211,6 +212,39 @@ def test_decode_step_flops_by_hand_and_cache_inputs():
     # x 16 = 4,096 elements); the largest tensor holding slots and head_dim is a cache's 2 x 2 x 32 x 16 = 2,048
     kv_like = [c.output.numel for c in a.ops if c.outputs and {32, 16} <= set(c.output.shape)]
     assert max(kv_like) == 2_048
+
+
+def _point_view(pt):
+    """Everything a GraphPoint says, operator by operator, in plain data."""
+    a = pt.analysis
+    ops = [
+        (c.index, c.name, c.op, c.category, c.macs, c.flops, c.bytes_read, c.bytes_written, c.inputs, c.outputs)
+        for c in a.ops
+    ]
+    shapes = [(s.tensor.shape, s.tensor.dtype) for s in a.graph.inputs]
+    return ops, shapes, a.kernels, a.totals, a.memory, pt.transient_bytes, pt.timeline, pt.kv_input_bytes, pt.warnings
+
+
+@pytest.mark.parametrize("spec", [TINY.format(n=2), TINY_MISTRAL])
+@pytest.mark.parametrize("kind", ["prefill", "decode"])
+def test_step_graph_evaluated_per_point_equals_the_export_bound_there(spec, kind):
+    # one symbolic export per step; each point evaluated from its symbolic graph (SymbolicGraph.at) must be the
+    # graph TVM gives when the export is bound to that point (bind_symbolic_vars, extracted again), at 3 points:
+    # inside and past Mistral's window of 16 (its decode cache holds min(context, 16) slots)
+    lm = meta_lm(spec)
+    g = StepGraph(kind, lm, cache_layout(lm.config), "float16", name="tiny", source="test", framework="zoo")
+    points = [(1, 12), (3, 16), (5, 40)] if kind == "decode" else [(1, 12), (3, 15), (5, 16)]
+    for batch, length in points:
+        views = {}
+        for evaluate in (True, False):  # the same export, then its graph evaluated or the export bound
+            g.evaluate, g._points = evaluate, {}
+            views[evaluate] = g.point(batch, length, 64)
+        fast, bound = views[True], views[False]
+        assert _point_view(fast) == _point_view(bound), (batch, length)
+        assert fast.analysis.graph.inputs[0].tensor.shape == (batch, length if kind == "prefill" else 1)
+        p, q = (run_predictor(x.analysis, "h100-80gb")[0] for x in (fast, bound))
+        assert (p.latency_ms, p.memory_mib, p.mig.fits) == (q.latency_ms, q.memory_mib, q.mig.fits)
+    assert len(g._symbolic) == 1 and all(v is not None for v in g._graphs.values())  # one export, evaluated
 
 
 def test_prefill_flops_match_flop_counter_on_the_same_module():

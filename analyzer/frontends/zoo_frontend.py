@@ -53,12 +53,19 @@ def zoo_symbol_axes(spec: str, seq: bool = False) -> tuple[list[dict[int, str]],
     input whose size is the batch (the inputs built at batch 2 and 3, meta device: nothing is allocated); with
     `seq`, also "seq" for a family of kind "language" with a `seq_len` of at least 2: the axes whose size is the
     sequence length (built at seq_len and seq_len +/- 1). UsageError if an input's batch is not one axis."""
+    axes, values, _ = _symbol_axes(spec, seq)
+    return axes, values
+
+
+def _symbol_axes(spec: str, seq: bool):
+    """`zoo_symbol_axes`, and the model built at batch 2 (the one a symbolic export traces)."""
     import zoo
 
     name, _ = split_dtype(spec)
     try:
         family, params = zoo.resolve(name)
-        two, three = (zoo.build(name, batch=b, device="meta").example_inputs for b in (2, 3))
+        built = zoo.build(name, batch=2, device="meta")
+        two, three = built.example_inputs, zoo.build(name, batch=3, device="meta").example_inputs
     except zoo.ZooError as exc:
         raise UsageError(f"zoo:{spec}: {exc}") from exc
     batch = _changed_axes(two, three, 2, 3, spec, "batch")
@@ -81,22 +88,23 @@ def zoo_symbol_axes(spec: str, seq: bool = False) -> tuple[list[dict[int, str]],
                     ax[a] = "seq"
             if any("seq" in ax.values() for ax in axes):
                 values["seq"] = s0
-    return axes, values
+    return axes, values, built
 
 
 def load_zoo_symbolic(spec: str, seq: bool = False) -> tuple[LoadedModel, dict[str, int]]:
     """A zoo model exported with its batch (and with `seq`, its sequence length) symbolic
     (`from_module(..., symbol_axes=...)`), from example inputs of batch 2 (torch specialises sizes 0 and 1);
     and the spec's value of each symbol. AnalysisError when torch.export finds the batch fixed."""
-    axes, values = zoo_symbol_axes(spec, seq)
-    loaded = load_zoo(spec, {}, 2, symbol_axes=axes)
+    axes, values, built = _symbol_axes(spec, seq)
+    loaded = load_zoo(spec, {}, 2, symbol_axes=axes, built=built)  # the batch-2 build, not a third one
     if "batch" not in {v[0] for v in loaded.symbols.values()}:
         raise AnalysisError(f"zoo:{spec}: torch.export fixed the batch size; no symbolic export")
     return loaded, values
 
 
-def load_zoo(spec: str, specs: dict[str, InputSpec], batch: int | None, symbol_axes=None) -> LoadedModel:
-    """Build a zoo model's shapes only (meta device) and import it; weights are never allocated."""
+def load_zoo(spec: str, specs: dict[str, InputSpec], batch: int | None, symbol_axes=None, built=None) -> LoadedModel:
+    """Build a zoo model's shapes only (meta device) and import it; weights are never allocated. `built`: the model
+    already built at `batch` (`zoo.build(spec without its dtype, batch=batch, device="meta")`), not built again."""
     import torch
 
     import zoo
@@ -110,7 +118,8 @@ def load_zoo(spec: str, specs: dict[str, InputSpec], batch: int | None, symbol_a
     spec, dtype = split_dtype(spec)
     try:
         # float32 on purpose: TVM's importer cannot import float16 convs; the graph is retargeted after
-        built = zoo.build(spec, batch=batch or 1, device="meta")
+        if built is None:
+            built = zoo.build(spec, batch=batch or 1, device="meta")
     except zoo.ZooError as exc:
         raise UsageError(f"zoo:{spec}: {exc}") from exc
     except Exception as exc:  # a family's builder failed

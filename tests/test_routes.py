@@ -33,12 +33,13 @@ import tempfile
 import warnings
 from collections import Counter
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
 
 import zoo
-from analyzer import report
+from analyzer import pipeline, report
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -62,6 +63,10 @@ TRANSFORMERS = {
     "roberta_tiny": ("roberta_tiny", TORCHSCRIPT),
     "vit_tiny": ("vit_tiny", TORCHSCRIPT),
     "gpt2_tiny": ("gpt2_tiny", DYNAMO),
+    # BEiT, 2 layers, 64 x 64 image (17 tokens): its relative-position bias depends on no input (the dynamo exporter
+    # cannot decompose the model: TorchScript only); OPT: its positions come from the constant attention mask
+    "beit_2l": ("beit_small?layers=2&resolution=64", TORCHSCRIPT),
+    "opt_tiny": ("opt_tiny", TORCHSCRIPT),
 }
 # recurrent layers (nn.LSTM, nn.GRU): TorchScript exports them as ONNX LSTM / GRU nodes, which preflight converts
 RECURRENT = {
@@ -142,6 +147,30 @@ DIFFERENT = {
     # transposes it to [T, B, dirs*H] in a second (the final states' stack is a third): 3 per layer, 2 layers.
     "gru_bidir": {"onnx": {"copy": -2}},
 }
+# Models whose eager forward computes on weights alone (docs/weight_only.md): the module and its `.pt2` count what
+# eager PyTorch recomputes on every call (the weight-only ops and `KernelView.recomputed`); the ONNX route folds it,
+# as ONNX Runtime does when it loads the file (`analyzer.pipeline.FOLDING_RUNTIMES`), and the exporters often have
+# already (the dynamo exporter writes OPT's positions as an initializer). The ONNX file is compared with the module
+# analysed the same way ("folded": what a constant-folding runtime runs of it); the module's kernels beyond that, by
+# (kind, op), counted by hand from the models' code:
+RECOMPUTED = {
+    # per layer: the relative-position table resized (F.interpolate), torch.cat with its class-token rows, indexed by
+    # the position index, and padded from 17 to 32 keys as the memory-efficient backend's mask: 4 kernels x 2 layers
+    "beit_2l": {
+        ("copy", "relax.image.resize2d"): 2,
+        ("copy", "relax.concat"): 2,
+        ("copy", "relax.take"): 2,
+        ("copy", "efficient:pad_mask"): 2,
+    },
+    # OPTLearnedPositionalEmbedding: cumsum(mask) * mask - 1 (+ the offset 2), then the embedding lookup: 5 kernels
+    "opt_tiny": {
+        ("reduction", "relax.cumsum"): 1,
+        ("elementwise", "relax.multiply"): 1,
+        ("elementwise", "relax.subtract"): 1,
+        ("elementwise", "relax.add"): 1,
+        ("copy", "relax.take"): 1,
+    },
+}
 # Kernel bytes further apart than 2%, and why: gru_bidir's two fewer copies (and no flip of the reverse direction's
 # outputs) make the ONNX route's kernels read and write 2.3% fewer bytes than the module's (3,981,440 vs 4,075,648).
 BYTES_TOL = {"gru_bidir": 0.03}
@@ -181,7 +210,17 @@ def _routes(name: str) -> dict:
         torch.onnx.export(module, inputs, str(onnx_path), **onnx_args)
     out["pt2"] = report(str(pt2), devices=DEVICES, batches=[])
     out["onnx"] = report(str(onnx_path), devices=DEVICES, batches=[])
+    if name in RECOMPUTED:  # the module as a constant-folding runtime runs it, the ONNX route's rule
+        with mock.patch.object(
+            pipeline, "FOLDING_RUNTIMES", (*pipeline.FOLDING_RUNTIMES, out["module"].model["framework"])
+        ):
+            out["folded"] = report(module, inputs, devices=DEVICES, batches=[])
     return out
+
+
+def _base(reports: dict, route: str):
+    """The report a route is compared with: the module, or for ONNX the module folded where that differs."""
+    return reports["folded"] if route == "onnx" and "folded" in reports else reports["module"]
 
 
 def test_the_architectures_are_cnns_transformers_and_rnns():
@@ -191,15 +230,17 @@ def test_the_architectures_are_cnns_transformers_and_rnns():
 @pytest.mark.parametrize("name", list(ARCHS))
 def test_one_model_one_prediction(name):
     reports = _routes(name)
-    base = reports["module"]
     for route, rep in reports.items():
+        if route == "folded":  # (what eager recomputes: test_eager_recomputes_what_the_onnx_route_folds)
+            continue
+        base = _base(reports, route)
         for p, p0 in zip(rep.predictions, base.predictions, strict=True):
             assert p.device == p0.device
             assert p.roofline_latency_ms <= p.latency_ms, (route, p.device)
             rel = p.latency_ms / p0.latency_ms - 1
             assert abs(rel) <= TOL, (
                 f"{name} via {route} on {p.device}: {p.latency_ms:.3f} ms vs {p0.latency_ms:.3f} ms "
-                f"from the module ({rel:+.1%})"
+                f"from the module ({rel:+.1%}; {'folded' if base is not reports['module'] else 'eager'})"
             )
 
 
@@ -211,11 +252,40 @@ def test_the_routes_launch_the_same_kernels(name):
     for route, delta in DIFFERENT.get(name, {}).items():
         kinds[route].subtract(delta)
         kinds[route] = +kinds[route]  # (drop zero counts)
+    base = "folded" if "folded" in reports else "module"
     assert kinds["pt2"] == kinds["module"]
-    assert kinds["onnx"] == kinds["module"]
+    assert kinds["onnx"] == kinds[base]
     nbytes = {route: rep.analysis.kernel_view.summary.bytes_kernels for route, rep in reports.items()}
     for route in ("pt2", "onnx"):
-        assert abs(nbytes[route] / nbytes["module"] - 1) <= BYTES_TOL.get(name, 0.02), (route, nbytes)
+        ref = nbytes[base if route == "onnx" else "module"]
+        assert abs(nbytes[route] / ref - 1) <= BYTES_TOL.get(name, 0.02), (route, nbytes)
+
+
+@pytest.mark.parametrize("name", list(RECOMPUTED))
+def test_eager_recomputes_what_the_onnx_route_folds(name):
+    """The module's kernels beyond the folded module's (and the ONNX file's) are exactly what eager PyTorch
+    recomputes from the weights on every call: the hand count in RECOMPUTED, each one a weight-only op's kernel or in
+    `KernelView.recomputed`. Oracle for the rest: the eager dispatch trace (inference mode, batch 2, on the CPU) runs
+    as many input-dependent kernels as the folded module and the ONNX route count (measured: 34 for BEiT, 30 for
+    OPT; the trace's input-independent ones are 27 and 7: eager also rebuilds BEiT's position index with arange,
+    stack, sub, ... and OPT's all-ones mask, which the graphs hold as constants)."""
+    from kernel_trace import trace_kernels
+
+    reports = _routes(name)
+    module, folded = reports["module"].analysis, reports["folded"].analysis
+    by_op = lambda a: Counter((k.kind, k.op) for k in a.kernels)  # noqa: E731
+    assert by_op(module) - by_op(folded) == Counter(RECOMPUTED[name])
+    assert not by_op(folded) - by_op(module)
+    ops = {c.index: c for c in module.ops}
+    recomputed = set(module.kernel_view.recomputed)
+    extra = [k for k in module.kernels if k.index in recomputed or all(ops[i].weight_only for i in k.ops)]
+    assert Counter((k.kind, k.op) for k in extra) == Counter(RECOMPUTED[name])
+    assert not folded.kernel_view.recomputed
+    spec = ARCHS[name][0]
+    built = zoo.build(spec, batch=2, device="cpu")
+    trace = trace_kernels(built.module, tuple(built.example_inputs), inference=True)
+    assert len(folded.kernels) == len(reports["onnx"].analysis.kernels) == trace.dependent_count
+    assert trace.count - trace.dependent_count >= sum(RECOMPUTED[name].values())
 
 
 @pytest.mark.parametrize("name", list(NN_LAYERS))

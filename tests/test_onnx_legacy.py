@@ -169,6 +169,21 @@ def mamba_chunk():
     return _model(nodes, [1, 8, 4], [1, 2, 4])
 
 
+def wavlm_chunk():
+    """WavLM's gated relative position bias: a `chunk(2)` with bounds read by `Shape` (as `mamba_chunk`), then a
+    `Reshape` with -1 (TVM: "Reshape expects the input tensor to have known shape"). x (1, 8, 4) -> a = x[:, 0:4]
+    (1, 4, 4) -> y (1, 16)."""
+    nodes = [*_shape_dim("x", 1, "n"), _const("one", [1]), _const("two", [2]), _const("ax", [1]), _const("z", [0])]
+    nodes += [
+        helper.make_node("Add", ["n", "one"], ["n1"]),
+        helper.make_node("Div", ["n1", "two"], ["half"]),  # (8 + 1) / 2 = 4
+        helper.make_node("Slice", ["x", "z", "half", "ax"], ["a"]),
+        _const("flat", [1, -1]),
+        helper.make_node("Reshape", ["a", "flat"], ["y"]),
+    ]
+    return _model(nodes, [1, 8, 4], [1, 16])
+
+
 def rwkv_range():
     """A `Range` whose end is a size read by `Shape` (RWKV's legacy export builds its padding this way): TVM makes
     its length a shape variable (`range_len_0`), a dimension preflight cannot cost. y = x + float(range(0, 6)),
@@ -212,6 +227,8 @@ def vitmae_argsort():
     [
         # Shape x 2 made constants; then Gather, Add, Div (first half) and Gather, Add, Div (second) folded: 8
         (mamba_chunk, (1, 8, 4), 8),
+        # Shape made constant; Gather, Add, Div folded: 4
+        (wavlm_chunk, (1, 8, 4), 4),
         # Shape made constant; Gather, Squeeze, Range, Sub, Concat folded (the Cast of the range is float): 6
         (rwkv_range, (2, 6), 6),
         # Shape x 2 made constants (the second once the first k is folded), Gather x 2 folded: 4
@@ -231,7 +248,7 @@ def test_static_shapes_fold_to_the_values_onnxruntime_computes(build, x_shape, n
 
 @pytest.mark.parametrize(
     ("build", "shape"),
-    [(mamba_chunk, (1, 2, 4)), (rwkv_range, (2, 7)), (vitmae_argsort, (2, 4))],
+    [(mamba_chunk, (1, 2, 4)), (wavlm_chunk, (1, 16)), (rwkv_range, (2, 7)), (vitmae_argsort, (2, 4))],
 )
 def test_static_shape_patterns_analyse(tmp_path, build, shape):
     """Each fails in TVM's importer (or leaves a shape variable) as the file stands; preflight folds the static

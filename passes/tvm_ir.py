@@ -831,6 +831,12 @@ def onnx_convert_ops() -> set[str]:
     return set(_get_convert_map().keys()) | set(ONNX_EXTRA_CONVERTERS)
 
 
+def defines_shape_vars(mod: tvm.IRModule) -> bool:
+    """Whether `main` of `mod` defines shape variables (a dimension known only when the graph runs: TVM's ONNX
+    importer names a `Range` of run-time bounds `range_len_0`) though its inputs have static shapes."""
+    return len(relax.analysis.defined_symbolic_vars(main_function(mod))) > 0
+
+
 def onnx_import(
     model, shape_dict: dict[str, list[int]], dtype_dict: dict[str, str], sources: dict[str, int] | None = None
 ) -> tvm.IRModule:
@@ -1574,6 +1580,37 @@ class _QLinearConcat(_OnnxConverter):
         return _quantize(bb, relax.op.concat(parts, axis=int(attr["axis"])), inputs[0], inputs[1])
 
 
+class _OnnxRandomLike(_OnnxConverter):
+    """`RandomUniformLike` / `RandomNormalLike` (ViTMAE's random masking in a legacy export): a fill of the input's
+    shape and the `dtype` attribute's type (the input's when absent), not its values, as `random_fill_converter` does
+    for torch's `randn`. On a GPU the op is one kernel that writes its output; preflight costs it as a fill (0 FLOPs,
+    its output's bytes written). The values are never drawn: an analysis needs shapes. A `relax.zeros` of the static
+    shape, with no operand: the input only lends its shape, so the noise (and what is computed from it) is not a
+    value computed from weights alone, which a compiler would fold; it is new on every call."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        from tvm.relax.frontend.onnx.onnx_frontend import get_type
+
+        x = inputs[0]
+        dtype = get_type(int(attr["dtype"])) if "dtype" in attr else x.ty.dtype
+        shape = getattr(x.ty, "shape", None)
+        if isinstance(shape, relax.ShapeExpr):
+            return relax.op.zeros(shape, dtype)
+        return relax.op.zeros_like(x, dtype)
+
+
+class _OnnxRandom(_OnnxConverter):
+    """`RandomUniform` / `RandomNormal`: a fill of the `shape` attribute's shape and `dtype` (float32 by default),
+    as `_OnnxRandomLike`."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        from tvm.relax.frontend.onnx.onnx_frontend import get_type
+
+        return relax.op.zeros([int(d) for d in attr["shape"]], get_type(int(attr.get("dtype", 1))))
+
+
 ONNX_EXTRA_CONVERTERS.update(
     {
         "Conv": _QdqConv,
@@ -1594,6 +1631,10 @@ ONNX_EXTRA_CONVERTERS.update(
         "QLinearAveragePool": _qlinear_unary(_average_pool),
         "QLinearSoftmax": _qlinear_unary(_softmax),
         "QLinearConcat": _QLinearConcat,
+        "RandomUniformLike": _OnnxRandomLike,
+        "RandomNormalLike": _OnnxRandomLike,
+        "RandomUniform": _OnnxRandom,
+        "RandomNormal": _OnnxRandom,
     }
 )
 

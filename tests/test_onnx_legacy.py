@@ -18,7 +18,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from analyzer.api import analyze  # noqa: E402
-from analyzer.frontends.onnx_frontend import FOLD_ELEMENTS, fold_constant_indices  # noqa: E402
+from analyzer.frontends.onnx_frontend import FOLD_ELEMENTS, fold_constant_indices, fold_static_shapes  # noqa: E402
 
 
 def _const(name, values, dtype=np.int64):
@@ -141,3 +141,136 @@ def test_float_arithmetic_and_large_values_are_not_folded():
     model = _model(nodes, [2], [2])
     assert fold_constant_indices(model) == 0
     assert [n.op_type for n in model.graph.node].count("Constant") == 4
+
+
+def _shape_dim(x, axis, tag):
+    """Nodes computing Gather(Shape(x), [axis]) -> `{tag}` (an int64 vector of one element)."""
+    return [
+        helper.make_node("Shape", [x], [f"{tag}_shape"]),
+        _const(f"{tag}_axis", [axis]),
+        helper.make_node("Gather", [f"{tag}_shape", f"{tag}_axis"], [tag], axis=0),
+    ]
+
+
+def mamba_chunk():
+    """Mamba's `chunk(2, dim=1)` as the legacy export writes it, twice: the bounds computed from `Shape` at run time
+    ((n + 1) / 2), so TVM loses the first half's shape and then fails on the second `Shape` ("shape_of expects a
+    tensor input, but received R.Shape"). x (1, 8, 4) -> a = x[:, 0:4] -> y = a[:, 0:2], (1, 2, 4)."""
+    nodes = [*_shape_dim("x", 1, "n"), _const("one", [1]), _const("two", [2]), _const("ax", [1]), _const("z", [0])]
+    nodes += [
+        helper.make_node("Add", ["n", "one"], ["n1"]),
+        helper.make_node("Div", ["n1", "two"], ["half"]),  # (8 + 1) / 2 = 4
+        helper.make_node("Slice", ["x", "z", "half", "ax"], ["a"]),
+        *_shape_dim("a", 1, "m"),
+        helper.make_node("Add", ["m", "one"], ["m1"]),
+        helper.make_node("Div", ["m1", "two"], ["mhalf"]),  # (4 + 1) / 2 = 2
+        helper.make_node("Slice", ["a", "z", "mhalf", "ax"], ["y"]),
+    ]
+    return _model(nodes, [1, 8, 4], [1, 2, 4])
+
+
+def wavlm_chunk():
+    """WavLM's gated relative position bias: a `chunk(2)` with bounds read by `Shape` (as `mamba_chunk`), then a
+    `Reshape` with -1 (TVM: "Reshape expects the input tensor to have known shape"). x (1, 8, 4) -> a = x[:, 0:4]
+    (1, 4, 4) -> y (1, 16)."""
+    nodes = [*_shape_dim("x", 1, "n"), _const("one", [1]), _const("two", [2]), _const("ax", [1]), _const("z", [0])]
+    nodes += [
+        helper.make_node("Add", ["n", "one"], ["n1"]),
+        helper.make_node("Div", ["n1", "two"], ["half"]),  # (8 + 1) / 2 = 4
+        helper.make_node("Slice", ["x", "z", "half", "ax"], ["a"]),
+        _const("flat", [1, -1]),
+        helper.make_node("Reshape", ["a", "flat"], ["y"]),
+    ]
+    return _model(nodes, [1, 8, 4], [1, 16])
+
+
+def rwkv_range():
+    """A `Range` whose end is a size read by `Shape` (RWKV's legacy export builds its padding this way): TVM makes
+    its length a shape variable (`range_len_0`), a dimension preflight cannot cost. y = x + float(range(0, 6)),
+    x (2, 6); then `Pad` with pads computed from the same size: (0, 6 - 6, 0, 1) at the ends -> (2, 7)."""
+    nodes = [*_shape_dim("x", 1, "n"), _const("zero", 0), _const("step", 1), _const("zeros1", [0])]
+    nodes += [
+        _const("axes0", [0]),
+        helper.make_node("Squeeze", ["n", "axes0"], ["n0"]),
+        helper.make_node("Range", ["zero", "n0", "step"], ["idx"]),
+        helper.make_node("Cast", ["idx"], ["fidx"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "fidx"], ["s"]),
+        helper.make_node("Sub", ["n", "n"], ["none"]),  # 6 - 6 = 0
+        _const("one1", [1]),
+        helper.make_node("Concat", ["zeros1", "none", "zeros1", "one1"], ["pads"], axis=0),
+        helper.make_node("Pad", ["s", "pads"], ["y"]),
+    ]
+    return _model(nodes, [2, 6], [2, 7])
+
+
+def vitmae_argsort():
+    """ViTMAE's random masking without the random numbers: an argsort written as `TopK` with k = the sorted axis's
+    size read by `Shape` of a `TopK`'s output (TVM: "TopK k must be a constant"), twice (ids_shuffle, ids_restore),
+    then the first 4 of 8 patches gathered. x (2, 8) -> y (2, 4)."""
+    nodes = [*_shape_dim("x", 1, "k1")]
+    nodes += [
+        helper.make_node("TopK", ["x", "k1"], ["v1", "shuffle"], axis=1, largest=0),
+        helper.make_node("Cast", ["shuffle"], ["shuffle_f"], to=TensorProto.FLOAT),
+        *_shape_dim("shuffle_f", 1, "k2"),
+        helper.make_node("TopK", ["shuffle_f", "k2"], ["v2", "restore"], axis=1, largest=0),
+        _const("s0", [0]),
+        _const("s4", [4]),
+        _const("ax", [1]),
+        helper.make_node("Slice", ["restore", "s0", "s4", "ax"], ["keep"]),
+        helper.make_node("GatherElements", ["x", "keep"], ["y"], axis=1),
+    ]
+    return _model(nodes, [2, 8], [2, 4])
+
+
+@pytest.mark.parametrize(
+    ("build", "x_shape", "n_folded"),
+    [
+        # Shape x 2 made constants; then Gather, Add, Div (first half) and Gather, Add, Div (second) folded: 8
+        (mamba_chunk, (1, 8, 4), 8),
+        # Shape made constant; Gather, Add, Div folded: 4
+        (wavlm_chunk, (1, 8, 4), 4),
+        # Shape made constant; Gather, Squeeze, Range, Sub, Concat folded (the Cast of the range is float): 6
+        (rwkv_range, (2, 6), 6),
+        # Shape x 2 made constants (the second once the first k is folded), Gather x 2 folded: 4
+        (vitmae_argsort, (2, 8), 4),
+    ],
+)
+def test_static_shapes_fold_to_the_values_onnxruntime_computes(build, x_shape, n_folded):
+    model = build()
+    x = np.random.default_rng(1).standard_normal(x_shape).astype(np.float32)
+    before = _run(model, x)
+    assert fold_constant_indices(model) == 0  # every chain starts at a Shape of a tensor: nothing constant yet
+    assert fold_static_shapes(model, {"x": list(x_shape)}) == n_folded
+    assert "Shape" not in [n.op_type for n in model.graph.node]
+    onnx.checker.check_model(model)
+    np.testing.assert_array_equal(_run(model, x), before)
+
+
+@pytest.mark.parametrize(
+    ("build", "shape"),
+    [(mamba_chunk, (1, 2, 4)), (wavlm_chunk, (1, 16)), (rwkv_range, (2, 7)), (vitmae_argsort, (2, 4))],
+)
+def test_static_shape_patterns_analyse(tmp_path, build, shape):
+    """Each fails in TVM's importer (or leaves a shape variable) as the file stands; preflight folds the static
+    shapes and imports again."""
+    path = tmp_path / "m.onnx"
+    onnx.save(build(), path)
+    report = analyze(str(path))
+    assert report.analysis.ops[-1].output.shape == shape
+
+
+def test_random_uniform_like_is_a_fill(tmp_path):
+    """ViTMAE's noise, `RandomUniformLike` of a (2, 16) float32 ConstantOfShape: costed as one kernel that writes
+    its output (0 FLOPs, 2 x 16 x 4 B = 128 B written), never drawn; y = x + noise."""
+    nodes = [
+        _const("dims", [2, 16]),
+        helper.make_node("ConstantOfShape", ["dims"], ["base"], value=numpy_helper.from_array(np.array([0.0], "f4"))),
+        helper.make_node("RandomUniformLike", ["base"], ["noise"], dtype=TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "noise"], ["y"]),
+    ]
+    path = tmp_path / "noise.onnx"
+    onnx.save(_model(nodes, [2, 16], [2, 16]), path)
+    ops = [c for c in analyze(str(path)).analysis.ops if not c.folded]
+    (fill,) = [c for c in ops if c.op == "relax.zeros"]
+    assert fill.flops == 0 and fill.bytes_written == 2 * 16 * 4 and fill.output.shape == (2, 16)
+    assert ops[-1].op == "relax.add" and ops[-1].flops == 2 * 16

@@ -586,6 +586,92 @@ def fold_constant_indices(model) -> int:
     return folded
 
 
+def fold_static_shapes(model, shape_dict: dict[str, list[int]]) -> int:
+    """`_fold_static_shapes` until it folds nothing more (at most 8 rounds): a folded `k` lets shape inference see the
+    shape of a `TopK`'s output, whose `Shape` the next round folds (ViTMAE's argsort of its noise, twice)."""
+    total = 0
+    for _ in range(8):
+        done = _fold_static_shapes(model, shape_dict)
+        if not done:
+            break
+        total += done
+    return total
+
+
+def _fold_static_shapes(model, shape_dict: dict[str, list[int]]) -> int:
+    """Replace, in place, each `Shape` node (default domain) whose input's shape onnx's shape inference shows static
+    at the input shapes `shape_dict` (input name -> dims) by a `Constant` (int64, its `start`/`end` slice), then fold
+    the integer chains that follow (`fold_constant_indices`); returns how many nodes were replaced in all.
+
+    Legacy exports compute sizes from `Shape` at run time (Mamba's `chunk` bounds, RWKV's padding, ViTMAE's number of
+    kept patches, the `k` of its `TopK`); TVM's converters take a `Shape` of a tensor whose shape they lost as a
+    run-time `shape_of` and then fail ("shape_of expects a tensor input, but received R.Shape"). Shape inference runs
+    on a copy of the graph without weight data (initializers of more than `FOLD_ELEMENTS` elements become typed
+    inputs), so its cost does not grow with the weights. The folded file holds these shapes: it is only valid at
+    `shape_dict`, which is what preflight analyses."""
+    import numpy as np
+    from onnx import GraphProto, helper, numpy_helper, shape_inference
+
+    shape_nodes = [n for n in model.graph.node if n.op_type == "Shape" and n.domain in ("", "ai.onnx")]
+    if not shape_nodes:
+        return 0
+    graph = GraphProto()
+    graph.name = model.graph.name
+    graph.node.extend(model.graph.node)
+    graph.output.extend(model.graph.output)
+    inits = {t.name for t in model.graph.initializer}
+    for inp in model.graph.input:
+        if inp.name in inits:
+            continue
+        dims = shape_dict.get(inp.name)
+        elem = inp.type.tensor_type.elem_type or 1
+        graph.input.append(helper.make_tensor_value_info(inp.name, elem, dims) if dims is not None else inp)
+    for t in model.graph.initializer:
+        if int(np.prod(list(t.dims), dtype=object)) <= FOLD_ELEMENTS and t.data_location != 1:
+            graph.initializer.append(t)
+        else:
+            graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    copy = helper.make_model(graph, opset_imports=model.opset_import)
+    copy.ir_version = model.ir_version
+    try:
+        inferred = shape_inference.infer_shapes(copy, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - onnx raises many types; nothing is folded
+        return 0
+    shapes: dict[str, list[int]] = dict(shape_dict)
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        tt = vi.type.tensor_type
+        if tt.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            if None not in dims:
+                shapes.setdefault(vi.name, dims)
+    replaced = 0
+    out_nodes = []
+    for node in model.graph.node:
+        dims = shapes.get(node.input[0]) if node in shape_nodes else None
+        if dims is None:
+            out_nodes.append(node)
+            continue
+        attrs = {a.name: a.i for a in node.attribute}
+        rank = len(dims)
+        start, end = attrs.get("start", 0), attrs.get("end", rank)
+        value = np.array(dims[slice(start, end)], dtype=np.int64)
+        name = node.output[0]
+        folded = helper.make_node(
+            "Constant",
+            [],
+            [name],
+            name=f"{node.name or 'Shape'}_static"[:200],
+            value=numpy_helper.from_array(value, name),
+        )
+        out_nodes.append(folded)
+        replaced += 1
+    if replaced:
+        del model.graph.node[:]
+        model.graph.node.extend(out_nodes)
+        replaced += fold_constant_indices(model)
+    return replaced
+
+
 # ONNX operands that set shapes, axes or counts (op type -> input slot -> what it sets): TVM's importer needs
 # them as constants, and so does any static analysis
 _SHAPE_OPERANDS = {
@@ -762,14 +848,27 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
 
     _constants_as_tensors(model)
     fold_constant_indices(model)
-    from passes.tvm_ir import LongRecurrence
+    from passes.tvm_ir import LongRecurrence, defines_shape_vars
 
     long = _long_recurrence(model, shape_dict, path.name)
     if long is None:
         try:
-            return _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, rebatched)
+            loaded = _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, rebatched)
+            if not defines_shape_vars(loaded.mod) or not fold_static_shapes(model, shape_dict):
+                return loaded
+            try:  # a dimension computed at run time from `Shape` (RWKV's `Range`): static at these input shapes
+                return _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, rebatched)
+            except PreflightError:
+                return loaded
         except LongRecurrence as exc:
             long = exc.steps, f"{path.name}: {exc}"
+        except (AnalysisError, MissingShapeError):  # a size computed by `Shape` at run time may be static here
+            if not fold_static_shapes(model, shape_dict):
+                raise
+            try:
+                return _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, rebatched)
+            except LongRecurrence as exc:
+                long = exc.steps, f"{path.name}: {exc}"
     return _sampled_steps(model, shape_dict, dtype_dict, graph_inputs, retyped, path, rebatched, *long)
 
 

@@ -2091,6 +2091,21 @@ class OnnxRNN(_OnnxRecurrent):
 ONNX_EXTRA_CONVERTERS.update({"LSTM": OnnxLSTM, "GRU": OnnxGRU, "RNN": OnnxRNN})
 
 
+class _RandomLike(_OnnxConverter):
+    """ONNX `RandomUniformLike` / `RandomNormalLike` (ViTMAE's masking noise, exported from `torch.rand`): a fill of
+    the input's shape in the `dtype` attribute's type (the input's when absent), as `random_fill_converter` fills
+    torch's `rand`: the analysis needs the shape; on a GPU the op is a kernel that writes its output. TVM's ONNX
+    importer has no converter for either."""
+
+    @classmethod
+    def _impl_v1(cls, bb, inputs, attr, params):
+        dtype = _onnx_frontend().get_type(attr["dtype"]) if "dtype" in attr else inputs[0].ty.dtype
+        return relax.op.zeros_like(inputs[0], dtype)
+
+
+ONNX_EXTRA_CONVERTERS.update({"RandomUniformLike": _RandomLike, "RandomNormalLike": _RandomLike})
+
+
 # --------------------------------------------------------------------------------------------
 # Outside models: advanced indexing with sliced (None) axes (ConvBERT's unfold, tests/test_outside_models.py)
 # --------------------------------------------------------------------------------------------
@@ -2156,7 +2171,8 @@ def arange_converter(node, importer):
 
 
 def random_fill_converter(node, importer):
-    """`aten.randn` / `aten.randn_like`: a fill of the output's shape and dtype (`relax.zeros`), not its values.
+    """`aten.randn` / `aten.randn_like` / `aten.rand` / `aten.rand_like`: a fill of the output's shape and dtype
+    (`relax.zeros`), not its values.
 
     TVM's importer converts them by drawing the numbers in Python (`np.random.randn`) into a `relax.const`:
     an archive with a chain of `randn` nodes made preflight generate, hold and ship every tensor (4.9 GB, 75 s),
@@ -2164,7 +2180,7 @@ def random_fill_converter(node, importer):
     output, which is what a fill costs.
     """
     name = getattr(node.target, "__name__", str(node.target))
-    if name.startswith("randn_like"):
+    if name.startswith(("randn_like", "rand_like")):
         x = importer.env[node.args[0]]
         dtype = node.kwargs.get("dtype")
         dtype = importer._convert_data_type(dtype, importer.env) if dtype is not None else x.ty.dtype

@@ -484,6 +484,40 @@ def test_arange_with_a_negative_step():
     assert [o.shape for o in outs[1:]] == [(32,), (11,), (10,)]  # ceil(32/1), ceil(32/3), ceil(3/0.3)
 
 
+class _Rand(torch.nn.Module):
+    def forward(self, x):
+        return x + torch.rand(64, 256), torch.rand_like(x, dtype=torch.float16)
+
+
+def test_rand_is_a_fill_on_the_pytorch_and_onnx_routes(tmp_path):
+    """`torch.rand` / `rand_like` (ViTMAE's masking noise) and ONNX `RandomUniformLike` were an opaque call and an
+    unreadable op: now fills of the output's shape and dtype, no parameters, as `randn` (test_resource_caps.py)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    rep = analyze(_Rand(), (torch.ones(64, 256),))
+    totals = rep.analysis.totals
+    assert not totals.unsupported and totals.params == 0
+    assert totals.flops == 64 * 256  # the add: 16,384
+    # written: the add's output and the rand fill (65,536 bytes each, float32), the rand_like fill (float16)
+    assert totals.bytes_written == 64 * 256 * 4 * 2 + 64 * 256 * 2  # 163,840
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 256])
+    outs = [helper.make_tensor_value_info(n, t, [64, 256]) for n, t in (("y", TensorProto.FLOAT),
+                                                                         ("h", TensorProto.FLOAT16))]  # fmt: skip
+    nodes = [
+        helper.make_node("RandomUniformLike", ["x"], ["r"]),
+        helper.make_node("Add", ["x", "r"], ["y"]),
+        helper.make_node("RandomUniformLike", ["x"], ["h"], dtype=TensorProto.FLOAT16),
+    ]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], outs), opset_imports=[helper.make_opsetid("", 18)])
+    onnx.save(model, tmp_path / "rand.onnx")
+    totals = analyze(str(tmp_path / "rand.onnx")).analysis.totals
+    assert not totals.unsupported and totals.params == 0
+    assert totals.flops == 64 * 256
+    assert totals.bytes_written == 64 * 256 * 4 * 2 + 64 * 256 * 2
+
+
 # --------------------------------------------------------------------------------------------------------------
 # The suite itself
 # --------------------------------------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ exporter computes ahead of time; about 70 s for the three routes here, and its f
 not worked out). Jamba was not tried.
 
 Round two (issue 25) adds RoFormer, Pegasus, Marian, mBART, SwinV2, SigLIP (vision), ViTMAE, Perceiver, WavLM, Mamba
-and three mixtures of experts, Mixtral, Qwen2-MoE and OLMoE, in transformers' default experts implementation (1 layer
-each; `grouped_mm`, which FlopCounterMode counts as 0: the test adds the hand count).
+and four mixtures of experts, Mixtral, Qwen2-MoE, OLMoE (1 layer each) and Jamba (a Mamba layer, then attention with
+the experts), in transformers' default experts implementation (`grouped_mm`, which FlopCounterMode counts as 0: the
+test adds the hand count).
 """
 
 from __future__ import annotations
@@ -253,6 +254,15 @@ def olmoe():
     return _make("OlmoeConfig", "OlmoeForCausalLM", num_experts=4, intermediate_size=32, **_MOE), _ids()
 
 
+def jamba():
+    # a Mamba layer (dense MLP) then an attention layer with the 4 experts (no position embeddings); transformers'
+    # PyTorch scan (no mamba-ssm kernels here)
+    cfg = {**_MOE, "num_hidden_layers": 2, "intermediate_size": 32, "num_experts": 4, "attn_layer_period": 2,
+           "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1, "mamba_d_state": 8,
+           "mamba_expand": 2, "mamba_dt_rank": 4}  # fmt: skip
+    return _make("JambaConfig", "JambaForCausalLM", **cfg), _ids()
+
+
 def swinv2():
     # continuous position bias: an MLP over a constant log-spaced coordinate table, every forward (weight-only)
     cfg = {"image_size": 32, "patch_size": 4, "embed_dim": 16, "depths": [1, 1], "num_heads": [1, 2],
@@ -331,6 +341,7 @@ BUILDERS: dict[str, Callable[[], tuple[torch.nn.Module, tuple]]] = {
         mixtral,
         qwen2_moe,
         olmoe,
+        jamba,
         swinv2,
         siglip_vision,
         vit_mae,

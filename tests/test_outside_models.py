@@ -25,7 +25,7 @@ The default (optimized) ONNX export is used here; `optimize=False` files, whose 
 BERT). Left as it is, and stated: Falcon's count carries 4 one-element int64 index constants of TVM's importer
 (`MODULE_PARAMS`).
 
-Round two (issue 25) adds 13 architectures (`tests/outside_models.py`). Mixtral, Qwen2-MoE and OLMoE run
+Round two (issue 25) adds 14 architectures (`tests/outside_models.py`). Mixtral, Qwen2-MoE, OLMoE and Jamba run
 transformers' default experts (`grouped_mm_fallback`, which FlopCounterMode counts as 0): preflight = FlopCounterMode
 + the hand-counted routed expert GEMMs (EXPERT_FLOPS) on the module and `.pt2` routes; their ONNX route exports the
 `batched_mm` experts, since torch's exporter fails on the default (checked: the failure is torch's). SwinV2's
@@ -33,7 +33,7 @@ position-bias MLP, SigLIP's attention probe and Perceiver's latent and decoder q
 counted on the module and `.pt2` routes; on the ONNX route the exporter computes part ahead of time and preflight folds
 the rest (ONNX_FOLDED_FLOPS). Fixed for it: `torch.rand` / `rand_like` (ViTMAE's masking noise) were opaque calls
 on the PyTorch routes and ONNX `RandomUniformLike` was unreadable by TVM's ONNX importer; both are now fills of the
-output's shape (passes/tvm_ir.py). Every route of the 13 equals its expected FLOPs exactly (0.000%).
+output's shape (passes/tvm_ir.py). Every route of the 14 equals its expected FLOPs exactly (0.000%).
 
 Measured on the 2-core shared dev box (load average 3-4 from other jobs): before round two the whole file, 121 tests,
 2 min 8 s wall; `-m "not slow"` (63 tests), 1 min 31 s. With round two (load average 4-5): the whole file, 188 tests,
@@ -96,12 +96,12 @@ ONNX_FOLDED_FLOPS = {
 
 # The MoE models' routed expert GEMMs in transformers' default experts implementation (`grouped_mm`:
 # `transformers.grouped_mm_fallback`, which FlopCounterMode counts as 0; tests/test_moe.py): 16 tokens x top-2 = 32
-# routed rows in the 1 layer, each gate+up (64 x 2 x 32) + down (32 x 64) = 6,144 MACs: 32 x 6,144 x 2 = 393,216
-# FLOPs, whatever the (random) routing. preflight = FlopCounterMode + this on every route. Their ONNX route exports
-# transformers' `batched_mm` experts (the same weights, a gather then a batched matmul per routed row: the same
-# MACs); torch's ONNX exporter has no function for `grouped_mm_fallback`
+# routed rows in the one layer with experts (Jamba's second), each gate+up (64 x 2 x 32) + down (32 x 64) = 6,144
+# MACs: 32 x 6,144 x 2 = 393,216 FLOPs, whatever the (random) routing. preflight = FlopCounterMode + this on every
+# route. Their ONNX route exports transformers' `batched_mm` experts (the same weights, a gather then a batched
+# matmul per routed row: the same MACs); torch's ONNX exporter has no function for `grouped_mm_fallback`
 # (`test_default_moe_onnx_export_fails_in_torch`).
-EXPERT_FLOPS = dict.fromkeys(("mixtral", "qwen2_moe", "olmoe"), 2 * 16 * 2 * (64 * 2 * 32 + 32 * 64))
+EXPERT_FLOPS = dict.fromkeys(("mixtral", "qwen2_moe", "olmoe", "jamba"), 2 * 16 * 2 * (64 * 2 * 32 + 32 * 64))
 
 # GPT-J and CodeGen keep their sinusoid rotary table (n_positions x rotary_dim) as a buffer whose layout depends on
 # the transformers release: one `embed_positions` per attention layer (2 here) in earlier 5.x releases, one shared
@@ -159,6 +159,7 @@ MODULE_PARAMS = {
     "vit_mae": (0, 0, 0),
     "perceiver": (0, 0, 0),
     "wavlm": (0, 64, 0),  # masked_spec_embed, as wav2vec2's
+    "jamba": (0, 0, 0),
     "mamba": (0, 0, 0),
 }
 
@@ -312,6 +313,12 @@ ONNX_PARAMS = {
         | {f"encoder.layers.{i}.attention.{p}_proj.bias" for i in (0, 1) for p in "qkv"},
         0,
         4 * 32 + 2 * 192 + 4 * 39 * 39,
+    ),
+    # Mamba layer (inner 128) as Mamba's, and the mask
+    "jamba": (
+        {"model.layers.0.mamba.A_log", "model.layers.0.mamba.D", "model.layers.0.mamba.dt_proj.bias"},
+        0,
+        128 * 8 + 128 + 128 + 128 * 8 + 256,
     ),
     # -exp(A_log) as (1, 64, 1, 8), D as (1, 64, 1), dt_proj's bias as (64, 1), the zero initial state (1, 64, 8)
     "mamba": (

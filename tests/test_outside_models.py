@@ -36,10 +36,10 @@ on the PyTorch routes and ONNX `RandomUniformLike` was unreadable by TVM's ONNX 
 output's shape (passes/tvm_ir.py). Every route of the 14 equals its expected FLOPs exactly (0.000%).
 
 Measured on the 2-core shared dev box (load average 3-4 from other jobs): before round two the whole file, 121 tests,
-2 min 8 s wall; `-m "not slow"` (63 tests), 1 min 31 s. With round two (load average 4-5): the whole file, 188 tests,
-4 min 5 s; round two's tests with DeBERTa's and the zoo check (`-k` on their names, 72 tests) 3 min 7 s at load
-average 5-6. Run with `-s` to see the table (its diff column is against FlopCounterMode + EXPERT_FLOPS, less what
-the ONNX exporter computed ahead of time).
+2 min 8 s wall; `-m "not slow"` (63 tests), 1 min 31 s. With round two (load average 4-5): the whole file, 188 tests
+(before Jamba, whose 5 tests took 16 s with the zoo check), 4 min 5 s; round two's tests with DeBERTa's and the zoo
+check (`-k` on their names, 72 tests) 3 min 7 s at load average 5-6. Run with `-s` to see the table (its diff column
+is against FlopCounterMode + EXPERT_FLOPS, less what the ONNX exporter computed ahead of time).
 """
 
 from __future__ import annotations

@@ -2197,7 +2197,8 @@ def arange_converter(node, importer):
 
 
 def random_fill_converter(node, importer):
-    """`aten.randn` / `aten.randn_like`: a fill of the output's shape and dtype (`relax.zeros`), not its values.
+    """`aten.randn` / `aten.randn_like` / `aten.rand` / `aten.rand_like`: a fill of the output's shape and dtype
+    (`relax.zeros`), not its values.
 
     TVM's importer converts them by drawing the numbers in Python (`np.random.randn`) into a `relax.const`:
     an archive with a chain of `randn` nodes made preflight generate, hold and ship every tensor (4.9 GB, 75 s),
@@ -2205,7 +2206,7 @@ def random_fill_converter(node, importer):
     output, which is what a fill costs.
     """
     name = getattr(node.target, "__name__", str(node.target))
-    if name.startswith("randn_like"):
+    if name.startswith(("randn_like", "rand_like")):
         x = importer.env[node.args[0]]
         dtype = node.kwargs.get("dtype")
         dtype = importer._convert_data_type(dtype, importer.env) if dtype is not None else x.ty.dtype

@@ -8,7 +8,16 @@ FlopCounterMode and preflight see the same bmm) and `use_cache=False` for decode
 The zoo has (zoo/hf_language.py, zoo/hf_vision.py): BERT, RoBERTa, DistilBERT, T5 encoder, GPT-2, OPT, Llama,
 Mistral, ViT, DeiT, BEiT, DINOv2, Swin, MobileViT, LeViT, PoolFormer; none of those is here. Tried and left out
 for time alone: YOLOS (all three routes agree with FlopCounterMode exactly, but its ONNX export takes over a minute
-on a 2-core machine, interpolating its position embeddings).
+on a 2-core machine, interpolating its position embeddings) and DETR (transformers' own ResNet backbone, no timm:
+module and `.pt2` routes equal FlopCounterMode exactly, the ONNX route FlopCounterMode less the 54,400 FLOPs of its
+first decoder layer's self-attention over zero targets plus learned query positions, all on weights alone, which the
+exporter computes ahead of time; about 70 s for the three routes here, and its frozen BatchNorms' ONNX constants are
+not worked out). Jamba was not tried.
+
+Round two (issue 25) adds RoFormer, Pegasus, Marian, mBART, SwinV2, SigLIP (vision), ViTMAE, Perceiver, WavLM, Mamba
+and four mixtures of experts, Mixtral, Qwen2-MoE, OLMoE (1 layer each) and Jamba (a Mamba layer, then attention with
+the experts), in transformers' default experts implementation (`grouped_mm`, which FlopCounterMode counts as 0: the
+test adds the hand count).
 """
 
 from __future__ import annotations
@@ -190,6 +199,115 @@ def wav2vec2():
     return _make("Wav2Vec2Config", "Wav2Vec2Model", **cfg), (torch.randn(1, 400, generator=g),)
 
 
+# --- round two (issue 25) --------------------------------------------------------------------------------------
+
+
+def roformer():
+    # rotary position embeddings (sinusoidal table buffer) in every attention layer
+    return _make("RoFormerConfig", "RoFormerModel", embedding_size=64, **_ENCODER), _ids()
+
+
+_SEQ2SEQ = {"vocab_size": VOCAB, "d_model": 64, "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 4,
+            "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "max_position_embeddings": 64,
+            "use_cache": False}  # fmt: skip
+
+
+def _seq2seq_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask, decoder_input_ids): Pegasus and Marian do not shift input_ids into the decoder
+    as BART and mBART do; the decoder reads other ids of the same length."""
+    return (*_ids(), torch.ones(1, SEQ, dtype=torch.long), *_ids(seed=1))
+
+
+def pegasus():
+    # sinusoidal position tables (no learned positions), pre-norm
+    return _make("PegasusConfig", "PegasusModel", **_SEQ2SEQ), _seq2seq_inputs()
+
+
+def marian():
+    return _make("MarianConfig", "MarianModel", decoder_start_token_id=0, pad_token_id=1, **_SEQ2SEQ), _seq2seq_inputs()
+
+
+def mbart():
+    return _make("MBartConfig", "MBartModel", **_SEQ2SEQ), _ids()
+
+
+# Mixture of experts in transformers' default experts implementation (`grouped_mm`: on CPU two
+# `transformers.grouped_mm_fallback` calls per layer, which FlopCounterMode counts as 0; tests/test_moe.py): hidden 64,
+# 4 experts of intermediate 32, top-2, 1 layer.
+_MOE = {"vocab_size": VOCAB, "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "max_position_embeddings": 64, "num_experts_per_tok": 2,
+        "use_cache": False}  # fmt: skip
+
+
+def mixtral():
+    return _make("MixtralConfig", "MixtralForCausalLM", num_local_experts=4, intermediate_size=32, **_MOE), _ids()
+
+
+def qwen2_moe():
+    # 4 routed experts (intermediate 32) and a dense shared expert (intermediate 64) behind a sigmoid gate
+    cfg = {**_MOE, "num_experts": 4, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64,
+           "intermediate_size": 128}  # fmt: skip
+    return _make("Qwen2MoeConfig", "Qwen2MoeForCausalLM", **cfg), _ids()
+
+
+def olmoe():
+    return _make("OlmoeConfig", "OlmoeForCausalLM", num_experts=4, intermediate_size=32, **_MOE), _ids()
+
+
+def jamba():
+    # a Mamba layer (dense MLP) then an attention layer with the 4 experts (no position embeddings); transformers'
+    # PyTorch scan (no mamba-ssm kernels here)
+    cfg = {**_MOE, "num_hidden_layers": 2, "intermediate_size": 32, "num_experts": 4, "attn_layer_period": 2,
+           "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1, "mamba_d_state": 8,
+           "mamba_expand": 2, "mamba_dt_rank": 4}  # fmt: skip
+    return _make("JambaConfig", "JambaForCausalLM", **cfg), _ids()
+
+
+def swinv2():
+    # continuous position bias: an MLP over a constant log-spaced coordinate table, every forward (weight-only)
+    cfg = {"image_size": 32, "patch_size": 4, "embed_dim": 16, "depths": [1, 1], "num_heads": [1, 2],
+           "window_size": 4}  # fmt: skip
+    return _make("Swinv2Config", "Swinv2Model", **cfg), _image()
+
+
+def siglip_vision():
+    # with the attention-pooling head: a learned probe (a weight) attends over the patches
+    cfg = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "image_size": 32, "patch_size": 8}  # fmt: skip
+    return _make("SiglipVisionConfig", "SiglipVisionModel", **cfg), _image()
+
+
+def vit_mae():
+    # mask_ratio 0: the random shuffle (argsort of noise) still runs, every patch kept
+    cfg = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "image_size": 32, "patch_size": 8, "mask_ratio": 0.0}  # fmt: skip
+    return _make("ViTMAEConfig", "ViTMAEModel", **cfg), _image()
+
+
+def perceiver():
+    # byte-level masked LM: 16 tokens cross-attended by 8 latents of 32, one self-attention block, a decoder
+    cfg = {"vocab_size": VOCAB, "d_model": 64, "d_latents": 32, "num_latents": 8, "num_blocks": 1,
+           "num_self_attends_per_block": 1, "num_self_attention_heads": 2, "num_cross_attention_heads": 1,
+           "max_position_embeddings": SEQ}  # fmt: skip
+    return _make("PerceiverConfig", "PerceiverForMaskedLM", **cfg), _ids()
+
+
+def wavlm():
+    # wav2vec2's feature encoder with WavLM's gated relative position bias (bucketed, computed each forward)
+    cfg = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "conv_dim": [32, 32], "conv_stride": [5, 2], "conv_kernel": [10, 3], "num_conv_pos_embeddings": 16,
+           "num_conv_pos_embedding_groups": 4, "num_buckets": 32, "max_bucket_distance": 64}  # fmt: skip
+    g = torch.Generator().manual_seed(0)
+    return _make("WavLMConfig", "WavLMModel", **cfg), (torch.randn(1, 400, generator=g),)
+
+
+def mamba():
+    # selective state-space layers; on CPU without the CUDA kernels transformers runs the sequential scan
+    cfg = {"vocab_size": VOCAB, "hidden_size": 32, "state_size": 8, "num_hidden_layers": 1, "expand": 2,
+           "conv_kernel": 4, "use_cache": False}  # fmt: skip
+    return _make("MambaConfig", "MambaModel", **cfg), _ids()
+
+
 BUILDERS: dict[str, Callable[[], tuple[torch.nn.Module, tuple]]] = {
     f.__name__: f
     for f in (
@@ -216,6 +334,20 @@ BUILDERS: dict[str, Callable[[], tuple[torch.nn.Module, tuple]]] = {
         convnextv2,
         clip_vision,
         wav2vec2,
+        roformer,
+        pegasus,
+        marian,
+        mbart,
+        mixtral,
+        qwen2_moe,
+        olmoe,
+        jamba,
+        swinv2,
+        siglip_vision,
+        vit_mae,
+        perceiver,
+        wavlm,
+        mamba,
     )
 }
 

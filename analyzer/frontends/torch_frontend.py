@@ -47,6 +47,8 @@ def _converters() -> dict[str, Callable]:
         "arange.start_step": tvm_ir.arange_converter,
         "randn.default": tvm_ir.random_fill_converter,
         "randn_like.default": tvm_ir.random_fill_converter,
+        "rand.default": tvm_ir.random_fill_converter,
+        "rand_like.default": tvm_ir.random_fill_converter,
         "div.Tensor_mode": tvm_ir.rounding_div_converter,
         "grouped_mm_fallback.default": tvm_ir.grouped_matmul_converter,  # transformers' MoE experts on CPU
         "_grouped_mm.default": tvm_ir.grouped_matmul_converter,

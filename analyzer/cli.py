@@ -182,9 +182,11 @@ def _format(fmt: str | None, output: str | None) -> str:
     """The output format: `fmt`, else the one -o's suffix names (.json, .md, .markdown, .html, .htm), else table."""
     if fmt is not None:
         return fmt
-    from .predeploy import FORMATS as BY_SUFFIX
+    if not output:
+        return "table"
+    from .predeploy import FORMATS as BY_SUFFIX  # the report writer's module: imported only when -o names a file
 
-    return {**BY_SUFFIX, ".csv": "csv"}.get(Path(output).suffix.lower(), "table") if output else "table"
+    return {**BY_SUFFIX, ".csv": "csv"}.get(Path(output).suffix.lower(), "table")
 
 
 def _output_ok(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

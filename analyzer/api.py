@@ -11,8 +11,6 @@ from .errors import MissingShapeError, UsageError
 from .frontends import InputSpec
 from .options import check_devices, check_dtype, check_matmul_precision
 from .pipeline import Report, Verdict, analyze_model, budget_verdict, check_budget, predict_all
-from .predeploy import check_output, write
-from .sweep import DEFAULT_MAX_BATCH, batch_points, check_batches, run_sweep
 
 
 def analyze(
@@ -130,6 +128,10 @@ def report(
         The `Report`; `report.to_json()` is the `preflight.report/1` document with `predictions`,
         `predictors` and `sweep` blocks.
     """
+    # the report's own modules (the page writer, the sweep): imported here, not by `analyze` and `predict`
+    from .predeploy import check_output, write
+    from .sweep import DEFAULT_MAX_BATCH, batch_points, check_batches, run_sweep
+
     devices = check_devices(devices)
     check_dtype(dtype)
     check_matmul_precision(matmul_precision)

@@ -3,17 +3,23 @@
 1. Install size: a fresh virtualenv with the light install (`pip install -c constraints.txt -e .`) and, with
    --full, the README's full install (`.[all,dev]`), measured with `du`; which heavy packages each pulls (Ray,
    torch_geometric, TensorFlow, Paddle).
-2. Cold start, each in a fresh process of this interpreter (median of --repeat runs): `preflight --help`,
-   `preflight analyze` of a missing file (an error before TVM and torch are imported), and a cold `predict` of
-   zoo:resnet50, with the modules it imported (torch_geometric and ray are not, unless a trained artifact or
-   analyze-many needs them).
+2. Cold start, each in a fresh process of this interpreter (median of --repeat runs; wall seconds and the CPU
+   seconds, user + system, of that process): `preflight --help`, `preflight analyze` of a missing file (an error
+   before TVM and torch are imported), a cold `analyze zoo:resnet50 --batch 1` and a cold `predict` of
+   zoo:resnet50, with the heavy modules each imported (torch_geometric and ray are not, unless a trained artifact
+   or analyze-many needs them). CPU seconds are the figure to compare on a shared machine: other jobs stretch the
+   wall time, not the CPU time.
+3. Where a cold `analyze zoo:resnet50 --batch 1` spends it: one fresh process imports torch, sympy (with torch's
+   symbolic shapes), torch.export's tracer (which imports torch._dynamo), TVM and preflight one after the other,
+   then runs the command; CPU and wall seconds of each stage (median of --repeat processes).
 
-Usage: python bench/bench_install.py [--repeat 3] [--full] [--skip-install]
+Usage: python bench/bench_install.py [--repeat 3] [--full] [--skip-install] [--skip-stages] [--root CHECKOUT]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -47,24 +53,70 @@ def install_size(extras: str) -> tuple[float, list[str], float]:
     return mib, [h for h in HEAVY if h in names], seconds
 
 
-def cold(args: list[str], repeat: int) -> tuple[float, str]:
-    """Median wall seconds of `python -m analyzer.cli ARGS` in a fresh process, and which heavy modules it
-    imported (read from the process itself at exit)."""
+HEAVY_MODULES = ("tvm", "torch", "torch._dynamo", "sympy", "torch_geometric", "ray", "transformers", "onnx")
+
+
+def cold(args: list[str], repeat: int, root: Path = ROOT) -> tuple[float, float, str]:
+    """Median wall seconds and median CPU seconds (user + system) of `python -m analyzer.cli ARGS` (as the
+    `preflight` program runs: it leaves without the interpreter's teardown) in a fresh process, and which heavy
+    modules it imported (read at exit from one more process that calls `main` and keeps the usual exit)."""
     code = (
         "import atexit, sys\n"
-        "atexit.register(lambda: print('MODULES', sorted(m for m in ('tvm', 'torch', 'torch_geometric', 'ray') "
+        f"atexit.register(lambda: print('MODULES', sorted(m for m in {HEAVY_MODULES!r} "
         "if m in sys.modules), file=sys.stderr))\n"
         f"sys.argv = ['preflight', *{args!r}]\n"
         "from analyzer.cli import main\n"
         "main()\n"
     )
-    times, modules = [], ""
+    times, cpus, modules = [], [], ""
     for _ in range(repeat):
+        before = os.times()
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+        subprocess.run([sys.executable, "-m", "analyzer.cli", *args], capture_output=True, cwd=root)
         times.append(time.perf_counter() - start)
-        modules = next((line[8:] for line in proc.stderr.splitlines() if line.startswith("MODULES ")), "?")
-    return statistics.median(times), modules
+        after = os.times()
+        cpus.append((after.children_user - before.children_user) + (after.children_system - before.children_system))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    modules = next((line[8:] for line in proc.stderr.splitlines() if line.startswith("MODULES ")), "?")
+    return statistics.median(times), statistics.median(cpus), modules
+
+
+# One process, the cold analyze's imports one at a time, then the command itself; prints `STAGE label cpu wall`.
+STAGES = """
+import contextlib, io, sys, time
+marks = [(time.process_time(), time.perf_counter())]
+def mark(label):
+    marks.append((time.process_time(), time.perf_counter()))
+    print("STAGE", label, marks[-1][0] - marks[-2][0], marks[-1][1] - marks[-2][1], sep="\t")
+import torch; mark("import torch")
+import torch.fx.experimental.symbolic_shapes; mark("import sympy + torch's symbolic shapes")
+import torch.export._trace; mark("import torch.export's tracer (torch._dynamo)")
+import tvm; mark("import tvm")
+import analyzer.api, analyzer.cli, zoo; mark("import preflight (analyzer, passes, predictor, zoo)")
+sys.argv = ["preflight", "analyze", "zoo:resnet50", "--batch", "1"]
+with contextlib.redirect_stdout(io.StringIO()):
+    try:
+        analyzer.cli.main()
+    except SystemExit:
+        pass
+mark("build, export, import to Relax, analyse, render")
+"""
+
+
+def stages(repeat: int, root: Path = ROOT) -> list[tuple[str, float, float]]:
+    """(stage, median CPU seconds, median wall seconds) of a cold `analyze zoo:resnet50 --batch 1`, stage by
+    stage, over `repeat` fresh processes."""
+    runs: dict[str, list[tuple[float, float]]] = {}
+    for _ in range(repeat):
+        out = subprocess.run([sys.executable, "-c", STAGES], capture_output=True, text=True, cwd=root).stdout
+        for line in out.splitlines():
+            if line.startswith("STAGE\t"):
+                _, label, cpu, wall = line.split("\t")
+                runs.setdefault(label, []).append((float(cpu), float(wall)))
+    return [
+        (label, statistics.median(c for c, _ in vals), statistics.median(w for _, w in vals))
+        for label, vals in runs.items()
+    ]
 
 
 def main() -> int:
@@ -72,6 +124,10 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--full", action="store_true", help="also measure the README's full install")
     ap.add_argument("--skip-install", action="store_true")
+    ap.add_argument(
+        "--root", type=Path, default=ROOT, help="the preflight checkout the cold runs import (to compare two trees)"
+    )
+    ap.add_argument("--skip-stages", action="store_true", help="skip the stage-by-stage cold analyze")
     args = ap.parse_args()
     if not args.skip_install:
         print("| install | MiB on disk | heavy packages | seconds |\n|---|---|---|---|")
@@ -79,14 +135,21 @@ def main() -> int:
             mib, heavy, sec = install_size(extras)
             print(f"| {label} | {mib:,} | {', '.join(heavy)} | {sec:.0f} |")
         print()
-    print("| command (fresh process) | median s | heavy modules imported |\n|---|---|---|")
+    print("| command (fresh process) | median wall s | median CPU s | heavy modules imported |\n|---|---|---|---|")
     for label, argv in (
         ("preflight --help", ["--help"]),
         ("analyze of a missing file", ["analyze", "/no/such/model.onnx"]),
+        ("analyze zoo:resnet50 --batch 1", ["analyze", "zoo:resnet50", "--batch", "1"]),
         ("predict zoo:resnet50", ["predict", "zoo:resnet50", "--top", "0"]),
     ):
-        sec, modules = cold(argv, args.repeat)
-        print(f"| {label} | {sec:.2f} | {modules} |")
+        sec, cpu, modules = cold(argv, args.repeat, args.root)
+        print(f"| {label} | {sec:.2f} | {cpu:.2f} | {modules} |")
+    if not args.skip_stages:
+        rows = stages(args.repeat, args.root)
+        print("\n| cold analyze zoo:resnet50 --batch 1, stage by stage (one process) | CPU s | wall s |\n|---|---|---|")
+        for label, cpu, wall in rows:
+            print(f"| {label} | {cpu:.2f} | {wall:.2f} |")
+        print(f"| total | {sum(c for _, c, _ in rows):.2f} | {sum(w for _, _, w in rows):.2f} |")
     return 0
 
 

@@ -287,7 +287,7 @@ def model_options(f):
 @model_options
 @explain_option
 @format_options
-@click.option("--strict", is_flag=True, help="Fail (exit 1) if any operator has no cost rule.")
+@click.option("--strict", is_flag=True, help="Fail (exit 4) if any operator has no cost rule.")
 @click.option(
     "--top",
     type=click.IntRange(min=0),
@@ -382,7 +382,7 @@ def max_slowdown_option(f):
     help="The MIG slice must also meet this latency.",
 )
 @format_options
-@click.option("--strict", is_flag=True, help="Fail (exit 1) if any operator has no cost rule.")
+@click.option("--strict", is_flag=True, help="Fail (exit 4) if any operator has no cost rule.")
 @click.option(
     "--top",
     type=click.IntRange(min=0),
@@ -396,7 +396,7 @@ def max_slowdown_option(f):
     type=click.FloatRange(min=0, min_open=True),
     default=None,
     metavar="MS",
-    help="Budget: exit 1 if the predicted latency exceeds MS.",
+    help="Budget: exit 4 if the predicted latency exceeds MS.",
 )
 @click.option(
     "--max-memory-mb",
@@ -404,7 +404,7 @@ def max_slowdown_option(f):
     type=click.FloatRange(min=0, min_open=True),
     default=None,
     metavar="MIB",
-    help="Budget: exit 1 if the predicted device memory exceeds MIB.",
+    help="Budget: exit 4 if the predicted device memory exceeds MIB.",
 )
 @click.option(
     "--budget-bound",
@@ -505,7 +505,7 @@ def predict(
     help="The MIG slice (and the sweep's largest batch) must also meet this latency.",
 )
 @max_slowdown_option
-@click.option("--strict", is_flag=True, help="Fail (exit 1) if any operator has no cost rule.")
+@click.option("--strict", is_flag=True, help="Fail (exit 4) if any operator has no cost rule.")
 @click.option(
     "--top",
     type=click.IntRange(min=0),

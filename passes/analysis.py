@@ -12,7 +12,7 @@ from . import features as feat
 from ._gc import gc_paused
 from .costs import OpCost, cost_of, macs_by_dtype
 from .graph import OpGraph
-from .kernels import Kernel, KernelView, kernel_view
+from .kernels import Kernel, KernelView, Launches, kernel_view
 from .memory import MemoryProfile, liveness
 
 
@@ -125,23 +125,6 @@ class LayerRepeat:
             "note": f"layers 3..{self.layers} extrapolated from layers 1-2 (identical): every count in totals is "
             f"x(1) + (n - 1) (x(2) - x(1)), exact for identical layers; peak activations are the 2-layer graph's",
         }
-
-
-@dataclass(frozen=True)
-class Launches:
-    """`count` launches of one kernel (what `predictor.kernel_model.kernel_arrays` costs as `count` rows): the
-    attributes the time model reads are the kernel's."""
-
-    kernel: Kernel
-    count: int
-
-    kind = property(lambda self: self.kernel.kind)
-    op = property(lambda self: self.kernel.op)
-    flops = property(lambda self: self.kernel.flops)
-    bytes_read = property(lambda self: self.kernel.bytes_read)
-    bytes_written = property(lambda self: self.kernel.bytes_written)
-    dtype = property(lambda self: self.kernel.dtype)
-    params = property(lambda self: self.kernel.params)
 
 
 @dataclass(frozen=True)

@@ -155,6 +155,24 @@ class Kernel:
 
 
 @dataclass(frozen=True)
+class Launches:
+    """`count` launches of one kernel: a recurrence's per-step kernel as one row, which
+    `predictor.kernel_model.kernel_arrays` costs as `count` launches. The attributes the time model reads are the
+    kernel's; this is the only type whose launch count the time model multiplies by."""
+
+    kernel: Kernel
+    count: int  # launches, >= 1
+
+    kind = property(lambda self: self.kernel.kind)
+    op = property(lambda self: self.kernel.op)
+    flops = property(lambda self: self.kernel.flops)
+    bytes_read = property(lambda self: self.kernel.bytes_read)
+    bytes_written = property(lambda self: self.kernel.bytes_written)
+    dtype = property(lambda self: self.kernel.dtype)
+    params = property(lambda self: self.kernel.params)
+
+
+@dataclass(frozen=True)
 class KernelSummary:
     """Totals of the kernel view beside the Relax-op view.
 

@@ -837,6 +837,17 @@ def defines_shape_vars(mod: tvm.IRModule) -> bool:
     return len(relax.analysis.defined_symbolic_vars(main_function(mod))) > 0
 
 
+def has_unknown_rank(mod: tvm.IRModule) -> bool:
+    """Whether a value bound in `main` of `mod` is a tensor of unknown rank (TVM's ONNX importer leaves one where a
+    `Slice` bound or a `Reshape` target is computed from `Shape` at run time), though its inputs have static
+    shapes."""
+    func = main_function(mod)
+    blocks = func.body.blocks if isinstance(func.body, relax.SeqExpr) else ()
+    return any(
+        isinstance(b.var.ty, relax.TensorType) and b.var.ty.shape is None for block in blocks for b in block.bindings
+    )
+
+
 def onnx_import(
     model, shape_dict: dict[str, list[int]], dtype_dict: dict[str, str], sources: dict[str, int] | None = None
 ) -> tvm.IRModule:

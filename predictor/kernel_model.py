@@ -66,6 +66,8 @@ from pathlib import Path
 
 import numpy as np
 
+from passes.kernels import Launches
+
 from .devices import Device, MigProfile
 from .roofline import peak_rate, shares
 
@@ -358,11 +360,12 @@ def gemm_dims(kind: str, params: dict) -> tuple[str, tuple[float, float, float, 
 
 
 def kernel_arrays(kernels: Iterable) -> KernelArrays:
-    """Arrays of `kernels` (objects with kind, flops, bytes_read, bytes_written, dtype, params, and optionally
-    `count`, the launches the object stands for: `passes.analysis.Launches`)."""
+    """Arrays of `kernels` (objects with kind, flops, bytes_read, bytes_written, dtype, params). A
+    `passes.kernels.Launches` row stands for `count` launches of its kernel; any other object for one launch, whatever
+    attributes it has (a serving engine's per-layer `count` is not a launch count)."""
     kinds, dtypes, flops, nbytes, dims, counts = [], [], [], [], [], []
     for kern in kernels:
-        counts.append(getattr(kern, "count", 1))
+        counts.append(kern.count if isinstance(kern, Launches) else 1)
         kind, d = gemm_dims(kern.kind, kern.params or {}) if kern.kind in GEMM_LIKE else (kern.kind, (0, 0, 0, 0))
         kinds.append(kind)
         dtypes.append(kern.dtype)

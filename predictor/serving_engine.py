@@ -466,9 +466,9 @@ def cost_kernels(
     comm = [k for k in kernels if k.kind == "allreduce"]
     c_s = m_s = gap = comm_s = bound = 0.0
     if comp:
-        # per-launch times: this function multiplies by each kernel's `count` itself (the streaming term and the
-        # graph gap are per launch), so the arrays carry no launch counts
-        arrays = replace(kernel_arrays(comp), count=None)
+        # per-launch times: this function multiplies by each kernel's `count` (layers) itself (the streaming term
+        # and the graph gap are per launch); `kernel_arrays` reads launch counts only from `Launches` rows
+        arrays = kernel_arrays(comp)
         times = kernel_latency_arrays(arrays, device, tf32_matmul=tf32_matmul)
         count = np.array([k.count for k in comp])
         execution = np.maximum(times.compute_s, times.memory_s)

@@ -453,3 +453,27 @@ def test_a_row_launched_count_times_costs_count_launches():
         assert getattr(whole, term) == pytest.approx(getattr(runs, term), rel=1e-12)
     assert float(whole.bound_s.sum()) == pytest.approx(float(runs.bound_s.sum()), rel=1e-12)
     assert kernel_arrays([gemm, gates]).count is None  # one launch each: no column
+
+
+def test_only_launches_rows_carry_a_launch_count():
+    """A kernel-like object with its own `count` (a serving engine's layers per step) is one launch: only
+    `passes.kernels.Launches` multiplies, so no other type can be counted twice by accident."""
+    from dataclasses import dataclass
+
+    from passes.kernels import Kernel, Launches
+
+    @dataclass(frozen=True)
+    class PerLayer:  # the shape of the serving engine's EngineKernel: kernel attributes plus layers in `count`
+        kind: str
+        flops: float
+        bytes_read: float
+        bytes_written: float
+        dtype: str
+        params: dict
+        count: int
+
+    gates = Kernel(1, "elementwise", "relax.sigmoid", (1,), 8 * 256, 4 * 8 * 256, 4 * 8 * 256, "float32",
+                   {"numel": 8 * 256})  # fmt: skip
+    layer = PerLayer("elementwise", 8 * 256, 4 * 8 * 256, 4 * 8 * 256, "float32", {"numel": 8 * 256}, 32)
+    assert kernel_arrays([layer, gates]).count is None
+    assert list(kernel_arrays([layer, Launches(gates, 3)]).count) == [1, 3]

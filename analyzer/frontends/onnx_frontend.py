@@ -848,15 +848,18 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
 
     _constants_as_tensors(model)
     fold_constant_indices(model)
-    from passes.tvm_ir import LongRecurrence, defines_shape_vars
+    from passes.tvm_ir import LongRecurrence, defines_shape_vars, has_unknown_rank
 
     long = _long_recurrence(model, shape_dict, path.name)
     if long is None:
         try:
             loaded = _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, rebatched)
-            if not defines_shape_vars(loaded.mod) or not fold_static_shapes(model, shape_dict):
+            unknown = defines_shape_vars(loaded.mod) or has_unknown_rank(loaded.mod)
+            if not unknown or not fold_static_shapes(model, shape_dict):
                 return loaded
-            try:  # a dimension computed at run time from `Shape` (RWKV's `Range`): static at these input shapes
+            # a dimension computed at run time from `Shape` (RWKV's `Range`, a one-layer Mamba's `Slice` bounds):
+            # static at these input shapes
+            try:
                 return _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, rebatched)
             except PreflightError:
                 return loaded

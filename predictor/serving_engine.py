@@ -22,8 +22,9 @@ decode step captured in a CUDA graph pays no host launch per kernel, only `GRAPH
 device; a step beyond the largest captured batch runs eagerly (each kernel at least its launch floor). Every decode
 step adds the engine's host time while the GPU waits (`HostParams`: step_ms + per_seq_ms x the running sequences +
 per_block_ms x their KV blocks + per_tp_worker_ms x (tp - 1)), from a named engine profile (`EngineProfile`) of
-`predictor/serving_params.json` or a user's profile file: `vllm-overlapped` (the default: an engine that hides most
-of its host work behind the GPU; assumed, not fitted) or `vllm-0.5.4` (fitted on ML.ENERGY v2's vLLM 0.5.4 rows).
+`predictor/serving_params.json` or a user's profile file: `vllm-overlapped` (the default: vLLM V1 with asynchronous
+scheduling, 0.16 ms per step from vLLM PR #11133's measurement; not fitted) or `vllm-0.5.4` (fitted on ML.ENERGY v2's
+vLLM 0.5.4 rows).
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ from .kernel_model import kernel_arrays, kernel_latency_arrays
 GRAPH_GAP_US = 1.0
 #: The engine profiles: the engine's host time per decode step while the GPU waits (scheduling, input preparation,
 #: sampling's host side, output processing and detokenization), each profile with its source and its default:
-#: `vllm-overlapped` (assumed) and `vllm-0.5.4` (fitted per host on ML.ENERGY v2's vLLM 0.5.4 rows, leave-one-model-out:
-#: `python -m predictor.serving_fit` writes that profile; docs/llm-serving.md).
+#: `vllm-overlapped` (published, not fitted) and `vllm-0.5.4` (fitted per host on ML.ENERGY v2's vLLM 0.5.4 rows,
+#: leave-one-model-out: `python -m predictor.serving_fit` writes that profile; docs/llm-serving.md).
 SERVING_PARAMS_PATH = Path(__file__).resolve().parent / "serving_params.json"
 SERVING_SCHEMA = "preflight.serving_params/2"
 #: A user's engine-profile file (`preflight llm --runtime vllm --engine-profile FILE`).

@@ -281,7 +281,7 @@ def run(path: Path = DATA, vidur: Path = VIDUR) -> tuple[dict, str]:
                 sel = [r for r in dense if group == "dense (all)" or size_group(r) == group]
                 after = [held[id(r)] for r in sel]
             # before this fit: 1 ms + 40 us per sequence per decode step (vLLM issues #6854, #6801), no fit: the
-            # figures of the file's vllm-overlapped profile
+            # figures the vllm-overlapped profile had until 2026-11-26
             before = [r.gpu_ms + 1.0 + 0.04 * r.batch for r in sel]
             b = _mape(list(zip(before, [r.tpot_ms for r in sel], strict=True)))
             a = _mape(list(zip(after, [r.tpot_ms for r in sel], strict=True)))

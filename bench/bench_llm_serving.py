@@ -1,7 +1,7 @@
 """`preflight llm --runtime vllm` against ML.ENERGY Leaderboard v2's vLLM 0.5.4 measurements (TPOT, energy).
 
     PYTHONPATH=. python bench/bench_llm_serving.py [--prompt 256] [--gpu h100|a100|all] [--rows] [--lomo]
-        [--engine-profile NAME|FILE]...
+        [--engine-profile NAME|FILE]... [--attention-fit]
 
 For every vLLM row of data/public-models/mlenergy-llm-v2.jsonl whose model is a text decoder with a published
 architecture below (vision-language models and pipeline-parallel rows left out), the model's config is built with
@@ -23,7 +23,8 @@ figures fitted on the other models' rows of its GPU (held out: the MoE rows get 
 it), `--no-host` leaves the host time out. Last, each profile (and none) for Llama-3.1-8B on one H100 against the
 public figures issue 24 quotes (batch 8: 7.3 ms, 490 W; batch 256: 26 ms, 690 W), at three request shapes, each
 profile with its own prefill scheduling (`vllm-overlapped`: chunked, vLLM's default budget; the ML.ENERGY rows above
-ran vLLM 0.5.4 without chunked prefill, so the tables cost every profile without it).
+ran vLLM 0.5.4 without chunked prefill, so the tables cost every profile without it). `--attention-fit`: the same
+with paged decode attention at `predictor.serving_fit.fit_decode_attention`'s fit (an experiment, not adopted).
 Power: measured per GPU = energy per request x output tokens/s / output tokens / GPUs, against the predicted
 `avg_power_w`. The rows' energy per token is power x (average batch / output tokens/s); that time per token is
 longer than their TPOT on many rows (the last column: its median ratio to TPOT), which the engine model, whose
@@ -132,11 +133,30 @@ def main() -> None:
     )
     ap.add_argument("--no-host", action="store_true", help="leave the engine's host time out (the GPU's share)")
     ap.add_argument(
+        "--attention-fit",
+        action="store_true",
+        help="an experiment: cost paged decode attention at the fit of serving_fit.fit_decode_attention (public H100 "
+        "paged-decode timings) instead of the kernel model's attention entry (not adopted: docs/llm-serving.md)",
+    )
+    ap.add_argument(
         "--lomo",
         action="store_true",
         help="vllm-0.5.4: each model's host figures fitted on the other models' rows of its GPU (held out)",
     )
     args = ap.parse_args()
+    if args.attention_fit:
+        from predictor import serving_fit as sf
+
+        attention = sf.fit_decode_attention()
+        print("decode attention:", json.dumps(attention["families"]))
+        with sf.streaming_override(eng.streaming_gemm_table(), sf.streaming_table(attention)):
+            run(args)
+    else:
+        run(args)
+
+
+def run(args) -> None:
+    """The tables of `main` (ML.ENERGY rows per engine profile, then the public Llama-3.1-8B figures)."""
     profiles = [eng.engine_profile(n) for n in args.engine_profile or ("vllm-0.5.4", "vllm-overlapped")]
     held = {}
     if args.lomo and not args.no_host:

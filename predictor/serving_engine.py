@@ -22,8 +22,9 @@ decode step captured in a CUDA graph pays no host launch per kernel, only `GRAPH
 device; a step beyond the largest captured batch runs eagerly (each kernel at least its launch floor). Every decode
 step adds the engine's host time while the GPU waits (`HostParams`: step_ms + per_seq_ms x the running sequences +
 per_block_ms x their KV blocks + per_tp_worker_ms x (tp - 1)), from a named engine profile (`EngineProfile`) of
-`predictor/serving_params.json` or a user's profile file: `vllm-overlapped` (the default: an engine that hides most
-of its host work behind the GPU; assumed, not fitted) or `vllm-0.5.4` (fitted on ML.ENERGY v2's vLLM 0.5.4 rows).
+`predictor/serving_params.json` or a user's profile file: `vllm-overlapped` (the default: vLLM V1 with asynchronous
+scheduling, 0.16 ms per step from vLLM PR #11133's measurement; not fitted) or `vllm-0.5.4` (fitted on ML.ENERGY v2's
+vLLM 0.5.4 rows).
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ from .kernel_model import kernel_arrays, kernel_latency_arrays
 GRAPH_GAP_US = 1.0
 #: The engine profiles: the engine's host time per decode step while the GPU waits (scheduling, input preparation,
 #: sampling's host side, output processing and detokenization), each profile with its source and its default:
-#: `vllm-overlapped` (assumed) and `vllm-0.5.4` (fitted per host on ML.ENERGY v2's vLLM 0.5.4 rows, leave-one-model-out:
-#: `python -m predictor.serving_fit` writes that profile; docs/llm-serving.md).
+#: `vllm-overlapped` (published, not fitted) and `vllm-0.5.4` (fitted per host on ML.ENERGY v2's vLLM 0.5.4 rows,
+#: leave-one-model-out: `python -m predictor.serving_fit` writes that profile; docs/llm-serving.md).
 SERVING_PARAMS_PATH = Path(__file__).resolve().parent / "serving_params.json"
 SERVING_SCHEMA = "preflight.serving_params/2"
 #: A user's engine-profile file (`preflight llm --runtime vllm --engine-profile FILE`).
@@ -332,7 +333,7 @@ def layer_kernels(
     else:  # paged attention: each sequence's query over its live context
         flops = 4.0 * seqs * s.heads * hd * context
         attn = EngineKernel(
-            "paged_attention_decode",
+            DECODE_ATTENTION,
             "attention",
             flops,
             (seqs * context * 2 * kvd + t * qd) * eb,
@@ -475,6 +476,13 @@ def cost_kernels(
         stream = streaming_gemm_params(device)
         if stream is not None:
             execution = _streamed(comp, arrays, times, execution, device, stream)
+        attn = decode_attention_params(device)
+        if attn is not None:
+            is_dec = np.array([k.name == DECODE_ATTENTION and k.dtype in ("float16", "bfloat16") for k in comp])
+            streamed = np.maximum(
+                times.compute_s, arrays.nbytes / (device.bandwidth * attn.e_memory) + attn.exec_us * 1e-6
+            )
+            execution = np.where(is_dec, streamed, execution)
         if graph:
             extra = np.full(len(comp), GRAPH_GAP_US * 1e-6)
         else:
@@ -513,6 +521,31 @@ class StreamingGemm:
 
 
 _STREAM_OVERRIDE: dict[str, StreamingGemm] | None = None
+_ATTN_OVERRIDE: dict[str, StreamingGemm] | None = None
+#: The paged decode-attention kernel (`_attention_for`): costed at the family's `decode_attention` fit when it has one.
+DECODE_ATTENTION = "paged_attention_decode"
+
+
+def _family_table(key: str, path: Path | str | None) -> dict[str, StreamingGemm]:
+    """Kernel family -> `StreamingGemm` from the serving-parameter file's `key` entry ({} when it has none);
+    `ServingParamsError` when malformed."""
+    p = Path(path) if path is not None else SERVING_PARAMS_PATH
+    load_profiles(p)  # validates the file (schema, profiles) and fills the cache
+    doc = _STREAM_CACHE.get((p.resolve(), key))
+    if doc is None:
+        raw = json.loads(p.read_text()).get(key, {})
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("families", {}), Mapping):
+            raise ServingParamsError(f"{p}: '{key}' must be an object with 'families'")
+        doc = {}
+        for fam, e in raw.get("families", {}).items():
+            ok = isinstance(e, Mapping) and all(
+                isinstance(e.get(k), int | float) and not isinstance(e.get(k), bool) for k in ("exec_us", "e_memory")
+            )
+            if not ok or not 0 < e["e_memory"] <= 1 or not 0 <= e["exec_us"] <= 1000:
+                raise ServingParamsError(f"{p}: {key}.families.{fam} needs exec_us >= 0 and e_memory in (0, 1]")
+            doc[fam] = StreamingGemm(float(e["exec_us"]), float(e["e_memory"]), str(e.get("source", "")))
+        _STREAM_CACHE[p.resolve(), key] = doc
+    return doc
 
 
 def streaming_gemm_table(path: Path | str | None = None) -> dict[str, StreamingGemm]:
@@ -520,27 +553,21 @@ def streaming_gemm_table(path: Path | str | None = None) -> dict[str, StreamingG
     has none: the kernel model alone); `ServingParamsError` when malformed."""
     if _STREAM_OVERRIDE is not None and path is None:
         return _STREAM_OVERRIDE
-    p = Path(path) if path is not None else SERVING_PARAMS_PATH
-    load_profiles(p)  # validates the file (schema, profiles) and fills the cache
-    doc = _STREAM_CACHE.get(p.resolve())
-    if doc is None:
-        raw = json.loads(p.read_text()).get("weight_streaming_gemm", {})
-        if not isinstance(raw, Mapping) or not isinstance(raw.get("families", {}), Mapping):
-            raise ServingParamsError(f"{p}: 'weight_streaming_gemm' must be an object with 'families'")
-        doc = {}
-        for fam, e in raw.get("families", {}).items():
-            ok = isinstance(e, Mapping) and all(
-                isinstance(e.get(k), int | float) and not isinstance(e.get(k), bool) for k in ("exec_us", "e_memory")
-            )
-            if not ok or not 0 < e["e_memory"] <= 1 or not 0 <= e["exec_us"] <= 1000:
-                where = f"{p}: weight_streaming_gemm.families.{fam}"
-                raise ServingParamsError(f"{where} needs exec_us >= 0 and e_memory in (0, 1]")
-            doc[fam] = StreamingGemm(float(e["exec_us"]), float(e["e_memory"]), str(e.get("source", "")))
-        _STREAM_CACHE[p.resolve()] = doc
-    return doc
+    return _family_table("weight_streaming_gemm", path)
 
 
-_STREAM_CACHE: dict[Path, dict[str, StreamingGemm]] = {}
+def decode_attention_table(path: Path | str | None = None) -> dict[str, StreamingGemm]:
+    """Kernel family -> the paged decode-attention kernel's time, exec_us + bytes / (bandwidth x e_memory) (bytes: the
+    live sequences' K and V, the queries read and the outputs written), from the serving-parameter file's
+    `decode_attention` entry; {} when it has none: the kernel model's attention entry. The committed file has none:
+    `serving_fit.fit_decode_attention`'s fit on public H100 paged-decode timings was tried (`python
+    bench/bench_llm_serving.py --lomo --attention-fit`) and not adopted (docs/llm-serving.md)."""
+    if _ATTN_OVERRIDE is not None and path is None:
+        return _ATTN_OVERRIDE
+    return _family_table("decode_attention", path)
+
+
+_STREAM_CACHE: dict[tuple[Path, str], dict[str, StreamingGemm]] = {}
 
 
 def streaming_gemm_params(device: Device) -> StreamingGemm | None:
@@ -549,6 +576,14 @@ def streaming_gemm_params(device: Device) -> StreamingGemm | None:
 
     fam = load_params().family(device.key)
     return None if fam is None else streaming_gemm_table().get(fam)
+
+
+def decode_attention_params(device: Device) -> StreamingGemm | None:
+    """The decode-attention figures of a device's kernel family (None: no fit for it, the kernel model alone)."""
+    from .kernel_model import load_params
+
+    fam = load_params().family(device.key)
+    return None if fam is None else decode_attention_table().get(fam)
 
 
 def _streamed(comp, arrays, times, execution: np.ndarray, device: Device, p: StreamingGemm) -> np.ndarray:
@@ -879,7 +914,7 @@ def _attention_for(k: EngineKernel, seqs: int, a: Arch, tp: int, context: float,
     eb = 4.0 if dtype == "float32" else 2.0
     kvd, qd = s.kv_heads * a.head_dim, s.heads * a.head_dim
     return EngineKernel(
-        k.name,
+        DECODE_ATTENTION,
         "attention",
         4.0 * seqs * s.heads * a.head_dim * context,
         (seqs * context * 2 * kvd + seqs * qd) * eb,

@@ -13,7 +13,7 @@ from ._gc import gc_paused
 from .costs import OpCost, cost_of, macs_by_dtype
 from .graph import OpGraph
 from .kernels import Kernel, KernelView, Launches, kernel_view
-from .memory import MemoryProfile, liveness
+from .memory import MemoryProfile, liveness, repeat_weight_sizes
 
 
 @dataclass(frozen=True)
@@ -241,7 +241,11 @@ def extrapolate_layers(a1: Analysis, a2: Analysis, layers: int) -> Analysis:
         graph=a2.graph,
         ops=a2.ops,
         totals=totals,
-        memory=replace(a2.memory, weight_bytes=totals.param_bytes),
+        memory=replace(
+            a2.memory,
+            weight_bytes=totals.param_bytes,
+            weight_sizes=repeat_weight_sizes(a1.memory.weight_sizes, a2.memory.weight_sizes, layers),
+        ),
         edges=a2.edges,
         static_features=static,
         warnings=list(a2.warnings),

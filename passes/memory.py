@@ -6,7 +6,8 @@ storage, as they do in PyTorch and after TVM's memory planning, so they extend t
 instead of allocating. Tensors of folded ops (`OpNode.folded`: views of weights) count as weights, not activations;
 a weight-only op that computes (`OpNode.weight_only`, not folded) runs every eager call and its output is an
 activation. The peak is the largest sum of live bytes at
-any op, while that op runs (its inputs and outputs are both live).
+any op, while that op runs (its inputs and outputs are both live). `MemoryProfile.blocks` keeps each storage's
+lifetime and size: the allocation trace the device-memory model replays (predictor/memory.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ class MemoryProfile:
     peak_op: int | None  # index of the op at which the peak is reached
     weight_bytes: int
     input_bytes: int
+    #: one (birth, last, nbytes) per activation storage, in allocation order: allocated when op `birth` runs
+    #: (graph inputs: -1, before op 0), freed after op `last` runs (graph outputs: `last` = the number of ops);
+    #: the allocation trace `predictor.memory.simulate_reserved` replays through the caching allocator
+    blocks: tuple[tuple[int, int, int], ...] = ()
+    #: bytes of each weight tensor in parameter order (what `model.to("cuda")` allocates one by one)
+    weight_sizes: tuple[int, ...] = ()
 
 
 def liveness(graph: OpGraph) -> MemoryProfile:
@@ -85,6 +92,27 @@ def liveness(graph: OpGraph) -> MemoryProfile:
         timeline.append(live)
     peak = max(timeline) if timeline else sum(size.values())
     peak_op = timeline.index(peak) if timeline else None
-    weight_bytes = sum(s.tensor.nbytes for s in graph.weights if not s.scalar_const)
+    weight_sizes = tuple(s.tensor.nbytes for s in graph.weights if not s.scalar_const)
+    weight_bytes = sum(weight_sizes)
     input_bytes = sum(s.tensor.nbytes for s in graph.inputs)
-    return MemoryProfile(tuple(timeline), peak, peak_op, weight_bytes, input_bytes)
+    inputs = {s.value for s in graph.inputs}
+    blocks = tuple(
+        sorted(  # stable: inputs first, then op by op (`size` holds the inputs, then each op's owner in order)
+            ((-1 if sid in inputs else birth[sid], min(last[sid], n), nbytes) for sid, nbytes in size.items()),
+            key=lambda b: b[0],
+        )
+    )
+    return MemoryProfile(tuple(timeline), peak, peak_op, weight_bytes, input_bytes, blocks, weight_sizes)
+
+
+def repeat_weight_sizes(one: tuple[int, ...], two: tuple[int, ...], layers: int) -> tuple[int, ...]:
+    """The weight sizes of a model of `layers` identical layers from those of its 1-layer (`one`) and 2-layer
+    (`two`) graphs: `two` is `one` with a layer's weights inserted at some position p; that block is inserted
+    `layers - 1` times. () when `two` is not `one` plus a contiguous block."""
+    k = len(two) - len(one)
+    if k <= 0:
+        return ()
+    for p in range(len(one) + 1):
+        if two[:p] == one[:p] and two[p + k :] == one[p:]:
+            return one[:p] + two[p : p + k] * (layers - 1) + one[p:]
+    return ()

@@ -1,7 +1,7 @@
 """Device memory as `nvidia-smi` counts it for a PyTorch inference process (docs/power-and-memory.md).
 
-    total = CUDA context (runtime, SMs) + cuBLAS workspace (architecture) + weights (allocator-rounded)
-            + reserve x peak activations (allocator-rounded)
+    total = CUDA context (runtime, SMs) + cuBLAS workspace (architecture)
+            + what the caching allocator reserves for the weights and over an inference loop's activations
 
 - CUDA context: driver state, the kernels loaded into it and the per-SM reservations, per runtime
   (`RuntimeMemory`, from `predictor/memory_params.json`): `fixed_mib + per_sm_mib x SMs` of the GPU or MIG slice.
@@ -9,15 +9,17 @@
   readings (`python -m predictor.memory_fit`). For the runtime predictions assume (torch >= 1.13 with CUDA >= 11.7,
   which set CUDA_MODULE_LOADING=LAZY: pytorch/pytorch#86509) the context is a published figure, about 400 MB at
   the first CUDA operation (pytorch/pytorch#109888), kernels being loaded as they are first used.
-- cuBLAS workspace: PyTorch gives each (cuBLAS handle, stream) a workspace from its caching allocator,
-  `CUBLAS_WORKSPACE_CONFIG` default :4096:2:16:8 = 4096 KiB x 2 + 16 KiB x 8 = 8.125 MiB, and 4096 KiB x 8 =
-  32 MiB on Hopper (aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize); one stream assumed.
-- The caching allocator (c10/cuda/CUDACachingAllocator.cpp): a request is rounded up to a multiple of 512 B
-  (`block_bytes`); requests up to 1 MiB are carved from 2 MiB segments, requests below 10 MiB from 20 MiB
-  segments, larger ones get a segment of their own rounded up to 2 MiB (`segment_bytes`). Freed blocks stay
-  reserved (nvidia-smi keeps counting them), and a block freed by one tensor is reused only by a request that
-  fits it, so what eager inference reserves exceeds the liveness peak: `reserve` (reserved / peak activations)
-  is fitted on the batch-dependent growth of the MIGProfiler readings.
+- cuBLAS workspace: PyTorch gives each (cuBLAS handle, stream) a workspace, `CUBLAS_WORKSPACE_CONFIG` default
+  :4096:2:16:8 = 4096 KiB x 2 + 16 KiB x 8 = 8.125 MiB, and 4096 KiB x 8 = 32 MiB on Hopper
+  (aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize); one stream assumed; counted on its own.
+- The caching allocator (c10/cuda/CUDACachingAllocator.cpp), replayed on the graph's allocation trace
+  (`simulate_reserved`, `CachingAllocator`): a request is rounded up to a multiple of 512 B (`block_bytes`);
+  requests up to 1 MiB come from the small pool, carved from 2 MiB segments; larger ones from the large pool,
+  from 20 MiB segments below 10 MiB and otherwise from a segment of their own rounded up to 2 MiB
+  (`segment_bytes`); the smallest cached free block that holds a request is split and reused; freed blocks stay
+  reserved (nvidia-smi keeps counting them). The reserve is therefore the most reserved over the loop, which
+  depends on the sizes and lifetimes of the tensors, not on their peak sum alone. No parameter is fitted for it.
+  Without a trace, `RuntimeMemory.reserve` (reserved / peak activations, fitted) is the fallback.
 - cuDNN's convolution workspace is allocated and freed around each convolution through the same allocator; it
   is not modelled on its own (graphs with convolutions carry `CUDNN_WORKSPACE_MIB`, an assumption).
 
@@ -27,6 +29,7 @@ The tensor peak (weights + peak live activations, what preflight's liveness pass
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from dataclasses import dataclass
@@ -95,6 +98,126 @@ def reserved_bytes(sizes) -> int:
     return total
 
 
+class CachingAllocator:
+    """PyTorch's CUDA caching allocator on one stream, as c10/cuda/CUDACachingAllocator.cpp documents it (no
+    `PYTORCH_CUDA_ALLOC_CONF`): a request is rounded up to a multiple of 512 B (`block_bytes`); requests up to
+    1 MiB use the small pool, larger ones the large pool; the smallest free block of the pool that holds the
+    request is taken (best fit), and split when what is left is >= 512 B (small pool) or > 1 MiB (large pool);
+    with no free block a new segment is cudaMalloc'd (`segment_bytes`). A freed block merges with free neighbours
+    of its segment and stays reserved: segments are never given back (no out-of-memory retry is modelled).
+    `reserved` (bytes) is what nvidia-smi counts of the allocator."""
+
+    def __init__(self) -> None:
+        self.reserved = 0
+        self._free: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}  # small? -> (size, seg, offset)
+        self._size: dict[tuple[int, int], int] = {}  # (seg, offset) -> block size
+        self._is_free: dict[tuple[int, int], bool] = {}
+        self._start: dict[tuple[int, int], int] = {}  # (seg, end offset) -> offset of the block ending there
+        self._small: list[bool] = []  # per segment: small pool?
+
+    def _put(self, seg: int, off: int, size: int, free: bool) -> None:
+        self._size[(seg, off)] = size
+        self._is_free[(seg, off)] = free
+        self._start[(seg, off + size)] = off
+        if free:
+            bisect.insort(self._free[self._small[seg]], (size, seg, off))
+
+    def _drop(self, seg: int, off: int) -> int:
+        size = self._size.pop((seg, off))
+        if self._is_free.pop((seg, off)):
+            pool = self._free[self._small[seg]]
+            del pool[bisect.bisect_left(pool, (size, seg, off))]
+        del self._start[(seg, off + size)]
+        return size
+
+    def malloc(self, nbytes: int) -> tuple[int, int]:
+        """Allocate `nbytes`; returns the block's handle (segment, offset in bytes)."""
+        size = max(block_bytes(nbytes), MIN_BLOCK)
+        small = size <= SMALL_SIZE
+        pool = self._free[small]
+        i = bisect.bisect_left(pool, (size, -1, -1))
+        if i < len(pool):
+            _, seg, off = pool[i]
+            have = self._drop(seg, off)
+        else:
+            seg, off, have = len(self._small), 0, segment_bytes(size)
+            self._small.append(small)
+            self.reserved += have
+        rest = have - size
+        if (rest >= MIN_BLOCK) if small else (rest > SMALL_SIZE):  # should_split
+            self._put(seg, off + size, rest, True)
+            have = size
+        self._put(seg, off, have, False)
+        return seg, off
+
+    def free(self, handle: tuple[int, int]) -> None:
+        """Free the block `handle`: merged with its free neighbours, it stays in its segment's pool."""
+        seg, off = handle
+        size = self._drop(seg, off)
+        nxt = (seg, off + size)
+        if self._is_free.get(nxt):
+            size += self._drop(*nxt)
+        prev = self._start.get((seg, off))
+        if prev is not None and self._is_free[(seg, prev)]:
+            size += self._drop(seg, prev)
+            off = prev
+        self._put(seg, off, size, True)
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """What the caching allocator reserves for one model, bytes: after loading the weights, and the most over the
+    steps replayed (weights included)."""
+
+    weights: int
+    total: int
+
+    @property
+    def activations(self) -> int:
+        return self.total - self.weights
+
+
+def simulate_reserved(weight_sizes, blocks, *, steps: int = 3) -> Reserved:
+    """Replay an eager inference loop through `CachingAllocator`: the weights (`weight_sizes`, bytes each, in
+    parameter order, as `model.to("cuda")` copies them) are allocated once and kept; then `steps` forward passes of
+    the liveness trace `blocks` ((birth op, last op, bytes) per activation storage, `passes.memory.MemoryProfile`):
+    the graph inputs (birth -1) are allocated once before the first pass and kept (the caller holds the batch), each
+    storage is allocated when its op runs and freed after its last reader, and a pass's outputs (last = the number of
+    ops) stay alive until the next pass has produced its own (`out = model(x)` in a loop). Segments are never given
+    back, so the reserve is the most reserved over the steps; 3 steps reach the steady state of a repeated pass
+    (the second pass starts with the first's free blocks; the third with the same layout as the second)."""
+    alloc = CachingAllocator()
+    for n in weight_sizes:
+        alloc.malloc(int(n))
+    weights = alloc.reserved
+    trace = [(int(b), int(e), int(n)) for b, e, n in blocks]
+    n_ops = max((e for _, e, _ in trace), default=0)
+    for b, _, n in trace:
+        if b < 0:
+            alloc.malloc(n)
+    born: dict[int, list[int]] = {}
+    dies: dict[int, list[int]] = {}
+    for k, (b, e, _) in enumerate(trace):
+        if b >= 0:
+            born.setdefault(b, []).append(k)
+            dies.setdefault(e, []).append(k)
+    held: list[tuple[int, int]] = []  # the previous pass's outputs
+    for _ in range(steps):
+        live: dict[int, tuple[int, int]] = {}
+        for i in range(n_ops):
+            for k in born.get(i, ()):
+                live[k] = alloc.malloc(trace[k][2])
+            for k in dies.get(i, ()):
+                if k in live:
+                    alloc.free(live.pop(k))
+        for h in held:
+            alloc.free(h)
+        held = [live.pop(k) for k in dies.get(n_ops, ()) if k in live]
+        for h in live.values():  # produced and never read (none in a well-formed trace)
+            alloc.free(h)
+    return Reserved(weights, alloc.reserved)
+
+
 def _round_large(nbytes: int) -> int:
     return ROUND_LARGE * math.ceil(nbytes / ROUND_LARGE) if nbytes > 0 else 0
 
@@ -154,8 +277,8 @@ def runtime_memory(name: str = DEFAULT_RUNTIME, path: Path | str | None = None) 
 class GpuMemory:
     """Device memory of one model on one GPU or MIG slice, term by term, in MiB (2**20 bytes)."""
 
-    weights_mib: float  # allocator-rounded parameter bytes
-    activations_mib: float  # reserve x peak live activations, allocator-rounded
+    weights_mib: float  # what the allocator reserves for the parameters
+    activations_mib: float  # what it reserves beyond them over an inference loop
     context_mib: float
     workspace_mib: float  # cuBLAS (+ cuDNN for graphs with convolutions)
     tensor_peak_mib: float  # weights + peak live activations as the liveness pass finds them (unrounded)
@@ -174,14 +297,21 @@ def gpu_memory(
     hopper: bool,
     has_conv: bool = False,
     runtime: RuntimeMemory | None = None,
+    reserved: Reserved | None = None,
 ) -> GpuMemory:
     """`GpuMemory` for a graph with `param_bytes` of weights and `peak_activation_bytes` of live activations at
-    its peak, on a GPU (or slice) with `sms` SMs; `hopper` picks cuBLAS's 32 MiB workspace. The weights are
-    rounded up to a whole 2 MiB segment, and so are the reserved activations (both are many tensors: their
-    per-tensor packing, `reserved_bytes`, is not known from the totals)."""
+    its peak, on a GPU (or slice) with `sms` SMs; `hopper` picks cuBLAS's 32 MiB workspace.
+
+    With `reserved` (`simulate_reserved` of the graph's weights and allocation trace) the weights and activations
+    are what the caching allocator reserves for them. Without it (no trace: an extrapolated or summarised graph)
+    the weights are rounded up to a whole 2 MiB segment and the activations are the runtime's `reserve` x the
+    peak, rounded the same way (a fallback fitted on the MIG readings, docs/power-and-memory.md)."""
     rt = runtime if runtime is not None else runtime_memory()
-    weights = _round_large(param_bytes)
-    act = _round_large(int(math.ceil(rt.reserve * max(peak_activation_bytes, 0))))
+    if reserved is not None:
+        weights, act = reserved.weights, reserved.activations
+    else:
+        weights = _round_large(param_bytes)
+        act = _round_large(int(math.ceil(rt.reserve * max(peak_activation_bytes, 0))))
     workspace = CUBLAS_WORKSPACE_MIB["hopper" if hopper else "other"] + (CUDNN_WORKSPACE_MIB if has_conv else 0.0)
     return GpuMemory(
         weights_mib=weights / MIB,

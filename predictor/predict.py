@@ -16,8 +16,9 @@ Estimate without a trained predictor (labelled `"predictor": "roofline"`, as the
   fitted per GPU on ML.ENERGY measurements, `predictor/power_params.json`); interval: the low latency x the
   power's held-out 10th-percentile ratio to the high latency x its 90th-percentile ratio (capped at the limit);
 - memory: as nvidia-smi counts it (`predictor.memory.gpu_memory`: CUDA context of the runtime + cuBLAS
-  workspace + allocator-rounded weights + the allocator's reserve over the peak activations, the reserve fitted
-  on MIG framebuffer readings, `predictor/memory_params.json`); interval from the tensor peak + context +
+  workspace + what PyTorch's caching allocator reserves, replayed on the graph's weights and allocation trace
+  (`allocator_reserve`; without a trace a reserve factor fitted on MIG framebuffer readings,
+  `predictor/memory_params.json`)); interval from the tensor peak + context +
   workspace (no allocator reserve) to the estimate + 25% of the reserved activations. The tensor peak (weights +
   peak live activations) is kept beside it (`Prediction.memory_tensor_peak_mib`); MIG fit uses the upper end.
 A trained predictor replaces them with its calibrated quantiles.
@@ -50,7 +51,7 @@ from .kernel_model import (
     param_dtype,
     tf32_matmul_of,
 )
-from .memory import DEFAULT_RUNTIME, gpu_memory, runtime_memory
+from .memory import DEFAULT_RUNTIME, Reserved, gpu_memory, runtime_memory, simulate_reserved
 from .mig import MigRecommendation, recommend
 from .power import busy_shares, power_params
 from .roofline import op_arrays
@@ -270,8 +271,15 @@ def roofline_memory_mib(
     return low, m.total_mib, m.total_mib + 0.25 * m.activations_mib
 
 
-def estimate_memory(param_bytes: int, peak_activation_bytes: int, device: Device, has_conv: bool = False):
-    """`predictor.memory.GpuMemory` of a graph on the whole `device` under the default runtime."""
+def estimate_memory(
+    param_bytes: int,
+    peak_activation_bytes: int,
+    device: Device,
+    has_conv: bool = False,
+    reserved: Reserved | None = None,
+):
+    """`predictor.memory.GpuMemory` of a graph on the whole `device` under the default runtime; `reserved` is the
+    caching allocator replayed on the graph's trace (`allocator_reserve`), else the fallback reserve factor."""
     return gpu_memory(
         param_bytes,
         peak_activation_bytes,
@@ -279,7 +287,26 @@ def estimate_memory(param_bytes: int, peak_activation_bytes: int, device: Device
         hopper=get_params_family(device.key) == "hopper",
         has_conv=has_conv,
         runtime=runtime_memory(DEFAULT_RUNTIME),
+        reserved=reserved,
     )
+
+
+def allocator_reserve(analysis) -> Reserved | None:
+    """The caching allocator replayed on `analysis`'s weights and allocation trace (`predictor.memory`); None when
+    the analysis carries no trace. With layers extrapolated from 2 (`analysis.repeat`) the trace is the 2-layer
+    graph's (what later identical layers allocate reuses the same cached blocks) and the weights are every layer's
+    (`passes.memory.repeat_weight_sizes`); where those are not known, the missing bytes are one tensor.
+    Recurrences extrapolated in their step count (`analysis.steps`) keep the factor: their trace is a shorter
+    sample's."""
+    memory = getattr(analysis, "memory", None)
+    blocks = getattr(memory, "blocks", ())
+    if not blocks or getattr(analysis, "steps", None) is not None:
+        return None
+    sizes = list(memory.weight_sizes)
+    missing = analysis.totals.param_bytes - sum(sizes)
+    if missing > 0:
+        sizes.append(missing)
+    return simulate_reserved(sizes, blocks)
 
 
 def get_params_family(device_key: str) -> str | None:
@@ -461,7 +488,13 @@ def predict(
         e, e_lo, e_hi = lat / 1e3 * power, lat_lo / 1e3 * p_lo, lat_hi / 1e3 * p_hi
         power_shares = {"compute": round(s_c, 4), "memory": round(s_m, 4), "gap": round(s_gap, 4)}
         has_conv = any(k.kind == "conv" for k in launched)
-        mem = estimate_memory(analysis.totals.param_bytes, analysis.totals.peak_activation_bytes, device, has_conv)
+        mem = estimate_memory(
+            analysis.totals.param_bytes,
+            analysis.totals.peak_activation_bytes,
+            device,
+            has_conv,
+            reserved=allocator_reserve(analysis),
+        )
         m_lo = mem.tensor_peak_mib + mem.context_mib + mem.workspace_mib
         m, m_hi = mem.total_mib, mem.total_mib + 0.25 * mem.activations_mib
         name = "roofline"

@@ -82,6 +82,10 @@ def test_liveness_peak_on_diamond():
     assert mem.peak_bytes == 192
     assert mem.peak_op == 1
     assert mem.input_bytes == 64
+    # the allocation trace (birth op, last op, bytes): x is an input (-1) read last by exp (1); a = relu (0) read
+    # last by multiply (3); b = exp (1) and c = add (2) read by the next op; d = multiply (3) is the output: to the
+    # end, 4 = the number of ops
+    assert mem.blocks == ((-1, 1, 64), (0, 3, 64), (1, 2, 64), (2, 3, 64), (3, 4, 64))
 
 
 def test_views_share_storage_and_weights_are_not_activations():

@@ -1,0 +1,71 @@
+"""The caching-allocator replay of predictor/memory.py on hand-built traces, every reserve worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from predictor.memory import MIB, CachingAllocator, Reserved, RuntimeMemory, gpu_memory, simulate_reserved
+
+KIB = 1024
+
+
+def test_three_tensor_trace_reserves_more_than_its_peak():
+    # A (3 MiB, op 0, read by op 1), B (3 MiB, op 1, read by op 2), C (12 MiB, op 2, the output: last = 3 ops).
+    # Peak live: B + C = 15 MiB at op 2.
+    # Pass 1: A < 10 MiB -> a 20 MiB segment S0, A = S0[0,3), free S0[3,20) (17 MiB). B takes the smallest free
+    #   block that holds it, S0[3,20), split (14 MiB left > 1 MiB): B = S0[3,6). A freed: S0[0,3) free. C (12 MiB)
+    #   fits only S0[6,20) (14 MiB): C = S0[6,18), S0[18,20) free (2 MiB > 1 MiB: split). B freed, merges with
+    #   S0[0,3): S0[0,6) free. Reserved 20 MiB. C is held by the caller (`out = model(x)`).
+    # Pass 2: A = S0[0,3) (best fit 6 MiB, 3 left), B = S0[3,6) (exact fit), A freed; C needs 12 MiB, the free
+    #   blocks are 3 and 2 MiB: a new segment, 12 MiB >= 10 MiB so its own, rounded to 2 MiB: 12 MiB. Reserved 32.
+    #   B freed; then pass 1's C: S0 merges back into one free 20 MiB block.
+    # Pass 3: A, B, C all fit S0 again (as in pass 1): reserved stays 32 MiB = 20 + 12.
+    trace = [(0, 1, 3 * MIB), (1, 2, 3 * MIB), (2, 3, 12 * MIB)]
+    assert simulate_reserved([], trace) == Reserved(weights=0, total=32 * MIB)
+    assert simulate_reserved([], trace, steps=1) == Reserved(weights=0, total=20 * MIB)  # pass 1 alone
+    assert simulate_reserved([], trace, steps=2).total == 32 * MIB  # steady from pass 2
+
+
+def test_weights_are_packed_first_and_their_free_room_is_reused():
+    # weights: 600 KiB x 4 (small pool: 3 fit one 2 MiB segment, 3 x 614,400 <= 2,097,152; the fourth opens a
+    # second) and 5 MiB (large pool: a 20 MiB segment, 15 MiB left): 2 + 2 + 20 = 24 MiB.
+    weights = [600 * KIB] * 4 + [5 * MIB]
+    # an input of 1,000 B (rounded to 1,024, kept) and two 4 MiB activations, both fit the weights' 20 MiB segment
+    # (15 MiB free, split to 11 then 7 MiB): nothing more is reserved
+    trace = [(-1, 0, 1000), (0, 1, 4 * MIB), (1, 2, 4 * MIB)]
+    assert simulate_reserved(weights, trace) == Reserved(weights=24 * MIB, total=24 * MIB)
+    # a 16 MiB output (op 0 of 1) does not fit the 15 MiB left: its own 16 MiB segment; the caller still holds it
+    # while the next pass makes its own, so a second 16 MiB segment: 24 + 2 x 16 = 56 MiB, 32 of it activations
+    r = simulate_reserved(weights, [(0, 1, 16 * MIB)])
+    assert (r.weights, r.total, r.activations) == (24 * MIB, 56 * MIB, 32 * MIB)
+
+
+def test_free_blocks_merge_and_small_requests_round_to_512():
+    a = CachingAllocator()
+    h = [a.malloc(512 * KIB) for _ in range(3)]  # 3 x 512 KiB in one 2 MiB small segment, 512 KiB left
+    assert a.reserved == 2 * MIB and h == [(0, 0), (0, 512 * KIB), (0, 1024 * KIB)]
+    a.free(h[1])
+    a.free(h[0])  # merges with the free block after it: S0[0, 1 MiB) free
+    assert a.malloc(1 * MIB) == (0, 0) and a.reserved == 2 * MIB  # 1 MiB (small pool) reuses it, no new segment
+    assert a.malloc(1) == (0, 1536 * KIB)  # 1 B -> one 512 B block, from the 512 KiB left at 1.5 MiB
+    # a 1 MiB + 1 B request is rounded to 1 MiB + 512 B: large pool, a 20 MiB segment of its own pool
+    assert a.malloc(MIB + 1) == (1, 0) and a.reserved == 22 * MIB
+
+
+def test_gpu_memory_takes_the_replayed_reserve():
+    rt = RuntimeMemory(fixed_mib=400.0, per_sm_mib=0.0, reserve=2.0, source="test")
+    r = Reserved(weights=24 * MIB, total=40 * MIB)  # given, not replayed
+    m = gpu_memory(22 * MIB, 16 * MIB, sms=108, hopper=False, runtime=rt, reserved=r)
+    # weights 24 (their segments), activations 40 - 24 = 16, context 400, cuBLAS 8.125 (Ampere)
+    assert (m.weights_mib, m.activations_mib, m.context_mib, m.workspace_mib) == (24.0, 16.0, 400.0, 8.125)
+    assert m.total_mib == pytest.approx(448.125)  # 24 + 16 + 400 + 8.125
+    assert m.tensor_peak_mib == 38.0  # 22 + 16, unrounded
+
+
+def test_weights_of_extrapolated_layers():
+    from passes.memory import repeat_weight_sizes
+
+    # embedding 10, one layer (1, 2), head 7; the 2-layer graph inserts a second (1, 2) before the head: 4 layers
+    # are the embedding, (1, 2) x 4, the head
+    assert repeat_weight_sizes((10, 1, 2, 7), (10, 1, 2, 1, 2, 7), 4) == (10, 1, 2, 1, 2, 1, 2, 1, 2, 7)
+    assert repeat_weight_sizes((10, 1, 2, 7), (10, 3, 7), 4) == ()  # not the 1-layer graph plus a block

@@ -6,7 +6,8 @@ Prints (no GPU needed; docs/power-and-memory.md quotes the tables):
 1. the leave-one-model-out energy MAPE per GPU with the vLLM rows' shares from the roofline proxy (the fit before)
    and from the serving engine (`predictor.power_fit.engine_shares`, the fit now), with the fitted watts;
 2. how well the rows pin P_memory: the held-out MAPE with P_memory held at each value of a grid (P_gap and
-   P_compute refitted on the other models), engine shares;
+   P_compute refitted on the other models), engine shares; then (2b) with P_gap held at values our H100 models
+   measure at the launch floor (table 4), P_compute and P_memory refitted;
 3. Llama-3.1-8B bfloat16 on one H100 with the `vllm-overlapped` profile at batch 8 and 256 (three request shapes),
    its predicted power under both fits, beside issue 24's public figures (a check, not fitted on);
 4. the five whole models measured on our H100 (data/h100-80gb/models: eager float32, batch 1): measured power
@@ -53,6 +54,22 @@ def fixed_memory_fit(p_mem: float):
     return f
 
 
+def fixed_gap_fit(p_gap: float):
+    """A fit of (P_compute, P_memory) with P_gap held at p_gap (W), same weighting as `power_fit.fit`."""
+
+    def f(rows, limit_w):
+        from scipy.optimize import lsq_linear
+
+        s_c = np.array([r.s_compute for r in rows])
+        s_m = np.array([r.s_memory for r in rows])
+        p = np.array([r.power_w for r in rows])
+        a = np.stack([s_c, s_m], axis=1) / p[:, None]
+        comp, mem = lsq_linear(a, 1.0 - p_gap * (1 - s_c - s_m) / p, bounds=(0.0, limit_w)).x
+        return float(p_gap), float(comp), float(mem)
+
+    return f
+
+
 def lomo_mape(rows, limit_w, fitter) -> float:
     pred = np.empty(len(rows))
     for model in {r.model for r in rows}:
@@ -81,6 +98,11 @@ def main() -> None:
         limit = get_device(dev).tdp_w
         cells = [f"{w} W: {lomo_mape(sub, limit, fixed_memory_fit(w)):.1f}%" for w in grid]
         print(f"{dev}: " + ", ".join(cells))
+    print("\n2b. P_gap held fixed (h100-80gb, engine shares): held-out MAPE, and P_compute / P_memory on all rows")
+    sub = [r for r in diff + llm if r.device == "h100-80gb"]
+    for gap in (128, 142, 146, 172, 191):
+        c = fixed_gap_fit(gap)(sub, 700.0)
+        print(f"P_gap {gap} W: {lomo_mape(sub, 700.0, fixed_gap_fit(gap)):.1f}%, {c[1]:.0f} / {c[2]:.0f} W")
 
     print("\n3. Llama-3.1-8B bf16, h100-80gb, vllm-overlapped: predicted power (W) before / now vs issue 24's figures")
     from bench_llm_serving import LLAMA31_8B, PUBLIC_LLAMA31_8B_H100, PUBLIC_SHAPES

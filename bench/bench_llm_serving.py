@@ -26,9 +26,12 @@ profile with its own prefill scheduling (`vllm-overlapped`: chunked, vLLM's defa
 ran vLLM 0.5.4 without chunked prefill, so the tables cost every profile without it). `--attention-fit`: the same
 with paged decode attention at `predictor.serving_fit.fit_decode_attention`'s fit (an experiment, not adopted).
 Power: measured per GPU = energy per request x output tokens/s / output tokens / GPUs, against the predicted
-`avg_power_w`. The rows' energy per token is power x (average batch / output tokens/s); that time per token is
-longer than their TPOT on many rows (the last column: its median ratio to TPOT), which the engine model, whose
-energy per token is power x TPOT / batch, does not reproduce. Prints one line per row with --rows, then MAPE per
+`avg_power_w`. The rows' energy per token is power x (average batch / output tokens/s) over the steady state; that
+time per token is longer than their avg_tpot_s on many rows (the last column: its median ratio to TPOT), as their
+TPOT is a mean over every engine iteration including the drain after the steady state
+(`bench/bench_mlenergy_window.py`), while the engine model's energy per token is that of its steady state
+(`serving_engine.steady_state_energy`: decode and prefill steps each at its own power, over the tokens output) and its
+TPOT is fitted on avg_tpot_s. Prints one line per row with --rows, then MAPE per
 group (dense 8-32B, all dense, MoE), task and GPU.
 """
 

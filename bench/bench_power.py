@@ -3,8 +3,10 @@
     PYTHONPATH=. python bench/bench_power.py [--skip-models]
 
 Prints (no GPU needed; docs/power-and-memory.md quotes the tables):
-1. the leave-one-model-out energy MAPE per GPU with the vLLM rows' shares from the roofline proxy (the fit before)
-   and from the serving engine (`predictor.power_fit.engine_shares`, the fit now), with the fitted watts;
+1. the leave-one-model-out energy MAPE per GPU with the vLLM rows' shares from the serving engine over the rows'
+   avg_tpot_s (the fit before `predictor.power_fit.STEP_TIME`), the roofline proxy (the fit before the engine) and
+   the serving engine (`predictor.power_fit.engine_shares`, the fit now), both over the steady-state step time,
+   with the fitted watts;
 2. how well the rows pin P_memory: the held-out MAPE with P_memory held at each value of a grid (P_gap and
    P_compute refitted on the other models), engine shares; then (2b) with P_gap held at values our H100 models
    measure at the launch floor (table 4), P_compute and P_memory refitted;
@@ -85,10 +87,14 @@ def main() -> None:
     ap.add_argument("--skip-models", action="store_true", help="leave out table 4 (it imports every model: slow)")
     args = ap.parse_args()
     docs = {}
-    print("1. leave-one-model-out energy MAPE (ML.ENERGY rows), vLLM shares: roofline proxy (before) / engine (now)")
-    for shares in ("roofline", "engine"):
+    print("1. leave-one-model-out energy MAPE (ML.ENERGY rows) by how the vLLM rows get their shares")
+    # the engine's shares over the rows' avg_tpot_s (the fit of 2026-11-26 before the step time became the steady
+    # state's avg_batch_size / output_tokens_per_s), for comparison; then the fits the tables below use
+    for shares, step in (("engine", "tpot"), ("roofline", pf.STEP_TIME), ("engine", pf.STEP_TIME)):
+        default, pf.STEP_TIME = pf.STEP_TIME, step
         docs[shares], table = pf.run(pf.DATA, shares=shares)
-        print(f"shares: {shares}\n{table}")
+        pf.STEP_TIME = default
+        print(f"shares: {shares}, over the rows' {step} step time\n{table}")
 
     print("\n2. held-out MAPE with P_memory held fixed (engine shares; P_gap, P_compute refitted per held-out model)")
     diff = pf.diffusion_rows(pf.DATA / "mlenergy-diffusion-v2.jsonl")

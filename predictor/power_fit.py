@@ -24,7 +24,8 @@ row-level proxy, stated here and in the doc):
   (`predictor.serving_engine`) costs one decode step at the row's running batch (rounded), tensor parallel degree
   and mean live context (prompt `serving_fit.PROMPT_TOKENS[task]` + half the output) and the prefills interleaved
   per step (batch / output tokens prompts, as `serving_engine.serve`), with no host time; its compute-bound and
-  memory-bound kernel time (decode + prefill share) over the row's measured time per output token are s_compute
+  memory-bound kernel time (decode + prefill share) over the row's steady-state time per decode step
+  (`step_time_s`: avg_batch_size / output_tokens_per_s, the window its energy was counted over) are s_compute
   and s_memory (scaled down together when they add up to more than 1: the engine predicts more GPU time than was
   measured). The rest (host scheduling, sampling, all-reduces, launch floors) is gap.
 - LLM decode, other rows (vision-language models, pipeline parallel: the roofline proxy) -> memory-bound below
@@ -34,8 +35,8 @@ row-level proxy, stated here and in the doc):
   rows give no prompt lengths), divided over the GPUs (tensor x pipeline parallel), at the kernel model's fp16
   GEMM memory efficiency: t_m = bytes / (bandwidth x e_memory); the FLOPs are 2 x active parameters x
   avg_batch_size / GPUs: t_c = FLOPs / (fp16 peak x e_compute). The larger of the two is the step's busy time,
-  given to memory (t_m > t_c) or compute, as a share of the measured time per output token:
-  s = min(1, max(t_m, t_c) / avg_tpot_s). The rest (host scheduling, tensor-parallel all-reduce, sampling,
+  given to memory (t_m > t_c) or compute, as a share of the steady-state time per decode step:
+  s = min(1, max(t_m, t_c) / `step_time_s`). The rest (host scheduling, tensor-parallel all-reduce, sampling,
   prefill not overlapped) is gap. Attention FLOPs and vision encoders are not counted. Architectures:
   `LLM_ARCH`.
 
@@ -199,9 +200,24 @@ def engine_shares(r: dict) -> tuple[float, float] | None:
     pre = eng.prefill_step(a, d, group, prompt, tp=tp, host=none)
     c = step.compute_s + stalls / group * pre.compute_s
     m = step.memory_s + stalls / group * pre.memory_s
-    tpot = r["avg_tpot_s"]
+    tpot = step_time_s(r)
     k = min(1.0, tpot / (c + m)) if c + m > 0 else 1.0  # the engine's GPU time longer than measured: scale down
     return c * k / tpot, m * k / tpot
+
+
+#: The time per decode step the vLLM rows' shares are taken of: "throughput" (the steady-state time per output token
+#: of one running sequence, avg_batch_size / output_tokens_per_s: the window the rows' energy and throughput span) or
+#: "tpot" (the rows' avg_tpot_s, a mean over all engine iterations including the drain after the steady state: the
+#: fit before 2026-11-26). docs/llm-serving.md, "What the rows' TPOT and energy span".
+STEP_TIME = "throughput"
+
+
+def step_time_s(r: dict, how: str | None = None) -> float:
+    """Seconds per decode step of one vLLM row (`STEP_TIME` unless `how` says): steady-state avg_batch_size /
+    output_tokens_per_s, or the row's avg_tpot_s."""
+    if (how or STEP_TIME) == "tpot":
+        return float(r["avg_tpot_s"])
+    return float(r["avg_batch_size"]) / float(r["output_tokens_per_s"])
 
 
 #: How the vLLM rows get their shares: "engine" (`engine_shares` where the engine builds the model, the roofline
@@ -231,7 +247,7 @@ def llm_rows(path: Path, prompt_tokens: int = PROMPT_TOKENS, shares: str = SHARE
         kv_bytes = batch * context * 2 * layers * kv_heads * head_dim * 2  # K and V, float16
         t_m = (2.0 * total_b * 1e9 + kv_bytes) / n / (d.bandwidth * e.e_memory)
         t_c = 2.0 * active_b * 1e9 * batch / n / (d.peak_flops["fp16"] * e.e_compute)
-        s = min(1.0, max(t_m, t_c) / r["avg_tpot_s"])
+        s = min(1.0, max(t_m, t_c) / step_time_s(r))
         s_c, s_m = (s, 0.0) if t_c >= t_m else (0.0, s)
         out.append(Row(dev, r["model"], "llm", s_c, s_m, power, f"batch {batch:.0f}"))
     return out
@@ -334,6 +350,7 @@ def run(data: Path, prompt_tokens: int = PROMPT_TOKENS, shares: str = SHARES) ->
         "created_by": "python -m predictor.power_fit",
         "prompt_tokens_assumed": prompt_tokens,
         "llm_shares": shares,
+        "llm_step_time": STEP_TIME,
         "data": "data/public-models/mlenergy-diffusion-v2.jsonl, mlenergy-llm-v2.jsonl (ML.ENERGY Leaderboard v2, "
         "github.com/ml-energy/leaderboard-v2 @ c3af7f31e2, Apache-2.0)",
         "evaluation": evaluation,
@@ -343,6 +360,7 @@ def run(data: Path, prompt_tokens: int = PROMPT_TOKENS, shares: str = SHARES) ->
 
 
 def main(argv: list[str] | None = None) -> int:
+    global STEP_TIME
     ap = argparse.ArgumentParser(description="Fit the power model on ML.ENERGY measurements.")
     ap.add_argument("--data", default=str(DATA), help="folder with the mlenergy-*.jsonl files")
     ap.add_argument("--out", default=str(PARAMS_PATH), help="parameter file to write")
@@ -355,7 +373,15 @@ def main(argv: list[str] | None = None) -> int:
         default=SHARES,
         help="how the vLLM rows get their busy shares (default: engine; roofline: the earlier proxy on every row)",
     )
+    ap.add_argument(
+        "--step-time",
+        choices=("throughput", "tpot"),
+        default="throughput",
+        help="the vLLM rows' time per decode step the shares are taken of (default: throughput, the steady state "
+        "avg_batch_size / output_tokens_per_s; tpot: the rows' avg_tpot_s, the fit before 2026-11-26)",
+    )
     args = ap.parse_args(argv)
+    STEP_TIME = args.step_time
     data = Path(args.data)
     if args.sensitivity:
         print("| prompt tokens assumed | " + " | ".join(GPUS_FITTED) + " |")

@@ -162,10 +162,11 @@ def test_power_fit_recovers_the_watts_rows_were_made_from():
 
 
 def test_engine_shares_are_the_engine_gpu_time_over_the_measured_time():
-    # A vLLM row's shares are the serving engine's compute- and memory-bound kernel time per output token over the
-    # row's measured time per output token: doubling the measured time halves both; a measured time shorter than
-    # the engine's GPU time scales them down together to a sum of exactly 1 (no gap left).
-    from predictor.power_fit import engine_shares
+    # A vLLM row's shares are the serving engine's compute- and memory-bound kernel time per decode step over the
+    # row's steady-state time per decode step, avg_batch_size / output_tokens_per_s (64 / 1280 tok/s = 50 ms): halving
+    # the throughput halves both; the row's avg_tpot_s (a mean over all iterations, drain included) is not read; a
+    # measured time shorter than the engine's GPU time scales them down together to a sum of exactly 1 (no gap left).
+    from predictor.power_fit import engine_shares, step_time_s
 
     row = {
         "model": "mistralai/Mistral-7B-Instruct-v0.3",
@@ -174,12 +175,15 @@ def test_engine_shares_are_the_engine_gpu_time_over_the_measured_time():
         "avg_batch_size": 64.0,
         "avg_output_len": 256.0,
         "task": "lm-arena-chat",
-        "avg_tpot_s": 0.05,
+        "avg_tpot_s": 0.04,
+        "output_tokens_per_s": 1280.0,
     }
+    assert step_time_s(row) == pytest.approx(0.05) and step_time_s(row, "tpot") == 0.04
     c1, m1 = engine_shares(row)
-    c2, m2 = engine_shares(row | {"avg_tpot_s": 0.10})
+    c2, m2 = engine_shares(row | {"output_tokens_per_s": 640.0})
     assert 0 < c1 + m1 < 1 and m1 > c1  # decode at batch 64 on an H100: memory-bound (ridge ~300 tokens)
     assert (c2, m2) == pytest.approx((c1 / 2, m1 / 2), rel=1e-12)
-    c3, m3 = engine_shares(row | {"avg_tpot_s": 1e-6})
+    assert engine_shares(row | {"avg_tpot_s": 0.08}) == (c1, m1)
+    c3, m3 = engine_shares(row | {"output_tokens_per_s": 64e6})  # 1 us per step
     assert c3 + m3 == pytest.approx(1.0, rel=1e-12) and c3 / m3 == pytest.approx(c1 / m1, rel=1e-9)
     assert engine_shares(row | {"model": "not/a-model"}) is None

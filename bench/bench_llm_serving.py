@@ -26,15 +26,19 @@ profile with its own prefill scheduling (`vllm-overlapped`: chunked, vLLM's defa
 ran vLLM 0.5.4 without chunked prefill, so the tables cost every profile without it). `--attention-fit`: the same
 with paged decode attention at `predictor.serving_fit.fit_decode_attention`'s fit (an experiment, not adopted).
 Power: measured per GPU = energy per request x output tokens/s / output tokens / GPUs, against the predicted
-`avg_power_w`. The rows' energy per token is power x (average batch / output tokens/s); that time per token is
-longer than their TPOT on many rows (the last column: its median ratio to TPOT), which the engine model, whose
-energy per token is power x TPOT / batch, does not reproduce. Prints one line per row with --rows, then MAPE per
+`avg_power_w`. The rows' energy per token is power x (average batch / output tokens/s) over the steady state; that
+time per token is longer than their avg_tpot_s on many rows (the last column: its median ratio to TPOT), as their
+TPOT is a mean over every engine iteration including the drain after the steady state
+(`bench/bench_mlenergy_window.py`), while the engine model's energy per token is that of its steady state
+(`serving_engine.steady_state_energy`: decode and prefill steps each at its own power, over the tokens output) and its
+TPOT is fitted on avg_tpot_s. Prints one line per row with --rows, then MAPE per
 group (dense 8-32B, all dense, MoE), task and GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -143,6 +147,13 @@ def main() -> None:
         action="store_true",
         help="vllm-0.5.4: each model's host figures fitted on the other models' rows of its GPU (held out)",
     )
+    ap.add_argument(
+        "--host-fit-on",
+        choices=("tpot", "throughput"),
+        default="tpot",
+        help="with --lomo: fit the held-out host figures on the rows' avg_tpot_s (as predictor.serving_fit does) or "
+        "on their steady-state time per output token, avg_batch_size / output_tokens_per_s (an experiment)",
+    )
     args = ap.parse_args()
     if args.attention_fit:
         from predictor import serving_fit as sf
@@ -155,12 +166,33 @@ def main() -> None:
         run(args)
 
 
+def steady_ms(row) -> float:
+    """A `serving_fit.Row`'s steady-state time per output token of one sequence, avg_batch_size / output_tokens_per_s
+    (ms), looked up in the data file by (model, GPU, task, tensor parallel, rounded batch)."""
+    return _STEADY[row.model, row.device, row.task, row.tp, row.batch]
+
+
+def _steady_table() -> dict:
+    out = {}
+    for line in DATA.read_text().splitlines():
+        r = json.loads(line) if line.strip() else None
+        if r and r["runtime"].startswith("vLLM") and r["gpu"] in GPUS:
+            key = (r["model"], GPUS[r["gpu"]], r["task"].split("/")[-1], r["parallelization"]["tp"])
+            out[(*key, max(1, round(r["avg_batch_size"])))] = r["avg_batch_size"] / r["output_tokens_per_s"] * 1e3
+    return out
+
+
+_STEADY = _steady_table()
+
+
 def run(args) -> None:
     """The tables of `main` (ML.ENERGY rows per engine profile, then the public Llama-3.1-8B figures)."""
     profiles = [eng.engine_profile(n) for n in args.engine_profile or ("vllm-0.5.4", "vllm-overlapped")]
     held = {}
     if args.lomo and not args.no_host:
         fit_rows = [r for r in load_rows() if not r.moe]
+        if args.host_fit_on == "throughput":
+            fit_rows = [dataclasses.replace(r, tpot_ms=steady_ms(r)) for r in fit_rows]
         for dev, model in {(r.device, r.model) for r in load_rows()}:
             c = fit([r for r in fit_rows if r.device == dev and r.model != model])
             held[dev, model] = eng.HostParams(*map(float, c), "leave-one-model-out", profile="vllm-0.5.4")
@@ -169,7 +201,7 @@ def run(args) -> None:
         if args.no_host:
             how = "none"
         elif args.lomo and prof.name == "vllm-0.5.4":
-            how = "held out per model"
+            how = f"held out per model, fitted on {args.host_fit_on}"
         else:
             how = f"engine profile {prof.name} ({'fitted' if prof.fitted else 'not fitted'})"
 
@@ -211,7 +243,7 @@ def table(rows: list[dict], args, host_of, how: str) -> None:
         meas_w = r["energy_per_request_j"] * r["output_tokens_per_s"] / r["avg_output_len"] / r["num_gpus"]
         row = (r["model"], dev, tp, batch, params, group, meas_tpot, s.tpot_ms, meas_e, s.energy_per_token_j, task)
         cycle = r["avg_batch_size"] / r["output_tokens_per_s"] * 1e3  # ms per token of one sequence, from throughput
-        row += (meas_w, s.avg_power_w, cycle / meas_tpot)
+        row += (meas_w, s.avg_power_w, cycle / meas_tpot, cycle)
         out.append(row)
         if args.rows:
             print(
@@ -228,7 +260,10 @@ def table(rows: list[dict], args, host_of, how: str) -> None:
     prompts = args.prompt or f"chat {args.prompt_chat}, code {args.prompt_code}"
     print(f"\nprompt tokens: {prompts}; host time: {how}; MAPE %, median predicted/measured")
     head = f"{'group':22} {'task':5} {'gpu':10} {'rows':>4} {'TPOT MAPE':>9} {'ratio':>6}"
-    print(head + f" {'J/tok MAPE':>10} {'ratio':>6} {'power MAPE':>10} {'ratio':>6} {'B/tput:TPOT':>11}")
+    print(
+        head + f" {'J/tok MAPE':>10} {'ratio':>6} {'power MAPE':>10} {'ratio':>6} {'B/tput:TPOT':>11} "
+        f"{'TPOT vs B/tput':>14} {'ratio':>6}"
+    )
     for dev in sorted({x[1] for x in out}):
         for group in ("dense-8-32b", "dense (all)", "moe"):
             for task in ("all", "chat", "code"):
@@ -244,9 +279,10 @@ def table(rows: list[dict], args, host_of, how: str) -> None:
                 t, tr = mape(sel, 6, 7)
                 e, er = mape(sel, 8, 9)
                 w, wr = mape(sel, 11, 12)
+                c, cr = mape(sel, 14, 7)
                 print(
                     f"{group:22} {task:5} {dev:10} {len(sel):4d} {t:9.1f} {tr:6.2f} {e:10.1f} {er:6.2f} "
-                    f"{w:10.1f} {wr:6.2f} {np.median([x[13] for x in sel]):11.2f}"
+                    f"{w:10.1f} {wr:6.2f} {np.median([x[13] for x in sel]):11.2f} {c:14.1f} {cr:6.2f}"
                 )
 
 

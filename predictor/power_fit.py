@@ -2,6 +2,7 @@
 one model out; write `predictor/power_params.json` and print the evaluation table of docs/power-and-memory.md.
 
 Usage: python -m predictor.power_fit [--data data/public-models] [--out predictor/power_params.json]
+       [--shares engine|roofline] [--sensitivity]
 
 Rows and what each measures (data/public-models/README.md):
 - diffusion (mlenergy-diffusion-v2.jsonl, 118 rows, float16 eager diffusers pipelines): average board power
@@ -16,14 +17,26 @@ row-level proxy, stated here and in the doc):
   the model's batch sizes); s_compute = b x batch / latency (the share of the time that grows with the work),
   clipped to [0, 1]; s_memory = 0; the rest is gap (text encoder, VAE, host work and launch floors that do not
   grow with the batch). The denoiser's own memory-bound kernels (norms, elementwise) are folded into P_compute.
-- LLM decode -> memory-bound below the ridge, compute-bound above it. Per GPU and decode step: the bytes read are
+- LLM serving (every vLLM row: `engine_shares`; the decoders of `predictor.serving_fit.ARCH` and `EXTRA_ARCH`,
+  the vision-language models' vision encoders not counted; a pipeline-parallel row as one stage,
+  layers / pp): the shares the vllm runtime itself
+  gives the row, so that the fit and a prediction read the same kernel classes. The engine model
+  (`predictor.serving_engine`) costs one decode step at the row's running batch (rounded), tensor parallel degree
+  and mean live context (prompt `serving_fit.PROMPT_TOKENS[task]` + half the output) and the prefills interleaved
+  per step (batch / output tokens prompts, as `serving_engine.serve`), with no host time; its compute-bound and
+  memory-bound kernel time (decode + prefill share) over the row's steady-state time per decode step
+  (`step_time_s`: avg_batch_size / output_tokens_per_s, the window its energy was counted over) are s_compute
+  and s_memory (scaled down together when they add up to more than 1: the engine predicts more GPU time than was
+  measured). The rest (host scheduling, sampling, all-reduces, launch floors) is gap.
+- LLM decode, other rows (vision-language models, pipeline parallel: the roofline proxy) -> memory-bound below
+  the ridge, compute-bound above it. Per GPU and decode step: the bytes read are
   the weights (2 bytes x parameters) and the running requests' KV cache (avg_batch_size x context x 2 x layers x
   KV heads x head dimension x 2 bytes, context = `PROMPT_TOKENS` + half the average output: an assumption, the
   rows give no prompt lengths), divided over the GPUs (tensor x pipeline parallel), at the kernel model's fp16
   GEMM memory efficiency: t_m = bytes / (bandwidth x e_memory); the FLOPs are 2 x active parameters x
   avg_batch_size / GPUs: t_c = FLOPs / (fp16 peak x e_compute). The larger of the two is the step's busy time,
-  given to memory (t_m > t_c) or compute, as a share of the measured time per output token:
-  s = min(1, max(t_m, t_c) / avg_tpot_s). The rest (host scheduling, tensor-parallel all-reduce, sampling,
+  given to memory (t_m > t_c) or compute, as a share of the steady-state time per decode step:
+  s = min(1, max(t_m, t_c) / `step_time_s`). The rest (host scheduling, tensor-parallel all-reduce, sampling,
   prefill not overlapped) is gap. Attention FLOPs and vision encoders are not counted. Architectures:
   `LLM_ARCH`.
 
@@ -36,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,8 +153,80 @@ def diffusion_rows(path: Path) -> list[Row]:
     return out
 
 
-def llm_rows(path: Path, prompt_tokens: int = PROMPT_TOKENS) -> list[Row]:
-    """vLLM serving rows with the decode-roofline proxy of the module docstring."""
+#: Models of mlenergy-llm-v2.jsonl that `serving_fit.ARCH` lacks: Llama-3.1-405B (pipeline parallel only) and the
+#: text decoders of the vision-language models (published config.json / text_config sizes; `serving_fit.ARCH`'s
+#: columns: model type, layers, hidden, heads, KV heads, head dim, intermediate, vocabulary, tied). The vision
+#: encoders run once per request, in the prefill: not counted.
+EXTRA_ARCH = {
+    "meta-llama/Meta-Llama-3.1-405B-Instruct": ("llama", 126, 16384, 128, 8, 128, 53248, 128256, False),
+    "llava-hf/llava-1.5-7b-hf": ("llama", 32, 4096, 32, 32, 128, 11008, 32064, False),
+    "llava-hf/llava-1.5-13b-hf": ("llama", 40, 5120, 40, 40, 128, 13824, 32064, False),
+    "llava-hf/llama3-llava-next-8b-hf": ("llama", 32, 4096, 32, 8, 128, 14336, 128256, False),
+    "facebook/chameleon-7b": ("llama", 32, 4096, 32, 32, 128, 11008, 65536, False),
+    "facebook/chameleon-30b": ("llama", 48, 8192, 64, 64, 128, 22016, 65536, False),
+    "microsoft/Phi-3-vision-128k-instruct": ("phi3", 32, 3072, 32, 32, 96, 8192, 32064, False),
+}
+
+
+def engine_shares(r: dict) -> tuple[float, float] | None:
+    """(s_compute, s_memory) of one vLLM row from the serving engine's kernels (module docstring), or None when the
+    engine does not build the row's model (neither in `serving_fit.ARCH` nor in `EXTRA_ARCH`). A pipeline-parallel
+    row (pp stages of tp GPUs) is costed as one stage: layers / pp at tensor parallel tp, as each GPU runs its
+    stage's layers once per output token."""
+    import dataclasses
+
+    from . import serving_engine as eng
+    from .serving_fit import ARCH, arch_of
+    from .serving_fit import PROMPT_TOKENS as ENGINE_PROMPTS
+
+    if r["model"] in ARCH:
+        a = arch_of(r["model"])
+    elif r["model"] in EXTRA_ARCH:
+        kind, layers, hidden, heads, kv, hd, inter, vocab, tied = EXTRA_ARCH[r["model"]]
+        a = eng.Arch(layers, hidden, heads, kv, hd, inter, vocab, tied, gated=kind not in eng.NON_GATED)
+    else:
+        return None
+    pp = int(r["parallelization"]["pp"])
+    if pp > 1:
+        stage = math.ceil(a.layers / pp)
+        a = dataclasses.replace(a, layers=stage, moe_layers=stage if a.moe_layers else 0)
+    d, tp = get_device(GPUS[r["gpu"]]), int(r["parallelization"]["tp"])
+    batch, gen = max(1, round(r["avg_batch_size"])), max(2, round(r["avg_output_len"]))
+    prompt = ENGINE_PROMPTS["code" if r["task"].split("/")[-1] == "code" else "chat"]
+    none = eng.HostParams(0.0, 0.0, 0.0, "none")
+    step = eng.decode_step(a, d, batch, prompt + gen / 2, tp=tp, host=none)
+    stalls = batch / gen  # prompts prefilled per decode step, grouped as `serving_engine.serve` groups them
+    group = max(1, round(stalls))
+    pre = eng.prefill_step(a, d, group, prompt, tp=tp, host=none)
+    c = step.compute_s + stalls / group * pre.compute_s
+    m = step.memory_s + stalls / group * pre.memory_s
+    tpot = step_time_s(r)
+    k = min(1.0, tpot / (c + m)) if c + m > 0 else 1.0  # the engine's GPU time longer than measured: scale down
+    return c * k / tpot, m * k / tpot
+
+
+#: The time per decode step the vLLM rows' shares are taken of: "throughput" (the steady-state time per output token
+#: of one running sequence, avg_batch_size / output_tokens_per_s: the window the rows' energy and throughput span) or
+#: "tpot" (the rows' avg_tpot_s, a mean over all engine iterations including the drain after the steady state: the
+#: fit before 2026-11-26). docs/llm-serving.md, "What the rows' TPOT and energy span".
+STEP_TIME = "throughput"
+
+
+def step_time_s(r: dict, how: str | None = None) -> float:
+    """Seconds per decode step of one vLLM row (`STEP_TIME` unless `how` says): steady-state avg_batch_size /
+    output_tokens_per_s, or the row's avg_tpot_s."""
+    if (how or STEP_TIME) == "tpot":
+        return float(r["avg_tpot_s"])
+    return float(r["avg_batch_size"]) / float(r["output_tokens_per_s"])
+
+
+#: How the vLLM rows get their shares: "engine" (`engine_shares` where the engine builds the model, the roofline
+#: proxy elsewhere) or "roofline" (the proxy on every row: the fit before the engine existed, kept for comparison).
+SHARES = "engine"
+
+
+def llm_rows(path: Path, prompt_tokens: int = PROMPT_TOKENS, shares: str = SHARES) -> list[Row]:
+    """vLLM serving rows with the shares of the module docstring (`shares`: "engine" or "roofline")."""
     table = load_params()
     out = []
     for r in _jsonl(path):
@@ -150,14 +236,18 @@ def llm_rows(path: Path, prompt_tokens: int = PROMPT_TOKENS) -> list[Row]:
         d = get_device(dev)
         e = table.lookup(dev, "gemm", "float16")
         n = int(r["num_gpus"])
+        power = r["energy_per_request_j"] * r["output_tokens_per_s"] / r["avg_output_len"] / n
+        engine = engine_shares(r) if shares == "engine" else None
+        if engine is not None:
+            out.append(Row(dev, r["model"], "llm", *engine, power, f"batch {r['avg_batch_size']:.0f}"))
+            continue
         total_b, active_b, layers, kv_heads, head_dim = LLM_ARCH[r["model"]]
         batch = r["avg_batch_size"]
         context = prompt_tokens + r["avg_output_len"] / 2  # tokens in a request's KV cache, on average
         kv_bytes = batch * context * 2 * layers * kv_heads * head_dim * 2  # K and V, float16
         t_m = (2.0 * total_b * 1e9 + kv_bytes) / n / (d.bandwidth * e.e_memory)
         t_c = 2.0 * active_b * 1e9 * batch / n / (d.peak_flops["fp16"] * e.e_compute)
-        s = min(1.0, max(t_m, t_c) / r["avg_tpot_s"])
-        power = r["energy_per_request_j"] * r["output_tokens_per_s"] / r["avg_output_len"] / n
+        s = min(1.0, max(t_m, t_c) / step_time_s(r))
         s_c, s_m = (s, 0.0) if t_c >= t_m else (0.0, s)
         out.append(Row(dev, r["model"], "llm", s_c, s_m, power, f"batch {batch:.0f}"))
     return out
@@ -196,10 +286,10 @@ def _mape(pred: np.ndarray, meas: np.ndarray) -> float:
     return float(np.mean(np.abs(pred - meas) / meas) * 100) if len(meas) else float("nan")
 
 
-def run(data: Path, prompt_tokens: int = PROMPT_TOKENS) -> tuple[dict, str]:
+def run(data: Path, prompt_tokens: int = PROMPT_TOKENS, shares: str = SHARES) -> tuple[dict, str]:
     """Fit every GPU with data, evaluate, and return (the parameter document, the Markdown evaluation table)."""
     rows = diffusion_rows(data / "mlenergy-diffusion-v2.jsonl") + llm_rows(
-        data / "mlenergy-llm-v2.jsonl", prompt_tokens
+        data / "mlenergy-llm-v2.jsonl", prompt_tokens, shares
     )
     devices, evaluation = {}, {}
     lines = [
@@ -232,7 +322,8 @@ def run(data: Path, prompt_tokens: int = PROMPT_TOKENS) -> tuple[dict, str]:
             "ratio_p10": round(float(np.percentile(ratio, 10)), 4),
             "ratio_p90": round(float(np.percentile(ratio, 90)), 4),
             "source": f"fit: ML.ENERGY Leaderboard v2 (Apache-2.0; data/public-models), {len(sub)} rows of "
-            f"{ev['models']} models on {dev} (diffusion fp16 -> compute, vLLM decode -> memory, proxies in "
+            f"{ev['models']} models on {dev} (diffusion fp16 -> compute; vLLM rows -> the serving engine's "
+            f"compute/memory kernel shares, a roofline proxy where it does not build the model: "
             f"predictor/power_fit.py); leave-one-model-out energy MAPE {ev['mape_pct']:.1f}%; P_compute measured "
             f"on float16 tensor-core work, applied to every precision (assumed)",
         }
@@ -258,6 +349,8 @@ def run(data: Path, prompt_tokens: int = PROMPT_TOKENS) -> tuple[dict, str]:
         "schema": SCHEMA,
         "created_by": "python -m predictor.power_fit",
         "prompt_tokens_assumed": prompt_tokens,
+        "llm_shares": shares,
+        "llm_step_time": STEP_TIME,
         "data": "data/public-models/mlenergy-diffusion-v2.jsonl, mlenergy-llm-v2.jsonl (ML.ENERGY Leaderboard v2, "
         "github.com/ml-energy/leaderboard-v2 @ c3af7f31e2, Apache-2.0)",
         "evaluation": evaluation,
@@ -267,26 +360,41 @@ def run(data: Path, prompt_tokens: int = PROMPT_TOKENS) -> tuple[dict, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global STEP_TIME
     ap = argparse.ArgumentParser(description="Fit the power model on ML.ENERGY measurements.")
     ap.add_argument("--data", default=str(DATA), help="folder with the mlenergy-*.jsonl files")
     ap.add_argument("--out", default=str(PARAMS_PATH), help="parameter file to write")
     ap.add_argument(
         "--sensitivity", action="store_true", help="print the held-out MAPE for other prompt-length assumptions"
     )
+    ap.add_argument(
+        "--shares",
+        choices=("engine", "roofline"),
+        default=SHARES,
+        help="how the vLLM rows get their busy shares (default: engine; roofline: the earlier proxy on every row)",
+    )
+    ap.add_argument(
+        "--step-time",
+        choices=("throughput", "tpot"),
+        default="throughput",
+        help="the vLLM rows' time per decode step the shares are taken of (default: throughput, the steady state "
+        "avg_batch_size / output_tokens_per_s; tpot: the rows' avg_tpot_s, the fit before 2026-11-26)",
+    )
     args = ap.parse_args(argv)
+    STEP_TIME = args.step_time
     data = Path(args.data)
     if args.sensitivity:
         print("| prompt tokens assumed | " + " | ".join(GPUS_FITTED) + " |")
         print("|---|" + "---|" * len(GPUS_FITTED))
         for tokens in (0, 128, 256, 512, 1024):
-            doc, _ = run(data, tokens)
+            doc, _ = run(data, tokens, args.shares)
             print(f"| {tokens} | " + " | ".join(f"{doc['evaluation'][g]['mape_pct']:.1f}%" for g in GPUS_FITTED) + " |")
         return 0
     for name in ("mlenergy-diffusion-v2.jsonl", "mlenergy-llm-v2.jsonl"):
         if not (data / name).is_file():
             print(f"error: {data / name} not found", file=sys.stderr)
             return 2
-    doc, table = run(data)
+    doc, table = run(data, shares=args.shares)
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     print(table)
     print(f"wrote {args.out}")

@@ -622,6 +622,16 @@ def step_energy_j(step: StepTime, power) -> tuple[float, float]:
     return w * step.total_s, w
 
 
+def steady_state_energy(steps: Sequence[tuple[StepTime, float]], tokens: float, power) -> tuple[float, float, float]:
+    """(energy per output token J, average power W, period s) of one steady-state period of continuous batching on
+    one GPU, as a serving benchmark measures it (the energy counter over the period / the tokens it output): `steps`
+    are (step, how many of it the period runs), each step at its own power (`step_energy_j`: decode steps at their
+    busy shares, prefill or mixed steps at theirs); `tokens` is the output tokens the period yields."""
+    period = sum(n * st.total_s for st, n in steps)
+    energy = sum(n * step_energy_j(st, power)[0] for st, n in steps)
+    return energy / tokens, (energy / period if period > 0 else 0.0), period
+
+
 def captured_batch(seqs: int) -> int | None:
     """The CUDA-graph batch a decode of `seqs` sequences is padded to; None above the largest (eager)."""
     for b in CAPTURED_BATCHES:
@@ -1140,7 +1150,9 @@ class Served:
     prompts per step (steady-state continuous batching without chunked prefill: every finished sequence is replaced
     by a new one whose prefill pauses the decodes; several new prompts are prefilled in one step); ttft_ms = one
     prompt's prefill in its own step (no queueing).
-    energy_per_token_j = (decode step energy + the interleaved prefills' energy) / batch, on one GPU.
+    energy_per_token_j = (decode step energy + the interleaved prefills' energy) / batch, on one GPU: the energy of a
+    steady-state period over the tokens it outputs (`steady_state_energy`), each step at its own power; avg_power_w =
+    that energy / the period (tpot_ms).
     """
 
     decode: StepTime
@@ -1186,10 +1198,9 @@ def serve(
     batched = pre if group == 1 else prefill_step(a, device, group, prompt, **kw)
     share = stalls / group
     tpot = step.total_ms + share * batched.total_ms
-    e_step, _ = step_energy_j(step, power)
-    e_pre, _ = step_energy_j(batched, power)
-    energy = e_step + share * e_pre
-    return Served(step, pre, stalls, tpot, pre.total_ms, energy / batch, energy / (tpot / 1e3))
+    # the period of one decode step: the step (batch output tokens) and the share of a prefill step it carries
+    e_token, watts, _ = steady_state_energy([(step, 1.0), (batched, share)], batch, power)
+    return Served(step, pre, stalls, tpot, pre.total_ms, e_token, watts)
 
 
 def serve_chunked(
@@ -1234,11 +1245,12 @@ def serve_chunked(
 
     mixed = steps(group * prompt, group)
     own = mixed if group == 1 else steps(prompt, 1)
-    e_step, _ = step_energy_j(step, power)
     busy = min(1.0, share * len(mixed))
     scale = busy / (share * len(mixed))  # 1 unless prefill-bound: then every step carries a chunk
     tpot = step.total_ms + share * scale * sum(m.total_ms - step.total_ms for m in mixed)
-    energy = e_step + share * scale * sum(step_energy_j(m, power)[0] - e_step for m in mixed)
+    # the period of one step: 1 - busy of it a plain decode step, share x scale of each mixed step (batch tokens)
+    period = [(step, 1.0 - share * scale * len(mixed)), *((m, share * scale) for m in mixed)]
+    e_token, watts, _ = steady_state_energy(period, batch, power)
     ttft = sum(m.total_ms for m in own)
     return Served(
         step,
@@ -1246,8 +1258,8 @@ def serve_chunked(
         rate,
         tpot,
         ttft,
-        energy / batch,
-        energy / (tpot / 1e3),
+        e_token,
+        watts,
         batched_tokens,
         len(own),
         busy,

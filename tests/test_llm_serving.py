@@ -133,6 +133,23 @@ def test_power_model_energy_of_a_tiny_decode_step_by_hand():
     assert t.host_s == pytest.approx(1.28e-3)
 
 
+def test_steady_state_energy_per_token_of_one_prefill_and_one_decode_step_by_hand():
+    # a steady state of two steps: one decode step of 8 sequences (10 ms memory-bound + 2 ms gap) and one prefill step
+    # (20 ms compute-bound) per period; the period outputs the decode step's 8 tokens
+    dec = eng.StepTime(0.0, 10e-3, 2e-3, 0.0, 0.0, 10, 0.0, 0.0)
+    pre = eng.StepTime(20e-3, 0.0, 0.0, 0.0, 0.0, 10, 0.0, 0.0)
+    pw = PowerParams(gap_w=100.0, compute_w=700.0, memory_w=500.0, limit_w=700.0)
+    # decode: 500 W x 10 ms + 100 W x 2 ms = 5.2 J; prefill: 700 W x 20 ms = 14 J; period 12 + 20 = 32 ms, 19.2 J
+    # -> 19.2 J / 8 tokens = 2.4 J per token, 19.2 J / 32 ms = 600 W
+    e, w, t = eng.steady_state_energy([(dec, 1.0), (pre, 1.0)], 8, pw)
+    assert (e, w, t) == pytest.approx((2.4, 600.0, 0.032))
+    # the decode step's power x the period / 8 (433.3 W x 32 ms / 8 = 1.733 J) would leave out the prefill's own power
+    assert e != pytest.approx((100.0 + 400.0 * 10 / 12) * 0.032 / 8)
+    # one prefill every second decode step (share 0.5): 5.2 + 7 = 12.2 J over 12 + 10 = 22 ms -> 1.525 J, 554.5 W
+    e, w, t = eng.steady_state_energy([(dec, 1.0), (pre, 0.5)], 8, pw)
+    assert (e, w, t) == pytest.approx((1.525, 12.2 / 0.022, 0.022))
+
+
 def test_decode_gemm_flops_match_the_traced_graph(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(TINY))

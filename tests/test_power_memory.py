@@ -149,3 +149,41 @@ def test_fit_commands_reject_a_missing_data_folder(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "mlenergy-diffusion-v2.jsonl not found" in err and "mig-a100-40gb.jsonl not found" in err
     assert not (tmp_path / "p.json").exists() and not (tmp_path / "m.json").exists()
+
+
+def test_power_fit_recovers_the_watts_rows_were_made_from():
+    # Rows made exactly from P_gap 100, P_compute 600, P_memory 400 W (limit 700):
+    # P = 100 + 500 s_c + 300 s_m: (0, 0) -> 100; (1, 0) -> 600; (0, 1) -> 400; (0.5, 0.3) -> 100 + 250 + 90 = 440.
+    from predictor.power_fit import Row, fit
+
+    rows = [Row("h100-80gb", "m", "llm", c, m, w, "") for c, m, w in ((0, 0, 100), (1, 0, 600), (0, 1, 400))]
+    rows.append(Row("h100-80gb", "m2", "llm", 0.5, 0.3, 440.0, ""))
+    assert fit(rows, 700.0) == pytest.approx((100.0, 600.0, 400.0), abs=1e-6)
+
+
+def test_engine_shares_are_the_engine_gpu_time_over_the_measured_time():
+    # A vLLM row's shares are the serving engine's compute- and memory-bound kernel time per decode step over the
+    # row's steady-state time per decode step, avg_batch_size / output_tokens_per_s (64 / 1280 tok/s = 50 ms): halving
+    # the throughput halves both; the row's avg_tpot_s (a mean over all iterations, drain included) is not read; a
+    # measured time shorter than the engine's GPU time scales them down together to a sum of exactly 1 (no gap left).
+    from predictor.power_fit import engine_shares, step_time_s
+
+    row = {
+        "model": "mistralai/Mistral-7B-Instruct-v0.3",
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "parallelization": {"tp": 1, "pp": 1},
+        "avg_batch_size": 64.0,
+        "avg_output_len": 256.0,
+        "task": "lm-arena-chat",
+        "avg_tpot_s": 0.04,
+        "output_tokens_per_s": 1280.0,
+    }
+    assert step_time_s(row) == pytest.approx(0.05) and step_time_s(row, "tpot") == 0.04
+    c1, m1 = engine_shares(row)
+    c2, m2 = engine_shares(row | {"output_tokens_per_s": 640.0})
+    assert 0 < c1 + m1 < 1 and m1 > c1  # decode at batch 64 on an H100: memory-bound (ridge ~300 tokens)
+    assert (c2, m2) == pytest.approx((c1 / 2, m1 / 2), rel=1e-12)
+    assert engine_shares(row | {"avg_tpot_s": 0.08}) == (c1, m1)
+    c3, m3 = engine_shares(row | {"output_tokens_per_s": 64e6})  # 1 us per step
+    assert c3 + m3 == pytest.approx(1.0, rel=1e-12) and c3 / m3 == pytest.approx(c1 / m1, rel=1e-9)
+    assert engine_shares(row | {"model": "not/a-model"}) is None

@@ -19,6 +19,7 @@ from passes.graph import (
     with_autocast,
     with_compute_dtype,
     with_float_dtype,
+    with_library_calls,
     with_weight_only_folded,
 )
 from passes.tvm_ir import DataDependentShapeError, DynamicShapeError, IRError, extract, source_names
@@ -121,6 +122,8 @@ def analyze_loaded(
     except IRError as exc:
         raise AnalysisError(str(exc)) from exc
     loaded.check_graph(graph)  # every shape and window sane before any pass sizes anything from them
+    if any(loaded.op_calls.values()):  # ops eager PyTorch runs inside one library call (cuDNN's recurrent layers)
+        graph = with_library_calls(graph, source_names([op.name for op in graph.ops], loaded.op_calls))
     if loaded.framework in FOLDING_RUNTIMES:
         graph = with_weight_only_folded(graph)
     if loaded.float_dtype:

@@ -6,8 +6,9 @@ The rows are `predictor.public_train.training_rows()` (NVIDIA DeepLearningExampl
 
 - the node features X (|V|, F) float32 and the data-flow edges (2, |E|) int64,
 - the static features (names, values) and the per-op arrays of the roofline bound (`predictor.roofline.op_arrays`),
-- the kernel view as `predictor.kernel_model.kernel_arrays` holds it (kind, dtype, FLOPs, bytes, b, m, n, k per
-  kernel), so that `kernel_latency_arrays` can cost it on any device and precision at train time,
+- the kernel view as `predictor.kernel_model.kernel_arrays` holds it (kind, dtype, FLOPs, bytes, b, m, n, k and
+  whether it is launched inside a library call, per kernel), so that `kernel_latency_arrays` can cost it on any
+  device and precision at train time,
 - the bytes of the graph's inputs (the batch a timed loop may copy from the host),
 - which ops each kernel covers (CSR: `k_op_ptr` (K+1,), `k_op_idx`), to spread each kernel's modelled time over
   its nodes (the per-node kernel-model time feature).
@@ -63,6 +64,7 @@ def featurize_public(spec: str, batch: int, dtype: str) -> dict[str, np.ndarray]
         "static": np.array([a.static_features[k] for k in names], dtype=np.float64),
         **op_arrays(a.ops),
         **{f"k_{f}": getattr(ka, f) for f in ka.__dataclass_fields__},
+        "k_inside": np.zeros(len(kernels), dtype=bool) if ka.inside is None else ka.inside,
         "k_op_ptr": ptr,
         "k_op_idx": idx,
         "input_bytes": np.array(sum(v.tensor.nbytes for v in a.graph.inputs), dtype=np.int64),

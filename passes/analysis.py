@@ -168,7 +168,7 @@ class StepRepeat:
 
 def _kernel_key(k: Kernel) -> tuple:
     """What makes two kernels the same launch, wherever they are in the list (not their index or op indices)."""
-    return (k.kind, k.op, k.flops, k.bytes_read, k.bytes_written, k.dtype, repr(sorted(k.params.items())))
+    return (k.kind, k.op, k.flops, k.bytes_read, k.bytes_written, k.dtype, repr(sorted(k.params.items())), k.call)
 
 
 def _layer_block(k1: tuple[Kernel, ...], k2: tuple[Kernel, ...]) -> tuple[int, int] | None:
@@ -276,20 +276,23 @@ def _extrapolated_kernels(lists: list[tuple[Kernel, ...]], at) -> tuple[Launches
     keys = [[_kernel_key(k) for k in ks] for ks in lists]
     counts = [Counter(ks) for ks in keys]
     common = set(counts[0]) & set(counts[1]) & set(counts[2])
-    out: list[Launches] = []
+    # in the last sample's launch order: a shared kernel at its first launch, a sequence-sized one where it is (so
+    # the kernels of one library call stay one run: `predictor.kernel_model.inside_calls`)
+    at_position: dict[int, Launches] = {}
     seen: set = set()
-    for kern, key in zip(lists[2], keys[2], strict=True):
+    for pos, (kern, key) in enumerate(zip(lists[2], keys[2], strict=True)):
         if key in common and key not in seen:
             seen.add(key)
             n = at(f"launches of {kern.kind} kernel {kern.op}", tuple(c[key] for c in counts))
             if n > 0:
-                out.append(Launches(kern, n))
+                at_position[pos] = Launches(kern, n)
     varying = [
         [k for k, key in zip(ks, kk, strict=True) if key not in common] for ks, kk in zip(lists, keys, strict=True)
     ]
+    positions = [pos for pos, key in enumerate(keys[2]) if key not in common]
     if not len(varying[0]) == len(varying[1]) == len(varying[2]):
         raise ValueError("the kernels sized by the sequence differ in number between the sampled step counts")
-    for a, b, c in zip(*varying, strict=True):
+    for pos, a, b, c in zip(positions, *varying, strict=True):
         what = f"{c.kind} kernel {c.op}"
         if (a.kind, a.op, a.dtype, sorted(a.params)) != (b.kind, b.op, b.dtype, sorted(b.params)) or (
             b.kind,
@@ -313,7 +316,8 @@ def _extrapolated_kernels(lists: list[tuple[Kernel, ...]], at) -> tuple[Launches
             bytes_written=at(f"{what} bytes written", (a.bytes_written, b.bytes_written, c.bytes_written)),
             params=params,
         )
-        out.append(Launches(kern, 1))
+        at_position[pos] = Launches(kern, 1)
+    out = [at_position[p] for p in sorted(at_position)]
     return tuple(out)
 
 

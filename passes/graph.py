@@ -101,6 +101,10 @@ class OpNode:
     # weight-only op that computes (FLOPs > 0) runs on every eager call and is counted, not folded.
     folded: bool = False
     weight_only: bool = False
+    # library_call: the one library call eager PyTorch makes for the ATen op this op was decomposed from (an
+    # `aten.lstm.input` run as one `_cudnn_rnn`; an ONNX LSTM node), e.g. "aten.lstm.input:lstm_1"; None: the op is
+    # dispatched on its own (`with_library_calls`, `passes.kernels.Kernel.call`)
+    library_call: str | None = None
 
     @property
     def inputs(self) -> list[TensorInfo]:
@@ -152,6 +156,15 @@ class OpGraph:
                     seen.add((o.source, op.index))
                     out.append((o.source, op.index))
         return out
+
+
+def with_library_calls(graph: OpGraph, calls: list[str | None]) -> OpGraph:
+    """`graph` with each op's `library_call` set from `calls` (one label or None per op, in graph order; from the
+    importer's record, `passes.tvm_ir.source_names` over it)."""
+    if len(calls) != len(graph.ops):
+        raise ValueError(f"{len(calls)} library-call labels for {len(graph.ops)} ops")
+    ops = [replace(op, library_call=c or None) for op, c in zip(graph.ops, calls, strict=True)]
+    return OpGraph(ops=ops, sources=graph.sources, outputs=graph.outputs, value_producer=graph.value_producer)
 
 
 def with_weight_only_folded(graph: OpGraph) -> OpGraph:

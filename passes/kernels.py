@@ -124,6 +124,10 @@ class Kernel:
         params: kind-specific sizes (plain ints, strs, bools, lists): gemm {"b", "m", "n", "k"};
             conv {"n", "c_in", "c_out", "out_spatial", "kernel", "groups", "stride"}; attention {"b", "h",
             "h_kv", "s", "t", "d", "dv", "causal", "masked", "backend"}; others {"numel"}.
+        call: the library call it is launched inside (`OpNode.library_call` of every op it covers, e.g.
+            "aten.lstm.input:lstm_1": cuDNN's kernels of one `_cudnn_rnn`); None: dispatched by eager PyTorch on
+            its own. The time model charges one host dispatch per run of one call
+            (`predictor.kernel_model.inside_calls`).
     """
 
     index: int
@@ -135,6 +139,7 @@ class Kernel:
     bytes_written: int
     dtype: str
     params: dict = field(default_factory=dict, hash=False, compare=True)
+    call: str | None = None
 
     @property
     def bytes(self) -> int:
@@ -170,6 +175,7 @@ class Launches:
     bytes_written = property(lambda self: self.kernel.bytes_written)
     dtype = property(lambda self: self.kernel.dtype)
     params = property(lambda self: self.kernel.params)
+    call = property(lambda self: self.kernel.call)
 
 
 @dataclass(frozen=True)
@@ -1198,8 +1204,18 @@ class _View:
             return nbytes(vid, unique_elements(t.shape, strides(vid)))
 
         def emit(kind, op_name, covered, flops, read, written, dtype, params) -> int:
+            calls = {self.node[i].library_call for i in covered}
             k = Kernel(
-                len(kernels), kind, op_name, tuple(sorted(covered)), int(flops), int(read), int(written), dtype, params
+                len(kernels),
+                kind,
+                op_name,
+                tuple(sorted(covered)),
+                int(flops),
+                int(read),
+                int(written),
+                dtype,
+                params,
+                calls.pop() if len(calls) == 1 else None,
             )
             kernels.append(k)
             for i in covered:

@@ -626,14 +626,36 @@ _EP_CONVERT_OPS: frozenset[str] | None = None
 _NO_MODULE_PATH = "_empty_nn_module_stack"
 
 
+#: ATen ops eager PyTorch on CUDA runs as one library call (`_cudnn_rnn`: cuDNN launches every layer's, direction's and
+#: step's kernels itself) although torch's decomposition, which the importer converts, spells them out op by op.
+LIBRARY_CALL_OPS = frozenset({"aten.lstm.input", "aten.gru.input", "aten.rnn_tanh.input", "aten.rnn_relu.input"})
+
+
+def library_call_of(node) -> str | None:
+    """The library call an fx node was decomposed from: "<aten op>:<its node name>" (e.g. "aten.lstm.input:lstm")
+    when torch.fx's provenance (`node.meta["from_node"]`, the chain of nodes a pass made it from) reaches an op of
+    `LIBRARY_CALL_OPS`; None otherwise."""
+    stack = list((node.meta.get("from_node") if hasattr(node, "meta") else None) or ())
+    seen = 0
+    while stack and seen < 10_000:  # a provenance chain is short; the bound only guards a malformed one
+        seen += 1
+        src = stack.pop()
+        target = str(getattr(src, "target", ""))
+        if target in LIBRARY_CALL_OPS:
+            return f"{target}:{getattr(src, 'name', '')}"
+        stack.extend(getattr(src, "from_node", None) or ())
+    return None
+
+
 @contextlib.contextmanager
-def recording_fx_sources(weight_names: dict[str, str] | None = None):
+def recording_fx_sources(weight_names: dict[str, str] | None = None, calls: dict[str, str] | None = None):
     """While active, TVM's ExportedProgram importer records where each Relax value comes from: a dict (yielded)
     from the name of every variable a converter returns to the fx node's module path (`layer4.2.conv3`), found in
     order: torch.export's `nn_module_stack`; else the module of a weight the node reads (`weight_names`: fx
     placeholder name -> parameter name, `layer4.2.conv3.weight`); else the source of the node's first input that
     has one (a ReLU after a batch norm belongs to the norm's module). Values a converter emits on the way to its
-    result are not recorded: they take the source of the next recorded value (`source_names`)."""
+    result are not recorded: they take the source of the next recorded value (`source_names`). `calls`, when
+    given, is filled likewise with every returned variable's library call (`library_call_of`; "" for none)."""
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
     record: dict[str, str] = {}
@@ -672,6 +694,10 @@ def recording_fx_sources(weight_names: dict[str, str] | None = None):
         def converter(node, *args, **kwargs):
             out = fn(node, *args, **kwargs)
             try:
+                if calls is not None:
+                    call = library_call_of(node) or ""
+                    for name in names_in(out):
+                        calls.setdefault(name, call)
                 source = source_of(node)
                 for name in names_in(out) if source else ():
                     record.setdefault(name, source)

@@ -40,6 +40,13 @@ For each kernel of the kernel view (`passes.kernels.Kernel`, or any object with 
   memory bandwidth with size ("a small kernel cannot reach full bandwidth") is carried by this constant: for a
   memory-bound kernel an efficiency e(B) = e_inf B / (B + B_half) is exactly bytes / (bandwidth e_inf) +
   B_half / (bandwidth e_inf), i.e. an added constant that single-device data cannot tell from launch.
+- Kernels a library launches inside one call (`inside`: cuDNN's per-step kernels of a recurrent layer, the kernels
+  after the first of one `_cudnn_rnn` call; `passes.kernels.Kernel.call`) are issued by the library's C++ back to
+  back, with no eager dispatch of their own: such a kernel costs its execution max(compute, memory) plus
+  `DEVICE_LAUNCH_US` (the device-side gap between two kernels issued without host work in between, the figure the
+  CUDA-graph runtime uses: `serving_engine.GRAPH_GAP_US`), never the `launch` floor. The call's first kernel keeps
+  the eager rule: it carries the host's one dispatch of the call (docs/kernel-model.md, "Kernels inside one library
+  call").
 
 The roofline bound of a kernel is the same with e_c = e_m = 1 and no launch. Every efficiency is clipped to
 (0, 1] and every launch is >= 0, so the bound never exceeds the estimate, kernel by kernel.
@@ -80,6 +87,10 @@ GEMM_LIKE = ("gemm", "conv", "attention")
 BASES = ("fitted_on_this_gpu", "fitted_on_other_gpus", "calibrated", "assumed")
 #: Kernel kind -> the roofline category whose peak applies (`roofline.peak_rate`); other kinds map to themselves.
 _CATEGORY = {"gemm": "matmul", "conv": "conv", "attention": "attention"}
+#: Device-side time between two kernels issued without host work in between (a replayed CUDA graph, the kernels one
+#: library call launches back to back), microseconds. Assumed, not measured here: the launch of the next kernel's
+#: grid once the previous one retires. One figure for both runtimes (`serving_engine.GRAPH_GAP_US` is this one).
+DEVICE_LAUNCH_US = 1.0
 #: The table's pseudo-dtype of float32 gemm kernels on TF32 tensor cores (`param_dtype`).
 TF32 = "tf32"
 #: `torch.set_float32_matmul_precision`'s values -> whether float32 matmuls run on TF32 tensor cores on a GPU.
@@ -301,6 +312,8 @@ class KernelArrays:
     `kind` is the kind the parameters are looked up under (math-fallback attention becomes "gemm").
     `count`: how many times each row's kernel is launched (None: once each); a row launched c times costs c times
     its time, so a recurrence of 10**6 identical steps is one row (`passes.analysis.Launches`).
+    `inside`: True where the row's kernels are launched by a library call an earlier row's kernel dispatched
+    (`DEVICE_LAUNCH_US` instead of the launch floor; module docstring); None: every row dispatched by the host.
     """
 
     kind: np.ndarray  # (N,) str
@@ -312,6 +325,7 @@ class KernelArrays:
     n: np.ndarray
     k: np.ndarray
     count: np.ndarray | None = None  # (N,) float64 launches per row, or None for one each
+    inside: np.ndarray | None = None  # (N,) bool launched inside a library call, or None for none
 
     def __len__(self) -> int:
         return len(self.flops)
@@ -359,13 +373,27 @@ def gemm_dims(kind: str, params: dict) -> tuple[str, tuple[float, float, float, 
     return kind, dims
 
 
+def inside_calls(calls: Sequence) -> list[bool]:
+    """Which kernels of a launch sequence a library launches inside a call another kernel dispatched: a kernel whose
+    `call` (`passes.kernels.Kernel.call`, None outside any library call) is the previous kernel's. Each run of one
+    call is one host dispatch, paid by its first kernel (a layer block repeated by `LayerRepeat` repeats its calls:
+    each copy is a run of its own)."""
+    out, prev = [], None
+    for c in calls:
+        out.append(c is not None and c == prev)
+        prev = c
+    return out
+
+
 def kernel_arrays(kernels: Iterable) -> KernelArrays:
-    """Arrays of `kernels` (objects with kind, flops, bytes_read, bytes_written, dtype, params). A
-    `passes.kernels.Launches` row stands for `count` launches of its kernel; any other object for one launch, whatever
-    attributes it has (a serving engine's per-layer `count` is not a launch count)."""
-    kinds, dtypes, flops, nbytes, dims, counts = [], [], [], [], [], []
+    """Arrays of `kernels` (objects with kind, flops, bytes_read, bytes_written, dtype, params, and optionally
+    `call`, the library call it is launched in: `inside_calls`). A `passes.kernels.Launches` row stands for `count`
+    launches of its kernel; any other object for one launch, whatever attributes it has (a serving engine's
+    per-layer `count` is not a launch count)."""
+    kinds, dtypes, flops, nbytes, dims, counts, calls = [], [], [], [], [], [], []
     for kern in kernels:
         counts.append(kern.count if isinstance(kern, Launches) else 1)
+        calls.append(getattr(kern, "call", None))
         kind, d = gemm_dims(kern.kind, kern.params or {}) if kern.kind in GEMM_LIKE else (kern.kind, (0, 0, 0, 0))
         kinds.append(kind)
         dtypes.append(kern.dtype)
@@ -373,6 +401,7 @@ def kernel_arrays(kernels: Iterable) -> KernelArrays:
         nbytes.append(kern.bytes_read + kern.bytes_written)
         dims.append(d)
     dim = np.array(dims, dtype=np.float64).reshape(-1, 4)
+    inside = inside_calls(calls)
     arrays = KernelArrays(
         np.array(kinds, dtype=str),
         np.array(dtypes, dtype=str),
@@ -380,6 +409,7 @@ def kernel_arrays(kernels: Iterable) -> KernelArrays:
         np.array(nbytes, dtype=np.float64),
         *dim.T.copy(),
         None if all(c == 1 for c in counts) else np.array(counts, dtype=np.float64),
+        np.array(inside, dtype=bool) if any(inside) else None,
     )
     if (arrays.flops < 0).any() or (arrays.nbytes < 0).any():
         raise KernelParamsError("kernel FLOPs and bytes must be >= 0")
@@ -519,6 +549,11 @@ def kernel_latency_arrays(
         out["compute_s"][rows] = sub.flops / (rate * compute_efficiency(sub, p, sms)) + p.exec_us * 1e-6
         out["memory_s"][rows] = sub.nbytes / (bandwidth * p.e_memory) + p.exec_us * 1e-6
         out["launch_s"][rows] = p.launch_us * 1e-6
+    if arrays.inside is not None and arrays.inside.any():  # launched by a library call: execution + device gap
+        gap = DEVICE_LAUNCH_US * 1e-6
+        out["compute_s"][arrays.inside] += gap
+        out["memory_s"][arrays.inside] += gap
+        out["launch_s"][arrays.inside] = 0.0
     if arrays.count is not None:  # c launches of a kernel: c times each term, so every max and sum is of all c
         out = {f: v * arrays.count for f, v in out.items()}
     return KernelTimes(**out)

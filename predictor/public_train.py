@@ -235,7 +235,16 @@ def data_digest(rows: list[TrainRow], graphs_path: str | Path = GRAPHS_PATH) -> 
 # --------------------------------------------------------------------------------------------------
 
 _RAGGED = ("x", "edge_index", "static", "op_flops", "op_bytes", "op_category", "op_dtype", "op_folded")
-_KERNEL = ("k_kind", "k_dtype", "k_flops", "k_nbytes", "k_b", "k_m", "k_n", "k_k", "k_op_ptr", "k_op_idx")
+_KERNEL = ("k_kind", "k_dtype", "k_flops", "k_nbytes", "k_b", "k_m", "k_n", "k_k", "k_inside", "k_op_ptr", "k_op_idx")
+#: Kernel arrays a graph file written before they existed lacks, and their value then (kernels launched inside a
+#: library call: none, as the kernel view then had no library calls)
+_KERNEL_DEFAULTS = {"k_inside": lambda k: np.zeros(k, dtype=bool)}
+
+
+def _with_defaults(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`arrays` of one graph with every `_KERNEL_DEFAULTS` array it lacks filled in (one entry per kernel)."""
+    k = len(arrays["k_kind"])
+    return {**{n: f(k) for n, f in _KERNEL_DEFAULTS.items() if n not in arrays}, **arrays}
 
 
 def pack_graphs(graphs: dict[str, dict[str, np.ndarray]], path: str | Path) -> None:
@@ -244,6 +253,7 @@ def pack_graphs(graphs: dict[str, dict[str, np.ndarray]], path: str | Path) -> N
     Each per-graph array is concatenated along its first axis (edge_index along axis 1) with `<name>__ptr`
     offsets (G+1,); the ids, configs, static names and input bytes are kept per graph.
     """
+    graphs = {i: _with_defaults(g) for i, g in graphs.items()}
     ids = sorted(graphs)
     out: dict[str, np.ndarray] = {"ids": np.array(ids), "configs": np.array([str(graphs[i]["config"]) for i in ids])}
     names = {tuple(map(str, graphs[i]["static_names"])) for i in ids}
@@ -282,9 +292,11 @@ def unpack_graphs(path: str | Path = GRAPHS_PATH) -> dict[str, dict[str, np.ndar
             "config": np.array(str(a["configs"][g])),
         }
         for name in (*_RAGGED, *_KERNEL):
+            if f"{name}__ptr" not in a and name in _KERNEL_DEFAULTS:
+                continue  # a file from before the array existed (`_with_defaults`)
             lo, hi = a[f"{name}__ptr"][g], a[f"{name}__ptr"][g + 1]
             arrays[name] = a[name][:, lo:hi] if name == "edge_index" else a[name][lo:hi]
-        out[gid] = arrays
+        out[gid] = _with_defaults(arrays)
     return out
 
 
@@ -326,6 +338,8 @@ def load_graphs(path: str | Path = GRAPHS_PATH) -> dict[str, Graph]:
     for g, gid in enumerate(map(str, a["ids"])):
 
         def part(name: str, g: int = g) -> np.ndarray:
+            if f"{name}__ptr" not in a and name in _KERNEL_DEFAULTS:  # a file from before the array existed
+                return _KERNEL_DEFAULTS[name](int(np.diff(a["k_kind__ptr"][g : g + 2])[0]))
             lo, hi = a[f"{name}__ptr"][g], a[f"{name}__ptr"][g + 1]
             return a[name][:, lo:hi] if name == "edge_index" else a[name][lo:hi]
 
@@ -372,7 +386,11 @@ def graph_kernel_arrays(g: Graph):
     from .kernel_model import KernelArrays
 
     k = g.kernels
-    return KernelArrays(k["k_kind"], k["k_dtype"], k["k_flops"], k["k_nbytes"], k["k_b"], k["k_m"], k["k_n"], k["k_k"])
+    inside = np.asarray(k["k_inside"], dtype=bool)
+    return KernelArrays(
+        k["k_kind"], k["k_dtype"], k["k_flops"], k["k_nbytes"], k["k_b"], k["k_m"], k["k_n"], k["k_k"],
+        inside=inside if inside.any() else None,
+    )  # fmt: skip
 
 
 def node_kernel_ms(

@@ -38,14 +38,15 @@ from pathlib import Path
 import numpy as np
 
 from .devices import Device
-from .kernel_model import kernel_arrays, kernel_latency_arrays
+from .kernel_model import DEVICE_LAUNCH_US, kernel_arrays, kernel_latency_arrays
 
 # ---- published figures the engine model rests on ---------------------------------------------------------------
 
 #: Device-side gap between two kernels of a replayed CUDA graph, microseconds. Assumed (a graph's kernels are
 #: queued on the device: no host dispatch between them; the gap of a few microseconds is the launch of the next
-#: kernel's grid). Not measured here.
-GRAPH_GAP_US = 1.0
+#: kernel's grid). Not measured here. The kernel model's `DEVICE_LAUNCH_US` (also the gap between the kernels one
+#: library call launches, such as cuDNN's RNN steps): one figure.
+GRAPH_GAP_US = DEVICE_LAUNCH_US
 #: The engine profiles: the engine's host time per decode step while the GPU waits (scheduling, input preparation,
 #: sampling's host side, output processing and detokenization), each profile with its source and its default:
 #: `vllm-overlapped` (published, not fitted) and `vllm-0.5.4` (fitted per host on ML.ENERGY v2's vLLM 0.5.4 rows,

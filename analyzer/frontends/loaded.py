@@ -35,6 +35,9 @@ class LoadedModel:
     # Relax variable name -> where it comes from in the source model (a module path such as layer4.2.conv3, or
     # the source graph's node name); empty when the importer could not say
     op_sources: dict[str, str] = field(default_factory=dict)
+    # Relax variable name -> the library call eager PyTorch runs it in ("aten.lstm.input:lstm": one `_cudnn_rnn`;
+    # "" for none); `passes.graph.with_library_calls`, `passes.kernels.Kernel.call`
+    op_calls: dict[str, str] = field(default_factory=dict)
     # `mod` is the model with the first 2 of `layers` identical layers, `depth1` the same with its first layer
     # only; the analysis extrapolates the n-layer totals from both (`passes.analysis.extrapolate_layers`)
     layers: int | None = None

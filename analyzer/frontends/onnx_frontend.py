@@ -703,6 +703,32 @@ _SHAPE_OPERANDS = {
 }  # fmt: skip
 
 
+#: ONNX ops preflight costs as one library call (cuDNN's RNN, as ONNX Runtime's CUDA provider and, for the nn.LSTM /
+#: nn.GRU / nn.RNN a torch export writes them from, eager PyTorch run them): `LoadedModel.op_calls`.
+LIBRARY_CALL_NODES = frozenset({"LSTM", "GRU", "RNN"})
+
+
+def _library_calls(nodes, recorded: dict[str, int], labels: dict[int, str]) -> dict[str, str]:
+    """Relax variable -> library-call label ("" for none) of the ONNX nodes run as one library call: a recurrent node
+    (`LIBRARY_CALL_NODES`) is one call ("onnx.LSTM:<node label>"); where the exporter recorded the PyTorch module
+    it comes from (`node_module`), every node of that module is part of one call ("onnx.rnn:<module path>"): a torch
+    export writes an `nn.LSTM` of L layers as L nodes with transposes, reshapes and concats of the states between
+    them, all of which eager PyTorch runs inside its one `_cudnn_rnn` (the `nn.Module` route's one call)."""
+
+    def is_rnn(node) -> bool:
+        return node.domain in ("", "ai.onnx") and node.op_type in LIBRARY_CALL_NODES
+
+    rnn_modules = {m for n in nodes if is_rnn(n) and (m := node_module(n)) is not None}
+    out = {}
+    for var, i in recorded.items():
+        module = node_module(nodes[i]) if rnn_modules else None
+        if module is not None and module in rnn_modules:
+            out[var] = f"onnx.rnn:{module}"
+        else:
+            out[var] = f"onnx.{nodes[i].op_type}:{labels[i]}" if is_rnn(nodes[i]) else ""
+    return out
+
+
 def _fed_operands(model, graph_inputs) -> str | None:
     """'input NAME sets OPERAND of OP node NODE' for the first graph input that feeds a shape-like operand
     (`_SHAPE_OPERANDS`) directly, or None."""
@@ -958,6 +984,7 @@ def _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path: Path, 
         mod=mod,
         framework="onnx",
         op_sources={var: labels[i] for var, i in recorded.items()},
+        op_calls=_library_calls(nodes, recorded, labels),
         source_modules=modules,
         name=model_name(model.graph.name, path),
         source=str(path),

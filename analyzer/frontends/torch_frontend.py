@@ -128,7 +128,12 @@ def _import(ep, converters: dict[str, Callable]):
 
 
 def import_exported_program(
-    ep, *, n_inputs: int | None = None, sources: dict | None = None, weight_names: dict | None = None
+    ep,
+    *,
+    n_inputs: int | None = None,
+    sources: dict | None = None,
+    weight_names: dict | None = None,
+    calls: dict | None = None,
 ):
     """Relax IRModule of an ExportedProgram, plus the ATen ops that had no conversion.
 
@@ -137,7 +142,8 @@ def import_exported_program(
     If TVM's conversion of a kept op fails (e.g. its multi-layer LSTM), the program is fully decomposed to
     core ATen and imported again. `sources`, when given, is filled with each Relax variable's source (module path
     path, `tvm_ir.recording_fx_sources`); `weight_names` maps the placeholders that carry weights as inputs (a
-    meta-device module, `_ParamsAsInputs`) to their parameter names.
+    meta-device module, `_ParamsAsInputs`) to their parameter names; `calls`, when given with `sources`, is filled
+    with each Relax variable's library call (`tvm_ir.library_call_of`: the ops of one `aten.lstm.input`).
     """
     from passes import tvm_ir
 
@@ -147,7 +153,7 @@ def import_exported_program(
             for s in ep.graph_signature.input_specs
             if s.kind.name in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR") and getattr(s, "target", None)
         }
-        with tvm_ir.recording_fx_sources({**lifted, **(weight_names or {})}) as record:
+        with tvm_ir.recording_fx_sources({**lifted, **(weight_names or {})}, calls) as record:
             out = import_exported_program(ep, n_inputs=n_inputs)
         sources.update(record)
         return out
@@ -325,7 +331,10 @@ def from_module(
         users = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
         params = [n for n, _ in tensor_outputs.named_parameters()] + [n for n, _ in tensor_outputs.named_buffers()]
         weight_names = dict(zip(users[n_inputs:], params, strict=False))
-    mod, n_inputs, missing = import_exported_program(ep, n_inputs=n_inputs, sources=sources, weight_names=weight_names)
+    calls: dict[str, str] = {}
+    mod, n_inputs, missing = import_exported_program(
+        ep, n_inputs=n_inputs, sources=sources, weight_names=weight_names, calls=calls
+    )
     # module paths as the user's model names them: without _TensorOutputs' `inner.` (its own forward: top level)
     sources = {k: "(top level)" if v == "inner" else v.removeprefix("inner.") for k, v in sources.items()}
     warnings = []
@@ -346,6 +355,7 @@ def from_module(
         warnings=warnings,
         float_dtype=float_dtype,
         op_sources=sources,
+        op_calls=calls,
         symbols=_export_symbols(ep, symbol_axes) if dynamic is not None else {},
     )
 
@@ -506,6 +516,7 @@ def load_pt2(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Load
         input_names=names,
         warnings=list(plan.warnings),
         op_sources={str(k): str(v) for k, v in dict(result.meta.get("sources") or {}).items()},
+        op_calls={str(k): str(v) for k, v in dict(result.meta.get("calls") or {}).items()},
     )
 
 
@@ -523,8 +534,9 @@ def _pt2_in_child(path: str, plan=None) -> tuple[dict, bytes]:
         plan = inspect_pt2(Path(path))
     ep = build_exported_program(plan)
     sources: dict[str, str] = {}
-    mod, n_inputs, missing = import_exported_program(ep, sources=sources)
-    return {"n_inputs": n_inputs, "missing": missing, "sources": sources}, tvm_ir.dump_module(mod)
+    calls: dict[str, str] = {}
+    mod, n_inputs, missing = import_exported_program(ep, sources=sources, calls=calls)
+    return {"n_inputs": n_inputs, "missing": missing, "sources": sources, "calls": calls}, tvm_ir.dump_module(mod)
 
 
 def bind_input_shapes(mod, n_inputs: int | None, specs: dict[str, InputSpec], batch: int | None, source: str):

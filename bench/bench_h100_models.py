@@ -68,15 +68,11 @@ def _features(kind: str, params: dict, flops: float, nbytes: float) -> np.ndarra
 
 
 def _has_bias(kind: str, op: str, params: dict, flops: float) -> bool | None:
-    """A GEMM's bias epilogue: the sweep's `linear` records say it; the kernel view's GEMM counts the bias add's
-    FLOPs beside 2 b m n k."""
+    """A GEMM's bias epilogue: the sweep's `linear` records say it (`bias`), and so does the kernel view
+    (`params["bias"]` True where the bias add is fused: `passes.kernels.Kernel`); None for other kinds."""
     if kind != "gemm":
         return None
-    if "bias" in params:
-        return bool(params["bias"])
-    if op in ("bmm", "mm"):
-        return False
-    return flops > 2 * params.get("b", 1) * params["m"] * params["n"] * params["k"]
+    return bool(params.get("bias"))
 
 
 class Sweep:

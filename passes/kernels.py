@@ -121,7 +121,8 @@ class Kernel:
         bytes_read: bytes read from device memory.
         bytes_written: bytes written.
         dtype: compute dtype ("float32", "float16", ...).
-        params: kind-specific sizes (plain ints, strs, bools, lists): gemm {"b", "m", "n", "k"};
+        params: kind-specific sizes (plain ints, strs, bools, lists): gemm {"b", "m", "n", "k"}, and "bias": True
+            where the bias add is fused into the GEMM (`aten::addmm`: cuBLASLt's bias epilogue);
             conv {"n", "c_in", "c_out", "out_spatial", "kernel", "groups", "stride"}; attention {"b", "h",
             "h_kv", "s", "t", "d", "dv", "causal", "masked", "backend"}; others {"numel"}.
         call: the library call it is launched inside (`OpNode.library_call` of every op it covers, e.g.
@@ -1854,7 +1855,10 @@ class _View:
         dtype = op.output.dtype if op.outputs else "float32"
         if kind in ("gemm", "conv") and op.operands:
             dtype = op.operands[0].tensor.dtype
-        emit(kind, op.op, covered, flops, read, written, dtype, self.params(op, kind))
+        params = self.params(op, kind)
+        if kind == "gemm" and any(self.node[c].op == "relax.add" for c in bias):
+            params["bias"] = True  # torch's linear: addmm, the bias add in cuBLASLt's epilogue
+        emit(kind, op.op, covered, flops, read, written, dtype, params)
 
     def params(self, op: OpNode, kind: str) -> dict:
         if kind == "gemm" and op.callee == GROUPED_MATMUL and len(op.operands) >= 2:

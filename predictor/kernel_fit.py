@@ -17,6 +17,11 @@ Three data shapes are read:
   cuDNN-TF32-off convolutions left out, channels_last and `SWEEP_EVAL_ONLY` evaluated only). Its eager per-call
   times give launch floors (`sweep_launch`), measured but not used (`SWEEP_LAUNCH`).
 
+A group may join host-timed calls and kernel durations only for gemm (`FREE_JOINT`: the hopper float32 GEMMs of
+NeuSight and the sweep): the durations pin `exec_us`, the calls' surplus is the launch, and `e_bias` (a GEMM with a
+fused bias add, params `bias`) is fitted beside (`joint_gemm_summary` evaluates it, sources and shape families held
+out).
+
 Fit: per (device family, kind, dtype) group, least squares on log(predicted / measured) latency
 (`scipy.optimize.least_squares`, bounded, a few deterministic starts). Free parameters: gemm / conv
 `e_compute, launch_us, k0, tile_i0`; attention `e_compute, launch_us, k0`; memory-bound kinds `e_memory,
@@ -92,15 +97,20 @@ LAUNCH_FROM_ELEMENTWISE = ("norm", "softmax")  # kinds whose launch is the eleme
 BOUNDS = {"e_compute": (0.01, 1.0), "e_memory": (0.01, 1.0), "launch_us": (0.0, 1000.0), "k0": (0.0, 8192.0)}
 BOUNDS["tile_i0"] = (0.0, 1000.0)
 BOUNDS["exec_us"] = (0.0, 100.0)
+BOUNDS["e_bias"] = (0.2, 1.0)
 #: Free parameters of a group of kernel durations (no launch in the data: `exec_us` instead, the launch kept).
 FREE_DURATIONS = {"gemm": ("e_compute", "e_memory", "k0", "tile_i0", "exec_us")}
 FREE_DURATIONS["attention"] = ("e_compute", "e_memory", "k0", "exec_us")
-#: Sweep records evaluated but not fitted, by (kind, dtype) ("*": any): float32 GEMMs on CUDA cores keep the
-#: NeuSight host-timed fit (a group cannot mix host-timed calls and kernel durations, and that fit has the larger
-#: data); "other" (RNNs, embeddings, interpolation...) is too mixed a kind for one entry (it stays as elementwise).
+#: Free parameters of a group joining host-timed calls (NeuSight: launch included) and kernel durations (the sweep:
+#: none): both the launch and `exec_us` (`fit_with`), and the bias epilogue's `e_bias` (the sweep has GEMMs with
+#: and without a fused bias).
+FREE_JOINT = {"gemm": ("e_compute", "launch_us", "k0", "tile_i0", "exec_us", "e_bias")}
+#: Sweep records evaluated but not fitted, by (kind, dtype) ("*": any): "other" (RNNs, embeddings,
+#: interpolation...) is too mixed a kind for one entry (it stays as elementwise). Float32 GEMMs on CUDA cores are
+#: fitted jointly on NeuSight's host-timed calls and the sweep's kernel durations (`fit_with`, `FREE_JOINT`).
 #: channels_last records of every kind are evaluated, not fitted: the entries hold eager PyTorch's default
 #: (contiguous, NCHW) kernels, and the model has no memory-format switch yet.
-SWEEP_EVAL_ONLY = (("gemm", "float32"), ("other", "*"))
+SWEEP_EVAL_ONLY = (("other", "*"),)
 HOST_BOUND = 2.0  # a sweep record whose eager per-call time exceeds this x its graph-timed time is host-bound
 #: Whether sweep-fitted entries take their launch from the sweep's eager floors (`sweep_launch`). False: they keep
 #: the host-timed fits' launch (`launch_of`), as Vidur's do. The sweep's eager floors (8-28 us by kind on the H100)
@@ -223,8 +233,9 @@ def _neusight_row(row: dict, split: str) -> MeasuredKernel:
         rows = b * m
         flops = 2 * rows * n * red + rows * n  # the bias add counted as 1 FLOP per output element
         read, written = 4 * (rows * red + red * n + n), 4 * rows * n
-        return MeasuredKernel("gemm", "linear", "float32", flops, read, written, dict(b=1, m=rows, n=n, k=red),
-                              latency, device, "NeuSight", split)  # fmt: skip
+        return MeasuredKernel("gemm", "linear", "float32", flops, read, written,
+                              dict(b=1, m=rows, n=n, k=red, bias=True), latency, device, "NeuSight",
+                              split)  # fmt: skip
     if op not in _NEUSIGHT_VEC:
         raise KernelParamsError(f"unknown NeuSight operator {op!r}")
     kind, name, inputs, per = _NEUSIGHT_VEC[op]
@@ -571,14 +582,26 @@ class Group:
         return self.arrays.flops if self.kind in GEMM_LIKE else self.arrays.nbytes
 
     @property
+    def mixed(self) -> bool:
+        """True when the group joins host-timed calls (launch in the time) and kernel durations (none)."""
+        return self.with_launch is not None and bool(self.with_launch.any()) and not self.with_launch.all()
+
+    @property
     def timed_with_launch(self) -> bool:
-        """True when every row's time includes the launch (host-timed calls), False when none does (profiler
-        kernel durations); a group mixing the two is refused."""
+        """True when some row's time includes the launch (host-timed calls: the data measures a launch), False when
+        none does (profiler kernel durations). A mixed group (`mixed`) is fitted jointly only where `FREE_JOINT`
+        names its kind; otherwise it is refused."""
         if self.with_launch is None or self.with_launch.all():
             return True
         if not self.with_launch.any():
             return False
+        if self.kind in FREE_JOINT:
+            return True
         raise KernelParamsError(f"{self.kind} {self.dtype}: a fit group mixes host-timed calls and kernel durations")
+
+    def host_timed(self) -> Group:
+        """The rows whose time includes the launch."""
+        return self if self.with_launch is None else self.subset(np.flatnonzero(self.with_launch))
 
     def predict(self, p: KernelParams) -> np.ndarray:
         """Predicted time per row (seconds): the kernel's execution, plus the launch where the row's time has it."""
@@ -612,7 +635,8 @@ def fit_entry(group: Group, base: KernelParams, names: Sequence[str] | None = No
 
     starts = []
     for k0 in (1.0, 64.0, 512.0) if "k0" in names else (0.0,):
-        start = {"e_compute": 0.7, "e_memory": 0.8, "launch_us": 10.0, "k0": k0, "tile_i0": 16.0, "exec_us": 4.0}
+        start = {"e_compute": 0.7, "e_memory": 0.8, "launch_us": 10.0, "k0": k0, "tile_i0": 16.0, "exec_us": 4.0,
+                 "e_bias": 0.9}  # fmt: skip
         starts.append(np.clip([start[n] for n in names], lo + 1e-9, hi - 1e-9))
     best = None
     for x0 in starts:
@@ -654,6 +678,11 @@ def fit_with(group: Group, elementwise: KernelParams | None, launch_us: float | 
         sub = group.subset(keep) if len(keep) >= MIN_FIT else group
         return fit_entry(sub, replace(FALLBACK_MEMORY, launch_us=launch), ("e_memory", "exec_us"))
     e_memory = (elementwise or FALLBACK_MEMORY).e_memory
+    if group.mixed:
+        # host-timed calls (time = execution + exec + launch) and kernel durations (execution + exec) together:
+        # the durations pin exec_us (the small kernels' fixed device time), the calls' surplus over them is the
+        # launch (host dispatch); e_bias from the GEMMs measured with and without a fused bias
+        return fit_entry(group, replace(FALLBACK_GEMM, e_memory=e_memory), FREE_JOINT[group.kind])
     if group.kind in ("gemm", "conv"):
         return fit_entry(group, replace(FALLBACK_GEMM, e_memory=e_memory))
     if group.kind == "attention":
@@ -711,15 +740,24 @@ def fit_groups(records: Sequence[MeasuredKernel]) -> dict[tuple[str, str, str], 
     host: dict[tuple[str, str, str], KernelParams] = {}  # the host-timed fits (their launch is measured)
     for key in sorted(groups, key=lambda k: (not groups[k].timed_with_launch, k[1] in GEMM_LIKE, k)):
         if groups[key].timed_with_launch:
-            elem = next((fitted[(f, "elementwise", "float32")] for f in (key[0], *FAMILIES)
-                         if (f, "elementwise", "float32") in fitted), None)  # fmt: skip
+            elem = elementwise_of(fitted, key[0])
             fitted[key] = fit_with(groups[key], elem)
-            host[key] = fitted[key]
+            # the launch other entries take (`launch_of`) stays the host-timed calls' own fit, launch and all
+            host[key] = fit_with(groups[key].host_timed(), elem) if groups[key].mixed else fitted[key]
         else:
             sweep = any(r.source.startswith("sweep:") for r in groups[key].records)
             launch = launches.get(key[:2]) if sweep and SWEEP_LAUNCH else None
             fitted[key] = fit_with(groups[key], None, launch_of(host, *key[:2]) if launch is None else launch)
     return fitted
+
+
+def elementwise_of(fitted: dict[tuple[str, str, str], KernelParams], fam: str) -> KernelParams | None:
+    """The host-timed float32 elementwise fit a host-timed gemm-like fit of `fam` takes its e_memory from: the
+    family's, else another's (fits of kernel durations, `exec_us` > 0, are passed over: `fit_groups` fits them
+    after the host-timed groups)."""
+    return next((fitted[(f, "elementwise", "float32")] for f in (fam, *FAMILIES)
+                 if (f, "elementwise", "float32") in fitted
+                 and not fitted[(f, "elementwise", "float32")].exec_us), None)  # fmt: skip
 
 
 def launch_of(fitted: dict[tuple[str, str, str], KernelParams], fam: str, kind: str) -> float | None:
@@ -1144,7 +1182,8 @@ def sweep_summary(
             cut = np.sort(size)[int(round(0.8 * len(size)))] if len(size) else np.inf
             large = {id(r) for r, v in zip(mine, size, strict=True) if v >= cut}
             small = [r for r in group if id(r) not in large]
-            refits[key] = (fit_with(Group.of(train), None, launch), fit_with(Group.of(small), None, launch), large)
+            elem = elementwise_of(fitted, key[0])
+            refits[key] = (fit_with(Group.of(train), elem, launch), fit_with(Group.of(small), elem, launch), large)
         g = Group.of(recs)
         p_before = before.lookup(dev, kind, dtype)
         p_after = fitted[key] if is_fit and key not in rejected else p_before
@@ -1174,6 +1213,78 @@ def sweep_summary(
                                 err("after", every), err("random", is_rand), err("before", is_rand),
                                 int((sel & is_large).sum()),
                                 err("largest", is_large), bound))  # fmt: skip
+    return out
+
+
+@dataclass(frozen=True)
+class JointRow:
+    """One line of KERNEL_EVAL.md's float32 GEMM section: (MAPE, median APE) in % on `n` kernels of `eval_on` of
+    the NeuSight-only fit (`before`: the table before the joint fit), the joint fit on `fit_on` (`joint`), the same
+    without the bias term (`no_bias`: e_bias held at 1), and the roofline bound."""
+
+    protocol: str
+    fit_on: str
+    eval_on: str
+    n: int
+    before: tuple[float, float]
+    joint: tuple[float, float]
+    no_bias: tuple[float, float]
+    roofline: tuple[float, float]
+
+
+JOINT_FAMILIES = {  # the sweep's float32 GEMM shape families (op, and a linear layer's bias)
+    "bmm": lambda r: r.op == "bmm",
+    "mm": lambda r: r.op == "mm",
+    "linear without bias": lambda r: r.op == "linear" and not r.params.get("bias"),
+    "linear with bias": lambda r: r.op == "linear" and bool(r.params.get("bias")),
+}
+
+
+def joint_gemm_summary(records: Sequence[MeasuredKernel], fam: str = "hopper") -> list[JointRow]:
+    """Float32 GEMMs of `fam` fitted jointly on host-timed calls (NeuSight) and kernel durations (the sweep),
+    evaluated in-sample, with a random 20% of the sweep's problems held out (`held_out_shape`), with each shape
+    family of the sweep held out (`JOINT_FAMILIES`: fit on NeuSight and the other families), and with a whole
+    source held out (the sweep alone, its launch from the NeuSight fit, predicting NeuSight's calls; NeuSight alone
+    predicting the sweep is the `before` column). Every fit keeps the family's host-timed elementwise e_memory
+    (`fit_groups`). Empty when `records` lack either source."""
+    recs = [r for r in fitted_records(records) if r.device in FAMILIES[fam] and lookup_kind(r) == "gemm"]
+    recs = [r for r in recs if r.dtype == "float32"]
+    host = [r for r in recs if r.includes_launch]
+    sweep = [r for r in recs if r.source.startswith("sweep:")]
+    if len(host) < MIN_FIT or len(sweep) < MIN_FIT:
+        return []
+    elem = elementwise_of(fit_groups([r for r in records if r.kind == "elementwise" and r.dtype == "float32"]), fam)
+
+    def fits(train: list[MeasuredKernel]) -> tuple[KernelParams, KernelParams]:
+        g = Group.of(train)
+        if not g.mixed:
+            return fit_with(g, elem), fit_with(g, elem)
+        base = replace(FALLBACK_GEMM, e_memory=(elem or FALLBACK_MEMORY).e_memory)
+        return fit_with(g, elem), fit_entry(g, base, FREE_JOINT["gemm"][:-1])
+
+    before = fit_with(Group.of(host), elem)
+    out = []
+
+    def row(protocol: str, fit_on: str, eval_on: str, train: list, test: list, pair=None) -> None:
+        joint, no_bias = pair or fits(train)
+        g = Group.of(test)
+        out.append(JointRow(protocol, fit_on, eval_on, len(test), ape(g.predict(before), g.latency),
+                            ape(g.predict(joint), g.latency), ape(g.predict(no_bias), g.latency),
+                            ape(g.bound(), g.latency)))  # fmt: skip
+
+    whole = fits(host + sweep)
+    row("in-sample", "NeuSight + sweep", "NeuSight (host-timed)", host + sweep, host, whole)
+    row("in-sample", "NeuSight + sweep", "sweep (kernel durations)", host + sweep, sweep, whole)
+    for subset, sel in ((">= 50 us", lambda r: r.latency_s >= HALF_MIN_S), ("all", lambda r: True)):
+        held = [r for r in sweep if held_out_shape(r) and sel(r)]
+        train = host + [r for r in sweep if not held_out_shape(r)]
+        row("random 20% out", "NeuSight + 80% of sweep", f"sweep held-out 20%, {subset}", train, held)
+    for name, is_family in JOINT_FAMILIES.items():
+        test = [r for r in sweep if is_family(r)]
+        rest = [r for r in sweep if not is_family(r)]
+        row("family out", f"NeuSight + sweep but {name}", f"sweep {name}", host + rest, test)
+    alone = fit_with(Group.of(sweep), None, before.launch_us)
+    row("source out", "sweep (launch: NeuSight fit)", "NeuSight (host-timed)", sweep, host, (alone, alone))
     return out
 
 
@@ -1254,7 +1365,8 @@ def fits_before_sweep(
         if len(others) == len(recs):
             out[key] = p
         elif len(others) >= MIN_FIT:
-            out[key] = fit_with(Group.of(others), None, p.launch_us)
+            g = Group.of(others)
+            out[key] = fit_with(g, elementwise_of(fitted, key[0]) if g.timed_with_launch else None, p.launch_us)
     return out
 
 
@@ -1310,7 +1422,11 @@ def build(
 
 
 def eval_markdown(
-    rows: list[EvalRow], table: ParamTable, half: Sequence[HalfRow] = (), sweep: Sequence[SweepRow] = ()
+    rows: list[EvalRow],
+    table: ParamTable,
+    half: Sequence[HalfRow] = (),
+    sweep: Sequence[SweepRow] = (),
+    joint: Sequence[JointRow] = (),
 ) -> str:
     """KERNEL_EVAL.md: the evaluation table (numbers as measured), and what each protocol means."""
     meta = table.meta
@@ -1402,7 +1518,45 @@ def eval_markdown(
                 f"{w.fitted} | {cell(w.before)} | {cell(w.after)} | {cell(w.random)} | {cell(w.before_random)} "
                 f"| {w.n_largest:,} | {cell(w.largest)} | {cell(w.roofline)} |"
             )
+    if joint:
+        lines += [
+            "",
+            "## Float32 GEMMs on hopper: NeuSight and the sweep fitted together, with the bias epilogue",
+            "",
+            "NeuSight's H100 float32 GEMMs are host-timed calls (time = execution + exec + launch; every `linear` "
+            "with its bias: addmm), the sweep's are CUDA-graph kernel durations (execution + exec, no launch; "
+            "`linear` with and without bias, `mm`, `bmm`). One fit on both (`fit_with`, `FREE_JOINT`): e_compute, "
+            "k0, tile_i0, exec_us, launch_us and e_bias (a GEMM with a fused bias add runs at e_c x e_bias); "
+            "the sweep's durations pin exec_us, the calls' surplus over them is the launch. Each cell is MAPE / "
+            "median APE in %: **before** the NeuSight-only fit (the table before), **joint** the joint fit of the "
+            "row, **joint, no e_bias** the same with e_bias held at 1, and the roofline bound. Protocols: "
+            "**in-sample**; **random 20% out** the sweep problems whose hash is 0 mod 5 (as the sweep table); "
+            "**family out** one shape family of the sweep held out, fitted on NeuSight and the others; "
+            "**source out** the sweep alone (launch from the NeuSight fit) predicting NeuSight's calls (NeuSight "
+            "alone predicting the sweep is the before column).",
+            "",
+            "| protocol | fit on | evaluated on | n | before | joint | joint, no e_bias | roofline |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for j in joint:
+            lines.append(
+                f"| {j.protocol} | {j.fit_on} | {j.eval_on} | {j.n:,} | {j.before[0]:.1f} / {j.before[1]:.1f} "
+                f"| {j.joint[0]:.1f} / {j.joint[1]:.1f} | {j.no_bias[0]:.1f} / {j.no_bias[1]:.1f} "
+                f"| {j.roofline[0]:.1f} / {j.roofline[1]:.1f} |"
+            )
     return "\n".join(lines) + "\n"
+
+
+def parse_joint_markdown(text: str) -> list[dict]:
+    """The rows of KERNEL_EVAL.md's float32 GEMM section as dicts (for the reproduction test)."""
+    out = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 8 or cells[0] not in ("in-sample", "random 20% out", "family out", "source out"):
+            continue
+        nums = [float(v) for c in cells[4:] for v in c.split(" / ")]
+        out.append({"key": tuple(cells[:3]), "n": int(cells[3].replace(",", "")), "numbers": nums})
+    return out
 
 
 def parse_sweep_markdown(text: str) -> list[dict]:
@@ -1482,7 +1636,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.write_text(dump_table(table))
     eval_path = Path(args.eval) if args.eval else out.with_name("KERNEL_EVAL.md")
-    eval_path.write_text(eval_markdown(rows, table, half, sweep))
+    joint = joint_gemm_summary(records)
+    eval_path.write_text(eval_markdown(rows, table, half, sweep, joint))
     print(f"{len(records):,} kernels, {len(table.entries)} entries -> {out}; evaluation -> {eval_path}")
     return 0
 

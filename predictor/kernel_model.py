@@ -32,6 +32,9 @@ For each kernel of the kernel view (`passes.kernels.Kernel`, or any object with 
   efficiency of a large, evenly tiled problem); q is the best product over the candidates (a library
   heuristic picks the tile). k / (k + `k0`) is the cost of a shallow reduction (prologue and epilogue of
   each tile). Small problems are inefficient through both: one partial wave of small tiles, a short k.
+  A gemm whose bias add is fused into the library call (params `"bias": True`: `nn.Linear` -> `aten::addmm`,
+  cuBLASLt's bias epilogue) runs at e_c x `e_bias` (default 1: no entry but the fitted ones tells a bias
+  epilogue apart; docs/kernel-model.md).
 - `exec` (`exec_us`, default 0) is a fixed device-side time per kernel (prologue, epilogue, the ramp of the first
   wave), fitted only on kernel durations read from a profiler trace (data/vidur-ops: no host time in them); entries
   fitted on host-timed calls (NeuSight) keep 0, their `launch` holds it.
@@ -135,6 +138,8 @@ class KernelParams:
         k0: reduction-depth half point, >= 0.
         exec_us: fixed device-side time of one kernel, microseconds (>= 0), part of its execution (so hidden
             behind nothing: inside a model it adds to the kernel's time, where the launch only floors it).
+        e_bias: factor on a gemm's compute efficiency when its bias add is fused into it (the cuBLASLt bias
+            epilogue of `aten::addmm`), in (0, 1]; 1: no difference (the entry was not fitted with it).
         source: where the numbers come from, a chain read left to right: "fit: ..." (fitted on single-kernel
             measurements), "transfer: ..." (another family's fit), "default: ..." (a published or measured
             figure), "assumed: ..." (a stated assumption), each followed by the source of what it came from.
@@ -151,8 +156,11 @@ class KernelParams:
     source: str = ""
     measured_on: tuple[str, ...] = ()
     exec_us: float = 0.0
+    e_bias: float = 1.0
 
     def __post_init__(self) -> None:
+        if not (0 < self.e_bias <= 1):
+            raise KernelParamsError(f"e_bias must be in (0, 1]: {self.e_bias} ({self.source or 'entry'})")
         if not (0 < self.e_compute <= 1 and 0 < self.e_memory <= 1):
             raise KernelParamsError(
                 f"efficiencies must be in (0, 1]: e_compute {self.e_compute}, e_memory {self.e_memory}"
@@ -174,6 +182,8 @@ class KernelParams:
             doc["k0"] = round(self.k0, 4)
         if self.exec_us:
             doc["exec_us"] = round(self.exec_us, 4)
+        if self.e_bias != 1.0:
+            doc["e_bias"] = round(self.e_bias, 6)
         doc["source"] = self.source
         if self.measured_on:
             doc["measured_on"] = list(self.measured_on)
@@ -203,6 +213,7 @@ class KernelParams:
                 source=str(doc.get("source", "")),
                 measured_on=tuple(str(d) for d in doc.get("measured_on", ())),
                 exec_us=float(doc.get("exec_us", 0.0)),
+                e_bias=float(doc.get("e_bias", 1.0)),
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, KernelParamsError):
@@ -314,6 +325,8 @@ class KernelArrays:
     its time, so a recurrence of 10**6 identical steps is one row (`passes.analysis.Launches`).
     `inside`: True where the row's kernels are launched by a library call an earlier row's kernel dispatched
     (`DEVICE_LAUNCH_US` instead of the launch floor; module docstring); None: every row dispatched by the host.
+    `bias`: per row, True for a gemm with its bias add fused (the kernel's params `"bias": True`), or None when no
+    row has one.
     """
 
     kind: np.ndarray  # (N,) str
@@ -326,6 +339,7 @@ class KernelArrays:
     k: np.ndarray
     count: np.ndarray | None = None  # (N,) float64 launches per row, or None for one each
     inside: np.ndarray | None = None  # (N,) bool launched inside a library call, or None for none
+    bias: np.ndarray | None = None  # (N,) bool: a gemm with a fused bias epilogue, or None for none
 
     def __len__(self) -> int:
         return len(self.flops)
@@ -390,11 +404,12 @@ def kernel_arrays(kernels: Iterable) -> KernelArrays:
     `call`, the library call it is launched in: `inside_calls`). A `passes.kernels.Launches` row stands for `count`
     launches of its kernel; any other object for one launch, whatever attributes it has (a serving engine's
     per-layer `count` is not a launch count)."""
-    kinds, dtypes, flops, nbytes, dims, counts, calls = [], [], [], [], [], [], []
+    kinds, dtypes, flops, nbytes, dims, counts, calls, biases = [], [], [], [], [], [], [], []
     for kern in kernels:
         counts.append(kern.count if isinstance(kern, Launches) else 1)
         calls.append(getattr(kern, "call", None))
         kind, d = gemm_dims(kern.kind, kern.params or {}) if kern.kind in GEMM_LIKE else (kern.kind, (0, 0, 0, 0))
+        biases.append(kern.kind == "gemm" and (kern.params or {}).get("bias") is True)
         kinds.append(kind)
         dtypes.append(kern.dtype)
         flops.append(kern.flops)
@@ -410,6 +425,7 @@ def kernel_arrays(kernels: Iterable) -> KernelArrays:
         *dim.T.copy(),
         None if all(c == 1 for c in counts) else np.array(counts, dtype=np.float64),
         np.array(inside, dtype=bool) if any(inside) else None,
+        np.array(biases, dtype=bool) if any(biases) else None,
     )
     if (arrays.flops < 0).any() or (arrays.nbytes < 0).any():
         raise KernelParamsError("kernel FLOPs and bytes must be >= 0")
@@ -439,12 +455,14 @@ def tile_efficiency(
 
 
 def compute_efficiency(arrays: KernelArrays, p: KernelParams, sms: float | np.ndarray) -> np.ndarray:
-    """e_c per kernel for one parameter entry (all rows of `arrays` use `p`)."""
+    """e_c per kernel for one parameter entry (all rows of `arrays` use `p`), times `e_bias` on the rows with a
+    fused bias epilogue (`arrays.bias`)."""
+    epilogue = 1.0 if arrays.bias is None or p.e_bias == 1.0 else np.where(arrays.bias, p.e_bias, 1.0)
     if not p.tiles and not p.k0:
-        return np.full(len(arrays), p.e_compute)
+        return np.clip(np.full(len(arrays), p.e_compute) * epilogue, 1e-9, 1.0)
     q = tile_efficiency(arrays.b, arrays.m, arrays.n, sms, p.tiles, p.tile_i0)
     depth = np.where(arrays.k > 0, arrays.k / (arrays.k + p.k0), 1.0) if p.k0 else 1.0
-    return np.clip(p.e_compute * q * depth, 1e-9, 1.0)
+    return np.clip(p.e_compute * q * depth * epilogue, 1e-9, 1.0)
 
 
 @dataclass(frozen=True)

@@ -359,6 +359,12 @@ def test_committed_table_and_evaluation_reproduce_from_the_data():
         assert rep["key"] == (w.device, w.kind, w.dtype, w.layout, w.subset) and rep["n"] == w.n
         numbers = [*w.before, *w.after, *w.random, *w.before_random, *w.largest, *w.roofline]
         assert numbers == pytest.approx(rep["numbers"], abs=0.051, nan_ok=True), rep
+    joint = kf.joint_gemm_summary(records)
+    reported_joint = kf.parse_joint_markdown((ROOT / "predictor" / "KERNEL_EVAL.md").read_text())
+    assert len(reported_joint) == len(joint) == 9
+    for rep, j in zip(reported_joint, joint, strict=True):
+        assert rep["key"] == (j.protocol, j.fit_on, j.eval_on) and rep["n"] == j.n
+        assert [*j.before, *j.joint, *j.no_bias, *j.roofline] == pytest.approx(rep["numbers"], abs=0.051), rep
     # the held-out errors are what the fitted entries' sources quote
     held = next(
         r
@@ -477,3 +483,38 @@ def test_only_launches_rows_carry_a_launch_count():
     layer = PerLayer("elementwise", 8 * 256, 4 * 8 * 256, 4 * 8 * 256, "float32", {"numel": 8 * 256}, 32)
     assert kernel_arrays([layer, gates]).count is None
     assert list(kernel_arrays([layer, Launches(gates, 3)]).count) == [1, 3]
+
+
+def test_bias_epilogue_and_a_joint_group_by_hand():
+    """e_bias scales a fused-bias GEMM's compute efficiency; a group joining a host-timed call and a kernel
+    duration charges the launch to the call only (kernel_fit.Group.predict)."""
+    p = KernelParams(0.5, 0.9, 10.0, (), 0.0, 0.0, "test", exec_us=3.0, e_bias=0.8)
+    dims = {"b": 1, "m": 1024, "n": 1024, "k": 1024}
+    flops, nbytes = 2 * 1024**3, 3 * 4 * 1024**2  # 2,147,483,648 FLOPs; 12,582,912 B (a, b, out in float32)
+    host = kf.MeasuredKernel("gemm", "bmm", "float32", flops, nbytes, 0, dims, 1.0, "h100-80gb", "NeuSight")
+    duration = kf.MeasuredKernel("gemm", "linear", "float32", flops, nbytes, 0, dims | {"bias": True}, 1.0,
+                                 "h100-80gb", "sweep:h100-80gb", includes_launch=False)  # fmt: skip
+    group = kf.Group.of([host, duration])
+    assert group.mixed and group.timed_with_launch  # a gemm group may join both (FREE_JOINT)
+    # no tiles, k0 = 0: e_c = 0.5, with bias 0.5 x 0.8 = 0.4. 2,147,483,648 / (67e12 x 0.5) = 64.104 us;
+    # / (67e12 x 0.4) = 80.130 us. Memory 12,582,912 / (3.35e12 x 0.9) = 4.173 us (smaller).
+    # host-timed: 64.104 + 3 exec + 10 launch = 77.104 us; duration (bias): 80.130 + 3 = 83.130 us
+    assert group.predict(p) * 1e6 == pytest.approx([77.104, 83.130], abs=1e-3)
+    kt = kernel_latency([host, duration], H100, params=table(gemm=p))  # the product: launch on both, no count
+    assert kt.compute_s * 1e6 == pytest.approx([67.104, 83.130], abs=1e-3)  # execution + exec_us
+    with pytest.raises(KernelParamsError):
+        KernelParams(0.5, 0.9, 10.0, e_bias=1.5)
+
+
+def test_joint_fit_separates_launch_exec_and_bias():
+    """A mixed group (host-timed calls + kernel durations, half the GEMMs with a fused bias) made by a known entry:
+    the joint fit finds its launch, exec and e_bias apart (what one kind of data alone cannot tell)."""
+    truth = KernelParams(0.75, 0.82, 12.0, kf.GEMM_TILES, 20.0, 50.0, exec_us=4.0, e_bias=0.85)
+    recs = _synthetic(KernelParams(1.0, 1.0, 0.0), "gemm", ["h100-80gb"], 600, 7)
+    recs = [replace(r, includes_launch=i % 2 == 0, params=r.params | {"bias": i % 3 == 0}) for i, r in enumerate(recs)]
+    group = kf.Group.of(recs)
+    lat = group.predict(truth) * np.random.default_rng(8).uniform(0.995, 1.005, len(recs))
+    group = kf.Group.of([replace(r, latency_s=float(t)) for r, t in zip(recs, lat, strict=True)])
+    got = kf.fit_with(group, KernelParams(1.0, 0.82, 5.0))
+    assert got.e_compute == pytest.approx(0.75, rel=0.03) and got.e_bias == pytest.approx(0.85, rel=0.02)
+    assert got.launch_us == pytest.approx(12.0, rel=0.1) and got.exec_us == pytest.approx(4.0, rel=0.15)

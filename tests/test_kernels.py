@@ -995,3 +995,34 @@ def test_beit_relative_position_bias_runs_every_forward():
     pad = next(view.kernels[i] for i in view.recomputed if view.kernels[i].op == "efficient:pad_mask")
     heads = pad.params["numel"] // (197 * 208)  # (1, heads, 197, 197) float32 padded to (1, heads, 197, 208)
     assert pad.bytes_read == heads * 197 * 197 * 4 and pad.bytes_written == heads * 197 * 208 * 4
+
+
+class BiasMix(nn.Module):
+    """A linear layer with a bias on a contiguous 3-D input (addmm), one without a bias (mm), and one with a bias on
+    a transposed input (mm, then `add_(bias)`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(64, 64), nn.Linear(64, 32, bias=False), nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.fc3(self.fc2(torch.relu(self.fc1(x))).transpose(0, 1))
+
+
+def test_gemm_bias_flag_follows_the_eager_dispatch():
+    """A gemm kernel carries params["bias"] = True exactly where eager PyTorch fuses the bias add into the library
+    call: one per aten::addmm of the profiler's op list (the oracle), none for aten::mm (no bias, or a bias added
+    apart by add_)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    module, x = BiasMix().eval(), torch.randn(2, 8, 64)
+    kernels = analyze(module, (x,)).analysis.kernels
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        module(x)
+    ops = Counter(e.name for e in prof.events() if e.name in ("aten::addmm", "aten::mm", "aten::add_"))
+    assert ops == Counter({"aten::addmm": 1, "aten::mm": 2, "aten::add_": 1})
+    gemms = [k for k in kernels if k.kind == "gemm"]
+    assert sum(k.params.get("bias") is True for k in gemms) == ops["aten::addmm"]
+    assert sum("bias" not in k.params for k in gemms) == ops["aten::mm"]
+    assert gemms[0].params == {"b": 1, "m": 16, "n": 64, "k": 64, "bias": True}  # fc1: 2 x 8 rows

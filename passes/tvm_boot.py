@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import sys
 import threading
 
@@ -36,7 +37,8 @@ def prime_backtraces() -> None:
     """Read the loaded libraries' symbol tables for tvm-ffi's backtraces on a background thread, once per process,
     unless TVM is already imported (then they have been read). Call it after `import torch` (tvm-ffi imports
     torch first) and before work that keeps the main thread busy for at least half a second; `import tvm` later
-    waits for the thread if it is still reading. Does nothing where tvm-ffi or its C function is missing."""
+    waits for the thread if it is still reading, and so does a fork. Does nothing where tvm-ffi or its C function
+    is missing."""
     global _primed
     if _primed or "tvm" in sys.modules or not sys.platform.startswith("linux"):
         return
@@ -49,7 +51,10 @@ def prime_backtraces() -> None:
         return
     backtrace.restype = ctypes.c_void_p
     backtrace.argtypes = (ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int)
-    threading.Thread(target=backtrace, args=(None, 0, None, 0), name="tvm-ffi-backtrace", daemon=True).start()
+    thread = threading.Thread(target=backtrace, args=(None, 0, None, 0), name="tvm-ffi-backtrace", daemon=True)
+    thread.start()
+    # a child forked mid-backtrace would inherit tvm-ffi's backtrace mutex locked: a fork waits for the thread
+    os.register_at_fork(before=thread.join)
 
 
 def cached_listing(get_global_func):

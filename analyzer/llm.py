@@ -273,8 +273,11 @@ class StepGraph:
         """(Relax module, number of inputs, unconverted ops) of the step at (batch, length), symbolic when `dynamic`."""
         import torch
 
+        from passes.tvm_boot import prime_backtraces
+
         from .frontends.torch_frontend import _ParamsAsInputs, import_exported_program
 
+        prime_backtraces()  # TVM's first native backtrace, on the second core while torch exports (passes.tvm_boot)
         module = self._module(None if (dynamic is not None or self.kind == "prefill") else length)
         inputs = self._inputs(batch, length)
         wrapper, weights = _ParamsAsInputs.wrap(module, len(inputs))

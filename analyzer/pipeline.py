@@ -22,7 +22,6 @@ from passes.graph import (
     with_library_calls,
     with_weight_only_folded,
 )
-from passes.tvm_ir import DataDependentShapeError, DynamicShapeError, IRError, extract, source_names
 from predictor.kernel_model import DEFAULT_MATMUL_PRECISION, KernelParamsError
 from predictor.predict import Prediction, predictor_info
 from predictor.predict import predict as run_predictor
@@ -104,6 +103,10 @@ def analyze_loaded(
     "amp-float16" / "amp-bfloat16": the model as it is, run under `torch.autocast("cuda", dtype)`
     (`passes.graph.with_autocast`: matmuls, convolutions and attention in 16 bits, the casts autocast launches).
     """
+    # imported here, not at the top: a model is built and exported by torch before TVM is needed (a cold start
+    # overlaps TVM's first backtrace with the export, `passes.tvm_boot`)
+    from passes.tvm_ir import DataDependentShapeError, DynamicShapeError, IRError, extract, source_names
+
     check_dtype(dtype)
     if loaded.depth1 is not None and loaded.layers:
         return _extrapolated(loaded, strict=strict, func_name=func_name, shape_hint=shape_hint, dtype=dtype)

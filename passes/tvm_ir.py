@@ -12,10 +12,13 @@ import contextlib
 import dataclasses
 from collections.abc import Iterable
 
-import tvm
-from tvm import relax
-from tvm.ir.prim import expr as PE
-from tvm.ir.prim.expr import FloatImm, IntImm
+from .tvm_boot import faster_import
+
+with faster_import():  # TVM's import, less its repeated listing of global functions (passes.tvm_boot)
+    import tvm
+    from tvm import relax
+    from tvm.ir.prim import expr as PE
+    from tvm.ir.prim.expr import FloatImm, IntImm
 
 from ._gc import gc_paused
 from .costs.registry import GROUPED_MATMUL, HISTOGRAM

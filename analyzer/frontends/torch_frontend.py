@@ -284,6 +284,9 @@ def from_module(
     """
     import torch
 
+    from passes.tvm_boot import prime_backtraces
+
+    prime_backtraces()  # TVM's first native backtrace, on the second core while torch exports (passes.tvm_boot)
     if not isinstance(module, torch.nn.Module):
         raise UsageError("analyze() takes an nn.Module (with example inputs), a file path, or 'zoo:NAME'")
     if isinstance(example_inputs, torch.Tensor):

@@ -1,0 +1,96 @@
+"""Loading TVM faster: the two start-up costs of `import tvm` that preflight can take off a cold run.
+
+`passes.tvm_ir` is the module that reads TVM IR; this one only concerns the moment TVM is imported, which is why
+it is separate: `prime_backtraces()` must run *before* `import tvm` (which `passes.tvm_ir` does when imported),
+and it touches only tvm-ffi (the FFI library TVM is built on), never TVM's IR or importers.
+
+1. The first native backtrace of a process (0.53 s CPU on the 2-core development machine, 2 runs of
+   `time.process_time` around it). TVM 0.27's own import makes lookups that fail by design (the type key
+   `runtime.disco.DRef`, then 112 more, mostly `Op.get` probes while registering operator attributes: counted
+   with a gdb breakpoint on `TVMFFIBacktrace` over a cold `analyze zoo:resnet50`); tvm-ffi builds each failure's
+   error with a backtrace, and the first backtrace makes libbacktrace read the symbol tables of every loaded
+   library (libtorch_cpu.so's alone holds 530k symbols). No setting turns this off (`TVM_TRACEBACK_LIMIT` caps the
+   frames kept, after the tables are read). `prime_backtraces()` takes one backtrace on a background thread
+   through ctypes, which releases the GIL, so the tables are read on the second core while the main thread exports
+   the model with torch; `import tvm` then finds them read. It costs the same CPU, less wall time.
+   Tracebacks stay the same: priming before TVM's own libraries are loaded drops nothing, because
+   libtvm_compiler.so has no symbol table for libbacktrace to read anyway (only its exported `.dynsym`, whose frames
+   TVM's backtraces skip); a TVM error's traceback was compared with and without priming, byte for byte.
+2. Listing the global functions (0.21 s CPU): TVM's import calls `tvm_ffi.init_ffi_api` 51 times, and each
+   lists all 2,078 registered names through one FFI call per name. `faster_import()` answers the list from the
+   previous answer while the count of registered functions has not changed (functions are only added during
+   the import; none is removed), and puts tvm-ffi's function back when the import is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import sys
+import threading
+
+_primed = False
+
+
+def prime_backtraces() -> None:
+    """Read the loaded libraries' symbol tables for tvm-ffi's backtraces on a background thread, once per process,
+    unless TVM is already imported (then they have been read). Call it after `import torch` (tvm-ffi imports
+    torch first) and before work that keeps the main thread busy for at least half a second; `import tvm` later
+    waits for the thread if it is still reading, and so does a fork. Does nothing where tvm-ffi or its C function
+    is missing."""
+    global _primed
+    if _primed or "tvm" in sys.modules or not sys.platform.startswith("linux"):
+        return
+    _primed = True
+    try:
+        import tvm_ffi
+
+        backtrace = tvm_ffi.LIB.TVMFFIBacktrace  # (filename, lineno, func, cross_ffi_boundary) -> TVMFFIByteArray*
+    except (ImportError, AttributeError, OSError):
+        return
+    backtrace.restype = ctypes.c_void_p
+    backtrace.argtypes = (ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int)
+    thread = threading.Thread(target=backtrace, args=(None, 0, None, 0), name="tvm-ffi-backtrace", daemon=True)
+    thread.start()
+    # a child forked mid-backtrace would inherit tvm-ffi's backtrace mutex locked: a fork waits for the thread
+    os.register_at_fork(before=thread.join)
+
+
+def cached_listing(get_global_func):
+    """A `list_global_func_names` that lists the names again only when their count has changed (one FFI call per
+    name), else returns a copy of its previous list. `get_global_func`: tvm-ffi's."""
+    cached: list[list[str]] = []
+
+    def list_global_func_names() -> list[str]:
+        functor = get_global_func("ffi.FunctionListGlobalNamesFunctor")()
+        count = functor(-1)
+        if not cached or len(cached[0]) != count:
+            cached[:] = [[functor(i) for i in range(count)]]
+        return list(cached[0])
+
+    return list_global_func_names
+
+
+@contextlib.contextmanager
+def faster_import():
+    """Around `import tvm`: tvm-ffi's `list_global_func_names` answers from its previous answer while the number of
+    registered global functions is unchanged. A no-op when TVM is already imported or tvm-ffi's registry differs."""
+    if "tvm" in sys.modules:
+        yield
+        return
+    try:
+        from tvm_ffi import registry
+    except ImportError:
+        yield
+        return
+    original = getattr(registry, "list_global_func_names", None)
+    get = getattr(registry, "get_global_func", None)
+    if original is None or get is None:
+        yield
+        return
+    registry.list_global_func_names = cached_listing(get)
+    try:
+        yield
+    finally:
+        registry.list_global_func_names = original

@@ -234,12 +234,6 @@ def check_nodes(model, name: str) -> None:
                     )
 
 
-def _supported_ops() -> set[str]:
-    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
-
-    return set(_get_convert_map().keys())
-
-
 def _file_dims(value_info) -> list[int | str | None]:
     t = value_info.type.tensor_type
     if not t.HasField("shape"):

@@ -642,6 +642,7 @@ def test_the_dataset_builder_runs_on_the_engine(ray_session, tmp_path):
             np.testing.assert_array_equal(cached[k], v, err_msg=k)
 
 
+@pytest.mark.slow  # 31 to 56 s here: 6 rows on Ray, then each analysed again in this process
 def test_affinity_and_shared_rows_on_ray_equal_the_single_process_rows(ray_session, shared_jobs, tmp_path):
     # two families on two workers: the rows of each model (three from one symbolic export) and bert's
     manifest = tmp_path / "families.jsonl"

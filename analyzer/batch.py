@@ -19,6 +19,8 @@ that talk to it, so that reading a manifest and `preflight --help` do not pay fo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
 import json
 import logging
 import math
@@ -26,7 +28,7 @@ import os
 import socket
 import time
 import traceback
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +81,9 @@ class Job:
     dtype: str | None = None
     devices: tuple[str, ...] = DEFAULT_DEVICES  # device keys (aliases resolved)
     matmul_precision: str = DEFAULT_MATMUL_PRECISION  # torch.set_float32_matmul_precision's setting
+    # other rows of this run analyse the same zoo model at other batches (>= 2): its worker exports it once with
+    # the batch symbolic and evaluates each row from that graph (`analyze_task`); not part of the row's identity
+    shared: bool = field(default=False, compare=False)
 
     def request(self) -> dict:
         """What was asked of this model, as its row records it (`matmul_precision` only when not torch's default,
@@ -349,6 +354,14 @@ class Worker:
         """Where this worker runs and which preflight it imports (the driver checks it is its own)."""
         return dict(self._info, version=__version__, package=str(Path(__file__).resolve().parent))
 
+    def keys(self, affinity: Callable[[Sequence[Any]], list[tuple[str, ...]]], jobs: Sequence[Any]) -> list | None:
+        """`affinity(jobs)`: each job's affinity key (`run_jobs`), computed here because it may need the modules
+        a worker imports (the zoo's registry imports torch); None if it fails (the driver then goes in order)."""
+        try:
+            return [tuple(k) for k in affinity(jobs)]
+        except Exception:  # noqa: BLE001 - affinity only orders the jobs: without it they run in manifest order
+            return None
+
     def run(self, task: Callable[[Any], Any], job: Any, memory_mb: int | None) -> Outcome:
         t0, c0 = time.perf_counter(), time.process_time()
         try:
@@ -508,10 +521,84 @@ class _Slot:
     actor: Any
     ready: Any  # ObjectRef of `ready()` while the worker starts, else None
     spawned: float
+    n: int = 0  # which worker (a replacement is a new one: it has met nothing)
     ref: Any = None  # ObjectRef of the running job
     job: Any = None
     sent: float = 0.0
     info: dict = field(default_factory=dict)
+
+
+class AffinityQueue:
+    """The jobs waiting for a worker, handed out by affinity: each worker gets the job it has the most in common with.
+
+    A job's key is a tuple from coarse to fine, e.g. `("zoo.hf", "zoo.hf_language", "bert", "zoo:bert_tiny")`
+    (`job_affinity`): what a worker pays for only the first time it meets it (importing a library, a family's
+    modelling code, torch's and TVM's first calls of a kind, a symbolic export). `pop(worker)` returns, in order
+    of preference:
+
+    1. a job whose key shares the longest prefix with a key this worker has been given (its own model again,
+       then its family, then its library);
+    2. among the others, the one whose key shares the shortest prefix with what the other workers have been given
+       (a family nobody has met before one another worker has: a new worker claims a family of its own);
+    3. ties (and everything, with no keys): the manifest's order.
+
+    So a family's models go to the worker that has met it, and a worker that runs out of its own steals the work
+    the others have met least. Each `pop` looks at the distinct keys still waiting (not at every job).
+    """
+
+    def __init__(self, jobs: Sequence[Any], keys: Sequence[tuple[str, ...]] | None = None):
+        self.jobs = list(jobs)
+        self._fifo: deque[int] | None = deque(range(len(self.jobs)))  # the waiting jobs, without keys
+        self._left: dict[tuple[str, ...], deque[int]] = {}  # key -> its waiting jobs (indices), keys in order
+        self._mine: dict[int, set[tuple[str, ...]]] = {}  # worker -> the key prefixes it has been given
+        self._claimed: dict[tuple[str, ...], set[int]] = {}  # key prefix -> the workers given it
+        self._n = len(self.jobs)
+        self.set_keys(keys)
+
+    def set_keys(self, keys: Sequence[tuple[str, ...]] | None) -> None:
+        """Order what is still waiting by `keys` (one per job of the constructor's list; None: in order)."""
+        waiting = sorted(self._waiting())
+        if keys is None or len(keys) != len(self.jobs):
+            self._fifo, self._left = deque(waiting), {}
+            return
+        self._fifo, self._left = None, {}
+        for i in waiting:
+            self._left.setdefault(tuple(keys[i]), deque()).append(i)
+
+    def _waiting(self) -> Iterator[int]:
+        if self._fifo is not None:
+            yield from self._fifo
+        else:
+            for q in self._left.values():
+                yield from q
+
+    def __len__(self) -> int:
+        return self._n
+
+    def pop(self, worker: int) -> Any:
+        """The next job for `worker` (IndexError when none is left)."""
+        if not self._n:
+            raise IndexError("no job left")
+        self._n -= 1
+        if self._fifo is not None:
+            return self.jobs[self._fifo.popleft()]
+        mine = self._mine.setdefault(worker, set())
+        best, best_rank = None, None
+        for key, q in self._left.items():
+            prefixes = [key[:n] for n in range(1, len(key) + 1)]
+            own = max((n for n, p in enumerate(prefixes, 1) if p in mine), default=0)
+            others = max((n for n, p in enumerate(prefixes, 1) if self._claimed.get(p, set()) - {worker}), default=0)
+            rank = (-own, others, q[0])
+            if best_rank is None or rank < best_rank:
+                best, best_rank = key, rank
+        q = self._left[best]
+        i = q.popleft()
+        if not q:
+            del self._left[best]
+        for n in range(1, len(best) + 1):
+            mine.add(best[:n])
+            self._claimed.setdefault(best[:n], set()).add(worker)
+        return self.jobs[i]
 
 
 def run_jobs(
@@ -524,6 +611,7 @@ def run_jobs(
     memory_mb: int | None = DEFAULT_MEMORY_MB,
     check_package: bool = True,
     on_start: Callable[[], None] | None = None,
+    affinity: Callable[[Sequence[Any]], list[tuple[str, ...]]] | None = None,
 ) -> None:
     """Run `task(job)` for every job on `workers` Ray actors; call `on_result(job, outcome)` as each finishes.
 
@@ -534,21 +622,27 @@ def run_jobs(
     run if a worker imports another copy of preflight than this process (an embedded Ray's workers must run the
     driver's code). `on_start()` is called once, when the first worker is ready.
 
+    The actors are a warm pool: each lives for the whole run, job after job. `affinity` (a module-level function
+    like `task`): `affinity(jobs)` gives each job a key, computed once by the first worker that is ready, and the
+    jobs are handed out by it (`AffinityQueue`: a family's jobs go to the worker that has met it); without it, or
+    if it fails, in order.
+
     Raises:
         AnalysisError: no worker could start (their error), or none started within `START_TIMEOUT_S`.
     """
     import ray
     from ray.exceptions import RayActorError
 
-    queue = deque(jobs)
+    queue = AffinityQueue(jobs)
     if not queue:
         return
     remote = ray.remote(Worker).options(num_cpus=1, max_restarts=0, max_task_retries=0)
     here = str(Path(__file__).resolve().parent)
+    numbers = itertools.count()
 
     def spawn() -> _Slot:
         actor = remote.remote()
-        return _Slot(actor, actor.ready.remote(), time.monotonic())
+        return _Slot(actor, actor.ready.remote(), time.monotonic(), n=next(numbers))
 
     slots = [spawn() for _ in range(min(workers, len(queue)))]
     failed_starts = 0
@@ -590,6 +684,10 @@ def run_jobs(
                             f"{here}: install the same preflight on every node"
                         )
                     s.ready, failed_starts = None, 0
+                    if affinity is not None:  # once, before the first job goes out (the keys take milliseconds)
+                        with contextlib.suppress(Exception):
+                            queue.set_keys(ray.get(s.actor.keys.remote(affinity, queue.jobs), timeout=START_TIMEOUT_S))
+                        affinity = None
                     if on_start is not None:
                         on_start()
                         on_start = None
@@ -622,7 +720,7 @@ def run_jobs(
             for s in list(slots):
                 if s.ready is None and s.ref is None:
                     if queue:
-                        s.job = queue.popleft()
+                        s.job = queue.pop(s.n)
                         s.ref = s.actor.run.remote(task, s.job, memory_mb)
                         s.sent = time.monotonic()
                     else:  # nothing left for it: free its CPU
@@ -656,16 +754,71 @@ def _cause(exc: BaseException) -> str:
 # ---- analyze-many ---------------------------------------------------------------------------------------------
 
 
+SYMBOLIC_MODELS = 4  # symbolic exports a worker keeps (a zoo model is built on the meta device: no weights)
+_symbolic: OrderedDict[str, Any] = OrderedDict()  # this worker's: path -> SymbolicModel, or None (no export)
+
+
+def _symbolic_key(job: Job) -> str | None:
+    """What rows that can share one symbolic export have in common: a zoo model, its shapes from the spec, at a
+    batch of at least 2 (torch specialises 1: batch 1 is exported on its own, as `report --batches` does)."""
+    if job.path.startswith("zoo:") and not job.inputs and job.batch is not None and job.batch >= 2:
+        return job.path
+    return None
+
+
+def mark_shared(jobs: Sequence[Job]) -> list[Job]:
+    """`jobs` with `shared` set on the rows whose zoo model at least one other row analyses at another batch
+    (the rule of `analyzer.sweep`: a symbolic export pays from two batches of 2 or more)."""
+    count = Counter(k for k in map(_symbolic_key, jobs) if k is not None)
+    return [dataclasses.replace(j, shared=count[k] >= 2) if (k := _symbolic_key(j)) else j for j in jobs]
+
+
+def _symbolic_model(path: str):
+    """This worker's symbolic export of zoo model `path` (`analyzer.symbolic.load_symbolic`, done once per
+    worker and kept for the next rows), or None when the model has none (torch.export fixes its batch...)."""
+    from .symbolic import load_symbolic
+
+    if path not in _symbolic:
+        try:
+            _symbolic[path] = load_symbolic(path)
+        except Exception as exc:  # no symbolic export: each row is exported on its own instead
+            if _allocation_failure(exc):
+                raise
+            _symbolic[path] = None
+        while len(_symbolic) > SYMBOLIC_MODELS:
+            _symbolic.popitem(last=False)
+    _symbolic.move_to_end(path)
+    return _symbolic[path]
+
+
+def _analyze(job: Job):
+    """The Report of a row: from the worker's symbolic export of its model when the row is `shared` and the
+    export covers its batch (`analyzer.symbolic.analyze_at`, the graph `report --batches` evaluates), else
+    loaded and analysed on its own (`analyze_model`); both give the same report (docs/symbolic.md)."""
+    from .pipeline import analyze_model
+    from .symbolic import analyze_at
+
+    if job.shared and job.batch is not None:
+        sm = _symbolic_model(job.path)
+        if sm is not None and sm.covers(job.batch):
+            try:
+                return analyze_at(sm, job.batch, dtype=job.dtype)
+            except PreflightError:
+                pass  # the row's own export says what is wrong, as a row analysed on its own would
+    return analyze_model(job.path, inputs=list(job.inputs), batch=job.batch, dtype=job.dtype)
+
+
 def analyze_task(job: Job) -> dict:
     """The worker's side of one manifest row: analyse, predict on every device, and keep what a row holds.
 
     Returns the row's result fields (the driver adds model, request, status, error, seconds and worker):
     framework, name, inputs, totals and graph as in `preflight.report/1`, `predictions` as
-    `Prediction.to_json()`, one per device, and the report's warnings.
+    `Prediction.to_json()`, one per device, and the report's warnings. Rows that share a zoo model (`Job.shared`)
+    are evaluated from one symbolic export of it per worker (`_analyze`).
     """
-    from .pipeline import analyze_model, predict_all
+    from .pipeline import predict_all
 
-    report = analyze_model(job.path, inputs=list(job.inputs), batch=job.batch, dtype=job.dtype)
+    report = _analyze(job)
     predict_all(report, job.devices, matmul_precision=job.matmul_precision)
     doc = report.to_json()
     return {
@@ -677,6 +830,30 @@ def analyze_task(job: Job) -> dict:
         "predictions": doc.get("predictions", []),
         "warnings": doc["warnings"],
     }
+
+
+_HF_MODULES = ("zoo.hf_", "zoo._hf", "zoo.seq2seq", "zoo.serving", "zoo.speech")  # zoo modules using transformers
+
+
+def job_affinity(jobs: Sequence[Job]) -> list[tuple[str, ...]]:
+    """Each job's affinity key (`AffinityQueue`), coarse to fine: for a zoo model (library, the zoo module of its
+    family, the family, the model) where the library is "transformers" for the families built on it and "torch"
+    for the others; for a file (its format, the file). Runs in a worker (the zoo's registry imports torch)."""
+    import zoo
+
+    out: list[tuple[str, ...]] = []
+    for j in jobs:
+        if j.path.startswith("zoo:"):
+            try:
+                family, _ = zoo.resolve(j.path[4:].partition("?")[0])
+                module = getattr(family.builder, "__module__", "") or ""
+                library = "transformers" if module.startswith(_HF_MODULES) else "torch"
+                out.append(("zoo:" + library, module, family.name, j.path))
+            except Exception:  # noqa: BLE001 - an unknown model: its row gets the error, from any worker
+                out.append(("zoo:?", j.path))
+        else:
+            out.append(("file" + Path(j.path).suffix.lower(), j.path))
+    return out
 
 
 def make_row(job: Job, out: Outcome) -> dict:
@@ -913,7 +1090,7 @@ def analyze_many(
     say = (lambda m: (progress.write(m + "\n"), progress.flush())) if progress is not None else (lambda m: None)
     for note in notes:
         say(f"note: {note}")
-    todo = [j for j in jobs if j.key not in results.rows]
+    todo = mark_shared([j for j in jobs if j.key not in results.rows])
     if len(todo) < len(jobs):
         say(f"resuming: {len(jobs) - len(todo)} of {len(jobs)} models already in {output}")
     n_workers = 0
@@ -940,6 +1117,7 @@ def analyze_many(
                     memory_mb=memory_mb,
                     check_package=address is None,
                     on_start=bar.start,
+                    affinity=job_affinity,
                 )
     finally:
         results.close()
@@ -948,12 +1126,15 @@ def analyze_many(
 
 
 __all__ = [
+    "AffinityQueue",
     "Job",
     "Outcome",
     "Summary",
     "Worker",
     "analyze_many",
     "analyze_task",
+    "job_affinity",
+    "mark_shared",
     "ray_cluster",
     "read_manifest",
     "run_jobs",

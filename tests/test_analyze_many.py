@@ -457,6 +457,129 @@ def test_the_memory_cap_refuses_a_larger_allocation_and_is_lifted_after():
     assert len(bytearray(1024 * 2**20)) == 1024 * 2**20
 
 
+# ---- rows that share a model, and the affinity schedule (no Ray) ------------------------------------------------
+
+
+def test_mark_shared_picks_the_zoo_rows_with_two_batches_of_at_least_2(tmp_path):
+    manifest = tmp_path / "m.jsonl"
+    rows = [
+        {"model": "zoo:alexnet_x0_25", "batch": 2},
+        {"model": "zoo:alexnet_x0_25", "batch": 8, "dtype": "float16"},
+        {"model": "zoo:alexnet_x0_25", "batch": 1},  # torch specialises batch 1: its own export
+        {"model": "zoo:alexnet_x0_25"},  # the zoo's default batch (1)
+        {"model": "zoo:alexnet_x0_25", "batch": 4, "inputs": ["x:4x3x224x224"]},  # shapes from --input
+        {"model": "zoo:resnet18", "batch": 4},  # the only row of its model
+        {"model": "conv.onnx", "batch": 2},  # files have no symbolic export
+        {"model": "conv.onnx", "batch": 4},
+    ]
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    jobs, _ = batch.read_manifest(manifest)
+    assert [j.shared for j in batch.mark_shared(jobs)] == [True, True, False, False, False, False, False, False]
+    assert batch.mark_shared(jobs)[0] == jobs[0] and batch.mark_shared(jobs)[0].key == jobs[0].key  # no new identity
+
+
+def test_affinity_queue_gives_a_family_to_the_worker_that_met_it():
+    keys = [
+        ("torch", "resnet", "r18"),  # 0
+        ("hf", "bert", "b1"),  # 1
+        ("torch", "vgg", "v1"),  # 2
+        ("hf", "gpt2", "g1"),  # 3
+        ("torch", "resnet", "r18"),  # 4: worker 0's own model again
+        ("torch", "resnet", "r50"),  # 5: worker 0's family
+    ]
+    q = batch.AffinityQueue(list(range(6)), keys)
+    assert q.pop(0) == 0  # nothing met anywhere: the manifest's order
+    assert q.pop(1) == 1  # the first job of a library worker 0 has not met
+    assert q.pop(0) == 4  # its own model, then its family, then its library
+    assert q.pop(0) == 5
+    assert q.pop(1) == 3  # worker 1's library
+    assert q.pop(0) == 2
+    assert len(q) == 0
+    with pytest.raises(IndexError):
+        q.pop(0)
+    # a worker that has met nothing steals what the others have met least: the family nobody has been given
+    q = batch.AffinityQueue(list(range(3)), [("t", "a", "1"), ("t", "a", "2"), ("t", "b", "3")])
+    assert (q.pop(0), q.pop(1), q.pop(1)) == (0, 2, 1)
+    # without keys, or with keys that do not fit the jobs: in order
+    for k in (None, [("a",)]):
+        q = batch.AffinityQueue(list(range(3)), [("b",), ("a",), ("a",)])
+        q.set_keys(k)
+        assert [q.pop(1), q.pop(0), q.pop(0)] == [0, 1, 2]
+
+
+def _no_envelope(value: dict) -> dict:
+    return json.loads(json.dumps(value))  # as the row carries it (tuples as lists)
+
+
+@pytest.fixture()
+def shared_jobs(tmp_path):
+    rows = [
+        {"model": "zoo:alexnet_x0_25", "batch": 2},
+        {"model": "zoo:alexnet_x0_25", "batch": 5, "devices": ["a100-40gb", "h100-80gb"]},
+        {"model": "zoo:alexnet_x0_25", "batch": 3, "dtype": "float16"},
+        {"model": "zoo:alexnet_x0_25", "batch": 1},
+    ]
+    manifest = tmp_path / "shared.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    jobs = batch.mark_shared(batch.read_manifest(manifest)[0])
+    assert [j.shared for j in jobs] == [True, True, True, False]
+    return jobs
+
+
+def _check_rows_equal_one_by_one(jobs, rows):
+    """Field by field, each row equals the row of its model analysed alone (`analyzer.analyze` and
+    `analyzer.predict` in this process, no symbolic export)."""
+    for job, row in zip(jobs, rows, strict=True):
+        args = {"inputs": list(job.inputs), "batch": job.batch, "dtype": job.dtype}
+        doc = analyzer.analyze(job.path, **args).to_json()
+        for k in ("inputs", "totals", "graph"):
+            assert row[k] == doc[k], (str(job), k)
+        assert (row["framework"], row["name"]) == (doc["model"]["framework"], doc["model"]["name"])
+        assert [p["device"] for p in row["predictions"]] == list(job.devices)
+        warnings: list[str] = []  # the analysis's, then each device's predictor's, each once
+        for p in row["predictions"]:
+            one = analyzer.predict(job.path, device=p["device"], **args).to_json()
+            assert p == _no_envelope(one["prediction"]), (str(job), p["device"])
+            warnings += [w for w in one["warnings"] if w not in warnings]
+        assert row["warnings"] == warnings, str(job)
+
+
+def _count_exports(monkeypatch) -> list[str]:
+    from analyzer import pipeline
+
+    calls: list[str] = []
+    real = pipeline.analyze_model
+    monkeypatch.setattr(pipeline, "analyze_model", lambda m, *a, **k: (calls.append(m), real(m, *a, **k))[1])
+    monkeypatch.setattr(batch, "_symbolic", batch.OrderedDict())  # this test's worker cache, empty
+    return calls
+
+
+def test_rows_that_share_a_model_equal_rows_analysed_one_by_one(shared_jobs, monkeypatch):
+    calls = _count_exports(monkeypatch)
+    rows = [_no_envelope(batch.analyze_task(j)) for j in shared_jobs]
+    assert calls == ["zoo:alexnet_x0_25"]  # only batch 1 exported on its own: the others from one symbolic export
+    assert list(batch._symbolic) == ["zoo:alexnet_x0_25"] and batch._symbolic["zoo:alexnet_x0_25"] is not None
+    assert rows[1]["totals"]["macs"] == 5 * rows[0]["totals"]["macs"] // 2  # a CNN's MACs are linear in the batch
+    monkeypatch.undo()
+    _check_rows_equal_one_by_one(shared_jobs, rows)
+
+
+def test_shared_rows_of_a_model_without_a_symbolic_export_fall_back_per_row(shared_jobs, monkeypatch):
+    from analyzer import symbolic
+
+    calls = _count_exports(monkeypatch)
+
+    def refuse(model, *a, **k):
+        raise AnalysisError(f"{model}: torch.export fixed the batch size; no symbolic export")
+
+    monkeypatch.setattr(symbolic, "load_symbolic", refuse)
+    rows = [_no_envelope(batch.analyze_task(j)) for j in shared_jobs]
+    assert calls == [j.path for j in shared_jobs]  # every row exported on its own
+    assert batch._symbolic == {"zoo:alexnet_x0_25": None}  # tried once per worker, not once per row
+    monkeypatch.undo()
+    _check_rows_equal_one_by_one(shared_jobs, rows)
+
+
 # ---- faults and the dataset builder: one Ray session in this process (the last tests of the file) ---------------
 
 
@@ -517,3 +640,18 @@ def test_the_dataset_builder_runs_on_the_engine(ray_session, tmp_path):
         assert sorted(cached) == sorted(oracle)
         for k, v in oracle.items():
             np.testing.assert_array_equal(cached[k], v, err_msg=k)
+
+
+@pytest.mark.slow  # 31 to 56 s here: 6 rows on Ray, then each analysed again in this process
+def test_affinity_and_shared_rows_on_ray_equal_the_single_process_rows(ray_session, shared_jobs, tmp_path):
+    # two families on two workers: the rows of each model (three from one symbolic export) and bert's
+    manifest = tmp_path / "families.jsonl"
+    rows = [{"model": j.model, "batch": j.batch, "dtype": j.dtype, "devices": list(j.devices)} for j in shared_jobs]
+    rows += [{"model": "zoo:bert_tiny", "batch": 2}, {"model": "zoo:bert_tiny", "batch": 3}]
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = batch.analyze_many(manifest, tmp_path / "out.jsonl", workers=2)
+    jobs, _ = batch.read_manifest(manifest)
+    assert [r["status"] for r in summary.rows] == ["ok"] * len(jobs)
+    for job, row in zip(jobs, summary.rows, strict=True):  # each row as one process analyses it on its own
+        alone = _no_envelope(batch.analyze_task(job))  # read_manifest's jobs are not shared: exported one by one
+        assert {k: row[k] for k in alone} == alone, str(job)

@@ -196,16 +196,19 @@ _LABELS = {
     "peak_activation_bytes": "peak activations (bytes)",
     "params": "parameters",
     "param_bytes": "parameter bytes",
+    "kv_cache_bytes": "KV cache (bytes)",
 }
 
 
-def formulas_text(block: dict) -> str:
-    """The `symbolic` block (`symbolic_json`) as lines of text: 'FLOPs = 3,642,975,208 x batch'."""
+def formulas_text(block: dict, title: str = "Costs") -> str:
+    """The `symbolic` block (`symbolic_json`) as lines of text: 'FLOPs = 3,642,975,208 x batch'; `title` starts
+    the first line ('Costs as formulas of batch, exact for ...'). `preflight llm` prints its steps' blocks
+    (`analyzer.llm.context_formulas`) with it too."""
     symbols = block["symbols"]
-    width = max(len(v) for v in _LABELS.values())
+    width = max(len(_LABELS[k]) for k in block["totals"])
     ranges = ", ".join(f"{v['min']} <= {k} <= {v['max']:,}" for k, v in symbols.items())
     points = "; ".join(f"{k} = {', '.join(map(str, p))}" for k, p in block["points"].items())
-    lines = [f"Costs as formulas of {' and '.join(symbols)}, exact for {ranges} (fitted and checked at {points}):"]
+    lines = [f"{title} as formulas of {' and '.join(symbols)}, exact for {ranges} (fitted and checked at {points}):"]
     for k, f in block["totals"].items():
         lines.append(f"  {_LABELS[k]:<{width}} = {'no polynomial: computed per point' if f is None else f['formula']}")
     for sym in symbols:

@@ -131,3 +131,32 @@ def test_cli_largest_batch_on_a_file_is_a_usage_error(tmp_path):
     result = CliRunner().invoke(cli, ["predict", str(path), "--largest-batch"])
     assert result.exit_code == 2
     assert "largest batch is solved for zoo:NAME models" in result.output
+
+
+@pytest.mark.slow  # two sweeps with a symbolic export each: 38 s wall at load 11 here (10 s of CPU)
+def test_report_sweep_solves_by_the_formula_as_probing_does(monkeypatch):
+    # the report's sweep (no latency SLO) takes the largest batch from the peak formula; probing with a full
+    # analysis and prediction at each batch (its way with an SLO) must give the same answers
+    from analyzer import sweep
+    from analyzer.pipeline import analyze_model, predict_all
+
+    model, devices = "zoo:resnet18?resolution=64", ["a100-40gb", "h100-80gb"]
+    rep = predict_all(analyze_model(model, batch=1), devices)
+    calls = []
+    by_formula = sweep._solve_by_formula
+
+    def counted(*a, **k):
+        out = by_formula(*a, **k)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(sweep, "_solve_by_formula", counted)
+    kw = dict(inputs=None, batches=[1, 2, 4], devices=devices, latency_slo_ms=None, strict=False, reuse={1: rep})
+    fast, _ = sweep.run_sweep(model, None, **kw)
+    assert calls == [True, True]
+    monkeypatch.setattr(sweep, "_solve_by_formula", lambda *a, **k: None)
+    slow, _ = sweep.run_sweep(model, None, **kw)
+    for a, b in zip(fast["devices"], slow["devices"], strict=True):
+        assert a["largest_batch_solved"] == b["largest_batch_solved"]
+        assert a["largest_batch_full_gpu_solved"] == b["largest_batch_full_gpu_solved"]
+        assert all(v > 4 for v in a["largest_batch_solved"].values())

@@ -549,7 +549,8 @@ class Step:
         return cost
 
 
-FORMULA_POINTS = 5  # consecutive sample points per symbol (and one far one): fits up to degree 3, each checked at 2+
+FORMULA_POINTS = 5  # consecutive sample points of the length (and one far one): fits up to degree 3, checked at 2+
+FORMULA_BATCH_POINTS = 3  # of the batch: 1, 2, 3 and 41, a degree up to 1 (a step is linear in its sequences)
 FORMULA_TOTALS = ("flops", "macs", "bytes_read")
 FORMULA_METHOD = (
     "each count of the whole model (extrapolated from the traced depths as the step's own totals are) is evaluated "
@@ -587,7 +588,7 @@ def context_formulas(step: Step) -> tuple[dict | None, str | None]:
         if not g.evaluate or g._graphs.get(key) is None:
             return None, f"the {step.kind} step has no symbolic graph (each point is exported on its own)"
     top = MAX_DIM - 1
-    points = {"batch": sample_points(1, top, FORMULA_POINTS), length: sample_points(lo, hi, FORMULA_POINTS)}
+    points = {"batch": sample_points(1, top, FORMULA_BATCH_POINTS), length: sample_points(lo, hi, FORMULA_POINTS)}
     keys = (*FORMULA_TOTALS, *(("kv_cache_bytes",) if step.kind == "decode" else ()))
     values: dict[str, dict[tuple, int]] = {k: {} for k in keys}
     for b in points["batch"]:

@@ -46,8 +46,8 @@ def value(block: dict, count: str, env: dict) -> Fraction:
 
 @pytest.fixture(scope="module")
 def report():
-    # batch 3, prompt 12, context 12 + 4 = 16: none of them a sample point (batch 1..5, 41; lengths 2..6, 42)
-    return llm(TINY, prompt=12, generate=4, batch=3, contexts=[16, 32])
+    # batch 5, prompt 12, context 12 + 4 = 16: none of them a sample point (batch 1, 2, 3, 41; lengths 2..6, 42)
+    return llm(TINY, prompt=12, generate=4, batch=5, contexts=[16, 32])
 
 
 def test_context_formulas_coefficients_by_hand(report):
@@ -79,9 +79,9 @@ def test_context_formulas_equal_the_llm_counts_at_its_own_point(report):
     info = report.llm
     pre, dec = info.formulas["prefill"], info.formulas["decode"]
     for count in ("flops", "macs", "bytes_read"):
-        assert value(pre, count, {"batch": 3, "prompt": 12}) == info.prefill.totals[count], count
-        assert value(dec, count, {"batch": 3, "context": 16}) == info.decode.totals[count], count
-    assert value(dec, "kv_cache_bytes", {"batch": 3, "context": 16}) == info.kv.bytes(3, 16)
+        assert value(pre, count, {"batch": 5, "prompt": 12}) == info.prefill.totals[count], count
+        assert value(dec, count, {"batch": 5, "context": 16}) == info.decode.totals[count], count
+    assert value(dec, "kv_cache_bytes", {"batch": 5, "context": 16}) == info.kv.bytes(5, 16)
 
 
 def test_context_formulas_in_json_and_text(report):

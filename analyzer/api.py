@@ -48,7 +48,7 @@ def analyze(
     """
     if not symbolic:
         return analyze_model(model, example_inputs, inputs=inputs, batch=batch, strict=strict, dtype=dtype)
-    from .symbolic import analyze_at, formulas, load_symbolic, symbolic_json
+    from .symbolic import analyze_at, formulas, load_symbolic, peak_function, symbolic_json
 
     if inputs:
         raise UsageError("symbolic analysis takes the batch as its symbol: give --batch, not --input")
@@ -61,6 +61,8 @@ def analyze(
     else:
         rep = analyze_model(model, example_inputs, batch=batch, strict=strict, dtype=dtype)
     rep.symbolic = symbolic_json(sm, formulas(sm, dtype=dtype))
+    _, law = peak_function(sm, dtype)
+    rep.symbolic["peak_law"] = None if law is None else str(law)
     rep.warnings.extend(sm.notes)
     return rep
 

@@ -211,6 +211,8 @@ def formulas_text(block: dict, title: str = "Costs") -> str:
     lines = [f"{title} as formulas of {' and '.join(symbols)}, exact for {ranges} (fitted and checked at {points}):"]
     for k, f in block["totals"].items():
         lines.append(f"  {_LABELS[k]:<{width}} = {'no polynomial: computed per point' if f is None else f['formula']}")
+    if block.get("peak_law"):  # the liveness peak derived, not fitted (passes.symbolic.peak_law)
+        lines.append(f"  peak activations (bytes), liveness over the execution order = {block['peak_law']}")
     for sym in symbols:
         power = {}
         for op in block["ops"]:

@@ -160,3 +160,18 @@ def test_report_sweep_solves_by_the_formula_as_probing_does(monkeypatch):
         assert a["largest_batch_solved"] == b["largest_batch_solved"]
         assert a["largest_batch_full_gpu_solved"] == b["largest_batch_full_gpu_solved"]
         assert all(v > 4 for v in a["largest_batch_solved"].values())
+
+
+def test_analyze_symbolic_shows_the_peak_law():
+    from analyzer.api import analyze
+
+    rep = analyze("zoo:bert_tiny?seq_len=16", symbolic=True)
+    jsonschema.validate(rep.to_json(), SCHEMA)
+    law = rep.symbolic["peak_law"]
+    # the score-sized tensors (seq^2 a sequence) and the per-token ones (the feed-forward's) trade places as seq
+    # grows: the law is a maximum of several polynomials, not one
+    assert law.startswith("max(") and "batch x seq^2" in law
+    sm = load_symbolic("zoo:bert_tiny?seq_len=16", seq=True)
+    assert law == str(peak_law(sm.graph))
+    want = analyze_at(sm, 3, seq=500).analysis.totals.peak_activation_bytes  # past every sample point
+    assert peak_law(sm.graph).at({"batch": 3, "seq": 500}) == want

@@ -475,17 +475,29 @@ def symbolic_costs(sym: SymbolicGraph, analyze=None) -> SymbolicCosts:
 # --------------------------------------------------------------------------------------------
 
 
-def poly_of(dim, aliases: Mapping[str, str] | None = None) -> Poly | None:
+def poly_of(
+    dim, aliases: Mapping[str, str] | None = None, ranges: Mapping[str, tuple[int, int | None]] | None = None
+) -> Poly | None:
     """A dimension (an int or an `Expr`) as a Poly in the user's symbol names (`aliases`: graph name -> user
-    name); None when it is not a polynomial (floordiv, floormod, max or min of a symbol)."""
+    name); None when it is not a polynomial (floordiv, floormod, max or min of a symbol). With the symbols'
+    `ranges` (user names), max/min of a constant c and a bare symbol whose lowest value is >= c is decided
+    (min(1, seq) = 1 for seq >= 2: a causal mask's slice)."""
     if isinstance(dim, int):
         return Poly.make({(): dim})
     if dim.op == "sym":
         name = dim.args[0]
         return Poly.make({(((aliases or {}).get(name, name), 1),): 1})
-    a, b = (poly_of(x, aliases) for x in dim.args)
+    a, b = (poly_of(x, aliases, ranges) for x in dim.args)
     if a is None or b is None:
         return None
+    if dim.op in ("max", "min") and ranges:
+        for const, other in ((a, b), (b, a)):
+            terms = dict(other.terms)
+            if const.degree == 0 and len(terms) == 1 and list(terms.values()) == [1]:
+                (mono,) = terms
+                if len(mono) == 1 and mono[0][1] == 1 and ranges.get(mono[0][0], (None,))[0] is not None:
+                    if ranges[mono[0][0]][0] >= const.coefficient():
+                        return const if dim.op == "min" else other
     if dim.op == "add":
         return a + b
     if dim.op == "sub":
@@ -549,7 +561,7 @@ def peak_law(sym: SymbolicGraph, graph: OpGraph | None = None) -> PeakLaw:
                 raise SymbolicError(f"a {t.dtype} tensor's bytes round up: no polynomial")
             numel = Poly.make({(): 1})
             for d in t.shape:
-                p = poly_of(d, sym.aliases)
+                p = poly_of(d, sym.aliases, sym.ranges)
                 if p is None:
                     raise SymbolicError(f"a dimension {d} is not a polynomial of {', '.join(sym.symbols)}")
                 numel = numel * p

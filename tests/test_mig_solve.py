@@ -48,6 +48,12 @@ def test_poly_arithmetic_and_dominance_by_hand():
     assert poly_of(e, {"s1": "batch"}) == b * 4 + Poly.make({(): 4})
     assert poly_of(Expr("floordiv", Expr("sym", "s1"), 2), {"s1": "batch"}) is None
     assert poly_of(Expr("max", 3, 7)) == Poly.make({(): 7})
+    causal = Expr("min", 1, Expr("sym", "s50"))  # a causal mask's slice: 1 for every seq >= 2
+    assert poly_of(causal, {"s50": "seq"}) is None  # no range: undecided
+    assert poly_of(causal, {"s50": "seq"}, {"seq": (2, 512)}) == Poly.make({(): 1})
+    seq = Poly.make({(("seq", 1),): 1})
+    assert poly_of(Expr("max", Expr("sym", "s50"), 1), {"s50": "seq"}, {"seq": (2, 512)}) == seq
+    assert poly_of(Expr("min", 16, Expr("sym", "s50")), {"s50": "seq"}, {"seq": (2, 512)}) is None  # 16 vs 2..512
     assert Poly.make({(): Fraction(1, 2)}) * 4 == Poly.make({(): 2})
 
 

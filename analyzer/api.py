@@ -5,6 +5,7 @@ A thin front over `analyzer.pipeline`, which composes the frontends, the passes 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from .errors import MissingShapeError, UsageError
@@ -47,7 +48,7 @@ def analyze(
     """
     if not symbolic:
         return analyze_model(model, example_inputs, inputs=inputs, batch=batch, strict=strict, dtype=dtype)
-    from .symbolic import analyze_at, formulas, load_symbolic, symbolic_json
+    from .symbolic import analyze_at, formulas, load_symbolic, peak_function, symbolic_json
 
     if inputs:
         raise UsageError("symbolic analysis takes the batch as its symbol: give --batch, not --input")
@@ -60,6 +61,8 @@ def analyze(
     else:
         rep = analyze_model(model, example_inputs, batch=batch, strict=strict, dtype=dtype)
     rep.symbolic = symbolic_json(sm, formulas(sm, dtype=dtype))
+    _, law = peak_function(sm, dtype)
+    rep.symbolic["peak_law"] = None if law is None else str(law)
     rep.warnings.extend(sm.notes)
     return rep
 
@@ -76,6 +79,7 @@ def predict(
     max_slowdown: float | None = None,
     dtype: str | None = None,
     matmul_precision: str = "highest",
+    largest_batch: bool = False,
 ) -> Report:
     """Analyse `model` and predict its latency, energy, memory and MIG slice on `device`.
 
@@ -87,12 +91,60 @@ def predict(
             (torch's default: float32 matmuls on FP32 CUDA cores), "high" or "medium" (float32 matmuls on TF32
             tensor cores, as NVIDIA's containers run them; on a GPU the two are the same). Only float32 matmuls
             move: a float16/bfloat16 model, its convolutions (TF32 already) and fused attention do not.
+        largest_batch: also solve for the largest batch whose predicted memory fits each MIG profile and the whole
+            GPU (`prediction.mig.largest_batch`, a `predictor.mig.LargestBatch`): a zoo model or an nn.Module
+            (batch on axis 0) is exported once more with its batch symbolic, and the solve evaluates the memory
+            at each batch from that one graph (docs/symbolic.md). Not with `inputs`.
     The result's `prediction` is a `predictor.predict.Prediction`.
     """
     devices = check_devices([device])
     check_matmul_precision(matmul_precision)
+    if largest_batch:
+        _check_solvable(model, inputs)
     report = analyze_model(model, example_inputs, inputs=inputs, batch=batch, strict=strict, dtype=dtype)
-    return predict_all(report, devices, latency_slo_ms, max_slowdown, matmul_precision=matmul_precision)
+    predict_all(report, devices, latency_slo_ms, max_slowdown, matmul_precision=matmul_precision)
+    if largest_batch:
+        _solve_largest_batch(report, model, example_inputs, batch, dtype)
+    return report
+
+
+def _check_solvable(model, inputs) -> None:
+    """UsageError unless the largest batch can be solved for `model`: a zoo model or an nn.Module, no --input."""
+    torch = sys.modules.get("torch")
+    if not (isinstance(model, str) and model.startswith("zoo:")) and not (
+        torch is not None and isinstance(model, torch.nn.Module)
+    ):
+        raise UsageError("the largest batch is solved for zoo:NAME models and nn.Modules (files have fixed sizes)")
+    if inputs:
+        raise UsageError("the largest batch is solved with the batch as the symbol: give --batch, not --input")
+
+
+def _solve_largest_batch(report: Report, model, example_inputs, batch: int | None, dtype: str | None) -> None:
+    """Attach `LargestBatch` to each prediction's MIG recommendation; a warning says why where it cannot."""
+    from dataclasses import replace
+
+    from .errors import PreflightError
+    from .symbolic import load_symbolic, solve_largest_batch
+
+    if batch is not None or isinstance(model, str):
+        own = batch or 1  # a zoo model's batch, 1 by default
+    else:  # an nn.Module: axis 0 of its example inputs
+        own = report.inputs[0]["shape"][0] if report.inputs and report.inputs[0]["shape"] else 1
+    try:
+        sm = load_symbolic(model, example_inputs)
+    except PreflightError as exc:
+        report.warnings.append(f"the largest batch that fits was not solved: {exc}")
+        return
+    solved = []
+    for p in report.predictions:
+        try:
+            lb = solve_largest_batch(sm, p, report.analysis, batch=own, dtype=dtype)
+            p = replace(p, mig=replace(p.mig, largest_batch=lb))
+        except PreflightError as exc:
+            report.warnings.append(f"the largest batch that fits was not solved: {exc}")
+        solved.append(p)
+    report.predictions[:] = solved
+    report.prediction = solved[0] if solved else None
 
 
 def report(

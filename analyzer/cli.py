@@ -413,6 +413,12 @@ def max_slowdown_option(f):
     show_default=True,
     help="Compare the budget with the point prediction or the upper end of its interval.",
 )
+@click.option(
+    "--largest-batch",
+    is_flag=True,
+    help="Also solve for the largest batch whose predicted memory fits each MIG slice and the whole GPU (zoo "
+    "models; one more export, with the batch symbolic). Table and JSON. docs/symbolic.md.",
+)
 @budget_options
 def predict(
     model: str,
@@ -432,6 +438,7 @@ def predict(
     explain: bool,
     by_module: int,
     matmul_precision: str,
+    largest_batch: bool,
 ) -> None:
     """Predict latency, energy, memory and the MIG slice of MODEL on a GPU (MODEL as for `preflight analyze`).
 
@@ -452,6 +459,7 @@ def predict(
         max_slowdown=max_slowdown,
         dtype=dtype,
         matmul_precision=matmul_precision,
+        largest_batch=largest_batch,
     )
     gated = max_latency is not None or max_memory is not None
     if gated:

@@ -552,6 +552,67 @@ class Step:
         return cost
 
 
+FORMULA_POINTS = 5  # consecutive sample points of the length (and one far one): fits up to degree 3, checked at 2+
+FORMULA_BATCH_POINTS = 3  # of the batch: 1, 2, 3 and 41, a degree up to 1 (a step is linear in its sequences)
+FORMULA_TOTALS = ("flops", "macs", "bytes_read")
+FORMULA_METHOD = (
+    "each count of the whole model (extrapolated from the traced depths as the step's own totals are) is evaluated "
+    "from the step's symbolic graph on the grid of sample points and fitted by exact rational interpolation (the "
+    "lowest degree, at most 3, through the first ones), accepted only if it equals the count at every other point"
+)
+
+
+def _count(pt: GraphPoint, key: str) -> int:
+    return pt.kv_input_bytes if key == "kv_cache_bytes" else getattr(pt.analysis.totals, key)
+
+
+def context_formulas(step: Step) -> tuple[dict | None, str | None]:
+    """(the step's counts as exact polynomials of the batch and the prompt (prefill) or context (decode), or None;
+    why not). The block has the keys of `analyze --symbolic`'s (`analyzer.symbolic.symbolic_json`, schema
+    `$defs/symbolic`): totals "flops", "macs", "bytes_read" per step and, for decode, "kv_cache_bytes" (the cache
+    inputs). Every sample point is the step's graph evaluated from its one symbolic export (`StepGraph.point`),
+    so the formulas cost no export; the range of the length ends at the smallest sliding window (past it the
+    windowed layers' slots stop growing: another polynomial). None when a step has no symbolic graph."""
+    from passes.symbolic import fit_grid, sample_points
+
+    from .symbolic import _formula
+
+    length = "prompt" if step.kind == "prefill" else "context"
+    first = step.graphs[min(step.depths)]
+    lo, hi = first._segment(2, step.max_length)
+    windows = [w for w in first.layout.windows if w is not None]
+    if windows:
+        hi = min(hi, min(windows))
+    if hi - lo < FORMULA_POINTS:
+        return None, f"the {length} range {lo} to {hi} is too short to fit a formula"
+    for g in step.graphs.values():
+        g.point(1, lo, step.max_length)
+        key = g._segment(lo, step.max_length)
+        if not g.evaluate or g._graphs.get(key) is None:
+            return None, f"the {step.kind} step has no symbolic graph (each point is exported on its own)"
+    top = MAX_DIM - 1
+    points = {"batch": sample_points(1, top, FORMULA_BATCH_POINTS), length: sample_points(lo, hi, FORMULA_POINTS)}
+    keys = (*FORMULA_TOTALS, *(("kv_cache_bytes",) if step.kind == "decode" else ()))
+    values: dict[str, dict[tuple, int]] = {k: {} for k in keys}
+    for b in points["batch"]:
+        for n in points[length]:
+            pts = {d: step.point(d, b, n) for d in step.depths}
+            for k in keys:
+                by_depth = {d: _count(p, k) for d, p in pts.items()}
+                values[k][(b, n)] = step._combine(by_depth)
+    axes = [points["batch"], points[length]]
+    totals = {k: fit_grid(("batch", length), axes, values[k]) for k in keys}
+    block = {
+        "symbols": {"batch": {"min": 1, "max": top}, length: {"min": lo, "max": hi}},
+        "method": FORMULA_METHOD,
+        "points": points,
+        "exact": all(p is not None for p in totals.values()),
+        "totals": {k: _formula(p) for k, p in totals.items()},
+        "ops": [],
+    }
+    return block, None
+
+
 # ---- the whole analysis --------------------------------------------------------------------------------------------
 
 
@@ -621,6 +682,8 @@ class LlmServing:
     depth: dict  # how the graphs were traced
     assumptions: list[str] = field(default_factory=list)
     runtime: dict = field(default_factory=lambda: {"name": "eager"})  # --runtime and its settings
+    # {"prefill": block, "decode": block} (`context_formulas`): costs as formulas of batch and prompt/context
+    formulas: dict | None = None
 
     @property
     def request_context(self) -> int:
@@ -648,7 +711,7 @@ class LlmServing:
             "depth": dict(self.depth),
             "assumptions": list(self.assumptions),
             "runtime": dict(self.runtime),
-        }
+        } | ({} if self.formulas is None else {"formulas": self.formulas})
 
 
 @dataclass
@@ -965,6 +1028,15 @@ def llm(
             )
         )
 
+    say("costs as formulas of the prompt and the context")
+    formulas, why_not = {}, []
+    for step in (prefill, decode):
+        block, why = context_formulas(step)
+        if block is not None:
+            formulas[step.kind] = block
+        else:
+            why_not.append(f"no formulas of the {step.kind} step: {why}")
+
     info = LlmServing(
         model=_model_summary(m, layout),
         dtype=dtype,
@@ -983,8 +1055,10 @@ def llm(
         depth=depth,
         assumptions=list(ASSUMPTIONS),
         runtime={"name": "eager", **_precision(matmul_precision)},
+        formulas=formulas or None,
     )
     report = _decode_report(m, decode, dec, batch, request_context, kv, depth)
+    report.warnings.extend(why_not)
     report.llm = info
     for g in (*prefill.graphs.values(), *decode.graphs.values()):
         for w in [*g.warnings, *(w for pt in g._points.values() for w in pt.warnings)]:

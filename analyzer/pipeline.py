@@ -84,6 +84,25 @@ def _symbol_source(loaded: LoadedModel, func_name: str, symbol: str) -> str:
     return f", from {' and '.join(hits)}" if hits else ""
 
 
+def prepare_graph(loaded: LoadedModel, graph: OpGraph, dtype: str | None = None) -> OpGraph:
+    """`graph` as the passes take it: ops marked with the library call eager runs them in, weight-only ops folded
+    for runtimes that fold them, the model's float dtype, then `dtype` (`analyze_loaded`). Shapes never change; op
+    indices change only under autocast (casts inserted)."""
+    if any(loaded.op_calls.values()):  # ops eager PyTorch runs inside one library call (cuDNN's recurrent layers)
+        from passes.tvm_ir import source_names
+
+        graph = with_library_calls(graph, source_names([op.name for op in graph.ops], loaded.op_calls))
+    if loaded.framework in FOLDING_RUNTIMES:
+        graph = with_weight_only_folded(graph)
+    if loaded.float_dtype:
+        graph = with_float_dtype(graph, loaded.float_dtype)
+    if dtype in AMP_DTYPES:
+        graph = with_autocast(graph, AMP_DTYPES[dtype])  # weights stay as they are; autocast casts them per forward
+    elif dtype is not None:
+        graph = with_compute_dtype(graph, dtype)
+    return graph
+
+
 def analyze_loaded(
     loaded: LoadedModel,
     *,
@@ -125,16 +144,7 @@ def analyze_loaded(
     except IRError as exc:
         raise AnalysisError(str(exc)) from exc
     loaded.check_graph(graph)  # every shape and window sane before any pass sizes anything from them
-    if any(loaded.op_calls.values()):  # ops eager PyTorch runs inside one library call (cuDNN's recurrent layers)
-        graph = with_library_calls(graph, source_names([op.name for op in graph.ops], loaded.op_calls))
-    if loaded.framework in FOLDING_RUNTIMES:
-        graph = with_weight_only_folded(graph)
-    if loaded.float_dtype:
-        graph = with_float_dtype(graph, loaded.float_dtype)
-    if dtype in AMP_DTYPES:
-        graph = with_autocast(graph, AMP_DTYPES[dtype])  # weights stay as they are; autocast casts them per forward
-    elif dtype is not None:
-        graph = with_compute_dtype(graph, dtype)
+    graph = prepare_graph(loaded, graph, dtype)
     # graphs from torch.export keep torch's SDPA signature; other exporters write attention out in many ways
     patterns = "sdpa" if loaded.framework in TORCH_EXPORTED else "all"
     analysis = analyze_graph(graph, attention_patterns=patterns)

@@ -441,6 +441,29 @@ def llm_summary(report) -> list[tuple[str, str]]:
     ]
 
 
+_STEP_TITLES = {
+    "prefill": "Prefill (the whole prompt, batch sequences)",
+    "decode": "Decode step (one token for each of batch sequences)",
+}
+
+
+def _formulas_section(llm) -> Section:
+    """How the costs grow with the prompt and the context: each step's totals as exact formulas of the batch and
+    the length (`analyzer.llm.context_formulas`), printed as `analyze --symbolic` prints its own."""
+    from .symbolic import formulas_text
+
+    sec = Section("Costs as formulas of the context")
+    sec.blocks.append(
+        "Each count of the whole model (all its layers), fitted exactly on the step's graph evaluated at sample "
+        "points from its one symbolic export, and checked at the points left over (docs/symbolic.md)."
+    )
+    for kind, block in llm.formulas.items():
+        lines = formulas_text(block, _STEP_TITLES[kind]).splitlines()
+        sec.blocks.append(lines[0])
+        sec.blocks.append([line.strip() for line in lines[1:]])
+    return sec
+
+
 def llm_sections(llm) -> list[Section]:
     """The sections of `preflight llm`: KV cache and steps, per-device serving, latency over context, capacity."""
     kv, c = llm.kv, llm.request_context
@@ -630,6 +653,8 @@ def llm_sections(llm) -> list[Section]:
             )
         )
     out.append(cap)
+    if llm.formulas:
+        out.append(_formulas_section(llm))
     out.append(Section("LLM serving assumptions", [list(llm.assumptions)]))
     return out
 

@@ -403,7 +403,7 @@ def _prediction(report) -> list[tuple[str, str]]:
         ("roofline bound", f"{g3(p.roofline_latency_ms)} ms"),
         ("MIG slice", p.mig.summary()),
         ("MIG reason", p.mig.reason),
-    ]
+    ] + ([] if p.mig.largest_batch is None else [("MIG largest batch", p.mig.largest_batch.summary(p.mig.profile))])
 
 
 def _power_text(p) -> str:
@@ -522,6 +522,11 @@ EXPLAIN: tuple[tuple[str, str], ...] = (
         "5% headroom, with its predicted latency and slowdown against the whole GPU",
     ),
     ("MIG reason", "why that profile: its usable memory against the predicted upper bound, and its latency"),
+    (
+        "MIG largest batch",
+        "with --largest-batch: the largest batch whose upper memory bound plus 5% headroom fits each MIG profile "
+        "and the whole GPU, solved from one export with the batch symbolic (memory only; docs/symbolic.md)",
+    ),
 )
 
 

@@ -26,7 +26,7 @@ from .errors import PreflightError, UsageError
 from .frontends import load
 from .frontends.specs import MAX_DIM
 from .pipeline import analyze_loaded
-from .symbolic import analyze_at, load_symbolic
+from .symbolic import analyze_at, load_symbolic, solve_largest_batch
 
 DEFAULT_MAX_BATCH = 32
 MAX_SWEEP_POINTS = 64
@@ -192,6 +192,26 @@ def _solve_device(
     return answers, full
 
 
+def _solve_by_formula(sm, reuse: dict, index: int, points: list[dict], latency_slo_ms, dtype) -> tuple | None:
+    """`_solve_device`'s answer from the peak formula (`analyzer.symbolic.solve_largest_batch`: no analysis per
+    probe) when memory alone decides the fit: no latency SLO, the memory model's prediction (not a trained
+    predictor's), a peak proven to grow with the batch, and a report of the model to check it against (`reuse`);
+    else None (probe with full predictions). Batch 1, below the export's range, answers from its swept point."""
+    if latency_slo_ms is not None or not reuse:
+        return None
+    batch, rep = next(iter(reuse.items()))
+    try:
+        lb = solve_largest_batch(sm, rep.predictions[index], rep.analysis, batch=batch, dtype=dtype)
+    except PreflightError:
+        return None
+    if not lb.monotone:
+        return None
+    one = next((p for p in points if p["batch"] == 1), None)
+    per_profile = {n: b if b is not None or one is None or not one["fits"][n] else 1 for n, b in lb.per_profile.items()}
+    full = lb.full_gpu if lb.full_gpu is not None or one is None or not one["fits_full_gpu"] else 1
+    return per_profile, full
+
+
 def _symbolic(model, example_inputs, inputs, batches: list[int]):
     """(SymbolicModel or None, why not): one symbolic export for the sweep when it pays (a zoo model or an
     nn.Module, at least two batches inside the export's range, i.e. >= 2); else None and the reason (None when
@@ -295,7 +315,9 @@ def run_sweep(
 
         try:
             solved = {
-                d: _solve_device(sm, d, per_device[d], analysis_at, latency_slo_ms, matmul_precision) for d in devices
+                d: _solve_by_formula(sm, reuse, i, per_device[d], latency_slo_ms, dtype)
+                or _solve_device(sm, d, per_device[d], analysis_at, latency_slo_ms, matmul_precision)
+                for i, d in enumerate(devices)
             }
             doc["symbolic"]["solve_max"] = min(sm.batch_range[1] or SOLVE_MAX, SOLVE_MAX)
         except PreflightError as exc:

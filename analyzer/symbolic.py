@@ -5,6 +5,7 @@ that one graph, and its costs as exact formulas of the batch.
     report = analyze_at(sm, 8)                  # the Report at batch 8, from sm's graph (no export)
     costs = formulas(sm)                        # passes.symbolic.SymbolicCosts: per-op and total polynomials
     block = symbolic_json(sm, costs)            # the JSON `symbolic` block
+    solve_largest_batch(sm, prediction, analysis, batch=1)   # the largest batch that fits each MIG profile
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from passes.symbolic import COUNTS, SymbolicCosts, SymbolicError, SymbolicGraph, symbolic_costs
+from passes.symbolic import COUNTS, SymbolicCosts, SymbolicError, SymbolicGraph, peak_law, symbolic_costs
 
 from .errors import AnalysisError, PreflightError, UsageError
 from .frontends.loaded import LoadedModel
@@ -195,18 +196,23 @@ _LABELS = {
     "peak_activation_bytes": "peak activations (bytes)",
     "params": "parameters",
     "param_bytes": "parameter bytes",
+    "kv_cache_bytes": "KV cache (bytes)",
 }
 
 
-def formulas_text(block: dict) -> str:
-    """The `symbolic` block (`symbolic_json`) as lines of text: 'FLOPs = 3,642,975,208 x batch'."""
+def formulas_text(block: dict, title: str = "Costs") -> str:
+    """The `symbolic` block (`symbolic_json`) as lines of text: 'FLOPs = 3,642,975,208 x batch'; `title` starts
+    the first line ('Costs as formulas of batch, exact for ...'). `preflight llm` prints its steps' blocks
+    (`analyzer.llm.context_formulas`) with it too."""
     symbols = block["symbols"]
-    width = max(len(v) for v in _LABELS.values())
+    width = max(len(_LABELS[k]) for k in block["totals"])
     ranges = ", ".join(f"{v['min']} <= {k} <= {v['max']:,}" for k, v in symbols.items())
     points = "; ".join(f"{k} = {', '.join(map(str, p))}" for k, p in block["points"].items())
-    lines = [f"Costs as formulas of {' and '.join(symbols)}, exact for {ranges} (fitted and checked at {points}):"]
+    lines = [f"{title} as formulas of {' and '.join(symbols)}, exact for {ranges} (fitted and checked at {points}):"]
     for k, f in block["totals"].items():
         lines.append(f"  {_LABELS[k]:<{width}} = {'no polynomial: computed per point' if f is None else f['formula']}")
+    if block.get("peak_law"):  # the liveness peak derived, not fitted (passes.symbolic.peak_law)
+        lines.append(f"  peak activations (bytes), liveness over the execution order = {block['peak_law']}")
     for sym in symbols:
         power = {}
         for op in block["ops"]:
@@ -219,3 +225,99 @@ def formulas_text(block: dict) -> str:
     if missing:
         lines.append(f"  {missing} operator counts have no polynomial: they are computed per point")
     return "\n".join(lines) + "\n"
+
+
+SOLVE_MAX = 2**24  # the largest batch `solve_largest_batch` looks at (as analyzer.sweep.SOLVE_MAX)
+SOLVE_METHOD = (
+    "memory only (no latency SLO): the liveness peak of the activations as a maximum of exact polynomials of the "
+    "batch (passes.symbolic.peak_law) plus the memory model's weights, CUDA context, workspace and allocator terms, "
+    "evaluated exactly at each batch; exponential search from the export's lowest batch, then bisection"
+)
+SOLVE_METHOD_PROBE = (
+    "memory only (no latency SLO): the liveness pass on the symbolic graph evaluated at each batch (no formula: "
+    "autocast, or a size that is no polynomial) plus the memory model's terms; exponential search, then bisection"
+)
+
+
+def peak_function(sm: SymbolicModel, dtype: str | None = None):
+    """(batch -> peak live activation bytes, the PeakLaw or None) of `sm` analysed with `dtype`: the law's exact
+    value (`passes.symbolic.peak_law` on the graph the pipeline prepares), or, where no law is built (autocast,
+    which inserts casts by size; a size that is no polynomial), the liveness pass on the graph evaluated at the
+    batch. Either way the same number as `analyze_at(sm, batch, dtype=dtype)`'s peak; no export."""
+    from passes.graph import AMP_DTYPES
+    from passes.memory import liveness
+
+    from .pipeline import prepare_graph
+
+    if dtype not in AMP_DTYPES:
+        try:
+            law = peak_law(sm.graph, prepare_graph(sm.loaded, sm.graph.graph, dtype))
+            return (lambda b: law.at(sm.point(b))), law
+        except SymbolicError:
+            pass
+
+    def probe(b: int) -> int:
+        return liveness(prepare_graph(sm.loaded, sm.graph.at(sm.point(b)), dtype)).peak_bytes
+
+    return probe, None
+
+
+def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, dtype: str | None = None):
+    """`predictor.mig.LargestBatch`: the largest batch whose predicted memory fits each MIG profile of
+    `prediction.device` (or the one slice it names) and the whole GPU, solved from `sm` without exporting again.
+
+    `analysis` and `prediction` are the model's at `batch` (with `dtype`): the weights and whether convolutions
+    run (cuDNN's workspace) come from them, and they check the solve: the memory model at the analysis's own peak
+    must give the prediction's upper memory bound (it does not when a trained predictor predicted the memory:
+    AnalysisError), and the peak formula at `batch` must equal the analysis's peak (when `batch` is in the export's
+    range). Memory is the upper end of the interval, as the MIG rule takes it (`predictor.mig.fits`)."""
+    from predictor.devices import get_device
+    from predictor.mig import LargestBatch, fits, largest_fitting_batch
+    from predictor.predict import roofline_memory_mib
+
+    device = get_device(prediction.device)
+    param_bytes = analysis.totals.param_bytes
+    has_conv = any(k.kind == "conv" for k in getattr(analysis, "launched_kernels", analysis.kernels))
+    own_peak = analysis.totals.peak_activation_bytes
+    own_high = prediction.memory_mib_interval[1]
+    if roofline_memory_mib(param_bytes, own_peak, device, has_conv)[2] != own_high:
+        raise AnalysisError(
+            f"the memory on {device.key} is predicted by {prediction.predictor}, not the memory model the solve "
+            f"evaluates: no largest batch solved"
+        )
+    peak_at, law = peak_function(sm, dtype)
+    if sm.covers(batch) and peak_at(batch) != own_peak:
+        raise AnalysisError(f"{sm.loaded.source}: the symbolic peak at batch {batch} differs from the analysis's")
+    lo, hi_range = sm.batch_range
+    hi = min(hi_range or SOLVE_MAX, SOLVE_MAX)
+    peaks: dict[int, int] = {}
+
+    def need(b: int) -> float:
+        if b not in peaks:
+            peaks[b] = peak_at(b)
+        return roofline_memory_mib(param_bytes, peaks[b], device, has_conv)[2]
+
+    def solve(usable_mib: float) -> int | None:
+        best, _ = largest_fitting_batch(need, usable_mib, lo, hi)
+        if best is None and batch < lo and fits(usable_mib, own_high):
+            return batch  # batch 1, below the export's range, is the analysis's own
+        return best
+
+    if device.parent is not None:  # a MIG slice as the target: that profile alone
+        name = device.key.split(":", 1)[1]
+        per_profile, full = {name: solve(device.memory_mib)}, None
+    else:
+        per_profile = {p.name: solve(p.memory_mib) for p in device.mig}
+        full = solve(device.memory_mib)
+    monotone = law is not None and law.monotone
+    return LargestBatch(
+        per_profile,
+        full,
+        lo,
+        hi,
+        None if law is None else str(law),
+        monotone,
+        len(peaks),
+        SOLVE_METHOD if law is not None else SOLVE_METHOD_PROBE,
+        whole_gpu=device.parent is None,
+    )

@@ -143,8 +143,16 @@ def llm_row(model: str, repeat: int) -> None:
     in turn in each repeat, so the three see the same load), and the seconds of each spent exporting."""
     from analyzer import llm as L
 
-    export = L.StepGraph._export
+    export, formulas = L.StepGraph._export, L.context_formulas
     spent = [0.0]
+    fitting = [0.0]
+
+    def timed_formulas(step):
+        t = time.perf_counter()
+        try:
+            return formulas(step)
+        finally:
+            fitting[0] += time.perf_counter() - t
 
     def timed_export(self, *a, **k):
         t = time.perf_counter()
@@ -154,14 +162,15 @@ def llm_row(model: str, repeat: int) -> None:
             spent[0] += time.perf_counter() - t
 
     def run(contexts, evaluate=True):
-        L.StepGraph.evaluate, L.StepGraph._export = evaluate, timed_export
-        spent[0] = 0.0
+        L.StepGraph.evaluate, L.StepGraph._export, L.context_formulas = evaluate, timed_export, timed_formulas
+        spent[0] = fitting[0] = 0.0
         try:
             t = time.perf_counter()
             doc = L.llm(model, prompt=512, generate=128, batch=4, contexts=contexts).llm.to_json()
-            return time.perf_counter() - t, spent[0], doc
+            doc.pop("formulas", None)  # the bound path has no symbolic graph to fit them on
+            return time.perf_counter() - t, spent[0], doc, fitting[0]
         finally:
-            L.StepGraph.evaluate, L.StepGraph._export = True, export
+            L.StepGraph.evaluate, L.StepGraph._export, L.context_formulas = True, export, formulas
 
     cases = {"one": ([640], True), "five": (LLM_CONTEXTS, True), "bound": (LLM_CONTEXTS, False)}
     for contexts, evaluate in cases.values():  # warm-up
@@ -172,12 +181,12 @@ def llm_row(model: str, repeat: int) -> None:
             out = run(contexts, evaluate)
             if key not in best_of or out[0] < best_of[key][0]:
                 best_of[key] = out
-    (t1, e1, _), (t5, e5, five), (tb, eb, bound) = (best_of[k] for k in ("one", "five", "bound"))
+    (t1, e1, _, f1), (t5, e5, five, f5), (tb, eb, bound, fb) = (best_of[k] for k in ("one", "five", "bound"))
     print(f"\n`llm {model}` context table (prompt 512, generate 128, batch 4; one device); best of {repeat}, in turn")
-    print("case | wall s | x one | of which exporting s | the rest s")
-    for name, t, e in (("one prefill+decode (contexts 640)", t1, e1), ("5 contexts, evaluated", t5, e5),
-                       ("5 contexts, bound (before)", tb, eb)):  # fmt: skip
-        print(f"{name} | {t:.2f} | {t / t1:.2f}x | {e:.2f} | {t - e:.2f}")
+    print("case | wall s | x one | of which exporting s | of which context formulas s | the rest s")
+    for name, t, e, f in (("one prefill+decode (contexts 640)", t1, e1, f1), ("5 contexts, evaluated", t5, e5, f5),
+                          ("5 contexts, bound (before)", tb, eb, fb)):  # fmt: skip
+        print(f"{name} | {t:.2f} | {t / t1:.2f}x | {e:.2f} | {f:.2f} | {t - e - f:.2f}")
     print(f"same llm block, evaluated and bound: {'yes' if five == bound else 'NO'}")
 
 

@@ -36,17 +36,21 @@ class MemoryProfile:
     weight_sizes: tuple[int, ...] = ()
 
 
-def liveness(graph: OpGraph) -> MemoryProfile:
-    """Peak activation memory of `graph` by liveness over its execution order."""
+def lifetimes(graph: OpGraph) -> tuple[dict[int, tuple], dict[int, int], dict[int, int]]:
+    """The allocations of `graph`'s activations: (storage id -> the `TensorInfo`s it holds, birth op, last op).
+
+    A storage lives while ops birth..last run (`last` = len(graph.ops) for a graph output). Only the structure is
+    read (which op produces and reads what, views, folded ops), never a size: the same lifetimes hold for a
+    symbolic graph at every point (`passes.symbolic.peak_law`)."""
     n = len(graph.ops)
     storage: dict[int, int] = {}  # value id -> storage id (the value that owns the allocation)
-    size: dict[int, int] = {}  # storage id -> bytes
+    tensors: dict[int, tuple] = {}  # storage id -> its tensors
     birth: dict[int, int] = {}
     last: dict[int, int] = {}
 
     for s in graph.inputs:
         storage[s.value] = s.value
-        size[s.value] = s.tensor.nbytes
+        tensors[s.value] = (s.tensor,)
         birth[s.value] = 0
         last[s.value] = 0
 
@@ -71,7 +75,7 @@ def liveness(graph: OpGraph) -> MemoryProfile:
         if not produced:
             continue
         owner = produced[0]
-        size[owner] = sum(t.nbytes for t in op.outputs)
+        tensors[owner] = tuple(op.outputs)
         birth[owner] = op.index
         last[owner] = op.index
         for vid in produced:
@@ -81,7 +85,14 @@ def liveness(graph: OpGraph) -> MemoryProfile:
         sid = storage.get(vid)
         if sid is not None:
             last[sid] = n
+    return tensors, birth, last
 
+
+def liveness(graph: OpGraph) -> MemoryProfile:
+    """Peak activation memory of `graph` by liveness over its execution order."""
+    n = len(graph.ops)
+    tensors, birth, last = lifetimes(graph)
+    size = {sid: sum(t.nbytes for t in ts) for sid, ts in tensors.items()}
     delta = [0] * (n + 2)
     for sid, nbytes in size.items():
         delta[birth[sid]] += nbytes

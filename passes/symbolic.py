@@ -260,9 +260,37 @@ class Poly:
             out[m] = out.get(m, Fraction(0)) + c
         return Poly.make(out)
 
+    def __neg__(self) -> Poly:
+        return Poly(tuple((m, -c) for m, c in self.terms))
+
+    def __sub__(self, other: Poly) -> Poly:
+        return self + (-other)
+
+    def __mul__(self, other: Poly | Fraction | int) -> Poly:
+        if not isinstance(other, Poly):
+            return Poly.make({m: c * other for m, c in self.terms})
+        out: dict[Monomial, Fraction] = {}
+        for m1, c1 in self.terms:
+            for m2, c2 in other.terms:
+                powers = dict(m1)
+                for s, p in m2:
+                    powers[s] = powers.get(s, 0) + p
+                m = tuple(sorted(powers.items()))
+                out[m] = out.get(m, Fraction(0)) + c1 * c2
+        return Poly.make(out)
+
     @property
     def degree(self) -> int:
         return max((sum(p for _, p in m) for m, _ in self.terms), default=0)
+
+    def dominates(self, other: Poly) -> bool:
+        """Whether self >= other wherever every symbol is >= 0: each coefficient of self - other is >= 0."""
+        return all(c >= 0 for _, c in (self - other).terms)
+
+    def non_decreasing(self) -> bool:
+        """Whether the polynomial never decreases as a symbol grows (symbols >= 0): every non-constant coefficient
+        is >= 0 (sufficient, not necessary)."""
+        return all(c >= 0 for m, c in self.terms if m)
 
     def coefficient(self, monomial: Monomial = ()) -> Fraction:
         return dict(self.terms).get(monomial, Fraction(0))
@@ -440,3 +468,125 @@ def symbolic_costs(sym: SymbolicGraph, analyze=None) -> SymbolicCosts:
     ops = [{k: fit_grid(symbols, axes, {g: o[i][k] for g, o in ops_at.items()}) for k in COUNTS} for i in range(n_ops)]
     totals = {k: fit_grid(symbols, axes, {g: t[k] for g, t in totals_at.items()}) for k in TOTALS}
     return SymbolicCosts(symbols=symbols, points=points, ops=ops, totals=totals)
+
+
+# --------------------------------------------------------------------------------------------
+# The liveness peak as a function of the symbols
+# --------------------------------------------------------------------------------------------
+
+
+def poly_of(
+    dim, aliases: Mapping[str, str] | None = None, ranges: Mapping[str, tuple[int, int | None]] | None = None
+) -> Poly | None:
+    """A dimension (an int or an `Expr`) as a Poly in the user's symbol names (`aliases`: graph name -> user
+    name); None when it is not a polynomial (floordiv, floormod, max or min of a symbol). With the symbols'
+    `ranges` (user names), max/min of a constant c and a bare symbol whose lowest value is >= c is decided
+    (min(1, seq) = 1 for seq >= 2: a causal mask's slice)."""
+    if isinstance(dim, int):
+        return Poly.make({(): dim})
+    if dim.op == "sym":
+        name = dim.args[0]
+        return Poly.make({(((aliases or {}).get(name, name), 1),): 1})
+    a, b = (poly_of(x, aliases, ranges) for x in dim.args)
+    if a is None or b is None:
+        return None
+    if dim.op in ("max", "min") and ranges:
+        for const, other in ((a, b), (b, a)):
+            terms = dict(other.terms)
+            if const.degree == 0 and len(terms) == 1 and list(terms.values()) == [1]:
+                (mono,) = terms
+                if len(mono) == 1 and mono[0][1] == 1 and ranges.get(mono[0][0], (None,))[0] is not None:
+                    if ranges[mono[0][0]][0] >= const.coefficient():
+                        return const if dim.op == "min" else other
+    if dim.op == "add":
+        return a + b
+    if dim.op == "sub":
+        return a - b
+    if dim.op == "mul":
+        return a * b
+    if a.degree == 0 and b.degree == 0:  # of two constants (not simplified away by TVM)
+        x, y = int(a.coefficient()), int(b.coefficient())
+        return poly_of(Expr(dim.op, x, y).at({})) if dim.op in ("max", "min") or y else None
+    return None
+
+
+@dataclass(frozen=True)
+class PeakLaw:
+    """Peak live activation bytes as a function of the symbols: the maximum, over the ops of the execution order,
+    of the bytes live while each runs, each an exact polynomial (`candidates`: the distinct ones no other
+    dominates coefficient by coefficient). `at(env)` evaluates it exactly (integers); `monotone`: every candidate
+    provably never decreases as a symbol grows, so neither does the peak."""
+
+    candidates: tuple[Poly, ...]
+    symbols: tuple[str, ...]
+
+    def at(self, env: Mapping[str, int]) -> int:
+        """The peak in bytes at `env` ({user symbol: value})."""
+        if not self.candidates:
+            return 0
+        best = max(p.at(env) for p in self.candidates)
+        if best.denominator != 1:
+            raise SymbolicError(f"the peak is not a whole number of bytes at {dict(env)}")
+        return int(best)
+
+    @property
+    def monotone(self) -> bool:
+        return all(p.non_decreasing() for p in self.candidates)
+
+    def __str__(self) -> str:
+        """'6,422,528 x batch + 512', or 'max(a, b)' over the candidates."""
+        if len(self.candidates) <= 1:
+            return str(self.candidates[0]) if self.candidates else "0"
+        return "max(" + ", ".join(str(p) for p in self.candidates) + ")"
+
+
+def peak_law(sym: SymbolicGraph, graph: OpGraph | None = None) -> PeakLaw:
+    """The liveness pass (`passes.memory.liveness`) in closed form: the same lifetimes (they depend on the graph's
+    structure only), each allocation's bytes an exact polynomial of the symbols, the live bytes at each op their
+    sum. `graph`: `sym.graph` as the pipeline prepares it (dtype retargeting; shapes, ops and indices unchanged),
+    by default `sym.graph` itself. SymbolicError when an allocation's size is not a polynomial (a floordiv
+    dimension, a sub-byte dtype whose bytes round up)."""
+    from .graph import dtype_bytes
+    from .memory import lifetimes
+
+    graph = sym.graph if graph is None else graph
+    n = len(graph.ops)
+    tensors, birth, last = lifetimes(graph)
+    size: dict[int, Poly] = {}
+    for sid, ts in tensors.items():
+        total = Poly.make({})
+        for t in ts:
+            per = Fraction(dtype_bytes(t.dtype))
+            if per.denominator != 1:
+                raise SymbolicError(f"a {t.dtype} tensor's bytes round up: no polynomial")
+            numel = Poly.make({(): 1})
+            for d in t.shape:
+                p = poly_of(d, sym.aliases, sym.ranges)
+                if p is None:
+                    raise SymbolicError(f"a dimension {d} is not a polynomial of {', '.join(sym.symbols)}")
+                numel = numel * p
+            total = total + numel * per
+        size[sid] = total
+    if n == 0:
+        total = Poly.make({})
+        for p in size.values():
+            total = total + p
+        return PeakLaw((total,), sym.symbols)
+    delta: dict[int, list[tuple[int, Poly]]] = {}
+    for sid, p in size.items():
+        delta.setdefault(birth[sid], []).append((1, p))
+        delta.setdefault(min(last[sid], n) + 1, []).append((-1, p))
+    steps: dict[Poly, None] = {}
+    live = Poly.make({})
+    for i in range(n):
+        for sign, p in delta.get(i, []):
+            live = live + p if sign > 0 else live - p
+        steps[live] = None
+    # a dominating polynomial is larger at any point with every symbol > 0: sorted by the value at such a point,
+    # every dominator comes before what it dominates, so checking the ones kept so far is enough
+    probe = {s: 2**20 for s in sym.symbols}
+    kept: list[Poly] = []
+    for p in sorted(steps, key=lambda p: p.at(probe), reverse=True):
+        if not any(q.dominates(p) for q in kept):
+            kept.append(p)
+    return PeakLaw(tuple(kept), sym.symbols)

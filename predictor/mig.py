@@ -5,6 +5,7 @@ slice meets it. `None` when nothing fits, always with the reason.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from .devices import Device, MigProfile
@@ -30,6 +31,91 @@ class SliceChoice:
 
 
 @dataclass(frozen=True)
+class LargestBatch:
+    """The largest batch whose predicted memory fits each MIG profile (and the whole GPU), solved over a symbolic
+    analysis (docs/symbolic.md): `per_profile[name]` / `full_gpu` is the largest batch in `lo..hi` whose upper
+    memory bound + headroom is within the usable memory (`fits`, memory only: no latency SLO), None when not
+    even `lo` fits. `peak` is the liveness peak of the activations as a formula of the batch (bytes); `monotone`:
+    the memory is proven never to shrink as the batch grows (else each answer fits and the next batch does not,
+    but a larger batch might fit again); `evaluations`: how many batches were evaluated in all."""
+
+    per_profile: dict[str, int | None]
+    full_gpu: int | None
+    lo: int
+    hi: int
+    peak: str | None
+    monotone: bool
+    evaluations: int
+    method: str
+    whole_gpu: bool = True  # False for a MIG slice as the target: `full_gpu` is None, not asked
+
+    def to_json(self) -> dict:
+        return {
+            "per_profile": dict(self.per_profile),
+            "full_gpu": self.full_gpu,
+            "range": [self.lo, self.hi],
+            "peak_activation_bytes": self.peak,
+            "monotone": self.monotone,
+            "evaluations": self.evaluations,
+            "method": self.method,
+        }
+
+    def line(self, profile: str) -> str:
+        """'largest batch that fits 3g.40gb: 212' ('none' below `lo`; '212+' at the top of the range)."""
+        return f"largest batch that fits {profile}: {self._n(self.per_profile.get(profile))}"
+
+    def _n(self, b: int | None) -> str:
+        if b is None:
+            return f"none from {self.lo}"
+        return f"{b:,}+" if b >= self.hi else f"{b:,}"
+
+    def summary(self, recommended: str | None = None) -> str:
+        """One line: the recommended profile's answer first, then every profile's and the whole GPU's."""
+        rest = [f"{n} {self._n(b)}" for n, b in self.per_profile.items() if n != recommended]
+        if self.whole_gpu:
+            rest.append(f"whole GPU {self._n(self.full_gpu)}")
+        if recommended in self.per_profile:
+            head = self.line(recommended)
+        elif self.per_profile:
+            head = "largest batch that fits " + rest.pop(0).replace(" ", ": ", 1)
+        else:  # a GPU without MIG
+            head, rest = f"largest batch that fits the whole GPU: {self._n(self.full_gpu)}", []
+        tail = "" if self.monotone else " (memory not proven to grow with the batch: each is a boundary found)"
+        return head + (f" ({', '.join(rest)})" if rest else "") + tail
+
+
+def largest_fitting_batch(
+    need_mib: Callable[[int], float], usable_mib: float, lo: int, hi: int, headroom: float = HEADROOM
+) -> tuple[int | None, int]:
+    """(the largest batch b in lo..hi whose `need_mib(b)` fits `usable_mib` by `fits`, the batches evaluated);
+    None when `lo` does not fit. Exponential search from `lo` (doubling) to bracket the boundary, then bisection:
+    O(log b) evaluations. Exact when `need_mib` never decreases with the batch; otherwise the answer still fits
+    and the next batch was evaluated and does not."""
+    seen: dict[int, bool] = {}
+
+    def ok(b: int) -> bool:
+        if b not in seen:
+            seen[b] = fits(usable_mib, need_mib(b), headroom=headroom)
+        return seen[b]
+
+    if not ok(lo):
+        return None, len(seen)
+    good, bad = lo, None
+    while bad is None:
+        nxt = min(2 * good, hi)
+        if nxt == good:  # good == hi
+            return good, len(seen)
+        if ok(nxt):
+            good = nxt
+        else:
+            bad = nxt
+    while bad - good > 1:  # good fits, bad does not
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if ok(mid) else (good, mid)
+    return good, len(seen)
+
+
+@dataclass(frozen=True)
 class MigRecommendation:
     """The recommended MIG profile (None: nothing fits), why, and what it costs in latency.
 
@@ -45,6 +131,7 @@ class MigRecommendation:
     full_gpu_latency_ms: float | None = None
     max_slowdown: float | None = None
     within_slowdown: SliceChoice | None = None
+    largest_batch: LargestBatch | None = None  # solved over a symbolic analysis, when asked for
 
     def choice(self, name: str | None) -> SliceChoice | None:
         """`name`'s predicted latency and slowdown, when both latencies are known."""
@@ -68,6 +155,8 @@ class MigRecommendation:
         if self.max_slowdown is not None:
             doc["max_slowdown"] = self.max_slowdown
             doc["within_slowdown"] = self.within_slowdown.to_json() if self.within_slowdown else None
+        if self.largest_batch is not None:
+            doc["largest_batch"] = self.largest_batch.to_json()
         return doc
 
     def summary(self) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 import zoo
 from analyzer.pipeline import analyze_model
-from analyzer.symbolic import analyze_at, formulas, load_symbolic
+from analyzer.symbolic import analyze_at, formulas, load_symbolic, peak_function
 
 SMALLEST = [next(iter(f.variants)) for f in zoo.list_families()]
 
@@ -27,6 +27,7 @@ def _counts(c):
 def test_every_family_symbolic_equals_concrete(variant):
     sm = load_symbolic(f"zoo:{variant}", seq=True)
     costs = formulas(sm)
+    _, law = peak_function(sm)
     seq = sm.values.get("seq")
     for batch, s in ((2, seq), (13, None if seq is None else seq + 3)):
         values = {} if s is None else {"seq": s}
@@ -38,3 +39,5 @@ def test_every_family_symbolic_equals_concrete(variant):
         env = {"batch": batch, **values}
         for k, f in costs.totals.items():
             assert f is None or f.at(env) == getattr(o.totals, k), k
+        if law is not None:  # the liveness peak derived as a max of polynomials (passes.symbolic.peak_law)
+            assert law.at(env) == o.totals.peak_activation_bytes

@@ -1,0 +1,183 @@
+"""The largest batch that fits a MIG slice, solved over the symbolic analysis (docs/symbolic.md): the liveness peak
+as a maximum of polynomials of the batch (`passes.symbolic.peak_law`), checked against the concrete liveness pass,
+and the solved batch checked against the model exported at that batch and the next (the concrete path)."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+from click.testing import CliRunner
+
+from analyzer.api import predict
+from analyzer.cli import cli
+from analyzer.errors import UsageError
+from analyzer.render import render_table
+from analyzer.symbolic import analyze_at, load_symbolic, peak_function
+from passes.symbolic import Expr, Poly, peak_law, poly_of
+from predictor.devices import get_device
+from predictor.mig import fits, largest_fitting_batch
+
+SCHEMA = json.loads((Path(__file__).parents[1] / "analyzer" / "schema" / "report-1.schema.json").read_text())
+
+
+def test_largest_fitting_batch_by_hand():
+    # need 3b + 10 MiB, no headroom, 1000 MiB usable: 3 x 330 + 10 = 1000 fits, 3 x 331 + 10 = 1003 does not
+    best, evaluations = largest_fitting_batch(lambda b: 3 * b + 10, 1000, 2, 4096, headroom=0)
+    assert best == 330
+    assert evaluations <= 2 * 12  # doubling 2 -> 512 (9 steps), then bisecting 256..512 (8 steps)
+    # 5% headroom: 1.05 x (3b + 10) <= 1000 -> b <= 314.1
+    assert largest_fitting_batch(lambda b: 3 * b + 10, 1000, 2, 4096)[0] == 314
+    assert largest_fitting_batch(lambda b: 3 * b + 10, 10, 2, 4096)[0] is None  # 16 MiB at batch 2
+    assert largest_fitting_batch(lambda b: b, 10**9, 2, 4096)[0] == 4096  # everything fits: the top of the range
+
+
+def test_poly_arithmetic_and_dominance_by_hand():
+    b = Poly.make({(("batch", 1),): 1})
+    p = (b * 3 + Poly.make({(): 2})) * (b - Poly.make({(): 1}))  # (3b + 2)(b - 1) = 3b^2 - b - 2
+    assert str(p) == "3 x batch^2 - 1 x batch - 2"  # the formatter writes every coefficient
+    assert p.at({"batch": 5}) == 3 * 25 - 5 - 2
+    assert not p.non_decreasing()  # -b
+    assert (b * 4).dominates(b * 3) and not (b * 3).dominates(b * 4)
+    assert not (b * 4).dominates(b * 3 + Poly.make({(): 1}))  # 4b vs 3b + 1: neither is larger everywhere
+    e = Expr("mul", Expr("add", Expr("sym", "s1"), 1), 4)
+    assert poly_of(e, {"s1": "batch"}) == b * 4 + Poly.make({(): 4})
+    assert poly_of(Expr("floordiv", Expr("sym", "s1"), 2), {"s1": "batch"}) is None
+    assert poly_of(Expr("max", 3, 7)) == Poly.make({(): 7})
+    causal = Expr("min", 1, Expr("sym", "s50"))  # a causal mask's slice: 1 for every seq >= 2
+    assert poly_of(causal, {"s50": "seq"}) is None  # no range: undecided
+    assert poly_of(causal, {"s50": "seq"}, {"seq": (2, 512)}) == Poly.make({(): 1})
+    seq = Poly.make({(("seq", 1),): 1})
+    assert poly_of(Expr("max", Expr("sym", "s50"), 1), {"s50": "seq"}, {"seq": (2, 512)}) == seq
+    assert poly_of(Expr("min", 16, Expr("sym", "s50")), {"s50": "seq"}, {"seq": (2, 512)}) is None  # 16 vs 2..512
+    assert Poly.make({(): Fraction(1, 2)}) * 4 == Poly.make({(): 2})
+
+
+def test_peak_law_of_small_modules_by_hand():
+    lin = torch.nn.Linear(8, 4096, device="meta")
+    sm = load_symbolic(lin, (torch.empty(1, 8, device="meta"),))
+    law = peak_law(sm.graph)
+    # matmul then bias add: while the add runs, the matmul's output and the add's are live, 2 x 4096 x 4 bytes per
+    # row = 32,768 x batch (the 32-byte input row died with the matmul)
+    assert str(law) == "32,768 x batch" and law.monotone
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 16 * 16, 10)
+    ).to("meta")
+    sm = load_symbolic(net, (torch.empty(1, 3, 16, 16, device="meta"),))
+    # conv output 8 x 16 x 16 x 4 B = 8,192 B a sample, its bias add another 8,192 (the input's 3,072 died with the
+    # conv); relu: the add's and its own, 16,384; the linear reads relu's (a view) and writes 40: 8,232
+    assert str(peak_law(sm.graph)) == "16,384 x batch"
+
+
+@pytest.mark.parametrize("dtype", [None, "float16"])
+def test_peak_law_equals_the_liveness_pass_at_each_point(dtype):
+    sm = load_symbolic("zoo:resnet18?resolution=64")
+    law = peak_law(sm.graph) if dtype is None else None
+    peak_at, law_used = peak_function(sm, dtype)
+    assert law_used is not None and len(law_used.candidates) > 1  # a maximum over several polynomials
+    for b in (2, 13, 100, 1001):  # 13, 100, 1001: none is a sample point of the formulas
+        want = analyze_at(sm, b, dtype=dtype).analysis.totals.peak_activation_bytes
+        assert peak_at(b) == want, b
+        if law is not None:
+            assert law.at({"batch": b}) == want
+
+
+def test_peak_law_in_batch_and_sequence_equals_the_liveness_pass():
+    sm = load_symbolic("zoo:bert_tiny?seq_len=16", seq=True)
+    assert set(sm.graph.symbols) == {"batch", "seq"}
+    law = peak_law(sm.graph)
+    for b, s in ((2, 16), (3, 33), (5, 100)):
+        want = analyze_at(sm, b, seq=s).analysis.totals.peak_activation_bytes
+        assert law.at({"batch": b, "seq": s}) == want, (b, s)
+
+
+def test_solved_largest_batch_fits_and_the_next_does_not_by_concrete_analyses():
+    model = "zoo:resnet18?resolution=64"
+    rep = predict(model, device="a100-40gb", largest_batch=True)
+    jsonschema.validate(rep.to_json(), SCHEMA)
+    lb = rep.prediction.mig.largest_batch
+    assert lb.monotone and lb.peak is not None
+    assert rep.to_json()["prediction"]["mig"]["largest_batch"]["per_profile"] == lb.per_profile
+    text = render_table(rep, 0)
+    assert f"largest batch that fits {rep.prediction.mig.profile}: {lb.per_profile[rep.prediction.mig.profile]:,}" in (
+        text
+    )
+    whole = get_device("a100-40gb").memory_mib
+
+    def concrete(b: int):  # the oracle: the model exported at batch b, analysed and predicted (no symbolic graph)
+        return predict(model, device="a100-40gb", batch=b).prediction
+
+    for profile in ("1g.5gb", "3g.20gb"):
+        b = lb.per_profile[profile]
+        assert 2 < b < lb.hi
+        assert concrete(b).mig.fits[profile] and not concrete(b + 1).mig.fits[profile], profile
+    b = lb.full_gpu
+    assert fits(whole, concrete(b).memory_mib_interval[1]) and not fits(whole, concrete(b + 1).memory_mib_interval[1])
+
+
+def test_largest_batch_of_a_slice_target_and_bad_input():
+    lin = torch.nn.Linear(8, 4096, device="meta")
+    rep = predict(lin, (torch.empty(3, 8, device="meta"),), device="a100-40gb:3g.20gb", largest_batch=True)
+    lb = rep.prediction.mig.largest_batch
+    assert list(lb.per_profile) == ["3g.20gb"] and lb.full_gpu is None and not lb.whole_gpu
+    b = lb.per_profile["3g.20gb"]
+    oracle = [predict(lin, (torch.empty(n, 8, device="meta"),), device="a100-40gb:3g.20gb") for n in (b, b + 1)]
+    assert [r.prediction.mig.fits["3g.20gb"] for r in oracle] == [True, False]
+    with pytest.raises(UsageError):
+        predict("zoo:resnet18", inputs=["x:1x3x64x64"], largest_batch=True)
+
+
+def test_cli_largest_batch_on_a_file_is_a_usage_error(tmp_path):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(b"not a model")
+    result = CliRunner().invoke(cli, ["predict", str(path), "--largest-batch"])
+    assert result.exit_code == 2
+    assert "largest batch is solved for zoo:NAME models" in result.output
+
+
+@pytest.mark.slow  # two sweeps with a symbolic export each: 38 s wall at load 11 here (10 s of CPU)
+def test_report_sweep_solves_by_the_formula_as_probing_does(monkeypatch):
+    # the report's sweep (no latency SLO) takes the largest batch from the peak formula; probing with a full
+    # analysis and prediction at each batch (its way with an SLO) must give the same answers
+    from analyzer import sweep
+    from analyzer.pipeline import analyze_model, predict_all
+
+    model, devices = "zoo:resnet18?resolution=64", ["a100-40gb", "h100-80gb"]
+    rep = predict_all(analyze_model(model, batch=1), devices)
+    calls = []
+    by_formula = sweep._solve_by_formula
+
+    def counted(*a, **k):
+        out = by_formula(*a, **k)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(sweep, "_solve_by_formula", counted)
+    kw = dict(inputs=None, batches=[1, 2, 4], devices=devices, latency_slo_ms=None, strict=False, reuse={1: rep})
+    fast, _ = sweep.run_sweep(model, None, **kw)
+    assert calls == [True, True]
+    monkeypatch.setattr(sweep, "_solve_by_formula", lambda *a, **k: None)
+    slow, _ = sweep.run_sweep(model, None, **kw)
+    for a, b in zip(fast["devices"], slow["devices"], strict=True):
+        assert a["largest_batch_solved"] == b["largest_batch_solved"]
+        assert a["largest_batch_full_gpu_solved"] == b["largest_batch_full_gpu_solved"]
+        assert all(v > 4 for v in a["largest_batch_solved"].values())
+
+
+def test_analyze_symbolic_shows_the_peak_law():
+    from analyzer.api import analyze
+
+    rep = analyze("zoo:bert_tiny?seq_len=16", symbolic=True)
+    jsonschema.validate(rep.to_json(), SCHEMA)
+    law = rep.symbolic["peak_law"]
+    # the score-sized tensors (seq^2 a sequence) and the per-token ones (the feed-forward's) trade places as seq
+    # grows: the law is a maximum of several polynomials, not one
+    assert law.startswith("max(") and "batch x seq^2" in law
+    sm = load_symbolic("zoo:bert_tiny?seq_len=16", seq=True)
+    assert law == str(peak_law(sm.graph))
+    want = analyze_at(sm, 3, seq=500).analysis.totals.peak_activation_bytes  # past every sample point
+    assert peak_law(sm.graph).at({"batch": 3, "seq": 500}) == want

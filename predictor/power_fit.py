@@ -153,21 +153,6 @@ def diffusion_rows(path: Path) -> list[Row]:
     return out
 
 
-#: Models of mlenergy-llm-v2.jsonl that `serving_fit.ARCH` lacks: Llama-3.1-405B (pipeline parallel only) and the
-#: text decoders of the vision-language models (published config.json / text_config sizes; `serving_fit.ARCH`'s
-#: columns: model type, layers, hidden, heads, KV heads, head dim, intermediate, vocabulary, tied). The vision
-#: encoders run once per request, in the prefill: not counted.
-EXTRA_ARCH = {
-    "meta-llama/Meta-Llama-3.1-405B-Instruct": ("llama", 126, 16384, 128, 8, 128, 53248, 128256, False),
-    "llava-hf/llava-1.5-7b-hf": ("llama", 32, 4096, 32, 32, 128, 11008, 32064, False),
-    "llava-hf/llava-1.5-13b-hf": ("llama", 40, 5120, 40, 40, 128, 13824, 32064, False),
-    "llava-hf/llama3-llava-next-8b-hf": ("llama", 32, 4096, 32, 8, 128, 14336, 128256, False),
-    "facebook/chameleon-7b": ("llama", 32, 4096, 32, 32, 128, 11008, 65536, False),
-    "facebook/chameleon-30b": ("llama", 48, 8192, 64, 64, 128, 22016, 65536, False),
-    "microsoft/Phi-3-vision-128k-instruct": ("phi3", 32, 3072, 32, 32, 96, 8192, 32064, False),
-}
-
-
 def engine_shares(r: dict) -> tuple[float, float] | None:
     """(s_compute, s_memory) of one vLLM row from the serving engine's kernels (module docstring), or None when the
     engine does not build the row's model (neither in `serving_fit.ARCH` nor in `EXTRA_ARCH`). A pipeline-parallel
@@ -176,16 +161,12 @@ def engine_shares(r: dict) -> tuple[float, float] | None:
     import dataclasses
 
     from . import serving_engine as eng
-    from .serving_fit import ARCH, arch_of
+    from .serving_fit import ARCH, EXTRA_ARCH, arch_of
     from .serving_fit import PROMPT_TOKENS as ENGINE_PROMPTS
 
-    if r["model"] in ARCH:
-        a = arch_of(r["model"])
-    elif r["model"] in EXTRA_ARCH:
-        kind, layers, hidden, heads, kv, hd, inter, vocab, tied = EXTRA_ARCH[r["model"]]
-        a = eng.Arch(layers, hidden, heads, kv, hd, inter, vocab, tied, gated=kind not in eng.NON_GATED)
-    else:
+    if r["model"] not in ARCH and r["model"] not in EXTRA_ARCH:
         return None
+    a = arch_of(r["model"])
     pp = int(r["parallelization"]["pp"])
     if pp > 1:
         stage = math.ceil(a.layers / pp)

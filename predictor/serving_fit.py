@@ -84,9 +84,25 @@ ARCH = {
 }
 
 
+#: Models of mlenergy-llm-v2.jsonl that `ARCH` lacks: Llama-3.1-405B (pipeline parallel only) and the
+#: text decoders of the vision-language models (published config.json / text_config sizes; `ARCH`'s
+#: columns: model type, layers, hidden, heads, KV heads, head dim, intermediate, vocabulary, tied). The vision
+#: encoders run once per request, in the prefill: not counted. Not fitted on (the serving fit's rows are `ARCH`'s);
+#: the power fit (`predictor.power_fit.engine_shares`) costs their rows.
+EXTRA_ARCH = {
+    "meta-llama/Meta-Llama-3.1-405B-Instruct": ("llama", 126, 16384, 128, 8, 128, 53248, 128256, False),
+    "llava-hf/llava-1.5-7b-hf": ("llama", 32, 4096, 32, 32, 128, 11008, 32064, False),
+    "llava-hf/llava-1.5-13b-hf": ("llama", 40, 5120, 40, 40, 128, 13824, 32064, False),
+    "llava-hf/llama3-llava-next-8b-hf": ("llama", 32, 4096, 32, 8, 128, 14336, 128256, False),
+    "facebook/chameleon-7b": ("llama", 32, 4096, 32, 32, 128, 11008, 65536, False),
+    "facebook/chameleon-30b": ("llama", 48, 8192, 64, 64, 128, 22016, 65536, False),
+    "microsoft/Phi-3-vision-128k-instruct": ("phi3", 32, 3072, 32, 32, 96, 8192, 32064, False),
+}
+
+
 def arch_of(name: str) -> eng.Arch:
-    """The engine's `Arch` of a model of `ARCH` (Mixtral: 8 experts, top 2, every layer sparse)."""
-    kind, layers, hidden, heads, kv, hd, inter, vocab, tied = ARCH[name]
+    """The engine's `Arch` of a model of `ARCH` or `EXTRA_ARCH` (Mixtral: 8 experts, top 2, every layer sparse)."""
+    kind, layers, hidden, heads, kv, hd, inter, vocab, tied = ARCH[name] if name in ARCH else EXTRA_ARCH[name]
     moe = kind == "mixtral"
     return eng.Arch(
         layers, hidden, heads, kv, hd, inter, vocab, tied,

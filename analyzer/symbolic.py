@@ -311,6 +311,11 @@ def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, 
             highs[b] = roofline_memory_mib(param_bytes, peaks[b], device, has_conv, reserved)[2]
         return highs[b]
 
+    if replayed and sm.covers(batch) and need(batch) != own_high:  # the graph evaluated there replays as predict did
+        raise AnalysisError(f"{sm.loaded.source}: the symbolic graph's memory at batch {batch} differs from predict's")
+    peaks.clear()  # the check is not one of the search's evaluations
+    highs.clear()
+
     def solve(usable_mib: float) -> int | None:
         best, _ = largest_fitting_batch(need, usable_mib, lo, hi)
         if best is None and batch < lo and fits(usable_mib, own_high):

@@ -172,3 +172,23 @@ def test_autocast_casts_inside_a_call_keep_it_one_dispatch():
     first, last = calls.index("aten.lstm.input:lstm"), len(calls) - 1 - calls[::-1].index("aten.lstm.input:lstm")
     assert set(calls[first : last + 1]) == {"aten.lstm.input:lstm"}
     assert sum(1 for c, inside in zip(calls, inside_calls(calls), strict=True) if c and not inside) == 1
+
+
+def test_layers_repeated_by_extrapolation_are_calls_of_their_own():
+    """A 4-layer model extrapolated from its first 2 layers (`LayerRepeat`), each layer one library call (layer 1
+    "lstm", layer 2 "lstm_1", two kernels each): layers 3 and 4 repeat layer 2's kernels, and each is a call of its own.
+    Host dispatches: the embedding, one per layer (4) and the head = 6; the rest (4 x 1 kernels) inside their call."""
+    from types import SimpleNamespace
+
+    from passes.analysis import Analysis, LayerRepeat
+
+    def kern(i, call):
+        return Kernel(i, "elementwise", "relax.add", (i,), 10, 40, 40, "float32", {"numel": 10}, call)
+
+    ks = (kern(0, None), kern(1, "lstm"), kern(2, "lstm"), kern(3, "lstm_1"), kern(4, "lstm_1"), kern(5, None))
+    a = Analysis(None, [], None, None, [], {}, repeat=LayerRepeat(4, (3, 5), 10))
+    a.__dict__["kernel_view"] = SimpleNamespace(kernels=ks)
+    launched = a.launched_kernels
+    assert len(launched) == 10  # 6 + 2 copies of layer 2's 2 kernels
+    inside = kernel_arrays(launched).inside
+    assert int((~inside).sum()) == 6 and int(inside.sum()) == 4

@@ -286,8 +286,9 @@ def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, 
     has_conv = any(k.kind == "conv" for k in getattr(analysis, "launched_kernels", analysis.kernels))
     own_peak = analysis.totals.peak_activation_bytes
     own_high = prediction.memory_mib_interval[1]
-    replayed = allocator_reserve(analysis) is not None  # as `predict` costs the allocator: replayed or the factor
-    if roofline_memory_mib(param_bytes, own_peak, device, has_conv, allocator_reserve(analysis))[2] != own_high:
+    own_reserved = allocator_reserve(analysis)  # as `predict` costs the allocator: replayed, or the factor (None)
+    replayed = own_reserved is not None
+    if roofline_memory_mib(param_bytes, own_peak, device, has_conv, own_reserved)[2] != own_high:
         raise AnalysisError(
             f"the memory on {device.key} is predicted by {prediction.predictor}, not the memory model the solve "
             f"evaluates: no largest batch solved"

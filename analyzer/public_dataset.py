@@ -63,7 +63,9 @@ def featurize_public(spec: str, batch: int, dtype: str) -> dict[str, np.ndarray]
         "static_names": np.array(names),
         "static": np.array([a.static_features[k] for k in names], dtype=np.float64),
         **op_arrays(a.ops),
-        **{f"k_{f}": getattr(ka, f) for f in ka.__dataclass_fields__},
+        # the kernel arrays that are arrays (`count`, `inside`, `bias` are None when no row has one: an object array
+        # np.load(allow_pickle=False) refuses)
+        **{f"k_{f}": v for f in ka.__dataclass_fields__ if (v := getattr(ka, f)) is not None},
         "k_inside": np.zeros(len(kernels), dtype=bool) if ka.inside is None else ka.inside,
         "k_op_ptr": ptr,
         "k_op_idx": idx,

@@ -270,17 +270,25 @@ def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, 
     run (cuDNN's workspace) come from them, and they check the solve: the memory model at the analysis's own peak
     must give the prediction's upper memory bound (it does not when a trained predictor predicted the memory:
     AnalysisError), and the peak formula at `batch` must equal the analysis's peak (when `batch` is in the export's
-    range). Memory is the upper end of the interval, as the MIG rule takes it (`predictor.mig.fits`)."""
+    range). Memory is the upper end of the interval, as the MIG rule takes it (`predictor.mig.fits`). Where the
+    prediction replays the caching allocator on the analysis's allocation trace (`predictor.predict.allocator_reserve`)
+    so does the solve, on the trace of the graph evaluated at each batch it tries (the liveness pass; no export):
+    `monotone` then speaks for the peak, and the replayed reserve is assumed to grow with it."""
+    from passes.memory import liveness
     from predictor.devices import get_device
     from predictor.mig import LargestBatch, fits, largest_fitting_batch
-    from predictor.predict import roofline_memory_mib
+    from predictor.predict import allocator_reserve, replay_reserve, roofline_memory_mib
+
+    from .pipeline import prepare_graph
 
     device = get_device(prediction.device)
     param_bytes = analysis.totals.param_bytes
     has_conv = any(k.kind == "conv" for k in getattr(analysis, "launched_kernels", analysis.kernels))
     own_peak = analysis.totals.peak_activation_bytes
     own_high = prediction.memory_mib_interval[1]
-    if roofline_memory_mib(param_bytes, own_peak, device, has_conv)[2] != own_high:
+    own_reserved = allocator_reserve(analysis)  # as `predict` costs the allocator: replayed, or the factor (None)
+    replayed = own_reserved is not None
+    if roofline_memory_mib(param_bytes, own_peak, device, has_conv, own_reserved)[2] != own_high:
         raise AnalysisError(
             f"the memory on {device.key} is predicted by {prediction.predictor}, not the memory model the solve "
             f"evaluates: no largest batch solved"
@@ -292,10 +300,22 @@ def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, 
     hi = min(hi_range or SOLVE_MAX, SOLVE_MAX)
     peaks: dict[int, int] = {}
 
+    highs: dict[int, float] = {}
+
     def need(b: int) -> float:
-        if b not in peaks:
+        if b not in highs:
             peaks[b] = peak_at(b)
-        return roofline_memory_mib(param_bytes, peaks[b], device, has_conv)[2]
+            reserved = None
+            if replayed:  # the allocator replayed on the trace at b, as `predict` would at batch b
+                memory = liveness(prepare_graph(sm.loaded, sm.graph.at(sm.point(b)), dtype))
+                reserved = replay_reserve(memory, param_bytes)
+            highs[b] = roofline_memory_mib(param_bytes, peaks[b], device, has_conv, reserved)[2]
+        return highs[b]
+
+    if replayed and sm.covers(batch) and need(batch) != own_high:  # the graph evaluated there replays as predict did
+        raise AnalysisError(f"{sm.loaded.source}: the symbolic graph's memory at batch {batch} differs from predict's")
+    peaks.clear()  # the check is not one of the search's evaluations
+    highs.clear()
 
     def solve(usable_mib: float) -> int | None:
         best, _ = largest_fitting_batch(need, usable_mib, lo, hi)

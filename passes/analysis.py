@@ -88,7 +88,15 @@ class Analysis:
             return self.kernels
         k = self.kernels
         start, stop = r.block
-        return k[:stop] + k[start:stop] * (r.layers - 2) + k[stop:]
+        block = k[start:stop]
+        if not any(x.call for x in block):
+            return k[:stop] + block * (r.layers - 2) + k[stop:]
+        # each copy's library calls are calls of their own (one host dispatch each, `kernel_model.inside_calls`),
+        # as layers 3..n are other modules than layer 2: "<call>#<layer>"
+        copies = tuple(
+            replace(x, call=None if x.call is None else f"{x.call}#{n}") for n in range(3, r.layers + 1) for x in block
+        )
+        return k[:stop] + copies + k[stop:]
 
     @cached_property
     def x(self) -> np.ndarray:

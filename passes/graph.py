@@ -298,6 +298,9 @@ def with_autocast(graph: OpGraph, dtype: str) -> OpGraph:
     other op runs in its operands' promoted dtype (`float16 + float32` is float32, one kernel; a one-element
     constant does not promote), as TensorIterator does, with no cast kernel.
 
+    A cast takes its consumer's `library_call` (a cast among an nn.LSTM's ops is part of that call's run: the call
+    stays one host dispatch, `predictor.kernel_model.inside_calls`).
+
     Returns a new graph: ops re-indexed in launch order with the casts before their consumers; shapes unchanged.
     """
     if dtype not in ("float16", "bfloat16"):
@@ -344,12 +347,22 @@ def with_autocast(graph: OpGraph, dtype: str) -> OpGraph:
         for vid, t in zip(outputs_of.get(op.index, []), op.outputs, strict=False):
             info_of[vid] = t
 
+    consumer_call: str | None = None  # the library call of the op whose operands are being cast
+
     def emit(op_name: str, attrs: dict, operand: Operand, out: TensorInfo, folded: bool = False) -> Operand:
         nonlocal next_value
         vid = next_value
         next_value += 1
         node = OpNode(
-            len(new_ops), f"autocast_{vid}", op_name, attrs, [operand], (out,), folded=folded, weight_only=folded
+            len(new_ops),
+            f"autocast_{vid}",
+            op_name,
+            attrs,
+            [operand],
+            (out,),
+            folded=folded,
+            weight_only=folded,
+            library_call=consumer_call,  # a cast inside one library call's ops is part of that call's run
         )
         new_ops.append(node)
         value_producer[vid] = node.index
@@ -389,6 +402,7 @@ def with_autocast(graph: OpGraph, dtype: str) -> OpGraph:
         return replace(out, kind=o.kind)
 
     for op in ops_by_index:
+        consumer_call = op.library_call
         operands = [
             replace(
                 o,

@@ -303,9 +303,10 @@ def gpu_memory(
     its peak, on a GPU (or slice) with `sms` SMs; `hopper` picks cuBLAS's 32 MiB workspace.
 
     With `reserved` (`simulate_reserved` of the graph's weights and allocation trace) the weights and activations
-    are what the caching allocator reserves for them. Without it (no trace: an extrapolated or summarised graph)
-    the weights are rounded up to a whole 2 MiB segment and the activations are the runtime's `reserve` x the
-    peak, rounded the same way (a fallback fitted on the MIG readings, docs/power-and-memory.md)."""
+    are what the caching allocator reserves for them. Without it (no trace: recurrences extrapolated in their step
+    count, `predictor.predict.allocator_reserve`) the weights are rounded up to a whole 2 MiB segment and the
+    activations are the runtime's `reserve` x the peak, rounded the same way (a fallback fitted on the MIG
+    readings, docs/power-and-memory.md)."""
     rt = runtime if runtime is not None else runtime_memory()
     if reserved is not None:
         weights, act = reserved.weights, reserved.activations

@@ -262,11 +262,17 @@ def _sample_from_analysis(analysis, device: str, arrays: dict) -> Sample:
 
 
 def roofline_memory_mib(
-    param_bytes: int, peak_activation_bytes: int, device: Device | None = None, has_conv: bool = False
+    param_bytes: int,
+    peak_activation_bytes: int,
+    device: Device | None = None,
+    has_conv: bool = False,
+    reserved: Reserved | None = None,
 ) -> tuple[float, float, float]:
     """The estimate's memory (low, point, high) in MiB, as nvidia-smi counts it on `device` (default: H100,
-    the default device of `predict`) under the default runtime (module docstring)."""
-    m = estimate_memory(param_bytes, peak_activation_bytes, device or get_device("h100-80gb"), has_conv)
+    the default device of `predict`) under the default runtime (module docstring); `reserved`: the caching
+    allocator replayed on the graph's trace (`allocator_reserve`, what `predict` passes), else the fallback
+    reserve factor."""
+    m = estimate_memory(param_bytes, peak_activation_bytes, device or get_device("h100-80gb"), has_conv, reserved)
     low = m.tensor_peak_mib + m.context_mib + m.workspace_mib
     return low, m.total_mib, m.total_mib + 0.25 * m.activations_mib
 
@@ -298,12 +304,19 @@ def allocator_reserve(analysis) -> Reserved | None:
     (`passes.memory.repeat_weight_sizes`); where those are not known, the missing bytes are one tensor.
     Recurrences extrapolated in their step count (`analysis.steps`) keep the factor: their trace is a shorter
     sample's."""
-    memory = getattr(analysis, "memory", None)
+    if getattr(analysis, "steps", None) is not None:
+        return None
+    return replay_reserve(getattr(analysis, "memory", None), analysis.totals.param_bytes)
+
+
+def replay_reserve(memory, param_bytes: int) -> Reserved | None:
+    """`allocator_reserve` of a `passes.memory.MemoryProfile` (its `blocks` and `weight_sizes`) and the model's
+    `param_bytes` (the bytes `weight_sizes` misses are one more tensor); None when the profile has no trace."""
     blocks = getattr(memory, "blocks", ())
-    if not blocks or getattr(analysis, "steps", None) is not None:
+    if not blocks:
         return None
     sizes = list(memory.weight_sizes)
-    missing = analysis.totals.param_bytes - sum(sizes)
+    missing = param_bytes - sum(sizes)
     if missing > 0:
         sizes.append(missing)
     return simulate_reserved(sizes, blocks)
@@ -488,15 +501,13 @@ def predict(
         e, e_lo, e_hi = lat / 1e3 * power, lat_lo / 1e3 * p_lo, lat_hi / 1e3 * p_hi
         power_shares = {"compute": round(s_c, 4), "memory": round(s_m, 4), "gap": round(s_gap, 4)}
         has_conv = any(k.kind == "conv" for k in launched)
-        mem = estimate_memory(
+        m_lo, m, m_hi = roofline_memory_mib(
             analysis.totals.param_bytes,
             analysis.totals.peak_activation_bytes,
             device,
             has_conv,
             reserved=allocator_reserve(analysis),
         )
-        m_lo = mem.tensor_peak_mib + mem.context_mib + mem.workspace_mib
-        m, m_hi = mem.total_mib, mem.total_mib + 0.25 * mem.activations_mib
         name = "roofline"
         fallback = None
         if residual is not None:

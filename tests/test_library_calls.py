@@ -155,3 +155,40 @@ def test_routes_agree_on_the_call(tmp_path, lstm_kernels):
         a = kernel_arrays(ks)
         assert int((~a.inside).sum()) == 2, path.suffix  # one dispatch for the LSTM, one for the head
         assert kernel_latency_arrays(a, dev).eager_ms == pytest.approx(want, rel=0.05), path.suffix
+
+
+def test_autocast_casts_inside_a_call_keep_it_one_dispatch():
+    """Under `--dtype amp-float16` the casts autocast inserts before the LSTM's matmuls sit among the call's ops: they
+    belong to its run, so the nn.LSTM is still one host dispatch (and the head, with its own casts, the rest)."""
+    from analyzer import analyze
+
+    model, x = _small_lstm()
+    ks = analyze(model, example_inputs=x, dtype="amp-float16").analysis.launched_kernels
+    lstm = [k for k in ks if k.call == "aten.lstm.input:lstm"]
+    casts = [k for k in lstm if k.op == "relax.astype"]
+    assert casts  # autocast's `_to_copy` kernels inside the call's ops
+    calls = [k.call for k in ks]
+    # one run of the call: every kernel from its first to its last carries it, with nothing else in between
+    first, last = calls.index("aten.lstm.input:lstm"), len(calls) - 1 - calls[::-1].index("aten.lstm.input:lstm")
+    assert set(calls[first : last + 1]) == {"aten.lstm.input:lstm"}
+    assert sum(1 for c, inside in zip(calls, inside_calls(calls), strict=True) if c and not inside) == 1
+
+
+def test_layers_repeated_by_extrapolation_are_calls_of_their_own():
+    """A 4-layer model extrapolated from its first 2 layers (`LayerRepeat`), each layer one library call (layer 1
+    "lstm", layer 2 "lstm_1", two kernels each): layers 3 and 4 repeat layer 2's kernels, and each is a call of its own.
+    Host dispatches: the embedding, one per layer (4) and the head = 6; the rest (4 x 1 kernels) inside their call."""
+    from types import SimpleNamespace
+
+    from passes.analysis import Analysis, LayerRepeat
+
+    def kern(i, call):
+        return Kernel(i, "elementwise", "relax.add", (i,), 10, 40, 40, "float32", {"numel": 10}, call)
+
+    ks = (kern(0, None), kern(1, "lstm"), kern(2, "lstm"), kern(3, "lstm_1"), kern(4, "lstm_1"), kern(5, None))
+    a = Analysis(None, [], None, None, [], {}, repeat=LayerRepeat(4, (3, 5), 10))
+    a.__dict__["kernel_view"] = SimpleNamespace(kernels=ks)
+    launched = a.launched_kernels
+    assert len(launched) == 10  # 6 + 2 copies of layer 2's 2 kernels
+    inside = kernel_arrays(launched).inside
+    assert int((~inside).sum()) == 6 and int(inside.sum()) == 4

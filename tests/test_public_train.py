@@ -247,3 +247,20 @@ def test_public_predictor_is_opt_in(monkeypatch):
     assert first_loadable("a100-80gb", SHIPPED)[1] == CHECKPOINT
     res = CliRunner().invoke(cli, ["--predictor", "graphsage", "devices"])
     assert res.exit_code == 2 and "graphsage" in res.output
+
+
+def test_featurised_configuration_loads_without_pickle(tmp_path):
+    """A configuration's arrays are saved and read back as `python -m analyzer.public_dataset` does (np.load with
+    allow_pickle=False): no kernel array may be None (KernelArrays.count/bias are None when no row has one)."""
+    from analyzer.public_dataset import featurize_public
+
+    arrays = featurize_public("resnet18", 1, "float32")
+    path = tmp_path / "one.npz"
+    np.savez_compressed(path, **arrays)
+    with np.load(path, allow_pickle=False) as z:
+        back = {k: z[k] for k in z.files}
+    assert set(back) == set(arrays)
+    # resnet18: every kernel launched once (no count), none inside a library call; its one nn.Linear (fc, with a
+    # bias; the convolutions have none) is the one GEMM with a fused bias
+    assert "k_count" not in back and back["k_inside"].dtype == bool and not back["k_inside"].any()
+    assert int(back["k_bias"].sum()) == 1

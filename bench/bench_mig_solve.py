@@ -24,21 +24,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-
-def best(fn, repeat: int) -> tuple[float, object]:
-    out, times = None, []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return min(times), out
+from bench_symbolic_sweep import best  # noqa: E402  (best of N wall times, one helper for both benches)
 
 
 def search(memory_at, device) -> tuple[dict, int]:

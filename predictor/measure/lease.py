@@ -6,6 +6,7 @@ well inside a 10-minute device call, and writes only under ``--out``)::
     python3 -m predictor.measure.lease --out $OUT --step smoke     # nvidia-smi -q, 5 configs, 30 s of kernels
     python3 -m predictor.measure.lease --out $OUT --step kernels   # the kernel sweep until the budget
     python3 -m predictor.measure.lease --out $OUT --step models    # whole models, plus 5% re-measured for noise
+    python3 -m predictor.measure.lease --out $OUT --step power     # board power per workload class (~90 s)
 
 Back on the development machine::
 
@@ -15,8 +16,9 @@ Back on the development machine::
 **Layout under OUT** (at most 2 folders deep and a handful of files, so a device call returns all of it):
 ``OUT/<device>/kernels/shard-000-of-001[.N].jsonl`` (kernel records), ``OUT/models/<device>/shard-000-of-001.jsonl``
 (whole-model records), ``OUT/noise/<device>/shard-000-of-001.jsonl`` (re-measured configs),
+``OUT/<device>/power/probes-<stamp>.jsonl`` (power probes, :mod:`predictor.measure.power_probe`),
 ``OUT/<device>/leases/nvidia-smi-q-<stamp>.txt`` and ``OUT/<device>/leases/<step>-<stamp>.json`` (what the step
-did). ``collect`` merges records by id into ``data/<device>/{kernels,models,noise}/`` and copies the lease files
+did). ``collect`` merges records by id into ``data/<device>/{kernels,models,noise,power}/`` and copies the lease files
 to ``data/<device>/leases/``.
 
 **Resume.** Every step counts what ``--data`` (default ``data``, committed and sent with the working tree) and
@@ -56,12 +58,13 @@ from predictor.measure.harness import RECORD_SCHEMA, HarnessError, Options, run_
 from predictor.measure.kernels import RECORD_SCHEMA as KERNEL_SCHEMA
 from predictor.measure.kernels import _host_slug, iter_records
 from predictor.measure.mig_profiles import device_key
+from predictor.measure.power_probe import RECORD_SCHEMA as POWER_SCHEMA
 
 __all__ = ["collect", "detect_device", "main", "noise_ids", "run_step", "summary_markdown"]
 
 ROOT = Path(__file__).resolve().parents[2]
 LISTS = ROOT / "predictor" / "measure" / "lists"
-STEPS = ("smoke", "kernels", "models")
+STEPS = ("smoke", "kernels", "models", "power")
 NOISE_EVERY = 20  # 1 config in 20 (5%) is measured twice
 SMOKE_CONFIGS = 5
 EXIT_BROKEN = 3  # the kernel sweep's code for "the CUDA context broke: run again"
@@ -282,11 +285,12 @@ def run_step(
     timeout: float = 120.0,
     sweep_args: Sequence[str] = (),
     harness_opts: Options | None = None,
+    power_args: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run one lease step and write its summary to ``OUT/<device>/leases/<step>-<stamp>.json``.
 
     Args:
-        step: ``"smoke"``, ``"kernels"`` or ``"models"``.
+        step: ``"smoke"``, ``"kernels"``, ``"models"`` or ``"power"``.
         out: Output directory (``$OUT`` on the GPU machine).
         budget_s: Seconds the whole step may take.
         device: ``"auto"``, ``"cuda"`` or ``"cpu"``.
@@ -298,6 +302,7 @@ def run_step(
         timeout: Seconds per whole-model config.
         sweep_args: Extra arguments for the kernel sweep (e.g. ``["--runs", "3"]`` in tests).
         harness_opts: Whole-model measurement options (default: the protocol's).
+        power_args: Extra arguments for the power probe (e.g. ``["--scale", "4096"]`` in tests).
 
     Returns:
         The summary dict (also written as JSON).
@@ -334,6 +339,8 @@ def run_step(
         result["kernels"] = _kernels(torch_device, klist, out, data, key, min(smoke_kernel_s, clock.left()), sweep_args)
     elif step == "kernels":
         result["kernels"] = _kernels(torch_device, klist, out, data, key, clock.left() - 5, sweep_args)
+    elif step == "power":
+        result["power"] = _power(torch_device, out, clock.left() - 5, power_args)
     else:
         done = _model_ids([data / key / "models", out / "models"], key)
         todo = [c for c in configs if c.id not in done]
@@ -349,6 +356,7 @@ def run_step(
         "kernels": _count([out / key / "kernels"], KERNEL_SCHEMA, key),
         "models": _count([out / "models"], RECORD_SCHEMA, key),
         "noise": _count([out / "noise"], RECORD_SCHEMA, key),
+        "power": _count([out / key / "power"], POWER_SCHEMA, key),
     }
     result["elapsed_s"] = round(time.perf_counter() - clock.start, 1)
     result["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
@@ -356,6 +364,21 @@ def run_step(
     path.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     result["summary_file"] = str(path)
     return result
+
+
+def _power(device: str, out: Path, budget_s: float, extra: Sequence[str]) -> dict[str, Any]:
+    """Run the power probe in a child process (its CUDA context ends with it) until the budget."""
+    deadline = time.time() + budget_s
+    cmd = [sys.executable, "-m", "predictor.measure.power_probe", "run", "--device", device, "--out", str(out)]
+    cmd += ["--deadline", f"{deadline:.1f}", *extra]
+    _log(" ".join(cmd))
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, timeout=budget_s + 30, stdout=subprocess.PIPE, text=True)
+        code, tail = proc.returncode, (proc.stdout.strip().splitlines() or [""])[-1]
+    except subprocess.TimeoutExpired:
+        code, tail = -9, "killed: ran past its deadline"
+    _log(f"power probe exit {code}: {tail}")
+    return {"exit": code, "file": tail}
 
 
 # ----------------------------------------------------------------------------------------- collect
@@ -405,6 +428,8 @@ def collect(files_at: str | Path, data: str | Path = "data") -> dict[str, Counte
                 folder = "kernels"
             elif schema == RECORD_SCHEMA:
                 folder = "noise" if "noise" in rel.parts[:-1] else "models"
+            elif schema == POWER_SCHEMA:
+                folder = "power"
             else:
                 report["unreadable"]["lines"] += 1
                 continue
@@ -429,7 +454,9 @@ def collect(files_at: str | Path, data: str | Path = "data") -> dict[str, Counte
 
 
 def _key(rec: dict, folder: str) -> Any:
-    return (rec.get("id"), rec.get("env", {}).get("timestamp")) if folder == "noise" else rec.get("id")
+    # Noise and power records repeat an id on purpose (another process, another moment): keyed with their time.
+    repeats = folder in ("noise", "power")
+    return (rec.get("id"), rec.get("env", {}).get("timestamp")) if repeats else rec.get("id")
 
 
 # ----------------------------------------------------------------------------------------- summary
@@ -609,6 +636,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--noise-share", type=float, default=0.1, help="share of a models step spent re-measuring")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per whole-model config")
     p.add_argument("--sweep-arg", action="append", default=[], help="pass an argument to the kernel sweep")
+    p.add_argument("--power-arg", action="append", default=[], help="pass an argument to the power probe")
     args = p.parse_args(argv)
     try:
         result = run_step(
@@ -623,6 +651,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.noise_share,
             args.timeout,
             args.sweep_arg,
+            power_args=args.power_arg,
         )
     except (HarnessError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -22,7 +22,10 @@
 5. **Variants.** Each shape in every (dtype, TF32) variant of its kind (:data:`kernels.VARIANTS`), every
    layout of its op and, for attention, every backend (float32 only with ``efficient``, ``math`` and
    ``auto``); entries over ``max_est_ms`` (the H100 planning estimate) or ``max_gib`` of tensors are dropped.
-6. **Order.** Strata are (op, dtype, TF32, layout, backend); within one, zoo shapes by weight, derived and
+6. **Priority.** :func:`priority_entries` go first, before the ordered strata: shapes whose absence the
+   whole-model comparisons exposed (large matrix-vector products of weight-streaming layers, decode-shaped
+   attention over a long KV cache).
+7. **Order.** Strata are (op, dtype, TF32, layout, backend); within one, zoo shapes by weight, derived and
    spread shapes (ranked by the weight of the shape they came from) take turns; each kind deals its strata
    in turn and the kinds are dealt :data:`KIND_SLOTS` entries per round, so any prefix of the list (a run
    stopped by its budget) covers every op and variant; the list ends at ``max_entries`` (30,000).
@@ -57,6 +60,8 @@ __all__ = [
     "coalesce_binary",
     "coalesce_permute",
     "plan_record_s",
+    "prepend_priority",
+    "priority_entries",
     "trace_configs",
 ]
 
@@ -1143,6 +1148,69 @@ def _deal(iterators: list[Iterator[dict]]) -> Iterator[dict]:
                 yield item
 
 
+#: (k, n) of the large matrix-vector products: AlexNet/VGG classifiers (9,216 x 4,096, 25,088 x 4,096, 4,096 x
+#: 1,000) and a Llama-3-8B layer's and head's weights (4,096 x 4,096, 4,096 x 14,336, 14,336 x 4,096, 4,096 x
+#: 128,256): 16 MB to 1 GB of float16/bfloat16 weights streamed once per call.
+GEMV_KN = ((9216, 4096), (25088, 4096), (4096, 1000), (4096, 4096), (4096, 14336), (14336, 4096), (4096, 128256))
+GEMV_M = (1, 8, 32)
+#: Decode-shaped attention: one query token per sequence over a KV cache of ``t`` tokens.
+DECODE_B = (1, 8, 32, 64)
+DECODE_T = (128, 512, 2048, 8192)
+DECODE_HKV = (8, 32)  # grouped-query (Llama-3-8B: 32 query heads, 8 KV heads) and multi-head
+
+
+def priority_entries(max_gib: float = 16.0) -> list[dict]:
+    """The entries the sweep measures before the ordered list.
+
+    Large GEMVs (``linear`` with ``m`` of 1, 8 or 32 over :data:`GEMV_KN`, every gemm variant, float32 with and
+    without a bias) and decode-shaped ``sdpa`` (``s`` = 1 query token, ``t`` of 128 to 8,192 cached tokens,
+    batch 1 to 64, 32 query heads of 128, 8 or 32 KV heads, float16 and bfloat16, backends ``auto``,
+    ``flash`` and ``efficient``), in that order, dropping any entry over ``max_gib`` of tensors.
+
+    Args:
+        max_gib: Largest tensor footprint kept, GiB.
+
+    Returns:
+        The entries (``source: "priority"``).
+    """
+    out: list[dict] = []
+    for k, n in GEMV_KN:
+        for m in GEMV_M:
+            for dtype, tf32 in K.VARIANTS["gemm"]:
+                for bias in (True, False) if dtype == "float32" else (False,):
+                    params = {"bias": bias, "k": k, "m": m, "n": n}
+                    out.append(K.make_entry("linear", params, dtype, tf32=tf32, source="priority"))
+    for t in DECODE_T:
+        for b in DECODE_B:
+            for hkv in DECODE_HKV:
+                for dtype in ("bfloat16", "float16"):
+                    for backend in ("auto", "flash", "efficient"):
+                        params = {"b": b, "causal": False, "d": 128, "dv": 128, "hkv": hkv, "hq": 32}
+                        params.update({"mask": None, "mask_bool": False, "s": 1, "t": t})
+                        out.append(K.make_entry("sdpa", params, dtype, backend=backend, source="priority"))
+    return [e for e in out if _gib(e) <= max_gib]
+
+
+def _gib(entry: dict) -> float:
+    cost = K.entry_cost(entry)
+    return (cost["bytes_read"] + cost["bytes_written"]) / 2**30
+
+
+def prepend_priority(entries: Sequence[dict], max_gib: float = 16.0) -> list[dict]:
+    """Put :func:`priority_entries` first and drop their duplicates (same id) from the rest.
+
+    Args:
+        entries: An ordered list.
+        max_gib: As :func:`priority_entries`.
+
+    Returns:
+        The new order: priority entries, then ``entries`` without them.
+    """
+    first = priority_entries(max_gib)
+    ids = {e["id"] for e in first}
+    return first + [e for e in entries if e["id"] not in ids]
+
+
 def write_list(entries: Sequence[dict], path: str | Path, header: dict) -> None:
     """Write a kernel list: one header line (``schema``, how it was made) then one entry per line.
 
@@ -1201,6 +1269,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--specs", help="comma-separated zoo specs to trace (default: all of the list)")
     parser.add_argument("--budget-s", type=float, default=480.0, help="lease length for the printed plan")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes that trace")
+    parser.add_argument(
+        "--priority-only",
+        action="store_true",
+        help="no trace: put the priority entries at the head of the existing list at --out and rewrite it",
+    )
 
 
 def main_make_list(args: argparse.Namespace) -> int:
@@ -1213,6 +1286,8 @@ def main_make_list(args: argparse.Namespace) -> int:
         Exit code (2 if the config list cannot be read).
     """
     t0 = time.perf_counter()
+    if args.priority_only:
+        return _rewrite_with_priority(Path(args.out), args.max_gib)
     try:
         specs = args.specs.split(",") if args.specs else None
         cache = Path(args.trace_cache) if args.trace_cache else None
@@ -1231,6 +1306,7 @@ def main_make_list(args: argparse.Namespace) -> int:
     entries = build_list(
         weights, args.seed, args.spread, args.max_est_ms, args.max_gib, args.max_entries or None, args.shapes_per_op
     )
+    entries = prepend_priority(entries, args.max_gib)
     mapped = sum(weights.values())
     missed = sum(unmapped.values())
     summary = plan(entries, args.budget_s)
@@ -1266,6 +1342,24 @@ def main_make_list(args: argparse.Namespace) -> int:
         f"plan at H100 peak rates: {summary['planned_s']:.0f} s for all; {summary['in_budget']} entries in the first "
         f"{args.budget_s:.0f} s; took {time.perf_counter() - t0:.0f} s"
     )
+    return 0
+
+
+def _rewrite_with_priority(path: Path, max_gib: float) -> int:
+    """Rewrite the list at ``path`` with :func:`priority_entries` first; the header records how many."""
+    try:
+        lines = path.read_text().splitlines()
+        header = json.loads(lines[0])
+        entries = [json.loads(line) for line in lines[1:] if line.strip()]
+    except (OSError, ValueError, IndexError) as exc:
+        print(f"error: cannot read the kernel list {path}: {exc}", file=sys.stderr)
+        return 2
+    entries = [e for e in entries if e.get("source") != "priority"]  # an earlier rewrite's priority block
+    new = prepend_priority(entries, max_gib)
+    header.pop("schema", None)
+    header["priority"] = sum(e.get("source") == "priority" for e in new)
+    write_list(new, path, header)
+    print(f"{header['priority']} priority entries first, {len(new)} entries in all -> {path}")
     return 0
 
 

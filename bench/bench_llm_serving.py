@@ -47,7 +47,7 @@ import numpy as np
 from predictor import serving_engine as eng
 from predictor.devices import get_device
 from predictor.power import power_params
-from predictor.serving_fit import ARCH, PROMPT_TOKENS, fit, load_rows
+from predictor.serving_fit import ARCH, PROMPT_TOKENS, fit, fit_windows, load_rows
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "public-models" / "mlenergy-llm-v2.jsonl"
 GPUS = {"NVIDIA H100 80GB HBM3": "h100-80gb", "NVIDIA A100-SXM4-40GB": "a100-40gb"}
@@ -149,10 +149,11 @@ def main() -> None:
     )
     ap.add_argument(
         "--host-fit-on",
-        choices=("tpot", "throughput"),
+        choices=("tpot", "throughput", "windows"),
         default="tpot",
-        help="with --lomo: fit the held-out host figures on the rows' avg_tpot_s (as predictor.serving_fit does) or "
-        "on their steady-state time per output token, avg_batch_size / output_tokens_per_s (an experiment)",
+        help="with --lomo: fit the held-out host figures on the rows' avg_tpot_s, on their steady-state time per "
+        "output token, avg_batch_size / output_tokens_per_s, or on both through the leaderboard's aggregation "
+        "replayed (predictor.serving_window; serving_fit.fit_windows)",
     )
     args = ap.parse_args()
     if args.attention_fit:
@@ -183,6 +184,8 @@ def _steady_table() -> dict:
 
 
 _STEADY = _steady_table()
+#: The rows' replayed windows (`serving_fit.Window`) by (model, GPU, task, tensor parallel, rounded batch), with --lomo.
+_WINDOWS: dict = {}
 
 
 def run(args) -> None:
@@ -190,11 +193,15 @@ def run(args) -> None:
     profiles = [eng.engine_profile(n) for n in args.engine_profile or ("vllm-0.5.4", "vllm-overlapped")]
     held = {}
     if args.lomo and not args.no_host:
-        fit_rows = [r for r in load_rows() if not r.moe]
+        every = load_rows(windows=True)
+        global _WINDOWS
+        _WINDOWS = {(r.model, r.device, r.task, r.tp, r.batch): r.window for r in every}
+        fit_rows = [r for r in every if not r.moe]
+        fitter = fit_windows if args.host_fit_on == "windows" else fit
         if args.host_fit_on == "throughput":
             fit_rows = [dataclasses.replace(r, tpot_ms=steady_ms(r)) for r in fit_rows]
-        for dev, model in {(r.device, r.model) for r in load_rows()}:
-            c = fit([r for r in fit_rows if r.device == dev and r.model != model])
+        for dev, model in {(r.device, r.model) for r in every}:
+            c = fitter([r for r in fit_rows if r.device == dev and r.model != model])
             held[dev, model] = eng.HostParams(*map(float, c), "leave-one-model-out", profile="vllm-0.5.4")
     rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
     for prof in profiles:
@@ -244,6 +251,9 @@ def table(rows: list[dict], args, host_of, how: str) -> None:
         row = (r["model"], dev, tp, batch, params, group, meas_tpot, s.tpot_ms, meas_e, s.energy_per_token_j, task)
         cycle = r["avg_batch_size"] / r["output_tokens_per_s"] * 1e3  # ms per token of one sequence, from throughput
         row += (meas_w, s.avg_power_w, cycle / meas_tpot, cycle)
+        w = _WINDOWS.get((r["model"], dev, task, tp, batch))
+        coef = (host.step_ms, host.per_block_ms, host.per_tp_worker_ms)
+        row += (w.tpot_ms(coef) if w is not None and not host.per_seq_ms else float("nan"),)
         out.append(row)
         if args.rows:
             print(
@@ -262,7 +272,7 @@ def table(rows: list[dict], args, host_of, how: str) -> None:
     head = f"{'group':22} {'task':5} {'gpu':10} {'rows':>4} {'TPOT MAPE':>9} {'ratio':>6}"
     print(
         head + f" {'J/tok MAPE':>10} {'ratio':>6} {'power MAPE':>10} {'ratio':>6} {'B/tput:TPOT':>11} "
-        f"{'TPOT vs B/tput':>14} {'ratio':>6}"
+        f"{'TPOT vs B/tput':>14} {'ratio':>6} {'replayed TPOT':>13} {'ratio':>6}"
     )
     for dev in sorted({x[1] for x in out}):
         for group in ("dense-8-32b", "dense (all)", "moe"):
@@ -280,9 +290,11 @@ def table(rows: list[dict], args, host_of, how: str) -> None:
                 e, er = mape(sel, 8, 9)
                 w, wr = mape(sel, 11, 12)
                 c, cr = mape(sel, 14, 7)
+                p, pr = mape(sel, 6, 15)
                 print(
                     f"{group:22} {task:5} {dev:10} {len(sel):4d} {t:9.1f} {tr:6.2f} {e:10.1f} {er:6.2f} "
-                    f"{w:10.1f} {wr:6.2f} {np.median([x[13] for x in sel]):11.2f} {c:14.1f} {cr:6.2f}"
+                    f"{w:10.1f} {wr:6.2f} {np.median([x[13] for x in sel]):11.2f} {c:14.1f} {cr:6.2f} "
+                    f"{p:13.1f} {pr:6.2f}"
                 )
 
 

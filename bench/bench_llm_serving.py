@@ -20,19 +20,22 @@ The engine's host time per step is an engine profile of `predictor/serving_param
 repeatable; default both built-in ones, one table each: `vllm-0.5.4`, fitted on these rows by
 `python -m predictor.serving_fit`, and `vllm-overlapped`, not fitted); `--lomo` gives each model the `vllm-0.5.4`
 figures fitted on the other models' rows of its GPU (held out: the MoE rows get the all-dense fit, as they are not in
-it), `--no-host` leaves the host time out. Last, each profile (and none) for Llama-3.1-8B on one H100 against the
+it; `--host-fit-on`: on both of the leaderboard's windows replayed, as the profile is fitted, the default; on
+avg_tpot_s alone, the fit until 2026-11-26; or on the steady state alone) and prints the replayed Avg TPOT against
+avg_tpot_s as the last column, `--no-host` leaves the host time out.
+Last, each profile (and none) for Llama-3.1-8B on one H100 against the
 public figures issue 24 quotes (batch 8: 7.3 ms, 490 W; batch 256: 26 ms, 690 W), at three request shapes, each
 profile with its own prefill scheduling (`vllm-overlapped`: chunked, vLLM's default budget; the ML.ENERGY rows above
 ran vLLM 0.5.4 without chunked prefill, so the tables cost every profile without it). `--attention-fit`: the same
 with paged decode attention at `predictor.serving_fit.fit_decode_attention`'s fit (an experiment, not adopted).
 Power: measured per GPU = energy per request x output tokens/s / output tokens / GPUs, against the predicted
 `avg_power_w`. The rows' energy per token is power x (average batch / output tokens/s) over the steady state; that
-time per token is longer than their avg_tpot_s on many rows (the last column: its median ratio to TPOT), as their
+time per token is longer than their avg_tpot_s on many rows (column B/tput:TPOT: its median ratio to TPOT), as their
 TPOT is a mean over every engine iteration including the drain after the steady state
 (`bench/bench_mlenergy_window.py`), while the engine model's energy per token is that of its steady state
-(`serving_engine.steady_state_energy`: decode and prefill steps each at its own power, over the tokens output) and its
-TPOT is fitted on avg_tpot_s. Prints one line per row with --rows, then MAPE per
-group (dense 8-32B, all dense, MoE), task and GPU.
+(`serving_engine.steady_state_energy`: decode and prefill steps each at its own power, over the tokens output); the
+host figures are fitted on both windows (`predictor.serving_fit.fit_windows`). Prints one line per row with --rows,
+then MAPE per group (dense 8-32B, all dense, MoE), task and GPU.
 """
 
 from __future__ import annotations
@@ -150,7 +153,7 @@ def main() -> None:
     ap.add_argument(
         "--host-fit-on",
         choices=("tpot", "throughput", "windows"),
-        default="tpot",
+        default="windows",
         help="with --lomo: fit the held-out host figures on the rows' avg_tpot_s, on their steady-state time per "
         "output token, avg_batch_size / output_tokens_per_s, or on both through the leaderboard's aggregation "
         "replayed (predictor.serving_window; serving_fit.fit_windows)",

@@ -20,19 +20,22 @@ The engine's host time per step is an engine profile of `predictor/serving_param
 repeatable; default both built-in ones, one table each: `vllm-0.5.4`, fitted on these rows by
 `python -m predictor.serving_fit`, and `vllm-overlapped`, not fitted); `--lomo` gives each model the `vllm-0.5.4`
 figures fitted on the other models' rows of its GPU (held out: the MoE rows get the all-dense fit, as they are not in
-it), `--no-host` leaves the host time out. Last, each profile (and none) for Llama-3.1-8B on one H100 against the
+it; `--host-fit-on`: on both of the leaderboard's windows replayed, as the profile is fitted, the default; on
+avg_tpot_s alone, the fit until 2026-11-26; or on the steady state alone) and prints the replayed Avg TPOT against
+avg_tpot_s as the last column, `--no-host` leaves the host time out.
+Last, each profile (and none) for Llama-3.1-8B on one H100 against the
 public figures issue 24 quotes (batch 8: 7.3 ms, 490 W; batch 256: 26 ms, 690 W), at three request shapes, each
 profile with its own prefill scheduling (`vllm-overlapped`: chunked, vLLM's default budget; the ML.ENERGY rows above
 ran vLLM 0.5.4 without chunked prefill, so the tables cost every profile without it). `--attention-fit`: the same
 with paged decode attention at `predictor.serving_fit.fit_decode_attention`'s fit (an experiment, not adopted).
 Power: measured per GPU = energy per request x output tokens/s / output tokens / GPUs, against the predicted
 `avg_power_w`. The rows' energy per token is power x (average batch / output tokens/s) over the steady state; that
-time per token is longer than their avg_tpot_s on many rows (the last column: its median ratio to TPOT), as their
+time per token is longer than their avg_tpot_s on many rows (column B/tput:TPOT: its median ratio to TPOT), as their
 TPOT is a mean over every engine iteration including the drain after the steady state
 (`bench/bench_mlenergy_window.py`), while the engine model's energy per token is that of its steady state
-(`serving_engine.steady_state_energy`: decode and prefill steps each at its own power, over the tokens output) and its
-TPOT is fitted on avg_tpot_s. Prints one line per row with --rows, then MAPE per
-group (dense 8-32B, all dense, MoE), task and GPU.
+(`serving_engine.steady_state_energy`: decode and prefill steps each at its own power, over the tokens output); the
+host figures are fitted on both windows (`predictor.serving_fit.fit_windows`). Prints one line per row with --rows,
+then MAPE per group (dense 8-32B, all dense, MoE), task and GPU.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import numpy as np
 from predictor import serving_engine as eng
 from predictor.devices import get_device
 from predictor.power import power_params
-from predictor.serving_fit import ARCH, PROMPT_TOKENS, fit, load_rows
+from predictor.serving_fit import ARCH, PROMPT_TOKENS, fit, fit_windows, load_rows
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "public-models" / "mlenergy-llm-v2.jsonl"
 GPUS = {"NVIDIA H100 80GB HBM3": "h100-80gb", "NVIDIA A100-SXM4-40GB": "a100-40gb"}
@@ -149,10 +152,11 @@ def main() -> None:
     )
     ap.add_argument(
         "--host-fit-on",
-        choices=("tpot", "throughput"),
-        default="tpot",
-        help="with --lomo: fit the held-out host figures on the rows' avg_tpot_s (as predictor.serving_fit does) or "
-        "on their steady-state time per output token, avg_batch_size / output_tokens_per_s (an experiment)",
+        choices=("tpot", "throughput", "windows"),
+        default="windows",
+        help="with --lomo: fit the held-out host figures on the rows' avg_tpot_s, on their steady-state time per "
+        "output token, avg_batch_size / output_tokens_per_s, or on both through the leaderboard's aggregation "
+        "replayed (predictor.serving_window; serving_fit.fit_windows)",
     )
     args = ap.parse_args()
     if args.attention_fit:
@@ -183,6 +187,8 @@ def _steady_table() -> dict:
 
 
 _STEADY = _steady_table()
+#: The rows' replayed windows (`serving_fit.Window`) by (model, GPU, task, tensor parallel, rounded batch), with --lomo.
+_WINDOWS: dict = {}
 
 
 def run(args) -> None:
@@ -190,11 +196,15 @@ def run(args) -> None:
     profiles = [eng.engine_profile(n) for n in args.engine_profile or ("vllm-0.5.4", "vllm-overlapped")]
     held = {}
     if args.lomo and not args.no_host:
-        fit_rows = [r for r in load_rows() if not r.moe]
+        every = load_rows(windows=True)
+        global _WINDOWS
+        _WINDOWS = {(r.model, r.device, r.task, r.tp, r.batch): r.window for r in every}
+        fit_rows = [r for r in every if not r.moe]
+        fitter = fit_windows if args.host_fit_on == "windows" else fit
         if args.host_fit_on == "throughput":
             fit_rows = [dataclasses.replace(r, tpot_ms=steady_ms(r)) for r in fit_rows]
-        for dev, model in {(r.device, r.model) for r in load_rows()}:
-            c = fit([r for r in fit_rows if r.device == dev and r.model != model])
+        for dev, model in {(r.device, r.model) for r in every}:
+            c = fitter([r for r in fit_rows if r.device == dev and r.model != model])
             held[dev, model] = eng.HostParams(*map(float, c), "leave-one-model-out", profile="vllm-0.5.4")
     rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
     for prof in profiles:
@@ -244,6 +254,9 @@ def table(rows: list[dict], args, host_of, how: str) -> None:
         row = (r["model"], dev, tp, batch, params, group, meas_tpot, s.tpot_ms, meas_e, s.energy_per_token_j, task)
         cycle = r["avg_batch_size"] / r["output_tokens_per_s"] * 1e3  # ms per token of one sequence, from throughput
         row += (meas_w, s.avg_power_w, cycle / meas_tpot, cycle)
+        w = _WINDOWS.get((r["model"], dev, task, tp, batch))
+        coef = (host.step_ms, host.per_block_ms, host.per_tp_worker_ms)
+        row += (w.tpot_ms(coef) if w is not None and not host.per_seq_ms else float("nan"),)
         out.append(row)
         if args.rows:
             print(
@@ -262,7 +275,7 @@ def table(rows: list[dict], args, host_of, how: str) -> None:
     head = f"{'group':22} {'task':5} {'gpu':10} {'rows':>4} {'TPOT MAPE':>9} {'ratio':>6}"
     print(
         head + f" {'J/tok MAPE':>10} {'ratio':>6} {'power MAPE':>10} {'ratio':>6} {'B/tput:TPOT':>11} "
-        f"{'TPOT vs B/tput':>14} {'ratio':>6}"
+        f"{'TPOT vs B/tput':>14} {'ratio':>6} {'replayed TPOT':>13} {'ratio':>6}"
     )
     for dev in sorted({x[1] for x in out}):
         for group in ("dense-8-32b", "dense (all)", "moe"):
@@ -280,9 +293,11 @@ def table(rows: list[dict], args, host_of, how: str) -> None:
                 e, er = mape(sel, 8, 9)
                 w, wr = mape(sel, 11, 12)
                 c, cr = mape(sel, 14, 7)
+                p, pr = mape(sel, 6, 15)
                 print(
                     f"{group:22} {task:5} {dev:10} {len(sel):4d} {t:9.1f} {tr:6.2f} {e:10.1f} {er:6.2f} "
-                    f"{w:10.1f} {wr:6.2f} {np.median([x[13] for x in sel]):11.2f} {c:14.1f} {cr:6.2f}"
+                    f"{w:10.1f} {wr:6.2f} {np.median([x[13] for x in sel]):11.2f} {c:14.1f} {cr:6.2f} "
+                    f"{p:13.1f} {pr:6.2f}"
                 )
 
 

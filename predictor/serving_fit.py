@@ -3,6 +3,7 @@ out; write it as the `vllm-0.5.4` engine profile of `predictor/serving_params.js
 the before/after table of docs/llm-serving.md.
 
 Usage: python -m predictor.serving_fit [--data data/public-models/mlenergy-llm-v2.jsonl] [--out PATH] [--check]
+    [--fit-on windows|tpot]
 
 The host model (`predictor.serving_engine.HostParams`), milliseconds, while the GPU idles:
 
@@ -10,8 +11,14 @@ The host model (`predictor.serving_engine.HostParams`), milliseconds, while the 
     prefill step: none beyond its kernels
 
 (B running sequences at mean live context L, tensor parallel tp). Three figures per host (the A100 rows ran on AWS
-p4d.24xlarge, the H100 rows on p5.48xlarge: two CPUs). TPOT is linear in them (one decode step per output token:
-`host_features`), so each fit is a non-negative least squares of the relative TPOT error. Variants tried on the same
+p4d.24xlarge, the H100 rows on p5.48xlarge: two CPUs), fitted on both windows ML.ENERGY's aggregation spans
+(`fit_windows`, the default since 2026-11-26): each row's run is replayed (`replay_row`, `predictor.serving_window`:
+the steady state and the drain after it, on simulated output lengths), and the replayed Avg TPOT (every decode
+iteration, the drain's included) is fitted to the row's avg_tpot_s together with the replayed steady state's time per
+output token to its avg_batch_size / output_tokens_per_s. Both are linear in the figures (the iterations' order does
+not depend on their times), so the fit is a non-negative least squares of the two relative errors. The engine's own
+TPOT stays the steady-state mean inter-token latency. `--fit-on tpot`: the fit before, of the engine's TPOT to
+avg_tpot_s alone (`fit`, one decode step per output token: `host_features`). Variants tried on the same
 rows (docs/llm-serving.md gives their leave-one-model-out MAPE): a per-sequence term instead of (or with) the
 per-block one, a constant per prefill step (fitted to 0 on both GPUs), no tensor-parallel term.
 
@@ -37,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from . import serving_engine as eng
+from . import serving_window as win
 from .devices import get_device
 from .power import power_params
 
@@ -127,6 +135,29 @@ class Row:
     energy_j: float  # measured energy per output token per GPU
     gpu_ms: float  # predicted TPOT with no host time: decode step + the interleaved prefills' GPU time
     context: float  # mean live context of a running sequence: prompt + generate / 2
+    steady_ms: float = math.nan  # measured steady-state time per output token of one sequence: B / throughput x 1e3
+    window: Window | None = None  # the leaderboard's two windows replayed on a simulated run (`replay_row`)
+
+
+@dataclass(frozen=True)
+class Window:
+    """ML.ENERGY's two windows of one row replayed (`predictor.serving_window`) as linear functions of the host
+    figures (step_ms, per_block_ms, per_tp_worker_ms), ms: Avg TPOT = tpot_gpu_ms + tpot_host . figures; steady-state
+    time per output token of one sequence = steady_gpu_ms + steady_host . figures; with the simulated run's steady
+    running batch and request count."""
+
+    tpot_gpu_ms: float
+    tpot_host: tuple[float, float, float]
+    steady_gpu_ms: float
+    steady_host: tuple[float, float, float]
+    steady_batch: float
+    requests: int
+
+    def tpot_ms(self, coef) -> float:
+        return self.tpot_gpu_ms + float(np.dot(self.tpot_host, coef))
+
+    def steady_ms(self, coef) -> float:
+        return self.steady_gpu_ms + float(np.dot(self.steady_host, coef))
 
 
 VIDUR = ROOT / "data" / "vidur-ops"
@@ -302,9 +333,83 @@ def host_features(r: Row) -> np.ndarray:
     return np.array([1.0, float(blocks), float(r.tp - 1)])
 
 
-def load_rows(path: Path = DATA) -> list[Row]:
-    """The vLLM rows of the models in `ARCH` (pp = 1), each predicted with zero host time."""
-    zero = eng.HostParams(0.0, 0.0, 0.0, "zero")
+#: Mean round-up of ceil(x / 16) - x / 16 over x uniform in its residues mod 16: (1 + ... + 15) / 256 = 15/32 block a
+#: sequence (the replay counts KV blocks as the live tokens / 16 + this per sequence).
+BLOCK_ROUND_UP = sum(range(eng.BLOCK_SIZE)) / eng.BLOCK_SIZE**2
+
+
+class StepCache:
+    """GPU times (ms, no host time) of decode steps by running batch and of prefill steps by prompts, per (model,
+    GPU, tensor parallel, prompt); a decode step at a sum of live contexts C: its time at the batch's reference
+    context + the attention's time per context token (linear in the tokens read) x (C - batch x reference)."""
+
+    def __init__(self) -> None:
+        self.decode: dict = {}
+        self.prefill: dict = {}
+        self.slope: dict = {}
+
+    def decode_ms(self, key, a, dev, tp, b: int, ctx_total: float, ref: float) -> float:
+        if key not in self.slope:
+            lo = eng.decode_step(a, dev, 8, ref, tp=tp, host=ZERO_HOST).total_ms
+            hi = eng.decode_step(a, dev, 8, ref + 1024, tp=tp, host=ZERO_HOST).total_ms
+            self.slope[key] = (hi - lo) / (8 * 1024)
+        # above the largest captured batch the step runs eagerly, its time smooth in the batch: every 8th batch costed
+        at = b if b <= eng.CAPTURED_BATCHES[-1] else 8 * round(b / 8)
+        k = (key, at)
+        if k not in self.decode:
+            self.decode[k] = eng.decode_step(a, dev, at, ref, tp=tp, host=ZERO_HOST).total_ms
+        return self.decode[k] + self.slope[key] * (ctx_total - b * ref)
+
+    def prefill_ms(self, key, a, dev, tp, k: int, prompt: int) -> float:
+        if (key, k) not in self.prefill:
+            self.prefill[key, k] = eng.prefill_step(a, dev, k, prompt, tp=tp, host=ZERO_HOST).total_ms
+        return self.prefill[key, k]
+
+
+ZERO_HOST = eng.HostParams(0.0, 0.0, 0.0, "zero")
+
+
+def replay_row(r: dict, a: eng.Arch, dev: str, cache: StepCache | None = None, seed: int = 0) -> Window:
+    """The row's two windows replayed (`serving_window.schedule` on `serving_window.output_lengths`: the row's
+    --max-num-seqs, request count, mean output length and task's max_tokens, prompts of `PROMPT_TOKENS`), each
+    iteration's GPU time from the engine model and its host time a linear function of the figures: a decode step of
+    b sequences with live tokens C has (1, C / 16 + 15/32 b, tp - 1) as its features, a prefill step none."""
+    cache = cache or StepCache()
+    task = r["task"].split("/")[-1]
+    tp, prompt = r["parallelization"]["tp"], PROMPT_TOKENS[task]
+    n = win.requests(task, dev, r["num_gpus"], r["model"], r["avg_output_len"])
+    cap = win.MAX_TOKENS[task]
+    distinct = win.DATASET[task] if task == "code" else None  # greedy: each copy of the dataset yields the same
+    lengths = win.output_lengths(r["avg_output_len"], cap, n, distinct=distinct, seed=seed)
+    s = win.schedule(lengths, r["max_num_seqs"], prompt)
+    key = (r["model"], dev, tp, prompt)
+    device = get_device(dev)
+    gpu = np.array(
+        [
+            cache.decode_ms(key, a, device, tp, int(b), c, float(prompt)) if d else
+            cache.prefill_ms(key, a, device, tp, int(b), prompt)
+            for d, b, c in zip(s.decode, s.seqs, s.context, strict=True)
+        ]
+    )  # fmt: skip
+    x = np.where(
+        s.decode[:, None],
+        np.stack(
+            [np.ones(len(gpu)), s.context / eng.BLOCK_SIZE + BLOCK_ROUND_UP * s.seqs, np.full(len(gpu), tp - 1.0)], 1
+        ),
+        0.0,
+    )
+    sw = s.steady_weight()
+    return Window(
+        float(s.tpot_weight @ gpu), tuple(map(float, s.tpot_weight @ x)), float(sw @ gpu), tuple(map(float, sw @ x)),
+        s.steady_batch, n,
+    )  # fmt: skip
+
+
+def load_rows(path: Path = DATA, windows: bool = False) -> list[Row]:
+    """The vLLM rows of the models in `ARCH` (pp = 1), each predicted with zero host time; `windows`: with the
+    leaderboard's two windows replayed (`replay_row`; about a minute)."""
+    zero = ZERO_HOST
+    cache = StepCache()
     out = []
     for line in path.read_text().splitlines():
         if not line.strip():
@@ -322,7 +427,8 @@ def load_rows(path: Path = DATA) -> list[Row]:
             Row(
                 r["model"], dev, task, tp, batch, gen, a.params() / 1e9, bool(a.experts), r["avg_tpot_s"] * 1e3,
                 r["energy_per_request_j"] / r["avg_output_len"] / r["num_gpus"], s.tpot_ms,
-                PROMPT_TOKENS[task] + gen / 2,
+                PROMPT_TOKENS[task] + gen / 2, r["avg_batch_size"] / r["output_tokens_per_s"] * 1e3,
+                replay_row(r, a, dev, cache) if windows else None,
             )
         )  # fmt: skip
     return out
@@ -338,19 +444,38 @@ def fit(rows: list[Row]) -> np.ndarray:
     return lsq_linear(a / meas[:, None], (meas - gpu) / meas, bounds=(0.0, np.inf)).x
 
 
+def fit_windows(rows: list[Row]) -> np.ndarray:
+    """(step_ms, per_block_ms, per_tp_worker_ms) >= 0 minimising, over `rows` (with `Row.window`), the relative
+    errors of both replayed windows together: the replayed Avg TPOT against avg_tpot_s and the replayed steady-state
+    time per output token against avg_batch_size / output_tokens_per_s (one host model for both windows)."""
+    from scipy.optimize import lsq_linear
+
+    a, y = [], []
+    for r in rows:
+        w = r.window
+        a += [np.array(w.tpot_host) / r.tpot_ms, np.array(w.steady_host) / r.steady_ms]
+        y += [(r.tpot_ms - w.tpot_gpu_ms) / r.tpot_ms, (r.steady_ms - w.steady_gpu_ms) / r.steady_ms]
+    return lsq_linear(np.array(a), np.array(y), bounds=(0.0, np.inf)).x
+
+
 def predict(r: Row, coef: np.ndarray) -> float:
     return r.gpu_ms + float(host_features(r) @ coef)
 
 
-def lomo(rows: list[Row]) -> list[float]:
-    """Leave-one-model-out TPOT (ms) of every row: its model's rows predicted by a fit on the other models' rows."""
+def lomo(rows: list[Row], fitter=fit) -> list[float]:
+    """Leave-one-model-out TPOT (ms) of every row: its model's rows predicted by a fit (`fitter`: `fit` or
+    `fit_windows`) on the other models' rows."""
     pred = [0.0] * len(rows)
     for model in {r.model for r in rows}:
-        coef = fit([r for r in rows if r.model != model])
+        coef = fitter([r for r in rows if r.model != model])
         for i, r in enumerate(rows):
             if r.model == model:
                 pred[i] = predict(r, coef)
     return pred
+
+
+def _median(pairs: list[tuple[float, float]]) -> float:
+    return float(np.median([p / m for p, m in pairs])) if pairs else float("nan")
 
 
 def _mape(pairs: list[tuple[float, float]]) -> float:
@@ -363,20 +488,36 @@ def size_group(r: Row) -> str:
     return "dense <8B" if r.params_b < 7.9 else "dense 8-32B" if r.params_b <= 32.5 else "dense >32B"
 
 
-def run(path: Path = DATA, vidur: Path = VIDUR) -> tuple[dict, str]:
-    """Fit the streaming GEMMs (`fit_streaming`), then the host figures of both GPUs on top of them; return (the
-    `PROFILE` profile of the serving-parameter file with the streaming fit under the key `weight_streaming_gemm`,
-    the Markdown before/after table)."""
+#: What the host figures are fitted on (`run`): "tpot", the rows' avg_tpot_s against the engine's TPOT (`fit`);
+#: "windows", both of the leaderboard's windows replayed (`fit_windows`).
+FIT_ON = ("tpot", "windows")
+WHAT = {
+    "tpot": "the rows' avg_tpot_s",
+    "windows": "both of the leaderboard's windows replayed on a simulated run (Avg TPOT with the drain, and the "
+    "steady state's B / throughput; predictor.serving_window)",
+}
+
+
+def run(path: Path = DATA, vidur: Path = VIDUR, fit_on: str = "windows") -> tuple[dict, str]:
+    """Fit the streaming GEMMs (`fit_streaming`), then the host figures of both GPUs on top of them (`fit_on`, one of
+    `FIT_ON`); return (the `PROFILE` profile of the serving-parameter file with the streaming fit under the key
+    `weight_streaming_gemm`, the Markdown before/after table, which adds, held out, the replayed Avg TPOT against
+    avg_tpot_s and the engine's TPOT against the steady-state time per output token)."""
     stream = fit_streaming(vidur)
     with streaming_override(streaming_table(stream)):
-        rows = load_rows(path)
+        rows = load_rows(path, windows=True)
+    fitter = fit_windows if fit_on == "windows" else fit
     devices, lines = {}, []
-    lines.append("| GPU | rows | group | TPOT MAPE before | TPOT MAPE after (LOMO) | median LOMO pred/meas |")
-    lines.append("|---|---:|---|---:|---:|---:|")
+    lines.append(
+        "| GPU | rows | group | TPOT MAPE before | TPOT MAPE after (LOMO) | median LOMO pred/meas | replayed Avg TPOT "
+        "MAPE (median) | TPOT vs steady state MAPE (median) |"
+    )
+    lines.append("|---|---:|---|---:|---:|---:|---:|---:|")
     for dev in sorted({r.device for r in rows}):
         dense = [r for r in rows if r.device == dev and not r.moe]
-        coef = fit(dense)
-        held = dict(zip([id(r) for r in dense], lomo(dense), strict=True))
+        coef = fitter(dense)
+        held_coef = {m: fitter([r for r in dense if r.model != m]) for m in {r.model for r in dense}}
+        held = {id(r): predict(r, held_coef[r.model]) for r in dense}
         moe = [r for r in rows if r.device == dev and r.moe]
         ev = {}
         for group in ("dense 8-32B", "dense (all)", "dense <8B", "dense >32B", "moe"):
@@ -392,7 +533,15 @@ def run(path: Path = DATA, vidur: Path = VIDUR) -> tuple[dict, str]:
             a = _mape(list(zip(after, [r.tpot_ms for r in sel], strict=True)))
             med = float(np.median([p / r.tpot_ms for p, r in zip(after, sel, strict=True)]))
             ev[group] = {"rows": len(sel), "mape_before_pct": round(b, 1), "mape_lomo_pct": round(a, 1)}
-            lines.append(f"| {dev} | {len(sel)} | {group} | {b:.1f}% | {a:.1f}% | {med:.2f} |")
+            cs = [coef if r.moe else held_coef[r.model] for r in sel]
+            rep = [(r.window.tpot_ms(c), r.tpot_ms) for r, c in zip(sel, cs, strict=True)]
+            ss = [(p, r.steady_ms) for p, r in zip(after, sel, strict=True)]
+            ev[group] |= {"replayed_avg_tpot_mape_lomo_pct": round(_mape(rep), 1),
+                          "tpot_vs_steady_state_mape_lomo_pct": round(_mape(ss), 1)}  # fmt: skip
+            lines.append(
+                f"| {dev} | {len(sel)} | {group} | {b:.1f}% | {a:.1f}% | {med:.2f} | {_mape(rep):.1f}% "
+                f"({_median(rep):.2f}) | {_mape(ss):.1f}% ({_median(ss):.2f}) |"
+            )
         devices[dev] = {
             "step_ms": round(float(coef[0]), 3),
             "per_block_ms": round(float(coef[1]), 5),
@@ -403,8 +552,9 @@ def run(path: Path = DATA, vidur: Path = VIDUR) -> tuple[dict, str]:
             "evaluation": ev,
             "source": (
                 f"fit: ML.ENERGY Leaderboard v2 vLLM 0.5.4 rows on {dev} ({len(dense)} rows of "
-                f"{len({r.model for r in dense})} dense models; python -m predictor.serving_fit), leave-one-model-out "
-                f"TPOT MAPE {ev['dense (all)']['mape_lomo_pct']}%"
+                f"{len({r.model for r in dense})} dense models; python -m predictor.serving_fit, fitted on "
+                f"{WHAT[fit_on]}), leave-one-model-out TPOT MAPE against avg_tpot_s "
+                f"{ev['dense (all)']['mape_lomo_pct']}%"
             ),
         }
     doc = {
@@ -416,7 +566,7 @@ def run(path: Path = DATA, vidur: Path = VIDUR) -> tuple[dict, str]:
         "fitted": True,
         "chunked_prefill": False,
         "source": (
-            "fit: ML.ENERGY Leaderboard v2 vLLM 0.5.4 rows, per GPU host, leave-one-model-out "
+            f"fit: ML.ENERGY Leaderboard v2 vLLM 0.5.4 rows, per GPU host, on {WHAT[fit_on]}, leave-one-model-out "
             "(python -m predictor.serving_fit)"
         ),
         "created_by": "python -m predictor.serving_fit",
@@ -427,6 +577,7 @@ def run(path: Path = DATA, vidur: Path = VIDUR) -> tuple[dict, str]:
             "on AWS p4d.24xlarge, H100 rows on p5.48xlarge"
         ),
         "prompt_tokens_assumed": PROMPT_TOKENS,
+        "fitted_on": fit_on,
         "model": "decode step host ms = step_ms + per_block_ms x B x ceil(context / 16) + per_tp_worker_ms x (tp - 1); "
         "prefill step: none",
         "transfers": {k: v for k, v in eng.HOST_TRANSFERS.items()},
@@ -458,11 +609,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--out", type=Path, default=eng.SERVING_PARAMS_PATH)
     ap.add_argument("--check", action="store_true", help="print the table only; write nothing")
+    ap.add_argument(
+        "--fit-on",
+        choices=FIT_ON,
+        default="windows",
+        help="fit the host figures on both of the leaderboard's windows replayed (windows, the default: "
+        "docs/llm-serving.md; about a minute) or on avg_tpot_s against the engine's TPOT (tpot, the fit before "
+        "2026-11-26)",
+    )
     args = ap.parse_args(argv)
     if not args.data.is_file():
         print(f"error: no such data file: {args.data}", file=sys.stderr)
         return 2
-    doc, table = run(args.data)
+    doc, table = run(args.data, fit_on=args.fit_on)
     print(table)
     for dev, d in doc["devices"].items():
         print(f"{dev}: step {d['step_ms']} ms + {d['per_block_ms']} ms/KV block + {d['per_tp_worker_ms']} ms/(tp-1)")

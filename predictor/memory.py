@@ -28,7 +28,7 @@
   (`RUNTIMES`), or a device file's `cuda_context_mib`.
 
 The tensor peak (weights + peak live activations, what preflight's liveness pass finds) is kept beside the total
-(`MemoryEstimate.tensor_peak_mib`); MIG fit is decided on the total.
+(`GpuMemory.tensor_peak_mib`); MIG fit is decided on the total.
 """
 
 from __future__ import annotations

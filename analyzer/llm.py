@@ -41,6 +41,7 @@ from predictor import llm as serving
 from predictor import serving_engine as engine
 from predictor.devices import get_device
 from predictor.kernel_model import tf32_matmul_of
+from predictor.memory import context_mib, workspace_mib
 from predictor.mig import fits as mig_fits
 from predictor.predict import Prediction, predictor_info
 from predictor.predict import predict as run_predictor
@@ -960,16 +961,13 @@ def llm(
 
     weights = dec.totals["param_bytes"]
 
-    def need_mib(b: int, c: int, prompt_tokens: int | None = None) -> serving.ServingMemory:
+    def need_mib(b: int, c: int, prompt_tokens: int | None = None, *, device) -> serving.ServingMemory:
         act = act_decode(b, c)
         if prompt_tokens is not None:
             act = max(act, prefill.activation_bytes(b, prompt_tokens))
-        return serving.ServingMemory(b, c, weights, kv.bytes(b, c), act)
+        ctx, ws = context_mib(device, "eager"), workspace_mib(device)  # the runtime's context, cuBLAS's workspace
+        return serving.ServingMemory(b, c, weights, kv.bytes(b, c), act, ctx, ws)
 
-    request_mem = need_mib(batch, request_context, prompt)
-    rec_mem = (
-        request_mem if (concurrency, context) == (batch, request_context) else need_mib(concurrency, context, prompt)
-    )
     rec_pre = pre if concurrency == batch else prefill.cost(concurrency, prompt)
     rec_dec = dec if (concurrency, context) == (batch, request_context) else decode.cost(concurrency, context)
 
@@ -980,7 +978,13 @@ def llm(
     for dev in devices:
         device = get_device(dev)
         say(f"capacity on {dev}")
-        cap = serving.capacity(device, grid, lambda b, c: need_mib(b, c).total_mib)
+        request_mem = need_mib(batch, request_context, prompt, device=device)
+        rec_mem = (
+            request_mem
+            if (concurrency, context) == (batch, request_context)
+            else need_mib(concurrency, context, prompt, device=device)
+        )
+        cap = serving.capacity(device, grid, lambda b, c, d=device: need_mib(b, c, device=d).total_mib)
         fits = {name: mig_fits(mib, request_mem.total_mib) for name, mib, _ in serving.targets(device)}
         lat = {serving.FULL_GPU: serving.SliceLatency(rec_pre.latency_ms[dev], rec_dec.latency_ms[dev])}
         for q in rec_dec.slice_ms[dev]:
@@ -1303,8 +1307,16 @@ def _llm_vllm(
     request_context = prompt + generate
     weights = engine.weight_bytes_per_gpu(arch, tp, eb)
 
-    def plan(memory_mib: float, n: int) -> engine.EngineMemory:
-        return engine.engine_memory(arch, memory_mib, tp=n, dtype=dtype, utilization=utilization, block_size=block_size)
+    def plan(memory_mib: float, n: int, device) -> engine.EngineMemory:
+        return engine.engine_memory(
+            arch,
+            memory_mib,
+            tp=n,
+            dtype=dtype,
+            utilization=utilization,
+            block_size=block_size,
+            non_torch_mib=context_mib(device, "vllm"),  # outside torch's allocator: predictor.memory's "vllm" entry
+        )
 
     def act(tokens: int) -> int:
         return int(engine.profile_activation_bytes(arch, tp, eb, tokens))
@@ -1369,9 +1381,9 @@ def _llm_vllm(
             steps[kind]["slices"][dev] = slice_ms if kind == "decode" else {}
             steps[kind]["names"][dev] = name
             steps[kind]["energy"][dev] = energy
-        plans = {serving.FULL_GPU: plan(device.memory_mib, tp)}
+        plans = {serving.FULL_GPU: plan(device.memory_mib, tp, device)}
         if tp == 1:
-            plans |= {q.name: plan(q.memory_mib, 1) for q in device.mig}
+            plans |= {q.name: plan(q.memory_mib, 1, device) for q in device.mig}
         fits = {t: p.sequences(request_context) >= batch for t, p in plans.items()}
         cap = serving.Capacity(
             dev,

@@ -46,13 +46,6 @@ from pathlib import Path
 
 GIB = 1024  # MiB per GiB
 
-# Device memory a PyTorch inference process needs besides its weights and activations, in MiB: the one
-# definition, used by the roofline memory estimate (`predictor.roofline.MemoryEstimate`) and, plus margins, by
-# the measurement sampler's skip estimate (`predictor.measure.configs`). Both are assumptions until calibrated
-# from GPU measurements (the harness records the context it measures, `memory_mb.context`).
-CONTEXT_MIB = 500.0  # CUDA context + cuBLAS/cuDNN handles with PyTorch on Hopper
-WORKSPACE_MIB = 64.0  # cuBLAS (32 MiB on Hopper) + cuDNN conv workspace, in steady state
-
 
 @dataclass(frozen=True)
 class MigProfile:
@@ -85,6 +78,9 @@ class Device:
     source: str = ""  # where the figures come from
     parent: str | None = None  # a MIG slice as a target ("h100-80gb:3g.40gb"): the whole GPU's key
     nvlink_gbs: float | None = None  # NVLink bandwidth per direction per GPU, GB/s (tensor-parallel all-reduces)
+    #: CUDA context per process (MiB, what nvidia-smi counts beyond the allocator) where a device file sets it: it
+    #: replaces the runtime's measured figure (`predictor.memory.runtime_for`) for this GPU and its MIG slices
+    cuda_context_mib: float | None = None
 
     @property
     def memory_bytes(self) -> int:
@@ -117,6 +113,7 @@ _DEVICE_KEYS = {
     "measured_bf16_tflops": (int, float),
     "kernel_family": str,
     "nvlink_gbs": (int, float),
+    "cuda_context_mib": (int, float),
 }
 _REQUIRED = ("key", "name", "memory_mib", "bandwidth_gbs", "peak_tflops", "tdp_w", "sms")
 _PEAK_KINDS = ("fp32", "tf32", "fp16", "bf16", "int8")
@@ -136,6 +133,7 @@ _BOUNDS = {
     "sms": (1, 2048),
     "peak_tflops": (0.1, 100_000),
     "nvlink_gbs": (1, 10_000),
+    "cuda_context_mib": (0, 65_536),
 }
 
 
@@ -227,6 +225,10 @@ def parse_device(entry: dict, label: str = "device") -> Device:
         optional["measured_bf16_flops"] = float(round(mbf * 1e12))
     if "nvlink_gbs" in entry:
         optional["nvlink_gbs"] = _number_in(f"{label} nvlink_gbs", entry["nvlink_gbs"], *_BOUNDS["nvlink_gbs"])
+    if "cuda_context_mib" in entry:
+        optional["cuda_context_mib"] = _number_in(
+            f"{label} cuda_context_mib", entry["cuda_context_mib"], *_BOUNDS["cuda_context_mib"]
+        )
     return Device(
         key=key,
         name=entry["name"],
@@ -308,6 +310,8 @@ def device_json(d: Device) -> dict:
         out["kernel_family"] = d.kernel_family
     if d.nvlink_gbs is not None:
         out["nvlink_gbs"] = d.nvlink_gbs
+    if d.cuda_context_mib is not None:
+        out["cuda_context_mib"] = d.cuda_context_mib
     out["mig"] = [
         {
             "profile": p.name,
@@ -364,6 +368,7 @@ def slice_device(device: Device, profile: MigProfile) -> Device:
         kernel_family=device.kernel_family,
         source=f"{device.key}'s figures scaled to MIG profile {profile.name}",
         parent=device.key,
+        cuda_context_mib=device.cuda_context_mib,
     )
 
 

@@ -14,7 +14,8 @@ Device memory to serve `batch` sequences at context L (MiB):
 
     weights + batch x KV per sequence(L) + activations(batch, L) + CUDA context + workspace
 
-with the CUDA context and library workspace of `predictor.roofline` (CONTEXT_MIB, WORKSPACE_MIB). A (batch,
+with the CUDA context and library workspace of `predictor.memory` (`context_mib`, `workspace_mib`: the runtime's
+context on the device, cuBLAS's workspace; docs/memory.md). A (batch,
 context) fits a GPU or MIG profile by `predictor.mig.fits`: the need plus `HEADROOM` within its usable memory.
 """
 
@@ -27,8 +28,8 @@ import numpy as np
 
 from .devices import Device
 from .fmt import g3
+from .memory import context_mib, workspace_mib
 from .mig import HEADROOM, fits, smallest_first
-from .roofline import CONTEXT_MIB, WORKSPACE_MIB
 
 MIB = 2**20
 MAX_BATCH = 2**20  # the capacity search stops here (a million concurrent sequences is past any real budget)
@@ -164,8 +165,10 @@ class ServingMemory:
     weight_bytes: int
     kv_bytes: int
     activation_bytes: int
-    context_mib: float = CONTEXT_MIB
-    workspace_mib: float = WORKSPACE_MIB
+    #: CUDA context and library workspace, MiB; default: eager PyTorch's measured context and Hopper's cuBLAS
+    #: workspace (the larger); `preflight llm` passes each device's (`predictor.memory.context_mib`, `workspace_mib`)
+    context_mib: float = field(default_factory=context_mib)
+    workspace_mib: float = field(default_factory=workspace_mib)
 
     @property
     def total_mib(self) -> float:

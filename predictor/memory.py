@@ -21,10 +21,14 @@
   depends on the sizes and lifetimes of the tensors, not on their peak sum alone. No parameter is fitted for it.
   Without a trace, `RuntimeMemory.reserve` (reserved / peak activations, fitted) is the fallback.
 - cuDNN's convolution workspace is allocated and freed around each convolution through the same allocator; it
-  is not modelled on its own (graphs with convolutions carry `CUDNN_WORKSPACE_MIB`, an assumption).
+  is not replayed (graphs with convolutions carry `CUDNN_WORKSPACE_MIB`, the median steady-state excess our H100
+  rows show, 4 MiB; docs/memory.md).
+- CUDA context: one source for every command (`runtime_for`, `context_mib`): eager PyTorch 2.11 / CUDA 13 measured
+  on our H100 (696 MiB, `DEFAULT_RUNTIME`), the same for a CUDA-graph replay, a vLLM-style engine's own figure
+  (`RUNTIMES`), or a device file's `cuda_context_mib`.
 
 The tensor peak (weights + peak live activations, what preflight's liveness pass finds) is kept beside the total
-(`MemoryEstimate.tensor_peak_mib`); MIG fit is decided on the total.
+(`GpuMemory.tensor_peak_mib`); MIG fit is decided on the total.
 """
 
 from __future__ import annotations
@@ -47,8 +51,18 @@ LARGE_BUFFER = 20 * MIB  # kLargeBuffer
 ROUND_LARGE = 2 * MIB  # kRoundLarge: larger requests get their own segment, rounded up to 2 MiB
 
 CUBLAS_WORKSPACE_MIB = {"hopper": 32.0, "other": 8.125}  # parseChosenWorkspaceSize defaults
-CUDNN_WORKSPACE_MIB = 32.0  # assumed, for graphs with convolutions (the earlier 64 MiB minus cuBLAS's 32)
-DEFAULT_RUNTIME = "torch-2-cuda12-lazy"
+#: cuDNN's steady-state workspace beyond the replay, graphs with convolutions (cudnn.benchmark on): the median of
+#: reserved - replay - cuBLAS over the 72 conv rows of our H100 measurements (2-4 MiB with each family held out:
+#: bench/bench_h100_memory_terms.py); it was 32 MiB assumed. Large-batch ResNet-style nets reserve far more (docs).
+CUDNN_WORKSPACE_MIB = 4.0
+#: The default runtime entry of `predictor/memory_params.json`: eager PyTorch 2.11 with CUDA 13.0 (lazy module
+#: loading), its context measured on our H100 (`python -m predictor.memory_fit`, docs/memory.md).
+DEFAULT_RUNTIME = "torch-2.11-cuda13"
+#: How a model runs -> the runtime entry whose context it gets. A CUDA-graph replay of the same eager model runs in
+#: the same process with the same kernels loaded: the same context (no reading of its own; the graph's private pool
+#: is allocator memory, not context). A vLLM-style engine counts everything outside torch's allocator (context,
+#: NCCL, CUDA graphs' pools) as one figure of its own.
+RUNTIMES = {"eager": DEFAULT_RUNTIME, "cuda-graph": DEFAULT_RUNTIME, "vllm": "vllm"}
 
 
 class MemoryParamsError(ValueError):
@@ -130,9 +144,13 @@ class CachingAllocator:
         del self._start[(seg, off + size)]
         return size
 
-    def malloc(self, nbytes: int) -> tuple[int, int]:
-        """Allocate `nbytes`; returns the block's handle (segment, offset in bytes)."""
-        size = max(block_bytes(nbytes), MIN_BLOCK)
+    def malloc(self, nbytes: int) -> tuple[int, int] | None:
+        """Allocate `nbytes`; returns the block's handle (segment, offset in bytes), or None for a request of 0 bytes:
+        the allocator hands out a null pointer for those and reserves nothing (`NativeCachingAllocator::allocate`
+        calls `malloc` only when `size != 0`); 1-511 B take one 512 B block."""
+        if nbytes <= 0:
+            return None
+        size = block_bytes(nbytes)
         small = size <= SMALL_SIZE
         pool = self._free[small]
         i = bisect.bisect_left(pool, (size, -1, -1))
@@ -150,8 +168,11 @@ class CachingAllocator:
         self._put(seg, off, have, False)
         return seg, off
 
-    def free(self, handle: tuple[int, int]) -> None:
-        """Free the block `handle`: merged with its free neighbours, it stays in its segment's pool."""
+    def free(self, handle: tuple[int, int] | None) -> None:
+        """Free the block `handle`: merged with its free neighbours, it stays in its segment's pool (None, the handle
+        of a 0-byte request, frees nothing)."""
+        if handle is None:
+            return
         seg, off = handle
         size = self._drop(seg, off)
         nxt = (seg, off + size)
@@ -177,44 +198,65 @@ class Reserved:
         return self.total - self.weights
 
 
-def simulate_reserved(weight_sizes, blocks, *, steps: int = 3) -> Reserved:
+def simulate_reserved(
+    weight_sizes, blocks, *, steps: int = 3, n_ops: int | None = None, hold_outputs: bool = True
+) -> Reserved:
     """Replay an eager inference loop through `CachingAllocator`: the weights (`weight_sizes`, bytes each, in
     parameter order, as `model.to("cuda")` copies them) are allocated once and kept; then `steps` forward passes of
     the liveness trace `blocks` ((birth op, last op, bytes) per activation storage, `passes.memory.MemoryProfile`):
     the graph inputs (birth -1) are allocated once before the first pass and kept (the caller holds the batch), each
-    storage is allocated when its op runs and freed after its last reader, and a pass's outputs (last = the number of
-    ops) stay alive until the next pass has produced its own (`out = model(x)` in a loop). Segments are never given
+    storage is allocated when its op runs and freed after its last reader, and a pass's outputs (last >= `n_ops`)
+    stay alive until the next pass has produced its own (`out = model(x)` in a loop). Segments are never given
     back, so the reserve is the most reserved over the steps; 3 steps reach the steady state of a repeated pass
-    (the second pass starts with the first's free blocks; the third with the same layout as the second)."""
+    (the second pass starts with the first's free blocks; the third with the same layout as the second).
+
+    `n_ops` is the graph's number of ops (`len(MemoryProfile.timeline)`): ops 0 .. n_ops - 1 run, and a storage
+    whose last op is `n_ops` (or later) is an output. Without it, it is inferred as max(largest last op, largest
+    birth + 1): right when some output is an activation (its last op is the op count); when none is (the graph
+    returns a weight or an input) the storages read last are taken for outputs and kept over the next pass, so
+    callers that know the op count pass it. 0-byte storages reserve nothing (`CachingAllocator.malloc`).
+    `hold_outputs=False` replays a loop that drops each pass's outputs when it returns (`model(x)` with the result
+    unused, as preflight's own measuring harness times it): they are freed after the last op.
+
+    Raises ValueError for a storage born at or after op `n_ops`, or freed before it is born."""
     alloc = CachingAllocator()
     for n in weight_sizes:
         alloc.malloc(int(n))
     weights = alloc.reserved
     trace = [(int(b), int(e), int(n)) for b, e, n in blocks]
-    n_ops = max((e for _, e, _ in trace), default=0)
+    if n_ops is None:
+        n_ops = max((max(e, b + 1) for b, e, _ in trace), default=0)
+    for b, e, _ in trace:
+        if b >= n_ops or e < max(b, 0):
+            raise ValueError(f"storage (birth {b}, last {e}) does not fit a graph of {n_ops} ops")
     for b, _, n in trace:
         if b < 0:
             alloc.malloc(n)
     born: dict[int, list[int]] = {}
     dies: dict[int, list[int]] = {}
+    outputs = []
     for k, (b, e, _) in enumerate(trace):
         if b >= 0:
             born.setdefault(b, []).append(k)
-            dies.setdefault(e, []).append(k)
-    held: list[tuple[int, int]] = []  # the previous pass's outputs
+            if e >= n_ops:
+                outputs.append(k)
+            else:
+                dies.setdefault(e, []).append(k)
+    held: list = []  # the previous pass's outputs
     for _ in range(steps):
-        live: dict[int, tuple[int, int]] = {}
+        live: dict[int, tuple[int, int] | None] = {}
         for i in range(n_ops):
             for k in born.get(i, ()):
                 live[k] = alloc.malloc(trace[k][2])
             for k in dies.get(i, ()):
-                if k in live:
-                    alloc.free(live.pop(k))
+                alloc.free(live.pop(k))
         for h in held:
             alloc.free(h)
-        held = [live.pop(k) for k in dies.get(n_ops, ()) if k in live]
-        for h in live.values():  # produced and never read (none in a well-formed trace)
-            alloc.free(h)
+        held = [live.pop(k) for k in outputs]
+        if not hold_outputs:
+            for h in held:
+                alloc.free(h)
+            held = []
     return Reserved(weights, alloc.reserved)
 
 
@@ -267,10 +309,50 @@ def load_memory_params(path: Path | str | None = None) -> dict[str, RuntimeMemor
 
 
 def runtime_memory(name: str = DEFAULT_RUNTIME, path: Path | str | None = None) -> RuntimeMemory:
+    """The terms of runtime `name`: an entry of the parameter file or a way of running a model (`RUNTIMES`)."""
     table = load_memory_params(path)
+    name = RUNTIMES.get(name, name)
     if name not in table:
         raise MemoryParamsError(f"no memory parameters for runtime {name!r} in {path or PARAMS_PATH}")
     return table[name]
+
+
+def runtime_for(device=None, runtime: str = "eager") -> RuntimeMemory:
+    """The one source of the runtime's memory terms on `device` (a `predictor.devices.Device`, MIG slices included):
+    `runtime_memory(runtime)`, with the context replaced by the device's `cuda_context_mib` where its device file
+    sets one (docs/devices.md): the override for a driver, CUDA or torch other than the measured one."""
+    rt = runtime_memory(runtime)
+    own = getattr(device, "cuda_context_mib", None)
+    if own is None:
+        return rt
+    extra = 0.0  # an engine's own figure holds the eager context and more (NCCL, graphs' pools): the more is kept
+    if RUNTIMES.get(runtime, runtime) != DEFAULT_RUNTIME and runtime in RUNTIMES:
+        extra = max(rt.context_mib(device.sms) - runtime_memory(DEFAULT_RUNTIME).context_mib(device.sms), 0.0)
+    return RuntimeMemory(
+        float(own) + extra, 0.0, rt.reserve, f"context: {own:g} MiB from the device file of {device.key} (+ {extra:g})"
+    )
+
+
+def context_mib(device=None, runtime: str = "eager") -> float:
+    """CUDA context (MiB, as nvidia-smi counts it beyond the allocator) of `runtime` on `device`: `runtime_for`'s
+    `fixed_mib + per_sm_mib x SMs` (the device's or slice's SMs; the measured runtimes have no per-SM term)."""
+    return runtime_for(device, runtime).context_mib(getattr(device, "sms", 0))
+
+
+def workspace_mib(device=None, has_conv: bool = False) -> float:
+    """Library workspace (MiB) on `device`: cuBLAS's (32 MiB on Hopper, else 8.125) + `CUDNN_WORKSPACE_MIB` with
+    convolutions. Without a device: Hopper's, the larger."""
+    return _workspace(hopper=device is None or _is_hopper(device), has_conv=has_conv)
+
+
+def _is_hopper(device) -> bool:
+    from .kernel_model import load_params
+
+    return load_params().family(device.key) == "hopper"  # a MIG slice: its whole GPU's family
+
+
+def _workspace(*, hopper: bool, has_conv: bool) -> float:
+    return CUBLAS_WORKSPACE_MIB["hopper" if hopper else "other"] + (CUDNN_WORKSPACE_MIB if has_conv else 0.0)
 
 
 @dataclass(frozen=True)
@@ -313,7 +395,7 @@ def gpu_memory(
     else:
         weights = _round_large(param_bytes)
         act = _round_large(int(math.ceil(rt.reserve * max(peak_activation_bytes, 0))))
-    workspace = CUBLAS_WORKSPACE_MIB["hopper" if hopper else "other"] + (CUDNN_WORKSPACE_MIB if has_conv else 0.0)
+    workspace = _workspace(hopper=hopper, has_conv=has_conv)
     return GpuMemory(
         weights_mib=weights / MIB,
         activations_mib=act / MIB,

@@ -1,7 +1,8 @@
 """Fit the memory model's runtime terms (`predictor.memory`) on the MIGProfiler framebuffer readings; evaluate by
 leaving one encoder out; write `predictor/memory_params.json` and print the tables of docs/power-and-memory.md.
 
-Usage: python -m predictor.memory_fit [--data data/public-models] [--out predictor/memory_params.json]
+Usage: python -m predictor.memory_fit [--data data/public-models] [--h100 data/h100-80gb/models]
+       [--out predictor/memory_params.json]
 
 Inputs: data/public-models/mig-a100-40gb.jsonl (MIGProfiler, MIT: four sentence-transformer encoders, float32 eager
 with TF32 matmuls, every input padded or truncated to exactly its `seq_len` (docs/public-data.md), every MIG slice
@@ -17,6 +18,9 @@ imports TVM).
 - Fallback reserve for graphs without a trace (`RuntimeMemory.reserve`): the median, over the batch-sweep rows with
   batch >= 16, of (framebuffer(b) - framebuffer(1)) / (peak(b) - peak(1)) on the same slice (the model before the
   trace; its held-out errors are printed beside the trace model's).
+- Eager context of torch 2.11 / CUDA 13 (the default runtime): the median of the `memory_mb.context` our H100
+  whole-model rows measured (data/h100-80gb/models, `h100_context`); the published ~400 MB of older lazy-loading
+  torch and a vLLM-style engine's assumed memory outside the allocator are written beside it (docs/memory.md).
 Leave-one-encoder-out: each encoder's rows are predicted with the fitted terms from the other three. The growth
 check (framebuffer(b, s) - framebuffer(1, 64) on the same slice, MiB) is reported for the batch sweep (batch >= 16
 at 64 tokens) and the sequence sweep (batch 32 at 32-512 tokens).
@@ -36,6 +40,15 @@ from .memory import DEFAULT_RUNTIME, MIB, PARAMS_PATH, SCHEMA, Reserved, Runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "public-models"
+#: Our H100 whole-model measurements (eager torch 2.11, CUDA 13.0): the measured context of the default runtime.
+H100_MODELS = ROOT / "data" / "h100-80gb" / "models"
+#: The published context of the first CUDA operation with lazy module loading (torch 1.13 .. 2.x, CUDA >= 11.7):
+#: "about 400 MB" (pytorch/pytorch#109888, #86509). Kept as a runtime for those versions; not measured here.
+PUBLISHED_LAZY_MIB = 400.0
+PUBLISHED_RUNTIME = "torch-2-cuda12-lazy"
+#: A vLLM-style engine's memory outside torch's allocator per GPU (CUDA context, NCCL, CUDA graphs' pools): assumed,
+#: the figure `preflight llm --runtime vllm` has used; not measured (no engine ran on our GPUs).
+VLLM_NON_TORCH_MIB = 1024.0
 A100 = DEVICES["a100-40gb"]
 FIT_RUNTIME = "torch-1.12-cuda11"
 MIN_BATCH = 16
@@ -211,8 +224,30 @@ def evaluate(rows: list[dict]) -> tuple[list[str], dict]:
     return lines, figures
 
 
-def run(data: Path) -> tuple[dict, str]:
+def h100_context(models: Path = H100_MODELS) -> tuple[float, dict]:
+    """The eager context (MiB) measured on our H100: the median of `memory_mb.context` (NVML's process memory -
+    torch's reserved, after the timed runs) over the successful rows, and what it rests on. Leave-one-family-out
+    (each family's rows against the median of the others') is in bench/bench_h100_memory_terms.py."""
+    rows = [json.loads(line) for path in sorted(models.glob("*.jsonl")) for line in path.read_text().splitlines()]
+    rows = [r for r in rows if r.get("status") == "ok" and (r.get("memory_mb") or {}).get("context") is not None]
+    ctx = [float(r["memory_mb"]["context"]) for r in rows]
+    env = sorted({(r["env"]["torch"], r["env"]["cuda"], r["env"]["driver"], r["env"]["gpu_name"]) for r in rows})
+    first = sorted({float(r["memory_mb"]["context"]) for r in rows if r["env"].get("worker_seq") == 1})
+    info = {
+        "rows": len(rows),
+        "families": len({r["family"] for r in rows}),
+        "median_mib": float(np.median(ctx)),
+        "min_mib": min(ctx),
+        "max_mib": max(ctx),
+        "first_config_mib": first,
+        "env": [list(e) for e in env],
+    }
+    return info["median_mib"], info
+
+
+def run(data: Path, h100: Path = H100_MODELS) -> tuple[dict, str]:
     rows = load(data)
+    ctx, ctx_info = h100_context(h100)
     rt = fit(rows)
     lines, figures = evaluate(rows)
     lines += [
@@ -229,20 +264,47 @@ def run(data: Path) -> tuple[dict, str]:
         f"SMs; fallback reserve (graphs without a trace) = median growth / peak-activation growth over the batch "
         f"sweep's batch >= {MIN_BATCH} at 64 tokens; leave-one-encoder-out in predictor/memory_fit.py"
     )
+    torch_, cuda, driver, gpu = ctx_info["env"][0] if len(ctx_info["env"]) == 1 else ("?", "?", "?", "?")
+    first = ", ".join(f"{v:g}" for v in ctx_info["first_config_mib"])
+    measured = (
+        f"context: measured, the median of NVML's process memory - torch.cuda.memory_reserved() after the timed runs "
+        f"over {ctx_info['rows']} eager whole-model rows of {ctx_info['families']} families on our {gpu} "
+        f"(data/h100-80gb/models; torch {torch_}, CUDA {cuda}, driver {driver}, lazy module loading): "
+        f"{ctx_info['min_mib']:g}-{ctx_info['max_mib']:g} MiB ({first}"
+        f" at a process's first config, growing as later configs load kernels); not scaled by SMs (a MIG slice gets "
+        f"the whole GPU's figure, conservative); other GPUs get the H100's (not measured there); the cuBLAS "
+        f"workspace is counted apart (allocator memory); allocator: replayed on the trace; fallback reserve factor as "
+        f"{FIT_RUNTIME}"
+    )
     doc = {
         "schema": SCHEMA,
         "created_by": "python -m predictor.memory_fit",
         "evaluation": figures,
+        "h100_context": ctx_info,
         "runtimes": {
             DEFAULT_RUNTIME: {
-                "fixed_mib": 400.0,
+                "fixed_mib": round(ctx, 2),
                 "per_sm_mib": 0.0,
                 "reserve": round(rt.reserve, 4),
-                "source": "context: about 400 MB at the first CUDA operation with CUDA >= 11.7 and lazy module "
-                "loading, the PyTorch default since 1.13 (pytorch/pytorch#109888, #86509), not scaled by SMs (the "
-                "per-SM part under lazy loading is not known; a slice gets the whole GPU's figure, conservative); "
-                "allocator: replayed on the trace (the caching allocator's rules are unchanged since 1.12; not "
-                f"measured on torch 2); fallback reserve factor as {FIT_RUNTIME}",
+                "source": measured,
+            },
+            "vllm": {
+                "fixed_mib": VLLM_NON_TORCH_MIB,
+                "per_sm_mib": 0.0,
+                "reserve": round(rt.reserve, 4),
+                "source": f"assumed: memory outside torch's allocator of a vLLM-style engine per GPU (CUDA context, "
+                f"NCCL, CUDA graphs' pools), the eager context measured on the H100 ({ctx:g} MiB) plus "
+                f"{VLLM_NON_TORCH_MIB - ctx:g} MiB for the rest; no engine was measured",
+            },
+            PUBLISHED_RUNTIME: {
+                "fixed_mib": PUBLISHED_LAZY_MIB,
+                "per_sm_mib": 0.0,
+                "reserve": round(rt.reserve, 4),
+                "source": "context: published, about 400 MB at the first CUDA operation with CUDA >= 11.7 and lazy "
+                "module loading, the PyTorch default since 1.13 (pytorch/pytorch#109888, #86509); for torch 1.13 to "
+                "2.x with CUDA 11.7-12 (the previous default; our torch 2.11 / CUDA 13 H100 rows measure "
+                f"{ctx:g} MiB); not scaled by SMs; allocator: replayed on the trace; fallback reserve factor as "
+                f"{FIT_RUNTIME}",
             },
             FIT_RUNTIME: {
                 "fixed_mib": round(rt.fixed_mib, 2),
@@ -252,6 +314,10 @@ def run(data: Path) -> tuple[dict, str]:
             },
         },
     }
+    lines.append(
+        f"Eager context, torch {torch_} / CUDA {cuda} on {gpu}: {ctx:g} MiB (median of {ctx_info['rows']} rows, "
+        f"{ctx_info['min_mib']:g}-{ctx_info['max_mib']:g})."
+    )
     return doc, "\n".join(lines)
 
 
@@ -259,13 +325,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Fit the memory model on the MIGProfiler framebuffer readings.")
     ap.add_argument("--data", default=str(DATA), help="folder with mig-a100-40gb.jsonl and mig-encoders-analysis.json")
     ap.add_argument("--out", default=str(PARAMS_PATH), help="parameter file to write")
+    ap.add_argument("--h100", default=str(H100_MODELS), help="folder of our H100 whole-model measurements (*.jsonl)")
     args = ap.parse_args(argv)
-    data = Path(args.data)
+    data, h100 = Path(args.data), Path(args.h100)
     for name in ("mig-a100-40gb.jsonl", "mig-encoders-analysis.json"):
         if not (data / name).is_file():
             print(f"error: {data / name} not found", file=sys.stderr)
             return 2
-    doc, table = run(data)
+    if not any(h100.glob("*.jsonl")):
+        print(f"error: no *.jsonl measurements in {h100}", file=sys.stderr)
+        return 2
+    doc, table = run(data, h100)
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     print(table)
     print(f"wrote {args.out}")

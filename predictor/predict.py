@@ -15,7 +15,8 @@ Estimate without a trained predictor (labelled `"predictor": "roofline"`, as the
   of the time in compute-bound kernels, in memory-bound kernels and at the launch floor, each with a power
   fitted per GPU on ML.ENERGY measurements, `predictor/power_params.json`); interval: the low latency x the
   power's held-out 10th-percentile ratio to the high latency x its 90th-percentile ratio (capped at the limit);
-- memory: as nvidia-smi counts it (`predictor.memory.gpu_memory`: CUDA context of the runtime + cuBLAS
+- memory: as nvidia-smi counts it (`predictor.memory.gpu_memory`: CUDA context of the runtime (eager PyTorch's,
+  measured on our H100, or the device file's `cuda_context_mib`: `predictor.memory.runtime_for`) + cuBLAS
   workspace + what PyTorch's caching allocator reserves, replayed on the graph's weights and allocation trace
   (`allocator_reserve`; without a trace a reserve factor fitted on MIG framebuffer readings,
   `predictor/memory_params.json`)); interval from the tensor peak + context +
@@ -51,7 +52,7 @@ from .kernel_model import (
     param_dtype,
     tf32_matmul_of,
 )
-from .memory import DEFAULT_RUNTIME, Reserved, gpu_memory, runtime_memory, simulate_reserved
+from .memory import Reserved, gpu_memory, runtime_for, simulate_reserved
 from .mig import MigRecommendation, recommend
 from .power import busy_shares, power_params
 from .roofline import op_arrays
@@ -224,8 +225,8 @@ def predictor_info(device_name: str, checkpoints: Path = CHECKPOINTS, name: str 
             "evaluation_table": None,
             "note": "estimate: the eager CUDA kernels of the graph, each timed by the kernel model (fitted on "
             "public single-kernel measurements; see docs/kernel-model.md), power from the kernels' compute/memory/"
-            "idle shares fitted on ML.ENERGY measurements, memory as nvidia-smi counts it (context + cuBLAS "
-            "workspace + allocator reserve, fitted on MIG framebuffer readings; docs/power-and-memory.md); the "
+            "idle shares fitted on ML.ENERGY measurements, memory as nvidia-smi counts it (context "
+            "measured on our H100 + cuBLAS workspace + allocator reserve replayed on the trace; docs/memory.md); the "
             "latency interval is an assumption, not calibrated on whole-model measurements",
         }
     try:
@@ -284,15 +285,16 @@ def estimate_memory(
     has_conv: bool = False,
     reserved: Reserved | None = None,
 ):
-    """`predictor.memory.GpuMemory` of a graph on the whole `device` under the default runtime; `reserved` is the
-    caching allocator replayed on the graph's trace (`allocator_reserve`), else the fallback reserve factor."""
+    """`predictor.memory.GpuMemory` of a graph on `device` (a whole GPU or a MIG slice) under eager PyTorch
+    (`predictor.memory.runtime_for`: the measured context, or the device file's); `reserved` is the caching
+    allocator replayed on the graph's trace (`allocator_reserve`), else the fallback reserve factor."""
     return gpu_memory(
         param_bytes,
         peak_activation_bytes,
         sms=device.sms,
         hopper=get_params_family(device.key) == "hopper",
         has_conv=has_conv,
-        runtime=runtime_memory(DEFAULT_RUNTIME),
+        runtime=runtime_for(device),
         reserved=reserved,
     )
 
@@ -319,7 +321,7 @@ def replay_reserve(memory, param_bytes: int) -> Reserved | None:
     missing = param_bytes - sum(sizes)
     if missing > 0:
         sizes.append(missing)
-    return simulate_reserved(sizes, blocks)
+    return simulate_reserved(sizes, blocks, n_ops=len(memory.timeline) or None)
 
 
 def get_params_family(device_key: str) -> str | None:

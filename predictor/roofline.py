@@ -18,9 +18,7 @@ Ops folded ahead of time (`folded`) cost nothing at run time.
 A MIG slice owns a share of the SMs (compute) and of the memory slices (bandwidth, L2): its bound
 scales the two terms separately.
 
-Memory estimate, each term stated: weights (the graph's parameter bytes) + peak live activations
-(liveness pass) + CUDA context + library workspace (`predictor.devices.CONTEXT_MIB` and `WORKSPACE_MIB`,
-assumptions until calibrated from GPU measurements: the harness records the context it measures).
+Device memory is not estimated here: `predictor.memory` (context per runtime, workspace, the caching allocator).
 """
 
 from __future__ import annotations
@@ -33,16 +31,12 @@ import numpy as np
 from passes.costs import INT8_DTYPES, compute_dtype
 from passes.costs.registry import CATEGORIES, MULTIPLY_ADD_CATEGORIES
 
-from .devices import CONTEXT_MIB, WORKSPACE_MIB, Device, MigProfile
+from .devices import Device, MigProfile
 
 __all__ = [
-    "CONTEXT_MIB",
-    "WORKSPACE_MIB",
-    "MemoryEstimate",
     "OpBound",
     "latency_bound_ms",
     "latency_bound_ms_arrays",
-    "memory_estimate",
     "op_arrays",
     "op_bound",
     "op_bounds",
@@ -157,22 +151,3 @@ def shares(device: Device, profile: MigProfile | None) -> tuple[float, float]:
     if profile is None:
         return 1.0, 1.0
     return profile.sms / device.sms, profile.memory_slices / 8
-
-
-@dataclass(frozen=True)
-class MemoryEstimate:
-    """Device memory a model needs, term by term, in MiB."""
-
-    weights_mib: float
-    activations_mib: float
-    context_mib: float = CONTEXT_MIB
-    workspace_mib: float = WORKSPACE_MIB
-
-    @property
-    def total_mib(self) -> float:
-        return self.weights_mib + self.activations_mib + self.context_mib + self.workspace_mib
-
-
-def memory_estimate(param_bytes: int, peak_activation_bytes: int) -> MemoryEstimate:
-    """weights + peak activations + CUDA context + workspace (the last two assumed: module docstring)."""
-    return MemoryEstimate(param_bytes / 2**20, peak_activation_bytes / 2**20)

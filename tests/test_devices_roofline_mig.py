@@ -9,7 +9,7 @@ import pytest
 from passes.graph import TensorInfo
 from predictor.devices import DEVICES, UnknownDeviceError, get_device
 from predictor.mig import recommend
-from predictor.roofline import CONTEXT_MIB, WORKSPACE_MIB, latency_bound_ms, memory_estimate, peak_rate
+from predictor.roofline import latency_bound_ms, peak_rate
 
 
 @dataclass
@@ -69,12 +69,6 @@ def test_roofline_on_hand_computed_ops():
     # matmul: compute 2.02143 * 132 / 16 = 16.6768; memory 0.29851 * 8 = 2.388 -> 16.6768
     # add: compute 0.014925 * 8.25 = 0.12313; memory 2.0 * 8 = 16.0 -> 16.0
     assert latency_bound_ms(ops, H100, H100.profile("1g.10gb")) == pytest.approx(16.6768 + 16.0, rel=1e-4)
-
-
-def test_memory_estimate_states_each_term():
-    est = memory_estimate(param_bytes=100 * 2**20, peak_activation_bytes=50 * 2**20)
-    assert (est.weights_mib, est.activations_mib) == (100, 50)
-    assert est.total_mib == 150 + CONTEXT_MIB + WORKSPACE_MIB
 
 
 @pytest.mark.parametrize("key", sorted(DEVICES))

@@ -69,3 +69,46 @@ def test_weights_of_extrapolated_layers():
     # are the embedding, (1, 2) x 4, the head
     assert repeat_weight_sizes((10, 1, 2, 7), (10, 1, 2, 1, 2, 7), 4) == (10, 1, 2, 1, 2, 1, 2, 1, 2, 7)
     assert repeat_weight_sizes((10, 1, 2, 7), (10, 3, 7), 4) == ()  # not the 1-layer graph plus a block
+
+
+def test_zero_byte_requests_reserve_nothing():
+    # c10's allocate() calls malloc only for size != 0: a 0-byte tensor gets a null pointer and no block.
+    a = CachingAllocator()
+    assert a.malloc(0) is None and a.reserved == 0
+    a.free(None)  # freeing it is a no-op
+    assert a.reserved == 0
+    # 1 B still takes one 512 B block from a 2 MiB small segment
+    assert a.malloc(1) == (0, 0) and a.reserved == 2 * MIB
+    # a trace of only 0-byte storages (an input, an activation, the output) reserves nothing at all
+    assert simulate_reserved([0, 0], [(-1, 0, 0), (0, 1, 0), (1, 2, 0)]) == Reserved(weights=0, total=0)
+    # 0-byte weights and storages beside real ones change nothing: weights 5 MiB -> one 20 MiB segment; a 3 MiB
+    # activation fits its 15 MiB of free room; the 0-byte output takes no block
+    with_zeros = simulate_reserved([0, 5 * MIB, 0], [(0, 1, 3 * MIB), (0, 2, 0)], n_ops=2)
+    assert with_zeros == simulate_reserved([5 * MIB], [(0, 1, 3 * MIB)], n_ops=2) == Reserved(20 * MIB, 20 * MIB)
+
+
+def test_n_ops_marks_the_outputs_and_the_last_op_runs():
+    # A graph of 3 ops whose output is a weight (no activation lives to the end, last = 3): X (12 MiB, born at op 1,
+    # read by op 2) and Y (14 MiB, born at op 2, read by nobody but op 2 itself).
+    trace = [(1, 2, 12 * MIB), (2, 2, 14 * MIB)]
+    # n_ops = 3: op 1 allocates X, its own 12 MiB segment (>= 10 MiB); op 2 allocates Y, X still live: a 14 MiB
+    # segment; after op 2 both are freed. Later passes reuse the two free blocks (best fit): 12 + 14 = 26 MiB.
+    assert simulate_reserved([], trace, n_ops=3) == Reserved(0, 26 * MIB)
+    # inferred without n_ops: max(last 2, birth 2 + 1) = 3, the same answer. (Taking the largest last op, 2, for the
+    # op count, as before, never ran op 2: Y was never allocated and X was kept as an output over the next pass,
+    # 2 x 12 = 24 MiB.)
+    assert simulate_reserved([], trace) == Reserved(0, 26 * MIB)
+    # The same two storages with X an output (last = n_ops = 3): pass 1 holds X (12) and Y (12) at op 2, Y is freed;
+    # pass 2 allocates X' while pass 1's X is still held: Y's free 12 MiB block; Y' needs another 12: a third segment.
+    # Pass 1's X is freed after pass 2; pass 3 finds two free blocks for X'' and Y'': 36 MiB.
+    assert simulate_reserved([], [(1, 3, 12 * MIB), (2, 2, 12 * MIB)], n_ops=3) == Reserved(0, 36 * MIB)
+    # a storage born at or after the op count does not fit the graph
+    with pytest.raises(ValueError, match="does not fit a graph of 2 ops"):  # Y is born at op 2
+        simulate_reserved([], trace, n_ops=2)
+
+
+def test_a_loop_that_drops_its_outputs():
+    # the first test's trace (A 3, B 3, C 12 MiB, C the output) in a loop that drops C as each pass returns: every
+    # pass finds S0 (20 MiB) as pass 1 left it, C back in S0[6,18): 20 MiB, not the 32 of a loop holding C
+    trace = [(0, 1, 3 * MIB), (1, 2, 3 * MIB), (2, 3, 12 * MIB)]
+    assert simulate_reserved([], trace, hold_outputs=False) == Reserved(weights=0, total=20 * MIB)

@@ -100,7 +100,7 @@ def test_gpu_memory_terms():
     assert m.total_mib == 554.0  # 102 + 20 + 400 + 32
     assert m.tensor_peak_mib == pytest.approx(110.0 + 1 / MIB)  # 100 MiB + 1 B + 10 MiB, unrounded
     conv = gpu_memory(100 * MIB + 1, 10 * MIB, sms=108, hopper=False, has_conv=True, runtime=rt)
-    assert conv.workspace_mib == 8.125 + 32.0  # cuBLAS 4096 KiB x 2 + 16 KiB x 8 = 8.125 MiB, + cuDNN 32 assumed
+    assert conv.workspace_mib == 8.125 + 4.0  # cuBLAS 4096 KiB x 2 + 16 KiB x 8 = 8.125 MiB, + cuDNN 4 (H100 rows)
     old = RuntimeMemory(fixed_mib=1000.0, per_sm_mib=4.0, reserve=2.0, source="test")
     assert gpu_memory(0, 0, sms=14, hopper=False, runtime=old).context_mib == 1056.0  # 1000 + 4 x 14
 

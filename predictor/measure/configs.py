@@ -25,7 +25,7 @@ storage is freed (``weakref.finalize`` on the storage). That models what eager i
 including residual branches and fused attention (SDPA is one op; no score matrix), without allocating
 anything. The estimate is ``context + weights + batch x activations x 1.3 + workspace`` with
 ``context`` = :data:`SKIP_CONTEXT_MIB` (600 MiB) and ``workspace`` = :data:`SKIP_WORKSPACE_MIB` (256 MiB): the
-predictor's figures (``predictor.devices.CONTEXT_MIB`` = 500, ``WORKSPACE_MIB`` = 64) plus margins, because this
+predictor's figures when the lists were sampled (context 500, workspace 64 MiB) plus margins, because this
 estimate decides what to skip, not what to predict (see the constants); data-dependent host reads
 (``.item()`` in Hugging Face mask code) are answered with 1 so that decoders trace on meta. Where the
 meta forward fails anyway the activations fall back to ``8 x`` the largest module output seen so far or
@@ -65,7 +65,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 import zoo
-from predictor.devices import CONTEXT_MIB, WORKSPACE_MIB
 from predictor.measure.mig_profiles import DEVICE_MEMORY_MIB
 
 __all__ = [
@@ -95,17 +94,19 @@ SEQ_LENS: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 819
 RNN_SEQ_LENS: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024)
 EXTRA_AXES: dict[str, dict[str, tuple]] = {"randwire": {"seed": tuple(range(8))}}
 
-# The skip estimate's fixed terms (MiB) are the predictor's steady-state figures (predictor.devices) plus
+# The skip estimate's fixed terms (MiB) were the predictor's figures of the time (context 500, workspace 64) plus
 # margins, so the estimate errs high: an under-estimate costs a GPU run that ends in OOM, an over-estimate only
-# drops a borderline config. The workspace margin covers the warm-up, which the predictor's figure leaves out:
-# the harness runs with cudnn.benchmark, which tries candidate algorithms with their workspaces during the
-# first run (the transient peak the harness records as timing.warmup_peak_reserved_mb). The context margin
-# covers the context's spread across drivers and CUDA/torch versions and the kernels loaded lazily during the
-# runs (the harness measures the context after them).
+# drops a borderline config. They stay as the committed config lists (lists/*.jsonl, est_memory_mb) were sampled
+# with: their sum, 856 MiB, still exceeds what the H100 rows measured outside the tensors (context 686-706 MiB +
+# cuBLAS's 32 MiB workspace, docs/memory.md); the predictor's own context is predictor.memory's. The workspace
+# margin covers the warm-up, which the predictor's figure leaves out: the harness runs with cudnn.benchmark, which
+# tries candidate algorithms with their workspaces during the first run (the transient peak the harness records
+# as timing.warmup_peak_reserved_mb). The context margin covers the context's spread across drivers and CUDA/torch
+# versions and the kernels loaded lazily during the runs (the harness measures the context after them).
 CONTEXT_MARGIN_MIB = 100.0
 WARMUP_WORKSPACE_MARGIN_MIB = 192.0
-SKIP_CONTEXT_MIB = CONTEXT_MIB + CONTEXT_MARGIN_MIB  # 500 + 100 = 600
-SKIP_WORKSPACE_MIB = WORKSPACE_MIB + WARMUP_WORKSPACE_MARGIN_MIB  # 64 + 192 = 256
+SKIP_CONTEXT_MIB = 500.0 + CONTEXT_MARGIN_MIB  # 500 + 100 = 600
+SKIP_WORKSPACE_MIB = 64.0 + WARMUP_WORKSPACE_MARGIN_MIB  # 64 + 192 = 256
 ACT_SAFETY = 1.3
 FIT_FRACTION = 0.97
 SUSTAINED_FLOPS = {"float32": 40e12, "float16": 400e12}

@@ -79,8 +79,6 @@ PROFILE_TOKENS = 2048
 BATCHED_TOKENS_LARGE = 8192
 BATCHED_TOKENS_SMALL = 2048
 LARGE_GPU_GIB = 70.0
-#: Memory outside the torch allocator per GPU (CUDA context, NCCL, CUDA graphs' pools), MiB. Assumed.
-NON_TORCH_MIB = 1024.0
 
 MIB = 2**20
 
@@ -1123,9 +1121,16 @@ def engine_memory(
     utilization: float = GPU_MEMORY_UTILIZATION,
     block_size: int = BLOCK_SIZE,
     profile_tokens: int = PROFILE_TOKENS,
-    non_torch_mib: float = NON_TORCH_MIB,
+    non_torch_mib: float | None = None,
 ) -> EngineMemory:
-    """vLLM's memory plan of one GPU (or MIG slice) of `memory_mib` MiB under tensor parallelism `tp`."""
+    """vLLM's memory plan of one GPU (or MIG slice) of `memory_mib` MiB under tensor parallelism `tp`.
+
+    `non_torch_mib`: memory outside the torch allocator per GPU (CUDA context, NCCL, CUDA graphs' pools), MiB;
+    default `predictor.memory.context_mib(None, "vllm")`, the one runtime-context source (an assumed figure)."""
+    if non_torch_mib is None:
+        from .memory import context_mib
+
+        non_torch_mib = context_mib(None, "vllm")
     eb = 4.0 if dtype == "float32" else 2.0
     s = Split.of(a, tp)
     block = block_size * 2 * s.kv_heads * a.head_dim * eb * a.layers

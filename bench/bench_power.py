@@ -1,25 +1,27 @@
-"""The power model's fit before and after the vLLM rows took the serving engine's shares, and what it predicts.
+"""The power model's fits, before and after each change, and what they predict.
 
-    PYTHONPATH=. python bench/bench_power.py [--skip-models]
+    PYTHONPATH=. python bench/bench_power.py [--rows]
 
 Prints (no GPU needed; docs/power-and-memory.md quotes the tables):
-1. the leave-one-model-out energy MAPE per GPU with the vLLM rows' shares from the serving engine over the rows'
-   avg_tpot_s (the fit before `predictor.power_fit.STEP_TIME`), the roofline proxy (the fit before the engine) and
-   the serving engine (`predictor.power_fit.engine_shares`, the fit now), both over the steady-state step time,
-   with the fitted watts;
-2. how well the rows pin P_memory: the held-out MAPE with P_memory held at each value of a grid (P_gap and
+1. the leave-one-model-out energy MAPE per GPU on the ML.ENERGY rows alone, with the vLLM rows' shares from the
+   serving engine over the rows' avg_tpot_s (`step_time="tpot"`: the fit before the steady-state step time), the
+   roofline proxy (the fit before the engine) and the serving engine (`predictor.power_fit.engine_shares`), both over
+   the steady-state step time, with the fitted watts;
+2. how well the ML.ENERGY rows pin P_memory: the held-out MAPE with P_memory held at each value of a grid (P_gap and
    P_compute refitted on the other models), engine shares; then (2b) with P_gap held at values our H100 models
-   measure at the launch floor (table 4), P_compute and P_memory refitted;
-3. Llama-3.1-8B bfloat16 on one H100 with the `vllm-overlapped` profile at batch 8 and 256 (three request shapes),
-   its predicted power under both fits, beside issue 24's public figures (a check, not fitted on);
-4. the five whole models measured on our H100 (data/h100-80gb/models: eager float32, batch 1): measured power
-   against the power both fits predict from the kernel model's busy shares (`predictor.power.busy_shares`).
+   measure at the launch floor, P_compute and P_memory refitted;
+3. the fit with our H100 whole models (data/h100-80gb/models, kernel classes cached by bench/h100_model_shares.py),
+   for each float32 rule (`predictor.power.FP32_COMPUTE_MODES`) and each choice of what their fit shares are of
+   (`predictor.power_fit.H100_SHARE_MODES`): held-out MAPE on ML.ENERGY (by model) and on the H100 models (by family);
+4. the H100 whole models' power error per dtype x batch before (the ML.ENERGY-only fit) and now (held out by
+   family); `--rows`: every row;
+5. Llama-3.1-8B bfloat16 on one H100 with the `vllm-overlapped` profile at batch 8 and 256 (three request shapes),
+   its predicted power under the fits, beside issue 24's public figures (a check, not fitted on).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -30,14 +32,15 @@ sys.path.insert(0, str(ROOT))
 
 from predictor import power_fit as pf  # noqa: E402
 from predictor.devices import get_device  # noqa: E402
-from predictor.power import PowerParams, busy_shares  # noqa: E402
-
-MODELS = ROOT / "data" / "h100-80gb" / "models" / "shard-000-of-001.jsonl"
+from predictor.power import FP32_COMPUTE, FP32_COMPUTE_MODES, PowerParams  # noqa: E402
 
 
 def params_of(doc: dict, dev: str) -> PowerParams:
     e = doc["devices"][dev]
-    return PowerParams(e["gap_w"], e["compute_w"], e["memory_w"], e["limit_w"], e["ratio_p10"], e["ratio_p90"])
+    return PowerParams(
+        e["gap_w"], e["compute_w"], e["memory_w"], e["limit_w"], e["ratio_p10"], e["ratio_p90"],
+        compute_fp32_w=e.get("compute_fp32_w"),
+    )  # fmt: skip
 
 
 def fixed_memory_fit(p_mem: float):
@@ -84,17 +87,15 @@ def lomo_mape(rows, limit_w, fitter) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--skip-models", action="store_true", help="leave out table 4 (it imports every model: slow)")
+    ap.add_argument("--rows", action="store_true", help="table 4: every H100 whole model's row")
     args = ap.parse_args()
     docs = {}
     print("1. leave-one-model-out energy MAPE (ML.ENERGY rows) by how the vLLM rows get their shares")
     # the engine's shares over the rows' avg_tpot_s (the fit of 2026-11-26 before the step time became the steady
     # state's avg_batch_size / output_tokens_per_s), for comparison; then the fits the tables below use
     for shares, step in (("engine", "tpot"), ("roofline", pf.STEP_TIME), ("engine", pf.STEP_TIME)):
-        default, pf.STEP_TIME = pf.STEP_TIME, step
-        docs[shares], table = pf.run(pf.DATA, shares=shares)
-        pf.STEP_TIME = default
-        print(f"shares: {shares}, over the rows' {step} step time\n{table}")
+        docs[shares], table = pf.run(pf.DATA, shares=shares, step_time=step, h100_models=False)
+        print(f"shares: {shares}, over the rows' {step} step time, ML.ENERGY rows only\n{table}")
 
     print("\n2. held-out MAPE with P_memory held fixed (engine shares; P_gap, P_compute refitted per held-out model)")
     diff = pf.diffusion_rows(pf.DATA / "mlenergy-diffusion-v2.jsonl")
@@ -110,7 +111,51 @@ def main() -> None:
         c = fixed_gap_fit(gap)(sub, 700.0)
         print(f"P_gap {gap} W: {lomo_mape(sub, 700.0, fixed_gap_fit(gap)):.1f}%, {c[1]:.0f} / {c[2]:.0f} W")
 
-    print("\n3. Llama-3.1-8B bf16, h100-80gb, vllm-overlapped: predicted power (W) before / now vs issue 24's figures")
+    print("\n3. with our H100 whole models (leave-one-family-out on them, leave-one-model-out on ML.ENERGY as above):")
+    print("   which compute-bound kernels get P_compute_fp32, and what their fit shares are of")
+    print("| float32 term | fit shares of | ML.ENERGY a100-40gb | ML.ENERGY h100-80gb | H100 whole models | "
+          "P_gap / P_compute / P_memory / P_compute_fp32 (W) |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    for fp32 in FP32_COMPUTE_MODES:
+        for h100_shares in pf.H100_SHARE_MODES:
+            doc, _ = pf.run(pf.DATA, fp32_compute=fp32, h100_shares=h100_shares)
+            e, d = doc["evaluation"], doc["devices"]["h100-80gb"]
+            if (fp32, h100_shares) == (FP32_COMPUTE, pf.H100_SHARES):
+                docs["now"] = doc
+            watts = f"{d['gap_w']:.0f} / {d['compute_w']:.0f} / {d['memory_w']:.0f} / {d.get('compute_fp32_w', '-')}"
+            print(
+                f"| {fp32} | {h100_shares} | {e['a100-40gb']['mape_pct']:.1f}% | {e['h100-80gb']['mape_pct']:.1f}% | "
+                f"{e['h100-80gb']['mape_h100_models_pct']:.1f}% | {watts} |"
+            )
+
+    print("\n4. our H100 whole models: power MAPE per dtype x batch; before = the ML.ENERGY-only fit (the kernel")
+    print("   model's shares, no float32 term: what `predict` gave), now = held out by family (the fit adopted)")
+    before_rows = pf.h100_model_rows(fp32_compute="none", shares="predicted")
+    now_rows = pf.h100_model_rows(fp32_compute=FP32_COMPUTE, shares=pf.H100_SHARES)
+    public = [r for r in diff + llm if r.device == "h100-80gb"]
+    before_coef = pf.fit(public, 700.0)
+    before = np.array([pf.predict_w(before_coef, r, 700.0) for r in before_rows])
+    allrows = public + now_rows
+    pred, _ = pf.evaluate(allrows, 700.0, FP32_COMPUTE != "none")
+    now = pred[len(public) :]
+    meas = np.array([r.power_w for r in now_rows])
+    groups = {}
+    for i, r in enumerate(now_rows):
+        dtype, batch = r.label.split(" ")[1], r.label.split(" ")[-1]
+        groups.setdefault(f"{dtype} batch {batch}", []).append(i)
+    groups["all"] = list(range(len(now_rows)))
+    print("| rows | n | measured W (median) | before: MAPE (median pred/meas) | now: MAPE (median pred/meas) |")
+    print("|---|---|---|---|---|")
+    for key, idx in groups.items():
+        m = meas[idx]
+        cells = [f"{pf._mape(x[idx], m):.1f}% ({np.median(x[idx] / m):.2f})" for x in (before, now)]
+        print(f"| {key} | {len(idx)} | {np.median(m):.0f} | {cells[0]} | {cells[1]} |")
+    if args.rows:
+        for r, b, n, m in zip(now_rows, before, now, meas, strict=True):
+            print(f"{r.label[:60]:60s} measured {m:4.0f}  before {b:4.0f}  now {n:4.0f}")
+
+    print("\n5. Llama-3.1-8B bf16, h100-80gb, vllm-overlapped: predicted power (W), the fits of table 1 (roofline")
+    print("   proxy, engine shares) and with our H100 models (now), vs issue 24's figures (a check, not fitted on)")
     from bench_llm_serving import LLAMA31_8B, PUBLIC_LLAMA31_8B_H100, PUBLIC_SHAPES
 
     from predictor import serving_engine as eng
@@ -124,26 +169,10 @@ def main() -> None:
                     a, dev, batch, prompt, gen, params_of(docs[s], "h100-80gb"), host=prof.host(dev),
                     batched_tokens=eng.batched_tokens_for(prof, dev),
                 ).avg_power_w
-                for s in ("roofline", "engine")
+                for s in ("roofline", "engine", "now")
             ]  # fmt: skip
-            print(f"batch {batch:3d} {prompt:4d}/{gen:<3d}: {w[0]:4.0f} / {w[1]:4.0f} W   public {watts:.0f} W")
-    if args.skip_models:
-        return
-
-    print("\n4. our H100 whole models (eager float32, batch 1): measured vs predicted power (W) before / now")
-    from analyzer import analyze
-    from predictor.kernel_model import kernel_latency
-
-    for line in MODELS.read_text().splitlines():
-        rec = json.loads(line)
-        view = analyze(f"zoo:{rec['zoo']}", batch=rec["batch"], dtype=rec["dtype"]).analysis.kernel_view
-        t = kernel_latency(view.kernels, dev)
-        s_c, s_m, s_g = busy_shares(t.compute_s, t.memory_s, t.launch_s)
-        w = [params_of(docs[s], "h100-80gb").power_w(s_c, s_m) for s in ("roofline", "engine")]
-        print(
-            f"{rec['zoo']:32} shares c/m/gap {s_c:.2f}/{s_m:.2f}/{s_g:.2f}  measured {rec['power_w']:4.0f}  "
-            f"predicted {w[0]:4.0f} / {w[1]:4.0f}"
-        )
+            cells = " / ".join(f"{x:4.0f}" for x in w)
+            print(f"batch {batch:3d} {prompt:4d}/{gen:<3d}: {cells} W   public {watts:.0f} W")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-"""Fit the power model (`predictor.power`) on the ML.ENERGY Leaderboard v2 measurements; evaluate it by leaving
-one model out; write `predictor/power_params.json` and print the evaluation table of docs/power-and-memory.md.
+"""Fit the power model (`predictor.power`) on the ML.ENERGY Leaderboard v2 measurements and our H100 whole models;
+evaluate it by leaving one model (one H100 family) out; write `predictor/power_params.json` and print the evaluation
+table of docs/power-and-memory.md.
 
 Usage: python -m predictor.power_fit [--data data/public-models] [--out predictor/power_params.json]
-       [--shares engine|roofline] [--sensitivity]
+       [--shares engine|roofline] [--step-time throughput|tpot] [--sensitivity] [--without-h100-models]
+       [--fp32-compute none|float32|float32-peak|cuda] [--h100-shares predicted|measured]
 
 Rows and what each measures (data/public-models/README.md):
 - diffusion (mlenergy-diffusion-v2.jsonl, 118 rows, float16 eager diffusers pipelines): average board power
@@ -40,9 +42,19 @@ row-level proxy, stated here and in the doc):
   prefill not overlapped) is gap. Attention FLOPs and vision encoders are not counted. Architectures:
   `LLM_ARCH`.
 
+Our own H100 whole models (`h100_model_rows`: data/h100-80gb/models, 101 rows of 34 families, eager PyTorch in
+float32 at batch 1 and 16 and float16 at batch 256; power = NVML energy over the timed loop / its duration): the
+kernel model's own shares of each row (the kernel classes of `power.kernel_classes`, cached with the analyses by
+bench/h100_model_shares.py, as predictor/ never imports TVM) over its predicted time (`H100_SHARES`), exactly what
+`predictor.predict` reads; with them the H100 also gets P_compute_fp32 (`power.FP32_COMPUTE`: the float32 kernels'
+time at peak rate). These rows span host-bound, memory-bound and compute-bound work in two precisions, which the
+ML.ENERGY rows alone cannot separate (docs/power-and-memory.md).
+
 The fit: per GPU, least squares of relative power error (rows weighted 1 / measured power) for
-(P_gap, P_compute, P_memory). Leave-one-model-out: each model's rows predicted by a fit on the other models of
-that GPU. Energy error = power error here, as each row's measured latency is used.
+(P_gap, P_compute, P_memory[, P_compute_fp32]), each in [0, power limit]. Held out: each ML.ENERGY model's rows
+predicted by a fit on every other row of that GPU (the other models and all H100 families), each H100 family's rows
+by a fit on every other row (leave-one-family-out). Energy error = power error here, as each row's measured latency
+is used.
 """
 
 from __future__ import annotations
@@ -58,7 +70,7 @@ import numpy as np
 
 from .devices import DEVICES, get_device
 from .kernel_model import load_params
-from .power import PARAMS_PATH, SCHEMA
+from .power import FP32_COMPUTE, FP32_COMPUTE_MODES, PARAMS_PATH, SCHEMA, shares_from_classes
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "public-models"
@@ -118,7 +130,15 @@ TRANSFERS = {
 
 @dataclass(frozen=True)
 class Row:
-    """One measured row: device key, model, kind ("diffusion" or "llm"), busy shares, measured power (W)."""
+    """One measured row: device key, model (the group a held-out evaluation leaves out together: an ML.ENERGY model,
+    or "h100-models/<family>" for our H100 whole models), kind ("diffusion", "llm" or "h100-model"), busy shares,
+    measured power (W).
+
+    `s_compute` is the compute-bound share of every kernel but the float32 compute the fit may price on its own,
+    `s_compute_fp32` that share (`FP32_COMPUTE`; 0 for the ML.ENERGY rows); `held_out`: the shares
+    (s_compute, s_memory, s_compute_fp32) a prediction of the row reads, where they differ from the fit's (our H100
+    whole models: the shares of the kernel model's predicted time, as `predictor.predict` reads them); None: the
+    same."""
 
     device: str
     model: str
@@ -127,6 +147,8 @@ class Row:
     s_memory: float
     power_w: float
     label: str  # batch or running batch, for tables
+    s_compute_fp32: float = 0.0
+    held_out: tuple[float, float, float] | None = None
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -153,11 +175,11 @@ def diffusion_rows(path: Path) -> list[Row]:
     return out
 
 
-def engine_shares(r: dict) -> tuple[float, float] | None:
+def engine_shares(r: dict, step_time: str = "throughput") -> tuple[float, float] | None:
     """(s_compute, s_memory) of one vLLM row from the serving engine's kernels (module docstring), or None when the
     engine does not build the row's model (neither in `serving_fit.ARCH` nor in `EXTRA_ARCH`). A pipeline-parallel
     row (pp stages of tp GPUs) is costed as one stage: layers / pp at tensor parallel tp, as each GPU runs its
-    stage's layers once per output token."""
+    stage's layers once per output token. `step_time`: the time per decode step the shares are of (`step_time_s`)."""
     import dataclasses
 
     from . import serving_engine as eng
@@ -181,22 +203,26 @@ def engine_shares(r: dict) -> tuple[float, float] | None:
     pre = eng.prefill_step(a, d, group, prompt, tp=tp, host=none)
     c = step.compute_s + stalls / group * pre.compute_s
     m = step.memory_s + stalls / group * pre.memory_s
-    tpot = step_time_s(r)
+    tpot = step_time_s(r, step_time)
     k = min(1.0, tpot / (c + m)) if c + m > 0 else 1.0  # the engine's GPU time longer than measured: scale down
     return c * k / tpot, m * k / tpot
 
 
-#: The time per decode step the vLLM rows' shares are taken of: "throughput" (the steady-state time per output token
-#: of one running sequence, avg_batch_size / output_tokens_per_s: the window the rows' energy and throughput span) or
-#: "tpot" (the rows' avg_tpot_s, a mean over all engine iterations including the drain after the steady state: the
-#: fit before 2026-11-26). docs/llm-serving.md, "What the rows' TPOT and energy span".
+#: The default time per decode step the vLLM rows' shares are taken of (the `step_time` argument of `run`, `llm_rows`,
+#: `engine_shares`, `step_time_s`; `--step-time`): "throughput" (the steady-state time per output token of one
+#: running sequence, avg_batch_size / output_tokens_per_s: the window the rows' energy and throughput span) or "tpot"
+#: (the rows' avg_tpot_s, a mean over all engine iterations including the drain after the steady state: the fit
+#: before 2026-11-26). docs/llm-serving.md, "What the rows' TPOT and energy span". Never reassigned.
 STEP_TIME = "throughput"
+STEP_TIMES = ("throughput", "tpot")
 
 
-def step_time_s(r: dict, how: str | None = None) -> float:
-    """Seconds per decode step of one vLLM row (`STEP_TIME` unless `how` says): steady-state avg_batch_size /
-    output_tokens_per_s, or the row's avg_tpot_s."""
-    if (how or STEP_TIME) == "tpot":
+def step_time_s(r: dict, how: str = STEP_TIME) -> float:
+    """Seconds per decode step of one vLLM row: `how` = "throughput", steady-state avg_batch_size /
+    output_tokens_per_s; "tpot", the row's avg_tpot_s."""
+    if how not in STEP_TIMES:
+        raise ValueError(f"step time must be one of {', '.join(STEP_TIMES)} (got {how!r})")
+    if how == "tpot":
         return float(r["avg_tpot_s"])
     return float(r["avg_batch_size"]) / float(r["output_tokens_per_s"])
 
@@ -206,8 +232,11 @@ def step_time_s(r: dict, how: str | None = None) -> float:
 SHARES = "engine"
 
 
-def llm_rows(path: Path, prompt_tokens: int = PROMPT_TOKENS, shares: str = SHARES) -> list[Row]:
-    """vLLM serving rows with the shares of the module docstring (`shares`: "engine" or "roofline")."""
+def llm_rows(
+    path: Path, prompt_tokens: int = PROMPT_TOKENS, shares: str = SHARES, step_time: str = STEP_TIME
+) -> list[Row]:
+    """vLLM serving rows with the shares of the module docstring (`shares`: "engine" or "roofline"; `step_time`:
+    the time per decode step they are taken of, `step_time_s`)."""
     table = load_params()
     out = []
     for r in _jsonl(path):
@@ -218,7 +247,7 @@ def llm_rows(path: Path, prompt_tokens: int = PROMPT_TOKENS, shares: str = SHARE
         e = table.lookup(dev, "gemm", "float16")
         n = int(r["num_gpus"])
         power = r["energy_per_request_j"] * r["output_tokens_per_s"] / r["avg_output_len"] / n
-        engine = engine_shares(r) if shares == "engine" else None
+        engine = engine_shares(r, step_time) if shares == "engine" else None
         if engine is not None:
             out.append(Row(dev, r["model"], "llm", *engine, power, f"batch {r['avg_batch_size']:.0f}"))
             continue
@@ -228,35 +257,125 @@ def llm_rows(path: Path, prompt_tokens: int = PROMPT_TOKENS, shares: str = SHARE
         kv_bytes = batch * context * 2 * layers * kv_heads * head_dim * 2  # K and V, float16
         t_m = (2.0 * total_b * 1e9 + kv_bytes) / n / (d.bandwidth * e.e_memory)
         t_c = 2.0 * active_b * 1e9 * batch / n / (d.peak_flops["fp16"] * e.e_compute)
-        s = min(1.0, max(t_m, t_c) / step_time_s(r))
+        s = min(1.0, max(t_m, t_c) / step_time_s(r, step_time))
         s_c, s_m = (s, 0.0) if t_c >= t_m else (0.0, s)
         out.append(Row(dev, r["model"], "llm", s_c, s_m, power, f"batch {batch:.0f}"))
     return out
 
 
-def fit(rows: list[Row], limit_w: float) -> tuple[float, float, float]:
-    """(P_gap, P_compute, P_memory) in W: least squares of the relative error over `rows`, each figure bounded
-    to [0, limit_w] (a board cannot draw more than its power limit in any state)."""
+#: Our own H100 whole models (data/h100-80gb/models, README there): eager PyTorch, power_w = NVML energy over the
+#: timed loop / its duration. Their kernel-class times come from `bench/h100_model_shares.py`'s cache (predictor/
+#: never imports TVM).
+H100_MODELS = ROOT / "data" / "h100-80gb" / "models" / "shard-000-of-001.jsonl"
+H100_CLASSES = ROOT / "data" / "h100-80gb" / "models-kernel-shares.json"
+CLASSES_SCHEMA = "preflight.h100_model_kernel_classes/1"
+
+#: What the H100 whole models' fit shares are of: "measured" (each class's predicted time over the measured time per
+#: inference, the rest gap, as the vLLM rows' engine shares are) or "predicted" (over the kernel model's predicted
+#: time, the shares a prediction reads).
+H100_SHARE_MODES = ("measured", "predicted")
+
+
+class PowerDataError(ValueError):
+    """A data file the fit reads is missing or does not match another (the message says which)."""
+
+
+def h100_model_rows(
+    records: Path = H100_MODELS,
+    classes: Path = H100_CLASSES,
+    fp32_compute: str = "none",
+    shares: str = "measured",
+) -> list[Row]:
+    """Our H100 whole models as fit rows: measured power (the record's power_w) against the kernel model's busy time
+    per kernel class (`classes`, written by bench/h100_model_shares.py; `predictor.power.kernel_classes`).
+
+    Fit shares (`shares`): "measured": class time / the measured time per inference (timed window / runs), scaled
+    down together where they add up to more than 1, the rest gap (host time the kernel model does not see is time the
+    GPU waits); "predicted": class time / the kernel model's eager time. `held_out` always holds the predicted-time
+    shares (what `predictor.predict` reads). `fp32_compute` (`FP32_COMPUTE_MODES`) says which compute-bound time is
+    `s_compute_fp32`. Rows are grouped by family (`Row.model` = "h100-models/<family>") for leave-one-family-out.
+    """
+    if fp32_compute not in FP32_COMPUTE_MODES or shares not in H100_SHARE_MODES:
+        raise ValueError(f"fp32_compute in {FP32_COMPUTE_MODES}, shares in {H100_SHARE_MODES}")
+    try:
+        doc = json.loads(Path(classes).read_text())
+        recs = [r for r in _jsonl(Path(records)) if r.get("status") == "ok"]
+    except (OSError, ValueError) as e:
+        raise PowerDataError(f"cannot read the H100 whole-model data: {e}") from e
+    if not isinstance(doc, dict) or doc.get("schema") != CLASSES_SCHEMA:
+        raise PowerDataError(f"{classes} is not a kernel-class cache (expected schema {CLASSES_SCHEMA!r})")
+    by_id = {c["id"]: c for c in doc["rows"]}
+    missing = [r["id"] for r in recs if r["id"] not in by_id]
+    if missing:
+        raise PowerDataError(
+            f"{len(missing)} records of {records} have no kernel classes in {classes} (first {missing[0]}): "
+            "run python bench/h100_model_shares.py"
+        )
+    out = []
+    for r in recs:
+        c = by_id[r["id"]]
+        ms = c["class_ms"]
+        held = shares_from_classes(ms, float(c["eager_ms"]), fp32_compute)
+        if shares == "measured":
+            measured_ms = r["timing"]["timed_window_s"] * 1e3 / r["latency_ms"]["runs"]
+            busy = ms["compute_tensor"] + ms["compute_cuda"] + ms["memory"]
+            fit_shares = shares_from_classes(ms, max(measured_ms, busy), fp32_compute)
+        else:
+            fit_shares = held
+        label = f"{r['zoo']} {r['dtype']} batch {r['batch']}"
+        out.append(
+            Row(
+                "h100-80gb", f"h100-models/{r['family']}", "h100-model", fit_shares[0], fit_shares[1],
+                float(r["power_w"]), label, fit_shares[2], held,
+            )
+        )  # fmt: skip
+    return out
+
+
+def classes_current(classes: Path = H100_CLASSES) -> bool:
+    """Whether the kernel-class cache was costed with the committed kernel-parameter table (its SHA-256)."""
+    import hashlib
+
+    from .kernel_model import PARAMS_PATH as KERNEL_PARAMS
+
+    doc = json.loads(Path(classes).read_text())
+    return doc.get("kernel_params_sha256") == hashlib.sha256(KERNEL_PARAMS.read_bytes()).hexdigest()
+
+
+def _design(rows: list[Row], fp32: bool, held_out: bool = False) -> np.ndarray:
+    """(N, 3 or 4) shares per row: gap, compute, memory[, float32 compute] (float32 compute in compute unless
+    `fp32`); `held_out`: the shares a prediction reads (`Row.held_out`)."""
+    sh = np.array([(r.held_out if held_out and r.held_out else (r.s_compute, r.s_memory, r.s_compute_fp32))
+                   for r in rows], dtype=float).reshape(-1, 3)  # fmt: skip
+    s_c, s_m, s_32 = sh.T
+    gap = 1 - s_c - s_m - s_32
+    return np.stack([gap, s_c, s_m, s_32] if fp32 else [gap, s_c + s_32, s_m], axis=1)
+
+
+def fit(rows: list[Row], limit_w: float, fp32: bool = False) -> tuple[float, ...]:
+    """(P_gap, P_compute, P_memory) in W, and P_compute_fp32 when `fp32`: least squares of the relative error over
+    `rows`, each figure bounded to [0, limit_w] (a board cannot draw more than its power limit in any state)."""
     from scipy.optimize import lsq_linear
 
-    s_c = np.array([r.s_compute for r in rows])
-    s_m = np.array([r.s_memory for r in rows])
     p = np.array([r.power_w for r in rows])
-    a = np.stack([1 - s_c - s_m, s_c, s_m], axis=1) / p[:, None]
+    a = _design(rows, fp32) / p[:, None]
     coef = lsq_linear(a, np.ones_like(p), bounds=(0.0, limit_w)).x
     return tuple(float(c) for c in coef)
 
 
-def predict_w(coef: tuple[float, float, float], row: Row, limit_w: float) -> float:
-    gap, comp, mem = coef
-    return min(gap + (comp - gap) * row.s_compute + (mem - gap) * row.s_memory, limit_w)
+def predict_w(coef: tuple[float, ...], row: Row, limit_w: float) -> float:
+    """Predicted power (W) of `row` from `fit`'s coefficients (3: no float32 term; 4: with it), from the shares a
+    prediction reads (`Row.held_out` where set)."""
+    x = _design([row], len(coef) == 4, held_out=True)[0]
+    return float(min(max(float(x @ np.array(coef)), 0.0), limit_w))
 
 
-def evaluate(rows: list[Row], limit_w: float) -> tuple[np.ndarray, np.ndarray]:
-    """Leave-one-model-out: (predicted W, measured W) per row, in `rows` order."""
+def evaluate(rows: list[Row], limit_w: float, fp32: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Leave-one-model-out (a `Row.model` group at a time: an ML.ENERGY model, an H100 family): (predicted W,
+    measured W) per row, in `rows` order."""
     pred = np.empty(len(rows))
     for model in {r.model for r in rows}:
-        coef = fit([r for r in rows if r.model != model], limit_w)
+        coef = fit([r for r in rows if r.model != model], limit_w, fp32)
         for i, r in enumerate(rows):
             if r.model == model:
                 pred[i] = predict_w(coef, r, limit_w)
@@ -267,56 +386,119 @@ def _mape(pred: np.ndarray, meas: np.ndarray) -> float:
     return float(np.mean(np.abs(pred - meas) / meas) * 100) if len(meas) else float("nan")
 
 
-def run(data: Path, prompt_tokens: int = PROMPT_TOKENS, shares: str = SHARES) -> tuple[dict, str]:
-    """Fit every GPU with data, evaluate, and return (the parameter document, the Markdown evaluation table)."""
+_FP32_WORDS = {
+    "float32": "float32 kernels (their time)",
+    "float32-peak": "float32 kernels (their time at the roofline's peak rate, the rest gap)",
+    "cuda": "kernels on FP32 CUDA cores",
+}
+
+#: The fit's default for our H100 whole models' shares (`H100_SHARE_MODES`; the float32 rule is
+#: `power.FP32_COMPUTE`), chosen by held-out error (docs/power-and-memory.md).
+H100_SHARES = "predicted"
+
+
+def run(
+    data: Path,
+    prompt_tokens: int = PROMPT_TOKENS,
+    shares: str = SHARES,
+    step_time: str = STEP_TIME,
+    *,
+    h100_models: bool = True,
+    fp32_compute: str = FP32_COMPUTE,
+    h100_shares: str = H100_SHARES,
+    models: Path = H100_MODELS,
+    classes: Path = H100_CLASSES,
+) -> tuple[dict, str]:
+    """Fit every GPU with data, evaluate, and return (the parameter document, the Markdown evaluation table).
+
+    `prompt_tokens`, `shares`, `step_time`: how the vLLM rows get their shares (`llm_rows`); `h100_models`: also fit
+    the h100-80gb figures on our H100 whole models (`h100_model_rows` of `models` and `classes`, with `fp32_compute`
+    and `h100_shares`; where `fp32_compute` is not "none", that GPU gets P_compute_fp32). Held out: each ML.ENERGY
+    model and each H100 family (`evaluate`); `mape_pct` is over the ML.ENERGY rows only (the target of issue 30),
+    `mape_h100_models_pct` over our H100 whole models.
+    """
     rows = diffusion_rows(data / "mlenergy-diffusion-v2.jsonl") + llm_rows(
-        data / "mlenergy-llm-v2.jsonl", prompt_tokens, shares
+        data / "mlenergy-llm-v2.jsonl", prompt_tokens, shares, step_time
     )
+    if h100_models:
+        rows += h100_model_rows(models, classes, fp32_compute, h100_shares)
     devices, evaluation = {}, {}
     lines = [
-        "| GPU | rows | models | held-out energy MAPE, all | diffusion | LLM serving | 60%-of-TDP rule, all "
-        "| P_gap / P_compute / P_memory (W, all rows) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| GPU | ML.ENERGY rows | models | held-out energy MAPE, ML.ENERGY | diffusion | LLM serving "
+        "| 60%-of-TDP rule, ML.ENERGY | H100 whole models (rows, families) | held-out power MAPE, H100 whole models "
+        "| P_gap / P_compute / P_memory / P_compute_fp32 (W, all rows) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for dev in sorted({r.device for r in rows}):
         d = DEVICES[dev]
         sub = [r for r in rows if r.device == dev]
-        pred, meas = evaluate(sub, d.tdp_w)
+        own = any(r.kind == "h100-model" for r in sub)
+        fp32 = own and fp32_compute != "none"
+        pred, meas = evaluate(sub, d.tdp_w, fp32)
         kinds = np.array([r.kind for r in sub])
+        public = kinds != "h100-model"
         ratio = meas / pred
-        coef = fit(sub, d.tdp_w)
+        coef = fit(sub, d.tdp_w, fp32)
         old = np.full(len(sub), 0.6 * d.tdp_w)
         ev = {
-            "rows": len(sub),
-            "models": len({r.model for r in sub}),
-            "mape_pct": round(_mape(pred, meas), 2),
+            "rows": int(public.sum()),
+            "models": len({r.model for r in sub if r.kind != "h100-model"}),
+            "mape_pct": round(_mape(pred[public], meas[public]), 2),
             "mape_diffusion_pct": round(_mape(pred[kinds == "diffusion"], meas[kinds == "diffusion"]), 2),
             "mape_llm_pct": round(_mape(pred[kinds == "llm"], meas[kinds == "llm"]), 2),
-            "mape_60pct_tdp_rule_pct": round(_mape(old, meas), 2),
+            "mape_60pct_tdp_rule_pct": round(_mape(old[public], meas[public]), 2),
         }
+        if own:
+            ev |= {
+                "h100_model_rows": int((~public).sum()),
+                "h100_model_families": len({r.model for r in sub if r.kind == "h100-model"}),
+                "mape_h100_models_pct": round(_mape(pred[~public], meas[~public]), 2),
+            }
         evaluation[dev] = ev
-        devices[dev] = {
+        entry = {
             "gap_w": round(coef[0], 2),
             "compute_w": round(coef[1], 2),
             "memory_w": round(coef[2], 2),
+        }
+        if fp32:
+            entry["compute_fp32_w"] = round(coef[3], 2)
+        ours = (
+            f"; our H100 whole models (data/h100-80gb/models: {ev['h100_model_rows']} rows of "
+            f"{ev['h100_model_families']} families, eager float32/float16, NVML energy; kernel-model shares over the "
+            f"{h100_shares} time) -> leave-one-family-out power MAPE {ev['mape_h100_models_pct']:.1f}%"
+            if own
+            else ""
+        )
+        precision = (
+            f"; P_compute_fp32 for compute-bound {_FP32_WORDS[fp32_compute]}"
+            if fp32
+            else "; P_compute measured on float16 tensor-core work, applied to every precision (assumed)"
+        )
+        devices[dev] = entry | {
             "limit_w": d.tdp_w,
             "ratio_p10": round(float(np.percentile(ratio, 10)), 4),
             "ratio_p90": round(float(np.percentile(ratio, 90)), 4),
-            "source": f"fit: ML.ENERGY Leaderboard v2 (Apache-2.0; data/public-models), {len(sub)} rows of "
+            "source": f"fit: ML.ENERGY Leaderboard v2 (Apache-2.0; data/public-models), {ev['rows']} rows of "
             f"{ev['models']} models on {dev} (diffusion fp16 -> compute; vLLM rows -> the serving engine's "
             f"compute/memory kernel shares, a roofline proxy where it does not build the model: "
-            f"predictor/power_fit.py); leave-one-model-out energy MAPE {ev['mape_pct']:.1f}%; P_compute measured "
-            f"on float16 tensor-core work, applied to every precision (assumed)",
+            f"predictor/power_fit.py){ours}; leave-one-model-out energy MAPE {ev['mape_pct']:.1f}% on ML.ENERGY"
+            f"{precision}",
         }
+        c32 = f"{coef[3]:.0f}" if fp32 else "-"
+        h100 = (
+            (f"{ev['h100_model_rows']}, {ev['h100_model_families']}", f"{ev['mape_h100_models_pct']:.1f}%")
+            if own
+            else ("-", "-")
+        )
         lines.append(
             f"| {dev} | {ev['rows']} | {ev['models']} | {ev['mape_pct']:.1f}% | {ev['mape_diffusion_pct']:.1f}% | "
-            f"{ev['mape_llm_pct']:.1f}% | {ev['mape_60pct_tdp_rule_pct']:.1f}% | "
-            f"{coef[0]:.0f} / {coef[1]:.0f} / {coef[2]:.0f} |"
+            f"{ev['mape_llm_pct']:.1f}% | {ev['mape_60pct_tdp_rule_pct']:.1f}% | {h100[0]} | {h100[1]} | "
+            f"{coef[0]:.0f} / {coef[1]:.0f} / {coef[2]:.0f} / {c32} |"
         )
     for dev, (src, why) in TRANSFERS.items():
         base, scale = devices[src], DEVICES[dev].tdp_w / DEVICES[src].tdp_w
         devices[dev] = {
-            **{k: round(base[k] * scale, 2) for k in ("gap_w", "compute_w", "memory_w")},
+            **{k: round(base[k] * scale, 2) for k in ("gap_w", "compute_w", "memory_w", "compute_fp32_w") if k in base},
             "limit_w": DEVICES[dev].tdp_w,
             "ratio_p10": base["ratio_p10"],
             "ratio_p90": base["ratio_p90"],
@@ -326,23 +508,29 @@ def run(data: Path, prompt_tokens: int = PROMPT_TOKENS, shares: str = SHARES) ->
     missing = sorted(set(DEVICES) - set(devices))
     if missing:
         raise SystemExit(f"no power parameters for {', '.join(missing)}: add them to TRANSFERS")
+    sources = "data/public-models/mlenergy-diffusion-v2.jsonl, mlenergy-llm-v2.jsonl (ML.ENERGY Leaderboard v2, "
+    sources += "github.com/ml-energy/leaderboard-v2 @ c3af7f31e2, Apache-2.0)"
     doc = {
         "schema": SCHEMA,
         "created_by": "python -m predictor.power_fit",
         "prompt_tokens_assumed": prompt_tokens,
         "llm_shares": shares,
-        "llm_step_time": STEP_TIME,
-        "data": "data/public-models/mlenergy-diffusion-v2.jsonl, mlenergy-llm-v2.jsonl (ML.ENERGY Leaderboard v2, "
-        "github.com/ml-energy/leaderboard-v2 @ c3af7f31e2, Apache-2.0)",
-        "evaluation": evaluation,
-        "devices": {k: devices[k] for k in DEVICES},
+        "llm_step_time": step_time,
+        "data": sources,
     }
+    if h100_models:
+        doc["h100_models"] = {
+            "data": f"{Path(models).relative_to(ROOT)} (this project's measurements), kernel classes "
+            f"{Path(classes).relative_to(ROOT)} (python bench/h100_model_shares.py)",
+            "fp32_compute": fp32_compute,
+            "shares": h100_shares,
+        }
+    doc |= {"evaluation": evaluation, "devices": {k: devices[k] for k in DEVICES}}
     return doc, "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    global STEP_TIME
-    ap = argparse.ArgumentParser(description="Fit the power model on ML.ENERGY measurements.")
+    ap = argparse.ArgumentParser(description="Fit the power model on ML.ENERGY and our H100 measurements.")
     ap.add_argument("--data", default=str(DATA), help="folder with the mlenergy-*.jsonl files")
     ap.add_argument("--out", default=str(PARAMS_PATH), help="parameter file to write")
     ap.add_argument(
@@ -356,26 +544,58 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--step-time",
-        choices=("throughput", "tpot"),
-        default="throughput",
+        choices=STEP_TIMES,
+        default=STEP_TIME,
         help="the vLLM rows' time per decode step the shares are taken of (default: throughput, the steady state "
         "avg_batch_size / output_tokens_per_s; tpot: the rows' avg_tpot_s, the fit before 2026-11-26)",
     )
+    ap.add_argument(
+        "--without-h100-models",
+        action="store_true",
+        help="fit on the ML.ENERGY rows alone (the fit before our H100 whole models were added)",
+    )
+    ap.add_argument(
+        "--fp32-compute",
+        choices=FP32_COMPUTE_MODES,
+        default=FP32_COMPUTE,
+        help="which compute-bound kernels get P_compute_fp32 (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--h100-shares",
+        choices=H100_SHARE_MODES,
+        default=H100_SHARES,
+        help="what our H100 whole models' fit shares are of (default: %(default)s time per inference)",
+    )
     args = ap.parse_args(argv)
-    STEP_TIME = args.step_time
     data = Path(args.data)
-    if args.sensitivity:
-        print("| prompt tokens assumed | " + " | ".join(GPUS_FITTED) + " |")
-        print("|---|" + "---|" * len(GPUS_FITTED))
-        for tokens in (0, 128, 256, 512, 1024):
-            doc, _ = run(data, tokens, args.shares)
-            print(f"| {tokens} | " + " | ".join(f"{doc['evaluation'][g]['mape_pct']:.1f}%" for g in GPUS_FITTED) + " |")
-        return 0
     for name in ("mlenergy-diffusion-v2.jsonl", "mlenergy-llm-v2.jsonl"):
         if not (data / name).is_file():
             print(f"error: {data / name} not found", file=sys.stderr)
             return 2
-    doc, table = run(data, shares=args.shares)
+    ours = {
+        "h100_models": not args.without_h100_models,
+        "fp32_compute": args.fp32_compute,
+        "h100_shares": args.h100_shares,
+    }
+    try:
+        if ours["h100_models"] and not classes_current():
+            print(
+                f"warning: {H100_CLASSES.relative_to(ROOT)} was costed with another kernel-parameter table: "
+                "rerun python bench/h100_model_shares.py",
+                file=sys.stderr,
+            )
+        if args.sensitivity:
+            print("| prompt tokens assumed | " + " | ".join(GPUS_FITTED) + " |")
+            print("|---|" + "---|" * len(GPUS_FITTED))
+            for tokens in (0, 128, 256, 512, 1024):
+                doc, _ = run(data, tokens, args.shares, args.step_time, **ours)
+                cells = " | ".join(f"{doc['evaluation'][g]['mape_pct']:.1f}%" for g in GPUS_FITTED)
+                print(f"| {tokens} | {cells} |")
+            return 0
+        doc, table = run(data, shares=args.shares, step_time=args.step_time, **ours)
+    except (PowerDataError, OSError, ValueError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     print(table)
     print(f"wrote {args.out}")

@@ -54,7 +54,7 @@ from .kernel_model import (
 )
 from .memory import Reserved, gpu_memory, runtime_for, simulate_reserved
 from .mig import MigRecommendation, recommend
-from .power import busy_shares, power_params
+from .power import busy_shares, kernel_classes, power_params, shares_from_classes
 from .roofline import op_arrays
 
 #: Where trained predictors are looked up: `predictor/checkpoints/`, or the folder `PREFLIGHT_CHECKPOINTS` names (an
@@ -498,7 +498,11 @@ def predict(
         lat_lo, lat_hi = min(estimate_low_ms(whole), lat), ESTIMATE_HIGH * lat
         pw = power_params(device.key)
         s_c, s_m, s_gap = busy_shares(whole.compute_s, whole.memory_s, whole.launch_s)
-        power = pw.power_w(s_c, s_m)
+        if pw.compute_fp32_w is None:
+            power = pw.power_w(s_c, s_m)
+        else:  # compute-bound float32 kernels at their own power (`power.shares_from_classes`)
+            classes = kernel_classes(karrays, whole, device, tf32_matmul=tf32)
+            power = pw.power_w(*shares_from_classes(classes, float(whole.eager_s.sum())))
         p_lo, p_hi = pw.interval_w(power)
         e, e_lo, e_hi = lat / 1e3 * power, lat_lo / 1e3 * p_lo, lat_hi / 1e3 * p_hi
         power_shares = {"compute": round(s_c, 4), "memory": round(s_m, 4), "gap": round(s_gap, 4)}

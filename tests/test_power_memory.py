@@ -187,3 +187,130 @@ def test_engine_shares_are_the_engine_gpu_time_over_the_measured_time():
     c3, m3 = engine_shares(row | {"output_tokens_per_s": 64e6})  # 1 us per step
     assert c3 + m3 == pytest.approx(1.0, rel=1e-12) and c3 / m3 == pytest.approx(c1 / m1, rel=1e-9)
     assert engine_shares(row | {"model": "not/a-model"}) is None
+
+
+def test_float32_compute_power_of_a_two_kernel_graph():
+    # Efficiency 1, no launch. A float32 gemm on FP32 CUDA cores: 67e9 FLOPs / 67e12 FLOP/s = 1 ms compute,
+    # 0.335e9 B / 3.35e12 B/s = 0.1 ms memory -> compute-bound, float32. A float16 elementwise kernel: 3.35e9 B -> 1 ms
+    # memory, 1e6 FLOPs / 67e12 = 15 ns compute -> memory-bound.
+    from predictor.kernel_model import kernel_arrays
+    from predictor.power import kernel_classes, shares_from_classes
+
+    ideal = KernelParams(e_compute=1.0, e_memory=1.0, launch_us=0.0, source="test")
+    table = ParamTable({("h100-80gb", "gemm", "*"): ideal, ("h100-80gb", "elementwise", "*"): ideal}, {})
+    kernels = [_kernel("gemm", "float32", 67e9, 0.335e9), _kernel("elementwise", "float16", 1e6, 3.35e9)]
+    t = kernel_latency(kernels, H100, params=table)
+    assert t.eager_ms == pytest.approx(2.0)  # 1 ms + 1 ms
+    classes = kernel_classes(kernel_arrays(kernels), t, H100)
+    assert classes["compute_cuda"] == pytest.approx(1e-3) and classes["compute_cuda_fp32"] == pytest.approx(1e-3)
+    assert classes["compute_tensor"] == 0.0 and classes["memory"] == pytest.approx(1e-3) and classes["gap"] == 0.0
+    assert classes["compute_cuda_fp32_peak"] == pytest.approx(1e-3)  # efficiency 1: its time at peak is its time
+    s = shares_from_classes(classes, 2e-3, "float32")
+    assert s == pytest.approx((0.0, 0.5, 0.5))  # (compute but float32, memory, float32 compute): 0, 1 ms, 1 ms of 2
+    p = PowerParams(gap_w=100, compute_w=600, memory_w=400, limit_w=700, compute_fp32_w=250)
+    watts = p.power_w(*s)
+    assert watts == pytest.approx(325.0)  # 100 + (400 - 100) x 0.5 + (250 - 100) x 0.5 = 100 + 150 + 75
+    assert watts * t.eager_ms / 1e3 == pytest.approx(0.65)  # 325 W x 2 ms = 0.65 J
+    # without a float32 figure the gemm draws P_compute: 100 + 500 x 0.5 + 300 x 0.5 = 500 W, 1.0 J
+    old = PowerParams(gap_w=100, compute_w=600, memory_w=400, limit_w=700)
+    assert old.power_w(*s) == pytest.approx(500.0)
+    assert old.power_w(*shares_from_classes(classes, 2e-3, "none")) == pytest.approx(500.0)  # s = (0.5, 0.5, 0)
+
+
+def test_tensor_core_mask_follows_the_roofline_peak():
+    from predictor.kernel_model import kernel_arrays
+    from predictor.power import tensor_core_mask
+
+    kernels = [
+        _kernel("gemm", "float32", 1.0, 1.0),  # FP32 CUDA cores (torch's default matmul precision)
+        _kernel("conv", "float32", 1.0, 1.0),  # TF32 tensor cores (cuDNN's default)
+        _kernel("gemm", "float16", 1.0, 1.0),  # tensor cores
+        _kernel("elementwise", "float16", 1.0, 1.0),  # CUDA cores
+    ]
+    arrays = kernel_arrays(kernels)
+    assert tensor_core_mask(arrays, H100).tolist() == [False, True, True, False]
+    assert tensor_core_mask(arrays, H100, tf32_matmul=True).tolist() == [True, True, True, False]
+
+
+def test_float32_peak_shares_count_the_unreached_part_as_gap():
+    # A float32 kernel of 2 ms whose time at peak is 0.5 ms (a quarter of peak), a float16 tensor-core one of 1 ms,
+    # memory 0.5 ms, gap 0.5 ms: 4 ms. "float32-peak": s_compute_fp32 = 0.5 / 4; the float32 kernel's other 1.5 ms is
+    # gap (in neither share): s_compute = 1 / 4, s_memory = 0.5 / 4.
+    from predictor.power import shares_from_classes
+
+    classes = {
+        "gap": 0.5, "memory": 0.5, "compute_tensor": 1.0, "compute_cuda": 2.0,
+        "compute_tensor_fp32": 0.0, "compute_cuda_fp32": 2.0, "compute_tensor_fp32_peak": 0.0,
+        "compute_cuda_fp32_peak": 0.5,
+    }  # fmt: skip
+    assert shares_from_classes(classes, 4.0, "float32-peak") == pytest.approx((0.25, 0.125, 0.125))
+    assert shares_from_classes(classes, 4.0, "float32") == pytest.approx((0.25, 0.125, 0.5))
+    assert shares_from_classes(classes, 4.0, "cuda") == pytest.approx((0.25, 0.125, 0.5))
+    assert shares_from_classes(classes, 0.0) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="fp32_compute must be one of"):
+        shares_from_classes(classes, 4.0, "int8")
+
+
+def test_power_fit_recovers_a_float32_compute_power():
+    # Rows made exactly from P_gap 100, P_compute 600, P_memory 400, P_compute_fp32 250 W:
+    # P = 100 + 500 s_c + 300 s_m + 150 s_32: (0.2, 0.3, 0.4) -> 100 + 100 + 90 + 60 = 350.
+    from predictor.power_fit import Row, fit
+
+    made = ((0, 0, 0, 100), (1, 0, 0, 600), (0, 1, 0, 400), (0, 0, 1, 250), (0.2, 0.3, 0.4, 350))
+    rows = [Row("h100-80gb", f"m{i}", "h100-model", c, m, w, "", f) for i, (c, m, f, w) in enumerate(made)]
+    assert fit(rows, 700.0, fp32=True) == pytest.approx((100.0, 600.0, 400.0, 250.0), abs=1e-6)
+
+
+def test_h100_model_rows_shares_and_grouping(tmp_path):
+    # One record: 1000 runs in a 1.0 s timed window -> 1 ms per inference. Kernel classes (ms): tensor-core compute
+    # 0.2 (0.1 of it float32: TF32 convs), CUDA-core compute 0.3 (all float32), memory 0.25, gap 0.05; eager 0.8 ms.
+    # "float32": s_32 = 0.1 + 0.3 = 0.4 ms, s_c = 0.5 - 0.4 = 0.1 ms. Fit shares over the measured 1 ms:
+    # (0.1, 0.25, 0.4); a prediction's over the eager 0.8 ms: (0.125, 0.3125, 0.5).
+    import dataclasses
+    import json
+
+    from predictor.power_fit import PowerDataError, evaluate, fit, h100_model_rows, predict_w
+
+    rec = {"id": "r1", "status": "ok", "family": "fam", "zoo": "fam_x", "dtype": "float32", "batch": 1,
+           "power_w": 300.0, "timing": {"timed_window_s": 1.0}, "latency_ms": {"runs": 1000}}  # fmt: skip
+    ms = {"gap": 0.05, "memory": 0.25, "compute_tensor": 0.2, "compute_cuda": 0.3, "compute_tensor_fp32": 0.1,
+          "compute_cuda_fp32": 0.3, "memory_fp32": 0.0, "gap_fp32": 0.0}  # fmt: skip
+    records, classes = tmp_path / "m.jsonl", tmp_path / "c.json"
+    records.write_text(json.dumps(rec) + "\n" + json.dumps(rec | {"id": "r2", "family": "other"}) + "\n")
+    doc = {"schema": "preflight.h100_model_kernel_classes/1", "rows": [{"id": "r1", "eager_ms": 0.8, "class_ms": ms}]}
+    classes.write_text(json.dumps(doc))
+    with pytest.raises(PowerDataError, match="1 records .* have no kernel classes .*first r2"):
+        h100_model_rows(records, classes, "float32")
+    doc["rows"].append({"id": "r2", "eager_ms": 0.8, "class_ms": ms})
+    classes.write_text(json.dumps(doc))
+    rows = h100_model_rows(records, classes, "float32", "measured")
+    r = rows[0]
+    assert (r.s_compute, r.s_memory, r.s_compute_fp32) == pytest.approx((0.1, 0.25, 0.4))
+    assert r.held_out == pytest.approx((0.125, 0.3125, 0.5))
+    assert [x.model for x in rows] == ["h100-models/fam", "h100-models/other"]
+    p = h100_model_rows(records, classes, "float32", "predicted")[0]
+    assert (p.s_compute, p.s_memory, p.s_compute_fp32) == pytest.approx((0.125, 0.3125, 0.5))
+    # a prediction reads the held-out shares: 100 + 500 x 0.125 + 300 x 0.3125 + 150 x 0.5 = 331.25 W
+    assert predict_w((100.0, 600.0, 400.0, 250.0), r, 700.0) == pytest.approx(331.25)
+    # leave-one-family-out: a family's rows are predicted by a fit that never saw them. Family "other" at 10x the
+    # power must not move the prediction of "fam", which equals the fit on "other" alone (and the reverse).
+    planted = [r, dataclasses.replace(rows[1], power_w=3000.0)]
+    pred, meas = evaluate(planted, 7000.0, fp32=True)
+    assert pred[0] == pytest.approx(predict_w(fit([planted[1]], 7000.0, True), r, 7000.0))
+    assert pred[1] == pytest.approx(predict_w(fit([r], 7000.0, True), planted[1], 7000.0))
+    assert meas.tolist() == [300.0, 3000.0]
+
+
+def test_power_fit_step_time_is_a_parameter_not_a_global(tmp_path):
+    import json
+
+    from predictor import power_fit
+    from predictor.power_fit import step_time_s
+
+    out = tmp_path / "p.json"
+    assert power_fit.main(["--step-time", "tpot", "--without-h100-models", "--out", str(out)]) == 0
+    assert power_fit.STEP_TIME == "throughput"  # the module default is untouched
+    doc = json.loads(out.read_text())
+    assert doc["llm_step_time"] == "tpot" and "h100_models" not in doc
+    with pytest.raises(ValueError, match="step time must be one of"):
+        step_time_s({"avg_tpot_s": 0.04}, "bogus")

@@ -521,7 +521,11 @@ class PeakLaw:
     symbols: tuple[str, ...]
 
     def at(self, env: Mapping[str, int]) -> int:
-        """The peak in bytes at `env` ({user symbol: value})."""
+        """The peak in bytes at `env` ({user symbol: value}). SymbolicError when `env` lacks a symbol or the peak
+        there is not a whole number of bytes (`analyzer.symbolic.peak_function` turns it into an AnalysisError)."""
+        missing = [s for s in self.symbols if s not in env]
+        if missing:
+            raise SymbolicError(f"no value for the dimension symbol '{missing[0]}'")
         if not self.candidates:
             return 0
         best = max(p.at(env) for p in self.candidates)

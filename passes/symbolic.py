@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
-from .graph import Operand, OpGraph, OpNode, SourceValue, TensorInfo
+from .graph import OpGraph, SourceValue, TensorInfo
 
 MAX_DEGREE = 4  # the highest degree fitted; each fit is checked at every remaining sample point (>= 2)
 MAX_SYMBOL_VALUE = 2**31  # the largest value a symbol is evaluated at
@@ -184,8 +184,9 @@ class SymbolicGraph:
         return out
 
     def at(self, env: Mapping[str, int]) -> OpGraph:
-        """The concrete `OpGraph` at `env` (every dimension and symbolic attribute evaluated; ops, values and
-        edges as in the symbolic graph). Raises SymbolicError outside the symbols' ranges."""
+        """The concrete `OpGraph` at `env` (every dimension and symbolic attribute evaluated; ops, values, edges and
+        every other field of each op and source, `OpNode.library_call` included, as in the symbolic graph). Raises
+        SymbolicError outside the symbols' ranges."""
         user = self.check_point(env)
         env = {internal: user[name] for internal, name in self.aliases.items()}
         memo: dict[int, TensorInfo] = {}
@@ -204,24 +205,20 @@ class SymbolicGraph:
 
         g = self.graph
         sources = [
-            SourceValue(s.value, s.name, t(s.tensor), s.kind, s.scalar_const, s.scalar)
+            replace(s, tensor=t(s.tensor))
             if has_symbols(s.tensor.shape)
             # a static source is shared: SourceValue is frozen
             else s
             for s in g.sources
         ]
+        # `replace` keeps every other field of the op as it is (callee, folded, the library call it runs in, ...):
+        # the graph at a point differs from the symbolic one in its sizes only
         ops = [
-            OpNode(
-                index=op.index,
-                name=op.name,
-                op=op.op,
+            replace(
+                op,
                 attrs=evaluate(op.attrs, env) if op.index in self._symbolic_attrs else op.attrs,
-                operands=[Operand(t(o.tensor), o.source, o.kind, o.value, o.field) for o in op.operands],
+                operands=[replace(o, tensor=t(o.tensor)) for o in op.operands],
                 outputs=tuple(t(x) for x in op.outputs),
-                callee=op.callee,
-                tir_flops=op.tir_flops,
-                folded=op.folded,
-                weight_only=op.weight_only,
             )
             for op in g.ops
         ]

@@ -21,6 +21,7 @@ Formulas are in every symbol of the graph (the batch, and a language model's seq
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -40,6 +41,8 @@ class SymbolicError(ValueError):
 # --------------------------------------------------------------------------------------------
 
 _OPS = ("sym", "add", "sub", "mul", "floordiv", "floormod", "max", "min")
+# the operations that take integers to integers and polynomials to polynomials (`Expr.at`, `poly_of`)
+_ARITHMETIC = {"add": operator.add, "sub": operator.sub, "mul": operator.mul}
 
 
 class Expr:
@@ -64,12 +67,8 @@ class Expr:
                 raise SymbolicError(f"no value for the dimension symbol '{name}'")
             return env[name]
         a, b = (x.at(env) if isinstance(x, Expr) else x for x in self.args)
-        if self.op == "add":
-            return a + b
-        if self.op == "sub":
-            return a - b
-        if self.op == "mul":
-            return a * b
+        if self.op in _ARITHMETIC:
+            return _ARITHMETIC[self.op](a, b)
         if self.op in ("floordiv", "floormod"):
             if b == 0:
                 raise SymbolicError("a dimension divides by zero at this point")
@@ -495,12 +494,8 @@ def poly_of(
                 if len(mono) == 1 and mono[0][1] == 1 and ranges.get(mono[0][0], (None,))[0] is not None:
                     if ranges[mono[0][0]][0] >= const.coefficient():
                         return const if dim.op == "min" else other
-    if dim.op == "add":
-        return a + b
-    if dim.op == "sub":
-        return a - b
-    if dim.op == "mul":
-        return a * b
+    if dim.op in _ARITHMETIC:
+        return _ARITHMETIC[dim.op](a, b)
     if a.degree == 0 and b.degree == 0:  # of two constants (not simplified away by TVM)
         x, y = int(a.coefficient()), int(b.coefficient())
         return poly_of(Expr(dim.op, x, y).at({})) if dim.op in ("max", "min") or y else None

@@ -23,10 +23,10 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from fractions import Fraction
 
-from .graph import OpGraph, SourceValue, TensorInfo
+from .graph import Operand, OpGraph, OpNode, SourceValue, TensorInfo
 
 MAX_DEGREE = 4  # the highest degree fitted; each fit is checked at every remaining sample point (>= 2)
 MAX_SYMBOL_VALUE = 2**31  # the largest value a symbol is evaluated at
@@ -204,20 +204,28 @@ class SymbolicGraph:
 
         g = self.graph
         sources = [
-            replace(s, tensor=t(s.tensor))
+            SourceValue(s.value, s.name, t(s.tensor), s.kind, s.scalar_const, s.scalar)
             if has_symbols(s.tensor.shape)
             # a static source is shared: SourceValue is frozen
             else s
             for s in g.sources
         ]
-        # `replace` keeps every other field of the op as it is (callee, folded, the library call it runs in, ...):
-        # the graph at a point differs from the symbolic one in its sizes only
+        # every other field of an op stays as it is (callee, folded, the library call it runs in, ...): the graph at
+        # a point differs from the symbolic one in its sizes only. Listed, not `dataclasses.replace` (zoo:lstm_small's
+        # 976 ops at a point: 6.7 against 10.1 ms of CPU, medians of 200); tests/test_symbolic.py fails on a new field.
         ops = [
-            replace(
-                op,
+            OpNode(
+                index=op.index,
+                name=op.name,
+                op=op.op,
                 attrs=evaluate(op.attrs, env) if op.index in self._symbolic_attrs else op.attrs,
-                operands=[replace(o, tensor=t(o.tensor)) for o in op.operands],
+                operands=[Operand(t(o.tensor), o.source, o.kind, o.value, o.field) for o in op.operands],
                 outputs=tuple(t(x) for x in op.outputs),
+                callee=op.callee,
+                tir_flops=op.tir_flops,
+                folded=op.folded,
+                weight_only=op.weight_only,
+                library_call=op.library_call,
             )
             for op in g.ops
         ]

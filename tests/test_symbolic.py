@@ -27,7 +27,7 @@ from analyzer.sweep import run_sweep, solve_largest
 from analyzer.symbolic import analyze_at, formulas, load_symbolic
 from passes.analysis import analyze_graph
 from passes.costs import MULTIPLY_ADD_CATEGORIES
-from passes.graph import OpNode
+from passes.graph import Operand, OpGraph, OpNode, SourceValue, TensorInfo
 from passes.symbolic import Expr, Poly, SymbolicError, SymbolicGraph, fit, fit_grid, sample_points
 from predictor.predict import predict
 
@@ -76,6 +76,34 @@ def test_expr_evaluates_with_integers():
         e.at({})
     with pytest.raises(SymbolicError):
         Expr("pow", b, 2)
+
+
+def test_graph_at_a_point_keeps_every_op_field():
+    # one op with every field set away from its default; only its sizes may change at a point
+    b = Expr("sym", "s0")
+    x = SourceValue(0, "x", TensorInfo((b, 4), "float32"), "input")
+    op = OpNode(
+        index=0,
+        name="lv",
+        op="relax.call_tir",
+        attrs={"size": Expr("mul", b, 4)},
+        operands=[Operand(x.tensor, None, "input", 0, 3)],
+        outputs=(TensorInfo((b, 4), "float32"),),
+        callee="fused_kernel",
+        tir_flops=7,
+        folded=True,
+        weight_only=True,
+        library_call="aten.lstm.input:lstm",
+    )
+    graph = OpGraph(ops=[op], sources=[x], outputs=[(0, 1)], value_producer={1: 0})
+    set_here = {"index", "name", "op", "attrs", "operands", "outputs", "callee", "tir_flops", "folded", "weight_only"}
+    assert {f.name for f in fields(OpNode)} == set_here | {"library_call"}, "a new OpNode field: carry it in .at"
+    (got,) = SymbolicGraph(graph, ranges={"batch": (2, None)}, aliases={"s0": "batch"}).at({"batch": 3}).ops
+    assert got.attrs == {"size": 12} and got.outputs == (TensorInfo((3, 4), "float32"),)  # 3 x 4
+    assert got.operands == [Operand(TensorInfo((3, 4), "float32"), None, "input", 0, 3)]
+    for f in fields(OpNode):
+        if f.name not in ("attrs", "operands", "outputs"):
+            assert getattr(got, f.name) == getattr(op, f.name), f.name  # library_call: was None
 
 
 def test_sample_points_stay_in_range():

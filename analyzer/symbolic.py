@@ -243,7 +243,10 @@ def peak_function(sm: SymbolicModel, dtype: str | None = None):
     """(batch -> peak live activation bytes, the PeakLaw or None) of `sm` analysed with `dtype`: the law's exact
     value (`passes.symbolic.peak_law` on the graph the pipeline prepares), or, where no law is built (autocast,
     which inserts casts by size; a size that is no polynomial), the liveness pass on the graph evaluated at the
-    batch. Either way the same number as `analyze_at(sm, batch, dtype=dtype)`'s peak; no export."""
+    batch. Either way the same number as `analyze_at(sm, batch, dtype=dtype)`'s peak; no export. The law's
+    function raises AnalysisError where the law has no value (a peak that is not a whole number of bytes): the
+    callers then leave the largest batch unsolved with a warning (`predict --largest-batch`) or probe with full
+    analyses instead (the report's sweep, `analyzer.sweep._solve_by_formula`)."""
     from passes.graph import AMP_DTYPES
     from passes.memory import liveness
 
@@ -252,9 +255,17 @@ def peak_function(sm: SymbolicModel, dtype: str | None = None):
     if dtype not in AMP_DTYPES:
         try:
             law = peak_law(sm.graph, prepare_graph(sm.loaded, sm.graph.graph, dtype))
-            return (lambda b: law.at(sm.point(b))), law
         except SymbolicError:
-            pass
+            law = None
+        if law is not None:
+
+            def at(b: int) -> int:
+                try:
+                    return law.at(sm.point(b))
+                except SymbolicError as exc:
+                    raise AnalysisError(f"{sm.loaded.source}: no peak formula at batch {b}: {exc}") from exc
+
+            return at, law
 
     def probe(b: int) -> int:
         return liveness(prepare_graph(sm.loaded, sm.graph.at(sm.point(b)), dtype)).peak_bytes

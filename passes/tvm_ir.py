@@ -1159,6 +1159,12 @@ def dequantize_converter(node, importer):
     return importer.block_builder.emit(relax.op.dequantize(x, scale, _as_int32(zp), axis=axis, out_dtype=out_dtype))
 
 
+def input_names(mod: tvm.IRModule, n_inputs: int | None, func_name: str = "main") -> list[str]:
+    """The names of the function's first `n_inputs` parameters (all when None), tensors or not."""
+    params = main_function(mod, func_name).params
+    return [p.name for p in params[: n_inputs if n_inputs is not None else len(params)]]
+
+
 def input_dims(mod: tvm.IRModule, n_inputs: int | None, func_name: str = "main") -> list[tuple[str, list, str]]:
     """(name, dims, dtype) of the function's first `n_inputs` tensor parameters (all when None).
 

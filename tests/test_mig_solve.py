@@ -13,12 +13,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from analyzer.api import predict
+from analyzer.api import predict, report
 from analyzer.cli import cli
 from analyzer.errors import UsageError
 from analyzer.render import render_table
 from analyzer.symbolic import analyze_at, load_symbolic, peak_function
-from passes.symbolic import Expr, Poly, peak_law, poly_of
+from passes.symbolic import Expr, PeakLaw, Poly, SymbolicError, peak_law, poly_of
 from predictor.devices import get_device
 from predictor.mig import fits, largest_fitting_batch
 
@@ -181,3 +181,56 @@ def test_analyze_symbolic_shows_the_peak_law():
     assert law == str(peak_law(sm.graph))
     want = analyze_at(sm, 3, seq=500).analysis.totals.peak_activation_bytes  # past every sample point
     assert peak_law(sm.graph).at({"batch": 3, "seq": 500}) == want
+
+
+# ---- a peak law with no value at a point: a warning or a probe, never a traceback ----------------------------
+
+
+def test_peak_law_without_a_value_raises_symbolic_error_by_hand():
+    b = Poly.make({(("batch", 1),): 1})
+    law = PeakLaw((b * 4, b * 3 + Poly.make({(): 8})), ("batch",))
+    assert law.at({"batch": 3}) == 17  # max(4 x 3, 3 x 3 + 8) = max(12, 17)
+    with pytest.raises(SymbolicError, match="'batch'"):
+        law.at({"seq": 3})  # no batch given: was a bare KeyError
+    with pytest.raises(SymbolicError, match="whole number"):
+        PeakLaw((b * Fraction(1, 3),), ("batch",)).at({"batch": 2})  # 2/3 of a byte
+
+
+def _third_of_a_byte(sym, graph=None):
+    """A peak law (in place of `passes.symbolic.peak_law`) with no whole-byte value at any batch the solve tries:
+    batch / 3 bytes at batch 2 is 2/3."""
+    return PeakLaw((Poly.make({(("batch", 1),): Fraction(1, 3)}),), ("batch",))
+
+
+def _wide_linear():
+    # 32,768 activation bytes a row (test_peak_law_of_small_modules_by_hand): ~2.4 M rows fill an 80 GB GPU, below
+    # the solve's top (2^24), so the answers are the memory's, not the range's
+    torch.manual_seed(0)
+    return torch.nn.Linear(8, 4096), (torch.randn(1, 8),)
+
+
+def test_predict_largest_batch_warns_when_the_peak_law_has_no_value(monkeypatch):
+    import analyzer.symbolic
+
+    model, inputs = _wide_linear()
+    monkeypatch.setattr(analyzer.symbolic, "peak_law", _third_of_a_byte)
+    rep = predict(model, inputs, device="h100-80gb", largest_batch=True)  # was: SymbolicError out of predict
+    assert rep.prediction.mig.largest_batch is None
+    assert [w for w in rep.warnings if "largest batch" in w] == [
+        "the largest batch that fits was not solved: <Linear>: no peak formula at batch 2: the peak is not a whole "
+        "number of bytes at {'batch': 2}"
+    ]
+
+
+def test_report_sweep_probes_when_the_peak_law_has_no_value(monkeypatch):
+    # the sweep's formula solve gives way to probing with full analyses (`analyzer.sweep._solve_by_formula`); the
+    # answers equal those of the true law (the oracle: the same sweep, unpatched)
+    import analyzer.symbolic
+
+    model, inputs = _wide_linear()
+    want = report(model, inputs, devices=["h100-80gb"], batches=[1, 2, 4]).sweep["devices"][0]
+    monkeypatch.setattr(analyzer.symbolic, "peak_law", _third_of_a_byte)
+    got = report(model, inputs, devices=["h100-80gb"], batches=[1, 2, 4]).sweep["devices"][0]
+    assert got["largest_batch_solved"] == want["largest_batch_solved"]
+    assert got["largest_batch_full_gpu_solved"] == want["largest_batch_full_gpu_solved"]
+    assert 2**20 < want["largest_batch_full_gpu_solved"] < 2**24

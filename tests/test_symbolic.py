@@ -8,6 +8,7 @@ FlopCounterMode on a real CPU forward at two batches, and hand arithmetic for th
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from fractions import Fraction
 from pathlib import Path
 
@@ -21,11 +22,13 @@ import zoo
 from analyzer.api import analyze
 from analyzer.cli import cli
 from analyzer.errors import AnalysisError, UsageError
-from analyzer.pipeline import analyze_model
+from analyzer.pipeline import analyze_model, prepare_graph
 from analyzer.sweep import run_sweep, solve_largest
 from analyzer.symbolic import analyze_at, formulas, load_symbolic
+from passes.analysis import analyze_graph
 from passes.costs import MULTIPLY_ADD_CATEGORIES
-from passes.symbolic import Expr, Poly, SymbolicError, fit, fit_grid, sample_points
+from passes.graph import Operand, OpGraph, OpNode, SourceValue, TensorInfo
+from passes.symbolic import Expr, Poly, SymbolicError, SymbolicGraph, fit, fit_grid, sample_points
 from predictor.predict import predict
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "analyzer" / "schema" / "report-1.schema.json").read_text())
@@ -73,6 +76,34 @@ def test_expr_evaluates_with_integers():
         e.at({})
     with pytest.raises(SymbolicError):
         Expr("pow", b, 2)
+
+
+def test_graph_at_a_point_keeps_every_op_field():
+    # one op with every field set away from its default; only its sizes may change at a point
+    b = Expr("sym", "s0")
+    x = SourceValue(0, "x", TensorInfo((b, 4), "float32"), "input")
+    op = OpNode(
+        index=0,
+        name="lv",
+        op="relax.call_tir",
+        attrs={"size": Expr("mul", b, 4)},
+        operands=[Operand(x.tensor, None, "input", 0, 3)],
+        outputs=(TensorInfo((b, 4), "float32"),),
+        callee="fused_kernel",
+        tir_flops=7,
+        folded=True,
+        weight_only=True,
+        library_call="aten.lstm.input:lstm",
+    )
+    graph = OpGraph(ops=[op], sources=[x], outputs=[(0, 1)], value_producer={1: 0})
+    set_here = {"index", "name", "op", "attrs", "operands", "outputs", "callee", "tir_flops", "folded", "weight_only"}
+    assert {f.name for f in fields(OpNode)} == set_here | {"library_call"}, "a new OpNode field: carry it in .at"
+    (got,) = SymbolicGraph(graph, ranges={"batch": (2, None)}, aliases={"s0": "batch"}).at({"batch": 3}).ops
+    assert got.attrs == {"size": 12} and got.outputs == (TensorInfo((3, 4), "float32"),)  # 3 x 4
+    assert got.operands == [Operand(TensorInfo((3, 4), "float32"), None, "input", 0, 3)]
+    for f in fields(OpNode):
+        if f.name not in ("attrs", "operands", "outputs"):
+            assert getattr(got, f.name) == getattr(op, f.name), f.name  # library_call: was None
 
 
 def test_sample_points_stay_in_range():
@@ -124,6 +155,48 @@ def test_symbolic_equals_concrete_at_every_op(symbolic, batch):
         }, c.name
     for k, f in costs.totals.items():
         assert f.at(env) == getattr(o.totals, k), k
+
+
+# ---- a recurrent model: the kernels of one library call (cuDNN's GRU), symbolic against concrete -------------
+
+RNN = "gru_small?seq_len=8"  # one nn.GRU (input 128, hidden 128, 1 layer) over 8 steps, then a linear head
+
+
+@pytest.fixture(scope="module")
+def gru():
+    sm = load_symbolic(f"zoo:{RNN}")
+    # the graph with every op's library call marked before it is evaluated at a point (`prepare_graph` marks the
+    # evaluated graph otherwise): `SymbolicGraph.at` must keep the marks
+    marked = SymbolicGraph(prepare_graph(sm.loaded, sm.graph.graph), sm.graph.ranges, sm.graph.aliases)
+    return sm, marked
+
+
+@pytest.mark.parametrize("batch", (2, 13, 100))
+def test_gru_kernel_view_and_prediction_symbolic_equal_concrete(gru, batch):
+    sm, marked = gru
+    a = analyze_at(sm, batch).analysis
+    o = analyze_model(f"zoo:{RNN}", batch=batch).analysis
+    # the oracle's kernel view, by hand: the GRU's input projection (copy, GEMM, bias add), step 0 (h0 = 0: its
+    # recurrent GEMM is folded away; one fused elementwise kernel), steps 1-7 (a recurrent GEMM and a fused
+    # elementwise kernel each), one copy of the output: 3 + 1 + 7 x 2 + 1 = 19 kernels inside the one
+    # `_cudnn_rnn` call; then the head (copy, GEMM, bias add) on its own
+    gru_call = ["copy", "gemm", "elementwise", "elementwise"] + ["gemm", "elementwise"] * 7 + ["copy"]
+    assert [(k.kind, k.call) for k in o.kernels] == [(k, "aten.gru.input:gru") for k in gru_call] + [
+        ("copy", None),
+        ("gemm", None),
+        ("elementwise", None),
+    ]
+    assert a.kernels == o.kernels and a.totals == o.totals and a.memory == o.memory
+    at = marked.at({"batch": batch})
+    assert [op.library_call for op in at.ops] == [op.library_call for op in marked.graph.ops]
+    for f in fields(OpNode):  # every field but the sizes is the symbolic graph's
+        if f.name not in ("attrs", "operands", "outputs"):
+            assert [getattr(op, f.name) for op in at.ops] == [getattr(op, f.name) for op in marked.graph.ops], f.name
+    assert analyze_graph(at).kernels == o.kernels  # was: every kernel's call None at a point
+    for device in ("h100-80gb", "a100-40gb"):
+        p, q = predict(a, device)[0], predict(o, device)[0]
+        assert p.latency_ms == q.latency_ms and p.energy_j == q.energy_j
+        assert p.memory_mib == q.memory_mib and p.mig.fits == q.mig.fits
 
 
 def test_resnet_flops_per_batch_match_flopcountermode():

@@ -508,7 +508,7 @@ def load_pt2(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Load
         raise AnalysisError(f"{path.name}: {PT2_STEP} returned no module ({exc})") from exc
     n_inputs, missing = result.meta.get("n_inputs"), list(result.meta.get("missing", []))
     mod = bind_input_shapes(mod, n_inputs, specs, batch, path.name)
-    names = tuple(n for n, _ in tvm_ir.param_types(mod)[: n_inputs or 0])
+    names = tuple(tvm_ir.input_names(mod, n_inputs or 0))
     return LoadedModel(
         mod=mod,
         framework="torch",
@@ -543,27 +543,20 @@ def _pt2_in_child(path: str, plan=None) -> tuple[dict, bytes]:
 
 
 def bind_input_shapes(mod, n_inputs: int | None, specs: dict[str, InputSpec], batch: int | None, source: str):
-    """Bind the symbolic input dims of a Relax module to the user's `--input` / `--batch` values."""
-    from tvm import relax
-
+    """Bind the symbolic input dims of a Relax module to the user's `--input` / `--batch` values (the module's
+    inputs read by `passes.tvm_ir.input_dims`: name, dims as ints or symbol names, dtype)."""
     from passes import tvm_ir
 
-    params = tvm_ir.param_types(mod)
-    user = params[: n_inputs if n_inputs is not None else len(params)]
-    unknown = set(specs) - {n for n, _ in user}
+    names = tvm_ir.input_names(mod, n_inputs)
+    unknown = set(specs) - set(names)
     if unknown:
-        raise UsageError(
-            f"--input names {', '.join(sorted(unknown))} not among the model's inputs: {', '.join(n for n, _ in user)}"
-        )
+        raise UsageError(f"--input names {', '.join(sorted(unknown))} not among the model's inputs: {', '.join(names)}")
     values: dict[str, int] = {}
-    for name, ty in user:
-        if not isinstance(ty, relax.TensorType) or ty.shape is None:
-            continue
-        file_dims = [int(d.value) if hasattr(d, "value") else str(d) for d in ty.shape.values]
+    for name, file_dims, dtype in tvm_ir.input_dims(mod, n_inputs):
         spec = specs.get(name)
-        if spec is not None and spec.dtype is not None and spec.dtype != str(ty.dtype):
+        if spec is not None and spec.dtype is not None and spec.dtype != dtype:
             raise UsageError(
-                f"input '{name}' is {ty.dtype} in {source}; an exported program fixes its dtypes "
+                f"input '{name}' is {dtype} in {source}; an exported program fixes its dtypes "
                 f"(re-export with {spec.dtype} example inputs)"
             )
         shape = resolve_shape(name, file_dims, spec, batch, source)

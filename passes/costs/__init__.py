@@ -111,6 +111,21 @@ def _unsupported_key(op: OpNode) -> str:
     return f"{op.op}:{op.callee}" if op.callee else op.op
 
 
+def _unsupported(op: OpNode, category: str, bytes_read: int, bytes_written: int, common: dict) -> OpCost:
+    """An op with no cost rule (or a PrimFunc TVM gives no estimate for): 0 FLOPs, every input read and every
+    output written, listed under `_unsupported_key` in the totals."""
+    return OpCost(
+        category=category,
+        macs=0,
+        flops=0,
+        bytes_read=bytes_read,
+        bytes_written=bytes_written,
+        supported=False,
+        unsupported_key=_unsupported_key(op),
+        **common,
+    )
+
+
 def cost_of(op: OpNode) -> OpCost:
     """Apply the registered rule of `op` (or TVM's PrimFunc estimate for call_tir)."""
     inputs = tuple(op.inputs)
@@ -132,16 +147,7 @@ def cost_of(op: OpNode) -> OpCost:
     if op.op in TIR_CALLS:
         category = tir_category(op.callee)
         if op.tir_flops is None:
-            return OpCost(
-                category=category,
-                macs=0,
-                flops=0,
-                bytes_read=read_all,
-                bytes_written=written_all,
-                supported=False,
-                unsupported_key=_unsupported_key(op),
-                **common,
-            )
+            return _unsupported(op, category, read_all, written_all, common)
         macs = op.tir_flops // 2 if category in MULTIPLY_ADD_CATEGORIES else 0
         return OpCost(
             category=category,
@@ -160,16 +166,7 @@ def cost_of(op: OpNode) -> OpCost:
     if op.op == "relax.call_dps_packed" and op.callee in PACKED_RULES:
         entry = PACKED_RULES[op.callee]
     if entry is None:
-        return OpCost(
-            category="other",
-            macs=0,
-            flops=0,
-            bytes_read=read_all,
-            bytes_written=written_all,
-            supported=False,
-            unsupported_key=_unsupported_key(op),
-            **common,
-        )
+        return _unsupported(op, "other", read_all, written_all, common)
     cost = entry.fn(op.attrs, list(inputs), op.outputs)
     return OpCost(
         category=entry.category,

@@ -25,8 +25,9 @@ out).
 Fit: per (device family, kind, dtype) group, least squares on log(predicted / measured) latency
 (`scipy.optimize.least_squares`, bounded, a few deterministic starts). Free parameters: gemm / conv
 `e_compute, launch_us, k0, tile_i0`; attention `e_compute, launch_us, k0`; memory-bound kinds `e_memory,
-launch_us`. The rest of an entry comes from the rules in `derive_entries` (documented defaults, transfers and
-calibrations to published figures), each entry saying which.
+launch_us`; convolution kernel durations add `e_transposed` / `e_grouped` where the group holds transposed /
+grouped convolutions (`conv_free`). The rest of an entry comes from the rules in `derive_entries` (documented
+defaults, transfers and calibrations to published figures), each entry saying which.
 
 Evaluation (written to KERNEL_EVAL.md), MAPE and median absolute percentage error, beside two baselines, the
 roofline bound (efficiency 1, no launch) and the roofline + 5 us per kernel (`predictor.predict.LAUNCH_US`):

@@ -10,8 +10,9 @@ default predictor (the kernel model), and the comparison:
 - memory: the predicted device memory (`memory_mib`, what nvidia-smi would count) vs the measured process total
   (`memory_mb.total`: NVML's process memory, CUDA context included), in %.
 
-Then MAPE and median APE per dtype x batch and overall. No GPU needed (the committed data). The records are
-measured; the predictions are made here, so the table changes when the cost model does.
+Then MAPE and median APE per dtype x batch and overall, and the same for the convolutional families only
+(`CONV_FAMILIES`, rows "... conv"). No GPU needed (the committed data). The records are measured; the
+predictions are made here, so the table changes when the cost model does.
 
 Usage: python bench/bench_h100_whole_models.py [--limit N] [--rows]
 """
@@ -31,6 +32,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 MODELS = ROOT / "data" / "h100-80gb" / "models"
+#: Zoo name prefixes of the convolutional families (a zoo spec's name before "?"; longest first where one prefixes
+#: another): the rows "... conv" of the table.
+CONV_FAMILIES = ("wide_resnet", "resnext", "resnet", "densenet", "efficientnet", "mobilenet_v2", "mobilenet_v3",
+                 "mnasnet", "regnet", "googlenet", "squeezenet", "vgg", "alexnet", "shufflenet_v2", "convnext",
+                 "randwire", "poolformer", "mobilevit", "levit")  # fmt: skip
+
+
+def conv_family(zoo: str) -> str | None:
+    """The convolutional family of a zoo spec ("resnet152?resolution=320" -> "resnet"), or None."""
+    name = zoo.split("?", 1)[0]
+    return next((f for f in CONV_FAMILIES if name.startswith(f)), None)
 
 
 def _ape(pred: float, meas: float) -> float:
@@ -72,15 +84,15 @@ def main() -> int:
         mem = _ape(p.memory_mib, total) if total else float("nan")
         inside = lo <= meas <= hi
         key = f"{r['dtype']} batch {r['batch']}"
-        groups[key].append((abs(lat), power, mem, inside))
-        groups["all"].append((abs(lat), power, mem, inside))
+        for k in (key, "all") if conv_family(r["zoo"]) is None else (key, "all", f"{key} conv", "all conv"):
+            groups[k].append((abs(lat), power, mem, inside))
         if args.rows:
             print(f"{r['zoo'][:48]:48s} {r['dtype']:8s} {r['batch']:4d} {meas:9.3f} {p.latency_ms:9.3f} {lat:+7.1f} "
                   f"{'y' if inside else 'n'}   {power:7.1f} {mem:9.1f}")  # fmt: skip
     print(f"\n{len(recs)} measured configs, {len(recs) - len(failed)} predicted in {time.perf_counter() - t0:.0f} s")
     print("\n| configs | n | latency MAPE % | latency median APE % | in interval | power MAPE % | memory MAPE % |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for key in sorted(groups, key=lambda k: (k == "all", k)):
+    for key in sorted(groups, key=lambda k: (k.startswith("all"), k)):
         a = np.array(groups[key], dtype=float)
         print(
             f"| {key} | {len(a)} | {a[:, 0].mean():.1f} | {np.median(a[:, 0]):.1f} | {a[:, 3].mean() * 100:.0f}% | "

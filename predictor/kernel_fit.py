@@ -25,8 +25,9 @@ out).
 Fit: per (device family, kind, dtype) group, least squares on log(predicted / measured) latency
 (`scipy.optimize.least_squares`, bounded, a few deterministic starts). Free parameters: gemm / conv
 `e_compute, launch_us, k0, tile_i0`; attention `e_compute, launch_us, k0`; memory-bound kinds `e_memory,
-launch_us`. The rest of an entry comes from the rules in `derive_entries` (documented defaults, transfers and
-calibrations to published figures), each entry saying which.
+launch_us`; convolution kernel durations add `e_transposed` / `e_grouped` where the group holds transposed /
+grouped convolutions (`conv_free`). The rest of an entry comes from the rules in `derive_entries` (documented
+defaults, transfers and calibrations to published figures), each entry saying which.
 
 Evaluation (written to KERNEL_EVAL.md), MAPE and median absolute percentage error, beside two baselines, the
 roofline bound (efficiency 1, no launch) and the roofline + 5 us per kernel (`predictor.predict.LAUNCH_US`):
@@ -69,6 +70,7 @@ from .kernel_model import (
     compute_efficiency,
     gemm_dims,
     kernel_arrays,
+    memory_efficiency,
 )
 from .roofline import peak_rate
 
@@ -98,9 +100,15 @@ BOUNDS = {"e_compute": (0.01, 1.0), "e_memory": (0.01, 1.0), "launch_us": (0.0, 
 BOUNDS["tile_i0"] = (0.0, 1000.0)
 BOUNDS["exec_us"] = (0.0, 100.0)
 BOUNDS["e_bias"] = (0.2, 1.0)
+BOUNDS["e_transposed"] = (0.01, 1.0)
+BOUNDS["e_grouped"] = (0.01, 1.0)
 #: Free parameters of a group of kernel durations (no launch in the data: `exec_us` instead, the launch kept).
 FREE_DURATIONS = {"gemm": ("e_compute", "e_memory", "k0", "tile_i0", "exec_us")}
 FREE_DURATIONS["attention"] = ("e_compute", "e_memory", "k0", "exec_us")
+#: Convolutions: the gemm form on the implicit GEMM, plus one factor per convolution class the group holds rows of
+#: (`conv_free`): transposed convolutions (cuDNN's data-gradient kernels) and grouped / depthwise ones.
+FREE_DURATIONS["conv"] = FREE_DURATIONS["gemm"]
+CONV_CLASSES = (("transposed", "e_transposed"), ("grouped", "e_grouped"))
 #: Free parameters of a group joining host-timed calls (NeuSight: launch included) and kernel durations (the sweep:
 #: none): both the launch and `exec_us` (`fit_with`), and the bias epilogue's `e_bias` (the sweep has GEMMs with
 #: and without a fused bias).
@@ -121,6 +129,7 @@ HOST_BOUND = 2.0  # a sweep record whose eager per-call time exceeds this x its 
 SWEEP_LAUNCH = False
 MEMORY_FIT_MIN_S = 10e-6  # memory-bound kernel durations shorter than this are left out of their fit (`fit_with`)
 MIN_FIT = 12  # fewer records than this: no fit, the entry keeps its default
+MIN_CLASS = 3  # a convolution class (`CONV_CLASSES`) with fewer rows than this in a fit group gets no factor
 
 # ---------------------------------------------------------------------------------------------------------
 # Published figures the defaults come from (docs/kernel-model.md lists them too).
@@ -405,7 +414,8 @@ def sweep_params(kind: str, params: dict) -> dict:
     groups, kernel, out_spatial`; attention `b, hq, s, t, d` -> `b, h, s, t, d`. Others unchanged."""
     if kind == "conv":
         return {"n": params["n"], "c_in": params["c"], "c_out": params["o"], "groups": params.get("g", 1),
-                "kernel": list(params["k"]), "out_spatial": _out_spatial(params)}  # fmt: skip
+                "kernel": list(params["k"]), "out_spatial": _out_spatial(params),
+                **({"transposed": True} if "op" in params else {})}  # fmt: skip
     if kind == "attention":
         return {"b": params["b"], "h": params["hq"], "s": params["s"], "t": params["t"], "d": params["d"]}
     return dict(params)
@@ -606,7 +616,7 @@ class Group:
     def predict(self, p: KernelParams) -> np.ndarray:
         """Predicted time per row (seconds): the kernel's execution, plus the launch where the row's time has it."""
         compute = self.arrays.flops / (self.peak * compute_efficiency(self.arrays, p, self.sms))
-        memory = self.arrays.nbytes / (self.bandwidth * p.e_memory)
+        memory = self.arrays.nbytes / (self.bandwidth * memory_efficiency(self.arrays, p))
         launch = p.launch_us * 1e-6 if self.with_launch is None else np.where(self.with_launch, p.launch_us * 1e-6, 0)
         return np.maximum(compute, memory) + p.exec_us * 1e-6 + launch
 
@@ -636,7 +646,7 @@ def fit_entry(group: Group, base: KernelParams, names: Sequence[str] | None = No
     starts = []
     for k0 in (1.0, 64.0, 512.0) if "k0" in names else (0.0,):
         start = {"e_compute": 0.7, "e_memory": 0.8, "launch_us": 10.0, "k0": k0, "tile_i0": 16.0, "exec_us": 4.0,
-                 "e_bias": 0.9}  # fmt: skip
+                 "e_bias": 0.9, "e_transposed": 0.5, "e_grouped": 0.5}  # fmt: skip
         starts.append(np.clip([start[n] for n in names], lo + 1e-9, hi - 1e-9))
     best = None
     for x0 in starts:
@@ -664,9 +674,12 @@ def fit_with(group: Group, elementwise: KernelParams | None, launch_us: float | 
     """
     if not group.timed_with_launch:
         launch = FALLBACK_MEMORY.launch_us if launch_us is None else launch_us
-        if group.kind in ("gemm", "conv"):
+        if group.kind == "gemm":
             base = replace(FALLBACK_GEMM, launch_us=launch)
             return fit_entry(group, base, FREE_DURATIONS["gemm"])
+        if group.kind == "conv":
+            base = replace(FALLBACK_GEMM, launch_us=launch)
+            return fit_entry(group, base, conv_free(group))
         if group.kind == "attention":
             base = KernelParams(0.5, 0.8, launch, ATTENTION_TILES, 0.0, 32.0)
             return fit_entry(group, base, FREE_DURATIONS["attention"])
@@ -694,6 +707,15 @@ def fit_with(group: Group, elementwise: KernelParams | None, launch_us: float | 
         # kind of kernel: keep the elementwise fit's, measured on small kernels, and fit e_memory alone.
         return fit_entry(group, replace(FALLBACK_MEMORY, launch_us=elementwise.launch_us), ("e_memory",))
     return fit_entry(group, FALLBACK_MEMORY)
+
+
+def conv_free(group: Group) -> tuple[str, ...]:
+    """Free parameters of a convolution group of kernel durations: the gemm form's, and the class factor of each
+    class (`CONV_CLASSES`) with at least MIN_CLASS rows in the group (fewer: the factor stays 1, as a dense
+    convolution)."""
+    rows = {flag: getattr(group.arrays, flag) for flag, _ in CONV_CLASSES}
+    extra = tuple(name for flag, name in CONV_CLASSES if rows[flag] is not None and rows[flag].sum() >= MIN_CLASS)
+    return FREE_DURATIONS["conv"] + extra
 
 
 def fitted_records(records: Sequence[MeasuredKernel]) -> list[MeasuredKernel]:
@@ -859,6 +881,9 @@ def derive_entries(fitted: dict[tuple[str, str, str], KernelParams]) -> dict[tup
                 f"default: e_compute calibrated so that a {'x'.join(map(str, shape))} GEMM runs at {rate / 1e12:.1f} "
                 f"TFLOP/s on {dev_key} ({text}); tiles, tile_i0, k0, launch and e_memory assumed as the float32 fit",
             )
+        c16 = fitted.get((fam, "conv", "float16"))
+        if c16 is not None:  # the same tensor cores at the same peak: the float16 convolution fit
+            put((fam, "conv", "bfloat16"), c16, f"assumed: bfloat16 as the float16 convolution fit; {c16.source}")
         for dtype in ("float16", "bfloat16"):
             g = table[(fam, "gemm", dtype)]
             put((fam, "conv", dtype), g, f"assumed: implicit GEMM at the {dtype} GEMM entry; {g.source}")

@@ -32,6 +32,10 @@ For each kernel of the kernel view (`passes.kernels.Kernel`, or any object with 
   efficiency of a large, evenly tiled problem); q is the best product over the candidates (a library
   heuristic picks the tile). k / (k + `k0`) is the cost of a shallow reduction (prologue and epilogue of
   each tile). Small problems are inefficient through both: one partial wave of small tiles, a short k.
+  A convolution's class scales both its efficiencies (compute and memory): `e_transposed` for a transposed
+  convolution (params `"transposed": True`; cuDNN runs it as a convolution's data gradient), `e_grouped` for a
+  grouped or depthwise one (`groups` > 1), 1 for a dense one or where the entry has no factor
+  (`class_efficiency`; fitted on the H100 sweep's convolutions, docs/kernel-model.md).
   A gemm whose bias add is fused into the library call (params `"bias": True`: `nn.Linear` -> `aten::addmm`,
   cuBLASLt's bias epilogue) runs at e_c x `e_bias` (default 1: no entry but the fitted ones tells a bias
   epilogue apart; docs/kernel-model.md).
@@ -140,6 +144,11 @@ class KernelParams:
             behind nothing: inside a model it adds to the kernel's time, where the launch only floors it).
         e_bias: factor on a gemm's compute efficiency when its bias add is fused into it (the cuBLASLt bias
             epilogue of `aten::addmm`), in (0, 1]; 1: no difference (the entry was not fitted with it).
+        e_transposed: factor on both efficiencies (compute and memory) of a transposed convolution (params
+            `"transposed": True`: cuDNN runs it as the data gradient of a convolution), in (0, 1]; 1: as a
+            convolution (the entry was not fitted with it).
+        e_grouped: factor on both efficiencies of a grouped or depthwise convolution (params `groups` > 1), in
+            (0, 1]; 1: as a dense one.
         source: where the numbers come from, a chain read left to right: "fit: ..." (fitted on single-kernel
             measurements), "transfer: ..." (another family's fit), "default: ..." (a published or measured
             figure), "assumed: ..." (a stated assumption), each followed by the source of what it came from.
@@ -157,10 +166,13 @@ class KernelParams:
     measured_on: tuple[str, ...] = ()
     exec_us: float = 0.0
     e_bias: float = 1.0
+    e_transposed: float = 1.0
+    e_grouped: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (0 < self.e_bias <= 1):
-            raise KernelParamsError(f"e_bias must be in (0, 1]: {self.e_bias} ({self.source or 'entry'})")
+        for name in ("e_bias", "e_transposed", "e_grouped"):
+            if not (0 < getattr(self, name) <= 1):
+                raise KernelParamsError(f"{name} must be in (0, 1]: {getattr(self, name)} ({self.source or 'entry'})")
         if not (0 < self.e_compute <= 1 and 0 < self.e_memory <= 1):
             raise KernelParamsError(
                 f"efficiencies must be in (0, 1]: e_compute {self.e_compute}, e_memory {self.e_memory}"
@@ -184,6 +196,9 @@ class KernelParams:
             doc["exec_us"] = round(self.exec_us, 4)
         if self.e_bias != 1.0:
             doc["e_bias"] = round(self.e_bias, 6)
+        for name in ("e_transposed", "e_grouped"):
+            if getattr(self, name) != 1.0:
+                doc[name] = round(getattr(self, name), 6)
         doc["source"] = self.source
         if self.measured_on:
             doc["measured_on"] = list(self.measured_on)
@@ -214,6 +229,8 @@ class KernelParams:
                 measured_on=tuple(str(d) for d in doc.get("measured_on", ())),
                 exec_us=float(doc.get("exec_us", 0.0)),
                 e_bias=float(doc.get("e_bias", 1.0)),
+                e_transposed=float(doc.get("e_transposed", 1.0)),
+                e_grouped=float(doc.get("e_grouped", 1.0)),
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, KernelParamsError):
@@ -326,7 +343,8 @@ class KernelArrays:
     `inside`: True where the row's kernels are launched by a library call an earlier row's kernel dispatched
     (`DEVICE_LAUNCH_US` instead of the launch floor; module docstring); None: every row dispatched by the host.
     `bias`: per row, True for a gemm with its bias add fused (the kernel's params `"bias": True`), or None when no
-    row has one.
+    row has one. `transposed` / `grouped`: per row, True for a transposed convolution (params `"transposed": True`)
+    / a convolution of `groups` > 1 (grouped or depthwise), or None when no row is one (`class_efficiency`).
     """
 
     kind: np.ndarray  # (N,) str
@@ -340,6 +358,8 @@ class KernelArrays:
     count: np.ndarray | None = None  # (N,) float64 launches per row, or None for one each
     inside: np.ndarray | None = None  # (N,) bool launched inside a library call, or None for none
     bias: np.ndarray | None = None  # (N,) bool: a gemm with a fused bias epilogue, or None for none
+    transposed: np.ndarray | None = None  # (N,) bool: a transposed convolution, or None for none
+    grouped: np.ndarray | None = None  # (N,) bool: a convolution with groups > 1, or None for none
 
     def __len__(self) -> int:
         return len(self.flops)
@@ -356,6 +376,14 @@ class KernelArrays:
         return KernelArrays(
             *(None if getattr(self, f) is None else getattr(self, f)[index] for f in self.__dataclass_fields__)
         )
+
+
+def _groups(params: dict) -> int:
+    """A conv kernel's `groups` (1 when absent or not a number)."""
+    try:
+        return int(params.get("groups", 1))
+    except (TypeError, ValueError):
+        return 1
 
 
 def _prod(values) -> int:
@@ -405,11 +433,15 @@ def kernel_arrays(kernels: Iterable) -> KernelArrays:
     launches of its kernel; any other object for one launch, whatever attributes it has (a serving engine's
     per-layer `count` is not a launch count)."""
     kinds, dtypes, flops, nbytes, dims, counts, calls, biases = [], [], [], [], [], [], [], []
+    transposed, grouped = [], []
     for kern in kernels:
         counts.append(kern.count if isinstance(kern, Launches) else 1)
         calls.append(getattr(kern, "call", None))
         kind, d = gemm_dims(kern.kind, kern.params or {}) if kern.kind in GEMM_LIKE else (kern.kind, (0, 0, 0, 0))
         biases.append(kern.kind == "gemm" and (kern.params or {}).get("bias") is True)
+        is_conv = kern.kind == "conv" and kind == "conv"
+        transposed.append(is_conv and (kern.params or {}).get("transposed") is True)
+        grouped.append(is_conv and _groups(kern.params or {}) > 1)
         kinds.append(kind)
         dtypes.append(kern.dtype)
         flops.append(kern.flops)
@@ -426,6 +458,8 @@ def kernel_arrays(kernels: Iterable) -> KernelArrays:
         None if all(c == 1 for c in counts) else np.array(counts, dtype=np.float64),
         np.array(inside, dtype=bool) if any(inside) else None,
         np.array(biases, dtype=bool) if any(biases) else None,
+        np.array(transposed, dtype=bool) if any(transposed) else None,
+        np.array(grouped, dtype=bool) if any(grouped) else None,
     )
     if (arrays.flops < 0).any() or (arrays.nbytes < 0).any():
         raise KernelParamsError("kernel FLOPs and bytes must be >= 0")
@@ -454,10 +488,28 @@ def tile_efficiency(
     return np.where(work > 0, best, 1.0)
 
 
+def class_efficiency(arrays: KernelArrays, p: KernelParams) -> np.ndarray | float:
+    """The convolution-class factor per row (`e_transposed` on transposed convolutions, `e_grouped` on grouped and
+    depthwise ones, their product on a grouped transposed one, 1 elsewhere), applied to both efficiencies: (N,)
+    array, or the scalar 1.0 when no row has a class or the entry has no factor."""
+    factor: np.ndarray | float = 1.0
+    if arrays.transposed is not None and p.e_transposed != 1.0:
+        factor = factor * np.where(arrays.transposed, p.e_transposed, 1.0)
+    if arrays.grouped is not None and p.e_grouped != 1.0:
+        factor = factor * np.where(arrays.grouped, p.e_grouped, 1.0)
+    return factor
+
+
+def memory_efficiency(arrays: KernelArrays, p: KernelParams) -> np.ndarray | float:
+    """e_m per kernel for one parameter entry: `e_memory` times the convolution-class factor (`class_efficiency`)."""
+    return p.e_memory * class_efficiency(arrays, p)
+
+
 def compute_efficiency(arrays: KernelArrays, p: KernelParams, sms: float | np.ndarray) -> np.ndarray:
     """e_c per kernel for one parameter entry (all rows of `arrays` use `p`), times `e_bias` on the rows with a
-    fused bias epilogue (`arrays.bias`)."""
+    fused bias epilogue (`arrays.bias`) and the convolution-class factor (`class_efficiency`)."""
     epilogue = 1.0 if arrays.bias is None or p.e_bias == 1.0 else np.where(arrays.bias, p.e_bias, 1.0)
+    epilogue = epilogue * class_efficiency(arrays, p)
     if not p.tiles and not p.k0:
         return np.clip(np.full(len(arrays), p.e_compute) * epilogue, 1e-9, 1.0)
     q = tile_efficiency(arrays.b, arrays.m, arrays.n, sms, p.tiles, p.tile_i0)
@@ -565,7 +617,7 @@ def kernel_latency_arrays(
         sub = arrays.subset(rows)
         out["bound_compute_s"][rows] = sub.flops / rate
         out["compute_s"][rows] = sub.flops / (rate * compute_efficiency(sub, p, sms)) + p.exec_us * 1e-6
-        out["memory_s"][rows] = sub.nbytes / (bandwidth * p.e_memory) + p.exec_us * 1e-6
+        out["memory_s"][rows] = sub.nbytes / (bandwidth * memory_efficiency(sub, p)) + p.exec_us * 1e-6
         out["launch_s"][rows] = p.launch_us * 1e-6
     if arrays.inside is not None and arrays.inside.any():  # launched by a library call: execution + device gap
         gap = DEVICE_LAUNCH_US * 1e-6

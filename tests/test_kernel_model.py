@@ -518,3 +518,61 @@ def test_joint_fit_separates_launch_exec_and_bias():
     got = kf.fit_with(group, KernelParams(1.0, 0.82, 5.0))
     assert got.e_compute == pytest.approx(0.75, rel=0.03) and got.e_bias == pytest.approx(0.85, rel=0.02)
     assert got.launch_us == pytest.approx(12.0, rel=0.1) and got.exec_us == pytest.approx(4.0, rel=0.15)
+
+
+def test_conv_class_factors_by_hand():
+    """e_transposed / e_grouped divide both terms of a transposed / grouped convolution; a dense convolution and a
+    gemm keep theirs; the roofline bound does not move."""
+    p = KernelParams(0.5, 0.8, 10.0, (), 0.0, 0.0, "test", e_transposed=0.5, e_grouped=0.25)
+    conv = {"n": 1, "c_in": 64, "c_out": 64, "out_spatial": [32, 32], "kernel": [3, 3], "groups": 1}
+    flops, nbytes = 989_400_000, 3_350_000  # 1 us at the H100's fp16 peak (989.4e12), 1 us at 3.35e12 B/s
+    kernels = [
+        K("conv", flops, nbytes, 0, "float16", conv),
+        K("conv", flops, nbytes, 0, "float16", conv | {"transposed": True}),
+        K("conv", flops, nbytes, 0, "float16", conv | {"groups": 64}),  # depthwise
+        K("conv", flops, nbytes, 0, "float16", conv | {"groups": 2, "transposed": True}),
+        K("gemm", flops, nbytes, 0, "float16", {"b": 1, "m": 64, "n": 64, "k": 64, "transposed": True}),
+    ]
+    arrays = kernel_arrays(kernels)
+    assert list(arrays.transposed) == [False, True, False, True, False]
+    assert list(arrays.grouped) == [False, False, True, True, False]
+    kt = kernel_latency(kernels, H100, params=table(conv=p, gemm=replace(p, e_transposed=1.0, e_grouped=1.0)))
+    # no tiles, k0 = 0: e_c = 0.5 x factor, e_m = 0.8 x factor. compute 1 us / (0.5 f), memory 1 us / (0.8 f):
+    # dense f = 1: 2.0 / 1.25 us; transposed f = 0.5: 4.0 / 2.5 us; depthwise f = 0.25: 8.0 / 5.0 us;
+    # grouped transposed f = 0.5 x 0.25 = 0.125: 16.0 / 10.0 us; the gemm (no class): 2.0 / 1.25 us
+    assert kt.compute_s * 1e6 == pytest.approx([2.0, 4.0, 8.0, 16.0, 2.0], rel=1e-9)
+    assert kt.memory_s * 1e6 == pytest.approx([1.25, 2.5, 5.0, 10.0, 1.25], rel=1e-9)
+    assert kt.bound_s * 1e6 == pytest.approx([1.0] * 5, rel=1e-9)  # the roofline: efficiency 1 whatever the class
+    doc = p.to_json()
+    assert (doc["e_transposed"], doc["e_grouped"]) == (0.5, 0.25)
+    assert KernelParams.from_json(doc) == replace(p, measured_on=())
+    assert "e_transposed" not in GEMM.to_json()  # an entry without classes keeps its old form
+    with pytest.raises(KernelParamsError, match="e_grouped"):
+        KernelParams(0.5, 0.9, 10.0, e_grouped=0.0)
+
+
+def test_conv_fit_recovers_class_factors():
+    """A convolution group of kernel durations (dense, transposed, depthwise rows) made by a known entry: the fit
+    frees a class factor only where the group holds at least MIN_CLASS rows of the class, and recovers it."""
+    truth = KernelParams(0.6, 0.3, 16.0, kf.GEMM_TILES, 50.0, 300.0, exec_us=5.0, e_transposed=0.6, e_grouped=0.3)
+    rng = np.random.default_rng(11)
+    recs = []
+    for i in range(300):
+        n, c, o = int(rng.integers(1, 129)), int(rng.choice([32, 64, 128, 256])), int(rng.choice([32, 64, 256]))
+        hw = int(rng.integers(4, 57))
+        groups = c if i % 3 == 2 else 1
+        o = c if groups > 1 else o
+        params = {"n": n, "c_in": c, "c_out": o, "out_spatial": [hw, hw], "kernel": [3, 3], "groups": groups}
+        params |= {"transposed": True} if i % 3 == 1 else {}
+        flops = 2 * n * hw * hw * o * c // groups * 9
+        nbytes = 2 * n * hw * hw * (c + o) + 2 * o * c // groups * 9
+        recs.append(kf.MeasuredKernel("conv", "conv2d", "float16", flops, nbytes, 0, params, 1.0, "h100-80gb",
+                                      "sweep:h100-80gb", includes_launch=False))  # fmt: skip
+    group = kf.Group.of(recs)
+    lat = group.predict(truth) * rng.uniform(0.995, 1.005, len(recs))
+    group = kf.Group.of([replace(r, latency_s=float(t)) for r, t in zip(recs, lat, strict=True)])
+    assert kf.conv_free(group) == kf.FREE_DURATIONS["conv"] + ("e_transposed", "e_grouped")
+    assert kf.conv_free(group.subset(np.arange(3))) == kf.FREE_DURATIONS["conv"]  # 1 row of each class: no factor
+    got = kf.fit_with(group, None, 16.0)
+    assert got.e_transposed == pytest.approx(0.6, rel=0.05) and got.e_grouped == pytest.approx(0.3, rel=0.05)
+    assert got.launch_us == 16.0  # kernel durations: the launch is given, not fitted

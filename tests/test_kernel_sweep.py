@@ -469,8 +469,11 @@ def test_priority_entries_head_the_shipped_list(tmp_path: Path) -> None:
     first = KL.priority_entries()
     ops = Counter(e["op"] for e in first)
     # linear: 7 (k, n) x 3 m x 6 variants (float32 with and without TF32, each with and without bias; float16;
-    # bfloat16) = 126; sdpa: 4 cache lengths x 4 batches x 2 KV-head counts x 2 dtypes x 3 backends = 192
-    assert ops == Counter(linear=126, sdpa=192)
+    # bfloat16) = 126; sdpa: 4 cache lengths x 4 batches x 2 KV-head counts x 2 dtypes x 3 backends = 192;
+    # conv2d: 15 shapes x 3 batches x 4 (float32 with and without TF32, float16 contiguous and channels-last) = 180
+    assert ops == Counter(linear=126, sdpa=192, conv2d=180)
+    depthwise = [e for e in first if e["op"] == "conv2d" and e["params"]["g"] == e["params"]["c"] > 1]
+    assert len(depthwise) == 5 * 3 * 4
     assert all(e["params"]["s"] == 1 for e in first if e["op"] == "sdpa")
     # the largest: b 64, 32 KV heads, 8,192 cached tokens of 128, bfloat16: K and V 2 x 64 x 32 x 8192 x 128 x 2 B
     big = max((e for e in first if e["op"] == "sdpa"), key=lambda e: K.entry_cost(e)["bytes_read"])
@@ -479,7 +482,7 @@ def test_priority_entries_head_the_shipped_list(tmp_path: Path) -> None:
     with shipped.open() as fh:
         header = json.loads(fh.readline())
         head = [json.loads(fh.readline())["id"] for _ in range(len(first))]
-    assert header["priority"] == 318 and head == [e["id"] for e in first]
+    assert header["priority"] == 498 and head == [e["id"] for e in first]
     # Rewriting a list twice gives the same file: the earlier priority block is replaced, not repeated.
     small = tmp_path / "k.jsonl"
     KL.write_list([K.make_entry("relu", {"n": 512}), first[0]], small, {"test": True})
@@ -487,4 +490,4 @@ def test_priority_entries_head_the_shipped_list(tmp_path: Path) -> None:
     assert KL.main(args) == 0
     once = small.read_text()
     assert KL.main(args) == 0 and small.read_text() == once
-    assert len(once.splitlines()) == 1 + 318 + 1  # header, the priority block (first[0] among it), relu
+    assert len(once.splitlines()) == 1 + 498 + 1  # header, the priority block (first[0] among it), relu

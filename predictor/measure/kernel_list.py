@@ -1159,13 +1159,38 @@ DECODE_T = (128, 512, 2048, 8192)
 DECODE_HKV = (8, 32)  # grouped-query (Llama-3-8B: 32 query heads, 8 KV heads) and multi-head
 
 
+#: Convolution classes the sweep lacked when the hopper conv entries were refitted (docs/kernel-model.md,
+#: "Convolution classes"): (c, o, h = w, k, stride, groups). Depthwise 3x3/5x5 at stride 1 and 2 (MobileNet-V2,
+#: EfficientNet), ResNeXt/RegNet grouped 3x3, pointwise 1x1 (expansions and projections), stems on 3 channels,
+#: a dense strided 3x3.
+CONV_SHAPES = (
+    (32, 32, 112, 3, 1, 32),
+    (144, 144, 56, 3, 2, 144),
+    (240, 240, 28, 5, 1, 240),
+    (672, 672, 14, 5, 2, 672),
+    (960, 960, 7, 3, 1, 960),
+    (256, 256, 56, 3, 1, 32),
+    (1024, 1024, 14, 3, 1, 32),
+    (448, 448, 28, 3, 2, 56),
+    (144, 24, 56, 1, 1, 1),
+    (96, 576, 14, 1, 1, 1),
+    (256, 64, 56, 1, 1, 1),
+    (2048, 512, 7, 1, 1, 1),
+    (3, 64, 224, 7, 2, 1),
+    (3, 32, 224, 3, 2, 1),
+    (128, 128, 56, 3, 2, 1),
+)
+CONV_BATCHES = (1, 16, 256)
+
+
 def priority_entries(max_gib: float = 16.0) -> list[dict]:
     """The entries the sweep measures before the ordered list.
 
     Large GEMVs (``linear`` with ``m`` of 1, 8 or 32 over :data:`GEMV_KN`, every gemm variant, float32 with and
-    without a bias) and decode-shaped ``sdpa`` (``s`` = 1 query token, ``t`` of 128 to 8,192 cached tokens,
+    without a bias), decode-shaped ``sdpa`` (``s`` = 1 query token, ``t`` of 128 to 8,192 cached tokens,
     batch 1 to 64, 32 query heads of 128, 8 or 32 KV heads, float16 and bfloat16, backends ``auto``,
-    ``flash`` and ``efficient``), in that order, dropping any entry over ``max_gib`` of tensors.
+    ``flash`` and ``efficient``) and the convolution classes of :data:`CONV_SHAPES` (batch 1, 16, 256; every
+    conv variant; float16 also channels-last), in that order, dropping any entry over ``max_gib`` of tensors.
 
     Args:
         max_gib: Largest tensor footprint kept, GiB.
@@ -1188,6 +1213,13 @@ def priority_entries(max_gib: float = 16.0) -> list[dict]:
                         params = {"b": b, "causal": False, "d": 128, "dv": 128, "hkv": hkv, "hq": 32}
                         params.update({"mask": None, "mask_bool": False, "s": 1, "t": t})
                         out.append(K.make_entry("sdpa", params, dtype, backend=backend, source="priority"))
+    for c, o, hw, k, stride, g in CONV_SHAPES:
+        for n in CONV_BATCHES:
+            params = {"bias": False, "c": c, "d": [1, 1], "g": g, "in": [hw, hw], "k": [k, k], "n": n, "o": o}
+            params.update({"p": [k // 2, k // 2], "s": [stride, stride]})
+            for dtype, tf32 in K.VARIANTS["conv"]:
+                for layout in ("contiguous", "channels_last") if dtype == "float16" else ("contiguous",):
+                    out.append(K.make_entry("conv2d", params, dtype, layout, tf32=tf32, source="priority"))
     return [e for e in out if _gib(e) <= max_gib]
 
 

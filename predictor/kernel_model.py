@@ -35,6 +35,10 @@ For each kernel of the kernel view (`passes.kernels.Kernel`, or any object with 
   A gemm whose bias add is fused into the library call (params `"bias": True`: `nn.Linear` -> `aten::addmm`,
   cuBLASLt's bias epilogue) runs at e_c x `e_bias` (default 1: no entry but the fitted ones tells a bias
   epilogue apart; docs/kernel-model.md).
+- A copy kernel that materialises a strided view (params `"strided": True`: the `.contiguous()` torch makes of a
+  permuted or sliced tensor, `passes.kernels` "copy:<op>" kernels; the sweep's `permute` records) moves its bytes at
+  e_m x `e_strided` (default 1; the hopper copy entries fit it on the sweep: a float16 permute moves 0.40-0.44 of
+  the bandwidth where a contiguous clone moves 0.8-0.9; docs/kernel-model.md).
 - `exec` (`exec_us`, default 0) is a fixed device-side time per kernel (prologue, epilogue, the ramp of the first
   wave), fitted only on kernel durations read from a profiler trace (data/vidur-ops: no host time in them); entries
   fitted on host-timed calls (NeuSight) keep 0, their `launch` holds it.
@@ -140,6 +144,8 @@ class KernelParams:
             behind nothing: inside a model it adds to the kernel's time, where the launch only floors it).
         e_bias: factor on a gemm's compute efficiency when its bias add is fused into it (the cuBLASLt bias
             epilogue of `aten::addmm`), in (0, 1]; 1: no difference (the entry was not fitted with it).
+        e_strided: factor on a copy's memory efficiency when it gathers a strided view into contiguous memory
+            (params `"strided": True`), in (0, 1]; 1: no difference (the entry was not fitted with it).
         source: where the numbers come from, a chain read left to right: "fit: ..." (fitted on single-kernel
             measurements), "transfer: ..." (another family's fit), "default: ..." (a published or measured
             figure), "assumed: ..." (a stated assumption), each followed by the source of what it came from.
@@ -157,10 +163,13 @@ class KernelParams:
     measured_on: tuple[str, ...] = ()
     exec_us: float = 0.0
     e_bias: float = 1.0
+    e_strided: float = 1.0
 
     def __post_init__(self) -> None:
         if not (0 < self.e_bias <= 1):
             raise KernelParamsError(f"e_bias must be in (0, 1]: {self.e_bias} ({self.source or 'entry'})")
+        if not (0 < self.e_strided <= 1):
+            raise KernelParamsError(f"e_strided must be in (0, 1]: {self.e_strided} ({self.source or 'entry'})")
         if not (0 < self.e_compute <= 1 and 0 < self.e_memory <= 1):
             raise KernelParamsError(
                 f"efficiencies must be in (0, 1]: e_compute {self.e_compute}, e_memory {self.e_memory}"
@@ -184,6 +193,8 @@ class KernelParams:
             doc["exec_us"] = round(self.exec_us, 4)
         if self.e_bias != 1.0:
             doc["e_bias"] = round(self.e_bias, 6)
+        if self.e_strided != 1.0:
+            doc["e_strided"] = round(self.e_strided, 6)
         doc["source"] = self.source
         if self.measured_on:
             doc["measured_on"] = list(self.measured_on)
@@ -214,6 +225,7 @@ class KernelParams:
                 measured_on=tuple(str(d) for d in doc.get("measured_on", ())),
                 exec_us=float(doc.get("exec_us", 0.0)),
                 e_bias=float(doc.get("e_bias", 1.0)),
+                e_strided=float(doc.get("e_strided", 1.0)),
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, KernelParamsError):
@@ -327,6 +339,8 @@ class KernelArrays:
     (`DEVICE_LAUNCH_US` instead of the launch floor; module docstring); None: every row dispatched by the host.
     `bias`: per row, True for a gemm with its bias add fused (the kernel's params `"bias": True`), or None when no
     row has one.
+    `strided`: per row, True for a copy that gathers a strided view (params `"strided": True`), or None when no row
+    is one.
     """
 
     kind: np.ndarray  # (N,) str
@@ -340,6 +354,7 @@ class KernelArrays:
     count: np.ndarray | None = None  # (N,) float64 launches per row, or None for one each
     inside: np.ndarray | None = None  # (N,) bool launched inside a library call, or None for none
     bias: np.ndarray | None = None  # (N,) bool: a gemm with a fused bias epilogue, or None for none
+    strided: np.ndarray | None = None  # (N,) bool: a copy of a strided view, or None for none
 
     def __len__(self) -> int:
         return len(self.flops)
@@ -404,12 +419,13 @@ def kernel_arrays(kernels: Iterable) -> KernelArrays:
     `call`, the library call it is launched in: `inside_calls`). A `passes.kernels.Launches` row stands for `count`
     launches of its kernel; any other object for one launch, whatever attributes it has (a serving engine's
     per-layer `count` is not a launch count)."""
-    kinds, dtypes, flops, nbytes, dims, counts, calls, biases = [], [], [], [], [], [], [], []
+    kinds, dtypes, flops, nbytes, dims, counts, calls, biases, strided = [], [], [], [], [], [], [], [], []
     for kern in kernels:
         counts.append(kern.count if isinstance(kern, Launches) else 1)
         calls.append(getattr(kern, "call", None))
         kind, d = gemm_dims(kern.kind, kern.params or {}) if kern.kind in GEMM_LIKE else (kern.kind, (0, 0, 0, 0))
         biases.append(kern.kind == "gemm" and (kern.params or {}).get("bias") is True)
+        strided.append(kern.kind == "copy" and (kern.params or {}).get("strided") is True)
         kinds.append(kind)
         dtypes.append(kern.dtype)
         flops.append(kern.flops)
@@ -426,6 +442,7 @@ def kernel_arrays(kernels: Iterable) -> KernelArrays:
         None if all(c == 1 for c in counts) else np.array(counts, dtype=np.float64),
         np.array(inside, dtype=bool) if any(inside) else None,
         np.array(biases, dtype=bool) if any(biases) else None,
+        np.array(strided, dtype=bool) if any(strided) else None,
     )
     if (arrays.flops < 0).any() or (arrays.nbytes < 0).any():
         raise KernelParamsError("kernel FLOPs and bytes must be >= 0")
@@ -463,6 +480,14 @@ def compute_efficiency(arrays: KernelArrays, p: KernelParams, sms: float | np.nd
     q = tile_efficiency(arrays.b, arrays.m, arrays.n, sms, p.tiles, p.tile_i0)
     depth = np.where(arrays.k > 0, arrays.k / (arrays.k + p.k0), 1.0) if p.k0 else 1.0
     return np.clip(p.e_compute * q * depth * epilogue, 1e-9, 1.0)
+
+
+def memory_efficiency(arrays: KernelArrays, p: KernelParams) -> np.ndarray | float:
+    """e_m per kernel for one parameter entry (all rows of `arrays` use `p`): `e_memory`, times `e_strided` on the
+    rows that copy a strided view (`arrays.strided`)."""
+    if arrays.strided is None or p.e_strided == 1.0:
+        return p.e_memory
+    return np.where(arrays.strided, p.e_memory * p.e_strided, p.e_memory)
 
 
 @dataclass(frozen=True)
@@ -565,7 +590,7 @@ def kernel_latency_arrays(
         sub = arrays.subset(rows)
         out["bound_compute_s"][rows] = sub.flops / rate
         out["compute_s"][rows] = sub.flops / (rate * compute_efficiency(sub, p, sms)) + p.exec_us * 1e-6
-        out["memory_s"][rows] = sub.nbytes / (bandwidth * p.e_memory) + p.exec_us * 1e-6
+        out["memory_s"][rows] = sub.nbytes / (bandwidth * memory_efficiency(sub, p)) + p.exec_us * 1e-6
         out["launch_s"][rows] = p.launch_us * 1e-6
     if arrays.inside is not None and arrays.inside.any():  # launched by a library call: execution + device gap
         gap = DEVICE_LAUNCH_US * 1e-6

@@ -1,7 +1,7 @@
 """Where the whole-model time on the H100 goes: the kernel model against the kernel sweep, model by model.
 
-For each whole model measured on the H100 (data/h100-80gb/models: float32, batch 1, eager PyTorch, CUDA events
-around each forward, back to back), print:
+For each whole model measured on the H100 (data/h100-80gb/models: eager PyTorch, CUDA events around each forward,
+back to back), print:
 
 1. the measurement (median, p10, min latency in ms, energy per inference, average power) and preflight's estimate
    (the kernel model's eager sum, `KernelTimes.eager_ms`);
@@ -20,7 +20,10 @@ around each forward, back to back), print:
 A model measured slower than `host+gpu` spends its time in neither the kernels' execution nor their dispatch
 (docs/kernel-model.md, "Whole models on the H100: where the time goes"). No GPU needed (the committed data).
 
-Usage: python bench/bench_h100_models.py [--host-us 19.1] [--kernels]
+Usage: python bench/bench_h100_models.py [--host-us 19.1] [--kernels] [--dtype float16] [--batch 256] [--only SPEC ...]
+
+(`--dtype`, `--batch`, `--only`: only the records of that dtype, batch, or whose zoo spec starts with one of the
+given prefixes; the 101 records take about 15 minutes, one model 10-60 s.)
 """
 
 from __future__ import annotations
@@ -53,7 +56,26 @@ OPS = {
     "relax.tanh": "tanh",
     "relax.nn.softmax": "softmax",
     "relax.image.resize2d": "interpolate",
+    "relax.subtract": "sub",
+    "relax.divide": "div",
+    "relax.exp": "exp",
+    "relax.sqrt": "sqrt",
+    "relax.rsqrt": "rsqrt",
+    "relax.sigmoid": "sigmoid",
+    "relax.nn.silu": "silu",
+    "relax.power": "pow",
+    "relax.negative": "neg",
+    "relax.permute_dims": "permute",
+    "relax.astype": "cast",
+    "relax.nn.rms_norm": "rms_norm",
+    "relax.max": "amax",
+    "relax.sum": "sum",
+    "relax.variance": "var",
+    "relax.erf": "erf",
+    "relax.clip": "clamp",
+    "relax.nn.avg_pool2d": "avg_pool2d",
 }
+STRIDED_COPY = "permute"  # the view's "copy:<op>" kernels gather a strided view: the sweep's permute records
 SHAPED = ("gemm", "attention", "conv")
 
 
@@ -98,6 +120,8 @@ class Sweep:
             key = (kern.kind, kern.dtype)
         elif kern.op in OPS:
             key = ("*", kern.dtype, OPS[kern.op])
+        elif kern.kind == "copy" and kern.op.startswith("copy:"):
+            key = ("*", kern.dtype, STRIDED_COPY)
         else:
             return None
         f = _features(kern.kind, kern.params, kern.flops, kern.bytes_read + kern.bytes_written)
@@ -118,6 +142,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host-us", type=float, default=19.1, help="host dispatch per kernel (DeiT-base's, us)")
     parser.add_argument("--kernels", action="store_true", help="print every kernel with its nearest record")
+    parser.add_argument("--dtype", help="only records of this dtype")
+    parser.add_argument("--batch", type=int, help="only records of this batch size")
+    parser.add_argument("--only", nargs="*", default=(), help="only zoo specs starting with one of these")
     args = parser.parse_args()
 
     from analyzer import analyze
@@ -129,7 +156,9 @@ def main() -> None:
     for path in sorted(MODELS.glob("*.jsonl")):
         for line in path.open():
             rec = json.loads(line)
-            if rec.get("status") != "ok":
+            if rec.get("status") != "ok" or (args.dtype and rec["dtype"] != args.dtype):
+                continue
+            if args.batch and rec["batch"] != args.batch or args.only and not rec["zoo"].startswith(tuple(args.only)):
                 continue
             lat = rec["latency_ms"]
             view = analyze(f"zoo:{rec['zoo']}", batch=rec["batch"], dtype=rec["dtype"]).analysis.kernel_view

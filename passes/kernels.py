@@ -124,7 +124,8 @@ class Kernel:
         params: kind-specific sizes (plain ints, strs, bools, lists): gemm {"b", "m", "n", "k"}, and "bias": True
             where the bias add is fused into the GEMM (`aten::addmm`: cuBLASLt's bias epilogue);
             conv {"n", "c_in", "c_out", "out_spatial", "kernel", "groups", "stride"}; attention {"b", "h",
-            "h_kv", "s", "t", "d", "dv", "causal", "masked", "backend"}; others {"numel"}.
+            "h_kv", "s", "t", "d", "dv", "causal", "masked", "backend"}; others {"numel"}, and "strided": True on a
+            "copy:<op>" copy (it gathers a non-contiguous view: `predictor.kernel_model`'s `e_strided`).
         call: the library call it is launched inside (`OpNode.library_call` of every op it covers, e.g.
             "aten.lstm.input:lstm_1": cuDNN's kernels of one `_cudnn_rnn`); None: dispatched by eager PyTorch on
             its own. The time model charges one host dispatch per run of one call
@@ -1234,7 +1235,7 @@ class _View:
                 read_bytes(vid),
                 int(math.ceil(math.prod(out_shape) * dtype_bytes(t.dtype))),
                 t.dtype,
-                {"numel": math.prod(out_shape)},
+                {"numel": math.prod(out_shape), "strided": True},  # a gather of a strided view (kernel_model)
             )
 
         for op in self.node:

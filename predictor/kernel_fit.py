@@ -20,7 +20,8 @@ Three data shapes are read:
 A group may join host-timed calls and kernel durations only for gemm (`FREE_JOINT`: the hopper float32 GEMMs of
 NeuSight and the sweep): the durations pin `exec_us`, the calls' surplus is the launch, and `e_bias` (a GEMM with a
 fused bias add, params `bias`) is fitted beside (`joint_gemm_summary` evaluates it, sources and shape families held
-out).
+out). A group of graph-timed copies with strided ones among them (the sweep's `permute` records, params `strided`)
+fits `e_memory, exec_us` on all of them, then `e_strided` on the strided ones alone (`fit_with`).
 
 Fit: per (device family, kind, dtype) group, least squares on log(predicted / measured) latency
 (`scipy.optimize.least_squares`, bounded, a few deterministic starts). Free parameters: gemm / conv
@@ -102,6 +103,7 @@ BOUNDS["exec_us"] = (0.0, 100.0)
 BOUNDS["e_bias"] = (0.2, 1.0)
 BOUNDS["e_transposed"] = (0.01, 1.0)
 BOUNDS["e_grouped"] = (0.01, 1.0)
+BOUNDS["e_strided"] = (0.05, 1.0)
 #: Free parameters of a group of kernel durations (no launch in the data: `exec_us` instead, the launch kept).
 FREE_DURATIONS = {"gemm": ("e_compute", "e_memory", "k0", "tile_i0", "exec_us")}
 FREE_DURATIONS["attention"] = ("e_compute", "e_memory", "k0", "exec_us")
@@ -474,6 +476,8 @@ def read_sweep(path: Path | str) -> list[MeasuredKernel]:
             latency = float(rec["latency_ms"]["median"]) * 1e-3
             eager = rec.get("eager_ms")
             params = sweep_params(kind, rec["params"])
+            if kind == "copy" and rec["op"] == "permute":  # `.permute(...).contiguous()`: a strided gather
+                params["strided"] = True
             shape = json.dumps([rec["op"], rec["params"]], sort_keys=True)
             out.append(MeasuredKernel(kind, str(rec["op"]), dtype, float(rec["flops"]), float(rec["bytes_read"]),
                                       float(rec["bytes_written"]), params, latency, rec["device"],
@@ -646,7 +650,7 @@ def fit_entry(group: Group, base: KernelParams, names: Sequence[str] | None = No
     starts = []
     for k0 in (1.0, 64.0, 512.0) if "k0" in names else (0.0,):
         start = {"e_compute": 0.7, "e_memory": 0.8, "launch_us": 10.0, "k0": k0, "tile_i0": 16.0, "exec_us": 4.0,
-                 "e_bias": 0.9, "e_transposed": 0.5, "e_grouped": 0.5}  # fmt: skip
+                 "e_bias": 0.9, "e_transposed": 0.5, "e_grouped": 0.5, "e_strided": 0.7}  # fmt: skip
         starts.append(np.clip([start[n] for n in names], lo + 1e-9, hi - 1e-9))
     best = None
     for x0 in starts:
@@ -689,7 +693,14 @@ def fit_with(group: Group, elementwise: KernelParams | None, launch_us: float | 
         sweep = all(r.source.startswith("sweep:") for r in group.records)  # graph-timed: fit on every size
         keep = np.flatnonzero(group.latency >= (0.0 if sweep else MEMORY_FIT_MIN_S))
         sub = group.subset(keep) if len(keep) >= MIN_FIT else group
-        return fit_entry(sub, replace(FALLBACK_MEMORY, launch_us=launch), ("e_memory", "exec_us"))
+        p = fit_entry(sub, replace(FALLBACK_MEMORY, launch_us=launch), ("e_memory", "exec_us"))
+        strided = sub.arrays.strided
+        if sub.kind == "copy" and strided is not None and strided.sum() >= MIN_FIT and (~strided).sum() >= MIN_FIT:
+            # copies of strided views (the sweep's permutes): their own factor on the pooled fit's e_memory, fitted
+            # on them alone. The pooled e_memory is kept: fitted on the contiguous copies alone it rises to ~0.97
+            # (small graph-replayed copies run out of the L2 cache) and large contiguous copies come out too fast
+            p = fit_entry(sub.subset(np.flatnonzero(strided)), p, ("e_strided",))
+        return p
     e_memory = (elementwise or FALLBACK_MEMORY).e_memory
     if group.mixed:
         # host-timed calls (time = execution + exec + launch) and kernel durations (execution + exec) together:

@@ -39,6 +39,10 @@ For each kernel of the kernel view (`passes.kernels.Kernel`, or any object with 
   A gemm whose bias add is fused into the library call (params `"bias": True`: `nn.Linear` -> `aten::addmm`,
   cuBLASLt's bias epilogue) runs at e_c x `e_bias` (default 1: no entry but the fitted ones tells a bias
   epilogue apart; docs/kernel-model.md).
+- A copy kernel that materialises a strided view (params `"strided": True`: the `.contiguous()` torch makes of a
+  permuted or sliced tensor, `passes.kernels` "copy:<op>" kernels; the sweep's `permute` records) moves its bytes at
+  e_m x `e_strided` (default 1; the hopper copy entries fit it on the sweep: a float16 permute moves 0.40-0.44 of
+  the bandwidth where a contiguous clone moves 0.8-0.9; docs/kernel-model.md).
 - `exec` (`exec_us`, default 0) is a fixed device-side time per kernel (prologue, epilogue, the ramp of the first
   wave), fitted only on kernel durations read from a profiler trace (data/vidur-ops: no host time in them); entries
   fitted on host-timed calls (NeuSight) keep 0, their `launch` holds it.
@@ -149,6 +153,8 @@ class KernelParams:
             convolution (the entry was not fitted with it).
         e_grouped: factor on both efficiencies of a grouped or depthwise convolution (params `groups` > 1), in
             (0, 1]; 1: as a dense one.
+        e_strided: factor on a copy's memory efficiency when it gathers a strided view into contiguous memory
+            (params `"strided": True`), in (0, 1]; 1: no difference (the entry was not fitted with it).
         source: where the numbers come from, a chain read left to right: "fit: ..." (fitted on single-kernel
             measurements), "transfer: ..." (another family's fit), "default: ..." (a published or measured
             figure), "assumed: ..." (a stated assumption), each followed by the source of what it came from.
@@ -168,9 +174,10 @@ class KernelParams:
     e_bias: float = 1.0
     e_transposed: float = 1.0
     e_grouped: float = 1.0
+    e_strided: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("e_bias", "e_transposed", "e_grouped"):
+        for name in ("e_bias", "e_transposed", "e_grouped", "e_strided"):
             if not (0 < getattr(self, name) <= 1):
                 raise KernelParamsError(f"{name} must be in (0, 1]: {getattr(self, name)} ({self.source or 'entry'})")
         if not (0 < self.e_compute <= 1 and 0 < self.e_memory <= 1):
@@ -196,7 +203,7 @@ class KernelParams:
             doc["exec_us"] = round(self.exec_us, 4)
         if self.e_bias != 1.0:
             doc["e_bias"] = round(self.e_bias, 6)
-        for name in ("e_transposed", "e_grouped"):
+        for name in ("e_transposed", "e_grouped", "e_strided"):
             if getattr(self, name) != 1.0:
                 doc[name] = round(getattr(self, name), 6)
         doc["source"] = self.source
@@ -231,6 +238,7 @@ class KernelParams:
                 e_bias=float(doc.get("e_bias", 1.0)),
                 e_transposed=float(doc.get("e_transposed", 1.0)),
                 e_grouped=float(doc.get("e_grouped", 1.0)),
+                e_strided=float(doc.get("e_strided", 1.0)),
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, KernelParamsError):
@@ -345,6 +353,8 @@ class KernelArrays:
     `bias`: per row, True for a gemm with its bias add fused (the kernel's params `"bias": True`), or None when no
     row has one. `transposed` / `grouped`: per row, True for a transposed convolution (params `"transposed": True`)
     / a convolution of `groups` > 1 (grouped or depthwise), or None when no row is one (`class_efficiency`).
+    `strided`: per row, True for a copy that gathers a strided view (params `"strided": True`), or None when no row
+    is one.
     """
 
     kind: np.ndarray  # (N,) str
@@ -360,6 +370,7 @@ class KernelArrays:
     bias: np.ndarray | None = None  # (N,) bool: a gemm with a fused bias epilogue, or None for none
     transposed: np.ndarray | None = None  # (N,) bool: a transposed convolution, or None for none
     grouped: np.ndarray | None = None  # (N,) bool: a convolution with groups > 1, or None for none
+    strided: np.ndarray | None = None  # (N,) bool: a copy of a strided view, or None for none
 
     def __len__(self) -> int:
         return len(self.flops)
@@ -433,7 +444,7 @@ def kernel_arrays(kernels: Iterable) -> KernelArrays:
     launches of its kernel; any other object for one launch, whatever attributes it has (a serving engine's
     per-layer `count` is not a launch count)."""
     kinds, dtypes, flops, nbytes, dims, counts, calls, biases = [], [], [], [], [], [], [], []
-    transposed, grouped = [], []
+    transposed, grouped, strided = [], [], []
     for kern in kernels:
         counts.append(kern.count if isinstance(kern, Launches) else 1)
         calls.append(getattr(kern, "call", None))
@@ -442,6 +453,7 @@ def kernel_arrays(kernels: Iterable) -> KernelArrays:
         is_conv = kern.kind == "conv" and kind == "conv"
         transposed.append(is_conv and (kern.params or {}).get("transposed") is True)
         grouped.append(is_conv and _groups(kern.params or {}) > 1)
+        strided.append(kern.kind == "copy" and (kern.params or {}).get("strided") is True)
         kinds.append(kind)
         dtypes.append(kern.dtype)
         flops.append(kern.flops)
@@ -460,6 +472,7 @@ def kernel_arrays(kernels: Iterable) -> KernelArrays:
         np.array(biases, dtype=bool) if any(biases) else None,
         np.array(transposed, dtype=bool) if any(transposed) else None,
         np.array(grouped, dtype=bool) if any(grouped) else None,
+        np.array(strided, dtype=bool) if any(strided) else None,
     )
     if (arrays.flops < 0).any() or (arrays.nbytes < 0).any():
         raise KernelParamsError("kernel FLOPs and bytes must be >= 0")
@@ -500,11 +513,6 @@ def class_efficiency(arrays: KernelArrays, p: KernelParams) -> np.ndarray | floa
     return factor
 
 
-def memory_efficiency(arrays: KernelArrays, p: KernelParams) -> np.ndarray | float:
-    """e_m per kernel for one parameter entry: `e_memory` times the convolution-class factor (`class_efficiency`)."""
-    return p.e_memory * class_efficiency(arrays, p)
-
-
 def compute_efficiency(arrays: KernelArrays, p: KernelParams, sms: float | np.ndarray) -> np.ndarray:
     """e_c per kernel for one parameter entry (all rows of `arrays` use `p`), times `e_bias` on the rows with a
     fused bias epilogue (`arrays.bias`) and the convolution-class factor (`class_efficiency`)."""
@@ -515,6 +523,15 @@ def compute_efficiency(arrays: KernelArrays, p: KernelParams, sms: float | np.nd
     q = tile_efficiency(arrays.b, arrays.m, arrays.n, sms, p.tiles, p.tile_i0)
     depth = np.where(arrays.k > 0, arrays.k / (arrays.k + p.k0), 1.0) if p.k0 else 1.0
     return np.clip(p.e_compute * q * depth * epilogue, 1e-9, 1.0)
+
+
+def memory_efficiency(arrays: KernelArrays, p: KernelParams) -> np.ndarray | float:
+    """e_m per kernel for one parameter entry (all rows of `arrays` use `p`): `e_memory`, times the convolution-class
+    factor (`class_efficiency`) and `e_strided` on the rows that copy a strided view (`arrays.strided`)."""
+    e_m = p.e_memory * class_efficiency(arrays, p)
+    if arrays.strided is None or p.e_strided == 1.0:
+        return e_m
+    return e_m * np.where(arrays.strided, p.e_strided, 1.0)
 
 
 @dataclass(frozen=True)

@@ -576,3 +576,47 @@ def test_conv_fit_recovers_class_factors():
     got = kf.fit_with(group, None, 16.0)
     assert got.e_transposed == pytest.approx(0.6, rel=0.05) and got.e_grouped == pytest.approx(0.3, rel=0.05)
     assert got.launch_us == 16.0  # kernel durations: the launch is given, not fitted
+
+
+def test_strided_copy_by_hand():
+    """e_strided scales the memory efficiency of a copy that gathers a strided view (params "strided": True), and
+    only of such a copy; an entry without it (e_strided 1) costs both copies alike."""
+    p = KernelParams(1.0, 0.8, 16.0, source="test", exec_us=2.0, e_strided=0.5)
+    n = 2**24  # float16 elements: 33,554,432 B read and 33,554,432 B written = 67,108,864 B
+    plain = K("copy", 0, 2 * n, 2 * n, "float16", {"numel": n})
+    strided = K("copy", 0, 2 * n, 2 * n, "float16", {"numel": n, "strided": True})
+    kt = kernel_latency([plain, strided], H100, params=table(copy=p))
+    # 67,108,864 / (3.35e12 x 0.8) = 25.041 us + 2 exec = 27.041 us; / (3.35e12 x 0.8 x 0.5) = 50.081 + 2 = 52.081 us
+    assert kt.memory_s * 1e6 == pytest.approx([27.041, 52.081], abs=1e-3)
+    assert kt.eager_s * 1e6 == pytest.approx([27.041, 52.081], abs=1e-3)  # both above the 16 us launch floor
+    flat = kernel_latency([plain, strided], H100, params=table(copy=replace(p, e_strided=1.0)))
+    assert flat.memory_s * 1e6 == pytest.approx([27.041, 27.041], abs=1e-3)
+    # the flag is a copy's: an elementwise kernel with it is costed as any other
+    odd = K("elementwise", n, 2 * n, 2 * n, "float16", {"numel": n, "strided": True})
+    assert kernel_latency([odd], H100, params=table(elementwise=p)).memory_s[0] * 1e6 == pytest.approx(27.041, abs=1e-3)
+    assert KernelParams.from_json(p.to_json()) == p and "e_strided" not in ELEM.to_json()
+    with pytest.raises(KernelParamsError):
+        KernelParams(1.0, 0.8, 16.0, e_strided=0.0)
+
+
+def test_copy_fit_separates_strided_copies():
+    """A group of graph-timed copies, a third of them strided, made by a known entry (e_memory 0.85, e_strided
+    0.5, exec 1.9 us, large copies of 1-300 M elements): the duration fit (`kernel_fit.fit_with`) fits e_memory and
+    exec on all of them (the pooled entry), then e_strided on the strided ones alone, so that the strided copies
+    move at 0.85 x 0.5 = 0.425 of the bandwidth; the launch is the one given."""
+    truth = KernelParams(1.0, 0.85, 16.6, exec_us=1.9, e_strided=0.5)
+    rng = np.random.default_rng(3)
+    recs = []
+    for i, numel in enumerate(np.exp(rng.uniform(np.log(1e6), np.log(3e8), 90)).astype(int)):
+        params = {"numel": int(numel)} | ({"strided": True} if i % 3 == 0 else {})
+        recs.append(kf.MeasuredKernel("copy", "permute" if i % 3 == 0 else "copy", "float16", 0, 2 * int(numel),
+                                      2 * int(numel), params, 1.0, "h100-80gb", "sweep:h100-80gb",
+                                      includes_launch=False))  # fmt: skip
+    group = kf.Group.of(recs)
+    lat = group.predict(truth) * rng.uniform(0.99, 1.01, len(recs))
+    group = kf.Group.of([replace(r, latency_s=float(t)) for r, t in zip(recs, lat, strict=True)])
+    got = kf.fit_with(group, None, 16.6)
+    assert got.e_memory * got.e_strided == pytest.approx(0.425, rel=0.03) and got.launch_us == 16.6
+    assert got.e_strided < 0.8 and 0.425 < got.e_memory < 0.85  # pooled: between the two kinds of copy
+    pooled = kf.fit_with(kf.Group.of([replace(r, params={"numel": r.params["numel"]}) for r in group.records]), None)
+    assert got.e_memory == pytest.approx(pooled.e_memory) and got.exec_us == pytest.approx(pooled.exec_us)

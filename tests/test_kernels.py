@@ -538,6 +538,8 @@ def test_reshape_of_a_transposed_tensor_copies():
     kernels = analyze(TransposeMerge(), (x,)).analysis.kernels
     assert [(k.kind, k.bytes_read, k.bytes_written) for k in kernels] == [("copy", 1_024, 1_024)]  # 2x8x16x4 B
     assert trace_kernels(TransposeMerge(), (x,)).counts() == {"aten.clone.default": 1}
+    # the clone gathers a transposed view: flagged for the time model's strided-copy bandwidth (e_strided)
+    assert kernels[0].op == "copy:relax.reshape" and kernels[0].params == {"numel": 256, "strided": True}
 
 
 def test_view_strides_follow_torch():

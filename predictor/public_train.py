@@ -1278,7 +1278,9 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     import torch
 
-    torch.set_num_threads(2)
+    # one thread: on the shared 2-core machine the final fit took 12.0 s with one and 202.5 s with two (intra-op
+    # threads of these small graphs wait on each other; 2026-11-26, load average 2-3)
+    torch.set_num_threads(1)
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     try:
         graphs = load_graphs(args.graphs)

@@ -115,10 +115,11 @@ class _Group(click.Group):
 )
 @click.option(
     "--predictor",
-    type=click.Choice(("kernel", "public")),
+    type=click.Choice(("auto", "kernel", "public")),
     default=None,
-    help="Whole-model predictor: kernel (default: the kernel model) or public (A100s: also the GraphSAGE trained on "
-    "public benchmark measurements, docs/predictor-training.md). Also $PREFLIGHT_PREDICTOR.",
+    help="Whole-model predictor: auto (default: the GraphSAGE trained on public A100 and own H100 measurements on "
+    "the GPUs where its held-out evaluation passed, the kernel model elsewhere), kernel (the kernel model) or public "
+    "(the GraphSAGE on every GPU it was measured on); docs/predictor-training.md. Also $PREFLIGHT_PREDICTOR.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Only the result and errors: no progress or 'wrote' lines.")
 @click.option("-v", "--verbose", is_flag=True, help="Also show the libraries' own warnings (torch, transformers, TVM).")

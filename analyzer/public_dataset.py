@@ -51,6 +51,10 @@ def featurize_public(spec: str, batch: int, dtype: str) -> dict[str, np.ndarray]
 
     report = analyze(f"zoo:{spec}", batch=batch, dtype=None if dtype == "float32" else dtype)
     a = report.analysis
+    if getattr(a, "repeat", None) is not None or getattr(a, "steps", None) is not None:
+        # the graph holds 2 layers (a few steps) of the model: `predict` answers such a graph with the kernel model,
+        # and its kernel list is not the model's (`Analysis.launched_kernels`)
+        raise ValueError("layers or steps extrapolated: not a training graph")
     names = sorted(a.static_features)
     kernels = a.kernels
     ka = kernel_arrays(kernels)

@@ -78,20 +78,38 @@ def estimate_low_ms(times: KernelTimes) -> float:
 
 _ARTIFACT = re.compile(r"^(?P<device>[\w.-]+)@(?P<version>\d+)$")
 
-#: Which whole-model predictor answers: "kernel" (the default: the kernel-model estimate, and a predictor trained on
-#: this project's own GPU measurements where one is in the checkpoints) or "public" (also the GraphSAGE trained on
-#: public whole-model measurements, `predictor.public_train`). The public one is opt-in: held out by family its median
-#: error is 58.5% (the kernel model's 81.1% on the same benchmark loops), while on FP32 transformer forwards timed
-#: with CUDA events (a public comparison, not shipped) the kernel model is within 5% and the GraphSAGE moves far
-#: from it (BERT-base, batch 8, A100: 26.1 ms against the kernel model's 17.9 ms); docs/predictor-training.md.
+#: Which whole-model predictor answers, `PREFLIGHT_PREDICTOR` (`preflight --predictor`): "auto" (the default: the
+#: GraphSAGE trained on public and own whole-model measurements, `predictor.public_train`, on the GPUs where its
+#: held-out evaluation passed the default rule, its `meta.json` "default_devices"; the kernel-model estimate
+#: elsewhere, and a predictor trained on this project's own GPU measurements where one is in the checkpoints),
+#: "kernel" (never the public GraphSAGE) or "public" (the public GraphSAGE on every GPU it was measured on, its
+#: "devices"). The rule (`predictor.public_train.DEFAULT_TOLERANCE_PP`) and the table: docs/predictor-training.md.
 PREDICTOR_ENV = "PREFLIGHT_PREDICTOR"
-PREDICTOR_CHOICES = ("kernel", "public")
+PREDICTOR_CHOICES = ("auto", "kernel", "public")
 PUBLIC_SCHEMA = "preflight.public_residual/1"
 
 
+def predictor_mode() -> str:
+    """`PREFLIGHT_PREDICTOR`: "auto" (unset or unknown), "kernel" or "public" (`PREDICTOR_CHOICES`)."""
+    mode = os.environ.get(PREDICTOR_ENV, "auto")
+    return mode if mode in PREDICTOR_CHOICES else "auto"
+
+
 def public_predictor_enabled() -> bool:
-    """Whether `PREFLIGHT_PREDICTOR` asks for the GraphSAGE trained on public measurements (`--predictor public`)."""
-    return os.environ.get(PREDICTOR_ENV, "kernel") == "public"
+    """Whether `PREFLIGHT_PREDICTOR` asks for the public GraphSAGE on every GPU it was measured on (`public`)."""
+    return predictor_mode() == "public"
+
+
+def _public_devices(artifact: Path, measured: tuple[str, ...]) -> tuple[str, ...]:
+    """The GPUs a public GraphSAGE answers on under `predictor_mode`: none ("kernel"), every one it was measured on
+    ("public"), those its evaluation put on by default ("auto": `meta.json` "default_devices")."""
+    mode = predictor_mode()
+    if mode == "kernel":
+        return ()
+    if mode == "public":
+        return measured
+    on = _meta(artifact).get("default_devices")
+    return tuple(k for k in measured if isinstance(on, list) and k in on)
 
 
 def newest_artifacts(root: Path = CHECKPOINTS) -> dict[str, Path]:
@@ -102,9 +120,10 @@ def newest_artifacts(root: Path = CHECKPOINTS) -> dict[str, Path]:
             m = _ARTIFACT.match(d.name)
             if not (m and (d / "meta.json").is_file()):
                 continue
-            if _meta(d).get("schema") == PUBLIC_SCHEMA and not public_predictor_enabled():
-                continue  # opt-in (PREDICTOR_ENV)
-            for key in (m["device"], *_also_measured_on(d)):
+            keys = (m["device"], *_also_measured_on(d))
+            if _meta(d).get("schema") == PUBLIC_SCHEMA:
+                keys = _public_devices(d, keys)  # PREDICTOR_ENV
+            for key in keys:
                 if int(m["version"]) > best.get(key, (-1, d))[0]:
                     best[key] = (int(m["version"]), d)
     return {k: d for k, (_, d) in best.items()}
@@ -591,8 +610,8 @@ def _public_basis(residual, device: Device, used: bool, fallback: str | None) ->
     what it was trained on, and why it was not used (out of distribution)."""
     info = residual.info
     doc = {
-        "whole_model_training": f"{info.get('training_data', 'public measurements')}, "
-        f"{len(info.get('families', []))} families, {info.get('n_rows', '?')} rows"
+        "whole_model_training": f"{info.get('training_data', 'public measurements')}; "
+        f"{len(info.get('families', []))} families, {info.get('n_rows', '?')} rows in all"
     }
     if used:
         doc |= {"whole_model": "measured", "whole_model_device": device.key}

@@ -1,8 +1,9 @@
-"""Train the GraphSAGE on public whole-model A100 measurements: rows, graphs, harness terms (no TVM).
+"""Train the GraphSAGE on public A100 and own H100 whole-model measurements: rows, graphs, harness terms (no TVM).
 
 Rows (`training_rows`): the NVIDIA DeepLearningExamples rows `predictor.public_data` maps to zoo configurations
-(`data/public-models/dle-a100.jsonl`) and the MIGProfiler encoder rows (`data/public-models/mig-a100-40gb.jsonl`,
-float32 eager with TF32 matmuls on every MIG slice of an A100-40GB, `MIG_PRECISION`). Each row becomes a
+(`data/public-models/dle-a100.jsonl`), the MIGProfiler encoder rows (`data/public-models/mig-a100-40gb.jsonl`,
+float32 eager with TF32 matmuls on every MIG slice of an A100-40GB, `MIG_PRECISION`) and the project's own H100
+rows (`data/h100-80gb/models/*.jsonl`, eager forwards timed with CUDA events, `h100_rows`). Each row becomes a
 `TrainRow`: the family (the unit of the leave-one-family-out split), the zoo spec, batch and the dtype to analyse
 the graph in (autocast rows as "amp-float16" / "amp-bfloat16"), the precision it ran in, the device key (a MIG
 slice as `a100-40gb:3g.20gb`), the measured milliseconds, what the timed loop holds (`harness`) and whether it
@@ -34,6 +35,9 @@ from .public_data import MappedRow, load_rows, map_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 MIG_PATH = ROOT / "data" / "public-models" / "mig-a100-40gb.jsonl"
+#: The project's own whole-model measurements on an H100 (`predictor.measure`: eager torch, CUDA events around each
+#: forward, back to back; one JSON line per zoo configuration, `status` "ok" or why not).
+H100_DIR = ROOT / "data" / "h100-80gb" / "models"
 GRAPHS_PATH = ROOT / "data" / "public-models" / "public-graphs.npz"
 
 #: Host-to-device rate of an A100 SXM4's host link, bytes/s: PCIe 4.0 x16, 16 GT/s x 16 lanes x 128/130 / 8
@@ -60,24 +64,27 @@ _FAMILY = {  # zoo spec prefix -> family
     "fastpitch": "fastpitch",
     "wav2vec2": "wav2vec2",
 }
-#: The MIGProfiler encoders as zoo specs (bench/mig_encoders.py) and their family: distiluse v1 and v2 are one
-#: architecture (DistilBERT multilingual), so one family (two would put the same graph on both sides of a split).
+#: The MIGProfiler encoders as zoo specs (bench/mig_encoders.py) and their family. A family is an architecture (the
+#: zoo builder), whatever the checkpoint and the device: MiniLM-L12 is a BERT, mpnet-base-v2 an XLM-R (RoBERTa),
+#: distiluse v1 and v2 one DistilBERT; the H100 rows of `bert_base`, `roberta_base`, `distilbert_base` are the same
+#: three families, so a leave-one-family-out split holds each out on both devices at once (two names for one
+#: architecture would put near-identical graphs on both sides of a split).
 MIG_ENCODERS = {
     "paraphrase-multilingual-MiniLM-L12-v2": (
         "bert?vocab=250037&hidden=384&layers=12&heads=12&intermediate=1536&max_pos=512&attn=eager",
-        "minilm-bert",
+        "bert",
     ),
     "paraphrase-multilingual-mpnet-base-v2": (
         "roberta?vocab=250002&hidden=768&layers=12&heads=12&intermediate=3072&max_pos=514&attn=eager",
-        "mpnet-xlmr",
+        "roberta",
     ),
     "distiluse-base-multilingual-cased-v1": (
         "distilbert?vocab=119547&hidden=768&layers=6&heads=12&intermediate=3072&max_pos=512&attn=eager",
-        "distiluse-distilbert",
+        "distilbert",
     ),
     "distiluse-base-multilingual-cased-v2": (
         "distilbert?vocab=119547&hidden=768&layers=6&heads=12&intermediate=3072&max_pos=512&attn=eager",
-        "distiluse-distilbert",
+        "distilbert",
     ),
 }
 #: How the MIGProfiler rows ran (the script that wrote them: `A100-infer_test.py` at the repository's first commit
@@ -93,6 +100,11 @@ MIG_ENCODERS = {
 MIG_PRECISION = "tf32"
 
 
+#: Precision of an own H100 row from its dtype: float32 ran with `tf32_matmul` off (every record's `env` says so;
+#: `h100_rows` refuses one that does not), float16 as the model in half (`predictor.measure` casts the module).
+H100_PRECISION = {"float32": "fp32", "float16": "fp16"}
+
+
 class PublicTrainError(ValueError):
     """The training data or an artifact cannot be used (one line)."""
 
@@ -102,15 +114,15 @@ class TrainRow:
     """One measured row to train or evaluate on.
 
     Attributes:
-        source: "dle:<line>" or "mig:<line>" (0-based line of the JSON-lines file).
-        family: the leave-one-family-out unit ("dlrm", "nnunet", ..., "minilm-bert").
+        source: "dle:<line>", "mig:<line>" (0-based line of the JSON-lines file) or "h100:<file>:<line>".
+        family: the leave-one-family-out unit, an architecture on every device ("dlrm", "nnunet", "bert", ...).
         spec: zoo spec without the "zoo:" prefix.
         batch: batch size.
         analysis_dtype: dtype to analyse the graph in ("float32", "float16", "amp-float16", "amp-bfloat16").
         precision: one of `PRECISIONS`.
         device: device key, e.g. "a100-80gb" or "a100-40gb:1g.5gb".
         latency_ms: measured milliseconds per batch.
-        comparability: "B" or "C" (MIG rows: "B").
+        comparability: "B" or "C" (MIG rows: "B"; own H100 rows: "A", a plain eager forward timed with CUDA events).
         harness: {flag: 0/1} for `HARNESS_FLAGS`, and "h2d": 1 when the loop copies the input batch to the GPU.
         single_forward: whether the row is in the single-forward evaluation (module docstring).
         reason: why not ("" when it is).
@@ -193,16 +205,56 @@ def mig_rows(path: str | Path = MIG_PATH) -> tuple[list[TrainRow], dict[str, int
     return used, left
 
 
+def h100_rows(directory: str | Path = H100_DIR) -> tuple[list[TrainRow], dict[str, int]]:
+    """The project's own H100 whole-model rows (every `status` "ok" record of `directory`/*.jsonl: the zoo spec,
+    batch, dtype as measured, the median of the CUDA-event times) and the count of records left out per reason.
+
+    Family: the record's zoo family (`bert`, `resnet`, ...), the unit of the split like the public families. Every
+    row is a single eager forward (no harness term)."""
+    used, left = [], {}
+    for path in sorted(Path(directory).glob("*.jsonl")):
+        with open(path, encoding="utf-8") as fh:
+            for n, line in enumerate(fh):
+                if not line.strip():
+                    continue
+                r = json.loads(line)
+                if r.get("status") != "ok":
+                    key = f"own H100: status {r.get('status')!r} (no latency)"
+                    left[key] = left.get(key, 0) + 1
+                    continue
+                if r["dtype"] not in H100_PRECISION or (r.get("env") or {}).get("tf32_matmul"):
+                    raise PublicTrainError(f"{path.name}:{n + 1}: dtype {r['dtype']!r} / TF32 matmuls not mapped")
+                used.append(
+                    TrainRow(
+                        source=f"h100:{path.name}:{n}",
+                        family=str(r["family"]),
+                        spec=str(r["zoo"]),
+                        batch=int(r["batch"]),
+                        analysis_dtype=r["dtype"],
+                        precision=H100_PRECISION[r["dtype"]],
+                        device=str(r["device"]),
+                        latency_ms=float(r["latency_ms"]["median"]),
+                        comparability="A",
+                        harness=dict.fromkeys((*HARNESS_FLAGS, "h2d"), 0),
+                    )
+                )
+    return used, left
+
+
 #: Mapped rows not used at all, and why: TFT's Triton rows (grade C, float16, batch 1-1024: 22 graphs) would take
 #: 2 minutes each to analyse on the shared 2-core machine (the TFT graph has 4,231 ops), for rows that are not in
 #: the single-forward evaluation anyway.
 NOT_USED = {("tft", "C"): "TFT on Triton (grade C, float16): not featurised (2 min per graph here)"}
 
 
-def training_rows(dle: str | Path = DLE_PATH, mig: str | Path = MIG_PATH) -> list[TrainRow]:
-    """Every public row preflight trains on (module docstring), DLE rows first, in file order."""
+def training_rows(
+    dle: str | Path = DLE_PATH, mig: str | Path = MIG_PATH, h100: str | Path | None = H100_DIR
+) -> list[TrainRow]:
+    """Every row preflight trains on (module docstring): DLE rows first, then MIGProfiler, then the own H100 rows
+    (`h100=None`: the public A100 rows only), each in file order."""
     rows = [_dle_row(m) for m in map_rows(load_rows(dle)) if isinstance(m, MappedRow)]
-    return [r for r in rows if (r.family, r.comparability) not in NOT_USED] + mig_rows(mig)[0]
+    own = h100_rows(h100)[0] if h100 is not None else []
+    return [r for r in rows if (r.family, r.comparability) not in NOT_USED] + mig_rows(mig)[0] + own
 
 
 def not_used_counts(dle: str | Path = DLE_PATH) -> dict[str, int]:
@@ -913,9 +965,40 @@ def _ape(rows: list[dict], key: str) -> np.ndarray:
     return np.array([abs(r[key] - r["measured_ms"]) / r["measured_ms"] * 100 for r in rows])
 
 
+def device_group(device_key: str) -> str:
+    """The GPU a row ran on, for the tables: "A100" for an A100 of any memory size and its MIG slices, "H100"."""
+    return device_key.split(":")[0].split("-")[0].upper()
+
+
+#: When `preflight predict` may answer with the GraphSAGE by default (`default_decision`), fixed before the table was
+#: made: held out, over the single-forward rows of a GPU, the GraphSAGE with the OOD fallback has a lower median APE
+#: than the kernel model, and on no family of that GPU is its median APE more than this many percentage points
+#: above the kernel model's.
+DEFAULT_TOLERANCE_PP = 5.0
+
+
+def default_decision(per_family_device: dict, per_device: dict, tolerance_pp: float = DEFAULT_TOLERANCE_PP) -> dict:
+    """{GPU: {"on": bool, "kernel": median APE %, "graphsage": median APE % (+ OOD fallback), "blocking": [family,
+    ...]}} of the rule `DEFAULT_TOLERANCE_PP` states, from `summarise`'s single-forward blocks."""
+    out = {}
+    for dev, b in per_device.items():
+        km, ours = b["kernel model"]["median_ape"], b["+ OOD fallback"]["median_ape"]
+        blocking = []
+        for key, fb in per_family_device.items():
+            fam, fdev = key.rsplit(" / ", 1)
+            if fdev != dev:
+                continue
+            k, o = fb["kernel model"]["median_ape"], fb["+ OOD fallback"]["median_ape"]
+            if o > k + tolerance_pp:
+                blocking.append(f"{fam} ({k:.1f}% -> {o:.1f}%)")
+        out[dev] = {"on": ours < km and not blocking, "kernel": km, "graphsage": ours, "blocking": blocking}
+    return out
+
+
 def summarise(rows: list[dict]) -> dict:
-    """Per (family, precision) and per family: n, MAPE and median APE of each model, coverage of the interval;
-    and the done-when figures over the single-forward rows."""
+    """Per (family, GPU, precision) and per family: n, MAPE and median APE of each model, coverage of the interval;
+    and over the single-forward rows, per family, per (family, GPU) and per GPU: the done-when figures and the
+    default rule (`default_decision`)."""
 
     def block(rs: list[dict]) -> dict:
         doc = {"n": len(rs)}
@@ -927,28 +1010,34 @@ def summarise(rows: list[dict]) -> dict:
         doc["in_distribution"] = float(np.mean([r["in_distribution"] for r in rs]) * 100)
         return doc
 
-    groups: dict[tuple, list] = {}
-    for r in rows:
-        groups.setdefault((r["family"], r["precision"]), []).append(r)
-    per_fp = {f"{f} / {p}": block(v) for (f, p), v in sorted(groups.items())}
-    fams = sorted({r["family"] for r in rows})
-    per_family = {f: block([r for r in rows if r["family"] == f]) for f in fams}
+    def better(blocks: dict, name: str) -> list[str]:
+        return [k for k, b in blocks.items() if b[name]["median_ape"] < b["kernel model"]["median_ape"]]
+
+    def grouped(rs: list[dict], key) -> dict:
+        groups: dict[tuple, list] = {}
+        for r in rs:
+            groups.setdefault(key(r), []).append(r)
+        return {" / ".join(k): block(v) for k, v in sorted(groups.items())}
+
+    per_fp = grouped(rows, lambda r: (r["family"], device_group(r["device"]), r["precision"]))
+    per_family = grouped(rows, lambda r: (r["family"],))
     single = [r for r in rows if r["single_forward"]]
-    sf_fams = sorted({r["family"] for r in single})
-    sf_family = {f: block([r for r in single if r["family"] == f]) for f in sf_fams}
-    beats = [f for f, b in sf_family.items() if b["+ OOD fallback"]["median_ape"] < b["kernel model"]["median_ape"]]
-    beats_raw = [
-        f for f, b in sf_family.items() if b["kernel model + GraphSAGE"]["median_ape"] < b["kernel model"]["median_ape"]
-    ]
+    sf_family = grouped(single, lambda r: (r["family"],))
+    sf_fd = grouped(single, lambda r: (r["family"], device_group(r["device"])))
+    sf_dev = grouped(single, lambda r: (device_group(r["device"]),))
     return {
         "per_family_precision": per_fp,
         "per_family": per_family,
         "single_forward": {
             "all": block(single) if single else None,
+            "per_device": sf_dev,
             "per_family": sf_family,
-            "families": len(sf_fams),
-            "beats_kernel_model": beats,
-            "graphsage_beats_kernel_model": beats_raw,
+            "per_family_device": sf_fd,
+            "families": len(sf_family),
+            "beats_kernel_model": better(sf_family, "+ OOD fallback"),
+            "graphsage_beats_kernel_model": better(sf_family, "kernel model + GraphSAGE"),
+            "family_device_beats_kernel_model": better(sf_fd, "+ OOD fallback"),
+            "default": default_decision(sf_fd, sf_dev),
         },
     }
 
@@ -960,56 +1049,56 @@ def _cell(b: dict, name: str) -> str:
 def table_markdown(summary: dict, meta: dict) -> str:
     """EVAL.md: the leave-one-family-out table."""
     names = [n for n, _ in MODELS]
-    head = "| family / precision | rows | " + " | ".join(names) + " | 90% interval covers | in distribution |"
+    head = "| family / GPU | rows | " + " | ".join(names) + " | 90% interval covers | in distribution |"
     sep = "|---|---:|" + "---:|" * (len(names) + 2)
+
+    def line(key: str, b: dict) -> str:
+        return (
+            f"| {key} | {b['n']} | "
+            + " | ".join(_cell(b, n) for n in names)
+            + f" | {b['coverage90']:.0f}% | {b['in_distribution']:.0f}% |"
+        )
+
+    sf = summary["single_forward"]
     lines = [
-        f"# {meta['name']}: leave-one-family-out on public A100 measurements",
+        f"# {meta['name']}: leave-one-family-out on {meta['training_data']}",
         "",
         f"Made by `python -m predictor.public_train evaluate` ({meta['created']}): {meta['n_rows']} rows, "
-        f"{len(meta['families'])} families, data digest {meta['data_digest']}, kernel model TF32 matmuls: "
-        f"{'yes' if meta['tf32_matmul'] else 'no (FP32 CUDA cores)'}. Each family is predicted by models trained on "
-        "the other families only. Cells: MAPE % / median APE %. `+ OOD fallback` is what `preflight predict` "
-        "answers: the GraphSAGE inside the distance threshold, the kernel model beyond it "
-        "(docs/predictor-training.md).",
+        f"{len(meta['families'])} families ({', '.join(meta['families'])}), data digest {meta['data_digest']}, "
+        f"kernel model TF32 matmuls: {'yes' if meta['tf32_matmul'] else 'no (FP32 CUDA cores)'}. Each family is "
+        "predicted by models trained on the other families only (a family measured on both GPUs is held out on both "
+        "at once). Cells: MAPE % / median APE %. `+ OOD fallback` is what `preflight predict` answers: the GraphSAGE "
+        "inside the distance threshold, the kernel model beyond it (docs/predictor-training.md).",
         "",
-        "## Single-forward rows (the done-when set)",
+        "## Single-forward rows (the done-when set), per family and GPU",
         "",
         head,
         sep,
-    ]
-    sf = summary["single_forward"]
-    for f, b in sf["per_family"].items():
-        lines.append(
-            f"| {f} | {b['n']} | "
-            + " | ".join(_cell(b, n) for n in names)
-            + f" | {b['coverage90']:.0f}% | {b['in_distribution']:.0f}% |"
-        )
-    if sf["all"]:
-        b = sf["all"]
-        lines.append(
-            f"| **all** | {b['n']} | "
-            + " | ".join(_cell(b, n) for n in names)
-            + f" | {b['coverage90']:.0f}% | {b['in_distribution']:.0f}% |"
-        )
-    lines += [
+        *(line(k, b) for k, b in sf["per_family_device"].items()),
+        *(line(f"**all {k}**", b) for k, b in sf.get("per_device", {}).items()),
+        *([line("**all**", sf["all"])] if sf["all"] else []),
         "",
         "Families where kernel model + GraphSAGE (with the OOD fallback) has a lower median APE than the kernel "
         "model: "
         f"{len(sf['beats_kernel_model'])} of {sf['families']} ({', '.join(sf['beats_kernel_model']) or 'none'}); "
         f"the GraphSAGE alone: {len(sf['graphsage_beats_kernel_model'])} "
-        f"({', '.join(sf['graphsage_beats_kernel_model']) or 'none'}).",
+        f"({', '.join(sf['graphsage_beats_kernel_model']) or 'none'}). Per family and GPU: "
+        f"{len(sf.get('family_device_beats_kernel_model', []))} of {len(sf.get('per_family_device', {}))}.",
         "",
-        "## Every row, per family and precision",
+        f"Default rule (`DEFAULT_TOLERANCE_PP` = {DEFAULT_TOLERANCE_PP:g}): the GraphSAGE answers by default on a GPU "
+        "where, held out, its median APE with the OOD fallback is below the kernel model's over the GPU's "
+        f"single-forward rows and no family of the GPU is more than {DEFAULT_TOLERANCE_PP:g} percentage points worse "
+        "than the kernel model:",
         "",
-        head,
-        sep,
     ]
-    for k, b in summary["per_family_precision"].items():
+    for dev, d in sf.get("default", {}).items():
         lines.append(
-            f"| {k} | {b['n']} | "
-            + " | ".join(_cell(b, n) for n in names)
-            + f" | {b['coverage90']:.0f}% | {b['in_distribution']:.0f}% |"
+            f"- {dev}: {'**on**' if d['on'] else '**off**'} (median APE kernel model {d['kernel']:.1f}%, "
+            f"+ GraphSAGE {d['graphsage']:.1f}%)"
+            + (f"; blocked by {len(d['blocking'])}: {', '.join(d['blocking'])}" if d["blocking"] else "")
         )
+    lines += ["", "## Every row, per family, GPU and precision", "", head.replace("GPU", "GPU / precision"), sep]
+    lines += [line(k, b) for k, b in summary["per_family_precision"].items()]
     lines += ["", "## Left out of the single-forward rows", ""]
     for reason, n in meta.get("left_out", {}).items():
         lines.append(f"- {n} rows: {reason}")
@@ -1022,7 +1111,23 @@ def table_markdown(summary: dict, meta: dict) -> str:
 # --------------------------------------------------------------------------------------------------
 
 CHECKPOINT_NAME = "a100-80gb@1"
-MEASURED_DEVICES = ("a100-40gb", "a100-80gb")
+#: The GPUs the training rows ran on (a MIG slice of an A100-40GB counts as its GPU): the checkpoint answers on these
+#: (`meta.json` "devices"), and is not transferred to others.
+MEASURED_DEVICES = ("a100-40gb", "a100-80gb", "h100-80gb")
+#: How `training_data` names the rows of each GPU (`describe_training`).
+SOURCES = {
+    "A100": "public A100 measurements (NVIDIA DeepLearningExamples, MIGProfiler)",
+    "H100": "own H100 measurements (predictor.measure, eager)",
+}
+
+
+def describe_training(rows: list[TrainRow]) -> str:
+    """What a predictor trained on `rows` rests on, per GPU: "public A100 measurements (...), 9 families; own H100
+    measurements (...), 34 families" (a family measured on both GPUs counts on each)."""
+    by_gpu: dict[str, set] = {}
+    for r in rows:
+        by_gpu.setdefault(device_group(r.device), set()).add(r.family)
+    return "; ".join(f"{SOURCES.get(g, g + ' measurements')}, {len(f)} families" for g, f in sorted(by_gpu.items()))
 
 
 def trainable(row: TrainRow) -> bool:
@@ -1134,6 +1239,8 @@ def left_out_counts(rows: list[TrainRow]) -> dict[str, int]:
             out[r.reason] = out.get(r.reason, 0) + 1
     for reason, n in mig_rows()[1].items():
         out[f"MIGProfiler: {reason} (not used at all)"] = n
+    for reason, n in h100_rows()[1].items():
+        out[f"{reason} (not used at all)"] = n
     for reason, n in not_used_counts().items():
         out[f"{reason} (not used at all)"] = n
     from .public_data import LeftOut
@@ -1161,7 +1268,7 @@ def main(argv: list[str] | None = None) -> None:
     import time
     from datetime import date
 
-    ap = argparse.ArgumentParser(description="Train / evaluate the GraphSAGE on public A100 measurements.")
+    ap = argparse.ArgumentParser(description="Train / evaluate the GraphSAGE on public A100 and own H100 measurements.")
     ap.add_argument("command", choices=("train", "evaluate"))
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "checkpoints" / CHECKPOINT_NAME)
     ap.add_argument("--graphs", type=Path, default=GRAPHS_PATH)
@@ -1171,7 +1278,9 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     import torch
 
-    torch.set_num_threads(2)
+    # one thread: on the shared 2-core machine the final fit took 12.0 s with one and 202.5 s with two (intra-op
+    # threads of these small graphs wait on each other; 2026-11-26, load average 2-3)
+    torch.set_num_threads(1)
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     try:
         graphs = load_graphs(args.graphs)
@@ -1185,7 +1294,7 @@ def main(argv: list[str] | None = None) -> None:
         "name": args.out.name,
         "created": date.today().isoformat(),
         "devices": list(MEASURED_DEVICES),
-        "training_data": "public A100 measurements (NVIDIA DeepLearningExamples, MIGProfiler)",
+        "training_data": describe_training([r for r in rows if trainable(r)]),
         "data_digest": data_digest(rows, args.graphs),
         "tf32_matmul": tf32_supported(),
         "epochs": cfg.epochs,
@@ -1201,6 +1310,7 @@ def main(argv: list[str] | None = None) -> None:
             fitted.ood_threshold = float(prev["ood"]["threshold"])
         fitted.calibration *= float(prev.get("family_factor", 1.0))
         meta["family_factor"] = float(prev.get("family_factor", 1.0))
+        meta["default_devices"] = list(prev.get("default_devices", []))  # what the last evaluation decided
         meta |= {"families": sorted({e.row.family for e in train}), "n_rows": len(train), "n_samples": len(train)}
         save_artifact(fitted, args.out, meta)
         log(f"trained on {len(train)} rows in {time.perf_counter() - t0:.0f} s -> {args.out}")
@@ -1217,6 +1327,12 @@ def main(argv: list[str] | None = None) -> None:
         "n_rows": len(train),
         "n_samples": len(train),
         "evaluated_families": sorted(ev["distances"]),
+        # the GPUs where `preflight predict` answers with it by default (`default_decision`, predictor.predict)
+        "default_devices": [
+            k for k in MEASURED_DEVICES if summary["single_forward"]["default"].get(device_group(k), {}).get("on")
+        ]
+        if fams is None
+        else [],
         "ood_threshold": fitted.ood_threshold,
         "left_out": left_out_counts(rows),
         "evaluation": {"single_forward": {k: v for k, v in summary["single_forward"].items() if k != "per_family"}},

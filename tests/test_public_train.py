@@ -1,4 +1,5 @@
-"""The GraphSAGE trained on public A100 measurements (predictor.public_train): rows, kernel graph, splits, artifact."""
+"""The GraphSAGE trained on public A100 and own H100 measurements (predictor.public_train): rows, kernel graph,
+splits, artifact."""
 
 from __future__ import annotations
 
@@ -19,19 +20,44 @@ CHECKPOINT = SHIPPED / pt.CHECKPOINT_NAME
 def test_training_rows_counts():
     rows = pt.training_rows()
     # DLE: 248 mapped rows (docs/public-data.md) - 22 TFT Triton rows not used = 226;
-    # MIG: all 224 rows (the sequence column is the exact padded length: 32 to 512)
-    assert len(rows) == 226 + 224
-    fams = {r.family for r in rows}
-    assert len(fams) == 10
+    # MIG: all 224 rows (the sequence column is the exact padded length: 32 to 512);
+    # own H100: 102 records, one out of memory (opt_6_7b, seq 2048, batch 256, float16) = 101
+    assert len(rows) == 226 + 224 + 101
+    public = pt.training_rows(h100=None)
+    assert len(public) == 226 + 224 and len({r.family for r in public}) == 10
+    # 10 public families + 34 H100 families - 3 on both GPUs (bert, roberta, distilbert) = 41
+    assert len({r.family for r in rows}) == 10 + 34 - 3
     # distiluse v1 and v2 are one architecture: one family, one graph per (batch, seq)
-    assert {r.spec for r in rows if r.family == "distiluse-distilbert"} == {
+    assert {r.spec for r in public if r.family == "distilbert"} == {
         pt.MIG_ENCODERS["distiluse-base-multilingual-cased-v1"][0] + f"&seq_len={s}" for s in (32, 64, 128, 256, 512)
     }
     assert all(r.analysis_dtype == "amp-float16" for r in rows if r.precision == "amp-fp16")
-    # single-forward: grade B, QuartzNet (host-dominated) out: 30 + 44 + 40 + 24 + 8 (DLE) + 224 (MIG)
-    assert sum(r.single_forward for r in rows) == 30 + 44 + 40 + 24 + 8 + 224
+    # single-forward: grade B, QuartzNet (host-dominated) out: 30 + 44 + 40 + 24 + 8 (DLE) + 224 (MIG) + 101 (H100)
+    assert sum(r.single_forward for r in rows) == 30 + 44 + 40 + 24 + 8 + 224 + 101
     assert pt.mig_rows()[1] == {}
     assert pt.not_used_counts() == {pt.NOT_USED[("tft", "C")]: 22}
+
+
+def test_h100_rows_map_the_measurements(tmp_path):
+    """The own H100 rows: one per record with status "ok", the median of its CUDA-event times, the precision of its
+    dtype (float32 with TF32 matmuls off, as every record's env says), no harness term."""
+    recs = [json.loads(line) for line in open(pt.H100_DIR / "shard-000-of-001.jsonl")]
+    used, left = pt.h100_rows()
+    assert len(recs) == 102 and len(used) == 101 and left == {"own H100: status 'oom' (no latency)": 1}
+    first = used[0]  # line 1: alexnet?resolution=160, batch 1, float32, median 0.812448 ms
+    assert (first.spec, first.batch, first.precision) == ("alexnet?resolution=160", 1, "fp32")
+    assert first.device == "h100-80gb"
+    assert first.latency_ms == recs[0]["latency_ms"]["median"] == 0.812448
+    assert first.single_forward and not any(first.harness.values())
+    assert {r.precision for r in used} == {"fp32", "fp16"}
+    assert {(r.analysis_dtype, r.precision) for r in used} == {("float32", "fp32"), ("float16", "fp16")}
+    assert len({r.family for r in used}) == 34 and all(r.comparability == "A" for r in used)
+    # a record that ran float32 matmuls on TF32 would need the tf32 precision: refused, not silently mislabelled
+    bad = json.loads(json.dumps(recs[0]))
+    bad["env"]["tf32_matmul"] = True
+    (tmp_path / "s.jsonl").write_text(json.dumps(bad) + "\n")
+    with pytest.raises(pt.PublicTrainError, match="TF32"):
+        pt.h100_rows(tmp_path)
 
 
 def test_mig_rows_ran_tf32_matmuls():
@@ -112,7 +138,17 @@ def test_lofo_never_puts_a_family_or_graph_on_both_sides():
         assert {e.row.family for e in test} == {fam} and fam not in {e.row.family for e in train}
         assert not {e.gid for e in train} & {e.gid for e in test}
         n += 1
-    assert n == 10
+    assert n == 41
+
+
+def test_a_family_on_both_gpus_is_held_out_on_both():
+    """bert (MiniLM on the A100 MIG slices, bert_base / bert_large on the H100) is one family: its fold tests on the
+    rows of both GPUs and trains on neither."""
+    exs = [pt.Example(r, pt.graph_id(*r.config), None, {}) for r in pt.training_rows()]
+    folds = {fam: (train, test) for fam, train, test in pt.lofo_splits(exs, ["bert", "roberta", "distilbert"])}
+    for fam, (train, test) in folds.items():
+        assert {pt.device_group(e.row.device) for e in test} == {"A100", "H100"}
+        assert not [e for e in train if e.row.family == fam]
 
 
 def test_a_planted_leak_fails():
@@ -123,6 +159,16 @@ def test_a_planted_leak_fails():
     # the same graph under two family names (as distiluse v1 / v2 would be) is a leak too
     with pytest.raises(pt.LeakError, match="graphs on both sides"):
         pt.check_split([a], [_example("gamma", "resnet18")])
+    # an H100 row of a family held out on the A100 (a family on both GPUs) is a leak
+    rows = pt.training_rows()
+    h100_bert = next(r for r in rows if r.family == "bert" and r.device == "h100-80gb")
+    a100_bert = [r for r in rows if r.family == "bert" and r.device != "h100-80gb"]
+    assert a100_bert
+    with pytest.raises(pt.LeakError, match=r"families on both sides of the split: \['bert'\]"):
+        pt.check_split(
+            [pt.Example(h100_bert, pt.graph_id(*h100_bert.config), None, {})],
+            [pt.Example(r, pt.graph_id(*r.config), None, {}) for r in a100_bert],
+        )
 
 
 def test_graph_file_holds_every_configuration():
@@ -148,11 +194,10 @@ def test_small_lofo_subset_runs():
         assert math.isfinite(r["ablation_ms"])
     s = pt.summarise(ev["rows"])
     assert s["per_family"]["wav2vec2"]["n"] == 8
-    md = pt.table_markdown(
-        s,
-        {"name": "x", "created": "d", "n_rows": 8, "families": ["a"], "data_digest": "0", "tf32_matmul": True},
-    )
-    assert "| wav2vec2 | 8 |" in md
+    assert s["single_forward"]["per_family_device"]["wav2vec2 / A100"]["n"] == 8
+    meta = {"name": "x", "created": "d", "n_rows": 8, "families": ["a"], "data_digest": "0", "tf32_matmul": True}
+    md = pt.table_markdown(s, meta | {"training_data": "t"})
+    assert "| wav2vec2 / A100 | 8 |" in md and "| **all A100** | 8 |" in md
 
 
 @pytest.mark.skipif(not CHECKPOINT.is_dir(), reason="no committed checkpoint")
@@ -195,15 +240,16 @@ def test_predict_uses_it_on_a100_and_falls_back_out_of_distribution(tmp_path, mo
         meta["ood"]["threshold"] = threshold
         (art / "meta.json").write_text(json.dumps(meta))
         roots[name] = tmp_path / name
-    for device in ("a100-80gb", "a100-40gb", "a100-40gb:3g.20gb"):
+    for device in ("a100-80gb", "a100-40gb", "a100-40gb:3g.20gb", "h100-80gb"):
         p, _ = predict(analysis, device, checkpoints=roots["inside"])
         assert p.predictor == pt.CHECKPOINT_NAME
         assert p.basis["whole_model"] == "measured" and p.basis["whole_model_device"] == device
         assert "public A100 measurements" in p.basis["whole_model_training"]
+        assert "own H100 measurements" in p.basis["whole_model_training"]
         lo, hi = p.latency_ms_interval
         assert lo <= p.latency_ms <= hi
     # other GPUs: not transferred (no measurement tests that transfer): the kernel-model estimate
-    p, _ = predict(analysis, "h100-80gb", checkpoints=roots["inside"])
+    p, _ = predict(analysis, "h200-141gb", checkpoints=roots["inside"])
     assert p.predictor == "roofline" and p.basis["whole_model"] == "none"
     p, warnings = predict(analysis, "a100-80gb", checkpoints=roots["outside"])
     empty, _ = predict(analysis, "a100-80gb", checkpoints=tmp_path / "none")
@@ -225,26 +271,64 @@ def test_shipped_checkpoint_answers_on_a100(monkeypatch):
     assert 0 < fitted.ood_threshold < math.inf
     info = predictor_info("a100-40gb", SHIPPED)
     assert info["trained"] and info["evaluation_table"].endswith("EVAL.md")
-    assert first_loadable("h100-80gb", SHIPPED)[0] is None  # not transferred to other GPUs
+    assert first_loadable("h100-80gb", SHIPPED)[1] == CHECKPOINT  # measured there too
+    assert first_loadable("h200-141gb", SHIPPED)[0] is None  # not transferred to other GPUs
+
+
+def test_default_rule():
+    """On by default on a GPU where, held out, the GraphSAGE (with the OOD fallback) beats the kernel model's median
+    APE over the GPU's rows and no family is more than DEFAULT_TOLERANCE_PP (5) points worse than the kernel model."""
+
+    def cell(k: float, g: float) -> dict:
+        return {"kernel model": {"median_ape": k}, "+ OOD fallback": {"median_ape": g}}
+
+    per_fd = {
+        "a / A100": cell(20.0, 24.9),  # 4.9 points worse: within the tolerance
+        "b / A100": cell(30.0, 10.0),
+        "a / H100": cell(10.0, 15.1),  # 5.1 points worse: blocks H100
+        "c / H100": cell(40.0, 5.0),
+    }
+    per_dev = {"A100": cell(25.0, 12.0), "H100": cell(25.0, 8.0)}
+    d = pt.default_decision(per_fd, per_dev)
+    assert d["A100"]["on"] and not d["A100"]["blocking"]
+    assert not d["H100"]["on"] and d["H100"]["blocking"] == ["a (10.0% -> 15.1%)"]
+    # a GPU whose median is not lower is off even with no family blocking
+    assert not pt.default_decision({"b / A100": cell(30.0, 30.0)}, {"A100": cell(30.0, 30.0)})["A100"]["on"]
 
 
 @pytest.mark.skipif(not CHECKPOINT.is_dir(), reason="no committed checkpoint")
-def test_public_predictor_is_opt_in(monkeypatch):
-    """By default the kernel model answers on an A100 though the public GraphSAGE is shipped (it is not even
-    loaded); `preflight --predictor public` (or $PREFLIGHT_PREDICTOR=public) turns it on, for worker processes too."""
+def test_shipped_default_devices_follow_the_table():
+    """The checkpoint's default GPUs are those where its own held-out table (eval.json) passes the rule."""
+    meta = json.loads((CHECKPOINT / "meta.json").read_text())
+    summary = json.loads((CHECKPOINT / "eval.json").read_text())["summary"]["single_forward"]
+    decision = pt.default_decision(summary["per_family_device"], summary["per_device"])
+    assert meta["default_devices"] == [k for k in pt.MEASURED_DEVICES if decision[pt.device_group(k)]["on"]]
+
+
+@pytest.mark.skipif(not CHECKPOINT.is_dir(), reason="no committed checkpoint")
+def test_predictor_modes(tmp_path, monkeypatch):
+    """auto (the default) answers with the public GraphSAGE on its "default_devices" only, kernel never, public on
+    every GPU it was measured on; `preflight --predictor` sets the mode for worker processes too."""
     from click.testing import CliRunner
 
     from analyzer.cli import cli
     from predictor.predict import first_loadable
 
+    art = tmp_path / pt.CHECKPOINT_NAME
+    shutil.copytree(CHECKPOINT, art)
+    meta = json.loads((art / "meta.json").read_text())
+    (art / "meta.json").write_text(json.dumps(meta | {"default_devices": ["h100-80gb"]}))
+    monkeypatch.delenv("PREFLIGHT_PREDICTOR", raising=False)
+    assert first_loadable("h100-80gb", tmp_path)[1] == art
+    assert first_loadable("a100-80gb", tmp_path) == (None, None, None, [])
     monkeypatch.setenv("PREFLIGHT_PREDICTOR", "kernel")  # (and monkeypatch restores what the CLI sets below)
-    assert first_loadable("a100-80gb", SHIPPED) == (None, None, None, [])
+    assert first_loadable("h100-80gb", tmp_path) == (None, None, None, [])
     res = CliRunner().invoke(cli, ["--predictor", "public", "devices", "--format", "json"])
     assert res.exit_code == 0
     import os
 
     assert os.environ["PREFLIGHT_PREDICTOR"] == "public"
-    assert first_loadable("a100-80gb", SHIPPED)[1] == CHECKPOINT
+    assert first_loadable("a100-80gb", tmp_path)[1] == art and first_loadable("h100-80gb", tmp_path)[1] == art
     res = CliRunner().invoke(cli, ["--predictor", "graphsage", "devices"])
     assert res.exit_code == 2 and "graphsage" in res.output
 

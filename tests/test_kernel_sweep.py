@@ -491,3 +491,14 @@ def test_priority_entries_head_the_shipped_list(tmp_path: Path) -> None:
     once = small.read_text()
     assert KL.main(args) == 0 and small.read_text() == once
     assert len(once.splitlines()) == 1 + 498 + 1  # header, the priority block (first[0] among it), relu
+
+
+def test_priority_rewrite_rejects_a_file_that_is_no_kernel_list(tmp_path: Path, capsys) -> None:
+    # JSON lines, but a header that is no object (or an entry that is none): one-line error, exit 2, file untouched
+    for text in ('[1]\n{"id": "a"}\n', '{"test": true}\n[2]\n'):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(text)
+        assert KL.main(["--priority-only", "--out", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and len(err.strip().splitlines()) == 1
+        assert bad.read_text() == text

@@ -1386,6 +1386,9 @@ def _rewrite_with_priority(path: Path, max_gib: float) -> int:
     except (OSError, ValueError, IndexError) as exc:
         print(f"error: cannot read the kernel list {path}: {exc}", file=sys.stderr)
         return 2
+    if not isinstance(header, dict) or not all(isinstance(e, dict) for e in entries):
+        print(f"error: {path} is not a kernel list (a header object, then one entry object a line)", file=sys.stderr)
+        return 2
     entries = [e for e in entries if e.get("source") != "priority"]  # an earlier rewrite's priority block
     new = prepend_priority(entries, max_gib)
     header.pop("schema", None)

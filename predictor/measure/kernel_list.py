@@ -27,8 +27,9 @@
    attention over a long KV cache).
 7. **Order.** Strata are (op, dtype, TF32, layout, backend); within one, zoo shapes by weight, derived and
    spread shapes (ranked by the weight of the shape they came from) take turns; each kind deals its strata
-   in turn and the kinds are dealt :data:`KIND_SLOTS` entries per round, so any prefix of the list (a run
-   stopped by its budget) covers every op and variant; the list ends at ``max_entries`` (30,000).
+   in turn and the kinds are dealt :data:`KIND_SLOTS` entries per round, so any prefix of the ordered strata (a run
+   stopped by its budget after the priority block) covers every op and variant; the list ends at ``max_entries``
+   (30,000).
 """
 
 from __future__ import annotations

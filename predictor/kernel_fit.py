@@ -856,6 +856,9 @@ def derive_entries(fitted: dict[tuple[str, str, str], KernelParams]) -> dict[tup
         elem = table[(fam, "elementwise", "*")]
         for kind in ("softmax", "norm", "reduction", "pooling", "other"):
             put((fam, kind, "*"), elem, f"assumed: as elementwise; {elem.source}")
+        h16 = fitted.get((fam, "copy", "float16"))
+        if h16 is not None:  # bytes carry the dtype: bfloat16 copies (and their strided gathers) as the float16 fit
+            put((fam, "copy", "bfloat16"), h16, f"assumed: bfloat16 as float16 (2 bytes an element); {h16.source}")
         measured = [d for d in FAMILIES[fam] if DEVICES[d].measured_bandwidth]
         if measured:
             share = float(np.mean([DEVICES[d].measured_bandwidth / DEVICES[d].bandwidth for d in measured]))

@@ -227,12 +227,18 @@ def evaluate(rows: list[dict]) -> tuple[list[str], dict]:
 def h100_context(models: Path = H100_MODELS) -> tuple[float, dict]:
     """The eager context (MiB) measured on our H100: the median of `memory_mb.context` (NVML's process memory -
     torch's reserved, after the timed runs) over the successful rows, and what it rests on. Leave-one-family-out
-    (each family's rows against the median of the others') is in bench/bench_h100_memory_terms.py."""
-    rows = [json.loads(line) for path in sorted(models.glob("*.jsonl")) for line in path.read_text().splitlines()]
-    rows = [r for r in rows if r.get("status") == "ok" and (r.get("memory_mb") or {}).get("context") is not None]
-    ctx = [float(r["memory_mb"]["context"]) for r in rows]
-    env = sorted({(r["env"]["torch"], r["env"]["cuda"], r["env"]["driver"], r["env"]["gpu_name"]) for r in rows})
-    first = sorted({float(r["memory_mb"]["context"]) for r in rows if r["env"].get("worker_seq") == 1})
+    (each family's rows against the median of the others') is in bench/bench_h100_memory_terms.py. ValueError when
+    a file cannot be read or no row has a measured context."""
+    try:
+        rows = [json.loads(line) for path in sorted(models.glob("*.jsonl")) for line in path.read_text().splitlines()]
+        rows = [r for r in rows if r.get("status") == "ok" and (r.get("memory_mb") or {}).get("context") is not None]
+        ctx = [float(r["memory_mb"]["context"]) for r in rows]
+        env = sorted({(r["env"]["torch"], r["env"]["cuda"], r["env"]["driver"], r["env"]["gpu_name"]) for r in rows})
+        first = sorted({float(r["memory_mb"]["context"]) for r in rows if r["env"].get("worker_seq") == 1})
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        raise ValueError(f"cannot read the H100 whole-model measurements in {models}: {e}") from e
+    if not ctx:
+        raise ValueError(f"no successful rows with a measured memory_mb.context in {models}")
     info = {
         "rows": len(rows),
         "families": len({r["family"] for r in rows}),
@@ -335,7 +341,11 @@ def main(argv: list[str] | None = None) -> int:
     if not any(h100.glob("*.jsonl")):
         print(f"error: no *.jsonl measurements in {h100}", file=sys.stderr)
         return 2
-    doc, table = run(data, h100)
+    try:
+        doc, table = run(data, h100)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     print(table)
     print(f"wrote {args.out}")

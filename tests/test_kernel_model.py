@@ -620,3 +620,28 @@ def test_copy_fit_separates_strided_copies():
     assert got.e_strided < 0.8 and 0.425 < got.e_memory < 0.85  # pooled: between the two kinds of copy
     pooled = kf.fit_with(kf.Group.of([replace(r, params={"numel": r.params["numel"]}) for r in group.records]), None)
     assert got.e_memory == pytest.approx(pooled.e_memory) and got.exec_us == pytest.approx(pooled.exec_us)
+
+
+def test_derived_bfloat16_copy_keeps_the_float16_copy_fit():
+    """A bfloat16 copy moves the bytes a float16 one does (2 bytes an element): the derived table gives it the
+    float16 copy fit, e_strided included, not the family's '*' copy default (a measured device copy, no strided
+    factor). Before the fix a bfloat16 permute of 2**24 elements cost 67,108,864 B / (3.35e12 x 0.8957) = 22.4 us
+    against the float16 fit's 67,108,864 / (3.35e12 x 0.8 x 0.5) = 50.081 us."""
+    fit16 = KernelParams(1.0, 0.8, 16.0, source="fit: test", exec_us=0.0, e_strided=0.5)
+    derived = kf.derive_entries({("hopper", "copy", "float16"): fit16})
+    bf16 = derived[("hopper", "copy", "bfloat16")]
+    assert (bf16.e_memory, bf16.e_strided, bf16.launch_us) == (0.8, 0.5, 16.0)
+    assert bf16.source.startswith("assumed: bfloat16 as float16") and bf16.source.endswith("fit: test")
+    assert derived[("hopper", "copy", "*")].e_strided == 1.0  # other dtypes keep the default
+    n = 2**24
+    permute = K("copy", 0, 2 * n, 2 * n, "bfloat16", {"numel": n, "strided": True})
+    t = kernel_latency([permute], H100, params=ParamTable(derived, {"hopper": ("h100-80gb",)}))
+    assert t.memory_s[0] * 1e6 == pytest.approx(50.081, abs=1e-3)  # 67,108,864 / (3.35e12 x 0.8 x 0.5)
+    # a fit of bfloat16 copies of its own wins over the derived entry
+    own = replace(fit16, e_memory=0.7, source="fit: bf16")
+    assert (
+        kf.derive_entries({("hopper", "copy", "float16"): fit16, ("hopper", "copy", "bfloat16"): own})[
+            ("hopper", "copy", "bfloat16")
+        ]
+        == own
+    )

@@ -394,7 +394,11 @@ def test_committed_kernel_list() -> None:
     entries = K.load_list(path)
     assert header["schema"] == K.LIST_SCHEMA and len(entries) >= 20_000
     assert len({e["id"] for e in entries}) == len(entries)
-    assert {e["kind"] for e in entries[:500]} == set(K.KINDS)  # a run cut short still covers every kind
+    # a run cut short still covers every kind: the priority block (linear, sdpa, conv2d: `priority_entries`, measured
+    # first on purpose), then the first 500 of the ordered list
+    first = header["priority"]
+    assert {e["kind"] for e in entries[:first]} == {"gemm", "attention", "conv"}
+    assert {e["kind"] for e in entries[first : first + 500]} == set(K.KINDS)
     assert {e["op"] for e in entries} == set(K.OPS)
     for entry in entries[:: max(len(entries) // 200, 1)]:
         assert entry["id"] == K.entry_id(entry["op"], entry["params"], entry["dtype"], entry["layout"],
@@ -491,3 +495,14 @@ def test_priority_entries_head_the_shipped_list(tmp_path: Path) -> None:
     once = small.read_text()
     assert KL.main(args) == 0 and small.read_text() == once
     assert len(once.splitlines()) == 1 + 498 + 1  # header, the priority block (first[0] among it), relu
+
+
+def test_priority_rewrite_rejects_a_file_that_is_no_kernel_list(tmp_path: Path, capsys) -> None:
+    # JSON lines, but a header that is no object (or an entry that is none): one-line error, exit 2, file untouched
+    for text in ('[1]\n{"id": "a"}\n', '{"test": true}\n[2]\n'):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(text)
+        assert KL.main(["--priority-only", "--out", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and len(err.strip().splitlines()) == 1
+        assert bad.read_text() == text

@@ -418,9 +418,9 @@ def test_engine_profile_changes_tpot_by_the_host_term(tmp_path):
     assert default.runtime["engine_profile"]["name"] == "vllm-overlapped"  # the default
     # 8 sequences at a mean live context of 8 + 8 / 2 = 12 tokens: ceil(12 / 16) = 1 block each, 8 blocks; tp 2
     # overlapped: 0.16 ms at any batch
-    # vllm-0.5.4 (H100 fit): 19.829 + 0.01108 x 8 + 10.801 x 1 = 30.71864 ms
+    # vllm-0.5.4 (H100 fit): 19.81 + 0.01108 x 8 + 10.797 x 1 = 30.69564 ms
     # the user's: 2 + 0.5 x 8 + 0.1 x 8 + 3 x 1 = 9.8 ms
-    hand = {"vllm-overlapped": 0.16, "vllm-0.5.4": 30.71864, "mine": 9.8}
+    hand = {"vllm-overlapped": 0.16, "vllm-0.5.4": 30.69564, "mine": 9.8}
     for rep in (over, fit, user):
         d = rep.devices[0]
         name = rep.runtime["engine_profile"]["name"]

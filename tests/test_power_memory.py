@@ -151,6 +151,22 @@ def test_fit_commands_reject_a_missing_data_folder(tmp_path, capsys):
     assert not (tmp_path / "p.json").exists() and not (tmp_path / "m.json").exists()
 
 
+def test_memory_fit_rejects_h100_rows_without_a_context(tmp_path, capsys):
+    # --h100 pointed at measurements that hold no measured context (a row without memory_mb, or a line that is not
+    # JSON): a one-line error and exit 2, no traceback, nothing written
+    from predictor import memory_fit
+
+    out = tmp_path / "m.json"
+    for i, line in enumerate(('{"status": "ok", "id": "x"}', "{not json")):
+        folder = tmp_path / f"h100-{i}"
+        folder.mkdir()
+        (folder / "a.jsonl").write_text(line + "\n")
+        assert memory_fit.main(["--h100", str(folder), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and len(err.strip().splitlines()) == 1 and str(folder) in err
+    assert not out.exists()
+
+
 def test_power_fit_recovers_the_watts_rows_were_made_from():
     # Rows made exactly from P_gap 100, P_compute 600, P_memory 400 W (limit 700):
     # P = 100 + 500 s_c + 300 s_m: (0, 0) -> 100; (1, 0) -> 600; (0, 1) -> 400; (0.5, 0.3) -> 100 + 250 + 90 = 440.

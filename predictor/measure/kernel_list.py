@@ -27,8 +27,9 @@
    attention over a long KV cache).
 7. **Order.** Strata are (op, dtype, TF32, layout, backend); within one, zoo shapes by weight, derived and
    spread shapes (ranked by the weight of the shape they came from) take turns; each kind deals its strata
-   in turn and the kinds are dealt :data:`KIND_SLOTS` entries per round, so any prefix of the list (a run
-   stopped by its budget) covers every op and variant; the list ends at ``max_entries`` (30,000).
+   in turn and the kinds are dealt :data:`KIND_SLOTS` entries per round, so any prefix of the ordered strata (a run
+   stopped by its budget after the priority block) covers every op and variant; the list ends at ``max_entries``
+   (30,000).
 """
 
 from __future__ import annotations
@@ -1385,6 +1386,9 @@ def _rewrite_with_priority(path: Path, max_gib: float) -> int:
         entries = [json.loads(line) for line in lines[1:] if line.strip()]
     except (OSError, ValueError, IndexError) as exc:
         print(f"error: cannot read the kernel list {path}: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(header, dict) or not all(isinstance(e, dict) for e in entries):
+        print(f"error: {path} is not a kernel list (a header object, then one entry object a line)", file=sys.stderr)
         return 2
     entries = [e for e in entries if e.get("source") != "priority"]  # an earlier rewrite's priority block
     new = prepend_priority(entries, max_gib)

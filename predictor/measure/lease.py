@@ -67,6 +67,7 @@ LISTS = ROOT / "predictor" / "measure" / "lists"
 STEPS = ("smoke", "kernels", "models", "power")
 NOISE_EVERY = 20  # 1 config in 20 (5%) is measured twice
 SMOKE_CONFIGS = 5
+TIMED_OUT = "killed: ran past its deadline"  # what `_run_child` reports for a child it killed at its timeout
 EXIT_BROKEN = 3  # the kernel sweep's code for "the CUDA context broke: run again"
 
 
@@ -224,6 +225,17 @@ def _models(
     }
 
 
+def _run_child(cmd: list[str], timeout: float) -> tuple[int, str]:
+    """Run a measuring child process from the repository root: (exit code, last line of its stdout); (-9,
+    :data:`TIMED_OUT`) when it ran past ``timeout`` seconds and was killed."""
+    _log(" ".join(cmd))
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, timeout=timeout, stdout=subprocess.PIPE, text=True)
+    except subprocess.TimeoutExpired:
+        return -9, TIMED_OUT
+    return proc.returncode, (proc.stdout.strip().splitlines() or [""])[-1]
+
+
 def _kernels(
     device: str, kernel_list: Path, out: Path, data: Path, key: str, budget_s: float, extra: Sequence[str]
 ) -> dict[str, Any]:
@@ -249,12 +261,8 @@ def _kernels(
             str(data / key / "kernels"),
             *extra,
         ]
-        _log(" ".join(cmd))
-        try:
-            proc = subprocess.run(cmd, cwd=ROOT, timeout=left + 60, stdout=subprocess.PIPE, text=True)
-            code, tail = proc.returncode, (proc.stdout.strip().splitlines() or [""])[-1]
-        except subprocess.TimeoutExpired:
-            code, tail = -9, "killed: ran past its deadline"
+        code, tail = _run_child(cmd, left + 60)
+        if tail == TIMED_OUT:  # not a child the OS killed (also -9): that one's in-flight entry crashed it
             for marker in (out / key / "kernels").glob("*.inflight"):
                 marker.unlink()  # killed by us, not crashed by its entry: measure that entry again
         runs.append({"exit": code, "summary": tail})
@@ -371,12 +379,7 @@ def _power(device: str, out: Path, budget_s: float, extra: Sequence[str]) -> dic
     deadline = time.time() + budget_s
     cmd = [sys.executable, "-m", "predictor.measure.power_probe", "run", "--device", device, "--out", str(out)]
     cmd += ["--deadline", f"{deadline:.1f}", *extra]
-    _log(" ".join(cmd))
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, timeout=budget_s + 30, stdout=subprocess.PIPE, text=True)
-        code, tail = proc.returncode, (proc.stdout.strip().splitlines() or [""])[-1]
-    except subprocess.TimeoutExpired:
-        code, tail = -9, "killed: ran past its deadline"
+    code, tail = _run_child(cmd, budget_s + 30)
     _log(f"power probe exit {code}: {tail}")
     return {"exit": code, "file": tail}
 

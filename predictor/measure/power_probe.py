@@ -258,16 +258,16 @@ def probe(
     clocks_end = nvml.clocks() if nvml else {}
     gpu_s = events[0].elapsed_time(events[1]) / 1e3 if events else wall_s
     energy_j = (energy1 - energy0) / 1e3 if energy0 is not None and energy1 is not None else None
-    busy_s = wall_s if w.op == "sleep" else gpu_s
+    works = w.op != "sleep" and gpu_s > 0  # the idle workload has no GPU time and no rate
     record: dict[str, Any] = {
         "calls": made,
         "wall_s": round(wall_s, 4),
         "gpu_s": round(gpu_s, 4) if w.op != "sleep" else 0.0,
-        "busy_share": round(min(busy_s / wall_s, 1.0), 4) if w.op != "sleep" else 0.0,
+        "busy_share": round(min(gpu_s / wall_s, 1.0), 4) if w.op != "sleep" else 0.0,
         "bytes_per_call": w.bytes_per_call(scale),
         "flops_per_call": w.flops_per_call(scale),
-        "achieved_bytes_per_s": round(made * w.bytes_per_call(scale) / gpu_s, 1) if gpu_s > 0 else None,
-        "achieved_flops_per_s": round(made * w.flops_per_call(scale) / gpu_s, 1) if gpu_s > 0 else None,
+        "achieved_bytes_per_s": round(made * w.bytes_per_call(scale) / gpu_s, 1) if works else None,
+        "achieved_flops_per_s": round(made * w.flops_per_call(scale) / gpu_s, 1) if works else None,
         "energy_j": None if energy_j is None else round(energy_j, 3),
         "avg_power_w": None if energy_j is None else round(energy_j / wall_s, 2),
         "power_samples": (
@@ -283,8 +283,6 @@ def probe(
         "clocks_start": clocks_start,
         "clocks_end": clocks_end,
     }
-    if w.op == "sleep":
-        record["achieved_bytes_per_s"] = record["achieved_flops_per_s"] = None
     return record
 
 

@@ -1,7 +1,7 @@
 """`preflight llm --runtime vllm` against ML.ENERGY Leaderboard v2's vLLM 0.5.4 measurements (TPOT, energy).
 
     PYTHONPATH=. python bench/bench_llm_serving.py [--prompt 256] [--gpu h100|a100|all] [--rows] [--lomo]
-        [--engine-profile NAME|FILE]... [--attention-fit]
+        [--engine-profile NAME|FILE]... [--attention-fit] [--host-model block|seq|seq+prompt|...]
 
 For every vLLM row of data/public-models/mlenergy-llm-v2.jsonl whose model is a text decoder with a published
 architecture below (vision-language models and pipeline-parallel rows left out), the model's config is built with
@@ -21,7 +21,8 @@ repeatable; default both built-in ones, one table each: `vllm-0.5.4`, fitted on 
 `python -m predictor.serving_fit`, and `vllm-overlapped`, not fitted); `--lomo` gives each model the `vllm-0.5.4`
 figures fitted on the other models' rows of its GPU (held out: the MoE rows get the all-dense fit, as they are not in
 it; `--host-fit-on`: on both of the leaderboard's windows replayed, as the profile is fitted, the default; on
-avg_tpot_s alone, the fit until 2026-11-26; or on the steady state alone) and prints the replayed Avg TPOT against
+avg_tpot_s alone, the fit until 2026-11-26; or on the steady state alone; `--host-model`: which host figures,
+`predictor.serving_fit.HOST_MODELS`, default the committed profile's) and prints the replayed Avg TPOT against
 avg_tpot_s as the last column, `--no-host` leaves the host time out.
 Last, each profile (and none) for Llama-3.1-8B on one H100 against the
 public figures issue 24 quotes (batch 8: 7.3 ms, 490 W; batch 256: 26 ms, 690 W), at three request shapes, each
@@ -50,7 +51,17 @@ import numpy as np
 from predictor import serving_engine as eng
 from predictor.devices import get_device
 from predictor.power import power_params
-from predictor.serving_fit import ARCH, PROMPT_TOKENS, fit, fit_windows, load_rows
+from predictor.serving_fit import (
+    ARCH,
+    HOST_MODEL,
+    HOST_MODELS,
+    PROMPT_TOKENS,
+    coef_of,
+    fit,
+    fit_windows,
+    host_params,
+    load_rows,
+)
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "public-models" / "mlenergy-llm-v2.jsonl"
 GPUS = {"NVIDIA H100 80GB HBM3": "h100-80gb", "NVIDIA A100-SXM4-40GB": "a100-40gb"}
@@ -158,6 +169,12 @@ def main() -> None:
         "output token, avg_batch_size / output_tokens_per_s, or on both through the leaderboard's aggregation "
         "replayed (predictor.serving_window; serving_fit.fit_windows)",
     )
+    ap.add_argument(
+        "--host-model",
+        choices=tuple(HOST_MODELS),
+        default=HOST_MODEL,
+        help="with --lomo: the host figures fitted (predictor.serving_fit.HOST_MODELS; default %(default)s)",
+    )
     args = ap.parse_args()
     if args.attention_fit:
         from predictor import serving_fit as sf
@@ -204,14 +221,14 @@ def run(args) -> None:
         if args.host_fit_on == "throughput":
             fit_rows = [dataclasses.replace(r, tpot_ms=steady_ms(r)) for r in fit_rows]
         for dev, model in {(r.device, r.model) for r in every}:
-            c = fitter([r for r in fit_rows if r.device == dev and r.model != model])
-            held[dev, model] = eng.HostParams(*map(float, c), "leave-one-model-out", profile="vllm-0.5.4")
+            c = fitter([r for r in fit_rows if r.device == dev and r.model != model], args.host_model)
+            held[dev, model] = host_params(c, "leave-one-model-out")
     rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
     for prof in profiles:
         if args.no_host:
             how = "none"
         elif args.lomo and prof.name == "vllm-0.5.4":
-            how = f"held out per model, fitted on {args.host_fit_on}"
+            how = f"held out per model, host model {args.host_model}, fitted on {args.host_fit_on}"
         else:
             how = f"engine profile {prof.name} ({'fitted' if prof.fitted else 'not fitted'})"
 
@@ -255,8 +272,7 @@ def table(rows: list[dict], args, host_of, how: str) -> None:
         cycle = r["avg_batch_size"] / r["output_tokens_per_s"] * 1e3  # ms per token of one sequence, from throughput
         row += (meas_w, s.avg_power_w, cycle / meas_tpot, cycle)
         w = _WINDOWS.get((r["model"], dev, task, tp, batch))
-        coef = (host.step_ms, host.per_block_ms, host.per_tp_worker_ms)
-        row += (w.tpot_ms(coef) if w is not None and not host.per_seq_ms else float("nan"),)
+        row += (w.tpot_ms(coef_of(host)) if w is not None else float("nan"),)
         out.append(row)
         if args.rows:
             print(

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from predictor import serving_engine as eng  # noqa: E402
 from predictor.devices import get_device  # noqa: E402
-from predictor.serving_fit import ARCH, DATA, GPUS, StepCache, arch_of, replay_row  # noqa: E402
+from predictor.serving_fit import ARCH, DATA, GPUS, StepCache, arch_of, coef_of, replay_row  # noqa: E402
 
 
 def main() -> None:
@@ -60,7 +60,7 @@ def main() -> None:
         if not dev.startswith(args.gpu) or a.experts or not 7.9 <= a.params() / 1e9 <= 32.5:
             continue
         h = prof.host(get_device(dev))
-        coef = (h.step_ms, h.per_block_ms, h.per_tp_worker_ms)
+        coef = coef_of(h)
         w = replay_row(r, a, dev, cache, seed=args.seed)
         sim = w.steady_ms(coef) / w.tpot_ms(coef)
         meas = r["avg_batch_size"] / r["output_tokens_per_s"] / r["avg_tpot_s"]

@@ -650,10 +650,10 @@ class HostParams:
 
     A decode step of B sequences of live context L on tensor parallel tp:
     step_ms + per_seq_ms x B + per_block_ms x B x ceil(L / block size) + per_tp_worker_ms x (tp - 1).
-    The `vllm-0.5.4` profile's figures (fitted by `predictor.serving_fit`) have no per-sequence term; its per-block
-    term stands for whatever grows with the running sequences' contexts in the fitted rows; their power places it
-    off the GPU (as kernel time the predicted power would be 50-66% off; docs/llm-serving.md), what it is they cannot
-    say. A prefill step adds none (a constant per prefill step fitted to 0).
+    A prefill step of P prompts: per_prompt_ms x P (the host work of admitting a request and giving its first token;
+    it pauses the running decodes as the prefill does). Which figures a profile gives is its own: the `vllm-0.5.4`
+    profile's (fitted by `predictor.serving_fit`) are step, per sequence, per tensor-parallel worker and per prompt;
+    their power places them off the GPU (docs/llm-serving.md), what they are the rows cannot say.
     """
 
     step_ms: float
@@ -663,6 +663,7 @@ class HostParams:
     context_range: tuple[float, float] | None = None  # mean live contexts of the rows it was fitted on, tokens
     per_seq_ms: float = 0.0
     profile: str = ""  # the engine profile these figures belong to
+    per_prompt_ms: float = 0.0  # host time per prompt a prefill step admits
 
     def extrapolates(self, context: float) -> bool:
         """Whether a mean live context lies outside the contexts the figures were fitted on."""
@@ -675,9 +676,9 @@ class HostParams:
         ms = self.step_ms + self.per_seq_ms * seqs + self.per_block_ms * blocks + self.per_tp_worker_ms * (tp - 1)
         return ms * 1e-3
 
-    def prefill_s(self, prompts: int) -> float:
-        """Host time of one prefill step beyond its kernels, seconds: none (see the class docstring)."""
-        return 0.0
+    def prefill_s(self, prompts: float) -> float:
+        """Host time of one prefill step of `prompts` prompts beyond its kernels, seconds: per_prompt_ms x prompts."""
+        return self.per_prompt_ms * prompts * 1e-3
 
     def to_json(self) -> dict:
         out = {
@@ -686,6 +687,7 @@ class HostParams:
             "per_seq_ms": self.per_seq_ms,
             "per_block_ms": self.per_block_ms,
             "per_tp_worker_ms": self.per_tp_worker_ms,
+            "per_prompt_ms": self.per_prompt_ms,
             "source": self.source,
         }
         if self.context_range is not None:
@@ -694,7 +696,7 @@ class HostParams:
 
 
 #: The figures one host entry of a profile may give (milliseconds; context_range: tokens); step_ms is required.
-HOST_FIELDS = ("step_ms", "per_seq_ms", "per_block_ms", "per_tp_worker_ms")
+HOST_FIELDS = ("step_ms", "per_seq_ms", "per_block_ms", "per_tp_worker_ms", "per_prompt_ms")
 #: Largest figure accepted from a file, milliseconds (a step's host time beyond a second is not an engine).
 HOST_MAX_MS = 1000.0
 
@@ -751,7 +753,8 @@ def _number(v, where: str) -> float:
 
 def _host_entry(e, where: str, profile: str, source: str) -> HostParams:
     """One host entry of a profile: {"step_ms": X, "per_seq_ms"?, "per_block_ms"?, "per_tp_worker_ms"?,
-    "context_range"?: [lo, hi] tokens, "source"?}; unknown keys refused (a misspelt figure must not read as 0)."""
+    "per_prompt_ms"?, "context_range"?: [lo, hi] tokens, "source"?}; unknown keys refused (a misspelt figure must
+    not read as 0)."""
     if not isinstance(e, Mapping):
         raise ServingParamsError(f"{where} must be an object")
     known = (*HOST_FIELDS, "context_range", "source")
@@ -778,6 +781,7 @@ def _host_entry(e, where: str, profile: str, source: str) -> HostParams:
         rng,
         per_seq_ms=vals["per_seq_ms"],
         profile=profile,
+        per_prompt_ms=vals["per_prompt_ms"],
     )
 
 
@@ -973,7 +977,8 @@ def mixed_step(
     seqs + chunk tokens through every GEMM, norm and elementwise kernel; paged attention for the decodes, a flash
     attention for the chunk. `final`: the chunk ends its prompts (their first token is sampled here). Eager, as the
     prefill step (vLLM V0 runs no CUDA graph for a batch holding a prefill; V1's piecewise graphs would hide part of
-    the launch floors: not modelled); plus the decodes' host time (`HostParams.decode_s`; none without decodes)."""
+    the launch floors: not modelled); plus the decodes' host time (`HostParams.decode_s`; none without decodes) and,
+    on the final chunk, the prompts' (`HostParams.prefill_s`)."""
     host = host or host_params(device)
     s = Split.of(a, tp)
     eb = 4.0 if dtype == "float32" else 2.0
@@ -1001,7 +1006,7 @@ def mixed_step(
             )
         )
     _, sample = step_kernels(a, tp, max(1, seqs + (prompts if final else 0)), context=context, dtype=dtype)
-    h = host.decode_s(seqs, context, tp) if seqs else host.prefill_s(prompts)
+    h = (host.decode_s(seqs, context, tp) if seqs else 0.0) + (host.prefill_s(prompts) if final else 0.0)
     return _step_time(device, ks, sample, False, tp, tf32_matmul, h)
 
 

@@ -3,12 +3,16 @@ out; write it as the `vllm-0.5.4` engine profile of `predictor/serving_params.js
 the before/after table of docs/llm-serving.md.
 
 Usage: python -m predictor.serving_fit [--data data/public-models/mlenergy-llm-v2.jsonl] [--out PATH] [--check]
-    [--fit-on windows|tpot]
+    [--fit-on windows|tpot] [--host-model block|seq|seq+prompt|block+prompt|seq+block+prompt]
 
-The host model (`predictor.serving_engine.HostParams`), milliseconds, while the GPU idles:
+The host model (`predictor.serving_engine.HostParams`), milliseconds, while the GPU idles (`--host-model block`, the
+default and the committed profile's):
 
     decode step:  step_ms + per_block_ms x B x ceil(L / 16) + per_tp_worker_ms x (tp - 1)
     prefill step: none beyond its kernels
+
+`--host-model` picks other figures of `HostParams` (`HOST_MODELS`): per running sequence (per_seq_ms x B) instead of
+or beside the per-block term, and per prompt a prefill step admits (per_prompt_ms x P).
 
 (B running sequences at mean live context L, tensor parallel tp). Three figures per host (the A100 rows ran on AWS
 p4d.24xlarge, the H100 rows on p5.48xlarge: two CPUs), fitted on both windows ML.ENERGY's aggregation spans
@@ -142,14 +146,15 @@ class Row:
 @dataclass(frozen=True)
 class Window:
     """ML.ENERGY's two windows of one row replayed (`predictor.serving_window`) as linear functions of the host
-    figures (step_ms, per_block_ms, per_tp_worker_ms), ms: Avg TPOT = tpot_gpu_ms + tpot_host . figures; steady-state
-    time per output token of one sequence = steady_gpu_ms + steady_host . figures; with the simulated run's steady
-    running batch and request count."""
+    figures (every one of `eng.HOST_FIELDS`, in that order: step_ms, per_seq_ms, per_block_ms, per_tp_worker_ms,
+    per_prompt_ms), ms: Avg TPOT = tpot_gpu_ms + tpot_host . figures; steady-state time per output token of one
+    sequence = steady_gpu_ms + steady_host . figures; with the simulated run's steady running batch and request
+    count."""
 
     tpot_gpu_ms: float
-    tpot_host: tuple[float, float, float]
+    tpot_host: tuple[float, ...]
     steady_gpu_ms: float
-    steady_host: tuple[float, float, float]
+    steady_host: tuple[float, ...]
     steady_batch: float
     requests: int
 
@@ -326,11 +331,45 @@ def streaming_table(doc: dict) -> dict:
     return {f: eng.StreamingGemm(e["exec_us"], e["e_memory"], e["source"]) for f, e in doc["families"].items()}
 
 
+#: Host models the fit can use (`--host-model`): the `eng.HOST_FIELDS` each fits (the others 0). "block", the
+#: committed profile's: step, per KV block of the running sequences, per extra tensor-parallel worker; "seq": per
+#: running sequence instead of per block; "+prompt": and per prompt a prefill step admits. docs/llm-serving.md
+#: ("Host time per sequence, not per block") gives each one's held-out MAPE and why "block" stays the default.
+HOST_MODELS = {
+    "seq+prompt": ("step_ms", "per_seq_ms", "per_tp_worker_ms", "per_prompt_ms"),
+    "block": ("step_ms", "per_block_ms", "per_tp_worker_ms"),
+    "block+prompt": ("step_ms", "per_block_ms", "per_tp_worker_ms", "per_prompt_ms"),
+    "seq": ("step_ms", "per_seq_ms", "per_tp_worker_ms"),
+    "seq+block+prompt": ("step_ms", "per_seq_ms", "per_block_ms", "per_tp_worker_ms", "per_prompt_ms"),
+}
+HOST_MODEL = "block"
+
+
 def host_features(r: Row) -> np.ndarray:
-    """TPOT's host time (ms) = features . (step_ms, per_block_ms, per_tp_worker_ms): one decode step per output token,
-    with B x ceil(L / block size) KV blocks and tp - 1 workers."""
+    """The engine's TPOT host time (ms) = features . figures (`eng.HOST_FIELDS` order): one decode step per output
+    token (1, B sequences, B x ceil(L / block size) KV blocks, tp - 1 workers) and the B / generate prompts its
+    interleaved prefills admit per decode step (`eng.serve`)."""
     blocks = r.batch * math.ceil(r.context / eng.BLOCK_SIZE)
-    return np.array([1.0, float(blocks), float(r.tp - 1)])
+    return np.array([1.0, float(r.batch), float(blocks), float(r.tp - 1), r.batch / r.generate])
+
+
+def mask_of(model: str) -> np.ndarray:
+    """1 for each of `eng.HOST_FIELDS` the host model fits, 0 for the others."""
+    return np.array([1.0 if f in HOST_MODELS[model] else 0.0 for f in eng.HOST_FIELDS])
+
+
+def host_params(coef, source: str = "", profile: str = PROFILE) -> eng.HostParams:
+    """The engine's `HostParams` of figures `coef` (ms, `eng.HOST_FIELDS` order)."""
+    c = dict(zip(eng.HOST_FIELDS, map(float, coef), strict=True))
+    return eng.HostParams(
+        c["step_ms"], c["per_block_ms"], c["per_tp_worker_ms"], source,
+        per_seq_ms=c["per_seq_ms"], profile=profile, per_prompt_ms=c["per_prompt_ms"],
+    )  # fmt: skip
+
+
+def coef_of(h: eng.HostParams) -> np.ndarray:
+    """The figures of a `HostParams` in `eng.HOST_FIELDS` order (ms)."""
+    return np.array([float(getattr(h, f)) for f in eng.HOST_FIELDS])
 
 
 #: Mean round-up of ceil(x / 16) - x / 16 over x uniform in its residues mod 16: (1 + ... + 15) / 256 = 15/32 block a
@@ -369,11 +408,29 @@ class StepCache:
 ZERO_HOST = eng.HostParams(0.0, 0.0, 0.0, "zero")
 
 
+def host_matrix(s: win.Schedule, tp: int) -> np.ndarray:
+    """(iterations, len(`eng.HOST_FIELDS`)): each iteration's host time = its row . the figures (ms). A decode
+    iteration of b sequences with live tokens C: (1, b, C / 16 + 15/32 b, tp - 1, 0) (the KV blocks: the live tokens
+    over the block size plus the mean round-up per sequence); a prefill iteration of p prompts: (0, 0, 0, 0, p)."""
+    dec = s.decode.astype(float)
+    return np.stack(
+        [
+            dec,
+            dec * s.seqs,
+            dec * (s.context / eng.BLOCK_SIZE + BLOCK_ROUND_UP * s.seqs),
+            dec * (tp - 1.0),
+            (1.0 - dec) * s.seqs,
+        ],
+        1,
+    )
+
+
 def replay_row(r: dict, a: eng.Arch, dev: str, cache: StepCache | None = None, seed: int = 0) -> Window:
     """The row's two windows replayed (`serving_window.schedule` on `serving_window.output_lengths`: the row's
     --max-num-seqs, request count, mean output length and task's max_tokens, prompts of `PROMPT_TOKENS`), each
-    iteration's GPU time from the engine model and its host time a linear function of the figures: a decode step of
-    b sequences with live tokens C has (1, C / 16 + 15/32 b, tp - 1) as its features, a prefill step none."""
+    iteration's GPU time from the engine model and its host time a linear function of the figures (`eng.HOST_FIELDS`
+    order): a decode step of b sequences with live tokens C has (1, b, C / 16 + 15/32 b, tp - 1, 0) as its features,
+    a prefill step of p prompts (0, 0, 0, 0, p)."""
     cache = cache or StepCache()
     task = r["task"].split("/")[-1]
     tp, prompt = r["parallelization"]["tp"], PROMPT_TOKENS[task]
@@ -391,13 +448,7 @@ def replay_row(r: dict, a: eng.Arch, dev: str, cache: StepCache | None = None, s
             for d, b, c in zip(s.decode, s.seqs, s.context, strict=True)
         ]
     )  # fmt: skip
-    x = np.where(
-        s.decode[:, None],
-        np.stack(
-            [np.ones(len(gpu)), s.context / eng.BLOCK_SIZE + BLOCK_ROUND_UP * s.seqs, np.full(len(gpu), tp - 1.0)], 1
-        ),
-        0.0,
-    )
+    x = host_matrix(s, tp)
     sw = s.steady_weight()
     return Window(
         float(s.tpot_weight @ gpu), tuple(map(float, s.tpot_weight @ x)), float(sw @ gpu), tuple(map(float, sw @ x)),
@@ -434,28 +485,37 @@ def load_rows(path: Path = DATA, windows: bool = False) -> list[Row]:
     return out
 
 
-def fit(rows: list[Row]) -> np.ndarray:
-    """(step_ms, per_block_ms, per_tp_worker_ms) >= 0 minimising the relative TPOT error over `rows`."""
+def _nnls(a: np.ndarray, y: np.ndarray, model: str) -> np.ndarray:
+    """Non-negative least squares on the host model's columns of `a`; the figures in `eng.HOST_FIELDS` order, 0 for
+    those the model does not fit."""
     from scipy.optimize import lsq_linear
 
+    m = mask_of(model).astype(bool)
+    out = np.zeros(len(eng.HOST_FIELDS))
+    out[m] = lsq_linear(a[:, m], y, bounds=(0.0, np.inf)).x
+    return out
+
+
+def fit(rows: list[Row], model: str = HOST_MODEL) -> np.ndarray:
+    """The host figures of `model` (`HOST_MODELS`; `eng.HOST_FIELDS` order, ms) >= 0 minimising the relative error of
+    the engine's TPOT against avg_tpot_s over `rows`."""
     a = np.array([host_features(r) for r in rows])
     meas = np.array([r.tpot_ms for r in rows])
     gpu = np.array([r.gpu_ms for r in rows])
-    return lsq_linear(a / meas[:, None], (meas - gpu) / meas, bounds=(0.0, np.inf)).x
+    return _nnls(a / meas[:, None], (meas - gpu) / meas, model)
 
 
-def fit_windows(rows: list[Row]) -> np.ndarray:
-    """(step_ms, per_block_ms, per_tp_worker_ms) >= 0 minimising, over `rows` (with `Row.window`), the relative
-    errors of both replayed windows together: the replayed Avg TPOT against avg_tpot_s and the replayed steady-state
-    time per output token against avg_batch_size / output_tokens_per_s (one host model for both windows)."""
-    from scipy.optimize import lsq_linear
-
+def fit_windows(rows: list[Row], model: str = HOST_MODEL) -> np.ndarray:
+    """The host figures of `model` (`HOST_MODELS`; `eng.HOST_FIELDS` order, ms) >= 0 minimising, over `rows` (with
+    `Row.window`), the relative errors of both replayed windows together: the replayed Avg TPOT against avg_tpot_s
+    and the replayed steady-state time per output token against avg_batch_size / output_tokens_per_s (one host model
+    for both windows)."""
     a, y = [], []
     for r in rows:
         w = r.window
         a += [np.array(w.tpot_host) / r.tpot_ms, np.array(w.steady_host) / r.steady_ms]
         y += [(r.tpot_ms - w.tpot_gpu_ms) / r.tpot_ms, (r.steady_ms - w.steady_gpu_ms) / r.steady_ms]
-    return lsq_linear(np.array(a), np.array(y), bounds=(0.0, np.inf)).x
+    return _nnls(np.array(a), np.array(y), model)
 
 
 def predict(r: Row, coef: np.ndarray) -> float:
@@ -498,21 +558,44 @@ WHAT = {
 }
 
 
-def run(path: Path = DATA, vidur: Path = VIDUR, fit_on: str = "windows") -> tuple[dict, str]:
-    """Fit the streaming GEMMs (`fit_streaming`), then the host figures of both GPUs on top of them (`fit_on`, one of
-    `FIT_ON`); return (the `PROFILE` profile of the serving-parameter file with the streaming fit under the key
-    `weight_streaming_gemm`, the Markdown before/after table, which adds, held out, the replayed Avg TPOT against
-    avg_tpot_s and the engine's TPOT against the steady-state time per output token)."""
+#: What each host model's figures are, for the profile's "model" string.
+MODEL_TERMS = {
+    "step_ms": "step_ms",
+    "per_seq_ms": "per_seq_ms x B",
+    "per_block_ms": "per_block_ms x B x ceil(context / 16)",
+    "per_tp_worker_ms": "per_tp_worker_ms x (tp - 1)",
+}
+
+
+def model_text(model: str) -> str:
+    """The host model's formula, as the profile's "model" entry states it."""
+    fields = HOST_MODELS[model]
+    dec = " + ".join(MODEL_TERMS[f] for f in fields if f in MODEL_TERMS)
+    pre = "per_prompt_ms x P" if "per_prompt_ms" in fields else "none"
+    return f"decode step host ms = {dec}; prefill step of P prompts: {pre}"
+
+
+def run(
+    path: Path = DATA, vidur: Path = VIDUR, fit_on: str = "windows", host_model: str = HOST_MODEL
+) -> tuple[dict, str]:
+    """Fit the streaming GEMMs (`fit_streaming`), then the host figures of `host_model` (`HOST_MODELS`) on both GPUs
+    on top of them (`fit_on`, one of `FIT_ON`); return (the `PROFILE` profile of the serving-parameter file with the
+    streaming fit under the key `weight_streaming_gemm`, the Markdown before/after table, which adds, held out, the
+    replayed Avg TPOT against avg_tpot_s, the replayed steady state against avg_batch_size / output_tokens_per_s and
+    the engine's TPOT against the latter)."""
     stream = fit_streaming(vidur)
     with streaming_override(streaming_table(stream)):
         rows = load_rows(path, windows=True)
-    fitter = fit_windows if fit_on == "windows" else fit
+
+    def fitter(rs: list[Row]) -> np.ndarray:
+        return (fit_windows if fit_on == "windows" else fit)(rs, host_model)
+
     devices, lines = {}, []
     lines.append(
         "| GPU | rows | group | TPOT MAPE before | TPOT MAPE after (LOMO) | median LOMO pred/meas | replayed Avg TPOT "
-        "MAPE (median) | TPOT vs steady state MAPE (median) |"
+        "MAPE (median) | replayed steady state MAPE (median) | TPOT vs steady state MAPE (median) |"
     )
-    lines.append("|---|---:|---|---:|---:|---:|---:|---:|")
+    lines.append("|---|---:|---|---:|---:|---:|---:|---:|---:|")
     for dev in sorted({r.device for r in rows}):
         dense = [r for r in rows if r.device == dev and not r.moe]
         coef = fitter(dense)
@@ -535,17 +618,22 @@ def run(path: Path = DATA, vidur: Path = VIDUR, fit_on: str = "windows") -> tupl
             ev[group] = {"rows": len(sel), "mape_before_pct": round(b, 1), "mape_lomo_pct": round(a, 1)}
             cs = [coef if r.moe else held_coef[r.model] for r in sel]
             rep = [(r.window.tpot_ms(c), r.tpot_ms) for r, c in zip(sel, cs, strict=True)]
+            rss = [(r.window.steady_ms(c), r.steady_ms) for r, c in zip(sel, cs, strict=True)]
             ss = [(p, r.steady_ms) for p, r in zip(after, sel, strict=True)]
             ev[group] |= {"replayed_avg_tpot_mape_lomo_pct": round(_mape(rep), 1),
+                          "replayed_steady_state_mape_lomo_pct": round(_mape(rss), 1),
                           "tpot_vs_steady_state_mape_lomo_pct": round(_mape(ss), 1)}  # fmt: skip
             lines.append(
                 f"| {dev} | {len(sel)} | {group} | {b:.1f}% | {a:.1f}% | {med:.2f} | {_mape(rep):.1f}% "
-                f"({_median(rep):.2f}) | {_mape(ss):.1f}% ({_median(ss):.2f}) |"
+                f"({_median(rep):.2f}) | {_mape(rss):.1f}% ({_median(rss):.2f}) | {_mape(ss):.1f}% "
+                f"({_median(ss):.2f}) |"
             )
+        figures = {
+            f: round(float(c), 5 if f in ("per_block_ms", "per_seq_ms") else 3)
+            for f, c in zip(eng.HOST_FIELDS, coef, strict=True)
+        }
         devices[dev] = {
-            "step_ms": round(float(coef[0]), 3),
-            "per_block_ms": round(float(coef[1]), 5),
-            "per_tp_worker_ms": round(float(coef[2]), 3),
+            **{f: v for f, v in figures.items() if f in HOST_MODELS[host_model]},
             "context_range": [min(r.context for r in dense), max(r.context for r in dense)],
             "rows": len(dense),
             "models": len({r.model for r in dense}),
@@ -553,8 +641,9 @@ def run(path: Path = DATA, vidur: Path = VIDUR, fit_on: str = "windows") -> tupl
             "source": (
                 f"fit: ML.ENERGY Leaderboard v2 vLLM 0.5.4 rows on {dev} ({len(dense)} rows of "
                 f"{len({r.model for r in dense})} dense models; python -m predictor.serving_fit, fitted on "
-                f"{WHAT[fit_on]}), leave-one-model-out TPOT MAPE against avg_tpot_s "
-                f"{ev['dense (all)']['mape_lomo_pct']}%"
+                f"{WHAT[fit_on]}; host model {host_model!r}), leave-one-model-out TPOT MAPE against avg_tpot_s "
+                f"{ev['dense (all)']['mape_lomo_pct']}%, replayed steady state "
+                f"{ev['dense (all)']['replayed_steady_state_mape_lomo_pct']}%"
             ),
         }
     doc = {
@@ -578,8 +667,8 @@ def run(path: Path = DATA, vidur: Path = VIDUR, fit_on: str = "windows") -> tupl
         ),
         "prompt_tokens_assumed": PROMPT_TOKENS,
         "fitted_on": fit_on,
-        "model": "decode step host ms = step_ms + per_block_ms x B x ceil(context / 16) + per_tp_worker_ms x (tp - 1); "
-        "prefill step: none",
+        "host_model": host_model,
+        "model": model_text(host_model),
         "transfers": {k: v for k, v in eng.HOST_TRANSFERS.items()},
         "devices": devices,
         "weight_streaming_gemm": stream,
@@ -617,14 +706,22 @@ def main(argv: list[str] | None = None) -> int:
         "docs/llm-serving.md; about a minute) or on avg_tpot_s against the engine's TPOT (tpot, the fit before "
         "2026-11-26)",
     )
+    ap.add_argument(
+        "--host-model",
+        choices=tuple(HOST_MODELS),
+        default=HOST_MODEL,
+        help="the host figures fitted (default %(default)s, the committed profile's: step + per KV block + per extra "
+        "tensor-parallel worker per decode step; 'seq': per running sequence instead of per block; '+prompt': and per "
+        "prompt a prefill step admits; docs/llm-serving.md)",
+    )
     args = ap.parse_args(argv)
     if not args.data.is_file():
         print(f"error: no such data file: {args.data}", file=sys.stderr)
         return 2
-    doc, table = run(args.data, fit_on=args.fit_on)
+    doc, table = run(args.data, fit_on=args.fit_on, host_model=args.host_model)
     print(table)
     for dev, d in doc["devices"].items():
-        print(f"{dev}: step {d['step_ms']} ms + {d['per_block_ms']} ms/KV block + {d['per_tp_worker_ms']} ms/(tp-1)")
+        print(f"{dev}: " + ", ".join(f"{f} {d[f]}" for f in eng.HOST_FIELDS if f in d))
     if not args.check:
         args.out.write_text(json.dumps(merge(doc, args.out), indent=1) + "\n")
         print(f"wrote profile {PROFILE!r} into {args.out}")

@@ -252,6 +252,33 @@ def test_captured_batches_and_host_time(tmp_path):
             eng.load_profiles(bad)
 
 
+def test_host_time_per_prompt_pauses_the_decodes_by_hand():
+    """`per_prompt_ms`: host time of a prefill step per prompt it admits, while the GPU idles; TPOT grows by the
+    prompts admitted per decode step x per_prompt_ms, TTFT by one prompt's, the energy per token by that time at the
+    power model's gap power over the batch's tokens."""
+    from predictor.power import power_params
+
+    a, dev, pw = eng.Arch.from_config(TINY), get_device("h100-80gb"), power_params("h100-80gb")
+    base = eng.HostParams(step_ms=3.0, per_block_ms=0.0, per_tp_worker_ms=0.0)
+    plus = eng.HostParams(step_ms=3.0, per_block_ms=0.0, per_tp_worker_ms=0.0, per_prompt_ms=5.0)
+    assert plus.prefill_s(3) == pytest.approx(15e-3)  # 5 ms x 3 prompts
+    assert base.prefill_s(3) == 0.0 and plus.to_json()["per_prompt_ms"] == 5.0
+    s0 = eng.serve(a, dev, 10, 32, 4, pw, host=base)
+    s1 = eng.serve(a, dev, 10, 32, 4, pw, host=plus)
+    # 10 sequences of 4 generated tokens: 2.5 prompts per decode step, prefilled 2 at a time (1.25 prefill steps a
+    # step of 2 x 5 = 10 ms host each): 12.5 ms more per output token; one prompt's TTFT 5 ms more
+    assert s1.tpot_ms - s0.tpot_ms == pytest.approx(12.5)
+    assert s1.ttft_ms - s0.ttft_ms == pytest.approx(5.0)
+    # a step's energy is gap W x its time + (compute W - gap W) x compute time + (memory W - gap W) x memory time, so
+    # 12.5 ms more host time per period adds gap W x 12.5 ms over the period's 10 tokens
+    assert s1.energy_per_token_j - s0.energy_per_token_j == pytest.approx(pw.gap_w * 12.5e-3 / 10)
+    # chunked prefill: the prompts' host time on their final chunk only (2 chunks of 16 tokens, budget 26 - 10 = 16)
+    m0 = eng.mixed_step(a, dev, 10, 34.0, 16, 16.0, prompts=1, final=True, host=base)
+    m1 = eng.mixed_step(a, dev, 10, 34.0, 16, 16.0, prompts=1, final=True, host=plus)
+    n1 = eng.mixed_step(a, dev, 10, 34.0, 16, 0.0, prompts=1, final=False, host=plus)
+    assert m1.host_s - m0.host_s == pytest.approx(5e-3) and n1.host_s == pytest.approx(3e-3)
+
+
 def test_tpot_with_interleaved_prefills_by_hand():
     """Continuous batching without chunked prefill: B / G new prompts per decode step, prefilled round(B / G) at a
     time, so TPOT = decode step + (B / G) / round(B / G) x the prefill step of round(B / G) prompts."""
@@ -323,18 +350,20 @@ def _row(model, batch, context, tp, gpu_ms, tpot_ms, device="h100-80gb"):
 def test_host_features_and_exact_recovery_by_hand():
     from predictor import serving_fit as sf
 
-    # 100 sequences at context 200: ceil(200 / 16) = 13 blocks each = 1,300; tp 4: 3 extra workers
-    assert list(sf.host_features(_row("m", 100, 200.0, 4, 10.0, 50.0))) == [1.0, 1300.0, 3.0]
+    # 100 sequences at context 200: ceil(200 / 16) = 13 blocks each = 1,300; tp 4: 3 extra workers; 100 generated
+    # tokens each (`_row`): 100 / 100 = 1 prompt admitted per decode step
+    assert list(sf.host_features(_row("m", 100, 200.0, 4, 10.0, 50.0))) == [1.0, 100.0, 1300.0, 3.0, 1.0]
     # rows built to follow 20 ms + 0.01 ms / block + 8 ms / worker exactly: the fit gives those figures back
-    coef = (20.0, 0.01, 8.0)
+    # (`eng.HOST_FIELDS` order: step, per sequence, per block, per worker, per prompt)
+    coef = (20.0, 0.0, 0.01, 8.0, 0.0)
     rows = []
     for i, (b, ctx, tp) in enumerate([(32, 100.0, 1), (64, 300.0, 1), (128, 200.0, 2), (256, 400.0, 4), (16, 50.0, 8)]):
         blocks = b * math.ceil(ctx / 16)
-        rows.append(_row(f"m{i}", b, ctx, tp, 5.0 + i, 5.0 + i + coef[0] + coef[1] * blocks + coef[2] * (tp - 1)))
+        rows.append(_row(f"m{i}", b, ctx, tp, 5.0 + i, 5.0 + i + coef[0] + coef[2] * blocks + coef[3] * (tp - 1)))
     # e.g. the first: 32 x ceil(100 / 16) = 32 x 7 = 224 blocks: 5 + 20 + 2.24 = 27.24 ms
     assert rows[0].tpot_ms == pytest.approx(27.24)
-    assert list(sf.fit(rows)) == pytest.approx(coef, rel=1e-6)
-    assert sf.predict(rows[0], sf.fit(rows)) == pytest.approx(27.24)
+    assert list(sf.fit(rows, "block")) == pytest.approx(coef, rel=1e-6, abs=1e-9)
+    assert sf.predict(rows[0], sf.fit(rows, "block")) == pytest.approx(27.24)
 
 
 def test_leave_one_model_out_holds_each_model_out():

@@ -137,16 +137,61 @@ def test_request_counts_of_the_queue_files_fit_every_row():
 
 
 def test_fit_windows_recovers_figures_by_hand():
-    """Rows whose two windows follow 20 ms + 0.01 ms / block + 8 ms / worker exactly give those figures back."""
-    coef = np.array([20.0, 0.01, 8.0])
+    """Rows whose two windows follow 20 ms + 0.01 ms / block + 8 ms / worker exactly give those figures back (the
+    figures in `eng.HOST_FIELDS` order: step, per sequence, per block, per worker, per prompt)."""
+    coef = np.array([20.0, 0.0, 0.01, 8.0, 0.0])
     rows = []
     for i, (blocks, tp) in enumerate([(500.0, 1), (3000.0, 1), (1500.0, 2), (8000.0, 4), (200.0, 8)]):
         # Avg TPOT: 0.9 of a step's host features per token; steady state: 1.2 of them (the drain's iterations)
         w = sf.Window(
-            4.0 + i, (0.9, 0.9 * blocks, 0.9 * (tp - 1)), 5.0 + i, (1.2, 1.2 * blocks, 1.2 * (tp - 1)), 64, 2000
-        )
+            4.0 + i, (0.9, 0.0, 0.9 * blocks, 0.9 * (tp - 1), 0.0), 5.0 + i,
+            (1.2, 0.0, 1.2 * blocks, 1.2 * (tp - 1), 0.0), 64, 2000,
+        )  # fmt: skip
         rows.append(sf.Row(f"m{i}", "h100-80gb", "chat", tp, 64, 100, 8.0, False, w.tpot_ms(coef), 0.1, 1.0, 100.0,
                            w.steady_ms(coef), w))  # fmt: skip
     # the first: 4 + 0.9 x (20 + 0.01 x 500) = 26.5 ms; steady 5 + 1.2 x 25 = 35 ms
     assert (rows[0].tpot_ms, rows[0].steady_ms) == pytest.approx((26.5, 35.0))
-    assert list(sf.fit_windows(rows)) == pytest.approx(list(coef), rel=1e-6)
+    assert list(sf.fit_windows(rows, "block")) == pytest.approx(list(coef), rel=1e-6, abs=1e-9)
+
+
+def test_fit_windows_per_sequence_and_per_prompt_by_hand():
+    """The "seq+prompt" host model: 7 ms + 0.3 ms per running sequence + 12 ms per extra worker per decode step and
+    5 ms per prompt a prefill step admits, recovered from rows that follow it exactly; the per-block figure, not in
+    the model, stays 0."""
+    coef = np.array([7.0, 0.3, 0.0, 12.0, 5.0])
+    rows = []
+    for i, (seqs, tp, prompts) in enumerate([(60.0, 1, 1.0), (250.0, 1, 4.0), (120.0, 2, 0.5), (500.0, 4, 7.0),
+                                             (30.0, 8, 0.2), (300.0, 1, 0.7)]):  # fmt: skip
+        # per token of one sequence: one decode step (1, B, 0 blocks, tp - 1) and the B / generate prompts admitted
+        tpot_x = (1.0, seqs, 0.0, tp - 1.0, prompts)
+        ss_x = (1.1, 1.1 * seqs, 0.0, 1.1 * (tp - 1.0), 1.3 * prompts)
+        w = sf.Window(3.0, tpot_x, 4.0, ss_x, seqs, 2000)
+        rows.append(sf.Row(f"m{i}", "h100-80gb", "code", tp, int(seqs), 66, 15.0, False, w.tpot_ms(coef), 0.1, 1.0,
+                           160.0, w.steady_ms(coef), w))  # fmt: skip
+    # the first: 3 + 7 + 0.3 x 60 + 0 + 5 x 1 = 33 ms; steady 4 + 1.1 x (7 + 18) + 1.3 x 5 = 38 ms
+    assert (rows[0].tpot_ms, rows[0].steady_ms) == pytest.approx((33.0, 38.0))
+    assert list(sf.fit_windows(rows, "seq+prompt")) == pytest.approx(list(coef), rel=1e-6, abs=1e-9)
+    # as the engine's HostParams: a decode step of 10 sequences on tp 2 = 7 + 3 + 12 = 22 ms; 3 prompts 15 ms
+    h = sf.host_params(sf.fit_windows(rows, "seq+prompt"))
+    assert h.decode_s(10, 160.0, tp=2) == pytest.approx(22e-3) and h.prefill_s(3) == pytest.approx(15e-3)
+    assert list(sf.coef_of(h)) == pytest.approx(list(coef), abs=1e-6)
+
+
+def test_host_features_of_the_three_request_run_by_hand():
+    """The replay's host features per iteration (`serving_fit.host_matrix`) of the three-request run above, on tensor
+    parallel 2, and both windows' features: (step, sequences, KV blocks, extra workers, prompts)."""
+    s = win.schedule([2, 3, 2], slots=2, prompt=10)
+    x = sf.host_matrix(s, tp=2)
+    # it 0 prefill of 2 prompts; it 1 decode of 2 sequences, 22 live tokens: 22 / 16 + 15/32 x 2 = 2.3125 blocks;
+    # it 2 prefill of 1; it 3 decode of 2, 23 tokens: 23 / 16 + 15/16 = 2.375 blocks
+    assert x.tolist() == [
+        [0, 0, 0, 0, 2],
+        [1, 2, 2.3125, 1, 0],
+        [0, 0, 0, 0, 1],
+        [1, 2, 2.375, 1, 0],
+    ]
+    # Avg TPOT weights 0, 0.5, 0.25, 0.5: step 1, sequences 2, blocks 0.5 x (2.3125 + 2.375) = 2.34375, workers 1,
+    # prompts 0.25 (C's prefill paused B); steady state (iterations 0-1, 2 sequences / 4 tokens = 0.5 each): step
+    # 0.5, sequences 1, blocks 1.15625, workers 0.5, prompts 0.5 x 2 = 1
+    assert (s.tpot_weight @ x).tolist() == pytest.approx([1.0, 2.0, 2.34375, 1.0, 0.25])
+    assert (s.steady_weight() @ x).tolist() == pytest.approx([0.5, 1.0, 1.15625, 0.5, 1.0])

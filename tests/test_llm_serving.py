@@ -477,6 +477,23 @@ def test_engine_profile_changes_tpot_by_the_host_term(tmp_path):
     assert any(a.startswith("engine profile mine (file ") for a in user.assumptions)
 
 
+def test_profile_file_per_prompt_figure_reaches_ttft_tpot_and_json(tmp_path):
+    """A profile file's per_prompt_ms: one prompt's TTFT and, with one prompt admitted per decode step, TPOT both
+    grow by it; `engine.host` reports it."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    kw = dict(prompt=8, generate=8, batch=8, contexts=[16], runtime="vllm", max_num_batched_tokens=0)
+    a = _profile_file(tmp_path, "a.json", source="s", any_device={"step_ms": 2.0})
+    b = _profile_file(tmp_path, "b.json", source="s", any_device={"step_ms": 2.0, "per_prompt_ms": 4.0})
+    ra = llm(str(path), engine_profile=str(a), **kw).llm.devices[0]
+    rb = llm(str(path), engine_profile=str(b), **kw).llm.devices[0]
+    # 8 sequences of 8 generated tokens: 8 / 8 = 1 new prompt per decode step, prefilled alone: 4 ms more per token
+    assert rb.tpot_ms - ra.tpot_ms == pytest.approx(4.0)
+    assert rb.ttft_ms - ra.ttft_ms == pytest.approx(4.0)
+    assert rb.engine["host"]["per_prompt_ms"] == 4.0 and ra.engine["host"]["per_prompt_ms"] == 0.0
+    assert rb.engine["decode_step_ms"] == pytest.approx(ra.engine["decode_step_ms"])
+
+
 def test_engine_profile_in_the_json_and_bad_profiles_exit_2(tmp_path):
     schema = json.loads(SCHEMA_FILE.read_text())
     path = tmp_path / "config.json"
@@ -514,6 +531,7 @@ def test_engine_profile_in_the_json_and_bad_profiles_exit_2(tmp_path):
             ({"source": "s", "devices": {"h100-80gb": {"step_ms": "1"}}}, "step_ms must be a number"),
             ({"source": "s", "devices": {"a100-40gb": {"step_ms": 1}}}, "no host figures for 'h100-80gb'"),
             ({"source": "s", "any_device": {"step_ms": 1, "context_range": [5, 1]}}, "context_range"),
+            ({"source": "s", "any_device": {"step_ms": 1, "per_prompt_ms": 2000}}, "per_prompt_ms must be a number"),
         )
     ):
         cases.append((["--engine-profile", str(_profile_file(tmp_path, f"bad{i}.json", **doc_))], words))

@@ -393,10 +393,17 @@ class Prediction:
     #: Weights + peak live activations (MiB) as preflight's liveness pass finds them, beside `memory_mib` (what
     #: nvidia-smi would count: + context, workspace and the allocator's reserve), with either predictor.
     memory_tensor_peak_mib: float | None = None
-    #: Average board power (W) of the estimate and the busy shares it rests on ({"compute", "memory", "gap"});
-    #: None with a trained predictor (its energy is predicted directly).
+    #: Average board power (W) of the estimate and the busy shares it rests on ({"compute", "memory", "gap"}: the
+    #: kernels' time compute-bound, memory-bound and at the launch floor, `power.busy_shares`); None with a trained
+    #: predictor (its energy is predicted directly).
     power_w: float | None = None
     power_shares: dict | None = None
+    #: The same time as `power_w` prices it ({"compute", "memory", "compute_fp32", "gap"}, summing to 1): where the
+    #: GPU's power figures have `compute_fp32_w`, compute-bound float32 kernels' time at the roofline's peak rate is
+    #: `compute_fp32` and the rest of their time is `gap` (`power.shares_from_classes`); elsewhere `compute_fp32` is
+    #: 0 and the rest is `power_shares`. power_w = min(limit_w, gap_w x gap + compute_w x compute + memory_w x memory
+    #: + compute_fp32_w x compute_fp32), the watts from predictor/power_params.json. None with a trained predictor.
+    power_split: dict | None = None
 
     def to_json(self) -> dict:
         """The `prediction` block of `preflight.report/1`."""
@@ -420,6 +427,7 @@ class Prediction:
             }
             | ({} if self.memory_tensor_peak_mib is None else {"memory_tensor_peak_mib": self.memory_tensor_peak_mib})
             | ({} if self.power_w is None else {"power_w": self.power_w, "power_shares": dict(self.power_shares)})
+            | ({} if self.power_split is None else {"power_split": dict(self.power_split)})
         )
 
 
@@ -487,7 +495,7 @@ def predict(
     residual = None  # a GraphSAGE trained on public measurements, correcting the kernel model (predictor.public_train)
     if trained is not None and getattr(trained, "kind", None) == "residual":
         residual, trained = trained, None
-    power, power_shares = None, None
+    power, power_shares, power_split = None, None, None
     tensor_peak = (analysis.totals.param_bytes + analysis.totals.peak_activation_bytes) / 2**20
     if trained is not None:
         from .train import prepare
@@ -518,10 +526,17 @@ def predict(
         pw = power_params(device.key)
         s_c, s_m, s_gap = busy_shares(whole.compute_s, whole.memory_s, whole.launch_s)
         if pw.compute_fp32_w is None:
-            power = pw.power_w(s_c, s_m)
+            priced = (s_c, s_m, 0.0)
         else:  # compute-bound float32 kernels at their own power (`power.shares_from_classes`)
             classes = kernel_classes(karrays, whole, device, tf32_matmul=tf32)
-            power = pw.power_w(*shares_from_classes(classes, float(whole.eager_s.sum())))
+            priced = shares_from_classes(classes, float(whole.eager_s.sum()))
+        power = pw.power_w(*priced)
+        power_split = {
+            "compute": max(0.0, priced[0]),  # max: a float32-only model's compute - float32 may round below 0
+            "memory": priced[1],
+            "compute_fp32": priced[2],
+            "gap": max(0.0, 1.0 - sum(priced)) if whole.eager_s.sum() > 0 else 1.0,
+        }
         p_lo, p_hi = pw.interval_w(power)
         e, e_lo, e_hi = lat / 1e3 * power, lat_lo / 1e3 * p_lo, lat_hi / 1e3 * p_hi
         power_shares = {"compute": round(s_c, 4), "memory": round(s_m, 4), "gap": round(s_gap, 4)}
@@ -601,6 +616,7 @@ def predict(
         memory_tensor_peak_mib=tensor_peak,
         power_w=power,
         power_shares=power_shares,
+        power_split=power_split,
     )
     return prediction, warnings
 

@@ -330,3 +330,35 @@ def test_power_fit_step_time_is_a_parameter_not_a_global(tmp_path):
     assert doc["llm_step_time"] == "tpot" and "h100_models" not in doc
     with pytest.raises(ValueError, match="step time must be one of"):
         step_time_s({"avg_tpot_s": 0.04}, "bogus")
+
+
+def test_reported_power_split_and_watts_give_power_w_by_hand():
+    # A float32 model on the H100 (whose power figures have compute_fp32_w): a 4096x4096x4096 float32 GEMM on FP32
+    # CUDA cores (compute-bound) and a ReLU over its 2^24-element output (memory-bound). The JSON's power_split and
+    # the watts of predictor/power_params.json's h100-80gb entry must give power_w by hand; power_shares (the
+    # three-way busy split) alone cannot, as the GEMM's time below the FP32 peak is priced at gap_w.
+    import json
+
+    import jsonschema
+    import torch
+
+    from analyzer.api import predict
+    from analyzer.render import SCHEMA_FILE
+
+    model = torch.nn.Sequential(torch.nn.Linear(4096, 4096, bias=False), torch.nn.ReLU()).eval()
+    doc = predict(model, (torch.zeros(4096, 4096),), device="h100-80gb").to_json()
+    jsonschema.validate(doc, json.loads(SCHEMA_FILE.read_text()))
+    p = doc["prediction"]
+    split = p["power_split"]
+    assert split["compute_fp32"] > 0 and split["memory"] > 0
+    assert sum(split.values()) == pytest.approx(1.0, abs=1e-12)
+    # h100-80gb in predictor/power_params.json: gap_w 165.87, compute_w 687.35, memory_w 504.86,
+    # compute_fp32_w 700.0, limit_w 700.0 (the sum below cannot pass it: no watt figure does)
+    by_hand = (
+        165.87 * split["gap"] + 687.35 * split["compute"] + 504.86 * split["memory"] + 700.0 * split["compute_fp32"]
+    )
+    assert p["power_w"] == pytest.approx(by_hand, rel=1e-9)
+    assert split["memory"] == pytest.approx(p["power_shares"]["memory"], abs=5e-5)  # the shares are rounded to 4
+    shares = p["power_shares"]
+    three_way = 165.87 * shares["gap"] + 687.35 * shares["compute"] + 504.86 * shares["memory"]
+    assert abs(three_way - p["power_w"]) > 1.0  # the busy split alone does not price the GEMM as power_w does

@@ -18,8 +18,8 @@ Estimate without a trained predictor (labelled `"predictor": "roofline"`, as the
 - memory: as nvidia-smi counts it (`predictor.memory.gpu_memory`: CUDA context of the runtime (eager PyTorch's,
   measured on our H100, or the device file's `cuda_context_mib`: `predictor.memory.runtime_for`) + cuBLAS
   workspace + what PyTorch's caching allocator reserves, replayed on the graph's weights and allocation trace
-  (`allocator_reserve`; without a trace a reserve factor fitted on MIG framebuffer readings,
-  `predictor/memory_params.json`)); interval from the tensor peak + context +
+  (`allocator_reserve`; without a trace, or with one it cannot replay (a warning says so), a reserve factor
+  fitted on MIG framebuffer readings, `predictor/memory_params.json`)); interval from the tensor peak + context +
   workspace (no allocator reserve) to the estimate + 25% of the reserved activations. The tensor peak (weights +
   peak live activations) is kept beside it (`Prediction.memory_tensor_peak_mib`); MIG fit uses the upper end.
 A trained predictor replaces them with its calibrated quantiles.
@@ -52,7 +52,7 @@ from .kernel_model import (
     param_dtype,
     tf32_matmul_of,
 )
-from .memory import Reserved, gpu_memory, runtime_for, simulate_reserved
+from .memory import AllocationTraceError, Reserved, gpu_memory, runtime_for, simulate_reserved
 from .mig import MigRecommendation, recommend
 from .power import busy_shares, kernel_classes, power_params, shares_from_classes
 from .roofline import op_arrays
@@ -318,21 +318,25 @@ def estimate_memory(
     )
 
 
-def allocator_reserve(analysis) -> Reserved | None:
+def allocator_reserve(analysis, warnings: list[str] | None = None) -> Reserved | None:
     """The caching allocator replayed on `analysis`'s weights and allocation trace (`predictor.memory`); None when
-    the analysis carries no trace. With layers extrapolated from 2 (`analysis.repeat`) the trace is the 2-layer
-    graph's (what later identical layers allocate reuses the same cached blocks) and the weights are every layer's
+    the analysis carries no trace, or one that cannot be replayed (`replay_reserve`: a line joins `warnings`).
+    With layers extrapolated from 2 (`analysis.repeat`) the trace is the 2-layer graph's (what later identical
+    layers allocate reuses the same cached blocks) and the weights are every layer's
     (`passes.memory.repeat_weight_sizes`); where those are not known, the missing bytes are one tensor.
     Recurrences extrapolated in their step count (`analysis.steps`) keep the factor: their trace is a shorter
     sample's."""
     if getattr(analysis, "steps", None) is not None:
         return None
-    return replay_reserve(getattr(analysis, "memory", None), analysis.totals.param_bytes)
+    return replay_reserve(getattr(analysis, "memory", None), analysis.totals.param_bytes, warnings)
 
 
-def replay_reserve(memory, param_bytes: int) -> Reserved | None:
+def replay_reserve(memory, param_bytes: int, warnings: list[str] | None = None) -> Reserved | None:
     """`allocator_reserve` of a `passes.memory.MemoryProfile` (its `blocks` and `weight_sizes`) and the model's
-    `param_bytes` (the bytes `weight_sizes` misses are one more tensor); None when the profile has no trace."""
+    `param_bytes` (the bytes `weight_sizes` misses are one more tensor); None when the profile has no trace, or
+    when its trace is one no eager loop produces (`memory.AllocationTraceError`: a storage born after the last op
+    or freed before it is born, a fault of the liveness pass): then the memory is costed as without a trace, by
+    the fitted reserve factor, and a line saying so joins `warnings` (when given)."""
     blocks = getattr(memory, "blocks", ())
     if not blocks:
         return None
@@ -340,7 +344,15 @@ def replay_reserve(memory, param_bytes: int) -> Reserved | None:
     missing = param_bytes - sum(sizes)
     if missing > 0:
         sizes.append(missing)
-    return simulate_reserved(sizes, blocks, n_ops=len(memory.timeline) or None)
+    try:
+        return simulate_reserved(sizes, blocks, n_ops=len(memory.timeline) or None)
+    except AllocationTraceError as exc:
+        if warnings is not None:
+            warnings.append(
+                f"the allocation trace cannot be replayed through the caching allocator ({exc}): the memory uses "
+                "the fitted reserve factor, as for a graph without a trace"
+            )
+        return None
 
 
 def get_params_family(device_key: str) -> str | None:
@@ -469,7 +481,8 @@ def predict(
     `latency_slo_ms` and `max_slowdown` go to the MIG recommender (`predictor.mig.recommend`).
     `matmul_precision`: `torch.set_float32_matmul_precision`'s setting the model runs under ("highest", torch's
     default; "high" or "medium": float32 matmuls on TF32 tensor cores, `kernel_model.MATMUL_PRECISIONS`);
-    ValueError for another value.
+    ValueError for another value. An allocation trace the caching allocator cannot replay (a liveness fault) costs
+    the memory by the fitted reserve factor, as a graph without a trace, with a warning (`replay_reserve`).
     """
     tf32 = tf32_matmul_of(matmul_precision)
     device = get_device(device_name)
@@ -546,7 +559,7 @@ def predict(
             analysis.totals.peak_activation_bytes,
             device,
             has_conv,
-            reserved=allocator_reserve(analysis),
+            reserved=allocator_reserve(analysis, warnings),
         )
         name = "roofline"
         fallback = None

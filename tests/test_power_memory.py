@@ -362,3 +362,23 @@ def test_reported_power_split_and_watts_give_power_w_by_hand():
     shares = p["power_shares"]
     three_way = 165.87 * shares["gap"] + 687.35 * shares["compute"] + 504.86 * shares["memory"]
     assert abs(three_way - p["power_w"]) > 1.0  # the busy split alone does not price the GEMM as power_w does
+
+
+def test_fit_main_writes_checks_and_reports(tmp_path, capsys):
+    # the tail both fits share (predictor/fit_cli.py): a missing input, a fit error, a fit that prints only, a write
+    from predictor.fit_cli import fit_main
+
+    out = tmp_path / "p.json"
+    (tmp_path / "rows.jsonl").write_text("")
+    assert fit_main(tmp_path, ["rows.jsonl", "more.jsonl"], lambda: ({}, ""), str(out)) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'more.jsonl'} not found\n"
+
+    def bad():
+        raise KeyError("gap_w")
+
+    assert fit_main(tmp_path, ["rows.jsonl"], bad, str(out), errors=(KeyError,)) == 2
+    assert capsys.readouterr().err == "error: 'gap_w'\n" and not out.exists()
+    assert fit_main(tmp_path, [], lambda: None, str(out)) == 0 and not out.exists()
+    assert fit_main(tmp_path, ["rows.jsonl"], lambda: ({"a": [1]}, "| table |"), str(out)) == 0
+    assert out.read_text() == '{\n "a": [\n  1\n ]\n}\n'  # json.dumps(indent=1) and a final newline
+    assert capsys.readouterr().out == f"| table |\nwrote {out}\n"

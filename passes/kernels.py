@@ -873,6 +873,28 @@ class _View:
             vid = op.operands[0].value
         return vid, walked
 
+    def shared_view_root(self, vids) -> tuple[int, set[int]] | None:
+        """The one value that every value of `vids` is a view of (`view_root`: Q, K and V of an attention all
+        views of one packed in-projection), and the view op indices walked from all of them; None when they reach
+        different values."""
+        walked: set[int] = set()
+        roots = set()
+        for v in vids:
+            r, w = self.view_root(v)
+            roots.add(r)
+            walked |= w
+        return (roots.pop(), walked) if len(roots) == 1 else None
+
+    def seq_first_transpose(self, vid: int) -> OpNode | None:
+        """The op that makes `vid` as a (1, 0, 2) `permute_dims` of a 3-D tensor (nn.MultiheadAttention's Python path
+        turning a (B, T, D) input into (T, B, D)), or None."""
+        tr = self.op_of(vid)
+        if tr is None or tr.op != "relax.permute_dims" or tr.operands[0].tensor.ndim != 3:
+            return None
+        if [int(a) for a in tr.attrs.get("axes") or []] != [1, 0, 2]:
+            return None
+        return tr
+
     def view_chain_down(self, vid: int) -> tuple[int, set[int]]:
         """Walk down from `vid` while its one consumer is a view op; (the last value, the op indices walked)."""
         walked: set[int] = set()
@@ -928,23 +950,15 @@ class _View:
                 for o in self.node[i].operands
                 if o.value not in self.indep and self.producer.get(o.value) not in att.covered
             }
-            walked: set[int] = set()
-            roots = set()
-            for v in inputs:
-                r, w = self.view_root(v)
-                roots.add(r)
-                walked |= w
-            if len(roots) != 1:
+            shared = self.shared_view_root(inputs)
+            if shared is None:
                 continue
-            packed = roots.pop()
+            packed, walked = shared
             m_in = self.linear_of(packed, fused_into)
             if m_in is None or self.info[packed].shape[-1] != 3 * att.h * att.d:
                 continue
-            xt = m_in.operands[0].value
-            tr = self.op_of(xt)
-            if tr is None or tr.op != "relax.permute_dims" or tr.operands[0].tensor.ndim != 3:
-                continue
-            if [int(a) for a in tr.attrs.get("axes") or []] != [1, 0, 2]:
+            tr = self.seq_first_transpose(m_in.operands[0].value)
+            if tr is None:
                 continue
             x = tr.operands[0].value
             end, down = self.view_chain_down(att.out_value)
@@ -1001,23 +1015,16 @@ class _View:
             q_in = [o.value for o in mul.operands if not self.is_scalar_const(o.value)]
             if len(q_in) != 1 or len(mul.operands) != 2:
                 continue
-            walked: set[int] = set()
-            roots = set()
-            for v in (q_in[0], m1.operands[1].value, m2.operands[1].value):
-                r, w = self.view_root(v)
-                roots.add(r)
-                walked |= w
-            if len(roots) != 1:
+            shared = self.shared_view_root((q_in[0], m1.operands[1].value, m2.operands[1].value))
+            if shared is None:
                 continue
-            packed = roots.pop()
+            packed, walked = shared
             m_in = self.linear_of(packed, fused_into)
             bias = None if m_in is None else next((c for c, p in fused_into.items() if p == m_in.index), None)
             if m_in is None or bias is None:
                 continue
-            tr = self.op_of(m_in.operands[0].value)
-            if tr is None or tr.op != "relax.permute_dims" or tr.operands[0].tensor.ndim != 3:
-                continue
-            if [int(a) for a in tr.attrs.get("axes") or []] != [1, 0, 2]:
+            tr = self.seq_first_transpose(m_in.operands[0].value)
+            if tr is None:
                 continue
             x = tr.operands[0].value
             b, _, d = self.info[x].shape

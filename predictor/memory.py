@@ -198,6 +198,11 @@ class Reserved:
         return self.total - self.weights
 
 
+class AllocationTraceError(ValueError):
+    """An allocation trace no eager loop can produce: a storage born at or after the graph's last op, or freed
+    before it is born (`simulate_reserved`); the message names the storage."""
+
+
 def simulate_reserved(
     weight_sizes, blocks, *, steps: int = 3, n_ops: int | None = None, hold_outputs: bool = True
 ) -> Reserved:
@@ -218,7 +223,8 @@ def simulate_reserved(
     `hold_outputs=False` replays a loop that drops each pass's outputs when it returns (`model(x)` with the result
     unused, as preflight's own measuring harness times it): they are freed after the last op.
 
-    Raises ValueError for a storage born at or after op `n_ops`, or freed before it is born."""
+    Raises AllocationTraceError (a ValueError) for a storage born at or after op `n_ops`, or freed before it is
+    born."""
     alloc = CachingAllocator()
     for n in weight_sizes:
         alloc.malloc(int(n))
@@ -228,7 +234,7 @@ def simulate_reserved(
         n_ops = max((max(e, b + 1) for b, e, _ in trace), default=0)
     for b, e, _ in trace:
         if b >= n_ops or e < max(b, 0):
-            raise ValueError(f"storage (birth {b}, last {e}) does not fit a graph of {n_ops} ops")
+            raise AllocationTraceError(f"storage (birth {b}, last {e}) does not fit a graph of {n_ops} ops")
     for b, _, n in trace:
         if b < 0:
             alloc.malloc(n)

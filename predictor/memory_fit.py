@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from .devices import DEVICES
+from .fit_cli import fit_main
 from .memory import DEFAULT_RUNTIME, MIB, PARAMS_PATH, SCHEMA, Reserved, RuntimeMemory, gpu_memory, simulate_reserved
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -334,22 +334,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--h100", default=str(H100_MODELS), help="folder of our H100 whole-model measurements (*.jsonl)")
     args = ap.parse_args(argv)
     data, h100 = Path(args.data), Path(args.h100)
-    for name in ("mig-a100-40gb.jsonl", "mig-encoders-analysis.json"):
-        if not (data / name).is_file():
-            print(f"error: {data / name} not found", file=sys.stderr)
-            return 2
-    if not any(h100.glob("*.jsonl")):
-        print(f"error: no *.jsonl measurements in {h100}", file=sys.stderr)
-        return 2
-    try:
-        doc, table = run(data, h100)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
-    print(table)
-    print(f"wrote {args.out}")
-    return 0
+
+    def fit() -> tuple[dict, str]:
+        if not any(h100.glob("*.jsonl")):
+            raise ValueError(f"no *.jsonl measurements in {h100}")
+        return run(data, h100)
+
+    return fit_main(data, ("mig-a100-40gb.jsonl", "mig-encoders-analysis.json"), fit, args.out)
 
 
 if __name__ == "__main__":

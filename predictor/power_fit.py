@@ -69,6 +69,7 @@ from pathlib import Path
 import numpy as np
 
 from .devices import DEVICES, get_device
+from .fit_cli import fit_main
 from .kernel_model import load_params
 from .power import FP32_COMPUTE, FP32_COMPUTE_MODES, PARAMS_PATH, SCHEMA, shares_from_classes
 
@@ -568,16 +569,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     data = Path(args.data)
-    for name in ("mlenergy-diffusion-v2.jsonl", "mlenergy-llm-v2.jsonl"):
-        if not (data / name).is_file():
-            print(f"error: {data / name} not found", file=sys.stderr)
-            return 2
     ours = {
         "h100_models": not args.without_h100_models,
         "fp32_compute": args.fp32_compute,
         "h100_shares": args.h100_shares,
     }
-    try:
+
+    def fit() -> tuple[dict, str] | None:
         if ours["h100_models"] and not classes_current():
             print(
                 f"warning: {H100_CLASSES.relative_to(ROOT)} was costed with another kernel-parameter table: "
@@ -591,15 +589,11 @@ def main(argv: list[str] | None = None) -> int:
                 doc, _ = run(data, tokens, args.shares, args.step_time, **ours)
                 cells = " | ".join(f"{doc['evaluation'][g]['mape_pct']:.1f}%" for g in GPUS_FITTED)
                 print(f"| {tokens} | {cells} |")
-            return 0
-        doc, table = run(data, shares=args.shares, step_time=args.step_time, **ours)
-    except (PowerDataError, OSError, ValueError, KeyError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
-    print(table)
-    print(f"wrote {args.out}")
-    return 0
+            return None
+        return run(data, shares=args.shares, step_time=args.step_time, **ours)
+
+    required = ("mlenergy-diffusion-v2.jsonl", "mlenergy-llm-v2.jsonl")
+    return fit_main(data, required, fit, args.out, errors=(PowerDataError, OSError, ValueError, KeyError))
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ Estimate without a trained predictor (labelled `"predictor": "roofline"`, as the
 - memory: as nvidia-smi counts it (`predictor.memory.gpu_memory`: CUDA context of the runtime (eager PyTorch's,
   measured on our H100, or the device file's `cuda_context_mib`: `predictor.memory.runtime_for`) + cuBLAS
   workspace + what PyTorch's caching allocator reserves, replayed on the graph's weights and allocation trace
-  (`allocator_reserve`; without a trace a reserve factor fitted on MIG framebuffer readings,
-  `predictor/memory_params.json`)); interval from the tensor peak + context +
+  (`allocator_reserve`; without a trace, or with one it cannot replay (a warning says so), a reserve factor
+  fitted on MIG framebuffer readings, `predictor/memory_params.json`)); interval from the tensor peak + context +
   workspace (no allocator reserve) to the estimate + 25% of the reserved activations. The tensor peak (weights +
   peak live activations) is kept beside it (`Prediction.memory_tensor_peak_mib`); MIG fit uses the upper end.
 A trained predictor replaces them with its calibrated quantiles.
@@ -52,7 +52,7 @@ from .kernel_model import (
     param_dtype,
     tf32_matmul_of,
 )
-from .memory import Reserved, gpu_memory, runtime_for, simulate_reserved
+from .memory import AllocationTraceError, Reserved, gpu_memory, runtime_for, simulate_reserved
 from .mig import MigRecommendation, recommend
 from .power import busy_shares, kernel_classes, power_params, shares_from_classes
 from .roofline import op_arrays
@@ -318,21 +318,25 @@ def estimate_memory(
     )
 
 
-def allocator_reserve(analysis) -> Reserved | None:
+def allocator_reserve(analysis, warnings: list[str] | None = None) -> Reserved | None:
     """The caching allocator replayed on `analysis`'s weights and allocation trace (`predictor.memory`); None when
-    the analysis carries no trace. With layers extrapolated from 2 (`analysis.repeat`) the trace is the 2-layer
-    graph's (what later identical layers allocate reuses the same cached blocks) and the weights are every layer's
+    the analysis carries no trace, or one that cannot be replayed (`replay_reserve`: a line joins `warnings`).
+    With layers extrapolated from 2 (`analysis.repeat`) the trace is the 2-layer graph's (what later identical
+    layers allocate reuses the same cached blocks) and the weights are every layer's
     (`passes.memory.repeat_weight_sizes`); where those are not known, the missing bytes are one tensor.
     Recurrences extrapolated in their step count (`analysis.steps`) keep the factor: their trace is a shorter
     sample's."""
     if getattr(analysis, "steps", None) is not None:
         return None
-    return replay_reserve(getattr(analysis, "memory", None), analysis.totals.param_bytes)
+    return replay_reserve(getattr(analysis, "memory", None), analysis.totals.param_bytes, warnings)
 
 
-def replay_reserve(memory, param_bytes: int) -> Reserved | None:
+def replay_reserve(memory, param_bytes: int, warnings: list[str] | None = None) -> Reserved | None:
     """`allocator_reserve` of a `passes.memory.MemoryProfile` (its `blocks` and `weight_sizes`) and the model's
-    `param_bytes` (the bytes `weight_sizes` misses are one more tensor); None when the profile has no trace."""
+    `param_bytes` (the bytes `weight_sizes` misses are one more tensor); None when the profile has no trace, or
+    when its trace is one no eager loop produces (`memory.AllocationTraceError`: a storage born after the last op
+    or freed before it is born, a fault of the liveness pass): then the memory is costed as without a trace, by
+    the fitted reserve factor, and a line saying so joins `warnings` (when given)."""
     blocks = getattr(memory, "blocks", ())
     if not blocks:
         return None
@@ -340,7 +344,15 @@ def replay_reserve(memory, param_bytes: int) -> Reserved | None:
     missing = param_bytes - sum(sizes)
     if missing > 0:
         sizes.append(missing)
-    return simulate_reserved(sizes, blocks, n_ops=len(memory.timeline) or None)
+    try:
+        return simulate_reserved(sizes, blocks, n_ops=len(memory.timeline) or None)
+    except AllocationTraceError as exc:
+        if warnings is not None:
+            warnings.append(
+                f"the allocation trace cannot be replayed through the caching allocator ({exc}): the memory uses "
+                "the fitted reserve factor, as for a graph without a trace"
+            )
+        return None
 
 
 def get_params_family(device_key: str) -> str | None:
@@ -393,10 +405,17 @@ class Prediction:
     #: Weights + peak live activations (MiB) as preflight's liveness pass finds them, beside `memory_mib` (what
     #: nvidia-smi would count: + context, workspace and the allocator's reserve), with either predictor.
     memory_tensor_peak_mib: float | None = None
-    #: Average board power (W) of the estimate and the busy shares it rests on ({"compute", "memory", "gap"});
-    #: None with a trained predictor (its energy is predicted directly).
+    #: Average board power (W) of the estimate and the busy shares it rests on ({"compute", "memory", "gap"}: the
+    #: kernels' time compute-bound, memory-bound and at the launch floor, `power.busy_shares`); None with a trained
+    #: predictor (its energy is predicted directly).
     power_w: float | None = None
     power_shares: dict | None = None
+    #: The same time as `power_w` prices it ({"compute", "memory", "compute_fp32", "gap"}, summing to 1): where the
+    #: GPU's power figures have `compute_fp32_w`, compute-bound float32 kernels' time at the roofline's peak rate is
+    #: `compute_fp32` and the rest of their time is `gap` (`power.shares_from_classes`); elsewhere `compute_fp32` is
+    #: 0 and the rest is `power_shares`. power_w = min(limit_w, gap_w x gap + compute_w x compute + memory_w x memory
+    #: + compute_fp32_w x compute_fp32), the watts from predictor/power_params.json. None with a trained predictor.
+    power_split: dict | None = None
 
     def to_json(self) -> dict:
         """The `prediction` block of `preflight.report/1`."""
@@ -420,6 +439,7 @@ class Prediction:
             }
             | ({} if self.memory_tensor_peak_mib is None else {"memory_tensor_peak_mib": self.memory_tensor_peak_mib})
             | ({} if self.power_w is None else {"power_w": self.power_w, "power_shares": dict(self.power_shares)})
+            | ({} if self.power_split is None else {"power_split": dict(self.power_split)})
         )
 
 
@@ -461,7 +481,8 @@ def predict(
     `latency_slo_ms` and `max_slowdown` go to the MIG recommender (`predictor.mig.recommend`).
     `matmul_precision`: `torch.set_float32_matmul_precision`'s setting the model runs under ("highest", torch's
     default; "high" or "medium": float32 matmuls on TF32 tensor cores, `kernel_model.MATMUL_PRECISIONS`);
-    ValueError for another value.
+    ValueError for another value. An allocation trace the caching allocator cannot replay (a liveness fault) costs
+    the memory by the fitted reserve factor, as a graph without a trace, with a warning (`replay_reserve`).
     """
     tf32 = tf32_matmul_of(matmul_precision)
     device = get_device(device_name)
@@ -487,7 +508,7 @@ def predict(
     residual = None  # a GraphSAGE trained on public measurements, correcting the kernel model (predictor.public_train)
     if trained is not None and getattr(trained, "kind", None) == "residual":
         residual, trained = trained, None
-    power, power_shares = None, None
+    power, power_shares, power_split = None, None, None
     tensor_peak = (analysis.totals.param_bytes + analysis.totals.peak_activation_bytes) / 2**20
     if trained is not None:
         from .train import prepare
@@ -518,10 +539,17 @@ def predict(
         pw = power_params(device.key)
         s_c, s_m, s_gap = busy_shares(whole.compute_s, whole.memory_s, whole.launch_s)
         if pw.compute_fp32_w is None:
-            power = pw.power_w(s_c, s_m)
+            priced = (s_c, s_m, 0.0)
         else:  # compute-bound float32 kernels at their own power (`power.shares_from_classes`)
             classes = kernel_classes(karrays, whole, device, tf32_matmul=tf32)
-            power = pw.power_w(*shares_from_classes(classes, float(whole.eager_s.sum())))
+            priced = shares_from_classes(classes, float(whole.eager_s.sum()))
+        power = pw.power_w(*priced)
+        power_split = {
+            "compute": max(0.0, priced[0]),  # max: a float32-only model's compute - float32 may round below 0
+            "memory": priced[1],
+            "compute_fp32": priced[2],
+            "gap": max(0.0, 1.0 - sum(priced)) if whole.eager_s.sum() > 0 else 1.0,
+        }
         p_lo, p_hi = pw.interval_w(power)
         e, e_lo, e_hi = lat / 1e3 * power, lat_lo / 1e3 * p_lo, lat_hi / 1e3 * p_hi
         power_shares = {"compute": round(s_c, 4), "memory": round(s_m, 4), "gap": round(s_gap, 4)}
@@ -531,7 +559,7 @@ def predict(
             analysis.totals.peak_activation_bytes,
             device,
             has_conv,
-            reserved=allocator_reserve(analysis),
+            reserved=allocator_reserve(analysis, warnings),
         )
         name = "roofline"
         fallback = None
@@ -601,6 +629,7 @@ def predict(
         memory_tensor_peak_mib=tensor_peak,
         power_w=power,
         power_shares=power_shares,
+        power_split=power_split,
     )
     return prediction, warnings
 

@@ -22,6 +22,7 @@ from predictor.measure import configs as cfgmod
 from predictor.measure import kernel_list as KL
 from predictor.measure import kernels as K
 from predictor.measure import lease
+from predictor.measure.nvml import host_slug
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = K.SweepOptions(device="cpu", runs=3, warmup=1, target_ms=0.05, max_inner=4, threads=1)
@@ -444,7 +445,7 @@ def test_lease_smoke_step_on_the_cpu_and_collect(
             "--sweep-arg=1"]  # fmt: skip
     assert lease.main(args) == 0
     assert "nvidia-smi absent" in capsys.readouterr().out
-    device = f"cpu-{K._host_slug()}"
+    device = f"cpu-{host_slug()}"
     smi = list((out / device / "leases").glob("nvidia-smi-q-*.txt"))
     assert len(smi) == 1 and "absent" in smi[0].read_text()
     summary = json.loads(next((out / device / "leases").glob("smoke-*.json")).read_text())

@@ -112,3 +112,33 @@ def test_a_loop_that_drops_its_outputs():
     # pass finds S0 (20 MiB) as pass 1 left it, C back in S0[6,18): 20 MiB, not the 32 of a loop holding C
     trace = [(0, 1, 3 * MIB), (1, 2, 3 * MIB), (2, 3, 12 * MIB)]
     assert simulate_reserved([], trace, hold_outputs=False) == Reserved(weights=0, total=20 * MIB)
+
+
+def test_predict_falls_back_to_the_reserve_factor_on_a_trace_it_cannot_replay():
+    # An allocation trace no eager loop produces (a liveness fault: a storage born at op 5 of a graph whose ops end
+    # earlier) must not escape `predict` as a bare ValueError: the memory is costed as for a graph without a trace
+    # (the fitted reserve factor), every other number is kept, and a warning names the storage.
+    import dataclasses
+
+    import torch
+
+    from analyzer import analyze
+    from predictor.predict import predict
+
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU()).eval()
+    analysis = analyze(model, (torch.zeros(8, 256),)).analysis
+    n_ops = len(analysis.memory.timeline)
+    assert analysis.memory.blocks and n_ops < 5
+
+    def with_blocks(blocks):
+        return dataclasses.replace(analysis, memory=dataclasses.replace(analysis.memory, blocks=blocks))
+
+    broken, warnings = predict(with_blocks(((5, 6, 4 * MIB),)), "h100-80gb")
+    without, warnings_without = predict(with_blocks(()), "h100-80gb")
+    replayed, _ = predict(analysis, "h100-80gb")
+    assert broken.memory_mib_interval == without.memory_mib_interval and broken.memory_mib == without.memory_mib
+    assert broken.memory_mib != replayed.memory_mib  # the fallback is not the replay
+    assert (broken.latency_ms, broken.energy_j) == (replayed.latency_ms, replayed.energy_j)
+    new = [w for w in warnings if w not in warnings_without]
+    assert len(new) == 1 and "cannot be replayed" in new[0]
+    assert f"storage (birth 5, last 6) does not fit a graph of {n_ops} ops" in new[0]

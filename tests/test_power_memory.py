@@ -330,3 +330,55 @@ def test_power_fit_step_time_is_a_parameter_not_a_global(tmp_path):
     assert doc["llm_step_time"] == "tpot" and "h100_models" not in doc
     with pytest.raises(ValueError, match="step time must be one of"):
         step_time_s({"avg_tpot_s": 0.04}, "bogus")
+
+
+def test_reported_power_split_and_watts_give_power_w_by_hand():
+    # A float32 model on the H100 (whose power figures have compute_fp32_w): a 4096x4096x4096 float32 GEMM on FP32
+    # CUDA cores (compute-bound) and a ReLU over its 2^24-element output (memory-bound). The JSON's power_split and
+    # the watts of predictor/power_params.json's h100-80gb entry must give power_w by hand; power_shares (the
+    # three-way busy split) alone cannot, as the GEMM's time below the FP32 peak is priced at gap_w.
+    import json
+
+    import jsonschema
+    import torch
+
+    from analyzer.api import predict
+    from analyzer.render import SCHEMA_FILE
+
+    model = torch.nn.Sequential(torch.nn.Linear(4096, 4096, bias=False), torch.nn.ReLU()).eval()
+    doc = predict(model, (torch.zeros(4096, 4096),), device="h100-80gb").to_json()
+    jsonschema.validate(doc, json.loads(SCHEMA_FILE.read_text()))
+    p = doc["prediction"]
+    split = p["power_split"]
+    assert split["compute_fp32"] > 0 and split["memory"] > 0
+    assert sum(split.values()) == pytest.approx(1.0, abs=1e-12)
+    # h100-80gb in predictor/power_params.json: gap_w 165.87, compute_w 687.35, memory_w 504.86,
+    # compute_fp32_w 700.0, limit_w 700.0 (the sum below cannot pass it: no watt figure does)
+    by_hand = (
+        165.87 * split["gap"] + 687.35 * split["compute"] + 504.86 * split["memory"] + 700.0 * split["compute_fp32"]
+    )
+    assert p["power_w"] == pytest.approx(by_hand, rel=1e-9)
+    assert split["memory"] == pytest.approx(p["power_shares"]["memory"], abs=5e-5)  # the shares are rounded to 4
+    shares = p["power_shares"]
+    three_way = 165.87 * shares["gap"] + 687.35 * shares["compute"] + 504.86 * shares["memory"]
+    assert abs(three_way - p["power_w"]) > 1.0  # the busy split alone does not price the GEMM as power_w does
+
+
+def test_fit_main_writes_checks_and_reports(tmp_path, capsys):
+    # the tail both fits share (predictor/fit_cli.py): a missing input, a fit error, a fit that prints only, a write
+    from predictor.fit_cli import fit_main
+
+    out = tmp_path / "p.json"
+    (tmp_path / "rows.jsonl").write_text("")
+    assert fit_main(tmp_path, ["rows.jsonl", "more.jsonl"], lambda: ({}, ""), str(out)) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'more.jsonl'} not found\n"
+
+    def bad():
+        raise KeyError("gap_w")
+
+    assert fit_main(tmp_path, ["rows.jsonl"], bad, str(out), errors=(KeyError,)) == 2
+    assert capsys.readouterr().err == "error: 'gap_w'\n" and not out.exists()
+    assert fit_main(tmp_path, [], lambda: None, str(out)) == 0 and not out.exists()
+    assert fit_main(tmp_path, ["rows.jsonl"], lambda: ({"a": [1]}, "| table |"), str(out)) == 0
+    assert out.read_text() == '{\n "a": [\n  1\n ]\n}\n'  # json.dumps(indent=1) and a final newline
+    assert capsys.readouterr().out == f"| table |\nwrote {out}\n"

@@ -13,6 +13,7 @@ import pytest
 from predictor.measure import kernels as K
 from predictor.measure import lease
 from predictor.measure import power_probe as P
+from predictor.measure.nvml import host_slug
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,7 +63,7 @@ def test_lease_power_step_on_the_cpu_and_collect(tmp_path: Path, monkeypatch: py
     extra = ["--scale", "4096", "--hold-s", "0.05", "--warm-s", "0.01", "--workload", "idle", "--workload", "launch"]
     args = ["--out", str(out), "--step", "power", "--device", "cpu", "--data", str(data), "--budget-s", "120"]
     assert lease.main(args + [f"--power-arg={a}" for a in extra]) == 0
-    device = f"cpu-{K._host_slug()}"
+    device = f"cpu-{host_slug()}"
     files = list((out / device / "power").glob("probes-*.jsonl"))
     assert len(files) == 1
     recs = [json.loads(line) for line in files[0].read_text().splitlines()]
@@ -82,3 +83,22 @@ def test_unknown_workload_is_a_clean_error(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "predictor.measure.power_probe", "run", "--out", str(tmp_path), "--device", "cpu"]
     proc = subprocess.run(cmd + ["--workload", "nope"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "unknown workload 'nope'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_device_detection_lives_in_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    # One detect_device, in predictor.measure.nvml, imported at module level by the lease and the probe (the probe
+    # no longer imports the lease, which imports the probe's schema); each measure module imports first in a fresh
+    # interpreter, so no import cycle is left among them.
+    import ast
+
+    from predictor.measure import nvml
+
+    assert lease.detect_device is nvml.detect_device and P.detect_device is nvml.detect_device
+    tree = ast.parse(Path(P.__file__).read_text())
+    froms = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "predictor.measure.lease" not in froms and "predictor.measure.nvml" in froms
+    for module in ("nvml", "power_probe", "lease", "worker", "kernels"):
+        code = f"import predictor.measure.{module}"
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+    monkeypatch.setattr(nvml.socket, "gethostname", lambda: "GPU_Box.01")
+    assert nvml.detect_device("cpu") == ("cpu", "cpu-gpu-box-01", "cpu")  # lower case, "_" and "." -> "-"

@@ -22,6 +22,10 @@ from __future__ import annotations
 import argparse
 
 
+class HarnessError(RuntimeError):
+    """The harness itself cannot proceed (e.g. the worker cannot start or CUDA is missing)."""
+
+
 def shard_arg(text: str) -> tuple[int, int]:
     """``--shard i/n`` as (i, n), 0 <= i < n; an `argparse` type."""
     try:

@@ -58,8 +58,6 @@ import hashlib
 import json
 import math
 import os
-import re
-import socket
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -77,7 +75,7 @@ from predictor.devices import DEVICES
 from predictor.measure import shard_arg, shard_summary
 from predictor.measure.configs import shard_of
 from predictor.measure.mig_profiles import device_key
-from predictor.measure.nvml import Nvml
+from predictor.measure.nvml import Nvml, host_slug
 from predictor.measure.worker import cpu_model, latency_stats
 
 __all__ = [
@@ -770,10 +768,6 @@ class SweepOptions:
 _UNSUPPORTED_TEXT = ("No available kernel", "No viable backend", "not supported", "not implemented for")
 
 
-def _host_slug() -> str:
-    return re.sub(r"[^a-z0-9]+", "-", socket.gethostname().lower()).strip("-") or "host"
-
-
 class _Sweeper:
     """Times entries in this process: torch, the device, NVML and the environment fields of each record."""
 
@@ -806,7 +800,7 @@ class _Sweeper:
         else:
             if opts.threads:
                 torch.set_num_threads(opts.threads)
-            self.device = f"cpu-{_host_slug()}"
+            self.device = f"cpu-{host_slug()}"
             self.l2_bytes = 0
             self.env = {"device_name": cpu_model(), "driver": None, "cuda": None, "cudnn": None}
         self.env["torch"] = torch.__version__

@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -56,8 +55,8 @@ from predictor.devices import DEVICES
 from predictor.measure.configs import MeasureConfig, load_configs, stratified_order
 from predictor.measure.harness import RECORD_SCHEMA, HarnessError, Options, run_shard
 from predictor.measure.kernels import RECORD_SCHEMA as KERNEL_SCHEMA
-from predictor.measure.kernels import _host_slug, iter_records
-from predictor.measure.mig_profiles import device_key
+from predictor.measure.kernels import iter_records
+from predictor.measure.nvml import detect_device
 from predictor.measure.power_probe import RECORD_SCHEMA as POWER_SCHEMA
 
 __all__ = ["collect", "detect_device", "main", "noise_ids", "run_step", "summary_markdown"]
@@ -80,57 +79,6 @@ def _stamp() -> str:
 
 
 # ----------------------------------------------------------------------------------------- device
-
-
-def detect_device(requested: str = "auto") -> tuple[str, str, str]:
-    """Find the device to measure without creating a CUDA context (NVML, then ``nvidia-smi``).
-
-    Args:
-        requested: ``"auto"`` (a GPU if one answers, else the CPU), ``"cuda"`` or ``"cpu"``.
-
-    Returns:
-        ``(torch device, device key, name)``, e.g. ``("cuda", "h100-80gb", "NVIDIA H100 80GB HBM3")``.
-
-    Raises:
-        HarnessError: ``"cuda"`` was asked for and no GPU answers.
-    """
-    if requested in ("auto", "cuda"):
-        found = _nvml_name() or _smi_name()
-        if found:
-            name, total_mib = found
-            return "cuda", device_key(name, total_mib), name
-        if requested == "cuda":
-            raise HarnessError("--device cuda but neither NVML nor nvidia-smi finds a GPU")
-    return "cpu", f"cpu-{_host_slug()}", "cpu"
-
-
-def _nvml_name() -> tuple[str, float] | None:
-    try:
-        import pynvml  # nvidia-ml-py: present on the GPU machines, optional elsewhere
-
-        pynvml.nvmlInit()
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0)
-        name = pynvml.nvmlDeviceGetName(handle)
-        total = pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**20
-        return (name.decode() if isinstance(name, bytes) else name), total
-    except Exception:  # noqa: BLE001 - no NVML or no GPU
-        return None
-
-
-def _smi_name() -> tuple[str, float] | None:
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
-        name, mib = out.splitlines()[0].rsplit(",", 1)
-        return name.strip(), float(mib)
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return None
 
 
 def save_nvidia_smi(folder: Path) -> str:

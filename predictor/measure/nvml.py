@@ -1,16 +1,23 @@
-"""The few NVML queries the measurement protocol needs, each failure-tolerant (an unsupported query reads ``None``).
+"""The few NVML queries the measurement protocol needs, each failure-tolerant (an unsupported query reads ``None``),
+and which device a measurement runs on (:func:`detect_device`: NVML, then ``nvidia-smi``, else the CPU).
 
-``pynvml`` (package ``nvidia-ml-py``) is imported when an :class:`Nvml` is created, so this module imports on a
-machine without it; only the CUDA worker creates one.
+``pynvml`` (package ``nvidia-ml-py``) is imported when an :class:`Nvml` is created or :func:`detect_device` asks
+NVML, so this module imports on a machine without it; only the CUDA worker creates an :class:`Nvml`.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import socket
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Nvml", "nvml_index"]
+from predictor.measure import HarnessError
+from predictor.measure.mig_profiles import device_key
+
+__all__ = ["Nvml", "detect_device", "host_slug", "nvml_index"]
 
 
 def nvml_index() -> int:
@@ -21,6 +28,61 @@ def nvml_index() -> int:
     """
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
     return int(visible) if visible.isdigit() else 0
+
+
+def host_slug() -> str:
+    """This host's name as a device key's tail (``cpu-<slug>``): lower case, runs of other characters as one ``-``."""
+    return re.sub(r"[^a-z0-9]+", "-", socket.gethostname().lower()).strip("-") or "host"
+
+
+def detect_device(requested: str = "auto") -> tuple[str, str, str]:
+    """Find the device to measure without creating a CUDA context (NVML, then ``nvidia-smi``).
+
+    Args:
+        requested: ``"auto"`` (a GPU if one answers, else the CPU), ``"cuda"`` or ``"cpu"``.
+
+    Returns:
+        ``(torch device, device key, name)``, e.g. ``("cuda", "h100-80gb", "NVIDIA H100 80GB HBM3")``.
+
+    Raises:
+        HarnessError: ``"cuda"`` was asked for and no GPU answers.
+    """
+    if requested in ("auto", "cuda"):
+        found = _nvml_name() or _smi_name()
+        if found:
+            name, total_mib = found
+            return "cuda", device_key(name, total_mib), name
+        if requested == "cuda":
+            raise HarnessError("--device cuda but neither NVML nor nvidia-smi finds a GPU")
+    return "cpu", f"cpu-{host_slug()}", "cpu"
+
+
+def _nvml_name() -> tuple[str, float] | None:
+    try:
+        import pynvml  # nvidia-ml-py: present on the GPU machines, optional elsewhere
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(nvml_index())
+        name = pynvml.nvmlDeviceGetName(handle)
+        total = pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**20
+        return (name.decode() if isinstance(name, bytes) else name), total
+    except Exception:  # noqa: BLE001 - no NVML or no GPU
+        return None
+
+
+def _smi_name() -> tuple[str, float] | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+        name, mib = out.splitlines()[0].rsplit(",", 1)
+        return name.strip(), float(mib)
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
 
 
 def _scale(value: float | None, factor: float) -> float | None:

@@ -54,6 +54,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from predictor.measure.nvml import Nvml, detect_device, nvml_index
+
 __all__ = ["RECORD_SCHEMA", "WORKLOADS", "Workload", "build", "main", "probe", "run_probes"]
 
 RECORD_SCHEMA = "preflight.power-probe/1"
@@ -332,9 +334,6 @@ def run_probes(
         ValueError: An unknown workload name.
     """
     import torch
-
-    from predictor.measure.lease import detect_device
-    from predictor.measure.nvml import Nvml, nvml_index
 
     torch_device, key, name = detect_device(device)
     chosen = list(WORKLOADS) if workloads is None else []

@@ -47,6 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from predictor.measure import HarnessError
 from predictor.measure.mig_profiles import device_key, profiles_for
 from predictor.measure.nvml import Nvml, nvml_index
 
@@ -61,10 +62,6 @@ __all__ = [
 ]
 
 MIB = 2**20
-
-
-class HarnessError(RuntimeError):
-    """The harness itself cannot proceed (e.g. the worker cannot start or CUDA is missing)."""
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -83,6 +84,15 @@ def test_unknown_workload_is_a_clean_error(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "predictor.measure.power_probe", "run", "--out", str(tmp_path), "--device", "cpu"]
     proc = subprocess.run(cmd + ["--workload", "nope"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "unknown workload 'nope'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cuda_without_a_gpu_is_a_clean_error(tmp_path: Path) -> None:
+    # this CPU machine has neither NVML nor nvidia-smi's GPU: asking for cuda is a one-line error, exit 2
+    if shutil.which("nvidia-smi"):
+        pytest.skip("a GPU tool is present on this host")
+    cmd = [sys.executable, "-m", "predictor.measure.power_probe", "run", "--out", str(tmp_path), "--device", "cuda"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --device cuda") and "Traceback" not in proc.stderr
 
 
 def test_device_detection_lives_in_nvml(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -54,6 +54,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from predictor.measure import HarnessError
 from predictor.measure.nvml import Nvml, detect_device, nvml_index
 
 __all__ = ["RECORD_SCHEMA", "WORKLOADS", "Workload", "build", "main", "probe", "run_probes"]
@@ -406,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         path = run_probes(args.out, args.device, args.workload, args.hold_s, args.warm_s, args.scale, args.deadline)
-    except ValueError as exc:
+    except (ValueError, HarnessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(path)

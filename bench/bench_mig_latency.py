@@ -23,6 +23,8 @@ against the measured ratio of the same encoder, batch and sequence):
   asynchronously (`predictor.mig.queued_s`: a long kernel lets the host run ahead), the slice's latency the
   7g.40gb estimate (`eager_ms`) times the queued ratio slice / 7g.40gb.
 
+Then both at one `h` for every row, unfitted (h = 1: what preflight predicts, its own launch floor).
+
 Usage: python bench/bench_mig_latency.py [--rows]   (about 5 s here; --rows prints every row)
 """
 
@@ -196,6 +198,12 @@ def main(argv: list[str] | None = None) -> None:
         r = worst[0]
         where = f"{SHORT[r['model']]} {r['profile']} batch {r['batch']} x {r['seq']} tokens"
         print(f"`{m}` worst slowdown: {where} {worst[2]:.1f}%")
+    print("\nMAPE % at one h for every row (no fit): h = 1 is preflight's own (`host_scale` 1, the kernel model's")
+    print("launch floor); `+host` at h = 1 is `kernel`")
+    print(f"{'h':>5} {'+host lat/slow':>15} {'queued lat/slow':>16}")
+    for h in (1.0, 1.5, 2.0, 2.3, 2.5, 3.0):
+        cells = [_cell(errors(m, times, rows, lambda r, h=h: h, measured_whole)) for m in ("+host", "queued")]
+        print(f"{h:>5.2f} {cells[0]:>15} {cells[1]:>16}")
     if args.rows:
         cols = "".join(f" {m + ' ms':>10} {'slow':>5}" for m in MODELS)
         print(f"\n{'encoder':<26} {'slice':<8} {'sweep':<5} {'batch':>5} {'seq':>4} {'meas ms':>8} {'slow':>5}" + cols)

@@ -125,8 +125,8 @@ def _sweep_section(report) -> Section:
     sec = Section("Batch-size sweep")
     slo = (
         f" and the slice's predicted latency within the {sw['latency_slo_ms']:g} ms SLO (a slice's latency is the "
-        "whole GPU's times the slice's slowdown: the kernels costed on the slice's share of SMs and bandwidth and "
-        "issued asynchronously by a host the slice does not slow down)"
+        "whole GPU's plus the extra time its kernels take on the slice: costed on the slice's share of SMs and "
+        "bandwidth and issued asynchronously by a host the slice does not slow down)"
         if sw["latency_slo_ms"] is not None
         else ""
     )

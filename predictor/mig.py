@@ -205,24 +205,26 @@ def queued_s(execution_s: np.ndarray, issue_s: np.ndarray) -> float:
 
 
 def slice_latencies(full_ms: float, whole, slices: dict, *, host_scale: float = 1.0) -> dict[str, float]:
-    """Predicted latency (ms) on each MIG slice: the whole GPU's predicted latency `full_ms` times the slice's
-    slowdown, the ratio of the asynchronously issued kernels' latency (`queued_s`) on the slice to that on the
-    whole GPU.
+    """Predicted latency (ms) on each MIG slice: the whole GPU's predicted latency `full_ms` plus the extra time the
+    asynchronously issued kernels (`queued_s`) take on the slice, 1000 x (queued(slice) - queued(whole)).
+
+    The difference, not the ratio: the part of `full_ms` above the whole GPU's queued time (the per-kernel sum's
+    launch floors, or a trained predictor's own excess) is host time a slice does not slow down, so it is carried
+    over unscaled; a ratio would scale it and could put a slice above the kernel model's own per-kernel sum on
+    that slice (docs/devices.md, "MIG slice latency").
 
     `whole` and each `slices[name]` are the kernel model's `KernelTimes` of one graph (a slice's costed on its
     share of SMs and memory bandwidth, `kernel_latency_arrays(arrays, device, profile)`); the host's issue time
     per kernel is `launch_s` times `host_scale` on both (host work a slice does not slow down; `host_scale` > 1
-    models a host that dispatches slower than the kernel model's floor). A graph whose whole-GPU time is 0 takes
-    `full_ms` on every slice. Measured against public per-slice rows: docs/devices.md, "MIG slice latency".
+    models a host that dispatches slower than the kernel model's floor). A graph with no kernels takes `full_ms`
+    on every slice. Measured against public per-slice rows: `python bench/bench_mig_latency.py`.
     """
 
     def queued(t) -> float:
         return queued_s(np.maximum(t.compute_s, t.memory_s), t.launch_s * host_scale)
 
     base = queued(whole)
-    if base <= 0:
-        return dict.fromkeys(slices, full_ms)
-    return {name: full_ms * queued(t) / base for name, t in slices.items()}
+    return {name: full_ms + 1e3 * (queued(t) - base) for name, t in slices.items()}
 
 
 def smallest_first(profiles: tuple[MigProfile, ...]) -> list[MigProfile]:

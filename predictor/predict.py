@@ -352,9 +352,9 @@ def _slice_latencies(
     device: Device, whole: KernelTimes, slices: dict[str, KernelTimes], full_ms: float
 ) -> dict[str, float]:
     """Predicted latency (ms) on each MIG slice of `device`: `predictor.mig.slice_latencies`, the whole GPU's
-    predicted latency `full_ms` (the kernel model's estimate or a trained predictor's, alike) times the ratio of
-    the asynchronously issued kernels' latency on the slice to that on the whole GPU. `whole` and `slices[name]`
-    are the kernel model's times of the graph on the whole GPU and on each profile's share of it."""
+    predicted latency `full_ms` (the kernel model's estimate or a trained predictor's, alike) plus the extra time
+    the asynchronously issued kernels take on the slice over the whole GPU. `whole` and `slices[name]` are the
+    kernel model's times of the graph on the whole GPU and on each profile's share of it."""
     return slice_latencies(full_ms, whole, {p.name: slices[p.name] for p in device.mig})
 
 
@@ -464,7 +464,7 @@ def predict(
     whole = kernel_latency_arrays(karrays, device, tf32_matmul=tf32)
     bound = whole.bound_ms
     parent = profile = parent_times = parent_ms = None
-    if device.parent is not None:  # a MIG slice as the target: its latency is its GPU's times the slice's slowdown
+    if device.parent is not None:  # a MIG slice as the target: its GPU's latency plus the slice's extra time
         parent = get_device(device.parent)
         profile = parent.profile(device.key.split(":", 1)[1])
         parent_times = kernel_latency_arrays(karrays, parent, tf32_matmul=tf32)
@@ -505,16 +505,16 @@ def predict(
             src_ms = kernel_latency_arrays(karrays, src, tf32_matmul=tf32).eager_ms
             to_ms = whole.eager_ms if parent is None else parent_times.eager_ms  # the kernel model's ratio of GPUs
             r = to_ms / src_ms if src_ms > 0 else 1.0
-            if parent is not None:  # then the GPU's latency on the slice
+            if parent is not None:  # then the GPU's latency on the slice; the interval and energy by the same factor
                 parent_ms = lat * r
-                r = on_slice(r)
+                r = on_slice(parent_ms) / lat if lat > 0 else r
             lat_lo, lat, lat_hi = lat_lo * r, lat * r, lat_hi * r
             power = device.tdp_w / src.tdp_w
             e_lo, e, e_hi = e_lo * r * power, e * r * power, e_hi * r * power
             warnings.append(
                 f"no whole-model measurements on {device.key}: {name} (measured on {source}) transferred by the "
                 f"kernel model's latency ratio {r:.3g}"
-                + ("" if parent is None else " (its whole GPU's times the slice's slowdown, mig.slice_latencies)")
+                + ("" if parent is None else " (its whole GPU's plus the slice's extra time, mig.slice_latencies)")
                 + f" and TDP ratio {power:.3g}; the transfer's error is not measured"
             )
         if tf32:

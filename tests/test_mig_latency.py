@@ -74,14 +74,17 @@ def test_queued_a_row_of_c_launches_is_c_rows():
 
 def test_slice_latencies_by_hand():
     """Whole GPU: executions 1, 10, 1 us issued every 3 us: 14 us (test above). Slice: 2, 30, 2 us: kernel 1 runs
-    3-33, kernel 2 33-35: 35 us. A whole-GPU prediction of 0.016 ms becomes 0.016 x 35 / 14 = 0.04 ms.
+    3-33, kernel 2 33-35: 35 us. A whole-GPU prediction of 0.016 ms becomes 0.016 + (35 - 14) / 1000 = 0.037 ms
+    (the ratio rule would give 0.016 x 35 / 14 = 0.04: it would scale the prediction's 2 us over the queued 14).
 
     host_scale 2 (issued every 6 us): whole max(18 host, 0 + 12, 6 + 11, 12 + 1) = 18; slice max(18, 34, 6 + 32,
-    12 + 2) = 38: 0.016 x 38 / 18."""
+    12 + 2) = 38: 0.016 + (38 - 18) / 1000 = 0.036 ms."""
     whole, part = _times([1, 10, 1], [3, 3, 3]), _times([2, 30, 2], [3, 3, 3])
     got = slice_latencies(0.016, whole, {"1g": part, "7g": whole})
-    assert got["1g"] == pytest.approx(0.04) and got["7g"] == pytest.approx(0.016)
-    assert slice_latencies(0.016, whole, {"1g": part}, host_scale=2.0)["1g"] == pytest.approx(0.016 * 38 / 18)
+    assert got["1g"] == pytest.approx(0.037) and got["7g"] == pytest.approx(0.016)
+    assert slice_latencies(0.016, whole, {"1g": part}, host_scale=2.0)["1g"] == pytest.approx(0.036)
+    # a trained predictor's whole-GPU 0.020 ms: its own 0.006 ms over the queued 14 us is carried over, 0.020 + 0.021
+    assert slice_latencies(0.020, whole, {"1g": part})["1g"] == pytest.approx(0.041)
     empty = _times([], [])
     assert slice_latencies(0.5, empty, {"1g": empty}) == {"1g": 0.5}
 
@@ -97,16 +100,17 @@ def _issued_asynchronously_s(times: KernelTimes) -> float:
     return max(host, gpu)
 
 
-def test_predict_states_each_slice_as_the_whole_gpu_times_the_queued_ratio():
+def test_predict_states_each_slice_as_the_whole_gpu_plus_the_queued_difference():
     """A 2048^3 float32 GEMM then 16 small elementwise kernels, through `predict` (the estimate on the H100: no
     artifact for it), on the whole GPU and with a slice as the target.
 
-    The rule: a slice's latency = the whole GPU's predicted latency x (kernels issued asynchronously on the slice)
-    / (on the whole GPU), the two computed here by an event loop over the kernel model's times. Where the rule bites:
+    The rule: a slice's latency = the whole GPU's predicted latency + (kernels issued asynchronously on the slice)
+    - (on the whole GPU), the two computed here by an event loop over the kernel model's times. Where the rule bites:
     the GEMM (2 x 2048^3 = 17.2 GFLOP) runs for hundreds of us while the host issues the 16 short kernels behind it
     (each far under its launch floor), so they add ~their execution, not their floor, after it; the per-kernel sum
-    (the whole GPU's eager estimate) counts each at the floor. The ratio therefore differs from the eager ratio
-    slice / whole (asserted: by over 5% on 1g.10gb, 16 of 132 SMs), so the old rule would fail here."""
+    (the whole GPU's eager estimate) counts each at the floor. That excess of the estimate over the queued time is
+    host time, carried over to a slice unscaled: the ratio rule (whole x queued slice / queued whole), which scales
+    it, differs from the difference by over 5% on 1g.10gb (16 of 132 SMs; asserted), so it would fail here."""
     import torch
 
     import analyzer
@@ -133,21 +137,22 @@ def test_predict_states_each_slice_as_the_whole_gpu_times_the_queued_ratio():
     base = _issued_asynchronously_s(whole)
     for q in h100.mig:
         part = kernel_latency_arrays(arrays, h100, q)
-        want = p.latency_ms * _issued_asynchronously_s(part) / base
+        want = p.latency_ms + 1e3 * (_issued_asynchronously_s(part) - base)
         assert p.mig.latency_ms[q.name] == pytest.approx(want, rel=1e-9), q.name
     one = kernel_latency_arrays(arrays, h100, h100.profile("1g.10gb"))
-    queued_ratio = _issued_asynchronously_s(one) / base
-    assert abs(queued_ratio / (one.eager_ms / whole.eager_ms) - 1) > 0.05
-    # the slice as the target: the same latency, its slowdown against the whole GPU's prediction the queued ratio
+    on_one = p.latency_ms + 1e3 * (_issued_asynchronously_s(one) - base)
+    assert abs(p.latency_ms * _issued_asynchronously_s(one) / base / on_one - 1) > 0.05  # not the ratio rule
+    # the slice as the target: the same latency, its slowdown against the whole GPU's prediction
     part = analyzer.predict(GemmThenSmall(), args, device="h100-80gb:1g.10gb").prediction
-    assert part.latency_ms == pytest.approx(p.latency_ms * queued_ratio, rel=1e-9)
-    assert part.mig.chosen.slowdown == pytest.approx(queued_ratio, rel=1e-9)
+    assert part.latency_ms == pytest.approx(on_one, rel=1e-9)
+    assert part.mig.chosen.slowdown == pytest.approx(on_one / p.latency_ms, rel=1e-9)
 
 
 def test_a_trained_predictors_slices_take_the_same_rule(tmp_path, monkeypatch):
     """The shipped GraphSAGE (`predictor/checkpoints/`, `--predictor public`; a copy with its OOD threshold lifted, so
     it answers for any graph) on the A100-40GB, a GPU it was measured on: each slice of the recommender is its
-    whole-GPU prediction x the queued ratio of the event loop above (not the kernel model's own slice estimate). With
+    whole-GPU prediction + the queued difference of the event loop above (not the kernel model's own slice
+    estimate). With
     a slice as the target it predicts the slice as a device of its own (it was trained on the A100's MIG slices),
     and the slowdown stated is against its own whole-GPU prediction."""
     import json
@@ -177,7 +182,7 @@ def test_a_trained_predictors_slices_take_the_same_rule(tmp_path, monkeypatch):
     assert abs(p.latency_ms / kernel_latency_arrays(arrays, a100).eager_ms - 1) > 1e-3  # not the kernel model's
     base = _issued_asynchronously_s(kernel_latency_arrays(arrays, a100))
     for q in a100.mig:
-        want = p.latency_ms * _issued_asynchronously_s(kernel_latency_arrays(arrays, a100, q)) / base
+        want = p.latency_ms + 1e3 * (_issued_asynchronously_s(kernel_latency_arrays(arrays, a100, q)) - base)
         assert p.mig.latency_ms[q.name] == pytest.approx(want, rel=1e-9), q.name
     part, _ = predict(analysis, "a100-40gb:3g.20gb", checkpoints=tmp_path)
     assert part.predictor == shipped.name

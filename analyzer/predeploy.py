@@ -124,9 +124,9 @@ def _sweep_section(report) -> Section:
     sw = report.sweep
     sec = Section("Batch-size sweep")
     slo = (
-        f" and the slice's predicted latency within the {sw['latency_slo_ms']:g} ms SLO (on a slice the "
-        "per-operator launch floor stays as on the whole GPU; the rest scales with the slice's share of SMs and "
-        "bandwidth)"
+        f" and the slice's predicted latency within the {sw['latency_slo_ms']:g} ms SLO (a slice's latency is the "
+        "whole GPU's plus the extra time its kernels take on the slice: costed on the slice's share of SMs and "
+        "bandwidth and issued asynchronously by a host the slice does not slow down)"
         if sw["latency_slo_ms"] is not None
         else ""
     )

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from .devices import Device, MigProfile
 from .fmt import g3
 
@@ -172,6 +174,57 @@ class MigRecommendation:
             alt = "none" if w is None else f"{w.profile} ({g3(w.latency_ms)} ms, {w.slowdown:.2g}x)"
             text += f"; smallest within {self.max_slowdown:g}x slowdown: {alt}"
         return text
+
+
+def queued_s(execution_s: np.ndarray, issue_s: np.ndarray) -> float:
+    """Latency, in seconds, of kernels run in launch order by a host that issues them asynchronously.
+
+    The host spends `issue_s[i]` issuing kernel i and runs ahead of the GPU; kernel i starts once the host has
+    issued every kernel before it (at `issue_s[0] + ... + issue_s[i-1]`) and the GPU has finished kernel i-1. The
+    GPU so finishes at max over k of (issue_s[0] + ... + issue_s[k-1]) + (execution_s[k] + ... + execution_s[N-1]),
+    and the run ends no earlier than the host's last issue (the sum of `issue_s`): the host's sum on short
+    kernels, the GPU's on long ones, and between them at most the per-kernel max(execution, issue) of
+    `KernelTimes.eager_s` (equal for one kernel), because a long kernel lets the host get ahead and queue the
+    short ones after it.
+
+    A row that stands for c identical launches (`KernelArrays.count`, its times the sums of the c) gives the same
+    result as c rows of 1/c each: the terms of the c launches are linear in the launch, so their max is at the
+    row's first launch or the next row's.
+
+    Args:
+        execution_s: (N,) seconds each kernel executes (`max(compute_s, memory_s)` of `KernelTimes`).
+        issue_s: (N,) seconds the host spends issuing each kernel (`KernelTimes.launch_s`; 0 for a kernel that
+            a library call launches on the device).
+    """
+    e, d = np.asarray(execution_s, dtype=np.float64), np.asarray(issue_s, dtype=np.float64)
+    if e.size == 0:
+        return 0.0
+    before = np.concatenate(([0.0], np.cumsum(d)[:-1]))  # issued before kernel k
+    after = np.cumsum(e[::-1])[::-1]  # executions of kernel k and every later one
+    return float(max(d.sum(), (before + after).max()))
+
+
+def slice_latencies(full_ms: float, whole, slices: dict, *, host_scale: float = 1.0) -> dict[str, float]:
+    """Predicted latency (ms) on each MIG slice: the whole GPU's predicted latency `full_ms` plus the extra time the
+    asynchronously issued kernels (`queued_s`) take on the slice, 1000 x (queued(slice) - queued(whole)).
+
+    The difference, not the ratio: the part of `full_ms` above the whole GPU's queued time (the per-kernel sum's
+    launch floors, or a trained predictor's own excess) is host time a slice does not slow down, so it is carried
+    over unscaled; a ratio would scale it and could put a slice above the kernel model's own per-kernel sum on
+    that slice (docs/devices.md, "MIG slice latency").
+
+    `whole` and each `slices[name]` are the kernel model's `KernelTimes` of one graph (a slice's costed on its
+    share of SMs and memory bandwidth, `kernel_latency_arrays(arrays, device, profile)`); the host's issue time
+    per kernel is `launch_s` times `host_scale` on both (host work a slice does not slow down; `host_scale` > 1
+    models a host that dispatches slower than the kernel model's floor). A graph with no kernels takes `full_ms`
+    on every slice. Measured against public per-slice rows: `python bench/bench_mig_latency.py`.
+    """
+
+    def queued(t) -> float:
+        return queued_s(np.maximum(t.compute_s, t.memory_s), t.launch_s * host_scale)
+
+    base = queued(whole)
+    return {name: full_ms + 1e3 * (queued(t) - base) for name, t in slices.items()}
 
 
 def smallest_first(profiles: tuple[MigProfile, ...]) -> list[MigProfile]:

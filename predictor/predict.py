@@ -53,7 +53,7 @@ from .kernel_model import (
     tf32_matmul_of,
 )
 from .memory import AllocationTraceError, Reserved, gpu_memory, runtime_for, simulate_reserved
-from .mig import MigRecommendation, recommend
+from .mig import MigRecommendation, recommend, slice_latencies
 from .power import busy_shares, kernel_classes, power_params, shares_from_classes
 from .roofline import op_arrays
 
@@ -361,20 +361,13 @@ def get_params_family(device_key: str) -> str | None:
 
 
 def _slice_latencies(
-    device: Device, whole: KernelTimes, slices: dict[str, KernelTimes], full_ms: float, trained: bool
+    device: Device, whole: KernelTimes, slices: dict[str, KernelTimes], full_ms: float
 ) -> dict[str, float]:
-    """Predicted latency on each MIG slice.
-
-    The kernel model costs every kernel on the slice's share of SMs and memory bandwidth, launch overhead
-    unscaled (host-side work a smaller slice does not slow down). With a trained predictor (which predicts the
-    whole GPU), the launch floor is kept and the rest of its prediction scales by the kernels' roofline ratio.
-    """
-    if not trained:
-        return {p.name: slices[p.name].eager_ms for p in device.mig}
-    fixed = min(whole.floor_ms, full_ms)
-    if whole.bound_ms <= 0:  # no work at all: only the floor
-        return {p.name: full_ms for p in device.mig}
-    return {p.name: fixed + (full_ms - fixed) * slices[p.name].bound_ms / whole.bound_ms for p in device.mig}
+    """Predicted latency (ms) on each MIG slice of `device`: `predictor.mig.slice_latencies`, the whole GPU's
+    predicted latency `full_ms` (the kernel model's estimate or a trained predictor's, alike) plus the extra time
+    the asynchronously issued kernels take on the slice over the whole GPU. `whole` and `slices[name]` are the
+    kernel model's times of the graph on the whole GPU and on each profile's share of it."""
+    return slice_latencies(full_ms, whole, {p.name: slices[p.name] for p in device.mig})
 
 
 @dataclass(frozen=True)
@@ -491,6 +484,17 @@ def predict(
     karrays = kernel_arrays(launched)
     whole = kernel_latency_arrays(karrays, device, tf32_matmul=tf32)
     bound = whole.bound_ms
+    parent = profile = parent_times = parent_ms = None
+    if device.parent is not None:  # a MIG slice as the target: its GPU's latency plus the slice's extra time
+        parent = get_device(device.parent)
+        profile = parent.profile(device.key.split(":", 1)[1])
+        parent_times = kernel_latency_arrays(karrays, parent, tf32_matmul=tf32)
+        parent_ms = parent_times.eager_ms  # the whole GPU's predicted latency (a transferred predictor's below)
+
+    def on_slice(full_ms: float) -> float:
+        """A whole-GPU latency (ms) of `parent` on the target slice (`predictor.mig.slice_latencies`)."""
+        return slice_latencies(full_ms, parent_times, {profile.name: whole})[profile.name]
+
     trained, artifact, source, skipped = first_loadable(device.key, checkpoints)
     warnings += skipped
     if trained is not None and getattr(analysis, "repeat", None) is not None:
@@ -517,16 +521,22 @@ def predict(
         q = trained.predict_prepared([prepare(_sample_from_analysis(analysis, source, arrays), trained.variant)])[0]
         (lat_lo, lat, lat_hi), (e_lo, e, e_hi), (m_lo, m, m_hi) = (tuple(float(v) for v in q[t]) for t in range(3))
         name = artifact.name
-        if source != device.key:  # measured on another GPU: scale by the kernel model's ratio of the two
+        if source != device.key:  # measured on another GPU (or a slice's whole GPU): scale to the target
             src = get_device(source)
             src_ms = kernel_latency_arrays(karrays, src, tf32_matmul=tf32).eager_ms
-            r = whole.eager_ms / src_ms if src_ms > 0 else 1.0
+            to_ms = whole.eager_ms if parent is None else parent_times.eager_ms  # the kernel model's ratio of GPUs
+            r = to_ms / src_ms if src_ms > 0 else 1.0
+            if parent is not None:  # then the GPU's latency on the slice; the interval and energy by the same factor
+                parent_ms = lat * r
+                r = on_slice(parent_ms) / lat if lat > 0 else r
             lat_lo, lat, lat_hi = lat_lo * r, lat * r, lat_hi * r
             power = device.tdp_w / src.tdp_w
             e_lo, e, e_hi = e_lo * r * power, e * r * power, e_hi * r * power
             warnings.append(
                 f"no whole-model measurements on {device.key}: {name} (measured on {source}) transferred by the "
-                f"kernel model's latency ratio {r:.3g} and TDP ratio {power:.3g}; the transfer's error is not measured"
+                f"kernel model's latency ratio {r:.3g}"
+                + ("" if parent is None else " (its whole GPU's plus the slice's extra time, mig.slice_latencies)")
+                + f" and TDP ratio {power:.3g}; the transfer's error is not measured"
             )
         if tf32:
             warnings.append(
@@ -534,7 +544,7 @@ def predict(
                 "and any transfer between GPUs see TF32 matmuls)"
             )
     else:
-        lat = whole.eager_ms
+        lat = whole.eager_ms if parent is None else on_slice(parent_times.eager_ms)
         lat_lo, lat_hi = min(estimate_low_ms(whole), lat), ESTIMATE_HIGH * lat
         pw = power_params(device.key)
         s_c, s_m, s_gap = busy_shares(whole.compute_s, whole.memory_s, whole.launch_s)
@@ -572,6 +582,9 @@ def predict(
                 lat_lo, lat, lat_hi = (float(v) for v in q)
                 e, e_lo, e_hi = lat / 1e3 * power, lat_lo / 1e3 * p_lo, lat_hi / 1e3 * p_hi
                 name = artifact.name
+                if parent is not None:  # it predicts the slice as a device of its own (it was trained on slices):
+                    # the slowdown is against its own prediction of the whole GPU, not the kernel model's
+                    parent_ms = float(predict_analysis(residual, analysis, parent.key, precision)[0][1])
             else:
                 fallback = (
                     f"out of distribution: the graph is {dist:.2f} from the nearest training graph of {artifact.name}, "
@@ -589,21 +602,18 @@ def predict(
                 f"busy shares, fitted on ML.ENERGY measurements; the latency interval is an assumption, not calibrated "
                 f"on whole-model measurements)"
             )
-    if device.parent is not None:  # a MIG slice as the target: does the model fit it, and how it compares
-        parent = get_device(device.parent)
-        profile = parent.profile(device.key.split(":", 1)[1])
-        full = kernel_latency_arrays(karrays, parent, tf32_matmul=tf32).eager_ms
+    if parent is not None:  # a MIG slice as the target: does the model fit it, and how it compares
         rec = recommend(
             replace(parent, mig=(profile,)),
             m_hi,
             latency_ms_by_profile={profile.name: lat},
             latency_slo_ms=latency_slo_ms,
-            full_gpu_latency_ms=full,
+            full_gpu_latency_ms=parent_ms,
             max_slowdown=max_slowdown,
         )
     else:
         per_slice = {p.name: kernel_latency_arrays(karrays, device, p, tf32_matmul=tf32) for p in device.mig}
-        slices = _slice_latencies(device, whole, per_slice, lat, name != "roofline")
+        slices = _slice_latencies(device, whole, per_slice, lat)
         rec = recommend(
             device,
             m_hi,

@@ -138,7 +138,10 @@ def test_slice_latency_keeps_the_launch_floor():
     0.016621 ms launch floor, so it takes 0.016621 ms. 1g.10gb owns 1 of 8 memory slices (compute 2^20 / (67e12 x
     16/132) s = 0.000129 ms + exec, still memory-bound): 8 x 0.00375609 + 0.0014422 = 0.0314909 ms, now above the
     floor (which a slice does not scale, nor the exec). 7g.80gb owns all 8 slices and all 132 SMs: the whole-GPU
-    latency.
+    latency. A slice's latency is the whole GPU's plus the queued difference (`predictor.mig.slice_latencies`); for
+    one kernel queued = max(execution, issue): whole max(0.00519829, 0.016621) = 0.016621 ms, 1g.10gb max(0.0314909,
+    0.016621) = 0.0314909 ms, so 1g.10gb = 0.016621 + (0.0314909 - 0.016621) = 0.0314909 ms and 7g.80gb 0.016621 +
+    0 = 0.016621 ms.
     """
     from predictor.kernel_model import load_params
 

@@ -171,6 +171,19 @@ def test_a_trained_predictor_is_transferred_by_the_kernel_model_ratio(trained_h1
         assert other.energy_j == pytest.approx(own.energy_j * ratio * tdp_ratio, rel=1e-9)
         assert other.memory_mib == own.memory_mib and other.memory_mib_interval == own.memory_mib_interval
         assert len(warnings) == 1 and f"{ratio:.3g}" in warnings[0] and "measured on h100-80gb" in warnings[0]
+        # a slice as the target: its GPU's transferred latency plus the queued slice difference, the number the whole
+        # GPU's recommender states for that slice (its rule checked against an oracle in tests/test_mig_latency.py)
+        profile = get_device(target).mig[0].name
+        part, warnings = predict(analysis, f"{target}:{profile}", checkpoints=trained_h100)
+        assert part.predictor == "h100-80gb@1" and "mig.slice_latencies" in warnings[0]
+        assert part.latency_ms == pytest.approx(other.mig.latency_ms[profile], rel=1e-9)
+        assert part.mig.full_gpu_latency_ms == pytest.approx(other.latency_ms, rel=1e-9)
+        # its interval by the same factor as the latency (slice / the GPU's transferred latency)
+        k = part.latency_ms / other.latency_ms
+        assert part.latency_ms_interval == pytest.approx([v * k for v in other.latency_ms_interval], rel=1e-9)
+    part, _ = predict(analysis, "h100-80gb:1g.10gb", checkpoints=trained_h100)  # the slice of its own GPU
+    assert part.latency_ms == pytest.approx(own.mig.latency_ms["1g.10gb"], rel=1e-9)
+    assert part.mig.chosen.slowdown == pytest.approx(own.mig.latency_ms["1g.10gb"] / own.latency_ms, rel=1e-9)
     info = predictor_info("h200-141gb", checkpoints=trained_h100)
     assert info["trained"] and info["name"] == "h100-80gb@1" and info["measured_on"] == "h100-80gb"
 

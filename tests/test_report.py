@@ -20,7 +20,12 @@ from predictor.devices import get_device
 HEADROOM = 0.05  # docs/design.md's MIG rule, restated here on purpose
 CNN_DEVICES = ["h100-80gb", "a100-40gb"]
 CNN_BATCHES = [1, 256, 1024]
-SLO_MS = 0.53  # bert_tiny: launch-bound 0.516 ms on every slice at batch 1; 1g slices above 0.53 at batch 8
+# A threshold between predictions, not an asserted value (set from the predictions printed under the queued
+# difference rule, predictor.mig.slice_latencies): bert_tiny on the H100 is host-bound at batch 1 on every slice (its
+# kernels execute within the host's issue time: the whole GPU's 0.48 ms everywhere, under 0.7 ms); at batch 32 the 1g
+# slices (1 or 2 of 8 memory slices, 16 of 132 SMs) execute past 0.7 ms (1.06 and 0.79 ms: the SLO fails there),
+# 2g and up stay under it (0.61 ms and less).
+SLO_MS = 0.7
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +42,7 @@ def cnn():
 
 @pytest.fixture(scope="module")
 def transformer():
-    return analyzer.report("zoo:bert_tiny", devices=["h100-80gb"], batches=[1, 8], latency_slo_ms=SLO_MS)
+    return analyzer.report("zoo:bert_tiny", devices=["h100-80gb"], batches=[1, 32], latency_slo_ms=SLO_MS)
 
 
 @pytest.mark.parametrize("which", ["cnn", "transformer"])

@@ -78,18 +78,19 @@ def test_gemm_time_by_hand_from_the_committed_parameters():
     assert by_hand == pytest.approx(0.038e-3, rel=0.05)
 
 
-@pytest.mark.parametrize("gpu, bound", [("h100", 11.0), ("a100", 10.5)])
+@pytest.mark.parametrize("gpu, bound", [("h100", 9.0), ("a100", 9.0)])
 def test_held_out_model_is_reproduced(gpu, bound):
     """Fit the family's float16 GEMMs on every model but Llama-2-7B, predict Llama-2-7B's GEMMs of >= 50 us.
-    Measured here: MAPE 9.3% (H100, 2,149 kernels), 8.9% (A100, 3,373) (KERNEL_EVAL.md's held-out rows are over
-    all kernels); the bounds fail if the fit degrades by about 2 points."""
+    Measured here: MAPE 7.2% (H100, 2,149 kernels), 7.2% (A100, 3,373) (9.3% and 8.9% before the GEMM shape
+    terms; KERNEL_EVAL.md's held-out rows are over all kernels); the bounds fail if the fit degrades by about 2
+    points."""
     recs = [r for r in kf.read_vidur(VIDUR) if r.kind == "gemm" and r.device.startswith(gpu)]
     train = kf.Group.of([r for r in recs if "Llama-2-7b" not in r.source])
     test = kf.Group.of([r for r in recs if "Llama-2-7b" in r.source and r.latency_s >= 50e-6])
     p = kf.fit_with(train, None)
     ape = np.abs(test.predict(p) / test.latency - 1) * 100
     assert len(test.records) > 500 and ape.mean() < bound
-    # the QKV and up projections at TP 1 and 4,096 tokens (compute-bound) each within 10% (measured: <= 7.1%)
+    # the QKV and up projections at TP 1 and 4,096 tokens (compute-bound) each within 10% (measured: <= 6.4%)
     big = [i for i, r in enumerate(test.records) if r.params["m"] == 4096 and r.params["n"] in (12288, 22016)]
     assert len(big) >= 4 and (ape[big] < 10).all()
 

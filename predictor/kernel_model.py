@@ -15,6 +15,9 @@ For each kernel of the kernel view (`passes.kernels.Kernel`, or any object with 
   and the table's entry of dtype "tf32" (`TF32`, `param_dtype`). Fused float32 attention does not move (torch's
   memory-efficient kernel computes float32 in 3xTF32 whatever the flag says; `roofline` docstring).
 - `e_m` = `e_memory`, a constant per (device family, kind, dtype).
+- `ridge` (default 0): the execution is max(compute, memory) with `ridge` 0, and the p-norm
+  (compute^(1/r) + memory^(1/r))^r with r = `ridge` > 0 (`overlap_terms`; 1: their sum): near the ridge a
+  GEMM's operand traffic is not wholly hidden behind its math. Fitted on GEMM kernel durations only.
 - `e_c` = min(1, `e_compute` x q x k / (k + `k0`)) for gemm-like kinds (gemm, conv, attention), `e_compute`
   for the others. A gemm-like kernel is seen as `b` independent products of an (m x k) by (k x n) matrix:
   - gemm: the contract's `b, m, n, k`;
@@ -26,12 +29,18 @@ For each kernel of the kernel view (`passes.kernels.Kernel`, or any object with 
     costed as a gemm of (b x h, s, t, d).
   q is the wave quantisation of the output tiles over the SMs, for the best of a few candidate tiles
   (the tile sizes cuBLAS / CUTLASS kernels use): for a tile tm x tn, T = b x ceil(m/tm) x ceil(n/tn) tiles
-  run in ceil(T / SMs) waves, so the useful fraction of the tile slots is b m n / (ceil(T/SMs) x SMs x tm tn);
+  run in W = T / SMs waves, of which the last, partial one costs `tail` of a full wave for its idle slots (1:
+  whole waves; fitted 0.335 on hopper, 0.129 on ampere: a partial wave's tiles run faster than a full wave's, they
+  share the memory and L2 with fewer), so the useful fraction of the tile slots is
+  b m n / ((W + tail (ceil(W) - W)) x SMs x tm tn);
   a smaller tile fills the machine better but runs at a lower rate, I / (I + `tile_i0`) with
   I = tm tn / (tm + tn) its arithmetic intensity, relative to the largest candidate's (so `e_compute` is the
   efficiency of a large, evenly tiled problem); q is the best product over the candidates (a library
   heuristic picks the tile). k / (k + `k0`) is the cost of a shallow reduction (prologue and epilogue of
-  each tile). Small problems are inefficient through both: one partial wave of small tiles, a short k.
+  each tile); with `overlap` > 0 it is w k / (w k + k0 (1 + (w - 1)(1 - overlap))) per candidate tile, w = its
+  whole waves: a persistent kernel (Hopper's warp-specialised cuBLAS / CUTLASS 3 kernels) runs the epilogue of
+  one tile under the main loop of its next, so the fixed cost is paid once per SM, not once per tile.
+  Small problems are inefficient through both: one partial wave of small tiles, a short k.
   A convolution's class scales both its efficiencies (compute and memory): `e_transposed` for a transposed
   convolution (params `"transposed": True`; cuDNN runs it as a convolution's data gradient), `e_grouped` for a
   grouped or depthwise one (`groups` > 1), 1 for a dense one or where the entry has no factor
@@ -175,6 +184,9 @@ class KernelParams:
     e_transposed: float = 1.0
     e_grouped: float = 1.0
     e_strided: float = 1.0
+    tail: float = 1.0
+    ridge: float = 0.0
+    overlap: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("e_bias", "e_transposed", "e_grouped", "e_strided"):
@@ -183,6 +195,11 @@ class KernelParams:
         if not (0 < self.e_compute <= 1 and 0 < self.e_memory <= 1):
             raise KernelParamsError(
                 f"efficiencies must be in (0, 1]: e_compute {self.e_compute}, e_memory {self.e_memory}"
+            )
+        if not (0 <= self.tail <= 1 and 0 <= self.ridge <= 1 and 0 <= self.overlap <= 1):
+            where = self.source or "entry"
+            raise KernelParamsError(
+                f"tail, ridge and overlap must be in [0, 1]: {self.tail}, {self.ridge}, {self.overlap} ({where})"
             )
         if self.launch_us < 0 or self.tile_i0 < 0 or self.k0 < 0 or self.exec_us < 0:
             raise KernelParamsError(f"launch_us, exec_us, tile_i0 and k0 must be >= 0 ({self.source or 'entry'})")
@@ -203,8 +220,11 @@ class KernelParams:
             doc["exec_us"] = round(self.exec_us, 4)
         if self.e_bias != 1.0:
             doc["e_bias"] = round(self.e_bias, 6)
-        for name in ("e_transposed", "e_grouped", "e_strided"):
+        for name in ("e_transposed", "e_grouped", "e_strided", "tail"):
             if getattr(self, name) != 1.0:
+                doc[name] = round(getattr(self, name), 6)
+        for name in ("ridge", "overlap"):
+            if getattr(self, name):
                 doc[name] = round(getattr(self, name), 6)
         doc["source"] = self.source
         if self.measured_on:
@@ -239,6 +259,9 @@ class KernelParams:
                 e_transposed=float(doc.get("e_transposed", 1.0)),
                 e_grouped=float(doc.get("e_grouped", 1.0)),
                 e_strided=float(doc.get("e_strided", 1.0)),
+                tail=float(doc.get("tail", 1.0)),
+                ridge=float(doc.get("ridge", 0.0)),
+                overlap=float(doc.get("overlap", 0.0)),
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, KernelParamsError):
@@ -480,11 +503,27 @@ def kernel_arrays(kernels: Iterable) -> KernelArrays:
 
 
 def tile_efficiency(
-    b: np.ndarray, m: np.ndarray, n: np.ndarray, sms: float | np.ndarray, tiles: Sequence[tuple[int, int]], i0: float
+    b: np.ndarray,
+    m: np.ndarray,
+    n: np.ndarray,
+    sms: float | np.ndarray,
+    tiles: Sequence[tuple[int, int]],
+    i0: float,
+    tail: float = 1.0,
+    k: np.ndarray | None = None,
+    k0: float = 0.0,
+    overlap: float = 0.0,
 ) -> np.ndarray:
     """q of the module docstring: the best (wave-quantised fill x tile rate) over the candidate tiles.
 
-    Rows with unknown dimensions (b m n = 0) get 1. Shapes: b, m, n (N,), sms scalar or (N,); result (N,).
+    `tail` (in [0, 1]): what an idle tile slot of the last, partial wave costs, as a fraction of a busy one: a
+    tile count of W = T / SMs waves runs in W + tail x (ceil(W) - W) wave times (1: whole waves, the classic wave
+    quantisation; 0: none). With `k` given, each candidate's fill is also times its reduction-depth factor
+    w k / (w k + k0 (1 + (w - 1)(1 - `overlap`))), w = ceil(W) the tiles each SM runs in turn: a tile's fixed
+    cost (prologue, epilogue: k0 of depth) is paid once per tile with `overlap` 0 (the classic k / (k + k0)), once
+    per SM with `overlap` 1 (a persistent kernel overlapping each tile's epilogue with the next tile's main loop).
+
+    Rows with unknown dimensions (b m n = 0) get 1. Shapes: b, m, n, k (N,), sms scalar or (N,); result (N,).
     """
     work = b * m * n
     if not tiles:
@@ -494,10 +533,15 @@ def tile_efficiency(
     best = np.zeros_like(work)
     for (tm, tn), intensity in rate.items():
         count = b * np.ceil(m / tm) * np.ceil(n / tn)
-        slots = np.ceil(count / sms) * sms * (tm * tn)
+        waves = count / sms
+        slots = (waves + tail * (np.ceil(waves) - waves)) * sms * (tm * tn)
         relative = (intensity / (intensity + i0)) / (top / (top + i0))  # 1 for the largest tile
         with np.errstate(invalid="ignore", divide="ignore"):
-            best = np.maximum(best, work / slots * relative)
+            fill = work / slots * relative
+            if k is not None and k0:
+                w = np.maximum(np.ceil(waves), 1.0)
+                fill = fill * np.where(k > 0, w * k / (w * k + k0 * (1.0 + (w - 1.0) * (1.0 - overlap))), 1.0)
+            best = np.maximum(best, fill)
     return np.where(work > 0, best, 1.0)
 
 
@@ -520,9 +564,11 @@ def compute_efficiency(arrays: KernelArrays, p: KernelParams, sms: float | np.nd
     epilogue = epilogue * class_efficiency(arrays, p)
     if not p.tiles and not p.k0:
         return np.clip(np.full(len(arrays), p.e_compute) * epilogue, 1e-9, 1.0)
-    q = tile_efficiency(arrays.b, arrays.m, arrays.n, sms, p.tiles, p.tile_i0)
-    depth = np.where(arrays.k > 0, arrays.k / (arrays.k + p.k0), 1.0) if p.k0 else 1.0
-    return np.clip(p.e_compute * q * depth * epilogue, 1e-9, 1.0)
+    if p.tiles:  # the depth factor per candidate tile: it depends on the tile's waves unless `overlap` is 0
+        q = tile_efficiency(arrays.b, arrays.m, arrays.n, sms, p.tiles, p.tile_i0, p.tail, arrays.k, p.k0, p.overlap)
+        return np.clip(p.e_compute * q * epilogue, 1e-9, 1.0)
+    depth = np.where(arrays.k > 0, arrays.k / (arrays.k + p.k0), 1.0)  # no tiles: the depth factor alone
+    return np.clip(p.e_compute * depth * epilogue, 1e-9, 1.0)
 
 
 def memory_efficiency(arrays: KernelArrays, p: KernelParams) -> np.ndarray | float:
@@ -532,6 +578,25 @@ def memory_efficiency(arrays: KernelArrays, p: KernelParams) -> np.ndarray | flo
     if arrays.strided is None or p.e_strided == 1.0:
         return e_m
     return e_m * np.where(arrays.strided, p.e_strided, 1.0)
+
+
+def overlap_terms(compute: np.ndarray, memory: np.ndarray, ridge: float) -> tuple[np.ndarray, np.ndarray]:
+    """The two execution terms (seconds, (N,) each, without `exec_us`) after the ridge overlap of an entry:
+    the larger term becomes the p-norm (compute^(1/r) + memory^(1/r))^r of both (r = `ridge`), the smaller one
+    stays, so max(compute, memory) is that norm and the larger term still says which one bounds the kernel.
+
+    r = 0: max(compute, memory) (compute and memory traffic overlap perfectly); r = 1: their sum (no overlap).
+    Between, a kernel far from the ridge (one term 10x the other) pays (1 + 0.1^(1/r))^r - 1 of its larger term
+    more (r = 0.4: 0.3%), a kernel on the ridge (equal terms) 2^r - 1 (r = 0.4: 32%): the part of a tile's
+    operand traffic its pipeline does not hide when neither the tensor cores nor the memory has slack."""
+    if ridge <= 0:
+        return compute, memory
+    hi = np.maximum(compute, memory)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(hi > 0, np.minimum(compute, memory) / hi, 0.0)
+    both = hi * (1.0 + ratio ** (1.0 / ridge)) ** ridge
+    larger = compute >= memory
+    return np.where(larger, both, compute), np.where(larger, memory, both)
 
 
 @dataclass(frozen=True)
@@ -633,8 +698,10 @@ def kernel_latency_arrays(
         rate = peak_rate(device, _CATEGORY.get(kind, kind), dtype, tf32_matmul=tf32_matmul) * sm_share
         sub = arrays.subset(rows)
         out["bound_compute_s"][rows] = sub.flops / rate
-        out["compute_s"][rows] = sub.flops / (rate * compute_efficiency(sub, p, sms)) + p.exec_us * 1e-6
-        out["memory_s"][rows] = sub.nbytes / (bandwidth * memory_efficiency(sub, p)) + p.exec_us * 1e-6
+        compute = sub.flops / (rate * compute_efficiency(sub, p, sms))
+        compute, memory = overlap_terms(compute, sub.nbytes / (bandwidth * memory_efficiency(sub, p)), p.ridge)
+        out["compute_s"][rows] = compute + p.exec_us * 1e-6
+        out["memory_s"][rows] = memory + p.exec_us * 1e-6
         out["launch_s"][rows] = p.launch_us * 1e-6
     if arrays.inside is not None and arrays.inside.any():  # launched by a library call: execution + device gap
         gap = DEVICE_LAUNCH_US * 1e-6

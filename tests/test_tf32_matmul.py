@@ -152,14 +152,17 @@ def test_committed_table_has_assumed_tf32_gemm_entries():
 
 
 def test_committed_table_tf32_gemm_on_a100_and_basis():
-    """The committed ampere TF32 entry (= float16 GEMM: e_compute 0.785444, tiles from 256x128 down, tile_i0
-    11.2843, k0 44.0032, exec 5.6548 us) on the 4096^3 float32 GEMM: the best tile is 256x128 (16 x 32 = 512
-    tiles, ceil(512/108) = 5 waves = 540 slots, q = 0.948148, the largest tile's rate: 1); depth
-    4096 / (4096 + 44.0032) = 0.989371; e_c = 0.785444 x 0.948148 x 0.989371 = 0.736802;
-    8.810189e-4 / 0.736802 = 1.195734e-3 s + 5.6548e-6 = 1.201389e-3 s."""
+    """The committed ampere TF32 entry (= float16 GEMM: e_compute 0.757088, tiles from 256x128 down, tile_i0
+    28.4422, k0 61.1755, exec 4.4434 us, wave tail 0.129071, ridge 0.336785, e_memory 0.786369) on the 4096^3
+    float32 GEMM: the best tile is 256x128 (16 x 32 = 512 tiles = 4.740741 waves on 108 SMs, run in
+    4.740741 + 0.129071 x 0.259259 = 4.774204 wave times: q = 0.992991, the largest tile's rate: 1; 128x128 gives
+    0.992991 x 0.923081 = 0.916611); depth 4096 / (4096 + 61.1755) = 0.985284; e_c = 0.757088 x 0.992991 x
+    0.985284 = 0.740719; compute 8.810189e-4 / 0.740719 = 1.189411e-3 s; memory 201,326,592 B / (2039e9 x
+    0.786369) = 1.255618e-4 s; ridge: 1.189411e-3 x (1 + (1.255618e-4 / 1.189411e-3)^(1 / 0.336785))^0.336785 =
+    1.189916e-3 s, + 4.4434e-6 = 1.194359e-3 s."""
     arrays = kernel_arrays([GEMM32])
     on = kernel_latency_arrays(arrays, A100, tf32_matmul=True)
-    assert on.compute_s[0] == pytest.approx(1.201389e-3, rel=1e-5)
+    assert on.compute_s[0] == pytest.approx(1.194359e-3, rel=1e-5)
     off = kernel_latency_arrays(arrays, A100)
     assert off.compute_s[0] > 5 * on.compute_s[0]  # FP32 CUDA cores: 8x lower peak, higher fitted efficiency
     assert kernel_basis(arrays, A100, on, tf32_matmul=True)["assumed"] == 1.0

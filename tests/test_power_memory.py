@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 from types import SimpleNamespace
 
 import pytest
@@ -352,15 +353,21 @@ def test_reported_power_split_and_watts_give_power_w_by_hand():
     split = p["power_split"]
     assert split["compute_fp32"] > 0 and split["memory"] > 0
     assert sum(split.values()) == pytest.approx(1.0, abs=1e-12)
-    # h100-80gb in predictor/power_params.json: gap_w 165.87, compute_w 687.35, memory_w 504.86,
-    # compute_fp32_w 700.0, limit_w 700.0 (the sum below cannot pass it: no watt figure does)
+    # the watts of predictor/power_params.json's h100-80gb entry (read from the file, not through predictor.power);
+    # the sum below cannot pass its limit_w (700 W): no watt figure does
+    w = json.loads((pathlib.Path(__file__).resolve().parents[1] / "predictor/power_params.json").read_text())["devices"]
+    w = w["h100-80gb"]
+    assert max(w["gap_w"], w["compute_w"], w["memory_w"], w["compute_fp32_w"]) <= w["limit_w"]
     by_hand = (
-        165.87 * split["gap"] + 687.35 * split["compute"] + 504.86 * split["memory"] + 700.0 * split["compute_fp32"]
+        w["gap_w"] * split["gap"]
+        + w["compute_w"] * split["compute"]
+        + w["memory_w"] * split["memory"]
+        + w["compute_fp32_w"] * split["compute_fp32"]
     )
     assert p["power_w"] == pytest.approx(by_hand, rel=1e-9)
     assert split["memory"] == pytest.approx(p["power_shares"]["memory"], abs=5e-5)  # the shares are rounded to 4
     shares = p["power_shares"]
-    three_way = 165.87 * shares["gap"] + 687.35 * shares["compute"] + 504.86 * shares["memory"]
+    three_way = w["gap_w"] * shares["gap"] + w["compute_w"] * shares["compute"] + w["memory_w"] * shares["memory"]
     assert abs(three_way - p["power_w"]) > 1.0  # the busy split alone does not price the GEMM as power_w does
 
 

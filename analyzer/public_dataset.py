@@ -6,9 +6,11 @@ The rows are `predictor.public_train.training_rows()` (NVIDIA DeepLearningExampl
 
 - the node features X (|V|, F) float32 and the data-flow edges (2, |E|) int64,
 - the static features (names, values) and the per-op arrays of the roofline bound (`predictor.roofline.op_arrays`),
-- the kernel view as `predictor.kernel_model.kernel_arrays` holds it (kind, dtype, FLOPs, bytes, b, m, n, k and
-  whether it is launched inside a library call, per kernel), so that `kernel_latency_arrays` can cost it on any
-  device and precision at train time,
+- the kernel view as `predictor.kernel_model.kernel_arrays` holds it, every field per kernel (kind, dtype, FLOPs,
+  bytes, b, m, n, k, launch count, and the flags: launched inside a library call, GEMM with a fused bias,
+  transposed / grouped convolution, copy of a strided view), so that `kernel_latency_arrays` costs it on any device
+  and precision at train time exactly as `preflight predict` costs the live analysis
+  (`tests/test_public_train_graphs.py`),
 - the bytes of the graph's inputs (the batch a timed loop may copy from the host),
 - which ops each kernel covers (CSR: `k_op_ptr` (K+1,), `k_op_idx`), to spread each kernel's modelled time over
   its nodes (the per-node kernel-model time feature).
@@ -18,7 +20,9 @@ all of them into one compressed file committed with the repository (`predictor.p
 that training needs neither TVM nor the analyzer.
 
 Configurations the committed file already holds are taken from it (`--reuse`, default the committed file; its
-feature version must be this preflight's), so a rebuild after a mapping change featurises only the new ones.
+feature version must be this preflight's), so a rebuild after a mapping change featurises only the new ones. A file
+or cached configuration without one of the kernel columns (`predictor.public_train._KERNEL`: written before the
+column existed) is not reused: every configuration is featurised anew.
 
 Usage: python -m analyzer.public_dataset [--cache cache/public-graphs] [--out PATH] [--limit N] [--reverse]
        [--reuse PATH | --no-reuse]

@@ -6,9 +6,11 @@ The rows are `predictor.public_train.training_rows()` (NVIDIA DeepLearningExampl
 
 - the node features X (|V|, F) float32 and the data-flow edges (2, |E|) int64,
 - the static features (names, values) and the per-op arrays of the roofline bound (`predictor.roofline.op_arrays`),
-- the kernel view as `predictor.kernel_model.kernel_arrays` holds it (kind, dtype, FLOPs, bytes, b, m, n, k and
-  whether it is launched inside a library call, per kernel), so that `kernel_latency_arrays` can cost it on any
-  device and precision at train time,
+- the kernel view as `predictor.kernel_model.kernel_arrays` holds it, every field per kernel (kind, dtype, FLOPs,
+  bytes, b, m, n, k, launch count, and the flags: launched inside a library call, GEMM with a fused bias,
+  transposed / grouped convolution, copy of a strided view), so that `kernel_latency_arrays` costs it on any device
+  and precision at train time exactly as `preflight predict` costs the live analysis
+  (`tests/test_public_train_graphs.py`),
 - the bytes of the graph's inputs (the batch a timed loop may copy from the host),
 - which ops each kernel covers (CSR: `k_op_ptr` (K+1,), `k_op_idx`), to spread each kernel's modelled time over
   its nodes (the per-node kernel-model time feature).
@@ -18,7 +20,9 @@ all of them into one compressed file committed with the repository (`predictor.p
 that training needs neither TVM nor the analyzer.
 
 Configurations the committed file already holds are taken from it (`--reuse`, default the committed file; its
-feature version must be this preflight's), so a rebuild after a mapping change featurises only the new ones.
+feature version must be this preflight's), so a rebuild after a mapping change featurises only the new ones. A file
+or cached configuration without one of the kernel columns (`predictor.public_train._KERNEL`: written before the
+column existed) is not reused: every configuration is featurised anew.
 
 Usage: python -m analyzer.public_dataset [--cache cache/public-graphs] [--out PATH] [--limit N] [--reverse]
        [--reuse PATH | --no-reuse]
@@ -35,7 +39,16 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor.public_train import GRAPHS_PATH, graph_id, pack_graphs, training_rows, unpack_graphs
+from predictor.public_train import (
+    _KERNEL,
+    _KERNEL_DEFAULTS,
+    GRAPHS_PATH,
+    graph_id,
+    missing_kernel_columns,
+    pack_graphs,
+    training_rows,
+    unpack_graphs,
+)
 
 DEFAULT_CACHE = Path("cache/public-graphs")
 
@@ -67,15 +80,24 @@ def featurize_public(spec: str, batch: int, dtype: str) -> dict[str, np.ndarray]
         "static_names": np.array(names),
         "static": np.array([a.static_features[k] for k in names], dtype=np.float64),
         **op_arrays(a.ops),
-        # the kernel arrays that are arrays (`count`, `inside`, `bias` are None when no row has one: an object array
-        # np.load(allow_pickle=False) refuses)
+        # every field of the kernel arrays, one entry per kernel: `count` and the flags are None when no row has one
+        # (an object array np.load(allow_pickle=False) refuses), stored as their value then (one launch, False)
         **{f"k_{f}": v for f in ka.__dataclass_fields__ if (v := getattr(ka, f)) is not None},
-        "k_inside": np.zeros(len(kernels), dtype=bool) if ka.inside is None else ka.inside,
+        **{n: f(len(kernels)) for n, f in _KERNEL_DEFAULTS.items() if getattr(ka, n[2:]) is None},
         "k_op_ptr": ptr,
         "k_op_idx": idx,
         "input_bytes": np.array(sum(v.tensor.nbytes for v in a.graph.inputs), dtype=np.int64),
         "feature_version": np.array(FEATURE_VERSION),
     }
+
+
+def _complete(path: Path) -> bool:
+    """Whether a cached configuration holds every kernel array (`_KERNEL`); False for a missing or unreadable one."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return set(_KERNEL) <= set(z.files)
+    except (OSError, ValueError):
+        return False
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -90,7 +112,13 @@ def main(argv: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore")
     args.cache.mkdir(parents=True, exist_ok=True)
     configs = sorted({(r.spec, r.batch, r.analysis_dtype) for r in training_rows()})
-    if not args.no_reuse and args.reuse.exists():
+    stale = [c for c in configs if not _complete(args.cache / f"{graph_id(*c)}.npz")]
+    for c in stale:  # a cached configuration from before a kernel column existed: featurised anew
+        (args.cache / f"{graph_id(*c)}.npz").unlink(missing_ok=True)
+    lacks = missing_kernel_columns(args.reuse) if not args.no_reuse and args.reuse.exists() else []
+    if lacks:
+        print(f"{args.reuse} lacks {', '.join(lacks)}: featurising every configuration anew", file=sys.stderr)
+    elif not args.no_reuse and args.reuse.exists():
         from passes.features import FEATURE_VERSION
 
         packed = unpack_graphs(args.reuse)

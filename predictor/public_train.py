@@ -287,16 +287,38 @@ def data_digest(rows: list[TrainRow], graphs_path: str | Path = GRAPHS_PATH) -> 
 # --------------------------------------------------------------------------------------------------
 
 _RAGGED = ("x", "edge_index", "static", "op_flops", "op_bytes", "op_category", "op_dtype", "op_folded")
-_KERNEL = ("k_kind", "k_dtype", "k_flops", "k_nbytes", "k_b", "k_m", "k_n", "k_k", "k_inside", "k_op_ptr", "k_op_idx")
-#: Kernel arrays a graph file written before they existed lacks, and their value then (kernels launched inside a
-#: library call: none, as the kernel view then had no library calls)
-_KERNEL_DEFAULTS = {"k_inside": lambda k: np.zeros(k, dtype=bool)}
+#: One array per field of `predictor.kernel_model.KernelArrays` (`k_<field>`, one entry per kernel: every input of
+#: the kernel model, so `kernel_times` on the file equals the kernel model on the live analysis) and the kernel -> op
+#: map (`k_op_ptr` (K+1,), `k_op_idx`).
+_KERNEL = (
+    "k_kind", "k_dtype", "k_flops", "k_nbytes", "k_b", "k_m", "k_n", "k_k",
+    "k_count", "k_inside", "k_bias", "k_transposed", "k_grouped", "k_strided",
+    "k_op_ptr", "k_op_idx",
+)  # fmt: skip
+#: Kernel arrays a graph file written before they existed lacks, and their value then: one launch per kernel; none
+#: inside a library call (the kernel view then had no library calls); no fused bias, transposed or grouped
+#: convolution, strided copy (what the kernel model costed such a file with: the skew `missing_kernel_columns` names)
+_KERNEL_DEFAULTS = {
+    "k_count": lambda k: np.ones(k, dtype=np.float64),
+    **{f"k_{f}": (lambda k: np.zeros(k, dtype=bool)) for f in ("inside", "bias", "transposed", "grouped", "strided")},
+}
 
 
 def _with_defaults(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """`arrays` of one graph with every `_KERNEL_DEFAULTS` array it lacks filled in (one entry per kernel)."""
     k = len(arrays["k_kind"])
     return {**{n: f(k) for n, f in _KERNEL_DEFAULTS.items() if n not in arrays}, **arrays}
+
+
+def missing_kernel_columns(path: str | Path) -> list[str]:
+    """The `_KERNEL` arrays a packed graph file does not hold (read back as `_KERNEL_DEFAULTS`, so its graphs are
+    costed without what those columns carry): [] for a file written by this preflight."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            files = set(z.files)
+    except (OSError, ValueError) as exc:
+        raise PublicTrainError(f"cannot read the graph file {path}: {exc}") from None
+    return [n for n in _KERNEL if n not in files]
 
 
 def pack_graphs(graphs: dict[str, dict[str, np.ndarray]], path: str | Path) -> None:
@@ -435,13 +457,18 @@ def tf32_supported() -> bool:
 
 
 def graph_kernel_arrays(g: Graph):
+    """The `KernelArrays` of a graph of the file, as `kernel_arrays` makes them from the live kernel view: every
+    field from its `k_<field>` array (`_KERNEL`), a per-kernel flag None where no kernel has it, `count` None where
+    every kernel launches once."""
     from .kernel_model import KernelArrays
 
     k = g.kernels
-    inside = np.asarray(k["k_inside"], dtype=bool)
+    count = np.asarray(k["k_count"], dtype=np.float64)
+    flags = {f: np.asarray(k[f"k_{f}"], dtype=bool) for f in ("inside", "bias", "transposed", "grouped", "strided")}
     return KernelArrays(
         k["k_kind"], k["k_dtype"], k["k_flops"], k["k_nbytes"], k["k_b"], k["k_m"], k["k_n"], k["k_k"],
-        inside=inside if inside.any() else None,
+        count=None if (count == 1).all() else count,
+        **{f: (v if v.any() else None) for f, v in flags.items()},
     )  # fmt: skip
 
 
@@ -573,6 +600,7 @@ class Item:
     target: float  # log(measured / estimate) or log(measured); NaN when unknown
     estimate_ms: float
     bound_ms: float
+    weight: float = 1.0  # of the row in the training loss (`train_items`, `FitConfig.family_balanced`)
 
 
 def make_item(
@@ -618,6 +646,10 @@ class FitConfig:
     hidden: int = 48
     seed: int = 0
     calibration_fraction: float = 0.15
+    #: weigh every (family, GPU) cell equally in the training loss (`train_items`) instead of every row: the
+    #: evaluation and the default rule are per family and GPU, and the rows are not (3 per H100 family, 24-112 per
+    #: A100 family)
+    family_balanced: bool = False
 
 
 @dataclass
@@ -654,7 +686,9 @@ class Fitted:
             gv = torch.from_numpy(z).unsqueeze(0)
             z = (it.target - self.y_mean) / self.y_std
             y = torch.tensor([[z, float("nan"), float("nan")]], dtype=torch.float32)
-            out.append(Data(x=x, edge_index=torch.from_numpy(np.ascontiguousarray(it.edge_index)), static=gv, y=y))
+            w = torch.tensor([it.weight], dtype=torch.float32)
+            edges = torch.from_numpy(np.ascontiguousarray(it.edge_index))
+            out.append(Data(x=x, edge_index=edges, static=gv, y=y, w=w))
         return out
 
     def predict_target(self, items: list[Item]) -> np.ndarray:
@@ -688,6 +722,17 @@ class Fitted:
         v = (static_vector(static) - self.ood_mean) / self.ood_std
         ref = (self.ood_graphs - self.ood_mean) / self.ood_std
         return float(np.sqrt(((ref - v) ** 2).sum(axis=1)).min())
+
+
+def _weighted_pinball(pred, y, w):
+    """Pinball loss of the first target (pred (B, T, Q), y (B, T): the only measured column), each row weighted by
+    w (B,): sum(w x mean over quantiles) / sum(w)."""
+    import torch
+
+    q = torch.tensor(QUANTILES, dtype=pred.dtype).view(1, -1)
+    diff = y[:, :1] - pred[:, 0, :]
+    per_row = torch.maximum(q * diff, (q - 1) * diff).mean(dim=1)
+    return (w * per_row).sum() / w.sum()
 
 
 def _std(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -734,7 +779,10 @@ def fit(items: list[Item], kind: str, cfg: FitConfig | None = None, log=None) ->
         total, n = 0.0, 0
         for b in loader:
             opt.zero_grad()
-            loss = pinball_loss(model(b.x, b.edge_index, b.batch, b.static), b.y, QUANTILES)
+            if cfg.family_balanced:
+                loss = _weighted_pinball(model(b.x, b.edge_index, b.batch, b.static), b.y, b.w)
+            else:
+                loss = pinball_loss(model(b.x, b.edge_index, b.batch, b.static), b.y, QUANTILES)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
             opt.step()
@@ -797,15 +845,26 @@ class LeakError(AssertionError):
 def train_items(exs: list[Example], kind: str) -> list[Item]:
     """The training inputs of `kind`: rows of one (graph, device, precision, harness) merged into one item whose
     target is the mean of their targets (the log of the geometric mean latency): repeated publications of one
-    measurement weigh once."""
+    measurement weigh once. Each item's `weight` is n / (cells x items of its cell), a cell being one (family,
+    `device_group`): under `FitConfig.family_balanced` every cell weighs the same in the loss (the weights average
+    1); otherwise they are not used."""
+    from collections import Counter
     from dataclasses import replace
 
     groups: dict[tuple, list[Example]] = {}
     for e in exs:
         key = (e.gid, e.row.device, e.row.precision, tuple(sorted(e.row.harness.items())))
         groups.setdefault(key, []).append(e)
+    cell = {k: (g[0].row.family, device_group(g[0].row.device)) for k, g in groups.items()}
+    count = Counter(cell.values())
+    n = len(groups)
     return [
-        replace(g[0].items[kind], target=float(np.mean([e.items[kind].target for e in g]))) for g in groups.values()
+        replace(
+            g[0].items[kind],
+            target=float(np.mean([e.items[kind].target for e in g])),
+            weight=n / (len(count) * count[cell[k]]),
+        )
+        for k, g in groups.items()
     ]
 
 
@@ -1275,6 +1334,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--families", default=None, help="evaluate: only these held-out families (comma-separated)")
     ap.add_argument("--epochs", type=int, default=FitConfig.epochs)
     ap.add_argument("--jobs", type=int, default=2, help="evaluate: folds trained in parallel processes")
+    ap.add_argument(
+        "--family-balanced",
+        action=argparse.BooleanOptionalAction,
+        default=FitConfig.family_balanced,
+        help="weigh every (family, GPU) equally in the training loss (FitConfig.family_balanced)",
+    )
     args = ap.parse_args(argv)
     import torch
 
@@ -1288,7 +1353,7 @@ def main(argv: list[str] | None = None) -> None:
         exs = examples(rows, graphs)
     except PublicTrainError as exc:
         sys.exit(f"error: {exc}")
-    cfg = FitConfig(epochs=args.epochs)
+    cfg = FitConfig(epochs=args.epochs, family_balanced=args.family_balanced)
     t0 = time.perf_counter()
     meta = {
         "name": args.out.name,
@@ -1298,6 +1363,7 @@ def main(argv: list[str] | None = None) -> None:
         "data_digest": data_digest(rows, args.graphs),
         "tf32_matmul": tf32_supported(),
         "epochs": cfg.epochs,
+        "family_balanced": cfg.family_balanced,
     }
     if args.command == "train":
         prev = {}

@@ -335,7 +335,8 @@ def test_predictor_modes(tmp_path, monkeypatch):
 
 def test_featurised_configuration_loads_without_pickle(tmp_path):
     """A configuration's arrays are saved and read back as `python -m analyzer.public_dataset` does (np.load with
-    allow_pickle=False): no kernel array may be None (KernelArrays.count/bias are None when no row has one)."""
+    allow_pickle=False): no kernel array may be None (KernelArrays.count and the flags are None when no row has one:
+    stored as one launch each, False)."""
     from analyzer.public_dataset import featurize_public
 
     arrays = featurize_public("resnet18", 1, "float32")
@@ -346,5 +347,8 @@ def test_featurised_configuration_loads_without_pickle(tmp_path):
     assert set(back) == set(arrays)
     # resnet18: every kernel launched once (no count), none inside a library call; its one nn.Linear (fc, with a
     # bias; the convolutions have none) is the one GEMM with a fused bias
-    assert "k_count" not in back and back["k_inside"].dtype == bool and not back["k_inside"].any()
+    assert back["k_count"].tolist() == [1.0] * len(back["k_kind"])
+    assert back["k_inside"].dtype == bool and not back["k_inside"].any()
     assert int(back["k_bias"].sum()) == 1
+    # no transposed or grouped convolution in a ResNet-18 (groups = 1 everywhere), no strided view copied
+    assert not back["k_transposed"].any() and not back["k_grouped"].any() and not back["k_strided"].any()

@@ -271,7 +271,9 @@ def _cost_section(report, top: int) -> Section:
                 f"{c.flops / nbytes:.1f}" if nbytes else "-",
                 ("compute" if cb else "memory") if p else "-",
                 f"{t * 1e3:,.1f}" if p else "-",
-                f"{100 * t / p.latency_ms:.1f}%" if p else f"{100 * c.flops / total_flops:.1f}%",
+                (f"{100 * t / p.latency_ms:.1f}%" if p.latency_ms > 0 else "-")  # 0: a graph of views only
+                if p
+                else f"{100 * c.flops / total_flops:.1f}%",
             ]
         )
     sec.blocks.append(
@@ -308,9 +310,17 @@ def _cost_section(report, top: int) -> Section:
         f = sum(c.flops for c in ops)
         t = sum(times.get(c.index, (0.0, False))[0] for c in ops)
         f_share = 100 * f / total_flops
-        t_share = 100 * t / p.latency_ms if p else 0.0
+        timed = p is not None and p.latency_ms > 0  # 0: a graph of views only, no time to share out
+        t_share = 100 * t / p.latency_ms if timed else 0.0
         cat_rows.append(
-            [cat, str(len(ops)), si(f), f"{f_share:.1f}%", f"{t:.3g}" if p else "-", f"{t_share:.1f}%" if p else "-"]
+            [
+                cat,
+                str(len(ops)),
+                si(f),
+                f"{f_share:.1f}%",
+                f"{t:.3g}" if p else "-",
+                f"{t_share:.1f}%" if timed else "-",
+            ]
         )
         bars.append((cat, f_share, t_share))
     sec.blocks.append(

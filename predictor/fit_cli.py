@@ -22,7 +22,8 @@ def fit_main(
     written); then `fit()` runs: it returns (the parameter document, the evaluation table), or None when it printed
     all it had to say and writes nothing (exit 0). One of `errors` raised by it: "error: <message>" on stderr,
     exit 2, nothing written. Otherwise the document goes to `out` as indented JSON (indent 1, a final newline), the
-    table and "wrote <out>" to stdout, exit 0."""
+    table and "wrote <out>" to stdout, exit 0; an `out` that cannot be written: "error: cannot write <out>: <why>" on
+    stderr, exit 2."""
     for name in required:
         if not (data / name).is_file():
             print(f"error: {data / name} not found", file=sys.stderr)
@@ -35,7 +36,11 @@ def fit_main(
     if result is None:
         return 0
     doc, table = result
-    Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+    try:
+        Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+    except OSError as e:
+        print(f"error: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(table)
     print(f"wrote {out}")
     return 0

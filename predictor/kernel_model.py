@@ -587,7 +587,7 @@ def overlap_terms(compute: np.ndarray, memory: np.ndarray, ridge: float) -> tupl
 
     r = 0: max(compute, memory) (compute and memory traffic overlap perfectly); r = 1: their sum (no overlap).
     Between, a kernel far from the ridge (one term 10x the other) pays (1 + 0.1^(1/r))^r - 1 of its larger term
-    more (r = 0.4: 0.3%), a kernel on the ridge (equal terms) 2^r - 1 (r = 0.4: 32%): the part of a tile's
+    more (r = 0.4: 0.13%), a kernel on the ridge (equal terms) 2^r - 1 (r = 0.4: 32%): the part of a tile's
     operand traffic its pipeline does not hide when neither the tensor cores nor the memory has slack."""
     if ridge <= 0:
         return compute, memory

@@ -723,7 +723,11 @@ def main(argv: list[str] | None = None) -> int:
     for dev, d in doc["devices"].items():
         print(f"{dev}: " + ", ".join(f"{f} {d[f]}" for f in eng.HOST_FIELDS if f in d))
     if not args.check:
-        args.out.write_text(json.dumps(merge(doc, args.out), indent=1) + "\n")
+        try:
+            args.out.write_text(json.dumps(merge(doc, args.out), indent=1) + "\n")
+        except OSError as e:
+            print(f"error: cannot write {args.out}: {e.strerror or e}", file=sys.stderr)
+            return 2
         print(f"wrote profile {PROFILE!r} into {args.out}")
     return 0
 

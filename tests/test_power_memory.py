@@ -389,3 +389,9 @@ def test_fit_main_writes_checks_and_reports(tmp_path, capsys):
     assert fit_main(tmp_path, ["rows.jsonl"], lambda: ({"a": [1]}, "| table |"), str(out)) == 0
     assert out.read_text() == '{\n "a": [\n  1\n ]\n}\n'  # json.dumps(indent=1) and a final newline
     assert capsys.readouterr().out == f"| table |\nwrote {out}\n"
+    # an output path that cannot be written (a folder; a file in a missing folder): one line, exit 2, no table
+    for where in (tmp_path, tmp_path / "missing" / "p.json"):
+        assert fit_main(tmp_path, [], lambda: ({"a": 1}, "| table |"), str(where)) == 2
+        cap = capsys.readouterr()
+        err, printed = cap.err, cap.out
+        assert err.startswith(f"error: cannot write {where}: ") and err.count("\n") == 1 and "table" not in printed

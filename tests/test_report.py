@@ -384,6 +384,23 @@ def test_report_of_a_graph_with_no_work(schema, tmp_path):
     assert "&lt;_Identity&gt;" in md and "<_Identity>" not in md  # no raw HTML from names in Markdown
 
 
+class _Flatten(__import__("torch").nn.Module):
+    def forward(self, x):
+        return x.reshape(-1)
+
+
+def test_report_of_a_graph_of_views_only(schema, tmp_path):
+    # One operator (a reshape: a view, it launches no kernel), so the predicted latency is 0 while the cost table has
+    # a row: its time share is 0 us of 0 ms, "-", not a division by zero (HTML and Markdown both list it).
+    import torch
+
+    rep = analyzer.report(_Flatten(), (torch.randn(2, 4),), batches=[], output=str(tmp_path / "r.md"))
+    jsonschema.validate(rep.to_json(), schema)
+    assert rep.prediction.latency_ms == 0 and [c.op for c in rep.analysis.ops if not c.folded] == ["relax.reshape"]
+    assert "Where the cost is" in render_html(rep)
+    assert "Where the cost is" in (tmp_path / "r.md").read_text()
+
+
 def test_report_sets_a_dynamic_batch_from_the_sweep(tmp_path):
     import onnx
     from onnx import TensorProto, helper

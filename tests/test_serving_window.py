@@ -195,3 +195,15 @@ def test_host_features_of_the_three_request_run_by_hand():
     # 0.5, sequences 1, blocks 1.15625, workers 0.5, prompts 0.5 x 2 = 1
     assert (s.tpot_weight @ x).tolist() == pytest.approx([1.0, 2.0, 2.34375, 1.0, 0.25])
     assert (s.steady_weight() @ x).tolist() == pytest.approx([0.5, 1.0, 1.15625, 0.5, 1.0])
+
+
+def test_serving_fit_main_refuses_an_unwritable_out_in_one_line(tmp_path, monkeypatch, capsys):
+    # The fit (a minute) is replaced by a stub; an --out that is a folder, or in a missing folder, is "error: ..."
+    # on one line and exit 2, not an OSError traceback after the fit.
+    data = tmp_path / "rows.jsonl"
+    data.write_text("")
+    monkeypatch.setattr(sf, "run", lambda *a, **k: ({"devices": {}}, "| table |"))
+    for out in (tmp_path, tmp_path / "missing" / "serving.json"):
+        assert sf.main(["--data", str(data), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: cannot write {out}: ") and err.count("\n") == 1

@@ -120,8 +120,9 @@ FREE_DURATIONS["attention"] = ("e_compute", "e_memory", "k0", "exec_us")
 #: tile's fixed cost k0 a persistent kernel hides behind its next tile; `kernel_model.tile_efficiency`), with a
 #: robust loss (`ROBUST_GEMM`), on groups of at least `MIN_SHAPE_FIT` kernels: the three terms need many shapes
 #: (waves, depths, both sides of the ridge) to be told apart; the H100 sweep's 356 TF32 GEMMs fitted with them
-#: predict their largest 20% at 13.3% against 7.1% without. Smaller groups and convolutions keep
-#: `FREE_DURATIONS["gemm"]` / `["conv"]` (tail 1, ridge 0, overlap 0: the classic form) and plain squares.
+#: predict their largest 20% at 13.3% against 7.1% without. Smaller groups and fitted convolution groups keep
+#: `FREE_DURATIONS["gemm"]` / `["conv"]` (tail 1, ridge 0, overlap 0: the classic form) and plain squares; entries
+#: `derive_entries` copies from a fitted GEMM entry (ampere's TF32 GEMM and convolutions) inherit its terms.
 FREE_DURATIONS_GEMM = FREE_DURATIONS["gemm"] + ("tail", "ridge", "overlap")
 MIN_SHAPE_FIT = 2000
 #: Loss of the GEMM kernel-duration fits (scipy `least_squares` `loss`, `f_scale` on the log residual): soft-L1, so

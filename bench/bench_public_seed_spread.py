@@ -6,7 +6,11 @@ family's median APE with the OOD fallback over its single-forward rows is printe
 model's median and the range over the seeds. The OOD threshold of a family is the full evaluation's
 (`evaluate_lofo`'s: the other families' held-out distances over all folds; no training needed for it).
 
-Usage: python bench/bench_public_seed_spread.py --families tft,ssd300 --seeds 0,1,2,3,4 [--ensemble K] [--out F]
+`--members` (with `--ensemble K`): also each member's own median (the members share the calibration split, so
+their spread is that of the initial weights and shuffling alone).
+
+Usage: python bench/bench_public_seed_spread.py --families tft,ssd300 --seeds 0,1,2,3,4 [--ensemble K [--members]]
+[--out F]
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +32,7 @@ def main() -> None:
     ap.add_argument("--families", default="tft,ssd300")
     ap.add_argument("--seeds", default="0,1,2,3,4")
     ap.add_argument("--ensemble", type=int, default=1)
+    ap.add_argument("--members", action="store_true", help="also print each ensemble member's median")
     ap.add_argument("--out", type=Path, default=None, help="also write every row's figures as JSON here")
     args = ap.parse_args()
     import torch
@@ -62,6 +68,13 @@ def main() -> None:
             meds.append(med)
             doc.setdefault(fam, {})[seed] = {"median_ape": med, "kernel_median_ape": km, "pred_ms": final.tolist()}
             print(f"{fam:<12}{seed:>6}{len(test):>6}{km:>9.1f}{med:>11.1f}{time.perf_counter() - t0:>9.1f}", flush=True)
+            if args.members and len(fitted.networks) > 1:
+                own = []
+                for net in fitted.networks:
+                    q = replace(fitted, model=net, members=[]).predict_ms([e.items["residual"] for e in test])[:, 1]
+                    own.append(float(np.median(np.abs(np.where(inside, q, kern) - meas) / meas * 100)))
+                doc[fam][seed]["member_median_ape"] = own
+                print(f"{'':<12}{'':>6}{'':>6}{'':>9}  members: " + ", ".join(f"{v:.1f}" for v in own), flush=True)
         sd = np.std(meds, ddof=1) if len(meds) > 1 else 0.0
         print(
             f"{fam:<12}{'range':>6}{'':>6}{'':>9}{min(meds):>5.1f}-{max(meds):<5.1f}"

@@ -1032,12 +1032,8 @@ def evaluate_lofo(
     # fold of `exs` even when only some are evaluated (the distances need no training)
     dist = fold_distances(exs, graphs)
     thresholds = ood_thresholds(dist)
-    # the interval, widened by family: each family's factor from the other (evaluated) families' held-out rows
-    # (split conformal over families: how far outside its interval a new family's measurement falls)
-    factors = {}
-    for fam in evaluated:
-        others = [interval_need(r) for r in out_rows if r["family"] != fam]
-        factors[fam] = conformal_factor(others)
+    # the interval, widened by family (split conformal over families), from the rows before any widening
+    factors, family_factor = family_factors(out_rows)
     for r in out_rows:
         inside = r["distance"] <= thresholds[r["family"]]
         r["in_distribution"] = bool(inside)
@@ -1052,8 +1048,17 @@ def evaluate_lofo(
         "thresholds": {f: thresholds[f] for f in evaluated},
         "distances": {f: [d for _, d in dist[f]] for f in evaluated},
         "all_distances": {f: [d for _, d in v] for f, v in dist.items()},
-        "family_factor": conformal_factor([interval_need(r) for r in out_rows]),
+        "family_factor": family_factor,
     }
+
+
+def family_factors(rows: list[dict]) -> tuple[dict[str, float], float]:
+    """Split conformal over families, on held-out rows whose intervals are not widened yet: ({family: the factor
+    that makes 90% of the *other* families' rows fall inside their interval}, the factor over all rows: what the
+    shipped checkpoint's interval is widened by, for a family none of them is)."""
+    fams = sorted({r["family"] for r in rows})
+    per = {f: conformal_factor([interval_need(r) for r in rows if r["family"] != f]) for f in fams}
+    return per, conformal_factor([interval_need(r) for r in rows])
 
 
 def interval_need(r: dict) -> float:

@@ -469,3 +469,17 @@ def test_a_checkpoint_without_the_ensemble_loads_as_one_network():
     meta = json.loads((CHECKPOINT / "meta.json").read_text())
     fitted, _ = pt.load_artifact(CHECKPOINT)
     assert fitted.members == [] and len(fitted.networks) == 1 and meta.get("ensemble", 1) == 1
+
+
+def test_family_factors_come_from_rows_before_widening():
+    """Held-out rows with a 5-95% half-width of 1 (log scale) around a median of 1 ms: a row measured at e^2 ms needs
+    a factor 2. Family a needs 2 and 0.5, family b needs 3. Per family (the other family's rows, n <= 3 so the
+    ceil((n+1) 0.9)/n quantile is the largest): a 3, b 2; over all rows (what the shipped checkpoint is widened by)
+    3. Computed after widening (a's rows by 3, b's by 2: needs 2/3, 1/6, 1.5) it would have been 1.5."""
+
+    def row(fam, need):
+        return {"family": fam, "graphsage_ms": 1.0, "graphsage_lo": math.exp(-1), "graphsage_hi": math.e,
+                "measured_ms": math.exp(need)}  # fmt: skip
+
+    per, overall = pt.family_factors([row("a", 2.0), row("a", -0.5), row("b", 3.0)])
+    assert per == pytest.approx({"a": 3.0, "b": 2.0}) and overall == pytest.approx(3.0)

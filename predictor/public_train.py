@@ -1406,6 +1406,19 @@ def train_final(exs: list[Example], graphs: dict[str, Graph], thresholds: list[f
     return fitted, train
 
 
+def _count(text: str) -> int:
+    """An argparse type: an integer >= 1 (else argparse's usage line and exit code 2)."""
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count of 1 or more")
+    return n
+
+
 def main(argv: list[str] | None = None) -> None:
     """python -m predictor.public_train {train,evaluate} [--out DIR] [--families F,...] [--epochs N]"""
     import argparse
@@ -1422,7 +1435,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=2, help="evaluate: folds trained in parallel processes")
     ap.add_argument(
         "--ensemble",
-        type=int,
+        type=_count,
         default=FitConfig.ensemble,
         help="networks per fit (seeds seed .. seed + K - 1), the prediction the mean of theirs (FitConfig.ensemble)",
     )
@@ -1446,8 +1459,6 @@ def main(argv: list[str] | None = None) -> None:
         exs = examples(rows, graphs)
     except PublicTrainError as exc:
         sys.exit(f"error: {exc}")
-    if args.ensemble < 1:
-        sys.exit(f"error: --ensemble {args.ensemble}: give 1 or more networks")
     cfg = FitConfig(epochs=args.epochs, family_balanced=args.family_balanced, ensemble=args.ensemble, seed=args.seed)
     t0 = time.perf_counter()
     meta = {

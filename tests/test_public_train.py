@@ -483,3 +483,9 @@ def test_family_factors_come_from_rows_before_widening():
 
     per, overall = pt.family_factors([row("a", 2.0), row("a", -0.5), row("b", 3.0)])
     assert per == pytest.approx({"a": 3.0, "b": 2.0}) and overall == pytest.approx(3.0)
+
+
+def test_ensemble_option_refuses_a_count_below_one(capsys):
+    with pytest.raises(SystemExit) as exc:
+        pt.main(["train", "--ensemble", "0"])
+    assert exc.value.code == 2 and "--ensemble: '0' is not a count of 1 or more" in capsys.readouterr().err

@@ -650,14 +650,20 @@ class FitConfig:
     #: evaluation and the default rule are per family and GPU, and the rows are not (3 per H100 family, 24-112 per
     #: A100 family)
     family_balanced: bool = False
+    #: networks in the ensemble (`fit`): K > 1 trains K networks with seeds seed .. seed + K - 1 on the same items
+    #: (one shared calibration split) and predicts the mean of their quantiles in target space
+    ensemble: int = 1
 
 
 @dataclass
 class Fitted:
-    """A trained predictor of one kind: network, input standardisation, interval calibration, OOD reference."""
+    """A trained predictor of one kind: network(s), input standardisation, interval calibration, OOD reference.
+
+    An ensemble (`FitConfig.ensemble` K > 1) holds its K networks in `members` (`model` is the first); they share
+    the standardisation, and `predict_target` averages their quantiles."""
 
     kind: str
-    model: object  # predictor.model.CostPredictor
+    model: object  # predictor.model.CostPredictor (an ensemble's first member)
     node_mean: np.ndarray
     node_std: np.ndarray
     graph_mean: np.ndarray
@@ -672,6 +678,12 @@ class Fitted:
     ood_threshold: float = float("inf")
     losses: list = field(default_factory=list)
     info: dict = field(default_factory=dict)  # from the artifact: training_data, families, n_rows
+    members: list = field(default_factory=list)  # every network of an ensemble ([] for a single network)
+
+    @property
+    def networks(self) -> list:
+        """The networks whose predictions are averaged: the ensemble's members, or [model]."""
+        return list(self.members) if self.members else [self.model]
 
     def _data(self, items: list[Item]):
         import torch
@@ -691,19 +703,28 @@ class Fitted:
             out.append(Data(x=x, edge_index=edges, static=gv, y=y, w=w))
         return out
 
-    def predict_target(self, items: list[Item]) -> np.ndarray:
-        """(N, 3): the 5%, 50%, 95% quantiles of the target (interval calibrated)."""
+    def member_z(self, items: list[Item]) -> np.ndarray:
+        """(K, N, 3): each network's 5%, 50%, 95% quantiles of the standardised target, sorted, not calibrated."""
         import torch
         from torch_geometric.loader import DataLoader
 
+        nets = self.networks
         if not items:
-            return np.zeros((0, 3))
-        self.model.eval()
-        outs = []
+            return np.zeros((len(nets), 0, 3))
+        data = self._data(items)
+        out = []
         with torch.no_grad():
-            for b in DataLoader(self._data(items), batch_size=64):
-                outs.append(self.model(b.x, b.edge_index, b.batch, b.static)[:, 0, :].numpy())
-        z = np.sort(np.concatenate(outs), axis=1)
+            for net in nets:
+                net.eval()
+                batches = DataLoader(data, batch_size=64)
+                outs = [net(b.x, b.edge_index, b.batch, b.static)[:, 0, :].numpy() for b in batches]
+                out.append(np.sort(np.concatenate(outs), axis=1))
+        return np.stack(out)
+
+    def predict_target(self, items: list[Item]) -> np.ndarray:
+        """(N, 3): the 5%, 50%, 95% quantiles of the target (interval calibrated); an ensemble's are the mean of its
+        members' (the median: the mean of their log(measured / estimate) medians)."""
+        z = self.member_z(items).mean(axis=0)
         mid = z[:, 1:2]
         z = mid + (z - mid) * self.calibration
         return z * self.y_std + self.y_mean
@@ -742,8 +763,12 @@ def _std(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit(items: list[Item], kind: str, cfg: FitConfig | None = None, log=None) -> Fitted:
-    """Train one predictor on `items` (a random `calibration_fraction` is held out to calibrate the 90% interval
-    by split conformal scaling)."""
+    """Train one predictor on `items` (a random `calibration_fraction`, drawn with `cfg.seed`, is held out to
+    calibrate the 90% interval by split conformal scaling).
+
+    `cfg.ensemble` K > 1: K networks on the same training items and standardisation, network i seeded with
+    `cfg.seed + i` (initial weights, shuffling), none trained on the calibration items; the interval of their mean
+    quantiles is calibrated on those items. K = 1 is the single network, as before the option existed."""
     import math
 
     import torch
@@ -752,7 +777,8 @@ def fit(items: list[Item], kind: str, cfg: FitConfig | None = None, log=None) ->
     from .model import CostPredictor, pinball_loss
 
     cfg = cfg or FitConfig()
-    torch.manual_seed(cfg.seed)
+    if cfg.ensemble < 1:
+        raise PublicTrainError(f"ensemble of {cfg.ensemble} networks: give 1 or more")
     rng = np.random.default_rng(cfg.seed)
     order = rng.permutation(len(items))
     n_cal = int(round(cfg.calibration_fraction * len(items))) if len(items) >= 20 else 0
@@ -760,38 +786,47 @@ def fit(items: list[Item], kind: str, cfg: FitConfig | None = None, log=None) ->
     nm, ns = _std(np.concatenate([it.nodes for it in tr]))
     gm, gs = _std(np.stack([it.graph for it in tr]))
     ys = np.array([it.target for it in tr])
-    model = CostPredictor(
-        tr[0].nodes.shape[1],
-        tr[0].graph.shape[0],
-        hidden=cfg.hidden,
-        readout="mean+max+sum" if kind == "residual" else "sum",
-        quantiles=QUANTILES,
-    )
-    fitted = Fitted(kind, model, nm, ns, gm, gs, float(ys.mean()), float(max(ys.std(), 1e-6)))
+    fitted = Fitted(kind, None, nm, ns, gm, gs, float(ys.mean()), float(max(ys.std(), 1e-6)))
     data = fitted._data(tr)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.epochs)
-    loader = DataLoader(
-        data, batch_size=cfg.batch_size, shuffle=True, generator=torch.Generator().manual_seed(cfg.seed)
-    )
-    for epoch in range(cfg.epochs):
-        model.train()
-        total, n = 0.0, 0
-        for b in loader:
-            opt.zero_grad()
-            if cfg.family_balanced:
-                loss = _weighted_pinball(model(b.x, b.edge_index, b.batch, b.static), b.y, b.w)
-            else:
-                loss = pinball_loss(model(b.x, b.edge_index, b.batch, b.static), b.y, QUANTILES)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            opt.step()
-            total += float(loss.detach()) * b.num_graphs
-            n += b.num_graphs
-        sched.step()
-        fitted.losses.append(total / max(n, 1))
-        if log and (epoch % 20 == 0 or epoch == cfg.epochs - 1):
-            log(f"{kind} epoch {epoch}: loss {fitted.losses[-1]:.4f}")
+    nets, losses = [], []
+    for i in range(cfg.ensemble):
+        seed = cfg.seed + i
+        torch.manual_seed(seed)
+        model = CostPredictor(
+            tr[0].nodes.shape[1],
+            tr[0].graph.shape[0],
+            hidden=cfg.hidden,
+            readout="mean+max+sum" if kind == "residual" else "sum",
+            quantiles=QUANTILES,
+        )
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.epochs)
+        gen = torch.Generator().manual_seed(seed)
+        loader = DataLoader(data, batch_size=cfg.batch_size, shuffle=True, generator=gen)
+        losses.append([])
+        for epoch in range(cfg.epochs):
+            model.train()
+            total, n = 0.0, 0
+            for b in loader:
+                opt.zero_grad()
+                if cfg.family_balanced:
+                    loss = _weighted_pinball(model(b.x, b.edge_index, b.batch, b.static), b.y, b.w)
+                else:
+                    loss = pinball_loss(model(b.x, b.edge_index, b.batch, b.static), b.y, QUANTILES)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+                opt.step()
+                total += float(loss.detach()) * b.num_graphs
+                n += b.num_graphs
+            sched.step()
+            losses[-1].append(total / max(n, 1))
+            if log and (epoch % 20 == 0 or epoch == cfg.epochs - 1):
+                member = f" (member {i + 1} of {cfg.ensemble}, seed {seed})" if cfg.ensemble > 1 else ""
+                log(f"{kind} epoch {epoch}{member}: loss {losses[-1][-1]:.4f}")
+        nets.append(model)
+    fitted.model = nets[0]
+    fitted.members = nets if cfg.ensemble > 1 else []
+    fitted.losses = [float(np.mean(v)) for v in zip(*losses, strict=True)]  # per epoch, mean over the members
     if cal:
         t = fitted.predict_target(cal)
         y = np.array([it.target for it in cal])
@@ -903,6 +938,8 @@ _FORK_STATE: dict = {}
 
 def _fold(fam: str) -> tuple[str, list[dict], list[tuple[str, float]]]:
     """One leave-one-family-out fold (state in `_FORK_STATE`, shared with forked workers)."""
+    from dataclasses import replace
+
     import torch
 
     torch.set_num_threads(1)
@@ -913,7 +950,7 @@ def _fold(fam: str) -> tuple[str, list[dict], list[tuple[str, float]]]:
     if log:
         log(f"fold {fam}: {len(train)} train / {len(test)} test rows")
     ours = fit(train_items(train, "residual"), "residual", cfg)
-    abl = fit(train_items(train, "dippm"), "dippm", cfg)
+    abl = fit(train_items(train, "dippm"), "dippm", replace(cfg, ensemble=1))  # the ablation: one network
     p = ours.predict_ms([e.items["residual"] for e in test])
     a = abl.predict_ms([e.items["dippm"] for e in test])[:, 1]
     ref, m, s = ood_reference(train, graphs)
@@ -945,6 +982,29 @@ def _fold(fam: str) -> tuple[str, list[dict], list[tuple[str, float]]]:
 OOD_PERCENTILE = 90.0  # the threshold: this percentile of the held-out graphs' distances over the LOFO folds
 
 
+def fold_distances(exs: list[Example], graphs: dict[str, Graph]) -> dict[str, list[tuple[str, float]]]:
+    """{family: sorted (graph id, OOD distance) of its held-out graphs} over every leave-one-family-out fold: the
+    distance of each graph of the family to the nearest trainable graph of the other families (`ood_reference`).
+    No training: a subset evaluation (`evaluate_lofo(families=...)`) takes its thresholds from every fold."""
+    out = {}
+    for fam in sorted({e.row.family for e in exs}):
+        train = [e for e in exs if e.row.family != fam and trainable(e.row)]
+        test = [e for e in exs if e.row.family == fam]
+        ref, m, s = ood_reference(train, graphs)
+        gids = sorted({e.gid for e in test})
+        out[fam] = [(g, _nn_distance(ref, m, s, static_vector(graphs[g].static))) for g in gids]
+    return out
+
+
+def ood_thresholds(dist: dict[str, list[tuple[str, float]]]) -> dict[str, float]:
+    """{family: its OOD threshold}: `OOD_PERCENTILE` of the other families' held-out distances (one per graph)."""
+    out = {}
+    for fam in dist:
+        others = [d for f, v in dist.items() if f != fam for _, d in v]
+        out[fam] = float(np.percentile(others, OOD_PERCENTILE)) if others else float("inf")
+    return out
+
+
 def evaluate_lofo(
     exs: list[Example], graphs: dict[str, Graph], cfg: FitConfig | None = None, families=None, log=None, jobs: int = 1
 ) -> dict:
@@ -964,35 +1024,41 @@ def evaluate_lofo(
             results = list(pool.map(_fold, [f for f, _, _ in folds]))
     else:
         results = [_fold(f) for f, _, _ in folds]
-    out_rows, dist = [], {}
-    for fam, rows_f, dist_f in results:
+    out_rows, evaluated = [], []
+    for fam, rows_f, _ in results:
         out_rows += rows_f
-        dist[fam] = dist_f
-    # each family's threshold from the other families' held-out distances (one value per distinct graph)
-    thresholds = {}
-    for fam in dist:
-        others = [d for f, v in dist.items() if f != fam for _, d in v]
-        thresholds[fam] = float(np.percentile(others, OOD_PERCENTILE)) if others else float("inf")
-    # the interval, widened by family: each family's factor from the other families' held-out rows (split conformal
-    # over families: how far outside its interval a new family's measurement falls)
-    factors = {}
-    for fam in dist:
-        others = [interval_need(r) for r in out_rows if r["family"] != fam]
-        factors[fam] = conformal_factor(others)
+        evaluated.append(fam)
+    # each family's threshold from the other families' held-out distances (one value per distinct graph), over every
+    # fold of `exs` even when only some are evaluated (the distances need no training)
+    dist = fold_distances(exs, graphs)
+    thresholds = ood_thresholds(dist)
+    # the interval, widened by family (split conformal over families), from the rows before any widening
+    factors, family_factor = family_factors(out_rows)
     for r in out_rows:
         inside = r["distance"] <= thresholds[r["family"]]
         r["in_distribution"] = bool(inside)
         r["final_ms"] = r["graphsage_ms"] if inside else r["kernel_ms"]
         f = factors[r["family"]]
+        r["interval_factor"] = f  # the family conformal factor the interval below was widened by
         mid = math.log(r["graphsage_ms"])
         r["graphsage_lo"] = math.exp(mid - (mid - math.log(r["graphsage_lo"])) * f)
         r["graphsage_hi"] = math.exp(mid + (math.log(r["graphsage_hi"]) - mid) * f)
     return {
         "rows": out_rows,
-        "thresholds": thresholds,
-        "distances": {f: [d for _, d in v] for f, v in dist.items()},
-        "family_factor": conformal_factor([interval_need(r) for r in out_rows]),
+        "thresholds": {f: thresholds[f] for f in evaluated},
+        "distances": {f: [d for _, d in dist[f]] for f in evaluated},
+        "all_distances": {f: [d for _, d in v] for f, v in dist.items()},
+        "family_factor": family_factor,
     }
+
+
+def family_factors(rows: list[dict]) -> tuple[dict[str, float], float]:
+    """Split conformal over families, on held-out rows whose intervals are not widened yet: ({family: the factor
+    that makes 90% of the *other* families' rows fall inside their interval}, the factor over all rows: what the
+    shipped checkpoint's interval is widened by, for a family none of them is)."""
+    fams = sorted({r["family"] for r in rows})
+    per = {f: conformal_factor([interval_need(r) for r in rows if r["family"] != f]) for f in fams}
+    return per, conformal_factor([interval_need(r) for r in rows])
 
 
 def interval_need(r: dict) -> float:
@@ -1195,20 +1261,26 @@ def trainable(row: TrainRow) -> bool:
 
 
 def save_artifact(fitted: Fitted, directory: str | Path, meta: dict) -> None:
-    """`model.pt` (a state dict: tensors only) and `meta.json` (schema, inputs, normalisation, OOD reference)."""
+    """`model.pt` (tensors only: a single network's state dict, or an ensemble's {"0": state dict, ..., "K-1": ...})
+    and `meta.json` (schema, inputs, normalisation, OOD reference; "ensemble": K for K > 1)."""
     import torch
 
     from passes.features import FEATURE_VERSION
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    torch.save(fitted.model.state_dict(), directory / "model.pt")
+    nets = fitted.networks
+    if len(nets) == 1:
+        torch.save(nets[0].state_dict(), directory / "model.pt")
+    else:
+        torch.save({str(i): n.state_dict() for i, n in enumerate(nets)}, directory / "model.pt")
     doc = {
         "schema": SCHEMA,
         "feature_version": FEATURE_VERSION,
         "feature_schema": feature_schema(fitted.kind),
         "kind": fitted.kind,
         **meta,
+        **({"ensemble": len(nets)} if len(nets) > 1 else {}),
         "model": fitted.model.config,
         "normaliser": {
             "node_mean": fitted.node_mean.tolist(),
@@ -1264,10 +1336,21 @@ def load_artifact(directory: str | Path, meta: dict | None = None) -> tuple[Fitt
         raise ArtifactError(
             f"predictor {directory.name} was trained on another input layout than this preflight computes: {retrain}"
         )
+    k = meta.get("ensemble", 1)
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ArtifactError(f"predictor {directory.name} has ensemble {k!r} in meta.json (a count >= 1): {retrain}")
     try:
         state = torch.load(directory / "model.pt", weights_only=True, map_location="cpu")
         m, nz, ood = meta["model"], meta["normaliser"], meta["ood"]
-        model = restore(m, state)
+        if k > 1:
+            if not isinstance(state, dict) or sorted(state) != sorted(map(str, range(k))):
+                raise ArtifactError(
+                    f"predictor {directory.name}: model.pt does not hold the {k} networks meta.json names: {retrain}"
+                )
+            members = [restore(m, state[str(i)]) for i in range(k)]
+        else:
+            members = [restore(m, state)]
+        model = members[0]
         arr = lambda v: np.asarray(v, dtype=np.float32)  # noqa: E731
         fitted = Fitted(
             kind,
@@ -1283,7 +1366,10 @@ def load_artifact(directory: str | Path, meta: dict | None = None) -> tuple[Fitt
             arr(ood["mean"]),
             arr(ood["std"]),
             float(ood["threshold"]),
+            members=members if k > 1 else [],
         )
+    except ArtifactError:
+        raise
     except (OSError, KeyError, TypeError, ValueError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
         raise ArtifactError(f"cannot load the predictor in {directory}: {type(exc).__name__}: {exc}") from None
     fitted.info = {k: meta.get(k) for k in ("training_data", "families", "n_rows", "devices")}
@@ -1320,6 +1406,19 @@ def train_final(exs: list[Example], graphs: dict[str, Graph], thresholds: list[f
     return fitted, train
 
 
+def _count(text: str) -> int:
+    """An argparse type: an integer >= 1 (else argparse's usage line and exit code 2)."""
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count of 1 or more")
+    return n
+
+
 def main(argv: list[str] | None = None) -> None:
     """python -m predictor.public_train {train,evaluate} [--out DIR] [--families F,...] [--epochs N]"""
     import argparse
@@ -1334,6 +1433,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--families", default=None, help="evaluate: only these held-out families (comma-separated)")
     ap.add_argument("--epochs", type=int, default=FitConfig.epochs)
     ap.add_argument("--jobs", type=int, default=2, help="evaluate: folds trained in parallel processes")
+    ap.add_argument(
+        "--ensemble",
+        type=_count,
+        default=FitConfig.ensemble,
+        help="networks per fit (seeds seed .. seed + K - 1), the prediction the mean of theirs (FitConfig.ensemble)",
+    )
+    ap.add_argument("--seed", type=int, default=FitConfig.seed, help="the seed of the fit (FitConfig.seed)")
     ap.add_argument(
         "--family-balanced",
         action=argparse.BooleanOptionalAction,
@@ -1353,7 +1459,7 @@ def main(argv: list[str] | None = None) -> None:
         exs = examples(rows, graphs)
     except PublicTrainError as exc:
         sys.exit(f"error: {exc}")
-    cfg = FitConfig(epochs=args.epochs, family_balanced=args.family_balanced)
+    cfg = FitConfig(epochs=args.epochs, family_balanced=args.family_balanced, ensemble=args.ensemble, seed=args.seed)
     t0 = time.perf_counter()
     meta = {
         "name": args.out.name,
@@ -1364,6 +1470,7 @@ def main(argv: list[str] | None = None) -> None:
         "tf32_matmul": tf32_supported(),
         "epochs": cfg.epochs,
         "family_balanced": cfg.family_balanced,
+        "seed": cfg.seed,
     }
     if args.command == "train":
         prev = {}
@@ -1384,7 +1491,7 @@ def main(argv: list[str] | None = None) -> None:
     fams = args.families.split(",") if args.families else None
     ev = evaluate_lofo(exs, graphs, cfg, fams, log, jobs=args.jobs)
     summary = summarise(ev["rows"])
-    all_d = [d for v in ev["distances"].values() for d in v]
+    all_d = [d for v in ev["all_distances"].values() for d in v]
     fitted, train = train_final(exs, graphs, all_d, cfg, log)
     fitted.calibration *= ev["family_factor"]  # widened for unseen families (evaluate_lofo)
     meta["family_factor"] = ev["family_factor"]

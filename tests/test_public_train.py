@@ -352,3 +352,140 @@ def test_featurised_configuration_loads_without_pickle(tmp_path):
     assert int(back["k_bias"].sum()) == 1
     # no transposed or grouped convolution in a ResNet-18 (groups = 1 everywhere), no strided view copied
     assert not back["k_transposed"].any() and not back["k_grouped"].any() and not back["k_strided"].any()
+
+
+# --------------------------------------------------------------------------------------------------
+# The ensemble over seeds (`FitConfig.ensemble`, docs/predictor-training.md "Seed variance")
+# --------------------------------------------------------------------------------------------------
+
+
+class _Constant:
+    """A hand-built member: every graph gets the same standardised quantiles `z` (3,), in any order."""
+
+    def __init__(self, z):
+        self.z = z
+
+    def eval(self):
+        return self
+
+    def __call__(self, x, edge_index, batch, static):
+        import torch
+
+        n = int(batch.max()) + 1
+        return torch.tensor(self.z, dtype=torch.float32).view(1, 1, 3).expand(n, 3, 3)
+
+
+def _tiny_items(n: int = 24, seed: int = 0) -> list:
+    """n small random graphs (5 nodes, 4 chain edges, 4 node and 3 graph features) with random targets."""
+    rng = np.random.default_rng(seed)
+    edges = np.array([[0, 1, 2, 3], [1, 2, 3, 4]], dtype=np.int64)
+    return [
+        pt.Item(
+            rng.normal(size=(5, 4)).astype(np.float32),
+            edges,
+            rng.normal(size=3).astype(np.float32),
+            float(rng.normal()),
+            1.0,
+            0.5,
+        )
+        for _ in range(n)
+    ]
+
+
+def _fitted(members, calibration: float = 1.0) -> pt.Fitted:
+    return pt.Fitted(
+        "residual", members[0], np.zeros(4, np.float32), np.ones(4, np.float32), np.zeros(3, np.float32),
+        np.ones(3, np.float32), 0.5, 2.0, calibration, members=list(members) if len(members) > 1 else [],
+    )  # fmt: skip
+
+
+def test_ensemble_prediction_is_the_mean_of_its_members():
+    """Two constant members, z = (-1, 0.2, 1) and (2, 0.6, -3) (sorted: (-3, 0.6, 2)): their mean is (-2, 0.4, 1.5);
+    target = z x y_std 2 + y_mean 0.5 = (-3.5, 1.3, 3.5). With calibration 2 the half-widths double around the
+    median 0.4: (0.4 - 2.4 x 2, 0.4, 0.4 + 1.1 x 2) = (-4.4, 0.4, 2.6) -> (-8.3, 1.3, 5.7)."""
+    a, b = _Constant([-1.0, 0.2, 1.0]), _Constant([2.0, 0.6, -3.0])
+    items = _tiny_items(3)
+    ens = _fitted([a, b])
+    assert len(ens.networks) == 2
+    np.testing.assert_allclose(ens.predict_target(items), [[-3.5, 1.3, 3.5]] * 3, rtol=1e-6)
+    # the mean of the members' own predictions (each as a one-network predictor)
+    members = np.mean([_fitted([m]).predict_target(items) for m in (a, b)], axis=0)
+    np.testing.assert_allclose(ens.predict_target(items), members, rtol=1e-6)
+    np.testing.assert_allclose(_fitted([a, b], 2.0).predict_target(items), [[-8.3, 1.3, 5.7]] * 3, rtol=1e-6)
+    # latency: exp(median target) x the kernel-model estimate (1 ms)
+    np.testing.assert_allclose(ens.predict_ms(items)[:, 1], [math.exp(1.3)] * 3, rtol=1e-6)
+
+
+def test_ensemble_members_are_seeded_apart_and_the_first_is_the_single_network():
+    import torch
+
+    items = _tiny_items()
+    cfg = pt.FitConfig(epochs=2, hidden=8, seed=7)
+    single = pt.fit(items, "residual", cfg)
+    ens = pt.fit(items, "residual", pt.FitConfig(epochs=2, hidden=8, seed=7, ensemble=3))
+    assert single.members == [] and len(ens.networks) == 3 and ens.model is ens.members[0]
+    params = [torch.cat([p.flatten() for p in n.parameters()]) for n in ens.networks]
+    assert all(not torch.equal(params[i], params[j]) for i in range(3) for j in range(i))  # seeds 7, 8, 9 differ
+    # member 0 is seed 7's network on the same split: the single network, weight for weight
+    assert torch.equal(params[0], torch.cat([p.flatten() for p in single.model.parameters()]))
+    assert (ens.y_mean, ens.y_std) == (single.y_mean, single.y_std)  # one standardisation, one calibration split
+    with pytest.raises(pt.PublicTrainError, match="ensemble of 0 networks"):
+        pt.fit(items, "residual", pt.FitConfig(epochs=1, hidden=8, ensemble=0))
+
+
+def test_ensemble_artifact_round_trip_and_a_mismatch_is_refused(tmp_path):
+    import torch
+
+    from predictor.train import ArtifactError
+
+    items = _tiny_items()
+    ens = pt.fit(items, "residual", pt.FitConfig(epochs=1, hidden=8, ensemble=2))
+    ens.ood_graphs, ens.ood_mean, ens.ood_std = np.zeros((1, 19)), np.zeros(19), np.ones(19)
+    pt.save_artifact(ens, tmp_path / "e", {"families": ["a"]})
+    meta = json.loads((tmp_path / "e" / "meta.json").read_text())
+    assert meta["ensemble"] == 2
+    back, _ = pt.load_artifact(tmp_path / "e")
+    assert len(back.networks) == 2
+    np.testing.assert_allclose(back.predict_target(items), ens.predict_target(items), rtol=1e-6)
+    # meta.json says 3 networks, model.pt holds 2: refused in one line
+    (tmp_path / "e" / "meta.json").write_text(json.dumps(meta | {"ensemble": 3}))
+    with pytest.raises(ArtifactError, match="does not hold the 3 networks") as exc:
+        pt.load_artifact(tmp_path / "e")
+    assert "\n" not in str(exc.value)
+    # an ensemble's model.pt under a meta.json without "ensemble" (a single network's) is refused too
+    (tmp_path / "e" / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "ensemble"}))
+    with pytest.raises(ArtifactError, match="cannot load the predictor"):
+        pt.load_artifact(tmp_path / "e")
+    # a single network saves as before: a plain state dict, no "ensemble" key
+    single = pt.fit(items, "residual", pt.FitConfig(epochs=1, hidden=8))
+    single.ood_graphs, single.ood_mean, single.ood_std = ens.ood_graphs, ens.ood_mean, ens.ood_std
+    pt.save_artifact(single, tmp_path / "s", {"families": ["a"]})
+    assert "ensemble" not in json.loads((tmp_path / "s" / "meta.json").read_text())
+    assert "gnn.convs.0.lin_l.weight" in torch.load(tmp_path / "s" / "model.pt", weights_only=True)
+
+
+@pytest.mark.skipif(not CHECKPOINT.is_dir(), reason="no committed checkpoint")
+def test_a_checkpoint_without_the_ensemble_loads_as_one_network():
+    meta = json.loads((CHECKPOINT / "meta.json").read_text())
+    fitted, _ = pt.load_artifact(CHECKPOINT)
+    assert fitted.members == [] and len(fitted.networks) == 1 and meta.get("ensemble", 1) == 1
+
+
+def test_family_factors_come_from_rows_before_widening():
+    """Held-out rows with a 5-95% half-width of 1 (log scale) around a median of 1 ms: a row measured at e^2 ms needs
+    a factor 2. Family a needs 2 and 0.5, family b needs 3. Per family (the other family's rows, n <= 3 so the
+    ceil((n+1) 0.9)/n quantile is the largest): a 3, b 2; over all rows (what the shipped checkpoint is widened by)
+    3. Computed after widening (a's rows by 3, b's by 2: needs 2/3, 1/6, 1.5) it would have been 1.5."""
+
+    def row(fam, need):
+        return {"family": fam, "graphsage_ms": 1.0, "graphsage_lo": math.exp(-1), "graphsage_hi": math.e,
+                "measured_ms": math.exp(need)}  # fmt: skip
+
+    per, overall = pt.family_factors([row("a", 2.0), row("a", -0.5), row("b", 3.0)])
+    assert per == pytest.approx({"a": 3.0, "b": 2.0}) and overall == pytest.approx(3.0)
+
+
+def test_ensemble_option_refuses_a_count_below_one(capsys):
+    with pytest.raises(SystemExit) as exc:
+        pt.main(["train", "--ensemble", "0"])
+    assert exc.value.code == 2 and "--ensemble: '0' is not a count of 1 or more" in capsys.readouterr().err

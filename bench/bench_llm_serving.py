@@ -334,7 +334,7 @@ def table(rows: list[dict], args, host_of, how: str) -> None:
         n, c, p, e = summary
         ok = c <= 15 and (np.isnan(p) or p <= 15) and e <= 20
         print(
-            f"issue 24, h100-80gb dense 8-32B ({n} rows): ITL(a) {c:.1f}% and ITL(b) {p:.1f}% (target <= 15%), "
+            f"issue 24 ({how}), h100-80gb dense 8-32B ({n} rows): ITL(a) {c:.1f}% and ITL(b) {p:.1f}% (target <= 15%), "
             f"energy per output token {e:.1f}% (target <= 20%): {'met' if ok else 'not met'}"
         )
 

@@ -643,9 +643,11 @@ def run(
             "source": (
                 f"fit: ML.ENERGY Leaderboard v2 vLLM 0.5.4 rows on {dev} ({len(dense)} rows of "
                 f"{len({r.model for r in dense})} dense models; python -m predictor.serving_fit, fitted on "
-                f"{WHAT[fit_on]}; host model {host_model!r}), leave-one-model-out TPOT MAPE against avg_tpot_s "
-                f"{ev['dense (all)']['mape_lomo_pct']}%, replayed steady state "
-                f"{ev['dense (all)']['replayed_steady_state_mape_lomo_pct']}%"
+                f"{WHAT[fit_on]}; host model {host_model!r}), leave-one-model-out MAPE on all dense rows: the engine's "
+                f"TPOT against the steady-state inter-token latency (B / throughput) "
+                f"{ev['dense (all)']['tpot_vs_steady_state_mape_lomo_pct']}%, the replayed Avg TPOT against "
+                f"avg_tpot_s {ev['dense (all)']['replayed_avg_tpot_mape_lomo_pct']}% (the engine's TPOT against "
+                f"avg_tpot_s, which counts the drain: {ev['dense (all)']['mape_lomo_pct']}%)"
             ),
         }
     doc = {

@@ -1565,8 +1565,8 @@ def _llm_vllm(
             lo, hi = h.context_range
             report.warnings.append(
                 f"{dev}: the engine's host time per step (engine profile {profile.name}) is fitted on mean live "
-                f"contexts of {lo:.0f}-{hi:.0f} tokens; at {prompt + generate / 2:.0f} its per-KV-block term is an "
-                "extrapolation (docs/llm-serving.md)"
+                f"contexts of {lo:.0f}-{hi:.0f} tokens; at {prompt + generate / 2:.0f} it is an extrapolation "
+                "(docs/llm-serving.md)"
             )
     for d in out:
         if not d.engine["fits_model"]:

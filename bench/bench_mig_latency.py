@@ -34,7 +34,12 @@ Then `+host`, `ratio` and `diff` at one `h` for every row, unfitted (h = 1: what
 floor), the choice: `kernel`, `ratio` and `diff` at h = 1 and at the fitted `h`, and the issue's bar (latency within
 15%, slowdown within 8%) per slice at preflight's own speeds (h = g = 1), with `h` fitted and with `h` and `g` fitted.
 
-Usage: python bench/bench_mig_latency.py [--rows]   (about 5 s here; --rows prints every row)
+Last, the issue's memory line on the same rows' framebuffer readings (`predictor.memory_fit`): what grows with the
+batch and the sequence (least-squares slope in MiB per sample, and the increments between consecutive points, so the
+fixed part cancels) predicted against measured per encoder and slice, the fixed part at batch 1 term by term, and
+the fixed part per runtime with its source (`--no-memory` skips it).
+
+Usage: python bench/bench_mig_latency.py [--rows] [--no-memory]   (about 10 s here; --rows prints every row)
 """
 
 from __future__ import annotations
@@ -171,9 +176,26 @@ def _cell(errs: list) -> str:
     return f"{lat:6.1f} {np.mean(slow):6.1f}" if slow else f"{lat:6.1f}      -"
 
 
+def memory_tables() -> None:
+    """The memory line of the same rows: growth (slope and steps), fixed part at batch 1, fixed part per runtime."""
+    from predictor.memory import load_memory_params
+    from predictor.memory_fit import DATA, fixed_lines, growth_lines, load, runtime_lines
+
+    rows = load(DATA)
+    print("\nMemory: what grows with the batch (batch sweep at 64 tokens) and the sequence (batch 32), predicted (the")
+    print("allocator replay; context and workspace cancel) against the framebuffer readings, per encoder and slice")
+    print("\n".join(growth_lines(rows)))
+    print("\nThe fixed part at batch 1 x 64 tokens (MiB): framebuffer = context + workspace + weight segments")
+    print("+ batch-1 reserve + residual (context: the torch 1.12 fit with the encoder held out)")
+    print("\n".join(fixed_lines(rows)))
+    print("\nThe fixed part per runtime (MiB; predictor/memory_params.json)")
+    print("\n".join(runtime_lines(load_memory_params())))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", action="store_true", help="print every row")
+    ap.add_argument("--no-memory", action="store_true", help="skip the memory tables")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     rows = load_rows()
@@ -221,21 +243,24 @@ def main(argv: list[str] | None = None) -> None:
             line("all encoders", p, sw, lambda r, p=p, sw=sw: r["profile"] == p and sw in ("all", r["sweep"]))
     for sw in ("bsz", "seq", "all"):
         line("all encoders", "all", sw, lambda r, sw=sw: sw in ("all", r["sweep"]))
-    print(f"\n`{SHIPPED}`, predicted / measured latency (median) by what bounds the slice's kernels: GPU-bound where")
-    print("their execution sums to over twice the host's issue time (h x launch), host-bound under half, between else")
-    print(f"{'slice':<8}" + "".join(f" {b:>16}" for b in ("host-bound", "between", "GPU-bound")))
-    for p in profiles:
-        cells = []
-        for bound in ("host-bound", "between", "GPU-bound"):
-            ratios = []
-            for r in rows:
-                t, h = times[r["graph"], p], fold_h[SHIPPED][r["family"]]
-                x = float(np.maximum(t.compute_s, t.memory_s).sum() / (t.launch_s.sum() * h))
-                kind = "GPU-bound" if x > 2 else "host-bound" if x < 0.5 else "between"
-                if r["profile"] == p and kind == bound:
-                    ratios.append(predict(SHIPPED, times, r, h)[0] / r["measured"])
-            cells.append(f"{np.median(ratios):.2f} ({len(ratios):>3} rows)" if ratios else "-")
-        print(f"{p:<8}" + "".join(f" {c:>16}" for c in cells))
+    print("\nPredicted / measured latency (median) by what bounds the slice's kernels: GPU-bound where their")
+    print("execution (x g) sums to over twice the host's issue time (h x launch), host-bound under half, between else")
+    for m in (SHIPPED, "diff+g"):
+        print(f"`{m}`\n{'slice':<8}" + "".join(f" {b:>16}" for b in ("host-bound", "between", "GPU-bound")))
+        for p in profiles:
+            cells = []
+            for bound in ("host-bound", "between", "GPU-bound"):
+                ratios = []
+                for r in rows:
+                    hg = fold_h[m][r["family"]]
+                    h, g = hg if isinstance(hg, tuple) else (hg, 1.0)
+                    t = times[r["graph"], p]
+                    x = float(np.maximum(t.compute_s, t.memory_s).sum() * g / (t.launch_s.sum() * h))
+                    kind = "GPU-bound" if x > 2 else "host-bound" if x < 0.5 else "between"
+                    if r["profile"] == p and kind == bound:
+                        ratios.append(predict(m, times, r, h, g)[0] / r["measured"])
+                cells.append(f"{np.median(ratios):.2f} ({len(ratios):>3} rows)" if ratios else "-")
+            print(f"{p:<8}" + "".join(f" {c:>16}" for c in cells))
     print()
     for m in MODELS:
         worst = max((e for e in errs[m] if e[2] is not None), key=lambda e: e[2])
@@ -273,6 +298,8 @@ def main(argv: list[str] | None = None) -> None:
         cells = [_cell([e for e in es if p in ("all", e[0]["profile"])]) for p in [*profiles, "all"]]
         worst = max(e[2] for e in es if e[2] is not None)
         print(f"{label:<26}" + "".join(f" {c:>16}" for c in cells) + f"   worst slowdown {worst:.1f}%")
+    if not args.no_memory:
+        memory_tables()
     if args.rows:
         cols = "".join(f" {m + ' ms':>10} {'slow':>5}" for m in MODELS)
         print(f"\n{'encoder':<26} {'slice':<8} {'sweep':<5} {'batch':>5} {'seq':>4} {'meas ms':>8} {'slow':>5}" + cols)

@@ -29,6 +29,9 @@ against the measured ratio of the same encoder, batch and sequence):
   leave-one-architecture-out (coordinate descent over the `h` grid and a `g` grid 0.80, 0.82, ..., 1.40, from g = 1;
   each fold's pair predicts only the held-out architecture). `g` is the GPU-side twin of `h`: the 2022 stack
   (torch 1.12's cuBLAS TF32 kernels) against the kernel model's fitted efficiencies.
+- `async+g`: NOT SHIPPED, the evidence for a kernel-model change: as `diff+g`, but the whole GPU's estimate is the
+  kernels issued asynchronously too (`queued_s` on 7g.40gb instead of the per-kernel sum of max(execution,
+  launch)), so a slice's latency is its own queued time; `h` and `g` fitted the same way.
 
 Then `+host`, `ratio` and `diff` at one `h` for every row, unfitted (h = 1: what preflight predicts, its own launch
 floor), the choice: `kernel`, `ratio` and `diff` at h = 1 and at the fitted `h`, and the issue's bar (latency within
@@ -63,7 +66,8 @@ from predictor.public_train import MIG_PATH, graph_id, graph_kernel_arrays, load
 WHOLE = "7g.40gb"  # the reference of the measured slowdown: the largest slice the rows ran on
 GRID = np.round(np.arange(1.0, 4.0001, 0.05), 2)  # the host's dispatch factor h
 G_GRID = np.round(np.arange(0.8, 1.4001, 0.02), 2)  # the measuring stack's kernel-execution factor g
-MODELS = ("kernel", "+host", "ratio", "diff", "diff+g")
+MODELS = ("kernel", "+host", "ratio", "diff", "diff+g", "async+g")
+FITTED_HG = ("diff+g", "async+g")  # h and g fitted together
 SHIPPED = "diff"  # predictor.mig.slice_latencies
 SHORT = {
     "paraphrase-multilingual-MiniLM-L12-v2": "MiniLM-L12 (bert)",
@@ -113,9 +117,12 @@ def eager_ms(t, h: float, g: float = 1.0) -> float:
 def predict(model: str, times, r: dict, h: float, g: float = 1.0) -> tuple[float, float]:
     """(latency ms on the row's slice, predicted slowdown against 7g.40gb) of one slice model (`g`: `diff+g` only)."""
     t, w = times[r["graph"], r["profile"]], times[r["graph"], WHOLE]
-    if model in ("diff", "diff+g"):  # the shipped rule
-        g = g if model == "diff+g" else 1.0
-        full = eager_ms(w, h, g)
+    if model in ("diff", "diff+g", "async+g"):  # the shipped rule (async+g: on a queued whole-GPU estimate)
+        g = g if model in FITTED_HG else 1.0
+        if model == "async+g":
+            full = queued_s(np.maximum(w.compute_s, w.memory_s) * g, w.launch_s * h) * 1e3
+        else:
+            full = eager_ms(w, h, g)
         lat = slice_latencies(full, w, {"s": t}, host_scale=h, exec_scale=g)["s"]
         return lat, lat / full
     if model == "ratio":
@@ -153,15 +160,15 @@ def fit_h(model: str, times, rows: list[dict], g: float = 1.0) -> float:
     return float(best)
 
 
-def fit_hg(times, rows: list[dict], rounds: int = 3) -> tuple[float, float]:
-    """(h, g) of `diff+g` with the smallest latency MAPE on `rows`: from g = 1, the best h on its grid, then the
-    best g at that h, `rounds` times (coordinate descent; stops early when neither moves)."""
+def fit_hg(model: str, times, rows: list[dict], rounds: int = 3) -> tuple[float, float]:
+    """(h, g) of `model` (`diff+g`, `async+g`) with the smallest latency MAPE on `rows`: from g = 1, the best h on
+    its grid, then the best g at that h, `rounds` times (coordinate descent; stops early when neither moves)."""
     g, h = 1.0, None
     for _ in range(rounds):
-        h_new = fit_h("diff+g", times, rows, g)
+        h_new = fit_h(model, times, rows, g)
         best, score = g, np.inf
         for gg in G_GRID:
-            s = np.mean([abs(predict("diff+g", times, r, h_new, gg)[0] - r["measured"]) / r["measured"] for r in rows])
+            s = np.mean([abs(predict(model, times, r, h_new, gg)[0] - r["measured"]) / r["measured"] for r in rows])
             if s < score - 1e-12:
                 best, score = float(gg), s
         if (h_new, best) == (h, g):
@@ -206,7 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     families = sorted({r["family"] for r in rows})
     fold_h = {m: {f: fit_h(m, times, [r for r in rows if r["family"] != f]) for f in families} for m in MODELS[1:4]}
     fold_h["kernel"] = dict.fromkeys(families, 1.0)
-    fold_h["diff+g"] = {f: fit_hg(times, [r for r in rows if r["family"] != f]) for f in families}
+    for m in FITTED_HG:
+        fold_h[m] = {f: fit_hg(m, times, [r for r in rows if r["family"] != f]) for f in families}
     errs = {m: errors(m, times, rows, lambda r, m=m: fold_h[m][r["family"]], measured_whole) for m in MODELS}
     print(f"{len(rows)} rows, {len(times)} (graph, slice) costings, {time.perf_counter() - t0:.1f} s")
     print(
@@ -215,8 +223,9 @@ def main(argv: list[str] | None = None) -> None:
     for m in MODELS[1:4]:
         print(f"host dispatch factor h of `{m}`, fitted leave-one-architecture-out: " + ", ".join(
             f"{f} held out {h:.2f}" for f, h in fold_h[m].items()))  # fmt: skip
-    print("(h, g) of `diff+g`, fitted leave-one-architecture-out: " + ", ".join(
-        f"{f} held out ({h:.2f}, {g:.2f})" for f, (h, g) in fold_h["diff+g"].items()))  # fmt: skip
+    for m in FITTED_HG:
+        print(f"(h, g) of `{m}`, fitted leave-one-architecture-out: " + ", ".join(
+            f"{f} held out ({h:.2f}, {g:.2f})" for f, (h, g) in fold_h[m].items()))  # fmt: skip
     print("\nMAPE % of the latency and of the slowdown against 7g.40gb (slowdown: rows on 1g/2g/3g only)\n")
     head = f"{'encoder':<26} {'slice':<8} {'sweep':<5} {'rows':>4}" + "".join(f" {m + ' lat/slow':>14}" for m in MODELS)
     print(head)
@@ -292,6 +301,7 @@ def main(argv: list[str] | None = None) -> None:
         "h = 1, g = 1 (preflight)": errors(SHIPPED, times, rows, lambda r: 1.0, measured_whole),
         "h fitted, g = 1": errs[SHIPPED],
         "h, g fitted": errs["diff+g"],
+        "async+g (not shipped)": errs["async+g"],
     }
     print(f"{'':<26}" + "".join(f" {p + ' lat/slow':>16}" for p in [*profiles, "all"]))
     for label, es in settings.items():

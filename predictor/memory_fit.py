@@ -36,7 +36,18 @@ import numpy as np
 
 from .devices import DEVICES
 from .fit_cli import fit_main
-from .memory import DEFAULT_RUNTIME, MIB, PARAMS_PATH, SCHEMA, Reserved, RuntimeMemory, gpu_memory, simulate_reserved
+from .memory import (
+    CUBLAS_WORKSPACE_MIB,
+    CUDNN_WORKSPACE_MIB,
+    DEFAULT_RUNTIME,
+    MIB,
+    PARAMS_PATH,
+    SCHEMA,
+    Reserved,
+    RuntimeMemory,
+    gpu_memory,
+    simulate_reserved,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "public-models"
@@ -224,6 +235,137 @@ def evaluate(rows: list[dict]) -> tuple[list[str], dict]:
     return lines, figures
 
 
+def _slope(x: list[float], y: list[float]) -> float:
+    """Least-squares slope of y against x."""
+    return float(np.polyfit(np.array(x, dtype=float), np.array(y, dtype=float), 1)[0])
+
+
+def growth_figures(rows: list[dict]) -> dict[tuple[str, str], dict]:
+    """What grows with the batch and the sequence, per (encoder, slice), measured against preflight's prediction,
+    where the fixed part (context, workspace, weights) cancels: differences between points of one sweep on one
+    slice, never against an absolute reading.
+
+    - `slope`: MiB per sample, the least-squares slope of the framebuffer against the batch over the batch sweep's
+      points with batch >= `MIN_BATCH` at 64 tokens (`slope_all`: over every batch, 1 .. 256), measured and
+      predicted (the prediction's difference is the allocator replay's: context and workspace do not depend on the
+      batch), and the predicted slope's error in %.
+    - `steps`: the MAPE (%) of the increments between consecutive points, predicted against measured: along the
+      batch (16 -> 32 -> ... -> 256, four steps) and along the sequence at batch 32 (32 -> 64 -> ... -> 512).
+    The prediction is `predict_mib` with any runtime terms (context and workspace do not depend on the batch: a
+    difference does not see them; zero here). `rows` as `load` returns them, for the encoders and slices present;
+    a row with a `hypothesis` reserve (distil_v2) is evaluated with it as well, under the key "hypothesis"."""
+    rt = RuntimeMemory(0.0, 0.0, 1.0, "differences: the fixed terms cancel")
+    out = {}
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        for profile in sorted({r["profile"] for r in rows}, key=lambda p: int(p.split("g")[0])):
+            sel = [r for r in rows if r["variant"] == variant and r["profile"] == profile]
+            if not sel:
+                continue
+            bat = sorted((r for r in sel if r["sweep"] == "batch"), key=lambda r: r["batch"])
+            seq = sorted((r for r in sel if r["sweep"] == "seq"), key=lambda r: r["seq_len"])
+            figs = {}
+            for tag, reserved in [("", "reserved")] + (
+                [("hypothesis", "hypothesis")] if "hypothesis" in sel[0] else []
+            ):
+
+                def pred(r: dict, reserved: str = reserved) -> float:
+                    res = r[reserved][0] if reserved == "hypothesis" else r[reserved]
+                    return predict_mib(rt, r | {"reserved": res})
+
+                big = [r for r in bat if r["batch"] >= MIN_BATCH]
+                m_slope = _slope([r["batch"] for r in big], [r["fb"] for r in big])
+                p_slope = _slope([r["batch"] for r in big], [pred(r) for r in big])
+                m_all = _slope([r["batch"] for r in bat], [r["fb"] for r in bat])
+                p_all = _slope([r["batch"] for r in bat], [pred(r) for r in bat])
+
+                def steps(pts: list[dict], pred=pred) -> float:
+                    errs = [
+                        abs((pred(b) - pred(a)) - (b["fb"] - a["fb"])) / (b["fb"] - a["fb"])
+                        for a, b in zip(pts, pts[1:], strict=False)
+                    ]
+                    return 100 * float(np.mean(errs))
+
+                figs[tag or "model"] = {
+                    "slope_measured": m_slope,
+                    "slope_predicted": p_slope,
+                    "slope_err_pct": 100 * (p_slope / m_slope - 1),
+                    "slope_all_measured": m_all,
+                    "slope_all_predicted": p_all,
+                    "slope_all_err_pct": 100 * (p_all / m_all - 1),
+                    "batch_steps_mape_pct": steps(big),
+                    "seq_steps_mape_pct": steps(seq),
+                }
+            out[variant, profile] = figs
+    return out
+
+
+def growth_lines(rows: list[dict]) -> list[str]:
+    """`growth_figures` as a Markdown table, one line per encoder and slice (the hypothesis on its own line)."""
+    lines = [
+        f"| encoder | slice | slope b >= {MIN_BATCH}, MiB/sample: measured | predicted | error | slope b 1-256: "
+        "measured | predicted | error | batch steps MAPE | sequence steps MAPE |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (variant, profile), figs in growth_figures(rows).items():
+        for tag, f in figs.items():
+            name = variant if tag == "model" else f"{variant} ({HYPOTHESIS.get(variant, tag)}, hypothesis)"
+            lines.append(
+                f"| {name} | {profile} | {f['slope_measured']:.3f} | {f['slope_predicted']:.3f} | "
+                f"{f['slope_err_pct']:+.1f}% | {f['slope_all_measured']:.3f} | {f['slope_all_predicted']:.3f} | "
+                f"{f['slope_all_err_pct']:+.1f}% | {f['batch_steps_mape_pct']:.1f}% | {f['seq_steps_mape_pct']:.1f}% |"
+            )
+    return lines
+
+
+def fixed_lines(rows: list[dict]) -> list[str]:
+    """The fixed part at batch 1 x 64 tokens, term by term (MiB), per encoder on the smallest and the largest slice:
+    measured framebuffer = context (the torch 1.12 fit, leave-one-encoder-out) + cuBLAS workspace + the allocator's
+    weight segments + its batch-1 activation reserve + the residual."""
+    lines = [
+        "| encoder | slice | framebuffer, batch 1 | context (held out) | cuBLAS workspace | weights (tensors) | "
+        "weight segments | batch-1 activation reserve | residual |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for variant in VARIANTS:
+        rt = fit([r for r in rows if r["variant"] != variant])
+        for b in _base([r for r in rows if r["variant"] == variant]).values():
+            if b["profile"] not in ("1g.5gb", "7g.40gb"):
+                continue
+            ctx, ws = rt.context_mib(b["sms"]), CUBLAS_WORKSPACE_MIB["other"]
+            seg, act = b["reserved"].weights / MIB, b["reserved"].activations / MIB
+            lines.append(
+                f"| {variant} | {b['profile']} | {b['fb']:.0f} | {ctx:.0f} | {ws:g} | {b['param_bytes'] / MIB:.1f} | "
+                f"{seg:.0f} | {act:.0f} | {b['fb'] - ctx - ws - seg - act:+.0f} |"
+            )
+    return lines
+
+
+def runtime_lines(params: dict[str, RuntimeMemory]) -> list[str]:
+    """The fixed part per runtime (MiB), one Markdown line each: the context on the A100-40GB's 1g.5gb (14 SMs) and
+    on the whole GPU (108 SMs), what the framework allocates through its caching allocator whatever the batch (cuBLAS
+    workspace on Ampere / Hopper, cuDNN's with convolutions), and where the context comes from (`params`:
+    `load_memory_params()`, the committed terms)."""
+    lines = [
+        "| runtime | context on 1g.5gb (14 SMs) | context on the whole A100 (108 SMs) | cuBLAS workspace Ampere / "
+        "Hopper | cuDNN (convs) | source of the context |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for name, rt in params.items():
+        depth, cut = 0, len(rt.source)  # the source up to its first "; " outside parentheses
+        for i, ch in enumerate(rt.source):
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if ch == ";" and depth == 0:
+                cut = i
+                break
+        src = rt.source[:cut]
+        lines.append(
+            f"| {name} | {rt.context_mib(14):.0f} | {rt.context_mib(A100.sms):.0f} | "
+            f"{CUBLAS_WORKSPACE_MIB['other']:g} / {CUBLAS_WORKSPACE_MIB['hopper']:g} | {CUDNN_WORKSPACE_MIB:g} | "
+            f"{src} |"
+        )
+    return lines
+
+
 def h100_context(models: Path = H100_MODELS) -> tuple[float, dict]:
     """The eager context (MiB) measured on our H100: the median of `memory_mb.context` (NVML's process memory -
     torch's reserved, after the timed runs) over the successful rows, and what it rests on. Leave-one-family-out
@@ -256,6 +398,7 @@ def run(data: Path, h100: Path = H100_MODELS) -> tuple[dict, str]:
     ctx, ctx_info = h100_context(h100)
     rt = fit(rows)
     lines, figures = evaluate(rows)
+    lines += ["", *growth_lines(rows), "", *fixed_lines(rows)]
     lines += [
         "",
         f"All four encoders: torch 1.12 context {rt.fixed_mib:.0f} MiB + {rt.per_sm_mib:.2f} MiB x SMs "

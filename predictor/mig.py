@@ -204,7 +204,9 @@ def queued_s(execution_s: np.ndarray, issue_s: np.ndarray) -> float:
     return float(max(d.sum(), (before + after).max()))
 
 
-def slice_latencies(full_ms: float, whole, slices: dict, *, host_scale: float = 1.0) -> dict[str, float]:
+def slice_latencies(
+    full_ms: float, whole, slices: dict, *, host_scale: float = 1.0, exec_scale: float = 1.0
+) -> dict[str, float]:
     """Predicted latency (ms) on each MIG slice: the whole GPU's predicted latency `full_ms` plus the extra time the
     asynchronously issued kernels (`queued_s`) take on the slice, 1000 x (queued(slice) - queued(whole)).
 
@@ -216,12 +218,16 @@ def slice_latencies(full_ms: float, whole, slices: dict, *, host_scale: float = 
     `whole` and each `slices[name]` are the kernel model's `KernelTimes` of one graph (a slice's costed on its
     share of SMs and memory bandwidth, `kernel_latency_arrays(arrays, device, profile)`); the host's issue time
     per kernel is `launch_s` times `host_scale` on both (host work a slice does not slow down; `host_scale` > 1
-    models a host that dispatches slower than the kernel model's floor). A graph with no kernels takes `full_ms`
-    on every slice. Measured against public per-slice rows: `python bench/bench_mig_latency.py`.
+    models a host that dispatches slower than the kernel model's floor); each kernel's execution,
+    max(`compute_s`, `memory_s`), is times `exec_scale` on both (`exec_scale` > 1 models a software stack whose
+    kernels run slower than the kernel model's fitted efficiencies: it stretches GPU time and leaves host time
+    alone). preflight predicts at 1 and 1; the bench fits both to the public measuring machine (docs/devices.md).
+    A graph with no kernels takes `full_ms` on every slice. Measured against public per-slice rows:
+    `python bench/bench_mig_latency.py`.
     """
 
     def queued(t) -> float:
-        return queued_s(np.maximum(t.compute_s, t.memory_s), t.launch_s * host_scale)
+        return queued_s(np.maximum(t.compute_s, t.memory_s) * exec_scale, t.launch_s * host_scale)
 
     base = queued(whole)
     return {name: full_ms + 1e3 * (queued(t) - base) for name, t in slices.items()}

@@ -89,6 +89,21 @@ def test_slice_latencies_by_hand():
     assert slice_latencies(0.5, empty, {"1g": empty}) == {"1g": 0.5}
 
 
+def test_slice_latencies_exec_scale_stretches_gpu_time_not_host_time():
+    """The same kernels as above with every execution x 2 (`exec_scale`), the issue time unscaled.
+
+    Whole: executions 2, 20, 2 issued every 3 us: max(host 9, 0 + 24, 3 + 22, 6 + 2) = 25 us. Slice: 4, 60, 4:
+    max(9, 68, 3 + 64, 6 + 4) = 68 us. 0.016 ms + (68 - 25) / 1000 = 0.059 ms.
+    With host_scale 2 as well (issued every 6 us): whole max(18, 24, 6 + 22, 12 + 2) = 28; slice max(18, 68, 6 + 64,
+    12 + 4) = 70: 0.016 + (70 - 28) / 1000 = 0.058 ms. A host-bound graph (executions 1, 1, 1 on the whole GPU and
+    1, 1, 1 on the slice, issued every 3 us) is not slowed by either scale: 9 - 9, the whole GPU's 0.016 ms."""
+    whole, part = _times([1, 10, 1], [3, 3, 3]), _times([2, 30, 2], [3, 3, 3])
+    assert slice_latencies(0.016, whole, {"1g": part}, exec_scale=2.0)["1g"] == pytest.approx(0.059)
+    assert slice_latencies(0.016, whole, {"1g": part}, host_scale=2.0, exec_scale=2.0)["1g"] == pytest.approx(0.058)
+    short = _times([1, 1, 1], [3, 3, 3])
+    assert slice_latencies(0.016, short, {"1g": short}, exec_scale=2.0)["1g"] == pytest.approx(0.016)
+
+
 def _issued_asynchronously_s(times: KernelTimes) -> float:
     """The oracle of `queued_s`, as an event loop over the kernels in launch order: the host begins issuing kernel i
     when it is done with kernel i-1; kernel i starts then or when the GPU finishes kernel i-1, whichever is later;

@@ -8,7 +8,14 @@ the count, the MAPE and the median signed error (predicted / measured - 1, %) of
 conv3d, grouped (groups > 1, depthwise included), first (2-D, <= 4 input channels), pointwise (2-D 1x1), dense
 (2-D k x k). Only contiguous records are fitted; channels_last ones are evaluated here.
 
-Usage: python bench/bench_conv_classes.py [--params OTHER_TABLE.json]   (no GPU; a few seconds)
+`--transfer` prints instead what carries the A100's convolutions (no A100 convolution is measured; the ampere conv
+entries are the hopper fits, transferred: docs/kernel-model.md, "A100 float16 and TF32 rows per kernel class"): per
+dtype, over the contiguous sweep convolutions, the median of measured / the hopper GEMM entry's execution time of
+the same implicit GEMM (float16: the float16 GEMM entry; float32: the tf32 one), over all and over those >= 50 us;
+and on the a100-80gb the median and MAPE of (the committed ampere conv entry's time) / (the ampere GEMM entry's
+time of the implicit GEMM x that H100 ratio, kernel by kernel), i.e. the transfer against the ratio alternative.
+
+Usage: python bench/bench_conv_classes.py [--params OTHER_TABLE.json] [--transfer]   (no GPU; a few seconds)
 """
 
 from __future__ import annotations
@@ -43,9 +50,41 @@ def _cells(err: dict[str, np.ndarray], idx: list[int]) -> str:
     return " | ".join(f"{np.abs(e[idx]).mean() * 100:.1f} | {np.median(e[idx]) * 100:+.1f}" for e in err.values())
 
 
+def transfer_check(table, recs: list) -> None:
+    """The `--transfer` table (module docstring) for the committed `table` and the sweep convolution `recs`."""
+    from dataclasses import replace
+
+    from predictor.devices import get_device
+    from predictor.kernel_model import ParamTable, kernel_arrays, kernel_latency_arrays
+
+    def execution(arrays, device: str, family: str, dtype: str, entry) -> np.ndarray:
+        t = replace(table, entries={**table.entries, (family, "conv", dtype): entry})
+        assert isinstance(t, ParamTable)
+        times = kernel_latency_arrays(arrays, get_device(device), params=t)
+        return np.maximum(times.compute_s, times.memory_s)
+
+    print("| dtype | n (>= 50 us) | H100 measured / GEMM entry, median (>= 50 us) "
+          "| A100 transfer / ratio, median (>= 50 us) | MAPE between them % (>= 50 us) |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|")
+    for dtype, gemm in (("float16", "float16"), ("float32", "tf32")):
+        mine = [r for r in recs if r.dtype == dtype and r.layout == "contiguous"]
+        arrays = kernel_arrays(mine)
+        measured = np.array([r.latency_s for r in mine])
+        big = measured >= 50e-6
+        ratio = measured / execution(arrays, "h100-80gb", "hopper", dtype, table.lookup("h100-80gb", "gemm", gemm))
+        pseudo = execution(arrays, "a100-80gb", "ampere", dtype, table.lookup("a100-80gb", "gemm", gemm)) * ratio
+        q = execution(arrays, "a100-80gb", "ampere", dtype, table.lookup("a100-80gb", "conv", dtype)) / pseudo
+        print(
+            f"| {dtype} | {len(mine)} ({big.sum()}) | {np.median(ratio):.2f} ({np.median(ratio[big]):.2f}) "
+            f"| {np.median(q):.3f} ({np.median(q[big]):.3f}) | {np.abs(q - 1).mean() * 100:.1f} "
+            f"({np.abs(q[big] - 1).mean() * 100:.1f}) |"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", help="a second parameter table to compare with the committed one")
+    parser.add_argument("--transfer", action="store_true", help="the A100 convolution transfer check (docstring)")
     args = parser.parse_args()
     from predictor import kernel_fit as kf
     from predictor.kernel_model import load_params
@@ -54,6 +93,9 @@ def main() -> int:
     if args.params:
         tables["--params"] = load_params(args.params)
     recs = [r for r in kf.read_sweep(ROOT / "data" / "h100-80gb" / "kernels") if r.kind == "conv"]
+    if args.transfer:
+        transfer_check(tables["committed"], recs)
+        return 0
     head = " | ".join(f"{name} MAPE % | {name} median signed %" for name in tables)
     print(f"| dtype | class | layout | n | {head} |")
     print("|---|---|---|---:|" + "---:|---:|" * len(tables))

@@ -5,9 +5,14 @@ graph from `data/public-models/public-graphs.npz` with the kernel model exactly 
 predictor.public_train evaluate` does (`examples`: the row's device, precision and harness terms) and prints, per
 family and precision, the number of rows, the median ratio kernel model / measured and the MAPE / median APE of the
 roofline bound and the kernel model, over every row and over the single-forward rows. `--rows FAMILY` prints that
-family's rows one by one (source, batch, spec, device, measured ms, kernel-model ms, roofline ms).
+family's rows one by one (source, batch, spec, device, measured ms, kernel-model ms, roofline ms). `--classes`
+prints the A100 rows (DLE and MIGProfiler: every device key "a100-*") grouped by family x precision x batch x device:
+rows, median measured ms, median kernel-model ms, their ratio, the group's MAPE, and the kernel-model time split
+per kernel class (`CLASSES`: GEMM, conv, attention, elementwise/norm/copy, each the eager time of its kernels that run
+above the launch floor, and the launch floor: every kernel's time where its launch floor is the larger), in ms,
+with per family the class whose share of the estimate is largest.
 
-Usage: python bench/bench_public_kernel_columns.py [--rows FAMILY]
+Usage: python bench/bench_public_kernel_columns.py [--rows FAMILY] [--classes]
 """
 
 from __future__ import annotations
@@ -22,20 +27,81 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from predictor.public_train import examples, load_graphs, training_rows  # noqa: E402
+from predictor.devices import get_device  # noqa: E402
+from predictor.public_train import examples, graph_kernel_arrays, kernel_times, load_graphs, training_rows  # noqa: E402
+
+#: Kernel classes of the `--classes` split: name -> the kernel kinds in it ("other": every kind not named).
+CLASSES = {"gemm": ("gemm",), "conv": ("conv",), "attention": ("attention",), "other": ()}
 
 
 def _ape(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
     return np.abs(pred - meas) / meas * 100
 
 
+def class_split(arrays, times) -> dict[str, float]:
+    """The eager time (`KernelTimes.eager_s`) of one graph split into `CLASSES` and "floor", milliseconds.
+
+    A kernel whose launch floor is at least its execution counts under "floor", every other under its class.
+    `arrays`: the graph's `KernelArrays` (N kernels), `times`: its `KernelTimes` ((N,) each)."""
+    eager = times.eager_s
+    at_floor = times.launch_s >= np.maximum(times.compute_s, times.memory_s)
+    named = {k for ks in CLASSES.values() for k in ks}
+    out = {"floor": float(eager[at_floor].sum() * 1e3)}
+    for name, kinds in CLASSES.items():
+        mask = ~np.isin(arrays.kind, list(named)) if not kinds else np.isin(arrays.kind, list(kinds))
+        out[name] = float(eager[mask & ~at_floor].sum() * 1e3)
+    return out
+
+
+def print_classes(exs: list, graphs: dict) -> None:
+    """The `--classes` table (module docstring) of the A100 examples among `exs`."""
+    a100 = [e for e in exs if e.row.device.startswith("a100")]
+    split: dict[tuple, dict[str, float]] = {}
+    groups: dict[tuple, list] = {}
+    for e in a100:
+        r = e.row
+        key = (e.gid, r.device, r.precision == "tf32")
+        if key not in split:
+            arrays = graph_kernel_arrays(graphs[e.gid])
+            split[key] = class_split(arrays, kernel_times(arrays, get_device(r.device), r.precision == "tf32"))
+        groups.setdefault((r.family, r.precision, r.batch, r.device), []).append((e, split[key]))
+    names = (*CLASSES, "floor")
+    head = f"{'family':<11} {'prec':<8} {'batch':>6} {'device':<19} {'n':>3} {'meas ms':>9} {'km ms':>9} {'km/m':>5}"
+    print(f"\nA100 rows by family x precision x batch x device (medians; km split in ms)\n{head} {'APE%':>5}  "
+          + " ".join(f"{n:>9}" for n in names))  # fmt: skip
+    fam_share: dict[str, dict[str, float]] = {}
+    fam_ape: dict[str, list[float]] = {}
+    for (fam, prec, batch, dev), es in sorted(groups.items()):
+        meas = np.array([e.row.latency_ms for e, _ in es])
+        km = np.array([e.view.estimate_ms for e, _ in es])
+        ape = _ape(km, meas)
+        parts = {n: float(np.median([s[n] for _, s in es])) for n in names}
+        for n in names:
+            fam_share.setdefault(fam, dict.fromkeys(names, 0.0))[n] += sum(s[n] for _, s in es)
+        fam_ape.setdefault(fam, []).extend(ape.tolist())
+        print(
+            f"{fam:<11} {prec:<8} {batch:>6} {dev:<19} {len(es):>3} {np.median(meas):>9.3f} {np.median(km):>9.3f}"
+            f" {np.median(km / meas):>5.2f} {ape.mean():>5.1f}  " + " ".join(f"{parts[n]:>9.3f}" for n in names)
+        )
+    print(f"\n{'family':<11} {'rows':>4} {'MAPE':>6} {'median':>6} {'>35%':>4}  share of the estimate per class (%)")
+    for fam, tot in sorted(fam_share.items()):
+        s = sum(tot.values()) or 1.0
+        a = np.array(fam_ape[fam])
+        print(f"{fam:<11} {len(a):>4} {a.mean():>6.1f} {np.median(a):>6.1f} {(a > 35).sum():>4}  "
+              + " ".join(f"{n} {100 * tot[n] / s:>5.1f}" for n in names))  # fmt: skip
+    a = np.concatenate([np.array(v) for v in fam_ape.values()])
+    print(f"{'all':<11} {len(a):>4} {a.mean():>6.1f} {np.median(a):>6.1f} {(a > 35).sum():>4}")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default=None, help="print the rows of this family")
+    ap.add_argument("--classes", action="store_true", help="the A100 rows' kernel-model split per kernel class")
     args = ap.parse_args(argv)
     t = time.perf_counter()
     rows = training_rows()
-    exs = examples(rows, load_graphs(), kinds=())
+    graphs = load_graphs()
+    exs = examples(rows, graphs, kinds=())
     print(f"{len(exs)} rows costed in {time.perf_counter() - t:.1f} s\n")
     groups: dict[tuple[str, str, bool], list] = {}
     for e in exs:
@@ -65,6 +131,8 @@ def main(argv: list[str] | None = None) -> None:
                     f"{r.source:<10} {r.batch:>6} {r.precision:<9} {r.device:<18} {r.latency_ms:>9.3f}"
                     f" {e.view.estimate_ms:>9.3f} {e.view.bound_ms:>9.3f}  {r.spec}"
                 )
+    if args.classes:
+        print_classes([e for e in exs if e.row.single_forward], graphs)
 
 
 if __name__ == "__main__":

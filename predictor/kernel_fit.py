@@ -122,7 +122,8 @@ FREE_DURATIONS["attention"] = ("e_compute", "e_memory", "k0", "exec_us")
 #: (waves, depths, both sides of the ridge) to be told apart; the H100 sweep's 356 TF32 GEMMs fitted with them
 #: predict their largest 20% at 13.3% against 7.1% without. Smaller groups and fitted convolution groups keep
 #: `FREE_DURATIONS["gemm"]` / `["conv"]` (tail 1, ridge 0, overlap 0: the classic form) and plain squares; entries
-#: `derive_entries` copies from a fitted GEMM entry (ampere's TF32 GEMM and convolutions) inherit its terms.
+#: `derive_entries` copies from a fitted GEMM entry (ampere's TF32 GEMM; convolutions where no family has a
+#: convolution fit) inherit its terms; a family without convolution data takes another family's convolution fit.
 FREE_DURATIONS_GEMM = FREE_DURATIONS["gemm"] + ("tail", "ridge", "overlap")
 MIN_SHAPE_FIT = 2000
 #: Loss of the GEMM kernel-duration fits (scipy `least_squares` `loss`, `f_scale` on the log residual): soft-L1, so
@@ -925,7 +926,16 @@ def derive_entries(fitted: dict[tuple[str, str, str], KernelParams]) -> dict[tup
                 f"default: e_compute calibrated so that a {'x'.join(map(str, shape))} GEMM runs at {rate / 1e12:.1f} "
                 f"TFLOP/s on {dev_key} ({text}); tiles, tile_i0, k0, launch and e_memory assumed as the float32 fit",
             )
-        c16 = fitted.get((fam, "conv", "float16"))
+        for dtype in ("float16", "float32"):  # no own convolution fit: another family's (cuDNN's kernels, not GEMM's)
+            src = other(fam, "conv", dtype)
+            if src is not None:
+                put(
+                    (fam, "conv", dtype),
+                    src[1],
+                    f"transfer: the {src[0]} convolution fit (no {fam} convolution data; efficiencies as fractions of "
+                    f"this GPU's own peak and bandwidth, waves over its SMs); {src[1].source}",
+                )
+        c16 = fitted.get((fam, "conv", "float16")) or table.get((fam, "conv", "float16"))
         if c16 is not None:  # the same tensor cores at the same peak: the float16 convolution fit
             put((fam, "conv", "bfloat16"), c16, f"assumed: bfloat16 as the float16 convolution fit; {c16.source}")
         for dtype in ("float16", "bfloat16"):

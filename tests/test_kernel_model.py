@@ -714,3 +714,49 @@ def test_derived_bfloat16_copy_keeps_the_float16_copy_fit():
         ]
         == own
     )
+
+
+def test_a_family_without_convolution_data_takes_the_other_familys_convolution_fit():
+    """No ampere convolution measurement: the derived table gives the A100 the hopper convolution fits (float16,
+    float32; bfloat16 as float16), efficiencies read against the A100's own peak and bandwidth, not the ampere GEMM
+    entry (implicit GEMM at GEMM efficiency). A fit of its own would win. By hand on a100-80gb (fp16 tensor peak
+    312e12 FLOP/s, 2.039e12 B/s): a dense 3x3 conv, n 8, 64 -> 64 channels, 56 x 56 output, float16:
+    FLOPs 2 x 8 x 56 x 56 x 64 x 64 x 9 = 1,849,688,064; bytes (input 8x64x58x58 + weight 64x64x9 + output
+    8x64x56x56) x 2 = (1,722,368 + 36,864 + 1,605,632) x 2 = 6,729,728.
+    compute 1,849,688,064 / (312e12 x 0.6) = 9.8808 us; memory 6,729,728 / (2.039e12 x 0.25) = 13.2020 us;
+    + exec 5 us = 18.2020 us (the memory term, larger)."""
+    c16 = KernelParams(0.6, 0.25, 16.0, source="fit: c16", exec_us=5.0, e_grouped=0.5)
+    c32 = KernelParams(0.55, 0.2, 16.0, source="fit: c32", exec_us=6.0)
+    derived = kf.derive_entries({("hopper", "conv", "float16"): c16, ("hopper", "conv", "float32"): c32})
+    for dtype, fit in (("float16", c16), ("float32", c32), ("bfloat16", c16)):
+        got = derived[("ampere", "conv", dtype)]
+        assert replace(got, source="") == replace(fit, source="")
+        assert "transfer: the hopper convolution fit" in got.source and got.source.endswith(fit.source)
+    assert derived[("ampere", "conv", "bfloat16")].source.startswith("assumed: bfloat16 as the float16 convolution")
+    assert derived[("hopper", "conv", "float16")] == c16  # the fit itself stays
+    conv = K("conv", 1_849_688_064, 2 * (1_722_368 + 36_864), 2 * 1_605_632, "float16",
+             {"n": 8, "c_in": 64, "c_out": 64, "kernel": [3, 3], "out_spatial": [56, 56], "groups": 1})  # fmt: skip
+    table = ParamTable(derived, {"ampere": ("a100-80gb",), "hopper": ("h100-80gb",)})
+    t = kernel_latency([conv], get_device("a100-80gb"), params=table)
+    assert t.compute_s[0] * 1e6 == pytest.approx(9.8808 + 5.0, abs=1e-3)
+    assert t.memory_s[0] * 1e6 == pytest.approx(13.2020 + 5.0, abs=1e-3)
+    own = replace(c16, e_compute=0.7, source="fit: ampere c16")  # an ampere fit of its own wins
+    assert (
+        kf.derive_entries({("hopper", "conv", "float16"): c16, ("ampere", "conv", "float16"): own})[
+            ("ampere", "conv", "float16")
+        ]
+        == own
+    )
+
+
+def test_committed_a100_convolutions_are_the_hopper_convolution_fits():
+    """The committed table (predictor/kernel_params.json, read here): every A100 convolution entry carries the
+    H100 sweep's convolution fit of its dtype (bfloat16: the float16 one), marked as a transfer: float16 and
+    float32 rest on other GPUs' measurements, bfloat16 on an assumption (as every bfloat16 copy of a float16 fit)."""
+    params = load_params()
+    for dtype, src in (("float16", "float16"), ("float32", "float32"), ("bfloat16", "float16")):
+        got, fit = params.lookup("a100-80gb", "conv", dtype), params.lookup("h100-80gb", "conv", src)
+        assert fit.source.startswith("fit: this project's kernel sweep")
+        assert replace(got, source="") == replace(fit, source="")
+        assert "transfer: the hopper convolution fit" in got.source
+        assert got.basis("a100-80gb") == ("assumed" if dtype == "bfloat16" else "fitted_on_other_gpus")

@@ -1,0 +1,73 @@
+"""The preflight program's cold start: the collector paused while torch and TVM are imported (passes._gc)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(code: str) -> list[str]:
+    """stdout of `python -c code` in a fresh process (the freeze is process-wide: never in pytest's own), split."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
+
+
+def test_cold_start_pauses_the_collector_until_over_then_freezes_once():
+    code = (
+        "import gc\n"
+        "from passes._gc import cold_start, cold_start_over, gc_paused\n"
+        "out = []\n"
+        "with cold_start():\n"
+        "    out.append(gc.isenabled())\n"
+        "    gc_paused(lambda: None)()\n"  # a pass's own pause leaves it paused
+        "    out.append(gc.isenabled())\n"
+        "    junk = [[] for _ in range(1000)]\n"
+        "    cold_start_over()\n"
+        "    out += [gc.isenabled(), gc.get_freeze_count() >= 1000]\n"
+        "    n = gc.get_freeze_count()\n"
+        "    cold_start_over()\n"  # a second call (another import) does nothing
+        "    out.append(gc.get_freeze_count() == n)\n"
+        "out.append(gc.isenabled())\n"
+        "print(*out)\n"
+    )
+    assert _run(code) == ["False", "False", "True", "True", "True", "True"]
+
+
+def test_cold_start_without_the_end_of_imports_or_disabled_changes_nothing_after_it():
+    code = (
+        "import gc\n"
+        "from passes._gc import cold_start, cold_start_over\n"
+        "out = []\n"
+        "with cold_start():\n"  # e.g. a command that fails before TVM is imported
+        "    out.append(gc.isenabled())\n"
+        "out += [gc.isenabled(), gc.get_freeze_count()]\n"
+        "with cold_start(enabled=False):\n"  # a library call, not the program
+        "    out.append(gc.isenabled())\n"
+        "    cold_start_over()\n"
+        "out.append(gc.get_freeze_count())\n"
+        "gc.disable()\n"  # a caller that turned the collector off keeps it off
+        "with cold_start():\n"
+        "    cold_start_over()\n"
+        "out += [gc.isenabled(), gc.get_freeze_count()]\n"
+        "print(*out)\n"
+    )
+    assert _run(code) == ["False", "True", "0", "True", "0", "False", "0"]
+
+
+def test_the_program_imports_tvm_with_the_collector_paused_and_ends_with_it_on():
+    """`preflight analyze` as the program (it leaves through os._exit, after atexit handlers): TVM's import ran
+    inside the cold start (what was alive then is frozen: TVM and torch are far over 100k objects), and the
+    collector is on again by the end."""
+    code = (
+        "import atexit, gc, sys\n"
+        "import analyzer.cli as cli\n"
+        "cli._is_the_program = lambda: True\n"
+        "atexit.register(lambda: print(gc.isenabled(), gc.get_freeze_count() > 100_000, 'tvm' in sys.modules))\n"
+        "sys.argv = ['preflight', '-q', 'analyze', 'zoo:resnet18', '--batch', '1', '--format', 'json']\n"
+        "cli.main()\n"
+    )
+    assert _run(code)[-3:] == ["True", "True", "True"]

@@ -13,6 +13,8 @@ and it touches only tvm-ffi (the FFI library TVM is built on), never TVM's IR or
    frames kept, after the tables are read). `prime_backtraces()` takes one backtrace on a background thread
    through ctypes, which releases the GIL, so the tables are read on the second core while the main thread exports
    the model with torch; `import tvm` then finds them read. It costs the same CPU, less wall time.
+   The thread holds the dynamic loader's lock while it reads, so the C extension modules the export's imports
+   need are loaded before it starts (`EXTENSIONS_FIRST`): a `dlopen` on the main thread would wait for it.
    Tracebacks stay the same: priming before TVM's own libraries are loaded drops nothing, because
    libtvm_compiler.so has no symbol table for libbacktrace to read anyway (only its exported `.dynsym`, whose frames
    TVM's backtraces skip); a TVM error's traceback was compared with and without priming, byte for byte.
@@ -51,10 +53,46 @@ def prime_backtraces() -> None:
         return
     backtrace.restype = ctypes.c_void_p
     backtrace.argtypes = (ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int)
+    _load_extensions_first()
     thread = threading.Thread(target=backtrace, args=(None, 0, None, 0), name="tvm-ffi-backtrace", daemon=True)
     thread.start()
     # a child forked mid-backtrace would inherit tvm-ffi's backtrace mutex locked: a fork waits for the thread
     os.register_at_fork(before=thread.join)
+
+
+# The C extension modules that importing torch.export's tracer (`torch.export._trace`, which imports
+# torch._dynamo) loads after `import torch` and torch's symbolic shapes, in torch 2.13: numpy.fft and numpy.random
+# (torch._dynamo.utils), _lsprof (cProfile), termios (getpass), _statistics (statistics), optree._C (optree), and
+# pyexpat and _elementtree (xml.etree.ElementTree, through networkx); found by listing the modules whose loader is an
+# `ExtensionFileLoader` after a cold `analyze zoo:resnet50`, in the order `python -X importtime` shows them.
+# tests/test_cold_start.py checks the list is whole.
+EXTENSIONS_FIRST = (
+    "numpy.fft",
+    "numpy.random",
+    "_lsprof",
+    "termios",
+    "_statistics",
+    "optree",
+    "pyexpat",
+    "_elementtree",
+)
+
+
+def _load_extensions_first() -> None:
+    """Import `EXTENSIONS_FIRST` (the process imports them anyway, a few ms) before the backtrace thread starts.
+
+    libbacktrace reads the symbol tables inside `dl_iterate_phdr`'s callback, holding the dynamic loader's lock
+    for the whole 0.5 s, and a `dlopen` on another thread waits for that lock: the first C extension module that
+    the main thread imported after the thread started (`_lsprof`) used to wait 0.56 s (`python -X importtime`, its
+    self time) and the overlap bought no wall time. Loaded first, the tracer's import needs no `dlopen` until TVM's
+    own libraries, by when the thread has finished. A module that is missing is skipped."""
+    import importlib
+
+    for name in EXTENSIONS_FIRST:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
 
 
 def cached_listing(get_global_func):

@@ -71,3 +71,22 @@ def test_the_program_imports_tvm_with_the_collector_paused_and_ends_with_it_on()
         "cli.main()\n"
     )
     assert _run(code)[-3:] == ["True", "True", "True"]
+
+
+def test_torch_exports_tracer_loads_no_extension_module_after_the_ones_loaded_before_the_backtrace_thread():
+    """passes.tvm_boot.EXTENSIONS_FIRST is whole: importing torch.export's tracer after them calls no `dlopen`
+    (which would wait for the backtrace thread's loader lock). Fails when a torch upgrade adds one to the list."""
+    code = (
+        "import sys, importlib.machinery as m\n"
+        "import torch\n"
+        "from passes import tvm_boot\n"
+        "tvm_boot._load_extensions_first()\n"
+        "def exts():\n"
+        "    return {n for n, mod in list(sys.modules.items())\n"
+        "            if isinstance(getattr(getattr(mod, '__spec__', None), 'loader', None), m.ExtensionFileLoader)}\n"
+        "before = exts()\n"
+        "assert {'_lsprof', 'termios', 'optree._C', 'pyexpat'} <= before, before\n"
+        "import torch.export._trace\n"
+        "print('NEW', *sorted(exts() - before))\n"
+    )
+    assert _run(code) == ["NEW"]

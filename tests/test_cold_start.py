@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +91,30 @@ def test_torch_exports_tracer_loads_no_extension_module_after_the_ones_loaded_be
         "print('NEW', *sorted(exts() - before))\n"
     )
     assert _run(code) == ["NEW"]
+
+
+_BACKENDS = (
+    "import os, sys\n"
+    "from passes import tvm_boot\n"
+    "if sys.argv[1] == 'program':\n"
+    "    tvm_boot.as_the_program()\n"
+    "from passes import tvm_ir\n"
+    "from tvm.backend import loader\n"
+    "print(sorted(loader._LOADED_BACKENDS) == [], 'TVM_DEVICE_BACKEND_AUTOLOAD' in os.environ)\n"
+)
+
+
+def test_the_program_imports_tvm_without_device_backends_and_leaves_the_environment_as_it_was():
+    def backends(mode: str, env_value: str | None = None) -> list[str]:
+        env = {k: v for k, v in os.environ.items() if k != "TVM_DEVICE_BACKEND_AUTOLOAD"}
+        if env_value is not None:
+            env["TVM_DEVICE_BACKEND_AUTOLOAD"] = env_value
+        proc = subprocess.run(
+            [sys.executable, "-c", _BACKENDS, mode], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
+    assert backends("library") == ["False", "False"]  # a library caller gets TVM's backends (cuda, metal, ...)
+    assert backends("program") == ["True", "False"]  # none loaded, the variable removed after the import
+    assert backends("program", "1") == ["False", "True"]  # a user's own setting wins

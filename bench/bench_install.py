@@ -87,7 +87,8 @@ def cold(args: list[str], repeat: int, root: Path = ROOT) -> tuple[float, float,
 # One process, the cold analyze's imports one at a time, then the command itself; prints
 # `STAGE label cpu main_thread_cpu wall`. As the command does (where the tree has them): the collector paused until
 # TVM is imported (passes._gc.cold_start), TVM's first native backtrace primed on a thread once torch is imported
-# (passes.tvm_boot), and TVM imported through passes.tvm_ir.
+# (passes.tvm_boot), and TVM imported through passes.tvm_ir without its device backends (tvm_boot.as_the_program).
+# Unlike the command, TVM is imported before the export, so the export runs with the collector back on.
 STAGES = """
 import contextlib, io, sys, time
 marks = [(time.process_time(), time.thread_time(), time.perf_counter())]
@@ -98,7 +99,13 @@ try:
     from passes._gc import cold_start
 except ImportError:  # a tree before the program's cold start paused the collector
     cold_start = contextlib.nullcontext
-cold_start().__enter__()  # as the program's analysis commands: collector paused until TVM is imported
+cold = cold_start()  # kept: a dropped generator would run its `finally` and turn the collector back on
+cold.__enter__()  # as the program's analysis commands: collector paused until TVM is imported
+try:
+    from passes.tvm_boot import as_the_program
+    as_the_program()  # and TVM imported without its device backends' hooks
+except ImportError:
+    pass
 import torch; mark("import torch")
 try:
     from passes.tvm_boot import prime_backtraces

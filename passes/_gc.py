@@ -6,9 +6,9 @@ grow with the number of live objects and made the passes super-linear in graph s
 107 -> 127 us per op from 1k to 10k ops with it on, 79 -> 86 with it paused; bench/bench_analyze.py).
 
 The cold start (`cold_start`): importing torch, torch.export's tracer and TVM creates about a million objects that
-live as long as the process, and the collector, scanning them again and again, ran 1,060 collections, 7 of them
-full ones of 0.08-0.26 s each, in a cold `preflight analyze zoo:resnet50` (0.8-1.5 s of its 4.1-4.6 s CPU, a
-`gc.callbacks` timer, 3 runs, 2026-11-26); the garbage it found was under 10 MB (peak RSS 519 MB with it, 529 MB
+live as long as the process, and the collector, scanning them again and again, ran about 1,060 collections, 7 of
+them full ones of 0.08-0.26 s each, in a cold `preflight analyze zoo:resnet50` (0.76-1.57 s, a `gc.callbacks`
+timer, 6 runs at load 2-4, 2026-11-26); the garbage it found was under 10 MB (peak RSS 519 MB with it, 529 MB
 without). The program's analysis commands therefore run with the collector paused until TVM is imported, the
 last of the large imports (`passes.tvm_boot.faster_import` calls `cold_start_over`), then move every object alive
 to the permanent generation (`gc.freeze`, so later collections skip them) and turn the collector back on.

@@ -19,8 +19,22 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import os
 
 _cold = False  # inside `cold_start`, the collector paused by it and not yet turned back on
+
+
+def _after_fork_in_child() -> None:
+    """A process forked inside the cold start (an isolation child or zygote, analyzer.frontends.isolate) does its own
+    work, maybe for long: its collector is on."""
+    global _cold
+    if _cold:
+        _cold = False
+        gc.enable()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def gc_paused(fn):

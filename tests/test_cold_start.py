@@ -118,3 +118,19 @@ def test_the_program_imports_tvm_without_device_backends_and_leaves_the_environm
     assert backends("library") == ["False", "False"]  # a library caller gets TVM's backends (cuda, metal, ...)
     assert backends("program") == ["True", "False"]  # none loaded, the variable removed after the import
     assert backends("program", "1") == ["False", "True"]  # a user's own setting wins
+
+
+def test_a_process_forked_inside_the_cold_start_has_its_collector_on():
+    code = (
+        "import gc, os\n"
+        "from passes._gc import cold_start\n"
+        "with cold_start():\n"
+        "    r, w = os.pipe()\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        os.write(w, str(gc.isenabled()).encode())\n"
+        "        os._exit(0)\n"
+        "    os.waitpid(pid, 0)\n"
+        "    print(os.read(r, 10).decode(), gc.isenabled())\n"
+    )
+    assert _run(code) == ["True", "False"]  # the child's on, the parent's still paused

@@ -230,13 +230,22 @@ def budget_options(f):
 
     @functools.wraps(f)
     def run_within_budget(*args, budget_memory_gib: float, budget_timeout_s: float, **kwargs):
+        from passes import tvm_boot
+        from passes._gc import cold_start
+
         from .budget import watch
         from .progress import progress
 
+        if _is_the_program():
+            tvm_boot.as_the_program()  # TVM imported without its device backends' hooks (passes.tvm_boot)
         model = str(kwargs.get("model", ""))
         # report and llm print their own progress (the sweep's bar, [llm] lines); analyze and predict get a line
         quiet = f.__name__ not in ("analyze", "predict") or _quiet()
-        with watch(model, budget_memory_gib, budget_timeout_s), progress(f"{f.__name__}: {model}", enabled=not quiet):
+        with (
+            cold_start(enabled=_is_the_program()),  # the collector paused while torch and TVM are imported
+            watch(model, budget_memory_gib, budget_timeout_s),
+            progress(f"{f.__name__}: {model}", enabled=not quiet),
+        ):
             return f(*args, **kwargs)
 
     g = click.option(

@@ -9,7 +9,8 @@
    zoo:resnet50, with the heavy modules each imported (torch_geometric and ray are not, unless a trained artifact
    or analyze-many needs them). CPU seconds are the figure to compare on a shared machine: other jobs stretch the
    wall time, not the CPU time.
-3. Where a cold `analyze zoo:resnet50 --batch 1` spends it: one fresh process imports torch, starts the thread
+3. Where a cold `analyze zoo:resnet50 --batch 1` spends it: one fresh process pauses the collector as the program
+   does (`passes._gc.cold_start`), imports torch, starts the thread
    that primes TVM's native backtraces (`passes.tvm_boot`, where the tree has it), imports sympy (with torch's
    symbolic shapes), torch.export's tracer (which imports torch._dynamo), TVM (through `passes.tvm_ir`) and
    preflight one after the other, then runs the command; CPU seconds of the process and of its main thread, and
@@ -84,20 +85,33 @@ def cold(args: list[str], repeat: int, root: Path = ROOT) -> tuple[float, float,
 
 
 # One process, the cold analyze's imports one at a time, then the command itself; prints
-# `STAGE label cpu main_thread_cpu wall`. As the command does (passes.tvm_boot, where the tree has it): TVM's first
-# native backtrace is primed on a thread once torch is imported, and TVM is imported through passes.tvm_ir.
+# `STAGE label cpu main_thread_cpu wall`. As the command does (where the tree has them): the collector paused until
+# TVM is imported (passes._gc.cold_start), TVM's first native backtrace primed on a thread once torch is imported
+# (passes.tvm_boot), and TVM imported through passes.tvm_ir without its device backends (tvm_boot.as_the_program).
+# Unlike the command, TVM is imported before the export, so the export runs with the collector back on.
 STAGES = """
 import contextlib, io, sys, time
 marks = [(time.process_time(), time.thread_time(), time.perf_counter())]
 def mark(label):
     marks.append((time.process_time(), time.thread_time(), time.perf_counter()))
     print("STAGE", label, *(marks[-1][i] - marks[-2][i] for i in range(3)), sep="\t")
+try:
+    from passes._gc import cold_start
+except ImportError:  # a tree before the program's cold start paused the collector
+    cold_start = contextlib.nullcontext
+cold = cold_start()  # kept: a dropped generator would run its `finally` and turn the collector back on
+cold.__enter__()  # as the program's analysis commands: collector paused until TVM is imported
+try:
+    from passes.tvm_boot import as_the_program
+    as_the_program()  # and TVM imported without its device backends' hooks
+except ImportError:
+    pass
 import torch; mark("import torch")
 try:
     from passes.tvm_boot import prime_backtraces
 except ImportError:  # a tree before passes.tvm_boot
     prime_backtraces = lambda: None
-prime_backtraces(); mark("start the backtrace thread (imports tvm_ffi)")
+prime_backtraces(); mark("start the backtrace thread (imports tvm_ffi and the tracer's C extensions)")
 import torch.fx.experimental.symbolic_shapes; mark("import sympy + torch's symbolic shapes")
 import torch.export._trace; mark("import torch.export's tracer (torch._dynamo)")
 import passes.tvm_ir; mark("import tvm (through passes.tvm_ir)")

@@ -20,10 +20,12 @@ with faster_import():  # TVM's import, less its repeated listing of global funct
     from tvm.ir.prim import expr as PE
     from tvm.ir.prim.expr import FloatImm, IntImm
 
-from ._gc import gc_paused
+from ._gc import cold_start_over, gc_paused
 from .costs.registry import GROUPED_MATMUL, HISTOGRAM
 from .graph import Operand, OpGraph, OpNode, SourceValue, TensorInfo
 from .symbolic import Expr
+
+cold_start_over()  # TVM, the last large import, is in: the program's collector back on, what is alive frozen (_gc)
 
 # The call ops whose first argument names a function and second holds the tensor arguments.
 _CALL_WITH_CALLEE = {

@@ -40,7 +40,9 @@ Rules (docs/execution-model.md explains them for users):
   matmul, which folds it with a copy, then `add_(bias)`); a depthwise 2-D convolution and its bias add are one
   kernel (`_conv_depthwise2d`); other convolutions add their bias in a second kernel, as cuDNN convolutions do.
 * **Activations TVM's importers spell out**: hardsigmoid (`add(x, 3) -> clip(0, 6) -> divide(6)`) and
-  hardswish (that, times x) are one kernel ("fused:hardsigmoid", "fused:hardswish"), in every graph.
+  hardswish (that, times x) are one kernel ("fused:hardsigmoid", "fused:hardswish"), in every graph; so are ELU
+  (`relu(x) + (-alpha) * relu(1 - exp(x))`, "fused:elu") and GLU (`a * sigmoid(b)`, a and b the two halves of
+  one tensor as strided slices, "fused:glu"), which TVM's torch importer writes for `F.elu` and `F.glu`.
 * **Other exporters' spellings of one torch op** (graphs not from torch.export: `attention_patterns="all"`).
   ONNX, TFLite and Paddle (through paddle2onnx) graphs write out what eager PyTorch runs as one kernel; each
   exact spelling is one "elementwise" kernel named after the torch op ("fused:gelu", ...), reading its input

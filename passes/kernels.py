@@ -40,7 +40,9 @@ Rules (docs/execution-model.md explains them for users):
   matmul, which folds it with a copy, then `add_(bias)`); a depthwise 2-D convolution and its bias add are one
   kernel (`_conv_depthwise2d`); other convolutions add their bias in a second kernel, as cuDNN convolutions do.
 * **Activations TVM's importers spell out**: hardsigmoid (`add(x, 3) -> clip(0, 6) -> divide(6)`) and
-  hardswish (that, times x) are one kernel ("fused:hardsigmoid", "fused:hardswish"), in every graph.
+  hardswish (that, times x) are one kernel ("fused:hardsigmoid", "fused:hardswish"), in every graph; so are ELU
+  (`relu(x) + (-alpha) * relu(1 - exp(x))`, "fused:elu") and GLU (`a * sigmoid(b)`, a and b the two halves of
+  one tensor as strided slices, "fused:glu"), which TVM's torch importer writes for `F.elu` and `F.glu`.
 * **Other exporters' spellings of one torch op** (graphs not from torch.export: `attention_patterns="all"`).
   ONNX, TFLite and Paddle (through paddle2onnx) graphs write out what eager PyTorch runs as one kernel; each
   exact spelling is one "elementwise" kernel named after the torch op ("fused:gelu", ...), reading its input
@@ -1122,6 +1124,18 @@ class _View:
                     self.group_names[group[-1]] = "fused:hardswish" if len(group) == 4 else "fused:hardsigmoid"
                     for i in group[:-1]:
                         roles[i] = "fused"
+        for op in self.node:
+            if roles[op.index] != "kernel":
+                continue
+            found = self.elu_group(op, roles) if op.op == "relax.exp" else None
+            if op.op == "relax.sigmoid":
+                found = self.glu_group(op, roles)
+            if found and all(roles[i] == "kernel" for i in found[1]):
+                name, group = found
+                act_groups[group[-1]] = group
+                self.group_names[group[-1]] = name
+                for i in group[:-1]:
+                    roles[i] = "fused"
 
         # what other exporters and TVM's importers write as several ops for one torch kernel (GELU, SiLU,
         # clamp, hardsigmoid, rsqrt, ne, a gather's index normalisation): for graphs not from torch.export
@@ -1382,6 +1396,63 @@ class _View:
             if {o.value for o in self.node[mul_i].operands} == {xs[0], self.outputs_of[div_i][0]}:
                 group.append(mul_i)
         return group
+
+    def elu_group(self, e: OpNode, roles: list[str]) -> tuple[str, list[int]] | None:
+        """ELU as TVM's torch importer writes it, ``relu(x) + c * relu(1 - exp(x))`` (c = -alpha): one torch kernel.
+
+        The six ops (exp, subtract, relu, multiply, relu, add) are `F.elu`'s one elementwise kernel in eager
+        torch; op indices with the add last, or None. The constants are checked: 1 in the subtraction, a negative
+        one-element scale (-alpha).
+        """
+        if len(e.operands) != 1:
+            return None
+        x = e.operands[0].value
+        sub = self.sole_user(e, roles)
+        if sub is None or sub.op != "relax.subtract" or len(sub.operands) != 2:
+            return None
+        if self.scalar_value(sub.operands[0].value) != 1.0 or sub.operands[1].value != self.outputs_of[e.index][0]:
+            return None
+        neg_relu = self.sole_user(sub, roles)
+        if neg_relu is None or neg_relu.op != "relax.nn.relu":
+            return None
+        mul = self.sole_user(neg_relu, roles)
+        if mul is None or mul.op != "relax.multiply":
+            return None
+        scale = [self.scalar_value(o.value) for o in mul.operands if o.value != self.outputs_of[neg_relu.index][0]]
+        if len(scale) != 1 or scale[0] is None or not scale[0] < 0:
+            return None
+        add = self.sole_user(mul, roles)
+        if add is None or add.op != "relax.add" or add.output.shape != e.output.shape:
+            return None
+        other = [o.value for o in add.operands if o.value != self.outputs_of[mul.index][0]]
+        pos_relu = self.op_of(other[0]) if len(other) == 1 else None
+        if pos_relu is None or pos_relu.op != "relax.nn.relu" or roles[pos_relu.index] != "kernel":
+            return None
+        if pos_relu.operands[0].value != x or self.only_consumer(other[0]) != add.index:
+            return None
+        return "fused:elu", sorted([e.index, sub.index, neg_relu.index, mul.index, pos_relu.index, add.index])
+
+    def glu_group(self, sig: OpNode, roles: list[str]) -> tuple[str, list[int]] | None:
+        """GLU as TVM's torch importer writes it, ``a * sigmoid(b)`` with a, b the two halves of one tensor along
+        a dimension (two strided slices, views): torch's one `glu` kernel. Op indices (multiply last) or None."""
+        if len(sig.operands) != 1:
+            return None
+        b_op = self.op_of(sig.operands[0].value)
+        mul = self.sole_user(sig, roles)
+        if b_op is None or b_op.op != "relax.strided_slice" or mul is None or mul.op != "relax.multiply":
+            return None
+        other = [o.value for o in mul.operands if o.value != self.outputs_of[sig.index][0]]
+        a_op = self.op_of(other[0]) if len(other) == 1 else None
+        if a_op is None or a_op.op != "relax.strided_slice" or a_op.index == b_op.index:
+            return None
+        src = a_op.operands[0].value
+        if b_op.operands[0].value != src or mul.output.shape != sig.output.shape:
+            return None
+        whole, half = self.info[src].shape, tuple(mul.output.shape)
+        diff = [d for d in range(len(whole)) if whole[d] != half[d]] if len(whole) == len(half) else []
+        if len(diff) != 1 or whole[diff[0]] != 2 * half[diff[0]]:
+            return None
+        return "fused:glu", [sig.index, mul.index]
 
     # -- spellings of one torch op by other exporters and importers ------------------------------
     def exporter_spellings(self, roles: list[str]) -> tuple[dict[int, tuple[str, list[int]]], dict[int, list[int]]]:

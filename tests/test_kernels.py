@@ -931,10 +931,9 @@ def _trace_zoo(variant: str):
         return trace_kernels(built.module, built.example_inputs)
 
 
-# TVM's importer spells F.elu out (exp, subtract, multiply, relu) and F.glu (split, sigmoid, multiply); the kernel
-# view has no exporter-spelling rule for them yet, so TFT (23 ELUs, 26 GLUs at tft_tiny) counts 459 kernels where
-# eager runs 321.
-_KERNEL_GAPS = {"tft_tiny": "ELU and GLU spelled out by TVM's importer are not fused in the kernel view yet"}
+# No known gaps: TFT's F.elu and F.glu, which TVM's importer spells out, are one kernel each (`_View.elu_group`,
+# `_View.glu_group`; before them tft_tiny counted 459 kernels where eager runs 321).
+_KERNEL_GAPS: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(
@@ -1028,3 +1027,41 @@ def test_gemm_bias_flag_follows_the_eager_dispatch():
     assert sum(k.params.get("bias") is True for k in gemms) == ops["aten::addmm"]
     assert sum("bias" not in k.params for k in gemms) == ops["aten::mm"]
     assert gemms[0].params == {"b": 1, "m": 16, "n": 64, "k": 64, "bias": True}  # fc1: 2 x 8 rows
+
+
+class _EluGlu(nn.Module):
+    """Linear -> ELU -> Linear -> GLU over the last dim (TFT's gated residual network without its norm)."""
+
+    def __init__(self, alpha: float = 1.0):
+        super().__init__()
+        self.a, self.b, self.alpha = nn.Linear(16, 16), nn.Linear(16, 32), alpha
+
+    def forward(self, x):
+        return F.glu(self.b(F.elu(self.a(x), alpha=self.alpha)), dim=-1)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_elu_and_glu_are_one_kernel_each(alpha):
+    """TVM's torch importer writes F.elu as six ops (relu(x) - alpha * relu(1 - exp(x))) and F.glu as two slices, a
+    sigmoid and a multiply; eager torch launches one `elu` and one `glu` kernel (the trace): 4 kernels in all."""
+    module, x = _EluGlu(alpha).eval(), torch.randn(GX)
+    kernels = analyze(module, (x,)).analysis.kernels
+    trace = trace_kernels(module, (x,))
+    assert len(kernels) == trace.count == 4, [k.op for k in kernels]  # addmm, elu, addmm, glu
+    assert [k.op for k in kernels if k.kind == "elementwise"] == ["fused:elu", "fused:glu"]
+    elu, glu = (k for k in kernels if k.kind == "elementwise")
+    # 2 x 8 x 16 float32 = 1,024 B in and out for the ELU; the GLU reads the 2,048 B of its 32-wide input once
+    assert (elu.bytes_read, elu.bytes_written) == (1_024, 1_024)
+    assert (glu.bytes_read, glu.bytes_written) == (2_048, 1_024)
+    assert sum(k.bytes for k in kernels) == pytest.approx(trace.bytes, rel=0.05)
+
+
+def test_elu_chain_with_a_changed_constant_is_not_fused():
+    """relu(x) - relu(2 - exp(x)) is not an ELU: the six ops stay six kernels."""
+
+    class _NotElu(nn.Module):
+        def forward(self, x):
+            return F.relu(x) - F.relu(2.0 - torch.exp(x))
+
+    kernels = analyze(_NotElu().eval(), (torch.randn(GX),)).analysis.kernels
+    assert "fused:elu" not in [k.op for k in kernels] and len(kernels) >= 4

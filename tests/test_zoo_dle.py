@@ -123,6 +123,18 @@ def test_tft_tiny_param_count() -> None:
     assert out.module(*out.example_inputs).shape == (2, 24, 3)  # 24 horizon steps x 3 quantiles
 
 
+def test_tft_static_selection_runs_once_per_forward() -> None:
+    """NVIDIA's StaticCovariateEncoder runs its variable selection once and feeds the one result to the four
+    context GRNs; the zoo did it four times (3 extra GRN pairs per forward). Forward hooks count the calls."""
+    out = build("tft_tiny", batch=2, device="meta")
+    calls = {"vsn": 0, "contexts": 0}
+    out.module.static_vsn.register_forward_hook(lambda *_: calls.__setitem__("vsn", calls["vsn"] + 1))
+    for m in out.module.contexts:
+        m.register_forward_hook(lambda *_: calls.__setitem__("contexts", calls["contexts"] + 1))
+    out.module(*out.example_inputs)
+    assert calls == {"vsn": 1, "contexts": 4}
+
+
 @pytest.mark.parametrize(
     ("spec", "published_m", "tolerance_m"),
     [

@@ -118,7 +118,8 @@ class TFT(nn.Module):
         static = self.id_embed(s_cat[:, 0, :])  # (B, 1, H): one static variable
         known = k_cont.unsqueeze(-1) * self.known_w + self.known_b  # (B, T, 3, H)
         observed = target.unsqueeze(3) * self.target_w + self.target_b  # (B, T, 1, H)
-        cs, ce, ch, cc = [m(self.static_vsn(static)) for m in self.contexts]
+        static_ctx = self.static_vsn(static)  # once, as StaticCovariateEncoder does; the four GRNs share it
+        cs, ce, ch, cc = [m(static_ctx) for m in self.contexts]
         history = torch.cat([known[:, :enc], observed[:, :enc]], dim=-2)
         hist_feat = self.history_vsn(history, cs)
         hist_out, state = self.history_lstm(hist_feat, (ch.unsqueeze(0), cc.unsqueeze(0)))

@@ -452,6 +452,10 @@ def test_ensemble_artifact_round_trip_and_a_mismatch_is_refused(tmp_path):
     with pytest.raises(ArtifactError, match="does not hold the 3 networks") as exc:
         pt.load_artifact(tmp_path / "e")
     assert "\n" not in str(exc.value)
+    # a meta.json naming an absurd count is refused from model.pt's 2 entries, without listing 10**12 names
+    (tmp_path / "e" / "meta.json").write_text(json.dumps(meta | {"ensemble": 10**12}))
+    with pytest.raises(ArtifactError, match="does not hold the 1000000000000 networks"):
+        pt.load_artifact(tmp_path / "e")
     # an ensemble's model.pt under a meta.json without "ensemble" (a single network's) is refused too
     (tmp_path / "e" / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "ensemble"}))
     with pytest.raises(ArtifactError, match="cannot load the predictor"):

@@ -1343,7 +1343,8 @@ def load_artifact(directory: str | Path, meta: dict | None = None) -> tuple[Fitt
         state = torch.load(directory / "model.pt", weights_only=True, map_location="cpu")
         m, nz, ood = meta["model"], meta["normaliser"], meta["ood"]
         if k > 1:
-            if not isinstance(state, dict) or sorted(state) != sorted(map(str, range(k))):
+            # the count first: a meta.json naming 10**12 networks must not build 10**12 names
+            if not isinstance(state, dict) or len(state) != k or set(state) != {str(i) for i in range(k)}:
                 raise ArtifactError(
                     f"predictor {directory.name}: model.pt does not hold the {k} networks meta.json names: {retrain}"
                 )

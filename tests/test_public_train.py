@@ -452,6 +452,10 @@ def test_ensemble_artifact_round_trip_and_a_mismatch_is_refused(tmp_path):
     with pytest.raises(ArtifactError, match="does not hold the 3 networks") as exc:
         pt.load_artifact(tmp_path / "e")
     assert "\n" not in str(exc.value)
+    # a meta.json naming an absurd count is refused from model.pt's 2 entries, without listing 10**12 names
+    (tmp_path / "e" / "meta.json").write_text(json.dumps(meta | {"ensemble": 10**12}))
+    with pytest.raises(ArtifactError, match="does not hold the 1000000000000 networks"):
+        pt.load_artifact(tmp_path / "e")
     # an ensemble's model.pt under a meta.json without "ensemble" (a single network's) is refused too
     (tmp_path / "e" / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "ensemble"}))
     with pytest.raises(ArtifactError, match="cannot load the predictor"):
@@ -489,3 +493,22 @@ def test_ensemble_option_refuses_a_count_below_one(capsys):
     with pytest.raises(SystemExit) as exc:
         pt.main(["train", "--ensemble", "0"])
     assert exc.value.code == 2 and "--ensemble: '0' is not a count of 1 or more" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not CHECKPOINT.is_dir(), reason="no committed checkpoint")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known: the checkpoint (bbf9449) predates the A100 convolution transfer (3aaf858): 142 rows differ; "
+    "retrain with `python -m predictor.public_train evaluate`, then drop this marker (strict: a pass fails here)",
+)
+def test_checkpoint_was_evaluated_on_todays_kernel_model():
+    """The GraphSAGE learns log(measured / kernel-model estimate): a checkpoint trained before a kernel-parameter
+    change corrects an estimate that no longer exists (after the A100 convolutions took the H100 sweep's fits, the
+    stale checkpoint predicted nnunet's A100 rows at 1.88x their measured time, in sample). Every row of its
+    held-out table (eval.json, `kernel_ms`, written when it was evaluated) must equal the kernel model today on the
+    same graph (the public graph file): refit with `python -m predictor.public_train evaluate` when this fails."""
+    rows = pt.training_rows()
+    today = {e.row.source: e.view.estimate_ms for e in pt.examples(rows, pt.load_graphs(), kinds=())}
+    table = json.loads((CHECKPOINT / "eval.json").read_text())["rows"]
+    stale = [r["source"] for r in table if r["kernel_ms"] != pytest.approx(today[r["source"]], rel=1e-6)]
+    assert len(table) == len(rows) and not stale, f"{len(stale)} rows evaluated on another kernel model: {stale[:5]}"

@@ -30,13 +30,13 @@ import functools
 import os
 import shutil
 import tempfile
-import warnings
 from collections import Counter
 from pathlib import Path
 from unittest import mock
 
 import pytest
 import torch
+from route_export import DYNAMO, KEEP_BN, TORCHSCRIPT, export_onnx, export_pt2
 
 import zoo
 from analyzer import pipeline, report
@@ -45,9 +45,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 DEVICES = ("h100-80gb", "a100-80gb")
 TOL = 0.05
-TORCHSCRIPT = {"dynamo": False, "opset_version": 17}
-KEEP_BN = {**TORCHSCRIPT, "training": torch.onnx.TrainingMode.PRESERVE}
-DYNAMO = {"dynamo": True, "opset_version": 18}
 
 # name -> (zoo spec, torch.onnx.export arguments)
 CNNS = {
@@ -202,12 +199,8 @@ def _routes(name: str) -> dict:
         built = zoo.build(spec, batch=2)
         module, inputs = built.module, tuple(built.example_inputs)
     out = {"module": report(module, inputs, devices=DEVICES, batches=[])}
-    pt2 = _workdir() / f"{name}.pt2"
-    torch.export.save(torch.export.export(module, inputs), pt2)
-    onnx_path = _workdir() / f"{name}.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, inputs, str(onnx_path), **onnx_args)
+    pt2 = export_pt2(module, inputs, _workdir() / f"{name}.pt2")
+    onnx_path = export_onnx(module, inputs, _workdir() / f"{name}.onnx", onnx_args)
     out["pt2"] = report(str(pt2), devices=DEVICES, batches=[])
     out["onnx"] = report(str(onnx_path), devices=DEVICES, batches=[])
     if name in RECOMPUTED:  # the module as a constant-folding runtime runs it, the ONNX route's rule
@@ -316,10 +309,7 @@ def test_folded_batch_norm_is_a_different_program(tmp_path):
     """
     built = zoo.build("mobilenet_v2?resolution=64", batch=2)
     module, inputs = built.module, tuple(built.example_inputs)
-    path = tmp_path / "mobilenet_v2_folded.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, inputs, str(path), **TORCHSCRIPT)
+    path = export_onnx(module, inputs, tmp_path / "mobilenet_v2_folded.onnx", TORCHSCRIPT)
     folded = report(str(path), devices=DEVICES[:1], batches=[])
     whole = _routes("mobilenet_v2")["module"]
     depthwise = sum(

@@ -1,0 +1,255 @@
+"""One model, one prediction, over every zoo family and the outside-architecture suite (issue 23, item 4).
+
+Each model (the zoo family's first variant shrunk: 2 layers, 64 x 64 images, at most 32 tokens, where its bounds
+allow; the models of tests/outside_models.py repeated to batch 2) is analysed three ways at batch 2: the `nn.Module`
+with example inputs, the `.pt2` of `torch.export.save`, the ONNX file of `torch.onnx.export` (TorchScript exporter,
+opset 17, batch norm kept; the dynamo exporter where that fails), each predicted on h100-80gb. The count oracle is
+the eager dispatch trace (tests/kernel_trace.py, inference mode, on the CPU). One row per model:
+
+    model | kernels module/pt2/onnx | trace | latency ms module/pt2/onnx | max lat diff | max count diff | verdict
+
+The diffs are the largest |route / module - 1| over the `.pt2` and ONNX routes, the ONNX route against the module
+analysed as a constant-folding runtime runs it ("folded", shown where the module computes on weights alone: the
+project's rule for ONNX files, docs/execution-model.md, as in tests/test_routes.py); PASS when latency is within 5% and
+the count within 10%. A route that fails gets its one-line reason instead of numbers. Every model runs in its own
+process (`--jobs` at a time, `--timeout` seconds each).
+
+Usage: python bench/bench_routes.py [--families resnet,bert] [--outside gemma,phi] [--no-outside] [--no-zoo]
+       [--jobs 2] [--timeout 600] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from unittest import mock
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("PREFLIGHT_CHECKPOINTS", str(ROOT / "tests" / "no-checkpoints"))
+
+DEVICE = "h100-80gb"
+BATCH = 2
+LAT_TOL, COUNT_TOL = 0.05, 0.10
+
+
+def zoo_spec(family) -> str:
+    """The family's first variant with the smallest sizes its bounds allow among 2 layers / 64 px / 32 tokens."""
+    import zoo
+
+    variant = next(iter(family.variants))
+    wanted = {"layers": 2, "resolution": 64, "seq_len": 32}
+    overrides = {k: v for k, v in wanted.items() if k in family.params}
+    while True:
+        spec = variant + ("?" + "&".join(f"{k}={v}" for k, v in overrides.items()) if overrides else "")
+        try:
+            zoo.resolve(spec) if hasattr(zoo, "resolve") else None
+            return spec
+        except zoo.ZooError:
+            if not overrides:
+                return variant
+            overrides.pop(next(iter(overrides)) if "resolution" not in overrides else "resolution")
+
+
+def _one(kind: str, name: str) -> dict:
+    """Analyse one model on every route; a dict of the row's numbers (or the failing route's reason)."""
+    import torch
+    from kernel_trace import trace_kernels
+    from route_export import DYNAMO, KEEP_BN, export_onnx, export_pt2
+
+    from analyzer import pipeline, report
+
+    row: dict = {"model": name, "errors": {}}
+    if kind == "zoo":
+        import zoo
+
+        spec = zoo_spec(next(f for f in zoo.list_families() if f.name == name))
+        row["model"] = spec
+        built = zoo.build(spec, batch=BATCH)
+        module, inputs = built.module.eval(), tuple(built.example_inputs)
+    else:
+        import outside_models
+
+        module, inputs = outside_models.BUILDERS[name]()
+        inputs = tuple(torch.cat([t] * BATCH) if isinstance(t, torch.Tensor) else t for t in inputs)
+    work = Path(tempfile.mkdtemp(prefix="bench-routes-"))
+    paths: dict = {"module": None}
+    try:
+        paths["pt2"] = str(export_pt2(module, inputs, work / "m.pt2"))
+    except Exception as e:  # noqa: BLE001 (a row says why)
+        row["errors"]["pt2"] = f"export: {type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
+    for args in (KEEP_BN, DYNAMO):
+        try:
+            paths["onnx"] = str(export_onnx(module, inputs, work / "m.onnx", args))
+            row["onnx_exporter"] = "dynamo" if args["dynamo"] else "torchscript"
+            row["errors"].pop("onnx", None)
+            break
+        except Exception as e:  # noqa: BLE001
+            row["errors"]["onnx"] = f"export: {type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
+    row["count"], row["latency_ms"] = {}, {}
+    for route, path in paths.items():
+        try:
+            t0 = time.perf_counter()
+            rep = (
+                report(module, inputs, devices=[DEVICE], batches=[])
+                if path is None
+                else report(path, devices=[DEVICE], batches=[])
+            )
+            row.setdefault("seconds", {})[route] = round(time.perf_counter() - t0, 1)
+            row["count"][route] = len(rep.analysis.kernels)
+            row["latency_ms"][route] = rep.predictions[0].latency_ms
+            weight_only = any(c.weight_only for c in rep.analysis.ops) or rep.analysis.kernel_view.recomputed
+            if path is None and weight_only:  # the module as a constant-folding runtime runs it: the ONNX rule
+                with mock.patch.object(
+                    pipeline, "FOLDING_RUNTIMES", (*pipeline.FOLDING_RUNTIMES, rep.model["framework"])
+                ):
+                    folded = report(module, inputs, devices=[DEVICE], batches=[])
+                row["count"]["folded"] = len(folded.analysis.kernels)
+                row["latency_ms"]["folded"] = folded.predictions[0].latency_ms
+        except Exception as e:  # noqa: BLE001
+            row["errors"][route] = f"analyse: {type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
+    try:
+        trace = trace_kernels(module, inputs, inference=True)
+        row["trace"], row["trace_dependent"] = trace.count, trace.dependent_count
+    except Exception as e:  # noqa: BLE001
+        row["errors"]["trace"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
+    return row
+
+
+def _diffs(row: dict) -> tuple[float | None, float | None]:
+    """(max latency diff, max count diff) of the `.pt2` and ONNX routes against the module, as fractions."""
+    lat, cnt = row.get("latency_ms", {}), row.get("count", {})
+    if "module" not in lat:
+        return None, None
+    others = [r for r in ("pt2", "onnx") if r in lat]
+    if not others:
+        return None, None
+    base = {r: "folded" if r == "onnx" and "folded" in lat else "module" for r in others}
+    return (
+        max(abs(lat[r] / lat[base[r]] - 1) for r in others),
+        max(abs(cnt[r] / cnt[base[r]] - 1) for r in others),
+    )
+
+
+def _fmt(row: dict) -> str:
+    cnt, lat = row.get("count", {}), row.get("latency_ms", {})
+    c = "/".join(str(cnt.get(r, "-")) for r in ("module", "pt2", "onnx"))
+    if "folded" in cnt:
+        c += f" (folded {cnt['folded']})"
+    tr = row.get("trace", "-")
+    trd = row.get("trace_dependent")
+    if trd is not None and trd != tr:
+        tr = f"{tr} ({trd})"
+    la = "/".join(f"{lat[r]:.3f}" if r in lat else "-" for r in ("module", "pt2", "onnx"))
+    if "folded" in lat:
+        la += f" (folded {lat['folded']:.3f})"
+    dl, dc = _diffs(row)
+    if dl is None:
+        verdict = "NO ROUTES"
+    else:
+        verdict = "PASS" if dl <= LAT_TOL and dc <= COUNT_TOL and not row["errors"] else "FAIL"
+    ds = f"{dl:+.1%}" if dl is not None else "-"
+    dcs = f"{dc:+.1%}" if dc is not None else "-"
+    line = f"| {row['model']} | {c} | {tr} | {la} | {ds} | {dcs} | {verdict} |"
+    if row["errors"]:
+        line += " " + "; ".join(f"{r}: {m}" for r, m in row["errors"].items())
+    if row.get("onnx_exporter") == "dynamo":
+        line += " (ONNX: dynamo exporter)"
+    return line
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--families", help="comma-separated zoo family names (default: all)")
+    ap.add_argument("--outside", help="comma-separated tests/outside_models.py builders (default: all)")
+    ap.add_argument("--no-zoo", action="store_true")
+    ap.add_argument("--no-outside", action="store_true")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--json", help="write the rows here as JSON")
+    ap.add_argument("--one", nargs=2, metavar=("KIND", "NAME"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.one:
+        print("ROW " + json.dumps(_one(*a.one)))
+        return 0
+    import zoo
+
+    jobs: list[tuple[str, str]] = []
+    if not a.no_zoo:
+        names = [f.name for f in zoo.list_families()]
+        if a.families:
+            wanted = a.families.split(",")
+            bad = sorted(set(wanted) - set(names))
+            if bad:
+                print(f"error: unknown zoo families: {', '.join(bad)}", file=sys.stderr)
+                return 2
+            names = [n for n in names if n in wanted]
+        jobs += [("zoo", n) for n in names]
+    if not a.no_outside:
+        import outside_models
+
+        names = list(outside_models.BUILDERS)
+        if a.outside:
+            wanted = a.outside.split(",")
+            bad = sorted(set(wanted) - set(names))
+            if bad:
+                print(f"error: unknown outside models: {', '.join(bad)}", file=sys.stderr)
+                return 2
+            names = [n for n in names if n in wanted]
+        jobs += [("outside", n) for n in names]
+
+    print(f"{DEVICE}, batch {BATCH}; PASS = latency within {LAT_TOL:.0%} and kernel count within {COUNT_TOL:.0%}")
+    print("trace: the eager dispatch trace's kernels (input-dependent ones in brackets where fewer)\n")
+    print("| model | kernels module/pt2/onnx | trace | latency ms module/pt2/onnx | max lat diff | max count diff | |")
+    print("|---|---|---|---|---|---|---|")
+    rows: list[dict] = []
+    running: list[tuple[tuple[str, str], subprocess.Popen, float]] = []
+    pending = list(jobs)
+    while pending or running:
+        while pending and len(running) < a.jobs:
+            job = pending.pop(0)
+            proc = subprocess.Popen(
+                [sys.executable, __file__, "--one", *job],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            running.append((job, proc, time.monotonic()))
+        time.sleep(0.5)
+        for item in list(running):
+            job, proc, t0 = item
+            if proc.poll() is None and time.monotonic() - t0 < a.timeout:
+                continue
+            running.remove(item)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+                row = {"model": job[1], "errors": {"all": f"timed out after {a.timeout:.0f} s"}}
+            else:
+                out, err = proc.communicate()
+                line = next((ln for ln in out.splitlines() if ln.startswith("ROW ")), None)
+                if line is None:
+                    last = (err.strip().splitlines() or ["no output"])[-1][:120]
+                    row = {"model": job[1], "errors": {"all": f"crashed (rc {proc.returncode}): {last}"}}
+                else:
+                    row = json.loads(line[4:])
+            row["kind"], row["wall_s"] = job[0], round(time.monotonic() - t0, 1)
+            rows.append(row)
+            print(_fmt(row), flush=True)
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1))
+    fails = sum(1 for r in rows if "FAIL" in _fmt(r) or "NO ROUTES" in _fmt(r))
+    print(f"\n{len(rows) - fails} of {len(rows)} models PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""The three routes of one model, shared by tests/test_routes.py and bench/bench_routes.py.
+
+`export_routes` writes what a user would bring for an `nn.Module`: the `.pt2` of `torch.export.save` and the ONNX file
+of `torch.onnx.export`. This is a test and benchmark helper, not part of preflight (it runs the exporters).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+TORCHSCRIPT = {"dynamo": False, "opset_version": 17}
+KEEP_BN = {**TORCHSCRIPT, "training": torch.onnx.TrainingMode.PRESERVE}
+DYNAMO = {"dynamo": True, "opset_version": 18}
+
+
+def export_pt2(module: torch.nn.Module, inputs: tuple, path: Path) -> Path:
+    """`torch.export.save(torch.export.export(module, inputs), path)`; returns `path`."""
+    torch.export.save(torch.export.export(module, inputs), path)
+    return path
+
+
+def export_onnx(module: torch.nn.Module, inputs: tuple, path: Path, onnx_args: dict) -> Path:
+    """`torch.onnx.export(module, inputs, path, **onnx_args)` with the exporter's warnings silenced; returns `path`."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, inputs, str(path), **onnx_args)
+    return path

@@ -496,11 +496,6 @@ def test_ensemble_option_refuses_a_count_below_one(capsys):
 
 
 @pytest.mark.skipif(not CHECKPOINT.is_dir(), reason="no committed checkpoint")
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: the checkpoint (bbf9449) predates the A100 convolution transfer (3aaf858): 142 rows differ; "
-    "retrain with `python -m predictor.public_train evaluate`, then drop this marker (strict: a pass fails here)",
-)
 def test_checkpoint_was_evaluated_on_todays_kernel_model():
     """The GraphSAGE learns log(measured / kernel-model estimate): a checkpoint trained before a kernel-parameter
     change corrects an estimate that no longer exists (after the A100 convolutions took the H100 sweep's fits, the

@@ -28,43 +28,27 @@ from collections import Counter
 import numpy as np
 
 from predictor import power_fit as pf
-from predictor import serving_engine as eng
-from predictor.devices import DEVICES, get_device
+from predictor.devices import DEVICES
 from predictor.power import load_power_params
-from predictor.serving_fit import ARCH, EXTRA_ARCH, PROMPT_TOKENS, arch_of
 
 
 def row_times(r: dict) -> dict | None:
     """The engine's GPU time of one vLLM row's period as `power_fit.engine_shares` costs it (s): compute, memory,
     kernel gaps; the period (measured); the steps in it. None where the engine does not build the model."""
-    import dataclasses
-
-    if r["model"] not in ARCH and r["model"] not in EXTRA_ARCH:
+    e = pf.engine_row(r)
+    if e is None:
         return None
-    a = arch_of(r["model"])
-    pp = int(r["parallelization"]["pp"])
-    if pp > 1:
-        stage = math.ceil(a.layers / pp)
-        a = dataclasses.replace(a, layers=stage, moe_layers=stage if a.moe_layers else 0)
-    d, tp = get_device(pf.GPUS[r["gpu"]]), int(r["parallelization"]["tp"])
-    batch, gen = max(1, round(r["avg_batch_size"])), max(2, round(r["avg_output_len"]))
-    prompt = PROMPT_TOKENS["code" if r["task"].split("/")[-1] == "code" else "chat"]
-    none = eng.HostParams(0.0, 0.0, 0.0, "none")
-    step = eng.decode_step(a, d, batch, prompt + gen / 2, tp=tp, host=none)
-    stalls = batch / gen
-    group = max(1, round(stalls))
-    pre = eng.prefill_step(a, d, group, prompt, tp=tp, host=none)
-    share = stalls / group
+    task = r["task"].split("/")[-1]
     return {
-        "c": step.compute_s + share * pre.compute_s,
-        "m": step.memory_s + share * pre.memory_s,
-        "gpu": step.total_s + share * pre.total_s,
+        "c": e.decode.compute_s + e.share * e.prefill.compute_s,
+        "m": e.decode.memory_s + e.share * e.prefill.memory_s,
+        "gpu": e.decode.total_s + e.share * e.prefill.total_s,
         "period": pf.step_time_s(r),
-        "steps": 1.0 + share,
-        "params_b": a.params() / 1e9,
-        "moe": bool(a.experts),
-        "task": r["task"].split("/")[-1],
-        "label": f"{r['model'].split('/')[-1]} {r['task'].split('/')[-1]} tp{tp} B{batch}",
+        "steps": 1.0 + e.share,
+        "params_b": e.arch.params() / 1e9,
+        "moe": bool(e.arch.experts),
+        "task": task,
+        "label": f"{r['model'].split('/')[-1]} {task} tp{e.tp} B{e.batch}",
     }
 
 

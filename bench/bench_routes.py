@@ -166,6 +166,19 @@ def _fmt(row: dict) -> str:
     return line
 
 
+def _select(names: list[str], wanted_csv: str | None, what: str) -> list[str] | None:
+    """`names` filtered to the comma-separated `wanted_csv` (all of them when it is empty), in `names`' order; None
+    after a one-line error when it names one that is not there."""
+    if not wanted_csv:
+        return names
+    wanted = wanted_csv.split(",")
+    bad = sorted(set(wanted) - set(names))
+    if bad:
+        print(f"error: unknown {what}: {', '.join(bad)}", file=sys.stderr)
+        return None
+    return [n for n in names if n in wanted]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--families", help="comma-separated zoo family names (default: all)")
@@ -184,26 +197,16 @@ def main() -> int:
 
     jobs: list[tuple[str, str]] = []
     if not a.no_zoo:
-        names = [f.name for f in zoo.list_families()]
-        if a.families:
-            wanted = a.families.split(",")
-            bad = sorted(set(wanted) - set(names))
-            if bad:
-                print(f"error: unknown zoo families: {', '.join(bad)}", file=sys.stderr)
-                return 2
-            names = [n for n in names if n in wanted]
+        names = _select([f.name for f in zoo.list_families()], a.families, "zoo families")
+        if names is None:
+            return 2
         jobs += [("zoo", n) for n in names]
     if not a.no_outside:
         import outside_models
 
-        names = list(outside_models.BUILDERS)
-        if a.outside:
-            wanted = a.outside.split(",")
-            bad = sorted(set(wanted) - set(names))
-            if bad:
-                print(f"error: unknown outside models: {', '.join(bad)}", file=sys.stderr)
-                return 2
-            names = [n for n in names if n in wanted]
+        names = _select(list(outside_models.BUILDERS), a.outside, "outside models")
+        if names is None:
+            return 2
         jobs += [("outside", n) for n in names]
 
     print(f"{DEVICE}, batch {BATCH}; PASS = latency within {LAT_TOL:.0%} and kernel count within {COUNT_TOL:.0%}")

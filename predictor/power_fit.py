@@ -176,11 +176,25 @@ def diffusion_rows(path: Path) -> list[Row]:
     return out
 
 
-def engine_shares(r: dict, step_time: str = "throughput") -> tuple[float, float] | None:
-    """(s_compute, s_memory) of one vLLM row from the serving engine's kernels (module docstring), or None when the
-    engine does not build the row's model (neither in `serving_fit.ARCH` nor in `EXTRA_ARCH`). A pipeline-parallel
-    row (pp stages of tp GPUs) is costed as one stage: layers / pp at tensor parallel tp, as each GPU runs its
-    stage's layers once per output token. `step_time`: the time per decode step the shares are of (`step_time_s`)."""
+@dataclass(frozen=True)
+class EngineRow:
+    """One vLLM row costed by the serving engine with no host time: `decode`, a decode step of the row's mean batch
+    at its mean live context, and `prefill`, one group of the prompts it admits; `share` prefill groups run per
+    decode step (prompts admitted per step / group size). `decode`/`prefill` are `serving_engine` step times (s)."""
+
+    arch: object  # serving_fit's architecture (one pipeline stage of it)
+    tp: int
+    batch: int
+    decode: object
+    prefill: object
+    share: float
+
+
+def engine_row(r: dict) -> EngineRow | None:
+    """The serving engine's steps of one vLLM row (`EngineRow`), or None when the engine does not build the row's
+    model (neither in `serving_fit.ARCH` nor in `EXTRA_ARCH`). A pipeline-parallel row (pp stages of tp GPUs) is
+    costed as one stage: layers / pp at tensor parallel tp, as each GPU runs its stage's layers once per output
+    token. The prompts prefilled per decode step are grouped as `serving_engine.serve` groups them."""
     import dataclasses
 
     from . import serving_engine as eng
@@ -199,11 +213,21 @@ def engine_shares(r: dict, step_time: str = "throughput") -> tuple[float, float]
     prompt = ENGINE_PROMPTS["code" if r["task"].split("/")[-1] == "code" else "chat"]
     none = eng.HostParams(0.0, 0.0, 0.0, "none")
     step = eng.decode_step(a, d, batch, prompt + gen / 2, tp=tp, host=none)
-    stalls = batch / gen  # prompts prefilled per decode step, grouped as `serving_engine.serve` groups them
+    stalls = batch / gen  # prompts prefilled per decode step
     group = max(1, round(stalls))
     pre = eng.prefill_step(a, d, group, prompt, tp=tp, host=none)
-    c = step.compute_s + stalls / group * pre.compute_s
-    m = step.memory_s + stalls / group * pre.memory_s
+    return EngineRow(a, tp, batch, step, pre, stalls / group)
+
+
+def engine_shares(r: dict, step_time: str = "throughput") -> tuple[float, float] | None:
+    """(s_compute, s_memory) of one vLLM row from the serving engine's kernels (module docstring; `engine_row`), or
+    None when the engine does not build the row's model. `step_time`: the time per decode step the shares are of
+    (`step_time_s`)."""
+    e = engine_row(r)
+    if e is None:
+        return None
+    c = e.decode.compute_s + e.share * e.prefill.compute_s
+    m = e.decode.memory_s + e.share * e.prefill.memory_s
     tpot = step_time_s(r, step_time)
     k = min(1.0, tpot / (c + m)) if c + m > 0 else 1.0  # the engine's GPU time longer than measured: scale down
     return c * k / tpot, m * k / tpot

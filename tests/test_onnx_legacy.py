@@ -136,11 +136,100 @@ def test_float_arithmetic_and_large_values_are_not_folded():
         _const("one", [1]),
         _const("huge", [100_000, 100_000]),
         helper.make_node("Expand", ["one", "huge"], ["wide"]),
+        # a float tensor past the cap, although only an integer Cast reads it (size arithmetic would be folded)
+        helper.make_node("ConstantOfShape", ["big"], ["halves"], value=numpy_helper.from_array(np.array([0.5], "f4"))),
+        helper.make_node("Cast", ["halves"], ["counts"], to=TensorProto.INT64),
         helper.make_node("Add", ["x", "b"], ["y"]),
     ]
     model = _model(nodes, [2], [2])
     assert fold_constant_indices(model) == 0
     assert [n.op_type for n in model.graph.node].count("Constant") == 4
+
+
+def mobilevit_unfold():
+    """MobileViT's unfolding as its legacy export writes it: the patch grid's size `int(ceil(h / p) * p)` computed
+    from float scalar constants (`Div`, `Ceil`, `Mul`, then a `Cast` to int64), made a shape by `Unsqueeze` and `Concat`
+    (TVM: "Reshape requires the input new shape to be Shape"). x (1, 3, 8, 8), p = 2: y = x reshaped to
+    (1 * 3 * 4, 2, 4, 2) = (12, 2, 4, 2)."""
+    nodes = [_const("h", 8.0, np.float32), _const("p", 2.0, np.float32), _const("ax", [0])]
+    nodes += [
+        helper.make_node("Div", ["h", "p"], ["q"]),
+        helper.make_node("Ceil", ["q"], ["c"]),
+        helper.make_node("Mul", ["c", "p"], ["hf"]),  # 8.0
+        helper.make_node("Cast", ["hf"], ["hi"], to=TensorProto.INT64),
+        _const("pi", 2),
+        helper.make_node("Div", ["hi", "pi"], ["n"]),  # 4 patches a side
+        _const("bc", 3),
+        helper.make_node("Mul", ["bc", "n"], ["rows"]),
+        helper.make_node("Unsqueeze", ["rows", "ax"], ["rows1"]),
+        helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]),
+        _const("p1", [2]),
+        helper.make_node("Concat", ["rows1", "p1", "n1", "p1"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["y"]),
+    ]
+    return _model(nodes, [1, 3, 8, 8], [12, 2, 4, 2])
+
+
+def test_size_arithmetic_in_floats_folds_to_what_onnxruntime_computes(tmp_path):
+    """The float steps of a size (Div, Ceil, Mul: only a Cast to int64 reads them) fold with the integer chain after
+    them: Div, Ceil, Mul, Cast, Div, Mul, Unsqueeze x 2, Concat = 9 nodes; the Reshape of x stays and imports."""
+    model = mobilevit_unfold()
+    x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    before = _run(model, x)
+    assert fold_constant_indices(model) == 9
+    assert [n.op_type for n in model.graph.node if n.op_type != "Constant"] == ["Reshape"]
+    np.testing.assert_array_equal(_run(model, x), before)
+    path = tmp_path / "unfold.onnx"
+    onnx.save(mobilevit_unfold(), path)
+    (reshape,) = [c for c in analyze(str(path)).analysis.ops if not c.folded]
+    assert reshape.op == "relax.reshape" and reshape.output.shape == before.shape == (12, 2, 4, 2)
+
+
+def test_mobilevit_unfolding_exported_by_torch_matches_the_module(tmp_path, monkeypatch):
+    """A module whose forward unfolds and folds patches with sizes from `x.shape` as Hugging Face's MobileViT does
+    (under tracing, `torch.ceil(h / p) * p` cast to int64): its TorchScript ONNX file imports, with the module
+    route's kernels and FLOPs (conv, bias add, 4 reshape copies, the per-pixel linear's matmul: 7 kernels) and the
+    output shape onnxruntime computes. Without the float size folding it does not import."""
+    import math
+
+    torch = pytest.importorskip("torch")
+    from route_export import KEEP_BN, export_onnx
+
+    from analyzer.errors import AnalysisError
+    from analyzer.frontends import onnx_frontend
+
+    class Unfold(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.fc = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            x = self.conv(x)
+            b, c, h, w = x.shape
+            p = 2
+            if torch.jit.is_tracing():
+                nh, nw = ((torch.ceil(d / p) * p).to(torch.int64) for d in (h, w))
+            else:
+                nh, nw = (int(math.ceil(d / p) * p) for d in (h, w))
+            ph, pw = nh // p, nw // p
+            t = x.reshape(b * c * ph, p, pw, p).transpose(1, 2).reshape(b, c, ph * pw, p * p).transpose(1, 3)
+            t = self.fc(t.reshape(b * p * p, ph * pw, -1))
+            t = t.reshape(b, p * p, ph * pw, -1).transpose(1, 3).reshape(b * c * ph, pw, p, p)
+            return t.transpose(1, 2).reshape(b, c, nh, nw)
+
+    module, x = Unfold().eval(), torch.randn(2, 3, 8, 8)
+    path = export_onnx(module, (x,), tmp_path / "unfold.onnx", KEEP_BN)
+    assert "Ceil" in [n.op_type for n in onnx.load(str(path)).graph.node]
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (expected,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    eager, from_file = analyze(module, (x,)).analysis, analyze(str(path)).analysis
+    assert from_file.ops[-1].output.shape == expected.shape == (2, 8, 8, 8)
+    assert len(from_file.kernels) == len(eager.kernels) == 7
+    assert from_file.totals.flops == eager.totals.flops
+    monkeypatch.setattr(onnx_frontend, "_size_floats", lambda model: set())
+    with pytest.raises(AnalysisError, match="Reshape requires"):
+        analyze(str(path))
 
 
 def _shape_dim(x, axis, tag):

@@ -297,6 +297,48 @@ def test_eager_recomputes_what_the_onnx_route_folds(name):
     assert trace.count - trace.dependent_count >= sum(RECOMPUTED[name].values())
 
 
+class _SigmoidGates(torch.nn.Module):
+    """RandWire's node: its inputs summed with `sigmoid` of a learned weight vector (`zoo/randwire.py`), then two cells
+    with one predecessor each, both on this node (each a ReLU and a bias-free convolution)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weights = torch.nn.Parameter(torch.tensor([0.3, -0.2, 0.5]))
+        self.a = torch.nn.Conv2d(4, 4, 3, padding=1, bias=False)
+        self.b = torch.nn.Conv2d(4, 4, 3, padding=1, bias=False)
+
+    def forward(self, x, y, z):
+        g = torch.sigmoid(self.weights)
+        s = x * g[0] + y * g[1] + z * g[2]
+        return self.a(torch.relu(s)) + self.b(torch.relu(s))
+
+
+def test_a_sigmoid_of_a_weight_is_weight_only(tmp_path):
+    """RandWire's gates: the module route counts eager's `sigmoid` of the weights (the dispatch trace's one
+    input-independent kernel: 11 kernels, 10 input-dependent) and marks it weight-only, so the module analysed as a
+    constant-folding runtime runs it has the trace's 10 (3 mul, 3 add, 2 relu, 2 conv). The TorchScript exporter
+    folds the sigmoid and also merges the two identical `relu(s)` into one (common subexpression elimination),
+    which eager runs twice: the ONNX route has 9, one ReLU fewer (RandWire-small: 185 / 170 folded / 166)."""
+    from kernel_trace import trace_kernels
+
+    module, inputs = _SigmoidGates().eval(), tuple(torch.randn(2, 4, 8, 8) for _ in range(3))
+    trace = trace_kernels(module, inputs, inference=True)
+    assert (trace.count, trace.dependent_count) == (11, 10)
+    eager = report(module, inputs, devices=DEVICES[:1], batches=[])
+    (sigmoid,) = [c for c in eager.analysis.ops if c.op == "relax.sigmoid"]
+    assert sigmoid.weight_only and not sigmoid.folded
+    assert len(eager.analysis.kernels) == trace.count
+    with mock.patch.object(pipeline, "FOLDING_RUNTIMES", (*pipeline.FOLDING_RUNTIMES, eager.model["framework"])):
+        folded = report(module, inputs, devices=DEVICES[:1], batches=[])
+    by_op = lambda rep: Counter((k.kind, k.op) for k in rep.analysis.kernels)  # noqa: E731
+    assert by_op(eager) - by_op(folded) == Counter({("elementwise", "relax.sigmoid"): 1})
+    assert len(folded.analysis.kernels) == trace.dependent_count
+    path = export_onnx(module, inputs, tmp_path / "gates.onnx", TORCHSCRIPT)
+    onnx_file = report(str(path), devices=DEVICES[:1], batches=[])
+    assert by_op(folded) - by_op(onnx_file) == Counter({("elementwise", "relax.nn.relu"): 1})
+    assert not by_op(onnx_file) - by_op(folded)
+
+
 @pytest.mark.parametrize("name", list(NN_LAYERS))
 def test_nn_layers_launch_what_eager_pytorch_launches(name):
     """The kernel count of every route within 10% of the eager inference-mode dispatch trace (the oracle), bytes

@@ -491,7 +491,10 @@ def fold_constant_indices(model) -> int:
 
     Each node's output shapes are inferred first (onnx's shape inference with data propagation, on a graph of that
     node alone); a node whose outputs cannot be shown small is left as it is. Values come from onnx's reference
-    evaluator (numpy; no code from the file). Float arithmetic is never folded: FLOPs stay where the file has them.
+    evaluator (numpy; no code from the file). Float arithmetic is folded only where it is size arithmetic: every
+    output only feeds, through more such nodes, `Cast`s to an integer type (`_size_floats`; MobileViT's legacy
+    export writes `int(math.ceil(h / p) * p)` as `Cast(Mul(Ceil(Div(...))))` on float scalars). Other float
+    arithmetic on constants stays: its FLOPs are counted where the file has them.
     """
     import numpy as np
     from onnx import helper, numpy_helper, shape_inference
@@ -513,6 +516,7 @@ def fold_constant_indices(model) -> int:
 
     folded = 0
     nodes = list(model.graph.node)
+    size_floats = _size_floats(model)
     out_nodes = []
     for node in nodes:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1:
@@ -545,7 +549,9 @@ def fold_constant_indices(model) -> int:
         for vi in inferred.graph.output:
             tt = vi.type.tensor_type
             dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-            if tt.elem_type not in _FOLD_TYPES or not tt.HasField("shape") or None in dims:
+            if tt.elem_type not in _FOLD_TYPES and vi.name not in size_floats:
+                small = False
+            elif not tt.HasField("shape") or None in dims:
                 small = False
             elif int(np.prod(dims, dtype=object)) > FOLD_ELEMENTS:
                 small = False
@@ -578,6 +584,35 @@ def fold_constant_indices(model) -> int:
         del model.graph.node[:]
         model.graph.node.extend(out_nodes)
     return folded
+
+
+def _size_floats(model) -> set[str]:
+    """Names of the values of `model` whose every use, through nodes of the default domain whose outputs are all such
+    values, ends in a `Cast` to an integer or boolean type (the float steps of a size computed as
+    `int(math.ceil(h / p))`); a graph output or a value read by any other node is not one. One pass over the nodes in
+    reverse order (an ONNX graph is topologically sorted), so the cost is linear in the graph."""
+    consumers: dict[str, list] = {}
+    for node in model.graph.node:
+        for name in dict.fromkeys(i for i in node.input if i):
+            consumers.setdefault(name, []).append(node)
+    outputs = {o.name for o in model.graph.output}
+    sized: set[str] = set()
+
+    def to_size(node) -> bool:
+        if node.domain not in ("", "ai.onnx") or node.op_type in _NO_FOLD:
+            return False
+        if node.op_type == "Cast":
+            to = next((a.i for a in node.attribute if a.name == "to"), None)
+            return to in _FOLD_TYPES or (node.output[0] in sized)
+        outs = [o for o in node.output if o]
+        return bool(outs) and all(o in sized for o in outs)
+
+    for node in reversed(model.graph.node):
+        for name in node.output:
+            uses = consumers.get(name)
+            if name and uses and name not in outputs and all(to_size(c) for c in uses):
+                sized.add(name)
+    return sized
 
 
 def fold_static_shapes(model, shape_dict: dict[str, list[int]]) -> int:

@@ -59,7 +59,14 @@ Rules (docs/execution-model.md explains them for users):
     1/6, beta 0.5: `clip(add(mul(x, 1/6), 0.5), 0, 1)`, and hardswish as x times it), TFLite's hardswish
     (`mul(x, clip(add(x, 3), 0, 6)) / 6`), rsqrt as `divide(1, sqrt(x))`, ne as `logical_not(equal(a, b))`;
   - the index normalisation TVM's ONNX importer puts before a gather, `where(i < 0, i + n, i)` with n the
-    gathered axis's size (checked), is part of the gather (no traffic of its own).
+    gathered axis's size (checked), is part of the gather (no traffic of its own);
+  - instance and group norm as TVM's ONNX importer writes `InstanceNormalization` (the TorchScript exporter's
+    `nn.InstanceNorm*` and `nn.GroupNorm`): `(x - mean(x)) / sqrt(variance(x) + eps)` over the same axes,
+    scaled and shifted by input-independent tensors, and for a group norm reshaped back to the layer's input
+    shape (views, covered by no kernel) and scaled and shifted again by the layer's affine: one "norm" kernel
+    ("fused:instance_norm", "fused:group_norm": torch's `native_batch_norm` / `native_group_norm`) reading x and
+    the scale and shift tensors, writing the output. A scale or shift computed from a model input (AdaIN) stays
+    a kernel of its own.
   A fused kernel's FLOPs are the sum of its Relax ops' FLOPs, so the kernel view partitions the Relax-op
   view's FLOPs (for the exporters' GELU spellings that is the GELU rule's 5 or 9 per element; where a
   spelling has other ops, such as `1 / sqrt`, it differs by a FLOP or two per element of a memory-bound
@@ -1116,6 +1123,7 @@ class _View:
         # torch activations TVM's importers spell as several pointwise ops (one kernel in torch)
         act_groups: dict[int, list[int]] = {}
         self.group_names: dict[int, str] = {}  # the kernel name of a group (default: its last op)
+        self.norm_inputs: dict[int, int] = {}  # a norm group's last op -> the value it normalises
         for op in self.node:
             if op.op == "relax.clip" and roles[op.index] == "kernel":
                 group = self.hard_activation(op, roles)
@@ -1146,7 +1154,8 @@ class _View:
                 act_groups[last] = group
                 self.group_names[last] = name
                 for i in group[:-1]:
-                    roles[i] = "fused"
+                    if not self.is_view_op(self.node[i]):  # (a norm's reshapes stay views: walked as such)
+                        roles[i] = "fused"
             for ops in self.absorbed.values():
                 for i in ops:
                     roles[i] = "fused"
@@ -1296,7 +1305,13 @@ class _View:
                     layout[vid] = contiguous_strides(self.info[vid].shape)
                 continue
             if i in act_groups:
-                self.emit_group(act_groups[i], emit, read_bytes)
+                src = self.norm_inputs.get(i)
+                if src is not None:  # a norm reads a dense NCHW or NHWC input (batch and group norm copy others)
+                    shape, st = self.info[src].shape, strides(src)
+                    if not (is_contiguous(shape, st) or is_channels_last(shape, st)):
+                        copy(src, self.node[act_groups[i][0]])
+                        layout[src] = contiguous_strides(shape)
+                self.emit_group(act_groups[i], emit, read_bytes, "norm" if src is not None else "elementwise")
                 outs_last = self.outputs_of.get(i, [])
                 x = self.node[act_groups[i][0]].operands
                 for o in x:
@@ -1473,6 +1488,7 @@ class _View:
             "relax.equal": self.not_equal_group,
             "relax.clip": self.clip_group,
             "relax.call_tir": self.clamp_group,
+            "relax.variance": self.norm_group,
         }
         taken: set[int] = set()
         for op in self.node:
@@ -1486,6 +1502,8 @@ class _View:
             if not taken & set(group) and all(roles[i] == "kernel" for i in group):
                 taken |= set(group)
                 groups[group[-1]] = (name, group)
+                if op.op == "relax.variance":
+                    self.norm_inputs[group[-1]] = op.operands[0].value
         for op in self.node:
             if op.op == "relax.where" and roles[op.index] == "kernel" and op.index not in taken:
                 found = self.index_normalisation(op, roles)
@@ -1494,6 +1512,78 @@ class _View:
                     absorbed.setdefault(gather, []).extend(ops)
                     taken |= set(ops)
         return groups, absorbed
+
+    def norm_group(self, var: OpNode, roles: list[str]) -> tuple[str, list[int]] | None:
+        """Instance and group norm as TVM's ONNX importer writes `InstanceNormalization`: one torch kernel.
+
+        ``(x - mean(x)) / sqrt(variance(x) + eps)`` (mean and variance over the same axes, kept; eps a positive
+        one-element constant), then a multiply and an add by input-independent tensors (the node's scale and
+        bias: either may be missing). The TorchScript exporter writes `nn.InstanceNorm*` so (eager torch:
+        `instance_norm`, one batch-norm kernel) and `nn.GroupNorm` as that over x reshaped to (N, groups, -1)
+        with a unit scale and a zero bias, reshaped back to x's shape and scaled and shifted by the layer's
+        affine parameters (eager torch: one `native_group_norm`). The reshapes back are views in the group
+        (they launch nothing; `emit_group` does not cover them). Op indices (the last op last) or None. A scale
+        or shift that depends on a model input (AdaIN's style) is not part of the norm.
+        """
+        if len(var.operands) != 1 or var.operands[0].value in self.indep or not var.attrs.get("keepdims"):
+            return None
+        x, axes = var.operands[0].value, var.attrs.get("axis")
+        x_shape = self.info[x].shape
+        if not axes or not self.info[x].dtype.startswith(("float", "bfloat")):
+            return None
+        add = self.sole_user(var, roles)
+        if add is None or add.op != "relax.add" or len(add.operands) != 2:
+            return None
+        eps = [self.scalar_value(o.value) for o in add.operands if o.value != self.outputs_of[var.index][0]]
+        if len(eps) != 1 or eps[0] is None or not eps[0] > 0:
+            return None
+        sq = self.sole_user(add, roles)
+        div = self.sole_user(sq, roles) if sq is not None and sq.op == "relax.sqrt" else None
+        if div is None or div.op != "relax.divide" or len(div.operands) != 2 or div.output.shape != x_shape:
+            return None
+        if div.operands[1].value != self.outputs_of[sq.index][0]:
+            return None
+        sub = self.op_of(div.operands[0].value)
+        if sub is None or sub.op != "relax.subtract" or roles[sub.index] != "kernel" or len(sub.operands) != 2:
+            return None
+        mean = self.op_of(sub.operands[1].value)
+        if sub.operands[0].value != x or self.sole_user(sub, roles) is not div:
+            return None
+        if mean is None or mean.op != "relax.mean" or [o.value for o in mean.operands] != [x]:
+            return None
+        if mean.attrs.get("axis") != axes or not mean.attrs.get("keepdims") or self.sole_user(mean, roles) is not sub:
+            return None
+        group = [mean.index, sub.index, var.index, add.index, sq.index, div.index]
+        cur, affine = self.affine_ops(div, roles)
+        group += affine
+        name = "fused:instance_norm"
+        # a group norm: x is a reshape of the layer's input, reshaped back after the norm, then the layer's affine
+        src = self.op_of(x)
+        if src is not None and src.op in _RESHAPES and len(src.operands) == 1:
+            views, nxt = [], self.sole_user(cur, roles)
+            while nxt is not None and nxt.op in _RESHAPES and len(views) < 4:
+                views.append(nxt)
+                nxt = self.sole_user(nxt, roles)
+            if views and views[-1].output.shape == src.operands[0].tensor.shape:
+                _, outer = self.affine_ops(views[-1], roles)
+                if outer:
+                    group += [v.index for v in views] + outer
+                    name = "fused:group_norm"
+        return name, group
+
+    def affine_ops(self, cur: OpNode, roles: list[str]) -> tuple[OpNode, list[int]]:
+        """A multiply, then an add, each of `cur`'s result by an input-independent tensor that does not widen it
+        (a norm's scale and shift; either may be missing): (the last op, the op indices taken)."""
+        taken = []
+        for want in ("relax.multiply", "relax.add"):
+            nxt = self.sole_user(cur, roles)
+            if nxt is None or nxt.op != want or len(nxt.operands) != 2 or nxt.output.shape != cur.output.shape:
+                continue
+            other = [o.value for o in nxt.operands if o.value != self.outputs_of[cur.index][0]]
+            if len(other) == 1 and other[0] in self.indep:
+                taken.append(nxt.index)
+                cur = nxt
+        return cur, taken
 
     def sole_user(self, op: OpNode, roles: list[str]) -> OpNode | None:
         """The one op reading `op`'s single output (a kernel not yet grouped), or None."""
@@ -1740,8 +1830,11 @@ class _View:
                 return None
         return users[0], [less.index, add.index, where.index]
 
-    def emit_group(self, group: list[int], emit, read_bytes) -> None:
-        """One pointwise kernel for a group of ops: reads the group's outside operands once, writes what leaves it."""
+    def emit_group(self, group: list[int], emit, read_bytes, kind: str = "elementwise") -> None:
+        """One kernel for a group of ops: reads the group's outside operands once, writes what leaves it.
+
+        Views inside the group (a group norm's reshapes) are free: they pass values on and are not covered.
+        """
         members = set(group)
         inside = {v for i in group for v in self.outputs_of.get(i, [])}
         # one-element constants (3 and 6 of hardswish, GELU's 0.5) are the kernel's arguments, not memory reads
@@ -1758,10 +1851,11 @@ class _View:
             if v in self.graph_outputs or not set(self.consumers.get(v, [])) <= members
         )
         last = self.node[group[-1]]
-        flops = sum(self.costs[i].flops for i in group)
+        covered = [i for i in group if i == last.index or not self.is_view_op(self.node[i])]
+        flops = sum(self.costs[i].flops for i in covered)
         numel = max(self.info[v].numel for v in inside | outside)
         name = self.group_names.get(last.index, last.op)
-        emit("elementwise", name, group, flops, read, written, last.output.dtype, {"numel": numel})
+        emit(kind, name, covered, flops, read, written, last.output.dtype, {"numel": numel})
 
     def is_pointwise(self, op: OpNode) -> bool:
         cost = self.costs[op.index]

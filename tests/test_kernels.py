@@ -877,6 +877,113 @@ def test_an_index_normalisation_with_another_size_is_kept(tmp_path):
     ]
 
 
+class _PoolFormerBlock(nn.Module):
+    """One layer of Hugging Face's PoolFormer (two GroupNorm(1, C), average-pool token mixer, 1x1-conv MLP with
+    GELU, layer scales), returning its hidden states."""
+
+    def __init__(self, c: int = 16):
+        super().__init__()
+        from transformers import PoolFormerConfig
+        from transformers.models.poolformer.modeling_poolformer import PoolFormerLayer
+
+        self.layer = PoolFormerLayer(PoolFormerConfig(), c, 3, c, 4 * c, 0.0)
+
+    def forward(self, x):
+        return self.layer(x)[0]
+
+
+class _AdaIN(nn.Module):
+    """Adaptive instance norm: the norm's scale and shift come from a style input (not the layer's weights)."""
+
+    def __init__(self, c: int = 16, style: int = 8):
+        super().__init__()
+        self.fc = nn.Linear(style, 2 * c)
+
+    def forward(self, x, s):
+        gamma, beta = self.fc(s).chunk(2, dim=1)
+        return F.instance_norm(x) * gamma[:, :, None, None] + beta[:, :, None, None]
+
+
+_NCHW = (2, 16, 8, 8)  # 2,048 float32 elements: 8,192 B
+NORMS = {
+    # name: (module, the norm kernels' bytes read in the ONNX route: x, then the scale and shift it reads)
+    "group_norm": (lambda: nn.GroupNorm(4, 16), [8_192 + 2 * 4 * 4 + 2 * 16 * 4]),  # + the unit scale, zero bias (4)
+    "instance_norm_affine": (lambda: nn.InstanceNorm2d(16, affine=True), [8_192 + 2 * 16 * 4]),
+    "instance_norm": (lambda: nn.InstanceNorm2d(16), [8_192 + 2 * 16 * 4]),  # the exporter's ones and zeros (16)
+    # GroupNorm(1, 16): its one-element unit scale and zero bias are kernel arguments, not reads
+    "poolformer_block": (_PoolFormerBlock, [8_192 + 2 * 16 * 4] * 2),
+}
+
+
+@pytest.mark.parametrize("name", list(NORMS))
+def test_exported_instance_and_group_norm_are_one_kernel(tmp_path, name):
+    """torch's ONNX exporter writes nn.GroupNorm and nn.InstanceNorm* as `InstanceNormalization` (group norm over x
+    reshaped to (N, groups, -1), a unit scale and zero bias, reshaped back, then the layer's affine), which TVM's
+    importer spells mean, subtract, variance, add(eps), sqrt, divide, multiply, add: one kernel in eager PyTorch
+    (`native_group_norm`; instance norm's `native_batch_norm`). Oracle: the dispatch trace's input-dependent
+    kernels (instance norm's two `repeat`s of its affine weights depend on no input), and the module route."""
+    make, norm_reads = NORMS[name]
+    torch.manual_seed(0)
+    module, x = make().eval(), torch.randn(_NCHW)
+    path = tmp_path / f"{name}.onnx"
+    torch.onnx.export(module, (x,), str(path), dynamo=False, opset_version=17)
+    analysis = analyze(str(path)).analysis
+    kernels = analysis.kernels
+    torch_kernels = analyze(module, (x,)).analysis.kernels
+    trace = trace_kernels(module, (x,))
+    assert len(kernels) == len(torch_kernels) == trace.dependent_count, [k.op for k in kernels]
+    assert [k.kind for k in kernels] == [k.kind for k in torch_kernels]
+    norms = [k for k in kernels if k.kind == "norm"]
+    assert [k.bytes_read for k in norms] == norm_reads
+    assert [k.bytes_written for k in norms] == [8_192] * len(norm_reads)
+    expected = Counter(
+        {"relax.mean": 1, "relax.subtract": 1, "relax.variance": 1, "relax.add": 3, "relax.sqrt": 1,
+         "relax.divide": 1, "relax.multiply": 2 if name in ("group_norm", "poolformer_block") else 1}
+    )  # fmt: skip
+    if name not in ("group_norm", "poolformer_block"):
+        expected["relax.add"] = 2
+    for k in norms:
+        assert Counter(analysis.graph.ops[i].op for i in k.ops) == expected
+        assert k.op == ("fused:group_norm" if expected["relax.multiply"] == 2 else "fused:instance_norm")
+    # the kernel view regroups ops: the FLOPs of every op are kept (the Relax-op view's total)
+    assert sum(k.flops for k in kernels) == sum(c.flops for c in analysis.ops if not c.folded)
+
+
+def test_a_norm_scaled_by_the_input_keeps_the_scale_apart(tmp_path):
+    """AdaIN's scale and shift come from a style input: eager PyTorch runs the norm (`native_batch_norm`), then
+    mul and add as kernels of their own; the ONNX route too (the norm takes only the exporter's constant scale
+    and shift). A hand-built `InstanceNormalization` whose scale is a graph input: the norm, then its multiply
+    and add (the add reads the multiply's result, not the norm's), three kernels."""
+    from onnx import TensorProto, helper
+
+    torch.manual_seed(0)
+    module, inputs = _AdaIN().eval(), (torch.randn(_NCHW), torch.randn(2, 8))
+    path = tmp_path / "adain.onnx"
+    torch.onnx.export(module, inputs, str(path), dynamo=False, opset_version=17)
+    analysis = analyze(str(path)).analysis
+    kernels = analysis.kernels
+    trace = trace_kernels(module, inputs)
+    assert len(kernels) == len(analyze(module, inputs).analysis.kernels) == trace.dependent_count == 4
+    assert [k.kind for k in kernels] == ["gemm", "norm", "elementwise", "elementwise"]  # addmm, norm, mul, add
+    (norm,) = [k for k in kernels if k.kind == "norm"]
+    style = {i for i, op in enumerate(analysis.graph.ops) if op.op == "relax.matmul"}
+    assert not {o.value for i in norm.ops for o in analysis.graph.ops[i].operands} & {
+        v for v, i in analysis.graph.value_producer.items() if i in style
+    }
+
+    s = helper.make_tensor_value_info("s", TensorProto.FLOAT, [GX[1]])
+    nodes = [helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-5)]
+    import numpy as np
+
+    analysis = _onnx_graph(tmp_path, nodes, {}, inputs=[s], initializers={"b": np.zeros(GX[1], np.float32)})
+    assert [(k.kind, k.op) for k in analysis.kernels] == [
+        ("norm", "fused:instance_norm"),  # mean, subtract, variance, add(eps), sqrt, divide
+        ("elementwise", "relax.multiply"),
+        ("elementwise", "relax.add"),
+    ]
+    assert len(analysis.kernels[0].ops) == 6
+
+
 # --------------------------------------------------------------------------------------------
 # Models handed over as users write them
 # --------------------------------------------------------------------------------------------

@@ -246,6 +246,7 @@ def test_cli_flag_reaches_the_json_and_speeds_up_float32_matmuls(models):
         "tf32_conv": True,
         "tf32_matmul": True,
         "matmul_precision": "high",
+        "host_overhead": 1.0,
     }
     assert medium["runtime"]["tf32_matmul"] is True and medium["runtime"]["matmul_precision"] == "medium"
     assert medium["latency_ms"] == high["latency_ms"]  # on a GPU "medium" is "high" (cuBLAS TF32)

@@ -377,7 +377,7 @@ def _host_overhead(ctx, param, value: float) -> float:
 
 
 def host_overhead_option(f):
-    """--host-overhead, shared by predict, report and analyze-many."""
+    """--host-overhead, shared by predict, report, analyze-many and llm (eager runtime)."""
     return click.option(
         "--host-overhead",
         type=float,
@@ -698,6 +698,7 @@ def report(
 )
 @click.option("--block-size", type=int, default=16, show_default=True, help="Tokens per KV-cache block (vllm).")
 @matmul_precision_option
+@host_overhead_option
 @click.option(
     "--engine-profile",
     default=None,
@@ -749,6 +750,7 @@ def llm(
     fmt: str,
     output: str | None,
     matmul_precision: str,
+    host_overhead: float,
 ) -> None:
     """Serve a decoder LM: KV cache, TTFT/TPOT, and how many sequences each GPU and MIG slice holds.
 
@@ -783,6 +785,7 @@ def llm(
         gpu_memory_utilization=gpu_memory_utilization,
         block_size=block_size,
         matmul_precision=matmul_precision,
+        host_overhead=host_overhead,
         engine_profile=engine_profile,
         max_num_batched_tokens=max_num_batched_tokens,
     )

@@ -200,10 +200,10 @@ def product_check(rows: list[dict], times, h: float, n: int) -> list[str]:
     `analyzer.pipeline.predict_all` (TF32 matmuls, `host_overhead=h`, the kernel-model estimate); per slice, the
     product's latency against the bench's `diff` at `h` and against the measured row. Lines to print."""
     os.environ["PREFLIGHT_PREDICTOR"] = "kernel"  # the estimate, whatever the checkpoints hold
+    import warnings
+
     from analyzer.api import analyze
     from analyzer.pipeline import predict_all
-
-    import warnings
 
     warnings.filterwarnings("ignore")  # the exporter's deprecation notes
     # nearest batch x tokens to 32 x 64 first (in both sweeps; between host- and GPU-bound, so the slices differ)

@@ -205,3 +205,21 @@ def test_cli_records_the_factor_and_a_manifest_row_may_set_it(tmp_path):
         read_manifest(manifest)
     r = _cli("analyze-many", str(manifest), "-o", str(tmp_path / "out.jsonl"))
     assert r.returncode == 2 and "Traceback" not in r.stderr and "host-overhead" in r.stderr
+
+
+def test_llm_eager_takes_it_and_vllm_refuses_it():
+    """`preflight llm`: the eager runtime predicts its steps with the factor (recorded in `llm.runtime`; a launch-bound
+    tiny GPT-2's prefill at h = 2 is over 1.9x its h = 1 figure, all but its few long kernels at the floor); the vllm
+    runtime's host time is its engine profile, so a factor other than 1 there is a usage error."""
+    from analyzer.llm import llm
+
+    spec = "zoo:gpt2?layers=2&hidden=64&heads=4&intermediate=256&vocab=256&max_pos=128&seq_len=16"
+    args = dict(prompt=16, generate=4, batch=1, devices=["a100-80gb"], contexts=[32])
+    docs = {h: llm(spec, **args, host_overhead=h).llm.to_json() for h in (1.0, 2.0)}
+    assert docs[2.0]["runtime"]["host_overhead"] == 2.0 and docs[1.0]["runtime"]["host_overhead"] == 1.0
+    ttft = {h: d["devices"][0]["ttft_ms"] for h, d in docs.items()}
+    assert 1.9 < ttft[2.0] / ttft[1.0] <= 2.0
+    with pytest.raises(UsageError, match="--host-overhead needs --runtime eager"):
+        llm(spec, runtime="vllm", host_overhead=2.0)
+    with pytest.raises(UsageError, match="--host-overhead must be a positive finite number"):
+        llm(spec, host_overhead=float("nan"))

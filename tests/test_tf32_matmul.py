@@ -384,7 +384,12 @@ def test_llm_eager_runtime_follows_the_setting():
         rep = llm(f"zoo:{TINY_GPT2}", prompt=16, generate=4, batch=1, devices=["a100-80gb"], contexts=[32],
                   dtype="float32", matmul_precision=mp)  # fmt: skip
         doc = rep.llm.to_json()
-        assert doc["runtime"] == {"name": "eager", "matmul_precision": mp, "tf32_matmul": mp == "high"}
+        assert doc["runtime"] == {
+            "name": "eager",
+            "matmul_precision": mp,
+            "tf32_matmul": mp == "high",
+            "host_overhead": 1.0,
+        }
         eager[mp] = doc["prefill"]["basis"]["a100-80gb"]["kernel_time_share"]["assumed"]
     # a model this small is launch-bound either way; its float32 GEMMs now rest on the assumed TF32 entry
     assert eager["high"] > eager["highest"]

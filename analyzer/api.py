@@ -93,7 +93,7 @@ def predict(
             tensor cores, as NVIDIA's containers run them; on a GPU the two are the same). Only float32 matmuls
             move: a float16/bfloat16 model, its convolutions (TF32 already) and fused attention do not.
         host_overhead: the host's dispatch time per kernel as a multiple of preflight's launch floor (the kernel
-            model's fitted per-kernel launch time): 1.0 (the default) the host it was fitted on, 2.3 a host like
+            model's fitted per-kernel launch time): 1.0 (the default) the host it was fitted on, 2.35 a host like
             the one of the public MIG measurements (docs/devices.md). It scales the launch part of the latency on
             the whole GPU and on each MIG slice, and so the energy; positive and finite, else UsageError. At a
             value other than 1.0 the kernel-model estimate answers (a trained predictor takes no host factor).

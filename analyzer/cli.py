@@ -387,7 +387,7 @@ def host_overhead_option(f):
         callback=_host_overhead,
         help="The host's dispatch time per kernel as a multiple of preflight's launch floor (the kernel model's "
         "fitted per-kernel launch time): 1 is the host it was fitted on; on a slower host (older torch, busy or "
-        "slow CPU) give more, e.g. 2.3 for a host like the public MIG measurements' (docs/devices.md). Scales the "
+        "slow CPU) give more, e.g. 2.35 for a host like the public MIG measurements' (docs/devices.md). Scales the "
         "launch-bound part of the latency, on the whole GPU and on each MIG slice, and the energy with it; "
         "small-batch models are mostly launch-bound. Not 1: the kernel-model estimate answers.",
     )(f)

@@ -54,7 +54,7 @@ def check_matmul_precision(matmul_precision: str, where: str | None = None) -> s
 
 def check_host_overhead(host_overhead, where: str | None = None) -> float:
     """`host_overhead` as a float if it is a positive finite number (the host's dispatch time per kernel as a
-    multiple of the kernel model's fitted launch floor: 1.0 the host it was fitted on, 2.3 a host like
+    multiple of the kernel model's fitted launch floor: 1.0 the host it was fitted on, 2.35 a host like
     MIGProfiler's, docs/devices.md), else UsageError (`where` prefixes the message)."""
     ok = isinstance(host_overhead, int | float) and not isinstance(host_overhead, bool)
     if not (ok and math.isfinite(host_overhead) and host_overhead > 0):

@@ -490,7 +490,7 @@ def predict(
     ValueError for another value. An allocation trace the caching allocator cannot replay (a liveness fault) costs
     the memory by the fitted reserve factor, as a graph without a trace, with a warning (`replay_reserve`).
     `host_overhead`: the host's dispatch time per kernel as a multiple of the kernel model's fitted launch floor
-    (> 0; 1.0, the default, is the host the floor was fitted on; 2.3 a host like MIGProfiler's, docs/devices.md):
+    (> 0; 1.0, the default, is the host the floor was fitted on; 2.35 a host like MIGProfiler's, docs/devices.md):
     every kernel's `launch_s` is multiplied by it (`host_times`) wherever the kernel model's times enter, so the
     whole GPU's latency (sum of max(execution, launch)), each MIG slice's (`predictor.mig.slice_latencies`: the
     queued host issue), the interval's low end, the busy shares and so the power and energy (latency x power) all

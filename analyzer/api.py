@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from .errors import MissingShapeError, UsageError
 from .frontends import InputSpec
-from .options import check_devices, check_dtype, check_matmul_precision
+from .options import check_devices, check_dtype, check_host_overhead, check_matmul_precision
 from .pipeline import Report, Verdict, analyze_model, budget_verdict, check_budget, predict_all
 
 
@@ -80,6 +80,7 @@ def predict(
     dtype: str | None = None,
     matmul_precision: str = "highest",
     largest_batch: bool = False,
+    host_overhead: float = 1.0,
 ) -> Report:
     """Analyse `model` and predict its latency, energy, memory and MIG slice on `device`.
 
@@ -91,6 +92,12 @@ def predict(
             (torch's default: float32 matmuls on FP32 CUDA cores), "high" or "medium" (float32 matmuls on TF32
             tensor cores, as NVIDIA's containers run them; on a GPU the two are the same). Only float32 matmuls
             move: a float16/bfloat16 model, its convolutions (TF32 already) and fused attention do not.
+        host_overhead: the host's dispatch time per kernel as a multiple of preflight's launch floor (the kernel
+            model's fitted per-kernel launch time): 1.0 (the default) the host it was fitted on, 2.35 a host like
+            the one of the public MIG measurements (docs/devices.md). It scales the launch part of the latency on
+            the whole GPU and on each MIG slice, and so the energy; positive and finite, else UsageError. At a
+            value other than 1.0 the kernel-model estimate answers (a trained predictor takes no host factor).
+            Recorded as `prediction.runtime["host_overhead"]`.
         largest_batch: also solve for the largest batch whose predicted memory fits each MIG profile and the whole
             GPU (`prediction.mig.largest_batch`, a `predictor.mig.LargestBatch`): a zoo model or an nn.Module
             (batch on axis 0) is exported once more with its batch symbolic, and the solve evaluates the memory
@@ -99,10 +106,13 @@ def predict(
     """
     devices = check_devices([device])
     check_matmul_precision(matmul_precision)
+    host_overhead = check_host_overhead(host_overhead)
     if largest_batch:
         _check_solvable(model, inputs)
     report = analyze_model(model, example_inputs, inputs=inputs, batch=batch, strict=strict, dtype=dtype)
-    predict_all(report, devices, latency_slo_ms, max_slowdown, matmul_precision=matmul_precision)
+    predict_all(
+        report, devices, latency_slo_ms, max_slowdown, matmul_precision=matmul_precision, host_overhead=host_overhead
+    )
     if largest_batch:
         _solve_largest_batch(report, model, example_inputs, batch, dtype)
     return report
@@ -164,6 +174,7 @@ def report(
     progress=None,
     dtype: str | None = None,
     matmul_precision: str = "highest",
+    host_overhead: float = 1.0,
 ) -> Report:
     """The pre-deployment report: analysis, predictions on each device, and a batch-size sweep.
 
@@ -174,7 +185,7 @@ def report(
         output: also write the report to this `.html`, `.md` (with its charts in `<stem>_files/`) or `.json`.
         top: how many of the costliest operators to list.
         progress: called as `progress(n)` after each of the sweep's batches.
-        matmul_precision: as for `predict` (every device and every batch of the sweep).
+        matmul_precision, host_overhead: as for `predict` (every device and every batch of the sweep).
 
     Returns:
         The `Report`; `report.to_json()` is the `preflight.report/1` document with `predictions`,
@@ -187,6 +198,7 @@ def report(
     devices = check_devices(devices)
     check_dtype(dtype)
     check_matmul_precision(matmul_precision)
+    host_overhead = check_host_overhead(host_overhead)
     if output is not None:
         check_output(output)  # fail before the long part
     if batches is not None and max_batch is not None:
@@ -208,7 +220,9 @@ def report(
             f"the model's batch dimension is dynamic: the report's own analysis uses batch "
             f"{batches[0]}, the sweep's first (set it with --batch)"
         )
-    predict_all(rep, devices, latency_slo_ms, max_slowdown, matmul_precision=matmul_precision)
+    predict_all(
+        rep, devices, latency_slo_ms, max_slowdown, matmul_precision=matmul_precision, host_overhead=host_overhead
+    )
     if batches:
         dims0 = {i["shape"][0] if i["shape"] else None for i in rep.inputs}
         own = dims0.pop() if len(dims0) == 1 else None  # reuse the analysis only if every input has that batch
@@ -224,6 +238,7 @@ def report(
             reuse={own: rep} if own is not None else None,
             progress=progress,
             matmul_precision=matmul_precision,
+            host_overhead=host_overhead,
         )
         rep.warnings.extend(w for w in warnings if w not in rep.warnings)
     if output is not None:

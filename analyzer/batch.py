@@ -43,7 +43,7 @@ from .errors import AnalysisError, PreflightError, UsageError, one_line
 from .frontends import FILE_LOADERS, PADDLE_PARAMS, PADDLE_PROGRAM, SAVED_MODEL_MARKERS, is_paddle_program
 from .frontends.hf_config import is_hf_config
 from .frontends.specs import MAX_DIM, InputSpec
-from .options import check_devices, check_matmul_precision
+from .options import check_devices, check_host_overhead, check_matmul_precision
 from .render import _text_table, si
 
 ROW_SCHEMA = "preflight.batch/1"
@@ -66,7 +66,7 @@ MEMORY_LIMIT = "MemoryLimitExceeded"
 # checks the two agree.
 MODEL_SUFFIXES = tuple(FILE_LOADERS)  # the frontends' own table (a light import: no TVM, no torch)
 
-_ROW_KEYS = ("model", "inputs", "batch", "dtype", "devices", "matmul_precision")
+_ROW_KEYS = ("model", "inputs", "batch", "dtype", "devices", "matmul_precision", "host_overhead")
 DEFAULT_MATMUL_PRECISION = "highest"  # torch's default (predictor.kernel_model.DEFAULT_MATMUL_PRECISION)
 
 
@@ -81,16 +81,19 @@ class Job:
     dtype: str | None = None
     devices: tuple[str, ...] = DEFAULT_DEVICES  # device keys (aliases resolved)
     matmul_precision: str = DEFAULT_MATMUL_PRECISION  # torch.set_float32_matmul_precision's setting
+    host_overhead: float = 1.0  # the host's dispatch time per kernel, a multiple of the launch floor
     # other rows of this run analyse the same zoo model at other batches (>= 2): its worker exports it once with
     # the batch symbolic and evaluates each row from that graph (`analyze_task`); not part of the row's identity
     shared: bool = field(default=False, compare=False)
 
     def request(self) -> dict:
         """What was asked of this model, as its row records it (`matmul_precision` only when not torch's default,
-        so that results files written before it existed still resume)."""
+        `host_overhead` only when not 1.0, so that results files written before they existed still resume)."""
         req = {"inputs": list(self.inputs), "batch": self.batch, "dtype": self.dtype, "devices": list(self.devices)}
         if self.matmul_precision != DEFAULT_MATMUL_PRECISION:
             req["matmul_precision"] = self.matmul_precision
+        if self.host_overhead != 1.0:
+            req["host_overhead"] = self.host_overhead
         return req
 
     @property
@@ -150,6 +153,7 @@ def _jsonl_job(
     batch: int | None,
     dtype: str | None,
     matmul_precision: str = DEFAULT_MATMUL_PRECISION,
+    host_overhead: float = 1.0,
 ) -> Job:
     if not isinstance(row, dict):
         raise UsageError(f'{where}: a row is a JSON object with a "model" key')
@@ -183,8 +187,10 @@ def _jsonl_job(
         devices = tuple(check_devices(own, where))
     if row.get("matmul_precision") is not None:
         matmul_precision = check_matmul_precision(row["matmul_precision"], where)
+    if row.get("host_overhead") is not None:
+        host_overhead = check_host_overhead(row["host_overhead"], where)
     model = model.strip()
-    return Job(model, _resolve(model, base), tuple(inputs), batch, dtype, devices, matmul_precision)
+    return Job(model, _resolve(model, base), tuple(inputs), batch, dtype, devices, matmul_precision, host_overhead)
 
 
 def read_manifest(
@@ -193,6 +199,7 @@ def read_manifest(
     batch: int | None = None,
     dtype: str | None = None,
     matmul_precision: str = DEFAULT_MATMUL_PRECISION,
+    host_overhead: float = 1.0,
 ) -> tuple[list[Job], list[str]]:
     """The jobs a manifest names, in its order, duplicates dropped; and notes for the user.
 
@@ -201,12 +208,14 @@ def read_manifest(
             with one MODEL per line (blank lines and `#` comments skipped), or a JSON Lines file (`.jsonl`, or
             a text file whose first entry starts with `{`) whose rows are
             `{"model": ..., "inputs": ["x:1x3x224x224"], "batch": 8, "dtype": "float16", "devices": [...],
-            "matmul_precision": "high"}` (every key but "model" optional). Relative model paths are relative to the
-            manifest's folder.
+            "matmul_precision": "high", "host_overhead": 2.3}` (every key but "model" optional). Relative model
+            paths are relative to the manifest's folder.
         devices: the GPUs to predict for where a row names none.
         batch, dtype: the batch and dtype of every model whose row names none (a directory's or a text file's
             models: all of them).
         matmul_precision: `torch.set_float32_matmul_precision`'s setting for the models whose row names none.
+        host_overhead: the host's dispatch time per kernel as a multiple of preflight's launch floor, for the
+            models whose row names none (`predictor.predict.predict`).
 
     Raises:
         UsageError: a missing or unreadable manifest, a malformed row (naming its line), an unknown device,
@@ -215,13 +224,16 @@ def read_manifest(
     path = Path(manifest)
     devices = tuple(check_devices(devices, "--device"))
     matmul_precision = check_matmul_precision(matmul_precision)
+    host_overhead = check_host_overhead(host_overhead, "--host-overhead")
     notes: list[str] = []
     if path.is_dir():
         found, skipped = walk_models(path)
         if skipped:
             kinds = ", ".join(f"{k} ({v})" for k, v in sorted(skipped.items()))
             notes.append(f"skipped {sum(skipped.values())} files preflight does not read: {kinds}")
-        jobs = [Job(str(p), str(p.absolute()), (), batch, dtype, devices, matmul_precision) for p in found]
+        jobs = [
+            Job(str(p), str(p.absolute()), (), batch, dtype, devices, matmul_precision, host_overhead) for p in found
+        ]
         if not jobs:
             raise UsageError(
                 f"{path}: no model files found (preflight reads {', '.join(MODEL_SUFFIXES)} files, "
@@ -247,9 +259,9 @@ def read_manifest(
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise UsageError(f"{where}: not JSON ({exc.msg})") from exc
-            jobs.append(_jsonl_job(row, where, base, devices, batch, dtype, matmul_precision))
+            jobs.append(_jsonl_job(row, where, base, devices, batch, dtype, matmul_precision, host_overhead))
         else:
-            jobs.append(Job(line, _resolve(line, base), (), batch, dtype, devices, matmul_precision))
+            jobs.append(Job(line, _resolve(line, base), (), batch, dtype, devices, matmul_precision, host_overhead))
     if not jobs:
         raise UsageError(f"{path}: the manifest names no model")
     seen: set[str] = set()
@@ -819,7 +831,7 @@ def analyze_task(job: Job) -> dict:
     from .pipeline import predict_all
 
     report = _analyze(job)
-    predict_all(report, job.devices, matmul_precision=job.matmul_precision)
+    predict_all(report, job.devices, matmul_precision=job.matmul_precision, host_overhead=job.host_overhead)
     doc = report.to_json()
     return {
         "framework": doc["model"]["framework"],
@@ -1056,6 +1068,7 @@ def analyze_many(
     batch: int | None = None,
     dtype: str | None = None,
     matmul_precision: str = DEFAULT_MATMUL_PRECISION,
+    host_overhead: float = 1.0,
     workers: int | None = None,
     address: str | None = None,
     resume: bool = False,
@@ -1071,7 +1084,8 @@ def analyze_many(
         output: the results file; rows are appended as models finish, flushed and fsync'd.
         devices: the GPUs to predict for, for manifest rows that name none.
         batch, dtype, matmul_precision: the batch, dtype and `torch.set_float32_matmul_precision` setting of the
-            models whose manifest row names none (`read_manifest`).
+            models whose manifest row names none (`read_manifest`); host_overhead likewise (the host's dispatch time
+            per kernel as a multiple of preflight's launch floor).
         workers: worker processes (default: this machine's cores, or with `address` the cluster's CPUs).
         address: join this Ray cluster ("auto", "HOST:PORT", "ray://HOST:PORT") instead of starting one.
         resume: keep `output`'s rows and run only the models it has no row for.
@@ -1085,7 +1099,7 @@ def analyze_many(
     Raises:
         UsageError: a bad manifest or output file, or a cluster that cannot be joined (exit 2).
     """
-    jobs, notes = read_manifest(manifest, devices, batch, dtype, matmul_precision)
+    jobs, notes = read_manifest(manifest, devices, batch, dtype, matmul_precision, host_overhead)
     results = ResultsFile(output, resume)
     say = (lambda m: (progress.write(m + "\n"), progress.flush())) if progress is not None else (lambda m: None)
     for note in notes:

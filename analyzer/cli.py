@@ -365,6 +365,34 @@ def matmul_precision_option(f):
     )(f)
 
 
+def _host_overhead(ctx, param, value: float) -> float:
+    """--host-overhead: positive and finite (click's float takes "inf" and "nan")."""
+    from .errors import UsageError
+    from .options import check_host_overhead
+
+    try:
+        return check_host_overhead(value)
+    except UsageError as exc:
+        raise click.BadParameter(f"a positive finite number is needed (got {value!r})") from exc
+
+
+def host_overhead_option(f):
+    """--host-overhead, shared by predict, report, analyze-many and llm (eager runtime)."""
+    return click.option(
+        "--host-overhead",
+        type=float,
+        default=1.0,
+        show_default=True,
+        metavar="X",
+        callback=_host_overhead,
+        help="The host's dispatch time per kernel as a multiple of preflight's launch floor (the kernel model's "
+        "fitted per-kernel launch time): 1 is the host it was fitted on; on a slower host (older torch, busy or "
+        "slow CPU) give more, e.g. 2.35 for a host like the public MIG measurements' (docs/devices.md). Scales the "
+        "launch-bound part of the latency, on the whole GPU and on each MIG slice, and the energy with it; "
+        "small-batch models are mostly launch-bound. Not 1: the kernel-model estimate answers.",
+    )(f)
+
+
 def max_slowdown_option(f):
     """--max-slowdown, shared by predict and report."""
     return click.option(
@@ -380,6 +408,7 @@ def max_slowdown_option(f):
 @click.argument("model", callback=_model_exists)
 @model_options
 @matmul_precision_option
+@host_overhead_option
 @max_slowdown_option
 @explain_option
 @click.option("--device", default="h100-80gb", show_default=True, help="Target GPU (see `preflight devices`).")
@@ -448,6 +477,7 @@ def predict(
     explain: bool,
     by_module: int,
     matmul_precision: str,
+    host_overhead: float,
     largest_batch: bool,
 ) -> None:
     """Predict latency, energy, memory and the MIG slice of MODEL on a GPU (MODEL as for `preflight analyze`).
@@ -469,6 +499,7 @@ def predict(
         max_slowdown=max_slowdown,
         dtype=dtype,
         matmul_precision=matmul_precision,
+        host_overhead=host_overhead,
         largest_batch=largest_batch,
     )
     gated = max_latency is not None or max_memory is not None
@@ -489,6 +520,7 @@ def predict(
 @click.argument("model", callback=_model_exists)
 @model_options
 @matmul_precision_option
+@host_overhead_option
 @click.option(
     "--device",
     "devices",
@@ -547,6 +579,7 @@ def report(
     strict: bool,
     top: int,
     matmul_precision: str,
+    host_overhead: float,
 ) -> None:
     """Write a pre-deployment report of MODEL: predictions per device, a batch-size sweep, where the cost is.
 
@@ -576,6 +609,7 @@ def report(
         max_slowdown=max_slowdown,
         dtype=dtype,
         matmul_precision=matmul_precision,
+        host_overhead=host_overhead,
         strict=strict,
         output=output,
         top=top,
@@ -664,6 +698,7 @@ def report(
 )
 @click.option("--block-size", type=int, default=16, show_default=True, help="Tokens per KV-cache block (vllm).")
 @matmul_precision_option
+@host_overhead_option
 @click.option(
     "--engine-profile",
     default=None,
@@ -715,6 +750,7 @@ def llm(
     fmt: str,
     output: str | None,
     matmul_precision: str,
+    host_overhead: float,
 ) -> None:
     """Serve a decoder LM: KV cache, TTFT/TPOT, and how many sequences each GPU and MIG slice holds.
 
@@ -749,6 +785,7 @@ def llm(
         gpu_memory_utilization=gpu_memory_utilization,
         block_size=block_size,
         matmul_precision=matmul_precision,
+        host_overhead=host_overhead,
         engine_profile=engine_profile,
         max_num_batched_tokens=max_num_batched_tokens,
     )
@@ -890,6 +927,7 @@ def devices(fmt: str, show: str | None) -> None:
     help="Analyse as if computed in this float dtype, for the models whose manifest row names none.",
 )
 @matmul_precision_option
+@host_overhead_option
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
@@ -921,14 +959,25 @@ def devices(fmt: str, show: str | None) -> None:
     help="Per-model memory cap: the address space a model may add to its worker, in MiB.",
 )
 def analyze_many(
-    manifest, output, devices, batch, dtype, matmul_precision, workers, address, resume, timeout_s, memory_mb
+    manifest,
+    output,
+    devices,
+    batch,
+    dtype,
+    matmul_precision,
+    host_overhead,
+    workers,
+    address,
+    resume,
+    timeout_s,
+    memory_mb,
 ) -> None:
     """Analyse every model of MANIFEST on Ray workers and predict it on each --device.
 
     MANIFEST is a directory (every model file preflight reads, found recursively), a text file with one
     MODEL per line, or a JSONL file of rows {"model": ..., "inputs": [...], "batch": N, "dtype": ...,
-    "devices": [...], "matmul_precision": ...}; --device, --batch, --dtype and --matmul-precision apply where a
-    row names none. Progress goes to stderr,
+    "devices": [...], "matmul_precision": ..., "host_overhead": ...}; --device, --batch, --dtype, --matmul-precision
+    and --host-overhead apply where a row names none. Progress goes to stderr,
     a summary to stdout. Exits 0 when the job ran, whatever single models did (each row says), and 2 for a
     bad manifest.
     """
@@ -941,6 +990,7 @@ def analyze_many(
         batch=batch,
         dtype=dtype,
         matmul_precision=matmul_precision,
+        host_overhead=host_overhead,
         workers=workers,
         address=address,
         resume=resume,

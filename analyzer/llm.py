@@ -49,7 +49,7 @@ from predictor.predict import predict as run_predictor
 from .errors import AnalysisError, PreflightError, UsageError, one_line
 from .frontends.loaded import LoadedModel
 from .frontends.specs import MAX_DIM
-from .options import check_devices, check_dtype, check_matmul_precision
+from .options import check_devices, check_dtype, check_host_overhead, check_matmul_precision
 from .pipeline import Report, analyze_loaded
 
 DEFAULT_DTYPE = "float16"
@@ -475,9 +475,11 @@ class Step:
         devices: Sequence[str],
         max_length: int,
         matmul_precision: str = "highest",
+        host_overhead: float = 1.0,
     ):
         self.kind, self.graphs, self.layers, self.devices, self.max_length = kind, graphs, layers, devices, max_length
         self.matmul_precision = matmul_precision  # torch.set_float32_matmul_precision's setting (`predict`)
+        self.host_overhead = host_overhead  # the host's dispatch time per kernel / the launch floor (`predict`)
         self._costs: dict[tuple[int, int], StepCost] = {}
         self.predict_warnings: list[str] = []
 
@@ -526,7 +528,9 @@ class Step:
         for dev in self.devices:
             preds: dict[int, Prediction] = {}
             for d, p in points.items():
-                pred, warnings = run_predictor(p.analysis, dev, matmul_precision=self.matmul_precision)
+                pred, warnings = run_predictor(
+                    p.analysis, dev, matmul_precision=self.matmul_precision, host_overhead=self.host_overhead
+                )
                 preds[d] = pred
                 self.predict_warnings.extend(w for w in warnings if w not in self.predict_warnings)
             lat[dev] = self._combine({d: p.latency_ms for d, p in preds.items()})
@@ -808,6 +812,7 @@ def llm(
     matmul_precision: str = "highest",
     engine_profile: str | None = None,
     max_num_batched_tokens: int | None = None,
+    host_overhead: float = 1.0,
 ) -> LlmReport:
     """Serve a decoder LM with a static KV cache: KV-cache bytes, TTFT/TPOT, capacity per GPU and MIG slice.
 
@@ -835,6 +840,9 @@ def llm(
         block_size: Tokens per KV-cache block (vllm runtime).
         matmul_precision: `torch.set_float32_matmul_precision` where the model is served: "highest" (torch's
             default) or "high"/"medium" (float32 matmuls on TF32 tensor cores); only a float32 model moves.
+        host_overhead: The host's dispatch time per kernel as a multiple of preflight's launch floor (eager runtime;
+            `predictor.predict.predict`): 1.0 the host the kernel model was fitted on. The vllm runtime's host time
+            is its engine profile's (`engine_profile`); a value other than 1.0 there is a UsageError.
         engine_profile: The engine's host time per decode step (vllm runtime): a built-in profile's name
             (`vllm-overlapped`, the default: host work overlapped with the GPU; `vllm-0.5.4`: fitted on ML.ENERGY
             v2's vLLM 0.5.4 rows) or the path of a profile .json file (docs/llm-serving.md).
@@ -857,6 +865,11 @@ def llm(
         raise UsageError("--tensor-parallel needs --runtime vllm (the eager runtime runs one GPU)")
     if runtime == "eager" and engine_profile is not None:
         raise UsageError("--engine-profile needs --runtime vllm (the eager runtime has no serving engine)")
+    host_overhead = check_host_overhead(host_overhead)
+    if runtime == "vllm" and host_overhead != 1.0:
+        raise UsageError(
+            "--host-overhead needs --runtime eager (the vllm runtime's host time per step is its --engine-profile)"
+        )
     if runtime == "eager" and max_num_batched_tokens is not None:
         raise UsageError("--max-num-batched-tokens needs --runtime vllm (the eager runtime has no scheduler)")
     if max_num_batched_tokens is not None:
@@ -941,8 +954,8 @@ def llm(
             for d, lm in depths.items()
         }
 
-    prefill = Step("prefill", graphs("prefill"), n, devices, max_length, matmul_precision)
-    decode = Step("decode", graphs("decode"), n, devices, max_length, matmul_precision)
+    prefill = Step("prefill", graphs("prefill"), n, devices, max_length, matmul_precision, host_overhead)
+    decode = Step("decode", graphs("decode"), n, devices, max_length, matmul_precision, host_overhead)
 
     say(f"tracing the prefill step ({batch} x {prompt} tokens)")
     pre = prefill.cost(batch, prompt)
@@ -1058,7 +1071,7 @@ def llm(
         contexts=grid,
         depth=depth,
         assumptions=list(ASSUMPTIONS),
-        runtime={"name": "eager", **_precision(matmul_precision)},
+        runtime={"name": "eager", **_precision(matmul_precision), "host_overhead": host_overhead},
         formulas=formulas or None,
     )
     report = _decode_report(m, decode, dec, batch, request_context, kv, depth)

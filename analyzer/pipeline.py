@@ -28,7 +28,7 @@ from predictor.predict import predict as run_predictor
 
 from .errors import AnalysisError, MissingShapeError, StrictFindingError, UsageError
 from .frontends import InputSpec, LoadedModel, load
-from .options import check_dtype, check_matmul_precision
+from .options import check_dtype, check_host_overhead, check_matmul_precision
 
 TORCH_EXPORTED = ("torch", "zoo", "transformers")  # frameworks whose graphs come from torch.export
 # frameworks whose runtime folds constant subgraphs when it loads the model (ONNX Runtime, TensorFlow, TFLite, Paddle
@@ -268,9 +268,10 @@ def add_prediction(
     max_slowdown: float | None = None,
     *,
     matmul_precision: str = DEFAULT_MATMUL_PRECISION,
+    host_overhead: float = 1.0,
 ) -> Prediction:
-    """Predict `report`'s analysis on `device` (float32 matmuls as `matmul_precision` runs them); the predictor's
-    warnings join the report's."""
+    """Predict `report`'s analysis on `device` (float32 matmuls as `matmul_precision` runs them, on a host dispatching
+    each kernel `host_overhead` times the kernel model's launch floor); the predictor's warnings join the report's."""
     try:
         prediction, warnings = run_predictor(
             report.analysis,
@@ -278,6 +279,7 @@ def add_prediction(
             latency_slo_ms=latency_slo_ms,
             max_slowdown=max_slowdown,
             matmul_precision=check_matmul_precision(matmul_precision),
+            host_overhead=check_host_overhead(host_overhead),
         )
     except KernelParamsError as exc:  # an edited or corrupt kernel-parameter table
         raise AnalysisError(str(exc)) from exc
@@ -292,14 +294,19 @@ def predict_all(
     max_slowdown: float | None = None,
     *,
     matmul_precision: str = DEFAULT_MATMUL_PRECISION,
+    host_overhead: float = 1.0,
 ) -> Report:
     """Fill `report.predictions` (one per device, in order), `report.prediction` and `report.predictors`;
-    `matmul_precision` as `torch.set_float32_matmul_precision` takes it (`add_prediction`)."""
+    `matmul_precision` as `torch.set_float32_matmul_precision` takes it, `host_overhead` the host's dispatch time
+    per kernel as a multiple of the launch floor (`add_prediction`)."""
     if max_slowdown is not None and not max_slowdown >= 1:
         raise UsageError(f"the maximum slowdown is a factor of at least 1 (got {max_slowdown})")
     check_matmul_precision(matmul_precision)
+    check_host_overhead(host_overhead)
     for d in devices:
-        p = add_prediction(report, d, latency_slo_ms, max_slowdown, matmul_precision=matmul_precision)
+        p = add_prediction(
+            report, d, latency_slo_ms, max_slowdown, matmul_precision=matmul_precision, host_overhead=host_overhead
+        )
         report.predictions.append(p)
         if p.predictor not in report.predictors:
             report.predictors[p.predictor] = predictor_info(d, name=p.predictor)

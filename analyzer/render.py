@@ -380,7 +380,9 @@ def assumes_text(runtime: dict) -> str:
         how = f"tensor cores; matmul precision '{precision}' moves float32 matmuls only"
     else:
         how = "tensor cores"
-    return f"eager PyTorch on CUDA, {dtype} ({how})"
+    host = runtime.get("host_overhead", 1.0)
+    on = "" if host == 1.0 else f", on a host dispatching each kernel {host:g}x preflight's launch floor"
+    return f"eager PyTorch on CUDA, {dtype} ({how}){on}"
 
 
 def _prediction(report) -> list[tuple[str, str]]:
@@ -818,14 +820,16 @@ def render_csv(report, what: str = "ops") -> str:
     if p is not None:
         from predictor.devices import get_device
         from predictor.kernel_model import kernel_arrays, kernel_latency_arrays
+        from predictor.predict import host_overhead_of_prediction, host_times
 
-        tf32 = bool(p.runtime.get("tf32_matmul", False))
-        kt = kernel_latency_arrays(kernel_arrays(a.kernels), get_device(p.device), tf32_matmul=tf32)
-        whole = (
-            kernel_latency_arrays(kernel_arrays(a.launched_kernels), get_device(p.device), tf32_matmul=tf32)
-            if a.repeat or a.steps
-            else kt
-        )
+        tf32, host = bool(p.runtime.get("tf32_matmul", False)), host_overhead_of_prediction(p)
+
+        def times(kernels):
+            costed = kernel_latency_arrays(kernel_arrays(kernels), get_device(p.device), tf32_matmul=tf32)
+            return host_times(costed, host)
+
+        kt = times(a.kernels)
+        whole = times(a.launched_kernels) if a.repeat or a.steps else kt
         scale = p.latency_ms / (float(whole.eager_s.sum()) * 1e3) if float(whole.eager_s.sum()) > 0 else 0.0
         secs, bound = kt.eager_s * 1e3 * scale, kt.compute_bound
     out.writerow(KERNEL_CSV_COLUMNS)

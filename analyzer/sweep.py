@@ -140,7 +140,13 @@ def solve_largest(fits_at: Callable[[int], bool], need_at: Callable[[int], float
 
 
 def _solve_device(
-    sm, device: str, points: list[dict], analysis_at, latency_slo_ms, matmul_precision: str = "highest"
+    sm,
+    device: str,
+    points: list[dict],
+    analysis_at,
+    latency_slo_ms,
+    matmul_precision: str = "highest",
+    host_overhead: float = 1.0,
 ) -> tuple[dict, int | None]:
     """(largest fitting batch per MIG profile, and on the whole GPU) of one device, solved over the symbolic
     export's range lo..min(its highest, SOLVE_MAX) with `solve_largest`, starting from the swept points; batch 1
@@ -152,7 +158,11 @@ def _solve_device(
     def at(b: int) -> dict:
         if b not in cache:
             p, _ = run_predictor(
-                analysis_at(b), device, latency_slo_ms=latency_slo_ms, matmul_precision=matmul_precision
+                analysis_at(b),
+                device,
+                latency_slo_ms=latency_slo_ms,
+                matmul_precision=matmul_precision,
+                host_overhead=host_overhead,
             )
             cache[b] = point(b, p, latency_slo_ms)
         return cache[b]
@@ -243,12 +253,13 @@ def run_sweep(
     matmul_precision: str = "highest",
     symbolic: bool = True,
     solve: bool = True,
+    host_overhead: float = 1.0,
 ) -> tuple[dict, list[str]]:
     """The `sweep` block of the report and the warnings it raised; `batches` as `check_batches` returns them.
 
     `reuse` maps a batch already analysed and predicted (the report's own) to its `Report`, whose `predictions`
-    are for `devices`, in order; `progress(n)` is called after each batch; `matmul_precision` as for
-    `predictor.predict.predict`. `symbolic=False` lowers the model
+    are for `devices`, in order; `progress(n)` is called after each batch; `matmul_precision` and `host_overhead` as
+    for `predictor.predict.predict`. `symbolic=False` lowers the model
     again at every batch (the way before `analyzer.symbolic`; bench/bench_symbolic_sweep.py compares the two).
     With a symbolic export and `solve`, each device's entry also has `largest_batch_solved` (per MIG profile)
     and `largest_batch_full_gpu_solved`: the largest batch that fits over the whole range (up to
@@ -278,7 +289,13 @@ def run_sweep(
                     )
                     analysis = analyze_loaded(loaded, strict=strict, dtype=dtype).analysis
                 predicted = [
-                    run_predictor(analysis, d, latency_slo_ms=latency_slo_ms, matmul_precision=matmul_precision)
+                    run_predictor(
+                        analysis,
+                        d,
+                        latency_slo_ms=latency_slo_ms,
+                        matmul_precision=matmul_precision,
+                        host_overhead=host_overhead,
+                    )
                     for d in devices
                 ]
             for d, (p, w) in zip(devices, predicted, strict=True):
@@ -316,7 +333,7 @@ def run_sweep(
         try:
             solved = {
                 d: _solve_by_formula(sm, reuse, i, per_device[d], latency_slo_ms, dtype)
-                or _solve_device(sm, d, per_device[d], analysis_at, latency_slo_ms, matmul_precision)
+                or _solve_device(sm, d, per_device[d], analysis_at, latency_slo_ms, matmul_precision, host_overhead)
                 for i, d in enumerate(devices)
             }
             doc["symbolic"]["solve_max"] = min(sm.batch_range[1] or SOLVE_MAX, SOLVE_MAX)

@@ -37,18 +37,28 @@ Then `+host`, `ratio` and `diff` at one `h` for every row, unfitted (h = 1: what
 floor), the choice: `kernel`, `ratio` and `diff` at h = 1 and at the fitted `h`, and the issue's bar (latency within
 15%, slowdown within 8%) per slice at preflight's own speeds (h = g = 1), with `h` fitted and with `h` and `g` fitted.
 
+Then the user-facing setting: `h` fitted on all 224 rows (the same grid, the shipped rule), and the latency and
+slowdown MAPE at it, which is what `preflight predict MODEL --device a100-40gb:PROFILE --matmul-precision high
+--host-overhead H` states for these rows; checked through the product's own path (`analyzer.api.analyze` of the
+zoo encoder, then `analyzer.pipeline.predict_all`, what `preflight predict` and `report` run, on every slice with
+`host_overhead=H`, the kernel-model estimate: `PREFLIGHT_PREDICTOR=kernel`) on `--product N` configurations (those
+nearest batch 32 x 64 tokens; default 1, 0 skips it: each is one TVM analysis, about a minute here), each slice's
+latency equal to the bench's `diff` at the same `h` (to 1e-9).
+
 Last, the issue's memory line on the same rows' framebuffer readings (`predictor.memory_fit`): what grows with the
 batch and the sequence (least-squares slope in MiB per sample, and the increments between consecutive points, so the
 fixed part cancels) predicted against measured per encoder and slice, the fixed part at batch 1 term by term, and
 the fixed part per runtime with its source (`--no-memory` skips it).
 
-Usage: python bench/bench_mig_latency.py [--rows] [--no-memory]   (about 10 s here; --rows prints every row)
+Usage: python bench/bench_mig_latency.py [--rows] [--no-memory] [--product N]
+       (about 10 s here without the product check; --rows prints every row)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -93,6 +103,7 @@ def load_rows() -> list[dict]:
                 "measured": r.latency_ms,
                 "sweep": "seq" if "infer_seq" in raw["source"] else "bsz",
                 "graph": graph_id(*r.config),
+                "spec": r.spec,
             }
         )
     return out
@@ -183,6 +194,41 @@ def _cell(errs: list) -> str:
     return f"{lat:6.1f} {np.mean(slow):6.1f}" if slow else f"{lat:6.1f}      -"
 
 
+def product_check(rows: list[dict], times, h: float, n: int) -> list[str]:
+    """The product's own path at `--host-overhead h` on the `n` configurations nearest 32 x 64 tokens: each is
+    analysed once (`analyzer.api.analyze` of its zoo spec, float32) and predicted on every slice the rows ran on by
+    `analyzer.pipeline.predict_all` (TF32 matmuls, `host_overhead=h`, the kernel-model estimate); per slice, the
+    product's latency against the bench's `diff` at `h` and against the measured row. Lines to print."""
+    os.environ["PREFLIGHT_PREDICTOR"] = "kernel"  # the estimate, whatever the checkpoints hold
+    import warnings
+
+    from analyzer.api import analyze
+    from analyzer.pipeline import predict_all
+
+    warnings.filterwarnings("ignore")  # the exporter's deprecation notes
+    # nearest batch x tokens to 32 x 64 first (in both sweeps; between host- and GPU-bound, so the slices differ)
+    configs = sorted({(abs(np.log2(r["batch"] * r["seq"] / 2048)), r["spec"], r["batch"]) for r in rows})[:n]
+    out = []
+    for _, spec, batch in configs:
+        here = [r for r in rows if (r["spec"], r["batch"]) == (spec, batch)]
+        devices = [f"a100-40gb:{p}" for p in sorted({r["profile"] for r in here})]
+        t0 = time.perf_counter()
+        report = analyze(f"zoo:{spec}", batch=batch)
+        predict_all(report, devices, matmul_precision="high", host_overhead=h)
+        for p in report.predictions:
+            assert p.runtime["host_overhead"] == h and p.predictor == "roofline", p.runtime
+            r = next(r for r in here if f"a100-40gb:{r['profile']}" == p.device)
+            bench = predict(SHIPPED, times, r, h)[0]
+            assert abs(p.latency_ms / bench - 1) < 1e-9, (p.device, p.latency_ms, bench)
+            out.append(
+                f"  {SHORT[r['model']]:<26} batch {batch:>3} x {r['seq']:>3} tokens {p.device:<18} product "
+                f"{p.latency_ms:8.3f} ms = bench {bench:8.3f} ms; measured {r['measured']:8.3f} ms "
+                f"({(p.latency_ms / r['measured'] - 1) * 100:+.1f}%)"
+            )
+        out.append(f"  ({time.perf_counter() - t0:.0f} s: one analysis, {len(report.predictions)} slices)")
+    return out
+
+
 def memory_tables() -> None:
     """The memory line of the same rows: growth (slope and steps), fixed part at batch 1, fixed part per runtime."""
     from predictor.memory import load_memory_params
@@ -203,6 +249,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", action="store_true", help="print every row")
     ap.add_argument("--no-memory", action="store_true", help="skip the memory tables")
+    ap.add_argument(
+        "--product", type=int, default=1, metavar="N", help="check N configurations through preflight's own path"
+    )
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     rows = load_rows()
@@ -308,6 +357,21 @@ def main(argv: list[str] | None = None) -> None:
         cells = [_cell([e for e in es if p in ("all", e[0]["profile"])]) for p in [*profiles, "all"]]
         worst = max(e[2] for e in es if e[2] is not None)
         print(f"{label:<26}" + "".join(f" {c:>16}" for c in cells) + f"   worst slowdown {worst:.1f}%")
+    h_all = fit_h(SHIPPED, times, rows)
+    at = errors(SHIPPED, times, rows, lambda r: h_all, measured_whole)
+    print(
+        f"\nThe user-facing setting: h fitted on all {len(rows)} rows (shipped rule, grid {GRID[0]:g}..{GRID[-1]:g}):"
+    )
+    print(f"`--host-overhead {h_all:g}`; MAPE % lat/slow at it (what preflight then states for these rows)")
+    print(f"{'':<26}" + "".join(f" {p + ' lat/slow':>16}" for p in [*profiles, "all"]))
+    for label, es in (("--host-overhead 1", settings["h = 1, g = 1 (preflight)"]), (f"--host-overhead {h_all:g}", at)):
+        cells = [_cell([e for e in es if p in ("all", e[0]["profile"])]) for p in [*profiles, "all"]]
+        print(f"{label:<26}" + "".join(f" {c:>16}" for c in cells))
+    if args.product > 0:
+        print(
+            f"Through preflight's own path (analyze + predict_all, --host-overhead {h_all:g}), {args.product} config(s)"
+        )
+        print("\n".join(product_check(rows, times, h_all, args.product)))
     if not args.no_memory:
         memory_tables()
     if args.rows:

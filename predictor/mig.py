@@ -221,7 +221,9 @@ def slice_latencies(
     models a host that dispatches slower than the kernel model's floor); each kernel's execution,
     max(`compute_s`, `memory_s`), is times `exec_scale` on both (`exec_scale` > 1 models a software stack whose
     kernels run slower than the kernel model's fitted efficiencies: it stretches GPU time and leaves host time
-    alone). preflight predicts at 1 and 1; the bench fits both to the public measuring machine (docs/devices.md).
+    alone). preflight predicts at 1 and 1 with the user's host already in `launch_s` (`--host-overhead X`:
+    `predictor.predict.host_times`, the same as `host_scale` X here); the bench fits both to the public measuring
+    machine (docs/devices.md).
     A graph with no kernels takes `full_ms` on every slice. Measured against public per-slice rows:
     `python bench/bench_mig_latency.py`.
     """

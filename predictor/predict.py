@@ -68,6 +68,9 @@ ESTIMATE_HIGH = 2.0  # the estimate's interval reaches this many times the estim
 # floor is one host's dispatch time; a faster host may issue kernels up to twice as fast): never the bare roofline,
 # which leaves out the launch and sits 100x below the point for small models.
 ESTIMATE_LOW_LAUNCH = 0.5
+#: The host's dispatch time per kernel as a multiple of the kernel model's fitted launch floor (`predict`'s
+#: `host_overhead`, `preflight --host-overhead`): 1.0 is the host the floor was fitted on.
+DEFAULT_HOST_OVERHEAD = 1.0
 
 
 def estimate_low_ms(times: KernelTimes) -> float:
@@ -360,16 +363,6 @@ def get_params_family(device_key: str) -> str | None:
     return load_params().family(device_key)
 
 
-def _slice_latencies(
-    device: Device, whole: KernelTimes, slices: dict[str, KernelTimes], full_ms: float
-) -> dict[str, float]:
-    """Predicted latency (ms) on each MIG slice of `device`: `predictor.mig.slice_latencies`, the whole GPU's
-    predicted latency `full_ms` (the kernel model's estimate or a trained predictor's, alike) plus the extra time
-    the asynchronously issued kernels take on the slice over the whole GPU. `whole` and `slices[name]` are the
-    kernel model's times of the graph on the whole GPU and on each profile's share of it."""
-    return slice_latencies(full_ms, whole, {p.name: slices[p.name] for p in device.mig})
-
-
 @dataclass(frozen=True)
 class Prediction:
     """What preflight predicts for one model on one device (the `prediction` block of the report).
@@ -436,13 +429,17 @@ class Prediction:
         )
 
 
-def runtime_of(ops, matmul_precision: str = DEFAULT_MATMUL_PRECISION) -> dict:
+def runtime_of(
+    ops, matmul_precision: str = DEFAULT_MATMUL_PRECISION, host_overhead: float = DEFAULT_HOST_OVERHEAD
+) -> dict:
     """What a prediction assumes executes the model: eager PyTorch on CUDA, `torch.backends.cudnn.allow_tf32` True
     (torch's default: float32 convolutions on TF32 tensor cores) and float32 matmuls as
     `torch.set_float32_matmul_precision(matmul_precision)` runs them ("highest", torch's default: FP32 CUDA cores,
     `tf32_matmul` False; "high" or "medium": TF32 tensor cores, `tf32_matmul` True), in the dtype most of the
     graph's multiply-add ops (else its ops) compute in ("int8" for int8 or uint8 operands: a quantized model).
-    The matmul setting changes float32 matmuls only: a float16/bfloat16 graph's numbers do not move."""
+    The matmul setting changes float32 matmuls only: a float16/bfloat16 graph's numbers do not move.
+    `host_overhead`: the host's dispatch time per kernel as a multiple of the kernel model's fitted launch floor
+    (1.0: the host the floor was fitted on; `predict`)."""
     live = [c for c in ops if not c.folded and c.outputs]
     heavy = [c for c in live if c.category in ("conv", "matmul", "attention")] or live
     dtypes = Counter("int8" if d in INT8_DTYPES else d for d in map(compute_dtype, heavy))
@@ -452,12 +449,27 @@ def runtime_of(ops, matmul_precision: str = DEFAULT_MATMUL_PRECISION) -> dict:
         "tf32_conv": True,
         "tf32_matmul": tf32_matmul_of(matmul_precision),
         "matmul_precision": matmul_precision,
+        "host_overhead": float(host_overhead),
     }
 
 
 def tf32_matmul_of_prediction(prediction: Prediction) -> bool:
     """Whether `prediction` was made with float32 matmuls on TF32 tensor cores (its `runtime` block)."""
     return bool(prediction.runtime.get("tf32_matmul", False))
+
+
+def host_overhead_of_prediction(prediction: Prediction) -> float:
+    """The host-overhead factor `prediction` was made with (its `runtime` block; 1.0 when absent)."""
+    return float(prediction.runtime.get("host_overhead", DEFAULT_HOST_OVERHEAD))
+
+
+def host_times(times: KernelTimes, host_overhead: float = DEFAULT_HOST_OVERHEAD) -> KernelTimes:
+    """`times` on a host that dispatches each kernel `host_overhead` times as long as the kernel model's fitted
+    launch floor: `launch_s` (s per kernel, (N,)) times `host_overhead`, the execution terms unchanged (a kernel a
+    library call launches on the device has `launch_s` 0 and stays so). `times` itself at 1.0."""
+    if host_overhead == DEFAULT_HOST_OVERHEAD:
+        return times
+    return replace(times, launch_s=times.launch_s * host_overhead)
 
 
 def predict(
@@ -468,6 +480,7 @@ def predict(
     max_slowdown: float | None = None,
     checkpoints: Path = CHECKPOINTS,
     matmul_precision: str = DEFAULT_MATMUL_PRECISION,
+    host_overhead: float = DEFAULT_HOST_OVERHEAD,
 ) -> tuple[Prediction, list[str]]:
     """The prediction for `analysis` on `device_name`, and warnings to show the user.
 
@@ -476,27 +489,51 @@ def predict(
     default; "high" or "medium": float32 matmuls on TF32 tensor cores, `kernel_model.MATMUL_PRECISIONS`);
     ValueError for another value. An allocation trace the caching allocator cannot replay (a liveness fault) costs
     the memory by the fitted reserve factor, as a graph without a trace, with a warning (`replay_reserve`).
+    `host_overhead`: the host's dispatch time per kernel as a multiple of the kernel model's fitted launch floor
+    (> 0; 1.0, the default, is the host the floor was fitted on; 2.35 a host like MIGProfiler's, docs/devices.md):
+    every kernel's `launch_s` is multiplied by it (`host_times`) wherever the kernel model's times enter, so the
+    whole GPU's latency (sum of max(execution, launch)), each MIG slice's (`predictor.mig.slice_latencies`: the
+    queued host issue), the interval's low end, the busy shares and so the power and energy (latency x power) all
+    see the same host. A trained predictor learned the hosts it was measured on and takes no host factor: at a
+    factor other than 1.0 the kernel-model estimate answers, with a warning. ValueError for a factor that is not
+    positive and finite (`analyzer.options.check_host_overhead` says it to users).
     """
+    if isinstance(host_overhead, bool) or not (
+        isinstance(host_overhead, int | float) and math.isfinite(host_overhead) and host_overhead > 0
+    ):
+        raise ValueError(f"host_overhead must be a positive finite number (got {host_overhead!r})")
     tf32 = tf32_matmul_of(matmul_precision)
     device = get_device(device_name)
     warnings: list[str] = []
     launched = getattr(analysis, "launched_kernels", analysis.kernels)  # layers 3..n repeated when extrapolated
     karrays = kernel_arrays(launched)
-    whole = kernel_latency_arrays(karrays, device, tf32_matmul=tf32)
+
+    def costed(dev: Device, mig_profile=None) -> KernelTimes:
+        """The kernel model's times of the graph on `dev` (a MIG profile's share of it) on the user's host."""
+        return host_times(kernel_latency_arrays(karrays, dev, mig_profile, tf32_matmul=tf32), host_overhead)
+
+    whole = costed(device)
     bound = whole.bound_ms
     parent = profile = parent_times = parent_ms = None
     if device.parent is not None:  # a MIG slice as the target: its GPU's latency plus the slice's extra time
         parent = get_device(device.parent)
         profile = parent.profile(device.key.split(":", 1)[1])
-        parent_times = kernel_latency_arrays(karrays, parent, tf32_matmul=tf32)
+        parent_times = costed(parent)
         parent_ms = parent_times.eager_ms  # the whole GPU's predicted latency (a transferred predictor's below)
 
     def on_slice(full_ms: float) -> float:
-        """A whole-GPU latency (ms) of `parent` on the target slice (`predictor.mig.slice_latencies`)."""
+        """A whole-GPU latency (ms) of `parent` on the target slice (`predictor.mig.slice_latencies`; the host
+        factor is already in both times' `launch_s`)."""
         return slice_latencies(full_ms, parent_times, {profile.name: whole})[profile.name]
 
     trained, artifact, source, skipped = first_loadable(device.key, checkpoints)
     warnings += skipped
+    if trained is not None and host_overhead != DEFAULT_HOST_OVERHEAD:
+        warnings.append(
+            f"host overhead {host_overhead:g}: the trained predictor {artifact.name} learned the hosts it was measured "
+            "on and takes no host factor: the kernel-model estimate is used instead"
+        )
+        trained = None
     if trained is not None and getattr(analysis, "repeat", None) is not None:
         trained = None  # it reads the op graph, which holds 2 of the layers: the kernel model costs all of them
         warnings.append(
@@ -523,7 +560,7 @@ def predict(
         name = artifact.name
         if source != device.key:  # measured on another GPU (or a slice's whole GPU): scale to the target
             src = get_device(source)
-            src_ms = kernel_latency_arrays(karrays, src, tf32_matmul=tf32).eager_ms
+            src_ms = costed(src).eager_ms
             to_ms = whole.eager_ms if parent is None else parent_times.eager_ms  # the kernel model's ratio of GPUs
             r = to_ms / src_ms if src_ms > 0 else 1.0
             if parent is not None:  # then the GPU's latency on the slice; the interval and energy by the same factor
@@ -547,18 +584,22 @@ def predict(
         lat = whole.eager_ms if parent is None else on_slice(parent_times.eager_ms)
         lat_lo, lat_hi = min(estimate_low_ms(whole), lat), ESTIMATE_HIGH * lat
         pw = power_params(device.key)
-        s_c, s_m, s_gap = busy_shares(whole.compute_s, whole.memory_s, whole.launch_s)
+        busy_s = float(whole.eager_s.sum())
+        # the busy split, once: the kernels' time compute-bound, memory-bound and at the launch floor
         if pw.compute_fp32_w is None:
+            s_c, s_m, s_gap = busy_shares(whole.compute_s, whole.memory_s, whole.launch_s)
             priced = (s_c, s_m, 0.0)
         else:  # compute-bound float32 kernels at their own power (`power.shares_from_classes`)
             classes = kernel_classes(karrays, whole, device, tf32_matmul=tf32)
-            priced = shares_from_classes(classes, float(whole.eager_s.sum()))
+            priced = shares_from_classes(classes, busy_s)
+            s_c, s_m, _ = shares_from_classes(classes, busy_s, "none")  # = busy_shares, from the same classes
+            s_gap = max(0.0, 1.0 - s_c - s_m) if busy_s > 0 else 0.0
         power = pw.power_w(*priced)
         power_split = {
             "compute": max(0.0, priced[0]),  # max: a float32-only model's compute - float32 may round below 0
             "memory": priced[1],
             "compute_fp32": priced[2],
-            "gap": max(0.0, 1.0 - sum(priced)) if whole.eager_s.sum() > 0 else 1.0,
+            "gap": max(0.0, 1.0 - sum(priced)) if busy_s > 0 else 1.0,
         }
         p_lo, p_hi = pw.interval_w(power)
         e, e_lo, e_hi = lat / 1e3 * power, lat_lo / 1e3 * p_lo, lat_hi / 1e3 * p_hi
@@ -612,8 +653,9 @@ def predict(
             max_slowdown=max_slowdown,
         )
     else:
-        per_slice = {p.name: kernel_latency_arrays(karrays, device, p, tf32_matmul=tf32) for p in device.mig}
-        slices = _slice_latencies(device, whole, per_slice, lat)
+        # each slice: the whole GPU's latency `lat` (the estimate's or a trained predictor's) plus the extra time the
+        # asynchronously issued kernels take on the slice's share of SMs and bandwidth (`mig.slice_latencies`)
+        slices = slice_latencies(lat, whole, {p.name: costed(device, p) for p in device.mig})
         rec = recommend(
             device,
             m_hi,
@@ -633,7 +675,7 @@ def predict(
         memory_mib_interval=(m_lo, m_hi),
         roofline_latency_ms=bound,
         mig=rec,
-        runtime=runtime_of(analysis.ops, matmul_precision),
+        runtime=runtime_of(analysis.ops, matmul_precision, host_overhead),
         basis=_basis(karrays, device, whole, None if trained is None else source, tf32)
         | (_public_basis(residual, device, name != "roofline", fallback) if residual is not None else {}),
         memory_tensor_peak_mib=tensor_peak,
@@ -685,9 +727,9 @@ def op_times_ms(analysis, prediction: Prediction) -> dict[int, tuple[float, bool
     trained predictor's latency (it predicts the graph, not each op) is spread the same way. With layers
     extrapolated (`Analysis.repeat`) the listed ops (2 of n layers) get their own share of the n-layer latency.
     """
-    tf32 = tf32_matmul_of_prediction(prediction)
+    tf32, host = tf32_matmul_of_prediction(prediction), host_overhead_of_prediction(prediction)
     device = get_device(prediction.device)
-    times = kernel_latency_arrays(kernel_arrays(analysis.kernels), device, tf32_matmul=tf32)
+    times = host_times(kernel_latency_arrays(kernel_arrays(analysis.kernels), device, tf32_matmul=tf32), host)
     per_op: dict[int, float] = {}
     bound: dict[int, bool] = {}
     for kern, sec, cb in zip(analysis.kernels, times.eager_s, times.compute_bound, strict=True):
@@ -697,9 +739,8 @@ def op_times_ms(analysis, prediction: Prediction) -> dict[int, tuple[float, bool
     total = sum(per_op.values())
     if getattr(analysis, "repeat", None) is not None or getattr(analysis, "steps", None) is not None:
         # the listed ops are 2 of n layers (a few of T steps): scale by all of them
-        total = float(
-            kernel_latency_arrays(kernel_arrays(analysis.launched_kernels), device, tf32_matmul=tf32).eager_s.sum()
-        )
+        launched = kernel_latency_arrays(kernel_arrays(analysis.launched_kernels), device, tf32_matmul=tf32)
+        total = float(host_times(launched, host).eager_s.sum())
     scale = prediction.latency_ms / (total * 1e3) if total > 0 else 0.0
     return {
         c.index: (per_op.get(c.index, 0.0) * 1e3 * scale, bound.get(c.index, False))

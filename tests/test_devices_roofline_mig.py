@@ -164,6 +164,7 @@ def test_slice_latency_keeps_the_launch_floor():
         "tf32_conv": True,
         "tf32_matmul": False,
         "matmul_precision": "highest",
+        "host_overhead": 1.0,
     }
     assert report.prediction.latency_ms == pytest.approx(0.016621, rel=1e-5)
     assert report.prediction.roofline_latency_ms == pytest.approx(0.00375609, rel=1e-5)

@@ -246,6 +246,7 @@ def test_cli_flag_reaches_the_json_and_speeds_up_float32_matmuls(models):
         "tf32_conv": True,
         "tf32_matmul": True,
         "matmul_precision": "high",
+        "host_overhead": 1.0,
     }
     assert medium["runtime"]["tf32_matmul"] is True and medium["runtime"]["matmul_precision"] == "medium"
     assert medium["latency_ms"] == high["latency_ms"]  # on a GPU "medium" is "high" (cuBLAS TF32)
@@ -383,7 +384,12 @@ def test_llm_eager_runtime_follows_the_setting():
         rep = llm(f"zoo:{TINY_GPT2}", prompt=16, generate=4, batch=1, devices=["a100-80gb"], contexts=[32],
                   dtype="float32", matmul_precision=mp)  # fmt: skip
         doc = rep.llm.to_json()
-        assert doc["runtime"] == {"name": "eager", "matmul_precision": mp, "tf32_matmul": mp == "high"}
+        assert doc["runtime"] == {
+            "name": "eager",
+            "matmul_precision": mp,
+            "tf32_matmul": mp == "high",
+            "host_overhead": 1.0,
+        }
         eager[mp] = doc["prefill"]["basis"]["a100-80gb"]["kernel_time_share"]["assumed"]
     # a model this small is launch-bound either way; its float32 GEMMs now rest on the assumed TF32 entry
     assert eager["high"] > eager["highest"]

@@ -403,20 +403,25 @@ def _context_axis(contexts: Sequence[int]) -> tuple[float, float]:
     return (min(contexts) / 1.2, max(contexts) * 1.2) if len(contexts) > 1 else (contexts[0] / 2, contexts[0] * 2)
 
 
-def llm_latency(device: str, contexts: Sequence[int], points: Sequence[dict]) -> str:
-    """Predicted TTFT and TPOT (ms, log) against context (tokens, log); `points[i]` has `ttft_ms`, `tpot_ms`."""
-    series = [("TTFT (prefill)", "ttft_ms", PALETTE[0]), ("TPOT (decode step)", "tpot_ms", PALETTE[1])]
-    values = [p[k] for p in points for _, k, _ in series if p.get(k) is not None and p[k] > 0]
-    c = Chart(
-        f"{device}: latency against context",
+def _context_chart(title: str, ylabel: str, contexts: Sequence[int], values: Sequence[float]) -> Chart:
+    """An empty chart of `values` (log y, their range) against context (tokens, log x, a tick at each context)."""
+    return Chart(
+        title,
         "context (tokens)",
-        "predicted ms",
+        ylabel,
         _context_axis(contexts),
         _range(values, log=True),
         logx=True,
         logy=True,
         xticks=list(contexts),
     )
+
+
+def llm_latency(device: str, contexts: Sequence[int], points: Sequence[dict]) -> str:
+    """Predicted TTFT and TPOT (ms, log) against context (tokens, log); `points[i]` has `ttft_ms`, `tpot_ms`."""
+    series = [("TTFT (prefill)", "ttft_ms", PALETTE[0]), ("TPOT (decode step)", "tpot_ms", PALETTE[1])]
+    values = [p[k] for p in points for _, k, _ in series if p.get(k) is not None and p[k] > 0]
+    c = _context_chart(f"{device}: latency against context", "predicted ms", contexts, values)
     for label, key, colour in series:
         pts = [(x, p[key]) for x, p in zip(contexts, points, strict=True) if p.get(key) is not None and p[key] > 0]
         if pts:
@@ -441,16 +446,7 @@ def llm_capacity(device: str, contexts: Sequence[int], series: Sequence[tuple[st
         else:
             merged.append((name, list(values)))
     positive = [v for _, vals in merged for v in vals if v > 0]
-    c = Chart(
-        f"{device}: concurrency against context",
-        "context (tokens)",
-        "sequences that fit",
-        _context_axis(contexts),
-        _range(positive, log=True),
-        logx=True,
-        logy=True,
-        xticks=list(contexts),
-    )
+    c = _context_chart(f"{device}: concurrency against context", "sequences that fit", contexts, positive)
     for i, (label, vals) in enumerate(merged):
         pts = [(x, v) for x, v in zip(contexts, vals, strict=True) if v > 0]
         colour = PALETTE[i % len(PALETTE)]

@@ -12,6 +12,8 @@ instead of a plain sum, data-flow edges instead of a chain, and quantile heads f
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import torch
 from torch import nn
 from torch_geometric.nn import MLP, GraphSAGE, global_add_pool, global_max_pool, global_mean_pool
@@ -110,3 +112,47 @@ def pinball_loss(pred: torch.Tensor, y: torch.Tensor, quantiles: tuple[float, ..
     diff = torch.where(mask, target, pred) - pred
     loss = torch.maximum(q * diff, (q - 1) * diff)
     return loss[mask.expand_as(loss)].mean() if mask.any() else pred.sum() * 0
+
+
+def fit_epochs(
+    model: CostPredictor,
+    data: Sequence,
+    loss_of: Callable[[torch.Tensor, object], torch.Tensor],
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    weight_decay: float,
+    seed: int,
+    on_epoch: Callable[[int, float], None] | None = None,
+) -> list[float]:
+    """Train `model` in place: AdamW with a cosine learning-rate schedule over `epochs`, gradients clipped to norm
+    5, the graphs `data` (torch_geometric Data with x, edge_index, static, y) shuffled into batches of `batch_size`
+    by a generator seeded with `seed`. `loss_of(pred, batch)` gives a batch's scalar loss from the prediction
+    (B, targets, quantiles). `on_epoch(epoch, loss)` is called after each epoch (logging).
+
+    Returns the mean training loss of each epoch (weighted by graphs per batch), `epochs` floats. The model's
+    initial weights come from torch's global generator: seed it before building the model."""
+    from torch_geometric.loader import DataLoader
+
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
+    gen = torch.Generator().manual_seed(seed)
+    loader = DataLoader(data, batch_size=batch_size, shuffle=True, generator=gen)
+    losses = []
+    for epoch in range(epochs):
+        model.train()
+        total, n = 0.0, 0
+        for b in loader:
+            opt.zero_grad()
+            loss = loss_of(model(b.x, b.edge_index, b.batch, b.static), b)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            opt.step()
+            total += float(loss.detach()) * b.num_graphs
+            n += b.num_graphs
+        sched.step()
+        losses.append(total / max(n, 1))
+        if on_epoch is not None:
+            on_epoch(epoch, losses[-1])
+    return losses

@@ -772,9 +772,8 @@ def fit(items: list[Item], kind: str, cfg: FitConfig | None = None, log=None) ->
     import math
 
     import torch
-    from torch_geometric.loader import DataLoader
 
-    from .model import CostPredictor, pinball_loss
+    from .model import CostPredictor, fit_epochs, pinball_loss
 
     cfg = cfg or FitConfig()
     if cfg.ensemble < 1:
@@ -788,6 +787,10 @@ def fit(items: list[Item], kind: str, cfg: FitConfig | None = None, log=None) ->
     ys = np.array([it.target for it in tr])
     fitted = Fitted(kind, None, nm, ns, gm, gs, float(ys.mean()), float(max(ys.std(), 1e-6)))
     data = fitted._data(tr)
+
+    def loss_of(pred, b):
+        return _weighted_pinball(pred, b.y, b.w) if cfg.family_balanced else pinball_loss(pred, b.y, QUANTILES)
+
     nets, losses = [], []
     for i in range(cfg.ensemble):
         seed = cfg.seed + i
@@ -799,30 +802,14 @@ def fit(items: list[Item], kind: str, cfg: FitConfig | None = None, log=None) ->
             readout="mean+max+sum" if kind == "residual" else "sum",
             quantiles=QUANTILES,
         )
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.epochs)
-        gen = torch.Generator().manual_seed(seed)
-        loader = DataLoader(data, batch_size=cfg.batch_size, shuffle=True, generator=gen)
-        losses.append([])
-        for epoch in range(cfg.epochs):
-            model.train()
-            total, n = 0.0, 0
-            for b in loader:
-                opt.zero_grad()
-                if cfg.family_balanced:
-                    loss = _weighted_pinball(model(b.x, b.edge_index, b.batch, b.static), b.y, b.w)
-                else:
-                    loss = pinball_loss(model(b.x, b.edge_index, b.batch, b.static), b.y, QUANTILES)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-                opt.step()
-                total += float(loss.detach()) * b.num_graphs
-                n += b.num_graphs
-            sched.step()
-            losses[-1].append(total / max(n, 1))
+
+        def on_epoch(epoch: int, loss: float, i: int = i, seed: int = seed) -> None:
             if log and (epoch % 20 == 0 or epoch == cfg.epochs - 1):
                 member = f" (member {i + 1} of {cfg.ensemble}, seed {seed})" if cfg.ensemble > 1 else ""
-                log(f"{kind} epoch {epoch}{member}: loss {losses[-1][-1]:.4f}")
+                log(f"{kind} epoch {epoch}{member}: loss {loss:.4f}")
+
+        kw = {"batch_size": cfg.batch_size, "lr": cfg.lr, "weight_decay": cfg.weight_decay}
+        losses.append(fit_epochs(model, data, loss_of, epochs=cfg.epochs, seed=seed, on_epoch=on_epoch, **kw))
         nets.append(model)
     fitted.model = nets[0]
     fitted.members = nets if cfg.ensemble > 1 else []

@@ -24,7 +24,7 @@ from torch_geometric.loader import DataLoader
 
 from .data import DIPPM_STATIC, STATIC_NAMES, TARGETS, Sample
 from .devices import DEVICES
-from .model import QUANTILES, CostPredictor, pinball_loss, restore
+from .model import QUANTILES, CostPredictor, fit_epochs, pinball_loss, restore
 from .roofline import latency_bound_ms_arrays
 
 DEVICE_FEATURES = ("log_fp32_tflops", "log_fp16_tflops", "log_bandwidth_gbs", "log_memory_gib", "is_cpu")
@@ -302,27 +302,23 @@ def train(samples: Sequence[Sample], variant: Variant = OURS, cfg: TrainConfig |
         readout=variant.readout,
         quantiles=variant.quantiles,
     )
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.epochs)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    loader = DataLoader(data, batch_size=cfg.batch_size, shuffle=True, generator=gen)
-    losses = []
     t0 = time.perf_counter()
-    for epoch in range(cfg.epochs):
-        model.train()
-        total, n = 0.0, 0
-        for b in loader:
-            opt.zero_grad()
-            loss = pinball_loss(model(b.x, b.edge_index, b.batch, b.static), b.y, variant.quantiles)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            opt.step()
-            total += float(loss.detach()) * b.num_graphs
-            n += b.num_graphs
-        sched.step()
-        losses.append(total / max(n, 1))
+
+    def on_epoch(epoch: int, loss: float) -> None:
         if log and (epoch % 50 == 0 or epoch == cfg.epochs - 1):
-            log(f"{variant.name} epoch {epoch}: loss {losses[-1]:.4f} ({time.perf_counter() - t0:.0f}s)")
+            log(f"{variant.name} epoch {epoch}: loss {loss:.4f} ({time.perf_counter() - t0:.0f}s)")
+
+    losses = fit_epochs(
+        model,
+        data,
+        lambda pred, b: pinball_loss(pred, b.y, variant.quantiles),
+        epochs=cfg.epochs,
+        batch_size=cfg.batch_size,
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        seed=cfg.seed,
+        on_epoch=on_epoch,
+    )
     trained = Trained(model, norm, variant, losses=losses)
     if n_cal:
         trained.calibration = calibrate(trained, [prepared[i] for i in cal_idx])

@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from onnx import TensorProto, helper, numpy_helper
+from fuzzing import onnx_conv_model
 
 import analyzer
 from analyzer import batch
@@ -49,22 +49,6 @@ class Touch:
 
     def __reduce__(self):
         return (pathlib.Path.touch, (pathlib.Path(self.marker),))
-
-
-def conv_onnx(batch: int | str) -> onnx.ModelProto:
-    """Conv 3->4 channels, 3x3, pad 1, on 8x8, then Relu."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4, 8, 8])
-    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
-    nodes = [
-        helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c"], ["y"]),
-    ]
-    model = helper.make_model(
-        helper.make_graph(nodes, "conv", [x], [y], [w]), opset_imports=[helper.make_opsetid("", 17)]
-    )
-    model.ir_version = 8
-    return model
 
 
 TFLITE = """
@@ -107,8 +91,8 @@ def models(tmp_path_factory) -> Path:
         if HAS_TF
         else None
     )
-    onnx.save(conv_onnx(1), d / "conv.onnx")
-    onnx.save(conv_onnx("N"), d / "dyn.onnx")  # dynamic batch: needs --batch or --input
+    onnx.save(onnx_conv_model(1), d / "conv.onnx")
+    onnx.save(onnx_conv_model("N"), d / "dyn.onnx")  # dynamic batch: needs --batch or --input
     (d / "trunc.onnx").write_bytes((d / "conv.onnx").read_bytes()[:60])
 
     class Net(torch.nn.Module):

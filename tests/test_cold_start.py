@@ -134,3 +134,23 @@ def test_a_process_forked_inside_the_cold_start_has_its_collector_on():
         "    print(os.read(r, 10).decode(), gc.isenabled())\n"
     )
     assert _run(code) == ["True", "False"]  # the child's on, the parent's still paused
+
+
+def test_an_isolated_fork_keeps_the_programs_freeze_and_its_child_freezes_what_it_inherited():
+    code = (
+        "import gc\n"
+        "from passes._gc import cold_start, cold_start_over\n"
+        "from analyzer.frontends.isolate import run_isolated\n"
+        "def step():\n"
+        "    return {'frozen': gc.get_freeze_count(), 'old': len(gc.get_objects(generation=2))}, b''\n"
+        "with cold_start():\n"
+        "    keep = [[] for _ in range(1000)]\n"
+        "    cold_start_over()\n"
+        "    n = gc.get_freeze_count()\n"
+        "    later = [[] for _ in range(500)]\n"  # alive at the fork, not frozen here
+        "    meta = run_isolated(step, label='m', what='the step', start='fork').meta\n"
+        "    print(n >= 1000, gc.get_freeze_count() == n, meta['frozen'] >= n + 500, meta['old'])\n"
+    )
+    # the parent's frozen objects stay frozen (an unfreeze after the fork thawed them: count 0); the child froze
+    # them and the 500 lists too, and its oldest generation held nothing when the step ran
+    assert _run(code) == ["True", "True", "True", "0"]

@@ -20,7 +20,8 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
-from onnx import TensorProto, helper, numpy_helper
+from fuzzing import PT2_ARGS, make_pt2, onnx_conv_model
+from onnx import TensorProto, helper
 
 from analyzer.cli import cli
 
@@ -74,21 +75,6 @@ def marker(tmp_path) -> Path:
     assert not m.exists(), "code from the model file ran"
 
 
-def tiny_onnx_model(batch: int | str = 1, *, ext: str | None = None) -> onnx.ModelProto:
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4, 8, 8])
-    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
-    nodes = [
-        helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c"], ["y"]),
-    ]
-    model = helper.make_model(
-        helper.make_graph(nodes, "tiny", [x], [y], [w]), opset_imports=[helper.make_opsetid("", 17)]
-    )
-    model.ir_version = 8
-    return model
-
-
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
     """Real files to start from: a valid .onnx and a torch.export .pt2 archive."""
@@ -96,7 +82,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
 
     d = tmp_path_factory.mktemp("hostile_src")
     onnx_path = d / "tiny.onnx"
-    onnx.save(tiny_onnx_model(), str(onnx_path))
+    onnx.save(onnx_conv_model(), str(onnx_path))
 
     class Net(torch.nn.Module):
         def __init__(self):
@@ -106,28 +92,13 @@ def files(tmp_path_factory) -> dict[str, Path]:
         def forward(self, x):
             return torch.relu(self.fc(x))
 
-    class Dyn(torch.nn.Module):  # symbolic sizes (expr_str), sym-int ops, a buffer and a lifted constant
-        def __init__(self):
-            super().__init__()
-            self.fc = torch.nn.Linear(8, 8)
-            self.register_buffer("scale", torch.full((8,), 2.0))
-
-        def forward(self, x, y):
-            z = (self.fc(x) * self.scale).reshape(x.shape[0] * 2, -1)
-            return z, y[: x.shape[0] // 2 + 1] + torch.tensor([1.0, 2.0, 3.0])
-
     pt2 = d / "net.pt2"
     torch.export.save(torch.export.export(Net().eval(), (torch.randn(2, 4),)), pt2)
-    dyn = d / "dyn.pt2"
-    batch = torch.export.Dim("batch", min=2, max=1024)
-    ep = torch.export.export(
-        Dyn().eval(), (torch.randn(4, 8), torch.randn(6, 3)), dynamic_shapes=({0: batch}, {0: torch.export.Dim("n")})
-    )
-    torch.export.save(ep, dyn)
+    dyn = make_pt2(d / "dyn.pt2")  # symbolic sizes (expr_str), sym-int ops, a buffer and a lifted constant
     return {"onnx": onnx_path, "pt2": pt2, "dyn": dyn}
 
 
-DYN_ARGS = ("--input", "x:4x8", "--input", "y:6x3")
+DYN_ARGS = PT2_ARGS
 
 
 def test_sources_are_valid(files):
@@ -539,7 +510,7 @@ def test_onnx_external_data_outside_model_folder(tmp_path, location):
     model_dir.mkdir()
     (tmp_path / "secret.bin").write_bytes(b"\0" * 432)  # exists, so only the confinement can refuse it
     p = model_dir / "model.onnx"
-    onnx.save(_external(tiny_onnx_model(), location), str(p))
+    onnx.save(_external(onnx_conv_model(), location), str(p))
     msg = refused(p)
     assert "outside" in msg and "folder" in msg
 
@@ -551,13 +522,13 @@ def test_onnx_external_data_symlink_escape(tmp_path):
     secret.write_bytes(b"\0" * 432)
     (model_dir / "w.bin").symlink_to(secret)
     p = model_dir / "model.onnx"
-    onnx.save(_external(tiny_onnx_model(), "w.bin"), str(p))
+    onnx.save(_external(onnx_conv_model(), "w.bin"), str(p))
     assert "outside" in refused(p)
 
 
 def test_onnx_external_data_missing(tmp_path):
     p = tmp_path / "model.onnx"
-    onnx.save(_external(tiny_onnx_model(), "gone.bin"), str(p))
+    onnx.save(_external(onnx_conv_model(), "gone.bin"), str(p))
     assert "missing" in refused(p)
 
 
@@ -566,7 +537,7 @@ def test_onnx_external_data_beside_the_model(tmp_path, location):
     p = tmp_path / "model.onnx"
     (tmp_path / "weights").mkdir()
     onnx.save_model(
-        tiny_onnx_model(),
+        onnx_conv_model(),
         str(p),
         save_as_external_data=True,
         all_tensors_to_one_file=True,
@@ -586,7 +557,7 @@ def test_onnx_external_data_too_short(tmp_path):
     """The side file holds fewer bytes than the tensor needs: refuse, don't crash."""
     p = tmp_path / "model.onnx"
     (tmp_path / "w.bin").write_bytes(b"\0" * 10)
-    onnx.save(_external(tiny_onnx_model(), "w.bin"), str(p))
+    onnx.save(_external(onnx_conv_model(), "w.bin"), str(p))
     refused(p)
 
 
@@ -997,7 +968,7 @@ def test_zip_directory_size_is_checked_first(tmp_path, files, monkeypatch):
 
 
 def _onnx_variant(tmp_path: Path, edit, name: str = "v.onnx") -> Path:
-    model = tiny_onnx_model()
+    model = onnx_conv_model()
     edit(model)
     p = tmp_path / name
     onnx.save(model, str(p))
@@ -1016,7 +987,7 @@ def test_onnx_input_elem_type_not_onnx(tmp_path):
 def test_onnx_external_data_location_with_nul(tmp_path):
     """A NUL byte in the location was a ValueError (internal error)."""
     p = tmp_path / "model.onnx"
-    onnx.save(_external(tiny_onnx_model(), "w\x00.bin"), str(p))
+    onnx.save(_external(onnx_conv_model(), "w\x00.bin"), str(p))
     assert "impossible file" in refused(p)
 
 
@@ -1032,8 +1003,8 @@ def test_onnx_window_attributes(tmp_path, attr, index, value):
     """pads=-5 and kernel_shape[0]=2**40 passed with exit 0 and absurd counts."""
 
     def edit(m):
-        a = next(a for a in m.graph.node[0].attribute if a.name == attr) if attr != "strides" else None
-        if a is None:
+        a = next((a for a in m.graph.node[0].attribute if a.name == attr), None)
+        if a is None:  # strides, where the model leaves them to their default
             m.graph.node[0].attribute.append(helper.make_attribute("strides", [1, 1]))
             a = m.graph.node[0].attribute[-1]
         a.ints[index] = value
@@ -1208,7 +1179,6 @@ def test_pt2_child_and_spawned_child_agree(files):
 
 def test_module_dump_round_trip():
     """tvm_ir.dump_module/load_module: structurally equal, bound constants (values) included."""
-    import numpy as np
     import torch
 
     from analyzer.frontends.torch_frontend import from_module

@@ -1,5 +1,6 @@
 """The project's layering: `passes/tvm_ir.py` is the only module that reads TVM IR or TVM's importer internals (the
-predictor, the zoo, the frontends and the CLI go through it), checked on the source's import statements."""
+predictor, the zoo, the frontends and the CLI go through it), and no package imports a higher layer's (`LAYERS`),
+checked on the source's import statements."""
 
 from __future__ import annotations
 
@@ -38,6 +39,58 @@ def test_only_tvm_ir_imports_tvm():
     }
     assert found == {}  # e.g. {"analyzer/frontends/torch_frontend.py": [547]} before bind_input_shapes moved
     assert _tvm_imports(ROOT / TVM_READER)  # the check sees imports where they are
+
+
+#: passes and zoo (plain graph passes, model builders) < predictor (cost models, training) < analyzer (frontends,
+#: pipeline, CLI): a package imports its own modules and lower layers' only, lazily inside a function included
+LAYERS = {"passes": 0, "zoo": 0, "predictor": 1, "analyzer": 2}
+
+
+def _upward_imports(root: Path) -> dict[str, list[tuple[int, str]]]:
+    """{file: [(line, module)]}: the imports (statements anywhere in the file, and `importlib.import_module` of a
+    literal name) of a package under `root` that name another package of the same or a higher layer."""
+    found = {}
+    for pkg, layer in LAYERS.items():
+        for p in sorted((root / pkg).rglob("*.py")):
+            hits = []
+            for node in ast.walk(ast.parse(p.read_text(), filename=str(p))):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:  # relative imports stay in the package
+                    names = [node.module or ""]
+                elif (
+                    isinstance(node, ast.Call)
+                    and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+                    and node.args
+                    and isinstance(node.args[0], ast.Constant)
+                ):
+                    names = [str(node.args[0].value)]
+                else:
+                    continue
+                for name in names:
+                    top = name.split(".")[0]
+                    if top != pkg and LAYERS.get(top, -1) >= layer:
+                        hits.append((node.lineno, name))
+            if hits:
+                found[str(p.relative_to(root))] = hits
+    return found
+
+
+def test_no_package_imports_a_higher_layer(tmp_path):
+    # passes/__init__.py's deprecated `passes.AnnotateCosts` loads analyzer.annotate by a name from a table: not seen
+    assert _upward_imports(ROOT) == {}
+    for pkg in LAYERS:
+        (tmp_path / pkg).mkdir()
+    (tmp_path / "predictor" / "m.py").write_text(
+        "import numpy\nfrom . import x\n\ndef f():\n    from analyzer.errors import UsageError\n"
+    )
+    (tmp_path / "passes" / "m.py").write_text("import importlib\nimportlib.import_module('zoo.registry')\n")
+    (tmp_path / "zoo" / "m.py").write_text("import passes.graph\n")
+    assert _upward_imports(tmp_path) == {
+        "passes/m.py": [(2, "zoo.registry")],
+        "predictor/m.py": [(5, "analyzer.errors")],
+        "zoo/m.py": [(1, "passes.graph")],
+    }
 
 
 class _TwoInputs(torch.nn.Module):

@@ -221,22 +221,25 @@ def _start_fork(target, args, limits: Limits, scratch: Path) -> _Child:
         except Exception:  # noqa: BLE001 - a closed or odd stream: nothing to flush
             pass
     rfd, wfd = os.pipe()
-    gc.freeze()  # the child's collector leaves the inherited objects alone: fewer copy-on-write page faults
     try:
         pid = os.fork()
     except OSError:
-        gc.unfreeze()
         os.close(rfd)
         os.close(wfd)
         raise
     if pid == 0:  # the child: never returns
         try:
+            # The child freezes what it inherited (an O(1) move of the collector's lists), so that its collections
+            # leave those objects alone: fewer copy-on-write page faults. Here, not in the parent around the fork:
+            # the parent would have to `gc.unfreeze()` after it, which also thaws what the program's cold start
+            # froze (passes._gc.cold_start_over: the objects of the torch and TVM imports), and its later full
+            # collections would scan them all again.
+            gc.freeze()
             os.close(rfd)
             os.setpgid(0, 0)
             _run_and_report(wfd, lambda: _enter_child(limits, scratch) or target(*args))
         finally:
             os._exit(0)
-    gc.unfreeze()
     os.close(wfd)
     try:
         os.setpgid(pid, pid)  # also here: a kill must find the group even before the child ran

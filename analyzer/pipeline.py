@@ -84,6 +84,24 @@ def _symbol_source(loaded: LoadedModel, func_name: str, symbol: str) -> str:
     return f", from {' and '.join(hits)}" if hits else ""
 
 
+def attention_patterns(loaded: LoadedModel) -> str:
+    """Which decomposed matmul-softmax-matmul patterns the kernel view fuses into one attention kernel
+    (`passes.kernels.kernel_view`), by where the graph comes from.
+
+    Graphs from torch.export keep torch's SDPA signature ("sdpa"). ONNX files torch's exporters wrote (producer
+    "pytorch", TorchScript or dynamo) spell `scaled_dot_product_attention` with Q and K^T each scaled by
+    sqrt(scale) before the first MatMul, and attention the model writes out as the model wrote it, which eager
+    PyTorch runs as separate kernels: fuse only the SDPA spelling ("torch-onnx"). Other producers (tf2onnx,
+    paddle2onnx, unknown) and TensorFlow graphs do not say whether the model would have used SDPA: fuse every
+    pattern ("all").
+    """
+    if loaded.framework in TORCH_EXPORTED:
+        return "sdpa"
+    if loaded.framework == "onnx" and loaded.producer == "pytorch":
+        return "torch-onnx"
+    return "all"
+
+
 def prepare_graph(loaded: LoadedModel, graph: OpGraph, dtype: str | None = None) -> OpGraph:
     """`graph` as the passes take it: ops marked with the library call eager runs them in, weight-only ops folded
     for runtimes that fold them, the model's float dtype, then `dtype` (`analyze_loaded`). Shapes never change; op
@@ -145,9 +163,7 @@ def analyze_loaded(
         raise AnalysisError(str(exc)) from exc
     loaded.check_graph(graph)  # every shape and window sane before any pass sizes anything from them
     graph = prepare_graph(loaded, graph, dtype)
-    # graphs from torch.export keep torch's SDPA signature; other exporters write attention out in many ways
-    patterns = "sdpa" if loaded.framework in TORCH_EXPORTED else "all"
-    analysis = analyze_graph(graph, attention_patterns=patterns)
+    analysis = analyze_graph(graph, attention_patterns=attention_patterns(loaded))
     if loaded.op_sources:  # names a user can act on (layer4.2.conv3), beside the Relax ones (lv190)
         sources = source_names([c.name for c in analysis.ops], loaded.op_sources)
         mods = loaded.source_modules

@@ -413,8 +413,9 @@ def analyze_graph(graph: OpGraph, *, attention_patterns: str = "sdpa") -> Analys
     """Run every pass over an extracted graph.
 
     `attention_patterns` says which decomposed matmul-softmax-matmul patterns the kernel view fuses into one
-    attention kernel: "sdpa" (those with torch's SDPA signature; right for graphs from torch.export) or
-    "all" (any: for ONNX, TensorFlow and Paddle graphs). See `passes.kernels.kernel_view`.
+    attention kernel: "sdpa" (those with torch's SDPA signature; right for graphs from torch.export), "torch-onnx"
+    (the same, for ONNX files torch's exporters wrote, with their spellings of GELU, SiLU, ...) or "all" (any: for
+    ONNX files of other producers, TensorFlow and Paddle graphs). See `passes.kernels.kernel_view`.
     """
     ops = [cost_of(op) for op in graph.ops]
     live = [c for c in ops if not c.folded]

@@ -26,7 +26,10 @@ Rules (docs/execution-model.md explains them for users):
   decomposed patterns matmul(Q, K^T) -> [scale] -> [+ mask] -> softmax -> [fix-ups] -> matmul(P, V) with
   torch's SDPA signature (Q and K^T both pre-scaled, as torch's math decomposition and the ONNX exporter
   emit; or torch's `_safe_softmax` chain), and, with `attention_patterns="all"`, any such pattern (for
-  graphs whose source does not say whether the model used SDPA: ONNX, TensorFlow, Paddle). K and V
+  graphs whose source does not say whether the model used SDPA: ONNX from other producers, TensorFlow,
+  Paddle). Torch's ONNX exporters (TorchScript symbolic and dynamo/onnxscript alike) write SDPA as
+  `MatMul(Mul(Q, sqrt(scale)), Mul(K^T, sqrt(scale)))`, a model's own attention scales once (the scores, or
+  Q alone): `attention_patterns="torch-onnx"` fuses only the former, as eager torch would have. K and V
   expanded or repeated over heads (GQA) are read once per K/V head by the fused kernel. The math backend is
   the separate kernels.
 * **Constant masks collapse**: ops that depend on no model input and only build an attention mask launch
@@ -43,7 +46,8 @@ Rules (docs/execution-model.md explains them for users):
   hardswish (that, times x) are one kernel ("fused:hardsigmoid", "fused:hardswish"), in every graph; so are ELU
   (`relu(x) + (-alpha) * relu(1 - exp(x))`, "fused:elu") and GLU (`a * sigmoid(b)`, a and b the two halves of
   one tensor as strided slices, "fused:glu"), which TVM's torch importer writes for `F.elu` and `F.glu`.
-* **Other exporters' spellings of one torch op** (graphs not from torch.export: `attention_patterns="all"`).
+* **Other exporters' spellings of one torch op** (graphs not from torch.export: `attention_patterns="all"` or
+  `"torch-onnx"`).
   ONNX, TFLite and Paddle (through paddle2onnx) graphs write out what eager PyTorch runs as one kernel; each
   exact spelling is one "elementwise" kernel named after the torch op ("fused:gelu", ...), reading its input
   and writing its output once (its one-element constants are kernel arguments, not memory reads):
@@ -111,6 +115,8 @@ KERNEL_KINDS = (
     "other",
 )
 KERNEL_KINDS_VERSION = 1
+# which decomposed attention patterns `kernel_view` fuses, by where the graph comes from (see `kernel_view`)
+ATTENTION_PATTERNS = ("sdpa", "torch-onnx", "all")
 
 # What each op becomes in the view.
 ROLES = ("kernel", "view", "copy", "fused", "folded")
@@ -519,7 +525,9 @@ class _Attention:
 
 class _View:
     def __init__(self, graph: OpGraph, ops: list[OpCost], attention_patterns: str):
-        self.graph, self.costs, self.patterns = graph, ops, attention_patterns
+        self.graph, self.costs = graph, ops
+        self.any_attention = attention_patterns == "all"  # fuse every matmul-softmax-matmul, not only SDPA's
+        self.exporter_spelled = attention_patterns in ("all", "torch-onnx")  # GELU, SiLU, ... as ONNX/TFLite spell
         self.node = graph.ops
         self.outputs_of: dict[int, list[int]] = {}
         for vid, i in graph.value_producer.items():
@@ -836,7 +844,7 @@ class _View:
         q_scaled, _ = self.absorb_operand(m1.operands[0].value, covered, allow_scale=True)
         k_scaled, k_ratio = self.absorb_operand(m1.operands[1].value, covered, allow_scale=True)
         _, v_ratio = self.absorb_operand(m2.operands[1].value, covered)
-        if not (safe_softmax or (q_scaled and k_scaled)) and self.patterns != "all":
+        if not (safe_softmax or (q_scaled and k_scaled)) and not self.any_attention:
             return None  # attention the model writes out itself: eager torch runs it unfused
         # nothing computed inside may escape the pattern
         for i in covered - {m2.index}:
@@ -1148,7 +1156,7 @@ class _View:
         # what other exporters and TVM's importers write as several ops for one torch kernel (GELU, SiLU,
         # clamp, hardsigmoid, rsqrt, ne, a gather's index normalisation): for graphs not from torch.export
         self.absorbed: dict[int, list[int]] = {}
-        if self.patterns == "all":
+        if self.exporter_spelled:
             groups, self.absorbed = self.exporter_spellings(roles)
             for last, (name, group) in groups.items():
                 act_groups[last] = group
@@ -2194,14 +2202,18 @@ def kernel_view(graph: OpGraph, ops: list[OpCost], *, attention_patterns: str = 
         ops: its op costs (`passes.costs.cost_of` of each op, same order).
         attention_patterns: which decomposed matmul-softmax-matmul patterns become one attention kernel:
             "sdpa" (only those with torch's SDPA signature: the right choice for graphs from torch.export,
-            where an explicit pattern is attention the model writes out and eager torch runs unfused) or
-            "all" (any pattern: for ONNX, TensorFlow and Paddle graphs, assuming the model would run SDPA;
-            also recognises how those exporters and TVM's importers spell GELU, SiLU, clamp, hardsigmoid,
-            hardswish, rsqrt, ne and a gather's index normalisation, each one kernel as in torch).
+            where an explicit pattern is attention the model writes out and eager torch runs unfused),
+            "torch-onnx" (the same attention rule, for ONNX files torch's exporters wrote: they spell SDPA with
+            Q and K^T each scaled by sqrt(scale), and a model's own attention as it is written; also
+            recognises the exporter spellings below) or
+            "all" (any pattern: for ONNX files of other producers, TensorFlow and Paddle graphs, assuming the
+            model would run SDPA; also recognises how those exporters and TVM's importers spell GELU, SiLU,
+            clamp, hardsigmoid, hardswish, rsqrt, ne and a gather's index normalisation, each one kernel as in
+            torch).
 
     Returns:
         The kernels in launch order, each op's kernels and role, and a summary.
     """
-    if attention_patterns not in ("sdpa", "all"):
-        raise ValueError(f"attention_patterns must be 'sdpa' or 'all', not {attention_patterns!r}")
+    if attention_patterns not in ATTENTION_PATTERNS:
+        raise ValueError(f"attention_patterns must be one of {ATTENTION_PATTERNS}, not {attention_patterns!r}")
     return _View(graph, ops, attention_patterns).run()

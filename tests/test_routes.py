@@ -14,14 +14,13 @@ into the convolution weights, a different program (`test_folded_batch_norm_is_a_
 that changes). ResNet-18 is exported with the default: there conv + bias add and conv + batch norm are the same
 two kernels.
 
-Not included, with the reason (measured on the 2-core dev machine, h100-80gb, batch 2): T5's encoder writes its
-attention out (matmul, + position bias, softmax, matmul), which eager PyTorch runs as separate kernels; for ONNX
-graphs preflight assumes a model would run such a pattern through SDPA (`attention_patterns="all"`, see
-docs/execution-model.md), so `t5_encoder_tiny` is 1.205 ms / 69 kernels as a module and 0.898 ms / 51 kernels
-as ONNX. That is the stated assumption for non-PyTorch graphs, not a second reading of one program. A
-`batch_first=False` nn.TransformerEncoder runs the Python path in eager PyTorch too, whose `.contiguous()` copy of
-the split projection the ONNX graph does not have (24 kernels / 0.435 ms as a module, 22 / 0.402 ms as ONNX, the
-trace 24).
+Attention a model writes out (T5, LeViT, Hugging Face's `attn_implementation="eager"`) runs as separate kernels in
+eager PyTorch; torch's ONNX exporters keep it as written and spell SDPA with Q and K^T each scaled, so for files whose
+producer is PyTorch only that spelling is fused (`analyzer.pipeline.attention_patterns`, ATTENTION_BLOCKS below; other
+producers' files fuse every pattern). Not included, with the reason (measured on the 2-core dev machine, h100-80gb,
+batch 2): a `batch_first=False` nn.TransformerEncoder runs the Python path in eager PyTorch too, whose
+`.contiguous()` copy of the split projection the ONNX graph does not have (24 kernels / 0.435 ms as a module, 22 /
+0.402 ms as ONNX, the trace 24).
 """
 
 from __future__ import annotations
@@ -123,6 +122,52 @@ NN_LAYERS = {
     # (the TorchScript exporter cannot export it: the decoder passes a tensor as SDPA's is_causal)
     "transformer_decoder_layer": (_transformer_decoder_layer, DYNAMO),
 }
+
+
+class _Attention(torch.nn.Module):
+    """Self-attention, x (2, 8, 16), 2 heads of 8: written out (`softmax(q @ k^T / sqrt(8)) @ v`, as Hugging Face's
+    `attn_implementation="eager"`, T5, LeViT write it) or through `F.scaled_dot_product_attention`."""
+
+    def __init__(self, sdpa: bool, causal: bool = False):
+        super().__init__()
+        self.sdpa, self.causal = sdpa, causal
+        self.qkv, self.o = torch.nn.Linear(16, 48), torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        if self.sdpa:
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        else:
+            y = torch.softmax(q @ k.transpose(-1, -2) / 8**0.5, -1) @ v
+        return self.o(y.transpose(1, 2).reshape(b, s, 16))
+
+
+def _attention(sdpa: bool, causal: bool = False):
+    def build() -> tuple[torch.nn.Module, tuple]:
+        torch.manual_seed(0)
+        return _Attention(sdpa, causal).eval(), (torch.randn(2, 8, 16),)
+
+    return build
+
+
+def _encoder_layer() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    return torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval(), (torch.randn(2, 8, 16),)
+
+
+# Attention as torch's ONNX exporters write it (producer "pytorch"): SDPA with Q and K^T each scaled by sqrt(scale)
+# before the first MatMul (TorchScript symbolic and onnxscript alike), one fused kernel in eager PyTorch; attention the
+# model writes out as written, separate kernels in eager PyTorch. The ONNX route fuses only the former
+# (`analyzer.pipeline.attention_patterns`, "torch-onnx"); the eager dispatch trace is the oracle
+ATTENTION_BLOCKS = {
+    "written_attention": (_attention(False), TORCHSCRIPT),
+    "written_attention_dynamo": (_attention(False), DYNAMO),
+    "sdpa_attention": (_attention(True), TORCHSCRIPT),
+    "sdpa_causal_attention_dynamo": (_attention(True, causal=True), DYNAMO),
+    # alone, the layer exports with the dynamo exporter only (TorchScript: "is_causal must be bool, not Tensor")
+    "transformer_encoder_layer": (_encoder_layer, DYNAMO),
+}
 # The decoder layer: 21 kernels / 1,061,120 B on every route, the trace 20 / 1,046,304 B. Eager CUDA runs 22: its
 # cross-attention projects the transposed query and memory with `linear` on a non-contiguous input (matmul folds it
 # with a copy, mm, then `add_(bias)`: 3 kernels each, as the kernel view has them; under the trace's dispatch mode
@@ -141,7 +186,7 @@ MORE_FAMILIES = {
 # (measured with the bench running beside it on the 2-core machine: 7-10 s for squeezenet and DeiT, 11-14 s for the
 # others per model; the GRU, 26 s, is left out: lstm_small and gru_bidir cover recurrences)
 SLOW = {"dlrm_tiny", "quartznet_5x5", "resnext26"}
-ARCHS = {**CNNS, **TRANSFORMERS, **RECURRENT, **NN_LAYERS, **MORE_FAMILIES}
+ARCHS = {**CNNS, **TRANSFORMERS, **RECURRENT, **NN_LAYERS, **ATTENTION_BLOCKS, **MORE_FAMILIES}
 
 # Where a route's kernels differ from the module's, and why: {name: {route: {kind: kernels more than the module}}}.
 DIFFERENT = {
@@ -339,15 +384,16 @@ def test_a_sigmoid_of_a_weight_is_weight_only(tmp_path):
     assert not by_op(onnx_file) - by_op(folded)
 
 
-@pytest.mark.parametrize("name", list(NN_LAYERS))
+@pytest.mark.parametrize("name", [*NN_LAYERS, *ATTENTION_BLOCKS])
 def test_nn_layers_launch_what_eager_pytorch_launches(name):
     """The kernel count of every route within 10% of the eager inference-mode dispatch trace (the oracle), bytes
     within 2%: eager PyTorch runs the fast paths, whatever the file (measured: 18 kernels for the two-layer encoder,
-    3 for the attention, 9 for the attention returning its weights, on every route and in the trace; the decoder
+    3 for the attention, 9 for the attention returning its weights, on every route and in the trace; the
+    ATTENTION_BLOCKS: 10 for the written-out attention, 3 for the SDPA ones, 9 for the encoder layer; the decoder
     layer 21 on every route, 20 in the trace, 22 in eager CUDA: see TRACE_BYTES_TOL)."""
     from kernel_trace import trace_kernels
 
-    module, inputs = NN_LAYERS[name][0]()
+    module, inputs = ARCHS[name][0]()
     trace = trace_kernels(module, inputs, inference=True)
     for route, rep in _routes(name).items():
         kernels = rep.analysis.kernels
@@ -378,3 +424,46 @@ def test_folded_batch_norm_is_a_different_program(tmp_path):
     assert Counter(k.kind for k in whole.analysis.kernels)["norm"] == 52  # 52 batch norms, none in the folded graph
     assert "norm" not in Counter(k.kind for k in folded.analysis.kernels)
     assert folded.prediction.latency_ms < whole.predictions[0].latency_ms
+
+
+def test_only_torch_exported_onnx_keeps_written_out_attention_unfused(tmp_path):
+    """The producer decides: the ONNX file torch wrote of the written-out attention (`_Attention(sdpa=False)`) is the
+    eager dispatch trace's 10 kernels (qkv linear; q and k^T copied for bmm; bmm; / sqrt(8); softmax; v copied; bmm;
+    the copy merging the heads; the output linear), its SDPA twin the trace's 3 (qkv, attention, output). The same
+    written-out file labelled as another producer's (tf2onnx, or none) is costed as if the model ran SDPA: 3
+    kernels, one of them attention (`analyzer.pipeline.attention_patterns`, "all")."""
+    import onnx
+    from kernel_trace import trace_kernels
+
+    counts = {}
+    for sdpa in (False, True):
+        module, inputs = _attention(sdpa)()
+        path = export_onnx(module, inputs, tmp_path / f"sdpa_{sdpa}.onnx", TORCHSCRIPT)
+        assert onnx.load(str(path)).producer_name == "pytorch"
+        kernels = report(str(path), devices=DEVICES[:1], batches=[]).analysis.kernels
+        counts[sdpa] = (len(kernels), sum(k.kind == "attention" for k in kernels))
+        assert len(kernels) == trace_kernels(module, inputs, inference=True).count
+    assert counts == {False: (10, 0), True: (3, 1)}
+    model = onnx.load(str(tmp_path / "sdpa_False.onnx"))
+    for producer in ("tf2onnx", ""):
+        model.producer_name = producer
+        onnx.save(model, str(tmp_path / "other.onnx"))
+        kernels = report(str(tmp_path / "other.onnx"), devices=DEVICES[:1], batches=[]).analysis.kernels
+        assert [k.kind for k in kernels] == ["gemm", "attention", "gemm"], producer
+
+
+def test_attention_patterns_follow_the_source():
+    """torch.export graphs: SDPA's signature only; ONNX files PyTorch wrote: its exporters' SDPA spelling only; ONNX
+    files of other producers (tf2onnx, any other, none), TensorFlow, TFLite and Paddle graphs:
+    every pattern (they do not say whether the model would have run SDPA)."""
+    from analyzer.frontends.loaded import LoadedModel
+
+    def patterns(framework: str, producer: str = "") -> str:
+        loaded = LoadedModel(mod=None, framework=framework, name="m", source="m.x", n_inputs=1, producer=producer)
+        return pipeline.attention_patterns(loaded)
+
+    assert [patterns(f) for f in ("torch", "zoo", "transformers")] == ["sdpa"] * 3
+    assert patterns("onnx", "pytorch") == "torch-onnx"
+    assert [patterns("onnx", p) for p in ("tf2onnx", "other", "")] == ["all"] * 3
+    assert [patterns(f) for f in ("tensorflow", "tflite")] == ["all"] * 2
+    assert patterns("paddle", "other") == "all"

@@ -55,6 +55,9 @@ class LoadedModel:
     # a symbolic export (`from_module(..., symbol_axes=...)`): Relax shape variable -> (the name a user knows,
     # lowest value, highest value or None) over which torch.export's guards hold; empty for a static export
     symbols: dict[str, tuple[str, int, int | None]] = field(default_factory=dict)
+    # the ONNX file's `producer_name` ("pytorch" for both of torch's exporters, "tf2onnx", ...); ""
+    # for other formats or when the file does not say. `analyzer.pipeline.attention_patterns` reads it
+    producer: str = ""
 
     def check_graph(self, graph) -> None:
         """Refuse shapes and window attributes no real model has (`sanity.check_graph`), naming the model."""

@@ -1012,6 +1012,7 @@ def _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path: Path, 
     return LoadedModel(
         mod=mod,
         framework="onnx",
+        producer=model.producer_name,
         op_sources={var: labels[i] for var, i in recorded.items()},
         op_calls=_library_calls(nodes, recorded, labels),
         source_modules=modules,

@@ -38,7 +38,10 @@ Rules (docs/execution-model.md explains them for users):
 * **Epilogues**: a matmul with a 2-D weight followed by the add of a bias vector is one gemm kernel (addmm,
   cuBLASLt bias epilogue) when the input is contiguous or 2-D (torch's `linear`; a non-contiguous 3-D input runs
   matmul, which folds it with a copy, then `add_(bias)`); a depthwise 2-D convolution and its bias add are one
-  kernel (`_conv_depthwise2d`); other convolutions add their bias in a second kernel, as cuDNN convolutions do.
+  kernel (`_conv_depthwise2d`); other convolutions add their bias in a second kernel, as cuDNN convolutions do,
+  and so does a depthwise one of a channels-last input (cuDNN takes every channels-last convolution).
+* **Channels-last**: a convolution, batch norm or pooling of a channels-last input writes a channels-last output
+  (cuDNN's `suggest_memory_format`), so a layer norm over channels (permute to NHWC) after it copies nothing.
 * **Activations TVM's importers spell out**: hardsigmoid (`add(x, 3) -> clip(0, 6) -> divide(6)`) and
   hardswish (that, times x) are one kernel ("fused:hardsigmoid", "fused:hardswish"), in every graph; so are ELU
   (`relu(x) + (-alpha) * relu(1 - exp(x))`, "fused:elu") and GLU (`a * sigmoid(b)`, a and b the two halves of
@@ -1334,6 +1337,12 @@ class _View:
                 if not ok:
                     copy(src, op)
                     layout[src] = contiguous_strides(shape)
+                elif op.op in _CONVS and not is_contiguous(shape, st):
+                    # a channels-last input runs on cuDNN even when depthwise ("always use cudnn_depthwise for
+                    # channels_last", Convolution.cpp use_cudnn_depthwise), which adds the bias in a kernel of its own
+                    for c in [c for c, p in fused_into.items() if p == i and self.node[c].op == "relax.add"]:
+                        del fused_into[c]
+                        roles[c] = "kernel"
             elif op.op == "relax.matmul" and len(op.operands) == 2:
                 a = op.operands[0]
                 if a.tensor.ndim >= 3 and not is_contiguous(a.tensor.shape, strides(a.value)):
@@ -1345,7 +1354,14 @@ class _View:
                 self.matmul_copies(op, strides, layout, copy)
             self.emit_op(op, cost, fused_into, emit, read_bytes)
             # output layout
-            if cost.category in _POINTWISE_CATEGORIES or op.op in _CASTS:
+            if op.op in _NEED_DENSE_NCHW_OR_NHWC and outs and op.output.ndim >= 4:
+                # cuDNN convolution and batch norm, pooling: the output in the input's suggested memory format
+                src = op.operands[0].value
+                shape, st = self.info[src].shape, strides(src)
+                if not is_contiguous(shape, st) and is_channels_last(shape, st):
+                    out_shape = op.output.shape
+                    layout[outs[0]] = _permuted_contiguous(out_shape, [0, *range(2, len(out_shape)), 1])
+            elif cost.category in _POINTWISE_CATEGORIES or op.op in _CASTS:
                 out_shape = op.output.shape
                 for o in op.operands:
                     if o.tensor.shape == out_shape and o.tensor.ndim > 1:

@@ -74,6 +74,7 @@ _NO_KERNEL_PACKETS = {
     aten._assert_scalar,
     aten._assert_tensor_metadata,
     aten.resize_,
+    aten.as_strided_,  # restrides in place (adaptive_avg_pool2d's 1 x 1 mean of a channels-last input)
 }
 
 
@@ -268,7 +269,10 @@ def _cudnn_adds_bias(x, weight, bias, *, transposed: bool, groups: int) -> bool:
     depthwise = (
         not transposed and x.dim() == 4 and groups > 1 and x.shape[1] == groups and weight.shape[0] % groups == 0
     )
-    return not depthwise  # depthwise 2-D convs run _conv_depthwise2d with the bias fused (fp32)
+    # depthwise 2-D convs run _conv_depthwise2d with the bias fused (fp32), unless the input is channels-last:
+    # Convolution.cpp `use_cudnn_depthwise` "always use cudnn_depthwise for channels_last format"
+    channels_last = not x.is_contiguous() and x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
+    return not depthwise or channels_last
 
 
 # ---- attention backends ---------------------------------------------------------------------

@@ -629,6 +629,38 @@ def test_adaptive_pool_restride_is_no_kernel():
     assert ops == ["aten.mean.dim"]
 
 
+class BatchFirstLSTM(nn.Module):
+    """One batch-first LSTM layer with a given initial state, returning its output sequence and final state."""
+
+    def __init__(self, hidden: int = 8):
+        super().__init__()
+        self.lstm = nn.LSTM(hidden, hidden, batch_first=True)
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out, (h, c) = self.lstm(x, (h, c))
+        return out, h, c
+
+
+def test_recurrent_layer_is_cudnns_kernels():
+    """By hand, on CUDA (cuDNN RNN.cpp): the batch-first input copied to sequence-first (`contiguous()`), one GEMM
+    for every step's input (both biases are cuDNN's), then per step (4) a GEMM and one pointwise kernel; the
+    output sequence and the final h and c are written in place (the importer's concat and stacks: no kernel)."""
+    x, h, c = torch.randn(2, 4, 8), torch.randn(1, 2, 8), torch.randn(1, 2, 8)
+    model = BatchFirstLSTM().eval()
+    trace = [k.op for k in trace_kernels(model, (x, h, c), inference=True).kernels]
+    assert (
+        trace
+        == ["aten.clone.default", "cudnn_rnn:input_gemm"]
+        + [
+            "cudnn_rnn:recurrent_gemm",
+            "cudnn_rnn:pointwise",
+        ]
+        * 4
+    )
+    kernels = analyze(model, (x, h, c)).analysis.kernels
+    assert [k.kind for k in kernels] == ["copy", "gemm"] + ["gemm", "elementwise"] * 4
+
+
 def test_trace_counts_by_hand():
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU()).eval()
     trace = trace_kernels(model, (torch.randn(4, 8),))

@@ -41,7 +41,13 @@ Rules (docs/execution-model.md explains them for users):
 * **Epilogues**: a matmul with a 2-D weight followed by the add of a bias vector is one gemm kernel (addmm,
   cuBLASLt bias epilogue) when the input is contiguous or 2-D (torch's `linear`; a non-contiguous 3-D input runs
   matmul, which folds it with a copy, then `add_(bias)`); a depthwise 2-D convolution and its bias add are one
-  kernel (`_conv_depthwise2d`); other convolutions add their bias in a second kernel, as cuDNN convolutions do.
+  kernel (`_conv_depthwise2d`); other convolutions add their bias in a second kernel, as cuDNN convolutions do,
+  and so does a depthwise one of a channels-last input (cuDNN takes every channels-last convolution).
+* **Channels-last**: a convolution, batch norm or pooling of a channels-last input writes a channels-last output
+  (cuDNN's `suggest_memory_format`), so a layer norm over channels (permute to NHWC) after it copies nothing.
+* **Recurrent layers** (unrolled by the importers): per step one GEMM and one pointwise kernel (`recurrences`);
+  the input projection's bias add, the concat of the steps' outputs and the stacks of the final states are
+  cuDNN's own work, no kernel (`recurrence_io`).
 * **Activations TVM's importers spell out**: hardsigmoid (`add(x, 3) -> clip(0, 6) -> divide(6)`) and
   hardswish (that, times x) are one kernel ("fused:hardsigmoid", "fused:hardswish"), in every graph; so are ELU
   (`relu(x) + (-alpha) * relu(1 - exp(x))`, "fused:elu") and GLU (`a * sigmoid(b)`, a and b the two halves of
@@ -1221,10 +1227,13 @@ class _View:
             del fused_into[bias]
 
         # recurrent layers: one pointwise kernel per step for the gates (cuDNN's standard RNN algorithm)
-        for group in self.recurrences(roles, fused_into):
+        rnn_groups = self.recurrences(roles, fused_into)
+        for group in rnn_groups:
             act_groups[group[-1]] = group
             for i in group[:-1]:
                 roles[i] = "fused"
+        rnn_written, rnn_input_gemms = self.recurrence_io(rnn_groups, fused_into)
+        fast_views |= rnn_written
 
         # walk in launch order, following strides
         layout: dict[int, Strides] = {}
@@ -1357,9 +1366,19 @@ class _View:
                 if not ok:
                     copy(src, op)
                     layout[src] = contiguous_strides(shape)
+                elif op.op in _CONVS and not is_contiguous(shape, st):
+                    # a channels-last input runs on cuDNN even when depthwise ("always use cudnn_depthwise for
+                    # channels_last", Convolution.cpp use_cudnn_depthwise), which adds the bias in a kernel of its own
+                    for c in [c for c, p in fused_into.items() if p == i and self.node[c].op == "relax.add"]:
+                        del fused_into[c]
+                        roles[c] = "kernel"
             elif op.op == "relax.matmul" and len(op.operands) == 2:
                 a = op.operands[0]
-                if a.tensor.ndim >= 3 and not is_contiguous(a.tensor.shape, strides(a.value)):
+                if (
+                    i not in rnn_input_gemms
+                    and a.tensor.ndim >= 3
+                    and not is_contiguous(a.tensor.shape, strides(a.value))
+                ):
                     # torch's linear fuses the bias (addmm) only for a contiguous input; otherwise it runs
                     # matmul, then `add_(bias)`: a kernel of its own
                     for c in [c for c, p in fused_into.items() if p == i and self.node[c].op == "relax.add"]:
@@ -1368,7 +1387,14 @@ class _View:
                 self.matmul_copies(op, strides, layout, copy)
             self.emit_op(op, cost, fused_into, emit, read_bytes)
             # output layout
-            if cost.category in _POINTWISE_CATEGORIES or op.op in _CASTS:
+            if op.op in _NEED_DENSE_NCHW_OR_NHWC and outs and op.output.ndim >= 4:
+                # cuDNN convolution and batch norm, pooling: the output in the input's suggested memory format
+                src = op.operands[0].value
+                shape, st = self.info[src].shape, strides(src)
+                if not is_contiguous(shape, st) and is_channels_last(shape, st):
+                    out_shape = op.output.shape
+                    layout[outs[0]] = _permuted_contiguous(out_shape, [0, *range(2, len(out_shape)), 1])
+            elif cost.category in _POINTWISE_CATEGORIES or op.op in _CASTS:
                 out_shape = op.output.shape
                 for o in op.operands:
                     if o.tensor.shape == out_shape and o.tensor.ndim > 1:
@@ -1921,6 +1947,38 @@ class _View:
             if recurrent:
                 groups.extend(cell for _, cell in sorted(cells.items()) if len(cell) > 1)
         return groups
+
+    def recurrence_io(self, groups: list[list[int]], fused_into: dict[int, int]) -> tuple[set[int], set[int]]:
+        """What cuDNN's RNN call does around the steps' kernels (`recurrences`): (ops that launch nothing, GEMMs
+        whose bias add stays fused).
+
+        The importer's concat / stack of the steps' results (the output sequence, the final h and c) launch
+        nothing: cuDNN writes them in place. The GEMM of every step's input (one over the sequence) has its bias
+        added inside cuDNN, whatever the input's layout (cuDNN copies a batch-first input to sequence-first,
+        `input.contiguous()` in RNN.cpp: the copy stays, the bias add is no kernel of its own).
+        """
+        in_group = {i for g in groups for i in g}
+        produced = {v for i in in_group for v in self.outputs_of.get(i, [])}
+
+        def source(vid: int) -> int:
+            while (p := self.op_of(vid)) is not None and p.operands and self.is_view_op(p):
+                vid = p.operands[0].value
+            return vid
+
+        written = {
+            op.index
+            for op in self.node
+            if op.op in ("relax.concat", "relax.stack")
+            and op.operands
+            and all(source(o.value) in produced for o in op.operands)
+        }
+        gemms = set()
+        for i in in_group:
+            for o in self.node[i].operands:
+                p = self.op_of(source(o.value))
+                if p is not None and p.index in fused_into:
+                    gemms.add(fused_into[p.index])
+        return written, gemms
 
     def view_layout(self, op: OpNode, strides) -> list[Strides] | None:
         """Strides of the outputs of a view op, or None if torch has to copy."""

@@ -23,7 +23,8 @@ Where eager CUDA dispatches differently from the meta device, the trace emulates
   algorithm (CUDNN_RNN_ALGO_STANDARD) computes, per layer and direction, the input projection of every step
   in one GEMM, then per step one GEMM with the recurrent weight and one pointwise kernel for the gates. The
   trace records those kernels (bytes: the GEMM operands and results; the pointwise kernel reads both gate
-  blocks, the biases and the previous state, and writes the new state).
+  blocks, the biases and the previous state, and writes the new state). A batch-first input is first copied
+  to sequence-first (`input.transpose(0, 1)`, then `input.contiguous()`), a kernel when the batch is over 1.
 - **Copies inside kernels.** CUDA layer norm (`input.expect_contiguous()`, layer_norm_kernel.cu) and softmax
   (`input_.contiguous()`, SoftMax.cu) copy a non-contiguous input; cuDNN convolution, cuDNN batch norm and
   pooling copy an input that is neither contiguous nor channels-last (`contiguous(suggest_memory_format())`).
@@ -74,6 +75,7 @@ _NO_KERNEL_PACKETS = {
     aten._assert_scalar,
     aten._assert_tensor_metadata,
     aten.resize_,
+    aten.as_strided_,  # restrides in place (adaptive_avg_pool2d's 1 x 1 mean of a channels-last input)
 }
 
 
@@ -268,7 +270,10 @@ def _cudnn_adds_bias(x, weight, bias, *, transposed: bool, groups: int) -> bool:
     depthwise = (
         not transposed and x.dim() == 4 and groups > 1 and x.shape[1] == groups and weight.shape[0] % groups == 0
     )
-    return not depthwise  # depthwise 2-D convs run _conv_depthwise2d with the bias fused (fp32)
+    # depthwise 2-D convs run _conv_depthwise2d with the bias fused (fp32), unless the input is channels-last:
+    # Convolution.cpp `use_cudnn_depthwise` "always use cudnn_depthwise for channels_last format"
+    channels_last = not x.is_contiguous() and x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
+    return not depthwise or channels_last
 
 
 # ---- attention backends ---------------------------------------------------------------------
@@ -351,6 +356,8 @@ class _SdpaOnCuda(TorchFunctionMode):
         hidden = weights[1].shape[1]
         size = x.element_size()
         g = gates * hidden
+        if batch_first and not x.transpose(0, 1).is_contiguous():  # RNN.cpp: input.transpose(0, 1).contiguous()
+            self.recorder.record("aten.clone.default", [x], [x], dependent)
         for layer in range(layers):
             features = x.shape[-1] if layer == 0 else hidden * dirs
             for d in range(dirs):

@@ -586,6 +586,81 @@ def test_conv_bias_and_layer_norm():
     assert sum(k.bytes for k in kernels) == pytest.approx(trace.bytes, rel=0.01)
 
 
+class ChannelsLastBlock(nn.Module):
+    """ConvNeXt's layout: a layer norm over channels (permute to NHWC and back) leaves a channels-last tensor,
+    which the next convolution keeps: no copy before the block's norm, and cuDNN runs the depthwise conv."""
+
+    def __init__(self, c: int = 8):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 2, 2)
+        self.norm2d = nn.LayerNorm(c)
+        self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.norm = nn.LayerNorm(c)
+        self.pw = nn.Linear(c, c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.norm2d(self.stem(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)  # LayerNorm2d
+        y = self.pw(self.norm(self.dw(x).permute(0, 2, 3, 1))).permute(0, 3, 1, 2)
+        return x + y
+
+
+def test_channels_last_flows_through_convolutions():
+    """By hand, on CUDA: the stem (cuDNN conv + bias add_), a copy of its NCHW output permuted (layer norm's
+    `expect_contiguous`), the norm; its output permuted back is channels-last, so the depthwise conv runs on
+    cuDNN (`use_cudnn_depthwise`: always for channels-last) with its bias as a second kernel and a channels-last
+    output, whose NHWC permute is contiguous: no copy before the block's norm; then addmm and the residual add."""
+    model = ChannelsLastBlock().eval()
+    x = torch.randn(2, 3, 16, 16)
+    ops = [k.op.split(".")[1] for k in trace_kernels(model, (x,), inference=True).kernels]
+    assert ops == [
+        "convolution", "add_", "clone", "native_layer_norm", "convolution", "add_", "native_layer_norm", "addmm",
+        "add",
+    ]  # fmt: skip
+    kernels = analyze(model, (x,)).analysis.kernels
+    assert [k.kind for k in kernels] == [
+        "conv", "elementwise", "copy", "norm", "conv", "elementwise", "norm", "gemm", "elementwise",
+    ]  # fmt: skip
+
+
+def test_adaptive_pool_restride_is_no_kernel():
+    """adaptive_avg_pool2d to 1 x 1 of a channels-last input is `mean` then `as_strided_` (metadata only)."""
+    x = torch.randn(2, 8, 4, 4).to(memory_format=torch.channels_last)
+    ops = [k.op for k in trace_kernels(nn.AdaptiveAvgPool2d(1), (x,)).kernels]
+    assert ops == ["aten.mean.dim"]
+
+
+class BatchFirstLSTM(nn.Module):
+    """One batch-first LSTM layer with a given initial state, returning its output sequence and final state."""
+
+    def __init__(self, hidden: int = 8):
+        super().__init__()
+        self.lstm = nn.LSTM(hidden, hidden, batch_first=True)
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out, (h, c) = self.lstm(x, (h, c))
+        return out, h, c
+
+
+def test_recurrent_layer_is_cudnns_kernels():
+    """By hand, on CUDA (cuDNN RNN.cpp): the batch-first input copied to sequence-first (`contiguous()`), one GEMM
+    for every step's input (both biases are cuDNN's), then per step (4) a GEMM and one pointwise kernel; the
+    output sequence and the final h and c are written in place (the importer's concat and stacks: no kernel)."""
+    x, h, c = torch.randn(2, 4, 8), torch.randn(1, 2, 8), torch.randn(1, 2, 8)
+    model = BatchFirstLSTM().eval()
+    trace = [k.op for k in trace_kernels(model, (x, h, c), inference=True).kernels]
+    assert (
+        trace
+        == ["aten.clone.default", "cudnn_rnn:input_gemm"]
+        + [
+            "cudnn_rnn:recurrent_gemm",
+            "cudnn_rnn:pointwise",
+        ]
+        * 4
+    )
+    kernels = analyze(model, (x, h, c)).analysis.kernels
+    assert [k.kind for k in kernels] == ["copy", "gemm"] + ["gemm", "elementwise"] * 4
+
+
 def test_trace_counts_by_hand():
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU()).eval()
     trace = trace_kernels(model, (torch.randn(4, 8),))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import re
 from collections import Counter
@@ -499,7 +500,7 @@ def predict(
     positive and finite (`analyzer.options.check_host_overhead` says it to users).
     """
     if isinstance(host_overhead, bool) or not (
-        isinstance(host_overhead, int | float) and math.isfinite(host_overhead) and host_overhead > 0
+        isinstance(host_overhead, numbers.Real) and math.isfinite(host_overhead) and host_overhead > 0
     ):
         raise ValueError(f"host_overhead must be a positive finite number (got {host_overhead!r})")
     tf32 = tf32_matmul_of(matmul_precision)

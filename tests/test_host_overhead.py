@@ -135,14 +135,25 @@ def test_the_default_is_the_unscaled_kernel_model():
     assert analyzer.predict(model, args, device="h100-80gb", host_overhead=1.0).prediction == p
 
 
-def test_op_times_spread_the_scaled_latency():
-    """`op_times_ms` (the per-operator table) adds up to the prediction's latency at h = 3 too."""
+def test_op_times_apportion_the_scaled_kernel_times():
+    """`op_times_ms` (the per-operator table) at h = 2 on GemmThenSmall (H100): the GEMM's op gets its kernel's
+    max(execution, 2 x launch) and each short add its own, from the kernel view's per-kernel times (by hand: the
+    GEMM's execution is over 2 x launch, each add's under it), so the GEMM's share of the total is
+    e_gemm / (e_gemm + 2 x sum of the adds' launch), not its h = 1 share."""
     from predictor.predict import op_times_ms
 
-    model, args = _chain()
-    rep = analyzer.predict(model, args, device="a100-40gb", host_overhead=3.0)
-    total = sum(ms for ms, _ in op_times_ms(rep.analysis, rep.prediction).values())
-    assert total == pytest.approx(rep.prediction.latency_ms, rel=1e-9)
+    model, args = _gemm()
+    rep = analyzer.predict(model, args, device="h100-80gb", host_overhead=2.0)
+    kernels = _kernels(rep)
+    t = kernel_latency_arrays(kernel_arrays(kernels), get_device("h100-80gb"))
+    execution = [max(c, m) for c, m in zip(t.compute_s, t.memory_s, strict=True)]
+    assert execution[0] > 2 * t.launch_s[0] and all(e < d for e, d in zip(execution[1:], t.launch_s[1:], strict=True))
+    want = [1e3 * max(e, 2 * d) for e, d in zip(execution, t.launch_s, strict=True)]
+    times = op_times_ms(rep.analysis, rep.prediction)
+    for kernel, ms in zip(kernels, want, strict=True):
+        (op,) = kernel.ops
+        assert times[op][0] == pytest.approx(ms, rel=1e-9)
+    assert times[kernels[0].ops[0]][1] and not times[kernels[1].ops[0]][1]  # the GEMM compute-bound, an add not
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "2", True, None])
@@ -150,6 +161,16 @@ def test_api_refuses_a_bad_factor(bad):
     model, args = _chain()
     with pytest.raises(UsageError, match="host-overhead must be a positive finite number"):
         analyzer.predict(model, args, host_overhead=bad)
+
+
+def test_api_takes_any_real_factor():
+    """A numpy scalar (what a user's sweep over np.linspace hands in) is the same factor as the Python float."""
+    import numpy as np
+
+    model, args = _chain()
+    want = analyzer.predict(model, args, device="a100-40gb", host_overhead=2.0).prediction.latency_ms
+    got = analyzer.predict(model, args, device="a100-40gb", host_overhead=np.float32(2.0)).prediction.latency_ms
+    assert got == want
 
 
 def test_a_trained_predictor_gives_way_to_the_estimate(tmp_path, monkeypatch):
@@ -182,8 +203,11 @@ def _cli(*args, cwd=None):
 
 
 @pytest.mark.parametrize("bad", ["0", "-2", "nan", "inf", "abc"])
-def test_cli_refuses_a_bad_factor(bad):
-    for command in (["predict", "zoo:resnet18?resolution=32"], ["report", "zoo:resnet18", "-o", "r.json"]):
+def test_cli_refuses_a_bad_factor(bad, tmp_path):
+    for command in (
+        ["predict", "zoo:resnet18?resolution=32"],
+        ["report", "zoo:resnet18", "-o", str(tmp_path / "r.json")],
+    ):
         r = _cli(*command, "--host-overhead", bad)
         assert r.returncode == 2, r.stderr
         assert "--host-overhead" in r.stderr and "Traceback" not in r.stderr

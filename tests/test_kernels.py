@@ -695,6 +695,17 @@ def test_python_cell_loop_is_dispatched_op_by_op(cell):
     assert all(k.call is None for k in kernels)
 
 
+@pytest.mark.parametrize("variant", ["lstm_unrolled?seq_len=4", "gru_unrolled?seq_len=4"])
+def test_unrolled_recurrence_is_no_cudnn_call(variant):
+    """The zoo's `impl="unrolled"` LSTM/GRU (gate matmuls written out in Python) launches every op: within the zoo
+    tolerance of the eager trace (cuDNN's per-step fusion would leave 19 kernels for ~95)."""
+    built = zoo.build(variant, batch=2, device="meta")
+    trace = trace_kernels(built.module, built.example_inputs)
+    kernels = analyze(f"zoo:{variant}", batch=2).analysis.kernels
+    assert abs(len(kernels) - trace.count) <= COUNT_TOL * trace.count
+    assert all(k.call is None for k in kernels)
+
+
 def test_trace_counts_by_hand():
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU()).eval()
     trace = trace_kernels(model, (torch.randn(4, 8),))

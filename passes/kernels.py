@@ -47,7 +47,8 @@ Rules (docs/execution-model.md explains them for users):
   (cuDNN's `suggest_memory_format`), so a layer norm over channels (permute to NHWC) after it copies nothing.
 * **Recurrent layers** (unrolled by the importers): per step one GEMM and one pointwise kernel (`recurrences`);
   the input projection's bias add, the concat of the steps' outputs and the stacks of the final states are
-  cuDNN's own work, no kernel (`recurrence_io`).
+  cuDNN's own work, no kernel (`recurrence_io`). Only inside an RNN library call (`nn.LSTM`/`nn.GRU`/`nn.RNN`, an
+  ONNX LSTM/GRU/RNN node: `OpNode.library_call`); a Python loop of `nn.GRUCell`s runs op by op.
 * **Activations TVM's importers spell out**: hardsigmoid (`add(x, 3) -> clip(0, 6) -> divide(6)`) and
   hardswish (that, times x) are one kernel ("fused:hardsigmoid", "fused:hardswish"), in every graph; so are ELU
   (`relu(x) + (-alpha) * relu(1 - exp(x))`, "fused:elu") and GLU (`a * sigmoid(b)`, a and b the two halves of
@@ -1900,18 +1901,22 @@ class _View:
 
         A recurrence is a set of matmuls with one weight where each matmul's input depends, through pointwise
         ops only, on the previous one's result (an RNN unrolled over time). Each step's pointwise ops (the
-        ops depending on step k's matmul, and on no later one) are one kernel, as cuDNN runs them.
+        ops depending on step k's matmul, and on no later one) are one kernel, as cuDNN runs them. Only the ops
+        of one RNN library call (`OpNode.library_call`: an `nn.LSTM`/`nn.GRU`/`nn.RNN`'s `_cudnn_rnn`, an ONNX
+        LSTM/GRU/RNN node) count: a loop of `nn.GRUCell`s in Python is dispatched op by op.
         """
-        by_weight: dict[int, list[OpNode]] = {}
+        by_weight: dict[tuple[str, int], list[OpNode]] = {}
         for op in self.node:
             if roles[op.index] not in ("kernel", "folded") or op.op != "relax.matmul" or len(op.operands) != 2:
                 continue  # (the first step's matmul is folded when the initial state is a constant zero)
+            if op.library_call is None:
+                continue  # a Python loop of cells: eager PyTorch dispatches every op of every step
             w = op.operands[1].value
             if w not in self.indep or op.operands[1].tensor.ndim != 2:
                 continue
             while (p := self.op_of(w)) is not None and p.operands and self.is_view_op(p):
                 w = p.operands[0].value
-            by_weight.setdefault(w, []).append(op)
+            by_weight.setdefault((op.library_call, w), []).append(op)
         groups: list[list[int]] = []
         bias_of = {p: c for c, p in fused_into.items()}
         for gemms in by_weight.values():
@@ -1936,6 +1941,8 @@ class _View:
                     continue
                 if roles[op.index] not in ("kernel", "view", "folded") or not self.is_pointwise(op):
                     continue
+                if op.library_call != gemms[0].library_call:
+                    continue  # outside cuDNN's call: the model's own ops on the layer's results
                 steps = [label[o.value] for o in op.operands if o.value in label]
                 if not steps:
                     continue
@@ -1952,9 +1959,11 @@ class _View:
         """What cuDNN's RNN call does around the steps' kernels (`recurrences`): (ops that launch nothing, GEMMs
         whose bias add stays fused).
 
-        The importer's concat / stack of the steps' results (the output sequence, the final h and c) launch
-        nothing: cuDNN writes them in place. The GEMM of every step's input (one over the sequence) has its bias
-        added inside cuDNN, whatever the input's layout (cuDNN copies a batch-first input to sequence-first,
+        `groups` hold RNN library calls' ops only (`recurrences`); of the ops around them, only those inside a
+        library call (`OpNode.library_call`) count here: a model's own `torch.stack` of a GRUCell loop's states
+        is a kernel. The importer's concat / stack of the steps' results (the output sequence, the final h and c)
+        launch nothing: cuDNN writes them in place. The GEMM of every step's input (one over the sequence) has its
+        bias added inside cuDNN, whatever the input's layout (cuDNN copies a batch-first input to sequence-first,
         `input.contiguous()` in RNN.cpp: the copy stays, the bias add is no kernel of its own).
         """
         in_group = {i for g in groups for i in g}
@@ -1969,6 +1978,7 @@ class _View:
             op.index
             for op in self.node
             if op.op in ("relax.concat", "relax.stack")
+            and op.library_call is not None  # the importer's, inside the call; not the model's own torch.stack
             and op.operands
             and all(source(o.value) in produced for o in op.operands)
         }
@@ -1976,7 +1986,7 @@ class _View:
         for i in in_group:
             for o in self.node[i].operands:
                 p = self.op_of(source(o.value))
-                if p is not None and p.index in fused_into:
+                if p is not None and p.index in fused_into and p.library_call is not None:
                     gemms.add(fused_into[p.index])
         return written, gemms
 

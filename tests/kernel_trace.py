@@ -55,8 +55,16 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 aten = torch.ops.aten
 
-# Ops that alias their input without an alias annotation in their schema (metadata only).
-_VIEW_LIKE = {aten._unsafe_view.default, aten.lift_fresh.default}
+# Ops that alias their input without an alias annotation in their schema (metadata only). `unsafe_split` /
+# `unsafe_chunk` (LSTMCell's and GRUCell's gate blocks) return `split`'s views with their version counters
+# detached (aten/src/ATen/native/TensorShape.cpp `unsafe_split`): no copy.
+_VIEW_LIKE = {
+    aten._unsafe_view.default,
+    aten.lift_fresh.default,
+    aten.unsafe_split.Tensor,
+    aten.unsafe_split_with_sizes.default,
+    aten.unsafe_chunk.default,
+}
 
 # Ops that launch no kernel: allocation without initialisation, metadata queries, shape assertions.
 _NO_KERNEL_PACKETS = {

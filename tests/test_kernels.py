@@ -661,6 +661,51 @@ def test_recurrent_layer_is_cudnns_kernels():
     assert [k.kind for k in kernels] == ["copy", "gemm"] + ["gemm", "elementwise"] * 4
 
 
+class CellLoop(nn.Module):
+    """A GRUCell or LSTMCell (8 -> 8) stepped over a (batch, time, 8) input in Python; the states stacked."""
+
+    def __init__(self, cell: str):
+        super().__init__()
+        self.cell = nn.GRUCell(8, 8) if cell == "gru" else nn.LSTMCell(8, 8)
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        outs = []
+        for t in range(x.shape[1]):
+            if isinstance(self.cell, nn.GRUCell):
+                h = self.cell(x[:, t], h)
+            else:
+                h, c = self.cell(x[:, t], (h, c))
+            outs.append(h)
+        return torch.stack(outs, 1)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_python_cell_loop_is_dispatched_op_by_op(cell):
+    """A loop of cells in Python is no cuDNN RNN call: eager PyTorch dispatches each step's GEMMs, bias adds and
+    gate ops, and the final `torch.stack` copies the 3 states (a kernel). The view's count equals the dispatch
+    trace's, and its last kernel is the stack."""
+    x, h, c = torch.randn(2, 3, 8), torch.randn(2, 8), torch.randn(2, 8)
+    model = CellLoop(cell).eval()
+    trace = [k.op for k in trace_kernels(model, (x, h, c), inference=True).kernels]
+    assert trace[-1] == "aten.stack.default"
+    kernels = analyze(model, (x, h, c)).analysis.kernels
+    assert len(kernels) == len(trace)
+    assert [k.op for k in kernels][-1] == "relax.stack"
+    assert Counter(k.kind for k in kernels)["gemm"] == Counter(trace)["aten.addmm.default"] == 6
+    assert all(k.call is None for k in kernels)
+
+
+@pytest.mark.parametrize("variant", ["lstm_unrolled?seq_len=4", "gru_unrolled?seq_len=4"])
+def test_unrolled_recurrence_is_no_cudnn_call(variant):
+    """The zoo's `impl="unrolled"` LSTM/GRU (gate matmuls written out in Python) launches every op: within the zoo
+    tolerance of the eager trace (cuDNN's per-step fusion would leave 19 kernels for ~95)."""
+    built = zoo.build(variant, batch=2, device="meta")
+    trace = trace_kernels(built.module, built.example_inputs)
+    kernels = analyze(f"zoo:{variant}", batch=2).analysis.kernels
+    assert abs(len(kernels) - trace.count) <= COUNT_TOL * trace.count
+    assert all(k.call is None for k in kernels)
+
+
 def test_trace_counts_by_hand():
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU()).eval()
     trace = trace_kernels(model, (torch.randn(4, 8),))

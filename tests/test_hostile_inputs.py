@@ -1256,3 +1256,38 @@ def test_keras_relative_path(tmp_path, keras_file, monkeypatch):
     assert res.exit_code == 0, res.stderr
     # conv 3x3 (3 -> 4, valid): 6 * 6 * 4 outputs * 27 MACs = 3,888
     assert json.loads(res.stdout)["totals"]["macs"] == 3888
+
+
+def test_onnx_conv_feeding_an_int_cast_is_not_folded(tmp_path):
+    """A Conv of two 1x1x128x128 float weights (pads=63) read only by a Cast to int64 looks like float size arithmetic
+    to the constant folding; its inputs are small enough to fold but running it costs gigabytes (6.2 GB, 15 s before the
+    allow-list). The folding leaves it (0 nodes folded, the Conv and Cast stay) and the file loads or is refused."""
+    from analyzer.frontends.onnx_frontend import _size_floats, fold_constant_indices
+
+    w = np.ones((1, 1, 128, 128), np.float32)
+    nodes = [
+        helper.make_node("Conv", ["a", "b"], ["c"], pads=[63, 63, 63, 63]),
+        helper.make_node("Cast", ["c"], ["n"], to=TensorProto.INT64),
+        helper.make_node("Relu", ["x"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_cast",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("n", TensorProto.INT64, [1, 1, 127, 127]),
+        ],
+        initializer=[onnx.numpy_helper.from_array(w, "a"), onnx.numpy_helper.from_array(w, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    path = tmp_path / "conv_cast.onnx"
+    onnx.save(model, path)
+    assert "c" not in _size_floats(model)
+    assert fold_constant_indices(model) == 0
+    assert [n.op_type for n in model.graph.node] == ["Conv", "Cast", "Relu"]
+    res = run(path)
+    assert res.exit_code in (0, 1, 2), (res.exit_code, res.output)
+    if res.exit_code:
+        refused(path, res.exit_code)

@@ -481,6 +481,13 @@ FOLD_ELEMENTS = 1 << 16
 _FOLD_TYPES = {2, 3, 4, 5, 6, 7, 9, 12, 13}  # TensorProto UINT8, INT8, UINT16, INT16, INT32, INT64, BOOL, UINT32/64
 _NO_FOLD = frozenset({"If", "Loop", "Scan", "SequenceMap", "RandomNormal", "RandomUniform", "RandomNormalLike"})
 _NO_FOLD |= frozenset({"RandomUniformLike", "Multinomial", "Bernoulli", "Constant"})
+# Float size arithmetic (`_size_floats`) folds only through these cheap elementwise and shape ops, each float input
+# and output of at most `SIZE_FLOAT_ELEMENTS` elements: a Conv or MatMul of two small weights feeding a Cast to int64
+# would otherwise be run by the reference evaluator at any cost (a 1x1x128x128 Conv with pads=63: 6 GB, 15 s).
+SIZE_FLOAT_ELEMENTS = 64
+_SIZE_FLOAT_OPS = frozenset({"Div", "Mul", "Add", "Sub", "Ceil", "Floor", "Round", "Neg", "Abs", "Sqrt", "Min", "Max"})
+_SIZE_FLOAT_OPS |= frozenset({"Cast", "Unsqueeze", "Squeeze", "Concat", "Gather", "Reshape", "Identity", "Shape"})
+_SIZE_FLOAT_OPS |= frozenset({"Constant"})
 
 
 def fold_constant_indices(model) -> int:
@@ -514,6 +521,21 @@ def fold_constant_indices(model) -> int:
             v = known[name] = numpy_helper.to_array(v)
         return v
 
+    def small_float_step(node, ins) -> bool:
+        """Whether `node` (with an output in `size_floats`) is an allowed size op whose float inputs each hold at most
+        `SIZE_FLOAT_ELEMENTS` elements (its float outputs are checked after shape inference)."""
+        if node.op_type not in _SIZE_FLOAT_OPS:
+            return False
+        for name in ins:
+            v = known[name]
+            if isinstance(v, np.ndarray):
+                is_float, size = v.dtype.kind not in "biu", v.size
+            else:
+                is_float, size = v.data_type not in _FOLD_TYPES, int(np.prod(list(v.dims), dtype=object))
+            if is_float and size > SIZE_FLOAT_ELEMENTS:
+                return False
+        return True
+
     folded = 0
     nodes = list(model.graph.node)
     size_floats = _size_floats(model)
@@ -532,6 +554,7 @@ def fold_constant_indices(model) -> int:
             or not ins
             or not all(i in known for i in ins)
             or any(a.type in (5, 10) for a in node.attribute)  # GRAPH, GRAPHS
+            or (any(o in size_floats for o in node.output) and not small_float_step(node, ins))
         ):
             out_nodes.append(node)
             continue
@@ -554,6 +577,8 @@ def fold_constant_indices(model) -> int:
             elif not tt.HasField("shape") or None in dims:
                 small = False
             elif int(np.prod(dims, dtype=object)) > FOLD_ELEMENTS:
+                small = False
+            elif tt.elem_type not in _FOLD_TYPES and int(np.prod(dims, dtype=object)) > SIZE_FLOAT_ELEMENTS:
                 small = False
         if not small or len(inferred.graph.output) != len([o for o in node.output if o]):
             out_nodes.append(node)
@@ -587,10 +612,11 @@ def fold_constant_indices(model) -> int:
 
 
 def _size_floats(model) -> set[str]:
-    """Names of the values of `model` whose every use, through nodes of the default domain whose outputs are all such
-    values, ends in a `Cast` to an integer or boolean type (the float steps of a size computed as
-    `int(math.ceil(h / p))`); a graph output or a value read by any other node is not one. One pass over the nodes in
-    reverse order (an ONNX graph is topologically sorted), so the cost is linear in the graph."""
+    """Names of the values of `model`, each the output of a node in `_SIZE_FLOAT_OPS`, whose every use, through nodes
+    of the default domain in `_SIZE_FLOAT_OPS` whose outputs are all such values, ends in a `Cast` to an integer or
+    boolean type (the float steps of a size computed as `int(math.ceil(h / p))`); a graph output or a value read by
+    any other node is not one. One pass over the nodes in reverse order (an ONNX graph is topologically sorted), so
+    the cost is linear in the graph."""
     consumers: dict[str, list] = {}
     for node in model.graph.node:
         for name in dict.fromkeys(i for i in node.input if i):
@@ -599,7 +625,7 @@ def _size_floats(model) -> set[str]:
     sized: set[str] = set()
 
     def to_size(node) -> bool:
-        if node.domain not in ("", "ai.onnx") or node.op_type in _NO_FOLD:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in _SIZE_FLOAT_OPS:
             return False
         if node.op_type == "Cast":
             to = next((a.i for a in node.attribute if a.name == "to"), None)
@@ -608,6 +634,8 @@ def _size_floats(model) -> set[str]:
         return bool(outs) and all(o in sized for o in outs)
 
     for node in reversed(model.graph.node):
+        if node.op_type not in _SIZE_FLOAT_OPS:
+            continue  # a Conv or MatMul read only by an int Cast is no size arithmetic: never folded
         for name in node.output:
             uses = consumers.get(name)
             if name and uses and name not in outputs and all(to_size(c) for c in uses):

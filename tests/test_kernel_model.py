@@ -403,10 +403,19 @@ def test_committed_table_and_evaluation_reproduce_from_the_data():
     refit, rows, half, sweep = kf.build(records, ["data/neusight-kernels", "data/vidur-ops", "data/h100-80gb/kernels"])
     committed = load_params()
     assert set(refit.entries) == set(committed.entries)
+    fitted = kf.fitted_records(records)
     for key, p in committed.entries.items():
         q = refit.entries[key]
-        for f in ("e_compute", "e_memory", "launch_us", "tile_i0", "k0", "exec_us"):
-            assert getattr(q, f) == pytest.approx(getattr(p, f), rel=1e-3, abs=1e-3), (key, f)
+        fields = ("e_compute", "e_memory", "launch_us", "tile_i0", "k0", "exec_us")
+        moved = [f for f in fields if getattr(q, f) != pytest.approx(getattr(p, f), rel=1e-3, abs=1e-3)]
+        if moved:
+            # a parameter the group's records do not identify (float32 SDPA on the H100: every record
+            # compute-bound, so e_memory is wherever the winning start of `fit_entry` left it, and which of two
+            # starts of equal cost wins depends on the machine's last bits): the two tables must still give every
+            # record of the group the same time
+            group = kf.Group.of([r for r in fitted if (kf.family_of(r.device), kf.lookup_kind(r), r.dtype) == key])
+            assert len(group.latency) >= kf.MIN_FIT, key
+            assert group.predict(q) == pytest.approx(group.predict(p), rel=1e-3), (key, moved)
         assert (q.source, q.measured_on) == (p.source, p.measured_on), key
     reported = kf.parse_eval_markdown((ROOT / "predictor" / "KERNEL_EVAL.md").read_text())
     assert len(reported) == len(rows) > 30

@@ -16,6 +16,22 @@ import torch.nn.functional as F
 from torch import nn
 
 
+class GemmThenSmall(nn.Module):
+    """A 2048^3 float32 GEMM (long: the host runs ahead of it) then 16 short elementwise kernels on an 8 x 8
+    tensor (each far under its launch floor): the host-queueing tests' model (test_host_overhead, test_mig_latency)."""
+
+    def forward(self, a, b, s):
+        y = a @ b
+        for _ in range(16):
+            s = s + 1.0
+        return y, s
+
+
+def gemm_then_small() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """`GemmThenSmall` and its inputs (zeros: only shapes matter to the analysis)."""
+    return GemmThenSmall(), (torch.zeros(2048, 2048), torch.zeros(2048, 2048), torch.zeros(8, 8))
+
+
 class GroupedConv(nn.Module):
     def __init__(self):
         super().__init__()

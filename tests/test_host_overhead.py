@@ -15,6 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from oracle_models import gemm_then_small  # noqa: E402
+
 import analyzer  # noqa: E402
 from analyzer.errors import UsageError  # noqa: E402
 from analyzer.render import assumes_text  # noqa: E402
@@ -32,22 +34,12 @@ class SmallChain(torch.nn.Module):
         return s
 
 
-class GemmThenSmall(torch.nn.Module):
-    """A 2048^3 float32 GEMM (long: the host runs ahead of it) then 16 short elementwise kernels."""
-
-    def forward(self, a, b, s):
-        y = a @ b
-        for _ in range(16):
-            s = s + 1.0
-        return y, s
-
-
 def _chain():
     return SmallChain(), (torch.zeros(8, 8),)
 
 
 def _gemm():
-    return GemmThenSmall(), (torch.zeros(2048, 2048), torch.zeros(2048, 2048), torch.zeros(8, 8))
+    return gemm_then_small()
 
 
 def _kernels(report):

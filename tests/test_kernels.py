@@ -737,6 +737,14 @@ GX = (2, 8, 16)  # the tensor the hand-built ONNX graphs below work on: 256 floa
 SQRT2, SQRT_HALF, SQRT_2_PI = 1.4142135623730951, 0.7071067811865476, 0.7978845608028654
 
 
+def _onnx_routes(module, x, tmp_path, name: str):
+    """`module` exported to ONNX (TorchScript exporter, opset 17) and analysed, beside the module route's kernels and
+    the eager dispatch trace of the same call: (ONNX analysis, module kernels, trace)."""
+    path = tmp_path / f"{name}.onnx"
+    torch.onnx.export(module, (x,), str(path), dynamo=False, opset_version=17)
+    return analyze(str(path)).analysis, analyze(module, (x,)).analysis.kernels, trace_kernels(module, (x,))
+
+
 def _onnx_graph(tmp_path, nodes, consts: dict, *, inputs=(), initializers=()):
     """Analyse a hand-built ONNX graph: input x (float32, GX) and `inputs`, one-element float32 constants `consts`
     and `initializers` (numpy arrays by name), output y (float32, GX)."""
@@ -890,12 +898,8 @@ def test_exported_spellings_launch_what_torch_launches(tmp_path, name):
     torch.manual_seed(0)
     module = make().eval()
     x = torch.randint(0, 100, shape) if name == "embedding" else torch.randn(shape)
-    path = tmp_path / f"{name}.onnx"
-    torch.onnx.export(module, (x,), str(path), dynamo=False, opset_version=17)
-    onnx_analysis = analyze(str(path)).analysis
+    onnx_analysis, torch_kernels, trace = _onnx_routes(module, x, tmp_path, name)
     onnx_kernels = onnx_analysis.kernels
-    torch_kernels = analyze(module, (x,)).analysis.kernels
-    trace = trace_kernels(module, (x,))
     assert len(onnx_kernels) == len(torch_kernels) == trace.count, [k.op for k in onnx_kernels]
     assert [(k.kind, k.bytes_written) for k in onnx_kernels] == [(k.kind, k.bytes_written) for k in torch_kernels]
     # reads agree but for the scalar constants torch's single op does not read (ne's 0.5, 4 B)
@@ -915,10 +919,9 @@ def test_gelu_written_out_in_python_stays_separate_kernels(tmp_path):
     from transformers.activations import NewGELUActivation
 
     module, x = NewGELUActivation().eval(), torch.randn(GX)
-    path = tmp_path / "gelu_new.onnx"
-    torch.onnx.export(module, (x,), str(path), dynamo=False, opset_version=17)
-    onnx_kernels = analyze(str(path)).analysis.kernels
-    assert len(onnx_kernels) == len(analyze(module, (x,)).analysis.kernels) == trace_kernels(module, (x,)).count == 8
+    onnx_analysis, torch_kernels, trace = _onnx_routes(module, x, tmp_path, "gelu_new")
+    onnx_kernels = onnx_analysis.kernels
+    assert len(onnx_kernels) == len(torch_kernels) == trace.count == 8
     assert not [k for k in onnx_kernels if k.op.startswith("fused:")]
 
 
@@ -1045,12 +1048,8 @@ def test_exported_instance_and_group_norm_are_one_kernel(tmp_path, name):
     make, norm_reads = NORMS[name]
     torch.manual_seed(0)
     module, x = make().eval(), torch.randn(_NCHW)
-    path = tmp_path / f"{name}.onnx"
-    torch.onnx.export(module, (x,), str(path), dynamo=False, opset_version=17)
-    analysis = analyze(str(path)).analysis
+    analysis, torch_kernels, trace = _onnx_routes(module, x, tmp_path, name)
     kernels = analysis.kernels
-    torch_kernels = analyze(module, (x,)).analysis.kernels
-    trace = trace_kernels(module, (x,))
     assert len(kernels) == len(torch_kernels) == trace.dependent_count, [k.op for k in kernels]
     assert [k.kind for k in kernels] == [k.kind for k in torch_kernels]
     norms = [k for k in kernels if k.kind == "norm"]

@@ -126,19 +126,12 @@ def test_predict_states_each_slice_as_the_whole_gpu_plus_the_queued_difference()
     (the whole GPU's eager estimate) counts each at the floor. That excess of the estimate over the queued time is
     host time, carried over to a slice unscaled: the ratio rule (whole x queued slice / queued whole), which scales
     it, differs from the difference by over 5% on 1g.10gb (16 of 132 SMs; asserted), so it would fail here."""
-    import torch
+    from oracle_models import gemm_then_small
 
     import analyzer
 
-    class GemmThenSmall(torch.nn.Module):
-        def forward(self, a, b, s):
-            y = a @ b
-            for _ in range(16):
-                s = s + 1.0
-            return y, s
-
-    args = (torch.zeros(2048, 2048), torch.zeros(2048, 2048), torch.zeros(8, 8))
-    report = analyzer.predict(GemmThenSmall(), args, device="h100-80gb")
+    model, args = gemm_then_small()
+    report = analyzer.predict(model, args, device="h100-80gb")
     p = report.prediction
     assert p.predictor == "roofline"
     h100 = get_device("h100-80gb")
@@ -158,7 +151,7 @@ def test_predict_states_each_slice_as_the_whole_gpu_plus_the_queued_difference()
     on_one = p.latency_ms + 1e3 * (_issued_asynchronously_s(one) - base)
     assert abs(p.latency_ms * _issued_asynchronously_s(one) / base / on_one - 1) > 0.05  # not the ratio rule
     # the slice as the target: the same latency, its slowdown against the whole GPU's prediction
-    part = analyzer.predict(GemmThenSmall(), args, device="h100-80gb:1g.10gb").prediction
+    part = analyzer.predict(model, args, device="h100-80gb:1g.10gb").prediction
     assert part.latency_ms == pytest.approx(on_one, rel=1e-9)
     assert part.mig.chosen.slowdown == pytest.approx(on_one / p.latency_ms, rel=1e-9)
 

@@ -608,6 +608,12 @@ class _View:
             vid = op.operands[0].value
         return vid
 
+    def view_source(self, vid: int) -> int:
+        """The value `vid` is a view of, through any chain of view ops (itself if it is no view)."""
+        while (p := self.op_of(vid)) is not None and p.operands and self.is_view_op(p):
+            vid = p.operands[0].value
+        return vid
+
     def op_of(self, vid: int) -> OpNode | None:
         i = self.producer.get(vid)
         return None if i is None else self.node[i]
@@ -1914,8 +1920,7 @@ class _View:
             w = op.operands[1].value
             if w not in self.indep or op.operands[1].tensor.ndim != 2:
                 continue
-            while (p := self.op_of(w)) is not None and p.operands and self.is_view_op(p):
-                w = p.operands[0].value
+            w = self.view_source(w)
             by_weight.setdefault((op.library_call, w), []).append(op)
         groups: list[list[int]] = []
         bias_of = {p: c for c, p in fused_into.items()}
@@ -1969,23 +1974,18 @@ class _View:
         in_group = {i for g in groups for i in g}
         produced = {v for i in in_group for v in self.outputs_of.get(i, [])}
 
-        def source(vid: int) -> int:
-            while (p := self.op_of(vid)) is not None and p.operands and self.is_view_op(p):
-                vid = p.operands[0].value
-            return vid
-
         written = {
             op.index
             for op in self.node
             if op.op in ("relax.concat", "relax.stack")
             and op.library_call is not None  # the importer's, inside the call; not the model's own torch.stack
             and op.operands
-            and all(source(o.value) in produced for o in op.operands)
+            and all(self.view_source(o.value) in produced for o in op.operands)
         }
         gemms = set()
         for i in in_group:
             for o in self.node[i].operands:
-                p = self.op_of(source(o.value))
+                p = self.op_of(self.view_source(o.value))
                 if p is not None and p.index in fused_into and p.library_call is not None:
                     gemms.add(fused_into[p.index])
         return written, gemms

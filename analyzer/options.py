@@ -5,13 +5,11 @@ Light on purpose: it imports neither TVM nor torch, so a command can refuse a ba
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Sequence
 
 from passes.graph import COMPUTE_DTYPES  # plain python: no TVM
 from predictor.devices import UnknownDeviceError, get_device
-from predictor.kernel_model import MATMUL_PRECISIONS
+from predictor.kernel_model import MATMUL_PRECISIONS, is_host_overhead
 
 from .errors import UsageError
 
@@ -57,8 +55,7 @@ def check_host_overhead(host_overhead, where: str | None = None) -> float:
     """`host_overhead` as a float if it is a positive finite number (the host's dispatch time per kernel as a
     multiple of the kernel model's fitted launch floor: 1.0 the host it was fitted on, 2.35 a host like
     MIGProfiler's, docs/devices.md), else UsageError (`where` prefixes the message)."""
-    ok = isinstance(host_overhead, numbers.Real) and not isinstance(host_overhead, bool)
-    if not (ok and math.isfinite(host_overhead) and host_overhead > 0):
+    if not is_host_overhead(host_overhead):
         prefix = f"{where}: " if where else ""
         raise UsageError(
             f"{prefix}--host-overhead must be a positive finite number, a multiple of preflight's launch floor "

@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -119,6 +120,12 @@ TF32 = "tf32"
 #: (oneDNN) path, so on a CUDA GPU "medium" is costed as "high".
 MATMUL_PRECISIONS = {"highest": False, "high": True, "medium": True}
 DEFAULT_MATMUL_PRECISION = "highest"
+
+
+def is_host_overhead(value) -> bool:
+    """Whether `value` is a valid host factor: a real number (not a bool), finite and positive (the host's dispatch
+    time per kernel as a multiple of the fitted launch floor)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 def tf32_matmul_of(matmul_precision: str) -> bool:

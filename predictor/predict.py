@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 import os
 import re
 from collections import Counter
@@ -46,6 +45,7 @@ from .devices import DEVICES, Device, get_device
 from .kernel_model import (
     DEFAULT_MATMUL_PRECISION,
     KernelTimes,
+    is_host_overhead,
     kernel_arrays,
     kernel_basis,
     kernel_latency_arrays,
@@ -499,9 +499,7 @@ def predict(
     factor other than 1.0 the kernel-model estimate answers, with a warning. ValueError for a factor that is not
     positive and finite (`analyzer.options.check_host_overhead` says it to users).
     """
-    if isinstance(host_overhead, bool) or not (
-        isinstance(host_overhead, numbers.Real) and math.isfinite(host_overhead) and host_overhead > 0
-    ):
+    if not is_host_overhead(host_overhead):
         raise ValueError(f"host_overhead must be a positive finite number (got {host_overhead!r})")
     tf32 = tf32_matmul_of(matmul_precision)
     device = get_device(device_name)

@@ -107,6 +107,7 @@ BOUNDS["exec_us"] = (0.0, 100.0)
 BOUNDS["e_bias"] = (0.2, 1.0)
 BOUNDS["e_transposed"] = (0.01, 1.0)
 BOUNDS["e_grouped"] = (0.01, 1.0)
+BOUNDS["e_grouped_transposed"] = (0.01, 1.0)
 BOUNDS["e_strided"] = (0.05, 1.0)
 BOUNDS["tail"] = (0.0, 1.0)
 BOUNDS["ridge"] = (0.0, 1.0)
@@ -134,7 +135,11 @@ ROBUST_GEMM = ("soft_l1", 0.05)
 #: Convolutions: the gemm form on the implicit GEMM, plus one factor per convolution class the group holds rows of
 #: (`conv_free`): transposed convolutions (cuDNN's data-gradient kernels) and grouped / depthwise ones.
 FREE_DURATIONS["conv"] = FREE_DURATIONS["gemm"]
-CONV_CLASSES = (("transposed", "e_transposed"), ("grouped", "e_grouped"))
+CONV_CLASSES = (
+    ("transposed", "e_transposed"),
+    ("grouped", "e_grouped"),
+    ("grouped_transposed", "e_grouped_transposed"),  # in place of the product of the two (kernel_model)
+)
 #: Free parameters of a group joining host-timed calls (NeuSight: launch included) and kernel durations (the sweep:
 #: none): both the launch and `exec_us` (`fit_with`), and the bias epilogue's `e_bias` (the sweep has GEMMs with
 #: and without a fused bias).
@@ -678,7 +683,7 @@ def fit_entry(
     starts = []
     for k0 in (1.0, 64.0, 512.0) if "k0" in names else (0.0,):
         start = {"e_compute": 0.7, "e_memory": 0.8, "launch_us": 10.0, "k0": k0, "tile_i0": 16.0, "exec_us": 4.0,
-                 "e_bias": 0.9, "e_transposed": 0.5, "e_grouped": 0.5, "e_strided": 0.7,
+                 "e_bias": 0.9, "e_transposed": 0.5, "e_grouped": 0.5, "e_strided": 0.7, "e_grouped_transposed": 0.5,
                  "tail": 0.5, "ridge": 0.2, "overlap": 0.5}  # fmt: skip
         starts.append(np.clip([start[n] for n in names], lo + 1e-9, hi - 1e-9))
     best = None

@@ -25,7 +25,12 @@ For each kernel of the kernel view (`passes.kernels.Kernel`, or any object with 
     kernel window (b = 1; a depthwise conv has k = the window, so it is inefficient at compute and
     memory-bound, as it is on a GPU);
   - attention (flash / memory-efficient): b = batch x heads work units of `s` query rows, tiles of 128
-    query rows x the whole head (tiles `[[128, 1]]`, n = 1), depth k = keys `t`; the math fallback is
+    query rows x the whole head (tiles `[[128, 1]]`, n = 1), depth k = keys `t`. A decode step (`s` = 1, one
+    query row per head) has no tile shape: the fused backends' decode paths split the keys over the SMs
+    (flash-decoding) and pack the single row into one tensor-core tile, so a 128-row tile would charge it 128x
+    the work it does; at <= (query heads / KV heads) FLOP per byte it is memory-bound on every GPU (ridge
+    >= 100 FLOP/byte), which the H100 sweep's 96 decode records confirm (auto picks cuDNN, 2.5-3.1 TB/s from
+    8 MB of keys and values up: docs/kernel-model.md); the math fallback is
     costed as a gemm of (b x h, s, t, d).
   q is the wave quantisation of the output tiles over the SMs, for the best of a few candidate tiles
   (the tile sizes cuBLAS / CUTLASS kernels use): for a tile tm x tn, T = b x ceil(m/tm) x ceil(n/tn) tiles
@@ -43,8 +48,9 @@ For each kernel of the kernel view (`passes.kernels.Kernel`, or any object with 
   Small problems are inefficient through both: one partial wave of small tiles, a short k.
   A convolution's class scales both its efficiencies (compute and memory): `e_transposed` for a transposed
   convolution (params `"transposed": True`; cuDNN runs it as a convolution's data gradient), `e_grouped` for a
-  grouped or depthwise one (`groups` > 1), 1 for a dense one or where the entry has no factor
-  (`class_efficiency`; fitted on the H100 sweep's convolutions, docs/kernel-model.md).
+  grouped or depthwise one (`groups` > 1), `e_grouped_transposed` for one that is both (where fitted; else the
+  product), 1 for a dense one or where the entry has no factor (`class_efficiency`; fitted on the H100 sweep's
+  convolutions, docs/kernel-model.md).
   A gemm whose bias add is fused into the library call (params `"bias": True`: `nn.Linear` -> `aten::addmm`,
   cuBLASLt's bias epilogue) runs at e_c x `e_bias` (default 1: no entry but the fitted ones tells a bias
   epilogue apart; docs/kernel-model.md).
@@ -169,6 +175,11 @@ class KernelParams:
             convolution (the entry was not fitted with it).
         e_grouped: factor on both efficiencies of a grouped or depthwise convolution (params `groups` > 1), in
             (0, 1]; 1: as a dense one.
+        e_grouped_transposed: factor on both efficiencies of a grouped transposed convolution, in (0, 1], in
+            place of `e_transposed` x `e_grouped`; 1: that product (the entry was not fitted with it). cuDNN runs
+            a depthwise transposed convolution through another kernel than a depthwise convolution: on the H100
+            sweep the product fitted to both classes at once priced depthwise convolutions 87% (float16) and 75%
+            (float32) slow at the median, the transposed ones right.
         e_strided: factor on a copy's memory efficiency when it gathers a strided view into contiguous memory
             (params `"strided": True`), in (0, 1]; 1: no difference (the entry was not fitted with it).
         source: where the numbers come from, a chain read left to right: "fit: ..." (fitted on single-kernel
@@ -192,11 +203,12 @@ class KernelParams:
     e_grouped: float = 1.0
     e_strided: float = 1.0
     tail: float = 1.0
+    e_grouped_transposed: float = 1.0
     ridge: float = 0.0
     overlap: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("e_bias", "e_transposed", "e_grouped", "e_strided"):
+        for name in ("e_bias", "e_transposed", "e_grouped", "e_strided", "e_grouped_transposed"):
             if not (0 < getattr(self, name) <= 1):
                 raise KernelParamsError(f"{name} must be in (0, 1]: {getattr(self, name)} ({self.source or 'entry'})")
         if not (0 < self.e_compute <= 1 and 0 < self.e_memory <= 1):
@@ -227,7 +239,7 @@ class KernelParams:
             doc["exec_us"] = round(self.exec_us, 4)
         if self.e_bias != 1.0:
             doc["e_bias"] = round(self.e_bias, 6)
-        for name in ("e_transposed", "e_grouped", "e_strided", "tail"):
+        for name in ("e_transposed", "e_grouped", "e_grouped_transposed", "e_strided", "tail"):
             if getattr(self, name) != 1.0:
                 doc[name] = round(getattr(self, name), 6)
         for name in ("ridge", "overlap"):
@@ -265,6 +277,7 @@ class KernelParams:
                 e_bias=float(doc.get("e_bias", 1.0)),
                 e_transposed=float(doc.get("e_transposed", 1.0)),
                 e_grouped=float(doc.get("e_grouped", 1.0)),
+                e_grouped_transposed=float(doc.get("e_grouped_transposed", 1.0)),
                 e_strided=float(doc.get("e_strided", 1.0)),
                 tail=float(doc.get("tail", 1.0)),
                 ridge=float(doc.get("ridge", 0.0)),
@@ -405,6 +418,14 @@ class KernelArrays:
     def __len__(self) -> int:
         return len(self.flops)
 
+    @property
+    def grouped_transposed(self) -> np.ndarray | None:
+        """(N,) bool: a grouped transposed convolution (`transposed` and `grouped`), or None for none."""
+        if self.transposed is None or self.grouped is None:
+            return None
+        both = self.transposed & self.grouped
+        return both if both.any() else None
+
     @cached_property
     def groups(self) -> list[tuple[str, str, np.ndarray]]:
         """(kind, dtype, row indices) for each (kind, dtype) present (computed once)."""
@@ -446,6 +467,8 @@ def gemm_dims(kind: str, params: dict) -> tuple[str, tuple[float, float, float, 
             bh = int(params["b"]) * int(params["h"])
             if params.get("backend") == "math":
                 kind, dims = "gemm", (bh, params["s"], params["t"], params["d"])
+            elif int(params["s"]) == 1:  # a decode step: split-KV kernel, no tile shape penalty (module docstring)
+                return kind, (0.0, 0.0, 0.0, 0.0)
             else:
                 dims = (bh, params["s"], 1, params["t"])
         dims = tuple(float(v) for v in dims)
@@ -554,13 +577,17 @@ def tile_efficiency(
 
 def class_efficiency(arrays: KernelArrays, p: KernelParams) -> np.ndarray | float:
     """The convolution-class factor per row (`e_transposed` on transposed convolutions, `e_grouped` on grouped and
-    depthwise ones, their product on a grouped transposed one, 1 elsewhere), applied to both efficiencies: (N,)
+    depthwise ones, `e_grouped_transposed` on a grouped transposed one where the entry has it, else the product,
+    1 elsewhere), applied to both efficiencies: (N,)
     array, or the scalar 1.0 when no row has a class or the entry has no factor."""
     factor: np.ndarray | float = 1.0
     if arrays.transposed is not None and p.e_transposed != 1.0:
         factor = factor * np.where(arrays.transposed, p.e_transposed, 1.0)
     if arrays.grouped is not None and p.e_grouped != 1.0:
         factor = factor * np.where(arrays.grouped, p.e_grouped, 1.0)
+    both = arrays.grouped_transposed
+    if both is not None and p.e_grouped_transposed != 1.0:
+        factor = np.where(both, p.e_grouped_transposed, factor)
     return factor
 
 

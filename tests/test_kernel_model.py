@@ -174,6 +174,10 @@ def test_conv_and_attention_become_gemm_like_problems():
     att = {"b": 2, "h": 8, "h_kv": 2, "s": 512, "t": 1024, "d": 64, "dv": 64, "causal": False, "masked": False}
     assert gemm_dims("attention", att | {"backend": "flash"}) == ("attention", (16, 512, 1, 1024))
     assert gemm_dims("attention", att | {"backend": "math"}) == ("gemm", (16, 512, 1024, 64))
+    # a decode step (one query row per head): no tile shape; two rows keep the 128-row tile
+    assert gemm_dims("attention", att | {"backend": "flash", "s": 1}) == ("attention", (0, 0, 0, 0))
+    assert gemm_dims("attention", att | {"backend": "flash", "s": 2}) == ("attention", (16, 2, 1, 1024))
+    assert gemm_dims("attention", att | {"backend": "math", "s": 1}) == ("gemm", (16, 1, 1024, 64))
     assert gemm_dims("gemm", {"numel": 4}) == ("gemm", (0, 0, 0, 0))  # sizes missing: no shape penalty
     assert gemm_dims("gemm", {"m": "x", "n": 1, "k": 1}) == ("gemm", (0, 0, 0, 0))
     assert gemm_dims("gemm", {"m": -4, "n": 1, "k": 1}) == ("gemm", (0, 0, 0, 0))
@@ -627,6 +631,49 @@ def test_conv_class_factors_by_hand():
     assert "e_transposed" not in GEMM.to_json()  # an entry without classes keeps its old form
     with pytest.raises(KernelParamsError, match="e_grouped"):
         KernelParams(0.5, 0.9, 10.0, e_grouped=0.0)
+
+
+def test_decode_attention_is_costed_without_the_query_tile():
+    """A fused decode step (s = 1) of Llama-3-8B shape (32 query heads, 8 KV heads, d 128, 8,192 cached tokens,
+    batch 1, float16) against the same work with 2 query rows: the decode row pays its bytes at e_m (memory-bound),
+    not 128x its FLOPs through a 128-row tile."""
+    p = KernelParams(0.5, 0.9, 10.0, ((128, 1),), 0.0, 0.0, "test", exec_us=5.0)
+    dec = {"b": 1, "h": 32, "h_kv": 8, "s": 1, "t": 8192, "d": 128, "dv": 128, "backend": "flash"}
+    flops = 4 * 32 * 8192 * 128  # QK^T and PV: 2 x 2 x h x s x t x d = 134,217,728
+    nbytes = 2 * (2 * 8 * 8192 * 128)  # K and V of 8 KV heads in float16: 33,554,432 (q and out: negligible)
+    kt = kernel_latency([K("attention", flops, nbytes, 0, "float16", dec)], H100, params=table(attention=p))
+    # compute 1.342177e8 / (989.4e12 x 0.5) = 0.271311 us; memory 3.355443e7 / (3.35e12 x 0.9) = 11.129164 us;
+    # each term with the 5 us exec_us
+    assert kt.compute_s[0] * 1e6 == pytest.approx(0.271311 + 5.0, rel=1e-6)
+    assert kt.memory_s[0] * 1e6 == pytest.approx(11.129164 + 5.0, rel=1e-6)
+    assert kt.seconds[0] * 1e6 == pytest.approx(11.129164 + 5.0 + 10.0, rel=1e-6)  # + the 10 us launch
+    # s = 2, twice the FLOPs: 32 work units of one 128-row tile on 132 SMs, 2 of 128 rows used:
+    # q = 32 x 2 / (132 x 128) = 3.787879e-3; compute 2.684355e8 / (989.4e12 x 0.5 x q) = 143.2524 us
+    two = kernel_latency([K("attention", 2 * flops, nbytes, 0, "float16", dec | {"s": 2})], H100,
+                         params=table(attention=p))  # fmt: skip
+    assert two.compute_s[0] * 1e6 == pytest.approx(143.2524 + 5.0, rel=1e-5)
+
+
+def test_grouped_transposed_factor_replaces_the_product():
+    """e_grouped_transposed, where an entry has it, is the class factor of a grouped transposed convolution alone
+    (not e_transposed x e_grouped); plain transposed and plain grouped rows keep theirs; it round-trips."""
+    p = KernelParams(0.5, 0.8, 10.0, (), 0.0, 0.0, "test", e_transposed=0.5, e_grouped=0.25, e_grouped_transposed=0.4)
+    conv = {"n": 1, "c_in": 64, "c_out": 64, "out_spatial": [32, 32], "kernel": [3, 3], "groups": 1}
+    flops, nbytes = 989_400_000, 3_350_000  # 1 us at the H100's fp16 peak, 1 us at its bandwidth
+    kernels = [
+        K("conv", flops, nbytes, 0, "float16", conv | {"transposed": True}),
+        K("conv", flops, nbytes, 0, "float16", conv | {"groups": 64}),
+        K("conv", flops, nbytes, 0, "float16", conv | {"groups": 64, "transposed": True}),
+    ]
+    assert list(kernel_arrays(kernels).grouped_transposed) == [False, False, True]
+    assert kernel_arrays(kernels[:2]).grouped_transposed is None
+    kt = kernel_latency(kernels, H100, params=table(conv=p))
+    # compute 1 us / (0.5 f): f = 0.5, 0.25, 0.4 -> 4.0, 8.0, 5.0 us; memory 1 us / (0.8 f) -> 2.5, 5.0, 3.125 us
+    assert kt.compute_s * 1e6 == pytest.approx([4.0, 8.0, 5.0], rel=1e-9)
+    assert kt.memory_s * 1e6 == pytest.approx([2.5, 5.0, 3.125], rel=1e-9)
+    assert KernelParams.from_json(p.to_json()) == replace(p, measured_on=())
+    with pytest.raises(KernelParamsError, match="e_grouped_transposed"):
+        KernelParams(0.5, 0.9, 10.0, e_grouped_transposed=1.5)
 
 
 def test_conv_fit_recovers_class_factors():

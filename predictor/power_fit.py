@@ -5,6 +5,7 @@ table of docs/power-and-memory.md.
 Usage: python -m predictor.power_fit [--data data/public-models] [--out predictor/power_params.json]
        [--shares engine|roofline] [--step-time throughput|tpot] [--sensitivity] [--without-h100-models]
        [--fp32-compute none|float32|float32-peak|cuda] [--h100-shares predicted|measured]
+       python -m predictor.power_fit --check-probes [--out predictor/power_params.json]
 
 Rows and what each measures (data/public-models/README.md):
 - diffusion (mlenergy-diffusion-v2.jsonl, 118 rows, float16 eager diffusers pipelines): average board power
@@ -49,6 +50,13 @@ bench/h100_model_shares.py, as predictor/ never imports TVM) over its predicted 
 `predictor.predict` reads; with them the H100 also gets P_compute_fp32 (`power.FP32_COMPUTE`: the float32 kernels'
 time at peak rate). These rows span host-bound, memory-bound and compute-bound work in two precisions, which the
 ML.ENERGY rows alone cannot separate (docs/power-and-memory.md).
+
+Power probes (data/<device>/power/*.jsonl, `predictor.measure.power_probe`: the GPU held seconds on one workload
+class under NVML): not fitted on. After the fit, each fitted GPU with probes gets `probe_table` printed under the
+evaluation: each fitted figure against the median of its class's probes (`probe_groups`: idle and launch against
+P_gap, memory-bound against P_memory, float16/bfloat16 products against P_compute, float32 ones against
+P_compute_fp32), and each probe as the model prices it. `--check-probes` prints the same for a parameter file
+without fitting.
 
 The fit: per GPU, least squares of relative power error (rows weighted 1 / measured power) for
 (P_gap, P_compute, P_memory[, P_compute_fp32]), each in [0, power limit]. Held out: each ML.ENERGY model's rows
@@ -357,6 +365,221 @@ def h100_model_rows(
     return out
 
 
+#: Board-power probes of the GPU runbook (`predictor.measure.power_probe`, schema there): each holds the GPU on one
+#: workload for seconds under NVML. Read from `data/<device>/power/*.jsonl` (`probe_records`); not fitted on: the
+#: fit's figures are checked against them (`probe_table`, docs/power-and-memory.md).
+PROBE_SCHEMA = "preflight.power-probe/1"
+
+#: Probe classes (`probe_class`) and the fitted figure of `power.PowerParams` each one measures: "idle" and "launch"
+#: -> P_gap (neither is quite the gap state: see `probe_table`), "memory" -> P_memory, "compute" (float16/bfloat16
+#: tensor-core products) -> P_compute, "compute_fp32" (float32 products, on FP32 CUDA cores or TF32 tensor cores, as
+#: `power.FP32_COMPUTE` prices every float32 kernel) -> P_compute_fp32.
+PROBE_CLASSES = {
+    "idle": "gap_w",
+    "launch": "gap_w",
+    "memory": "memory_w",
+    "compute": "compute_w",
+    "compute_fp32": "compute_fp32_w",
+}
+_FIGURE = {"gap_w": "P_gap", "memory_w": "P_memory", "compute_w": "P_compute", "compute_fp32_w": "P_compute_fp32"}
+
+
+def probe_class(rec: dict) -> str:
+    """The `PROBE_CLASSES` key of one probe record: its own class ("idle", "launch", "memory", "compute"), a
+    "compute" probe in float32 (TF32 or not) as "compute_fp32". `PowerDataError` for any other class."""
+    cls = rec.get("class")
+    if cls not in ("idle", "launch", "memory", "compute"):
+        raise PowerDataError(f"power probe {rec.get('workload')!r} has an unknown class {cls!r}")
+    return "compute_fp32" if cls == "compute" and rec.get("dtype") == "float32" else cls
+
+
+def _positive(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def probe_records(folder: Path) -> list[dict]:
+    """The probe records (`PROBE_SCHEMA`) of every `*.jsonl` file in `folder` (a `data/<device>/power` folder), in
+    file-name then line order, those whose status is not "ok" left out. `PowerDataError` (naming the file and line)
+    for a line that is not JSON, another schema, or an ok record without its NVML power samples' median (W), a known
+    class (`probe_class`), a workload name, or (memory and compute probes) its achieved rate."""
+    out = []
+    for path in sorted(Path(folder).glob("*.jsonl")):
+        try:
+            lines = path.read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise PowerDataError(f"cannot read power probes {path}: {e}") from e
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError as e:
+                raise PowerDataError(f"{path}:{n}: not a JSON record ({e})") from e
+            if not isinstance(rec, dict) or rec.get("schema") != PROBE_SCHEMA:
+                raise PowerDataError(f"{path}:{n}: not a power-probe record (expected schema {PROBE_SCHEMA!r})")
+            if rec.get("status") != "ok":
+                continue
+            try:
+                median = float(rec["power_samples"]["median_w"])
+            except (KeyError, TypeError, ValueError) as e:
+                raise PowerDataError(f"{path}:{n}: an ok probe without power_samples.median_w") from e
+            if not math.isfinite(median) or median <= 0:
+                raise PowerDataError(f"{path}:{n}: power_samples.median_w must be a positive number (got {median})")
+            try:
+                cls = probe_class(rec)
+            except PowerDataError as e:
+                raise PowerDataError(f"{path}:{n}: {e}") from e
+            rate = {"memory": "achieved_bytes_per_s", "compute": "achieved_flops_per_s"}.get(rec["class"])
+            if not isinstance(rec.get("workload"), str) or (rate and not _positive(rec.get(rate))):
+                raise PowerDataError(f"{path}:{n}: a {cls} probe needs a workload name and a positive {rate}")
+            out.append(rec)
+    return out
+
+
+@dataclass(frozen=True)
+class ProbeGroup:
+    """The ok probes of one `PROBE_CLASSES` class: their workload names and each one's median board power (W, the
+    median of its NVML samples), in record order."""
+
+    cls: str
+    workloads: tuple[str, ...]
+    medians_w: tuple[float, ...]
+
+    @property
+    def median_w(self) -> float:
+        """Median over the probes of their median power (W)."""
+        return float(np.median(self.medians_w))
+
+    @property
+    def range_w(self) -> tuple[float, float]:
+        """(lowest, highest) probe median (W)."""
+        return min(self.medians_w), max(self.medians_w)
+
+
+def probe_groups(records: list[dict]) -> dict[str, ProbeGroup]:
+    """Probe records (`probe_records`) grouped by `probe_class`, in `PROBE_CLASSES` order; absent classes left out."""
+    by: dict[str, list[dict]] = {}
+    for r in records:
+        by.setdefault(probe_class(r), []).append(r)
+    return {
+        c: ProbeGroup(
+            c, tuple(str(r["workload"]) for r in rs), tuple(float(r["power_samples"]["median_w"]) for r in rs)
+        )
+        for c in PROBE_CLASSES
+        if (rs := by.get(c))
+    }
+
+
+def probe_dir(device: str, root: Path = ROOT / "data") -> Path:
+    """The folder a device's power probes are committed in: `root/<device>/power`."""
+    return Path(root) / device / "power"
+
+
+def _peak_fraction(rec: dict, device) -> float | None:
+    """The share of the roofline's peak a probe reached (achieved rate from its shapes and time): bandwidth for a
+    memory probe, `roofline.peak_rate` of a matmul in its dtype (TF32 where the probe allowed it) for a compute one;
+    None for idle and launch probes."""
+    from .roofline import peak_rate
+
+    if rec["class"] == "memory":
+        return float(rec["achieved_bytes_per_s"]) / device.bandwidth
+    if rec["class"] == "compute":
+        return float(rec["achieved_flops_per_s"]) / peak_rate(
+            device, "matmul", rec["dtype"], tf32_matmul=bool(rec.get("tf32"))
+        )
+    return None
+
+
+def probe_shares(rec: dict, device, fp32_compute: str = FP32_COMPUTE) -> tuple[float, float, float]:
+    """(s_compute, s_memory, s_compute_fp32) the power model gives a probe's held workload, one kernel class all the
+    time, from its measured rate: idle and launch all gap (the model has no idle state), memory 1, a tensor-core
+    product s_compute 1, a float32 product as `power.shares_from_classes` prices it under `fp32_compute` ("float32":
+    s_compute_fp32 1; "float32-peak": its achieved fraction of peak, the rest gap; "none" and "cuda": s_compute 1,
+    or s_compute_fp32 1 for "cuda" without TF32)."""
+    cls = probe_class(rec)
+    if cls in ("idle", "launch"):
+        return 0.0, 0.0, 0.0
+    if cls == "memory":
+        return 0.0, 1.0, 0.0
+    if cls == "compute":
+        return 1.0, 0.0, 0.0
+    if fp32_compute == "float32":
+        return 0.0, 0.0, 1.0
+    if fp32_compute == "float32-peak":
+        return 0.0, 0.0, min(1.0, _peak_fraction(rec, device))
+    if fp32_compute == "cuda" and not rec.get("tf32"):
+        return 0.0, 0.0, 1.0
+    return 1.0, 0.0, 0.0
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{(a - b) / b * 100:+.1f}%"
+
+
+def probe_table(device: str, entry: dict, records: list[dict], fp32_compute: str = FP32_COMPUTE) -> str:
+    """Markdown: the fitted figures of one device (`entry`: its `power_params.json` entry, W) against its ok power
+    probes (`probe_records`): per fitted state, the probes' median of medians (W, lowest-highest) and the relative
+    difference (fitted - measured) / measured; then per probe, the power the model gives its workload
+    (`probe_shares` from its measured rate) against its measured median."""
+    from .power import PowerParams
+
+    d = get_device(device)
+    p = PowerParams(entry["gap_w"], entry["compute_w"], entry["memory_w"], entry["limit_w"],
+                    compute_fp32_w=entry.get("compute_fp32_w"))  # fmt: skip
+    fitted = {"gap_w": p.gap_w, "memory_w": p.memory_w, "compute_w": p.compute_w, "compute_fp32_w": p.fp32_w}
+    groups = probe_groups(records)
+    lines = [
+        f"The fitted figures against the {device} power probes ({len(records)} ok probes, "
+        f"data/{device}/power; power: the median of each probe's NVML samples, W):",
+        "",
+        "| fitted figure | fitted (W) | probe class | probes | measured median (lowest-highest), W "
+        "| fitted vs measured |",
+        "|---|---:|---|---|---:|---:|",
+    ]
+    for cls, g in groups.items():
+        key = PROBE_CLASSES[cls]
+        lo, hi = g.range_w
+        spread = f" ({lo:.1f}-{hi:.1f})" if len(g.medians_w) > 1 else ""
+        lines.append(
+            f"| {_FIGURE[key]} | {fitted[key]:.1f} | {cls} | {', '.join(g.workloads)} | {g.median_w:.1f}{spread} | "
+            f"{_pct(fitted[key], g.median_w)} |"
+        )
+    lines += [
+        "",
+        f"Each probe as the power model prices its workload (shares from its measured rate; float32 products by the "
+        f"{fp32_compute!r} rule):",
+        "",
+        "| probe | class | achieved, of peak | shares compute / memory / compute_fp32 | model (W) | measured (W) "
+        "| model vs measured |",
+        "|---|---|---:|---|---:|---:|---:|",
+    ]
+    for r in records:
+        frac = _peak_fraction(r, d)
+        sh = probe_shares(r, d, fp32_compute)
+        model, meas = p.power_w(*sh), float(r["power_samples"]["median_w"])
+        lines.append(
+            f"| {r['workload']} | {probe_class(r)} | {'-' if frac is None else f'{frac:.0%}'} | "
+            f"{sh[0]:.2f} / {sh[1]:.2f} / {sh[2]:.2f} | {model:.1f} | {meas:.1f} | {_pct(model, meas)} |"
+        )
+    return "\n".join(lines)
+
+
+def probe_tables(devices: dict[str, dict], fp32_compute: str = FP32_COMPUTE, root: Path = ROOT / "data") -> list[str]:
+    """`probe_table` of every device of `devices` (key -> its `power_params.json` entry) that has ok probes in
+    `probe_dir(key, root)`, each preceded by an empty line; `fp32_compute` applies where an entry has
+    `compute_fp32_w` ("none" elsewhere). `PowerDataError` when a folder holds another device's probes."""
+    out = []
+    for dev, entry in devices.items():
+        folder = probe_dir(dev, root)
+        recs = probe_records(folder) if folder.is_dir() else []
+        other = sorted({str(r.get("device")) for r in recs} - {dev})
+        if other:
+            raise PowerDataError(f"{folder} holds power probes of another device ({', '.join(other)})")
+        if recs:
+            out += ["", probe_table(dev, entry, recs, fp32_compute if "compute_fp32_w" in entry else "none")]
+    return out
+
+
 def classes_current(classes: Path = H100_CLASSES) -> bool:
     """Whether the kernel-class cache was costed with the committed kernel-parameter table (its SHA-256)."""
     import hashlib
@@ -433,6 +656,7 @@ def run(
     h100_shares: str = H100_SHARES,
     models: Path = H100_MODELS,
     classes: Path = H100_CLASSES,
+    probes: Path | None = ROOT / "data",
 ) -> tuple[dict, str]:
     """Fit every GPU with data, evaluate, and return (the parameter document, the Markdown evaluation table).
 
@@ -440,7 +664,9 @@ def run(
     the h100-80gb figures on our H100 whole models (`h100_model_rows` of `models` and `classes`, with `fp32_compute`
     and `h100_shares`; where `fp32_compute` is not "none", that GPU gets P_compute_fp32). Held out: each ML.ENERGY
     model and each H100 family (`evaluate`); `mape_pct` is over the ML.ENERGY rows only (the target of issue 30),
-    `mape_h100_models_pct` over our H100 whole models.
+    `mape_h100_models_pct` over our H100 whole models. `probes`: the data folder whose `<device>/power/*.jsonl`
+    power probes each fitted GPU's figures are checked against (`probe_table`, appended to the table; not fitted
+    on); None: no check.
     """
     rows = diffusion_rows(data / "mlenergy-diffusion-v2.jsonl") + llm_rows(
         data / "mlenergy-llm-v2.jsonl", prompt_tokens, shares, step_time
@@ -530,6 +756,8 @@ def run(
             "source": f"transfer: {src}'s fit x {scale:.4g} (power-limit ratio {DEVICES[dev].tdp_w:g} / "
             f"{DEVICES[src].tdp_w:g} W; {why}); no public power measurements of {dev}",
         }
+    if probes is not None:
+        lines += probe_tables({dev: devices[dev] for dev in sorted({r.device for r in rows})}, fp32_compute, probes)
     missing = sorted(set(DEVICES) - set(devices))
     if missing:
         raise SystemExit(f"no power parameters for {', '.join(missing)}: add them to TRANSFERS")
@@ -591,6 +819,12 @@ def main(argv: list[str] | None = None) -> int:
         default=H100_SHARES,
         help="what our H100 whole models' fit shares are of (default: %(default)s time per inference)",
     )
+    ap.add_argument(
+        "--check-probes",
+        action="store_true",
+        help="fit nothing: print the parameter file's (--out) figures against the committed power probes "
+        "(data/<device>/power) and exit",
+    )
     args = ap.parse_args(argv)
     data = Path(args.data)
     ours = {
@@ -600,6 +834,16 @@ def main(argv: list[str] | None = None) -> int:
     }
 
     def fit() -> tuple[dict, str] | None:
+        if args.check_probes:
+            try:
+                doc = json.loads(Path(args.out).read_text())
+            except (OSError, ValueError) as e:
+                raise PowerDataError(f"cannot read power-parameter file {args.out}: {e}") from e
+            if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("devices"), dict):
+                raise PowerDataError(f"{args.out} is not a power-parameter file (expected schema {SCHEMA!r})")
+            rule = doc.get("h100_models", {}).get("fp32_compute", FP32_COMPUTE)
+            print("\n".join(probe_tables(doc["devices"], rule)[1:]) or "no power probes in data/<device>/power")
+            return None
         if ours["h100_models"] and not classes_current():
             print(
                 f"warning: {H100_CLASSES.relative_to(ROOT)} was costed with another kernel-parameter table: "

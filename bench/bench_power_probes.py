@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from scipy.optimize import lsq_linear
 
 from predictor import power_fit as pf
 from predictor.devices import get_device
@@ -35,21 +34,11 @@ from predictor.power import FP32_COMPUTE
 DEVICE = "h100-80gb"
 
 
-def fit_pinned(rows: list[pf.Row], limit_w: float, pins: dict[int, float]) -> tuple[float, ...]:
-    """`power_fit.fit` with float32 compute (figures gap, compute, memory, compute_fp32, W), figure i at pins[i]."""
-    p = np.array([r.power_w for r in rows])
-    a = pf._design(rows, True) / p[:, None]
-    lb, ub = np.zeros(4), np.full(4, limit_w)
-    for i, v in pins.items():
-        lb[i], ub[i] = v, v + 1e-9
-    return tuple(float(c) for c in lsq_linear(a, np.ones_like(p), bounds=(lb, ub)).x)
-
-
 def evaluate(rows: list[pf.Row], extra: list[pf.Row], limit_w: float, pins: dict[int, float]) -> np.ndarray:
     """Leave-one-group-out predictions (W) of `rows` (`power_fit.evaluate`), `extra` rows in every training set."""
     pred = np.empty(len(rows))
     for model in {r.model for r in rows}:
-        coef = fit_pinned([r for r in rows if r.model != model] + extra, limit_w, pins)
+        coef = pf.fit([r for r in rows if r.model != model] + extra, limit_w, True, pins)
         for i, r in enumerate(rows):
             if r.model == model:
                 pred[i] = pf.predict_w(coef, r, limit_w)
@@ -83,15 +72,18 @@ def main() -> None:
     public = np.array([r.kind != "h100-model" for r in rows])
     meas = np.array([r.power_w for r in rows])
     variants = {
-        "committed fit": ([], {}),
+        "free fit (the form before 2026-11-27)": ([], {}),
         "probe rows": (extra, {}),
-        f"P_memory pinned at {groups['memory'].median_w:.1f} W": ([], {2: groups["memory"].median_w}),
+        f"P_memory pinned at {groups['memory'].median_w:.1f} W (committed since 2026-11-27)": (
+            [],
+            {2: groups["memory"].median_w},
+        ),
         f"P_gap pinned at {groups['launch'].median_w:.1f} W": ([], {0: groups["launch"].median_w}),
         "both pinned": ([], {0: groups["launch"].median_w, 2: groups["memory"].median_w}),
     }
     for name, (ex, pins) in variants.items():
         pred = evaluate(rows, ex, d.tdp_w, pins)
-        coef = fit_pinned(rows + ex, d.tdp_w, pins)
+        coef = pf.fit(rows + ex, d.tdp_w, True, pins)
         print(
             f"| {name} | {pf._mape(pred[~public], meas[~public]):.2f}% | {pf._mape(pred[public], meas[public]):.2f}% "
             f"| {' / '.join(f'{c:.1f}' for c in coef)} |"

@@ -470,6 +470,17 @@ def probe_groups(records: list[dict]) -> dict[str, ProbeGroup]:
     }
 
 
+def measured_memory_w(device: str, root: Path | None = ROOT / "data") -> tuple[float, int] | None:
+    """(the median of the memory-bound probes' median power, W; how many probes) of `device`, or None where it has
+    none (or `root` is None). The fit holds P_memory at it (`run`): decided on held-out error with 169 H100 whole
+    models (bench/bench_power_probes.py: the leave-one-family-out power MAPE 27.3 -> 23.5%, ML.ENERGY H100
+    held-out energy 15.27 -> 15.34%; docs/power-and-memory.md)."""
+    if root is None or not probe_dir(device, root).is_dir():
+        return None
+    group = probe_groups(probe_records(probe_dir(device, root))).get("memory")
+    return (group.median_w, len(group.medians_w)) if group else None
+
+
 def probe_dir(device: str, root: Path = ROOT / "data") -> Path:
     """The folder a device's power probes are committed in: `root/<device>/power`."""
     return Path(root) / device / "power"
@@ -600,14 +611,18 @@ def _design(rows: list[Row], fp32: bool, held_out: bool = False) -> np.ndarray:
     return np.stack([gap, s_c, s_m, s_32] if fp32 else [gap, s_c + s_32, s_m], axis=1)
 
 
-def fit(rows: list[Row], limit_w: float, fp32: bool = False) -> tuple[float, ...]:
+def fit(rows: list[Row], limit_w: float, fp32: bool = False, pins: dict[int, float] | None = None) -> tuple[float, ...]:
     """(P_gap, P_compute, P_memory) in W, and P_compute_fp32 when `fp32`: least squares of the relative error over
-    `rows`, each figure bounded to [0, limit_w] (a board cannot draw more than its power limit in any state)."""
+    `rows`, each figure bounded to [0, limit_w] (a board cannot draw more than its power limit in any state).
+    `pins`: figures held at a measured value (index in that order -> W), the others fitted around them."""
     from scipy.optimize import lsq_linear
 
     p = np.array([r.power_w for r in rows])
     a = _design(rows, fp32) / p[:, None]
-    coef = lsq_linear(a, np.ones_like(p), bounds=(0.0, limit_w)).x
+    lo, hi = np.zeros(a.shape[1]), np.full(a.shape[1], float(limit_w))
+    for i, w in (pins or {}).items():
+        lo[i], hi[i] = w, w + 1e-9  # lsq_linear needs lo < hi
+    coef = lsq_linear(a, np.ones_like(p), bounds=(lo, hi)).x
     return tuple(float(c) for c in coef)
 
 
@@ -618,12 +633,14 @@ def predict_w(coef: tuple[float, ...], row: Row, limit_w: float) -> float:
     return float(min(max(float(x @ np.array(coef)), 0.0), limit_w))
 
 
-def evaluate(rows: list[Row], limit_w: float, fp32: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def evaluate(
+    rows: list[Row], limit_w: float, fp32: bool = False, pins: dict[int, float] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Leave-one-model-out (a `Row.model` group at a time: an ML.ENERGY model, an H100 family): (predicted W,
-    measured W) per row, in `rows` order."""
+    measured W) per row, in `rows` order; `pins` as `fit`'s (measured figures, the same in every fold)."""
     pred = np.empty(len(rows))
     for model in {r.model for r in rows}:
-        coef = fit([r for r in rows if r.model != model], limit_w, fp32)
+        coef = fit([r for r in rows if r.model != model], limit_w, fp32, pins)
         for i, r in enumerate(rows):
             if r.model == model:
                 pred[i] = predict_w(coef, r, limit_w)
@@ -685,11 +702,13 @@ def run(
         sub = [r for r in rows if r.device == dev]
         own = any(r.kind == "h100-model" for r in sub)
         fp32 = own and fp32_compute != "none"
-        pred, meas = evaluate(sub, d.tdp_w, fp32)
+        memory_probes = measured_memory_w(dev, probes)
+        pins = {2: memory_probes[0]} if memory_probes else None
+        pred, meas = evaluate(sub, d.tdp_w, fp32, pins)
         kinds = np.array([r.kind for r in sub])
         public = kinds != "h100-model"
         ratio = meas / pred
-        coef = fit(sub, d.tdp_w, fp32)
+        coef = fit(sub, d.tdp_w, fp32, pins)
         old = np.full(len(sub), 0.6 * d.tdp_w)
         ev = {
             "rows": int(public.sum()),
@@ -725,6 +744,12 @@ def run(
             if fp32
             else "; P_compute measured on float16 tensor-core work, applied to every precision (assumed)"
         )
+        pinned = (
+            f"; P_memory measured, not fitted: the median of {memory_probes[1]} memory-bound power probes "
+            f"(data/{dev}/power: copies, adds, decode GEMMs held 6 s each), the other figures fitted around it"
+            if memory_probes
+            else ""
+        )
         devices[dev] = entry | {
             "limit_w": d.tdp_w,
             "ratio_p10": round(float(np.percentile(ratio, 10)), 4),
@@ -733,7 +758,7 @@ def run(
             f"{ev['models']} models on {dev} (diffusion fp16 -> compute; vLLM rows -> the serving engine's "
             f"compute/memory kernel shares, a roofline proxy where it does not build the model: "
             f"predictor/power_fit.py){ours}; leave-one-model-out energy MAPE {ev['mape_pct']:.1f}% on ML.ENERGY"
-            f"{precision}",
+            f"{precision}{pinned}",
         }
         c32 = f"{coef[3]:.0f}" if fp32 else "-"
         h100 = (

@@ -484,6 +484,92 @@ _GELU_RTOL = 1e-5  # float32 constants (1/sqrt(2), 0.044715, ...) are within 6e-
 _POINTWISE_CATEGORIES = {"elementwise"}
 
 
+@dataclass(frozen=True)
+class EinsumPlan:
+    """How `torch.einsum` runs a two-operand einsum as one `bmm` (aten/src/ATen/native/Linear.cpp,
+    `sumproduct_pair`): the labels are ordered output first, then the contracted ones (A-Z before a-z); each in
+    both operands and the output is a batch dim (lro), in the left operand only a row dim (lo), in the right only a
+    column dim (ro), in both and not the output a contracted dim. The left operand is permuted to (lro, lo, sum)
+    and reshaped to 3-D, the right to (lro, sum, ro): a copy where that reshape is no view. The result is the bmm's
+    (lro, lo, ro) memory permuted to the output's order (a view).
+
+    Attributes:
+        left, right: the operand's dimension order (indices into its shape) before the 3-D reshape.
+        left_shape, right_shape: the 3-D shapes (lro, lo, sum) and (lro, sum, ro), elements.
+        out_order: the output's dimensions outermost first in memory.
+        b, m, n, k: the bmm's sizes (lro, lo, ro, sum).
+    """
+
+    left: tuple[int, ...]
+    right: tuple[int, ...]
+    left_shape: tuple[int, int, int]
+    right_shape: tuple[int, int, int]
+    out_order: tuple[int, ...]
+    b: int
+    m: int
+    n: int
+    k: int
+
+
+def einsum_plan(subscripts: str, shapes: list[tuple[int, ...]]) -> EinsumPlan | None:
+    """`EinsumPlan` of a two-operand einsum `subscripts` ("bind,bjnd->bnij") on operands of `shapes`; None for
+    what it does not model (one or three operands, an ellipsis, a repeated label, a label summed in one operand
+    only, no contracted label: torch runs `sum` or `mul` there)."""
+    eq = subscripts.replace(" ", "")
+    if "." in eq:
+        return None
+    lhs, arrow, out = eq.partition("->")
+    terms = lhs.split(",")
+    if (
+        len(terms) != 2
+        or len(shapes) != 2
+        or any(len(t) != len(s) or len(set(t)) != len(t) for t, s in zip(terms, shapes, strict=False))
+    ):
+        return None
+    if not arrow:
+        out = "".join(sorted(c for c in set(lhs) - {","} if lhs.count(c) == 1))
+    size: dict[str, int] = {}
+    for t, s in zip(terms, shapes, strict=True):
+        for c, d in zip(t, s, strict=True):
+            size[c] = max(size.get(c, 1), int(d))
+    (lt, rt), (ls, rs) = terms, shapes
+    lsize = {c: int(d) for c, d in zip(lt, ls, strict=True)}
+    rsize = {c: int(d) for c, d in zip(rt, rs, strict=True)}
+    full = list(out) + sorted(c for c in size if c not in out)
+    lro, lo, ro, sums = [], [], [], []
+    for c in full:
+        sl, sr = lsize.get(c, 1) != 1, rsize.get(c, 1) != 1
+        if c not in out:
+            if sl != sr:
+                return None  # torch sums it out of one operand first (a reduction kernel)
+            if sl:
+                sums.append(c)
+        elif sl and sr:
+            lro.append(c)
+        elif sl:
+            lo.append(c)
+        else:
+            ro.append(c)
+    if not sums:
+        return None
+
+    def prod(labels, sizes):
+        return math.prod(sizes.get(c, 1) for c in labels)
+
+    b, m, n, k = prod(lro, lsize), prod(lo, lsize), prod(ro, rsize), prod(sums, lsize)
+    return EinsumPlan(
+        left=tuple(lt.index(c) for c in lro + lo + sums + ro if c in lt),
+        right=tuple(rt.index(c) for c in lro + sums + ro + lo if c in rt),
+        left_shape=(b, m, k),
+        right_shape=(b, k, n),
+        out_order=tuple(out.index(c) for c in lro + lo + ro if c in out),
+        b=b,
+        m=m,
+        n=n,
+        k=k,
+    )
+
+
 def _kind(cost: OpCost) -> str:
     op, category = cost.op, cost.category
     if op in ("relax.nn.softmax", "relax.nn.log_softmax") or (
@@ -1379,6 +1465,8 @@ class _View:
                     for c in [c for c, p in fused_into.items() if p == i and self.node[c].op == "relax.add"]:
                         del fused_into[c]
                         roles[c] = "kernel"
+            elif op.op == "relax.einsum":
+                self.einsum_copies(op, strides, copy)
             elif op.op == "relax.matmul" and len(op.operands) == 2:
                 a = op.operands[0]
                 if (
@@ -1401,6 +1489,10 @@ class _View:
                 if not is_contiguous(shape, st) and is_channels_last(shape, st):
                     out_shape = op.output.shape
                     layout[outs[0]] = _permuted_contiguous(out_shape, [0, *range(2, len(out_shape)), 1])
+            elif op.op == "relax.einsum" and outs:
+                plan = self.einsum_plan(op)
+                if plan is not None:  # the bmm's (lro, lo, ro) memory, permuted to the output's order
+                    layout[outs[0]] = _permuted_contiguous(op.output.shape, list(plan.out_order))
             elif cost.category in _POINTWISE_CATEGORIES or op.op in _CASTS:
                 out_shape = op.output.shape
                 for o in op.operands:
@@ -2070,6 +2162,24 @@ class _View:
                     copy(o.value, op, full)
                     layout[o.value] = contiguous_strides(shape)
 
+    def einsum_plan(self, op: OpNode) -> EinsumPlan | None:
+        return einsum_plan(str(op.attrs.get("subscripts", "")), [o.tensor.shape for o in op.operands])
+
+    def einsum_copies(self, op: OpNode, strides, copy) -> None:
+        """Copies `torch.einsum` makes to reshape its permuted operands to the 3-D operands of its `bmm`
+        (`EinsumPlan`): inside the call, so the operand keeps its own layout for other readers."""
+        plan = self.einsum_plan(op)
+        if plan is None:
+            return
+        for o, order, shape3 in (
+            (op.operands[0], plan.left, plan.left_shape),
+            (op.operands[1], plan.right, plan.right_shape),
+        ):
+            shape, st = o.tensor.shape, strides(o.value)
+            new = view_strides(tuple(shape[d] for d in order), tuple(st[d] for d in order), shape3)
+            if new is None or not _cublas_ok(shape3, new):
+                copy(o.value, op)
+
     def emit_op(self, op: OpNode, cost: OpCost, fused_into: dict[int, int], emit, read_bytes) -> None:
         """One kernel for one Relax op (with a fused bias add): the op's FLOPs and bytes, broadcast reads once."""
         operand_bytes = sum(o.tensor.nbytes for o in op.operands)
@@ -2116,6 +2226,10 @@ class _View:
             (s, k), (e, _, n) = op.operands[0].tensor.shape, op.operands[1].tensor.shape
             g = max(min(e, s), 1)
             return {"b": g, "m": -(-s // g), "n": n, "k": k}
+        if kind == "gemm" and op.op == "relax.einsum":
+            plan = self.einsum_plan(op)
+            if plan is not None:
+                return {"b": plan.b, "m": plan.m, "n": plan.n, "k": plan.k}
         if kind == "gemm" and len(op.operands) == 2 and op.operands[0].tensor.ndim >= 1:
             a, b = (o.tensor.shape for o in op.operands)
             out = op.output.shape

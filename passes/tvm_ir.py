@@ -1659,9 +1659,22 @@ class _OnnxRandom(_OnnxConverter):
         return relax.op.zeros([int(d) for d in attr["shape"]], get_type(int(attr.get("dtype", 1))))
 
 
+class _OnnxEinsum(_OnnxConverter):
+    """ONNX `Einsum` as the Relax op `relax.einsum` (equation kept as its `subscripts`), where TVM's importer emits a
+    TE PrimFunc whose equation is lost: the kernel view needs it to fold the operands as `torch.einsum` does (the
+    copies of `sumproduct_pair`, `passes.kernels`)."""
+
+    @classmethod
+    def _impl_v12(cls, bb, inputs, attr, params):
+        equation = attr["equation"]
+        equation = equation.decode("utf-8") if isinstance(equation, bytes) else str(equation)
+        return relax.op.einsum(list(inputs), equation.replace(" ", ""))
+
+
 ONNX_EXTRA_CONVERTERS.update(
     {
         "Conv": _QdqConv,
+        "Einsum": _OnnxEinsum,
         "MatMul": _QdqMatMul,
         "Gemm": _QdqGemm,
         "QLinearConv": _QLinearConv,

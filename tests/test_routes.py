@@ -384,6 +384,94 @@ def test_a_sigmoid_of_a_weight_is_weight_only(tmp_path):
     assert not by_op(onnx_file) - by_op(folded)
 
 
+class _Einsums(torch.nn.Module):
+    """Funnel Transformer's attention in small (`FunnelRelMultiheadAttention`): content scores as
+    `einsum("bind,bjnd->bnij")` on heads split from one projection, a position term `einsum("binh,jnh->bnij")` with
+    a learned (positions, heads, head size) table, and the output `einsum("bnij,bjnd->bind")` merged back to
+    (batch, tokens, width) by a reshape."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(32, 96)
+        self.r = torch.nn.Parameter(torch.randn(6, 4, 8))
+        self.o = torch.nn.Linear(32, 32)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, 4, 8).unbind(2)
+        scores = torch.einsum("bind,bjnd->bnij", q, k) + torch.einsum("binh,jnh->bnij", q, self.r)
+        out = torch.einsum("bnij,bjnd->bind", torch.softmax(scores, -1), v)
+        return self.o(out.reshape(b, s, 32))
+
+
+def test_onnx_einsum_copies_its_operands_as_torch_einsum(tmp_path):
+    """torch.einsum folds each operand to 3-D for one `bmm` (`sumproduct_pair`: batch, row and summed dims; a copy
+    where that reshape is no view) and returns the bmm's memory permuted to the output's order. The dispatch trace
+    of `_Einsums`: 11 kernels (addmm; q and k copied, bmm; the position bmm, no copy: (b, i) merge; add; softmax; v
+    copied, bmm; the reshape's copy; addmm), the bmms (8, 6, 8) x (8, 8, 6), (4, 12, 8) x (4, 8, 6),
+    (8, 6, 6) x (8, 6, 8). TVM's ONNX importer wrote `Einsum` as a TE PrimFunc with no equation: the ONNX route had
+    7 kernels, none of the 4 copies (Funnel-small as ONNX: 107 kernels where the trace has 125 input-dependent)."""
+    from kernel_trace import trace_kernels
+
+    module, inputs = _Einsums().eval(), (torch.randn(2, 6, 32),)
+    trace = trace_kernels(module, inputs, inference=True)
+    bmms = [k.shapes for k in trace.kernels if k.op == "aten.bmm.default"]
+    assert trace.count == 11 and len(bmms) == 3
+    path = export_onnx(module, inputs, tmp_path / "einsums.onnx", TORCHSCRIPT)
+    for rep in (
+        report(str(path), devices=DEVICES[:1], batches=[]),
+        report(module, inputs, devices=DEVICES[:1], batches=[]),
+    ):
+        kernels = rep.analysis.kernels
+        assert len(kernels) == trace.count
+        assert (
+            sum(k.op.startswith("copy:") for k in kernels)
+            == sum(k.op == "aten.clone.default" for k in trace.kernels)
+            == 4
+        )
+        gemms = [k.params for k in kernels if k.op == "relax.einsum"]
+        assert [((p["b"], p["m"], p["k"]), (p["b"], p["k"], p["n"])) for p in gemms] == bmms
+
+
+def test_einsum_plan_is_sumproduct_pairs():
+    """Worked by hand from `sumproduct_pair`: "bnij,bjnd->bind" has batch labels b, n (in both and the output, in
+    output order), row label i, column label d, summed j; the left (b, n, i, j) is already in that order, the right
+    (b, j, n, d) is read as (b, n, j, d); the bmm is (8, 6, 6) x (8, 6, 8) and its (b, n, i, d) memory is the output
+    (b, i, n, d) permuted. What torch runs another way (a diagonal, three operands, an ellipsis, an outer product, a
+    label summed in one operand only) has no plan."""
+    from passes.kernels import einsum_plan
+
+    plan = einsum_plan("bnij,bjnd->bind", [(2, 4, 6, 6), (2, 6, 4, 8)])
+    assert (plan.left, plan.right, plan.out_order) == ((0, 1, 2, 3), (0, 2, 1, 3), (0, 2, 1, 3))
+    assert (plan.b, plan.m, plan.n, plan.k) == (8, 6, 8, 6)
+    assert (plan.left_shape, plan.right_shape) == ((8, 6, 6), (8, 6, 8))
+    implicit = einsum_plan("ij,jk", [(3, 4), (4, 5)])  # implicit output "ik"
+    assert (implicit.b, implicit.m, implicit.n, implicit.k, implicit.out_order) == (1, 3, 5, 4, (0, 1))
+    for eq, shapes in [("ii->i", [(3, 3)]), ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
+                       ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)]), ("ij,kl->ijkl", [(2, 3), (4, 5)]),
+                       ("ij,jk->k", [(2, 3), (3, 4)])]:  # fmt: skip
+        assert einsum_plan(eq, shapes) is None, eq
+
+
+def test_the_torchscript_exporter_merges_debertas_repeated_subtraction(tmp_path):
+    """DeBERTa's layer norm computes `hidden_states - mean` twice (for the variance and for the output): eager runs
+    two `sub` kernels; the TorchScript exporter merges them into one `Sub` (common subexpression elimination, as it
+    merges RandWire's identical ReLUs), so the ONNX route has one kernel fewer per norm: the exporter's program, not
+    the kernel view's (DeBERTa-small: 10 `sub` in the trace, 5 as ONNX)."""
+    import onnx
+    from kernel_trace import trace_kernels
+    from transformers.models.deberta.modeling_deberta import DebertaLayerNorm
+
+    module, inputs = DebertaLayerNorm(16).eval(), (torch.randn(2, 4, 16),)
+    trace = trace_kernels(module, inputs, inference=True)
+    assert Counter(k.op for k in trace.kernels)["aten.sub.Tensor"] == 2
+    path = export_onnx(module, inputs, tmp_path / "ln.onnx", TORCHSCRIPT)
+    assert Counter(n.op_type for n in onnx.load(str(path)).graph.node)["Sub"] == 1
+    kernels = report(str(path), devices=DEVICES[:1], batches=[]).analysis.kernels
+    assert Counter(k.op for k in kernels)["relax.subtract"] == 1
+    assert len(kernels) == trace.count - 1
+
+
 @pytest.mark.parametrize("name", [*NN_LAYERS, *ATTENTION_BLOCKS])
 def test_nn_layers_launch_what_eager_pytorch_launches(name):
     """The kernel count of every route within 10% of the eager inference-mode dispatch trace (the oracle), bytes

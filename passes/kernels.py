@@ -1490,18 +1490,33 @@ class _View:
 
     def glu_group(self, sig: OpNode, roles: list[str]) -> tuple[str, list[int]] | None:
         """GLU as TVM's torch importer writes it, ``a * sigmoid(b)`` with a, b the two halves of one tensor along
-        a dimension (two strided slices, views): torch's one `glu` kernel. Op indices (multiply last) or None."""
+        a dimension (two strided slices, views): torch's one `glu` kernel. Op indices (multiply last) or None.
+
+        In graphs not from torch.export (`exporter_spelled`) also as torch's ONNX exporters write `F.glu`: a
+        `Split` into two outputs (one `relax.split`, a view), ``first * sigmoid(second)``.
+        """
         if len(sig.operands) != 1:
             return None
-        b_op = self.op_of(sig.operands[0].value)
+        b = sig.operands[0].value
+        b_op = self.op_of(b)
         mul = self.sole_user(sig, roles)
-        if b_op is None or b_op.op != "relax.strided_slice" or mul is None or mul.op != "relax.multiply":
+        if b_op is None or mul is None or mul.op != "relax.multiply":
             return None
         other = [o.value for o in mul.operands if o.value != self.outputs_of[sig.index][0]]
-        a_op = self.op_of(other[0]) if len(other) == 1 else None
-        if a_op is None or a_op.op != "relax.strided_slice" or a_op.index == b_op.index:
+        if len(other) != 1:
             return None
-        src = a_op.operands[0].value
+        if b_op.op == "relax.split":  # ONNX `Split`: a, b = its first and second output
+            halves = self.outputs_of.get(b_op.index, [])
+            if not self.exporter_spelled or len(halves) != 2 or [other[0], b] != halves:
+                return None
+            src = b_op.operands[0].value
+        else:
+            a_op = self.op_of(other[0])
+            if b_op.op != "relax.strided_slice" or a_op is None or a_op.op != "relax.strided_slice":
+                return None
+            if a_op.index == b_op.index:
+                return None
+            src = a_op.operands[0].value
         if b_op.operands[0].value != src or mul.output.shape != sig.output.shape:
             return None
         whole, half = self.info[src].shape, tuple(mul.output.shape)

@@ -52,7 +52,9 @@ Rules (docs/execution-model.md explains them for users):
 * **Activations TVM's importers spell out**: hardsigmoid (`add(x, 3) -> clip(0, 6) -> divide(6)`) and
   hardswish (that, times x) are one kernel ("fused:hardsigmoid", "fused:hardswish"), in every graph; so are ELU
   (`relu(x) + (-alpha) * relu(1 - exp(x))`, "fused:elu") and GLU (`a * sigmoid(b)`, a and b the two halves of
-  one tensor as strided slices, "fused:glu"), which TVM's torch importer writes for `F.elu` and `F.glu`.
+  one tensor as strided slices, "fused:glu"), which TVM's torch importer writes for `F.elu` and `F.glu`; in
+  graphs not from torch.export also GLU as torch's ONNX exporters write it (`Split` in two, the first output
+  times the sigmoid of the second).
 * **Other exporters' spellings of one torch op** (graphs not from torch.export: `attention_patterns="all"` or
   `"torch-onnx"`).
   ONNX, TFLite and Paddle (through paddle2onnx) graphs write out what eager PyTorch runs as one kernel; each

@@ -21,8 +21,10 @@ Usage: python bench/bench_routes.py [--families resnet,bert] [--outside gemma,ph
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -59,6 +61,27 @@ def zoo_spec(family) -> str:
             overrides.pop(next(iter(overrides)) if "resolution" not in overrides else "resolution")
 
 
+_T0 = time.monotonic()
+
+
+def _step(what: str) -> None:
+    """Mark the start of a step of `_one` on stdout ("STEP <seconds since start> <what>"), so that the row of a
+    model over `--timeout` can say where its time went (`_timed_out`)."""
+    print(f"STEP {time.monotonic() - _T0:.1f} {what}", flush=True)
+
+
+def _timed_out(timeout: float, out: str) -> str:
+    """The reason of a model over `timeout` s, from its child's stdout so far: the step it was in and how long each
+    step before took ("timed out after 180 s in trace (build 3 s, export pt2 20 s, ...)")."""
+    steps = [ln.split(" ", 2)[1:] for ln in out.splitlines() if ln.startswith("STEP ") and ln.count(" ") >= 2]
+    if not steps:
+        return f"timed out after {timeout:.0f} s"
+    marks = [(float(t), what) for t, what in steps]
+    done = [f"{what} {marks[i + 1][0] - t:.0f} s" for i, (t, what) in enumerate(marks[:-1])]
+    last_t, last = marks[-1]
+    return f"timed out after {timeout:.0f} s in {last} (from {last_t:.0f} s; " + ", ".join(done) + ")"
+
+
 def _one(kind: str, name: str) -> dict:
     """Analyse one model on every route; a dict of the row's numbers (or the failing route's reason)."""
     import torch
@@ -68,6 +91,7 @@ def _one(kind: str, name: str) -> dict:
     from analyzer import pipeline, report
 
     row: dict = {"model": name, "errors": {}}
+    _step("build")
     if kind == "zoo":
         import zoo
 
@@ -82,11 +106,13 @@ def _one(kind: str, name: str) -> dict:
         inputs = tuple(torch.cat([t] * BATCH) if isinstance(t, torch.Tensor) else t for t in inputs)
     work = Path(tempfile.mkdtemp(prefix="bench-routes-"))
     paths: dict = {"module": None}
+    _step("export pt2")
     try:
         paths["pt2"] = str(export_pt2(module, inputs, work / "m.pt2"))
     except Exception as e:  # noqa: BLE001 (a row says why)
         row["errors"]["pt2"] = f"export: {type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
     for args in (KEEP_BN, DYNAMO):
+        _step(f"export onnx ({'dynamo' if args['dynamo'] else 'torchscript'})")
         try:
             paths["onnx"] = str(export_onnx(module, inputs, work / "m.onnx", args))
             row["onnx_exporter"] = "dynamo" if args["dynamo"] else "torchscript"
@@ -96,6 +122,7 @@ def _one(kind: str, name: str) -> dict:
             row["errors"]["onnx"] = f"export: {type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
     row["count"], row["latency_ms"] = {}, {}
     for route, path in paths.items():
+        _step(f"analyse {route}")
         try:
             t0 = time.perf_counter()
             rep = (
@@ -108,6 +135,7 @@ def _one(kind: str, name: str) -> dict:
             row["latency_ms"][route] = rep.predictions[0].latency_ms
             weight_only = any(c.weight_only for c in rep.analysis.ops) or rep.analysis.kernel_view.recomputed
             if path is None and weight_only:  # the module as a constant-folding runtime runs it: the ONNX rule
+                _step("analyse module folded")
                 with mock.patch.object(
                     pipeline, "FOLDING_RUNTIMES", (*pipeline.FOLDING_RUNTIMES, rep.model["framework"])
                 ):
@@ -116,6 +144,7 @@ def _one(kind: str, name: str) -> dict:
                 row["latency_ms"]["folded"] = folded.predictions[0].latency_ms
         except Exception as e:  # noqa: BLE001
             row["errors"][route] = f"analyse: {type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
+    _step("trace")
     try:
         trace = trace_kernels(module, inputs, inference=True)
         row["trace"], row["trace_dependent"] = trace.count, trace.dependent_count
@@ -219,25 +248,33 @@ def main() -> int:
     while pending or running:
         while pending and len(running) < a.jobs:
             job = pending.pop(0)
+            # the child's output goes to files, not pipes: a pipe the parent reads only at the end blocks the child
+            # once it holds 64 KiB (the TorchScript exporter prints the whole TorchScript graph where it fails, 130
+            # KB for Mistral-small, before the dynamo exporter takes over), and the model then "times out"
+            out_f, err_f = (tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") for _ in range(2))
             proc = subprocess.Popen(
-                [sys.executable, __file__, "--one", *job],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+                [sys.executable, __file__, "--one", *job], stdout=out_f, stderr=err_f, start_new_session=True
             )
-            running.append((job, proc, time.monotonic()))
+            running.append((job, proc, time.monotonic(), out_f, err_f))
         time.sleep(0.5)
         for item in list(running):
-            job, proc, t0 = item
+            job, proc, t0, out_f, err_f = item
             if proc.poll() is None and time.monotonic() - t0 < a.timeout:
                 continue
             running.remove(item)
-            if proc.poll() is None:
-                proc.kill()
+            timed_out = proc.poll() is None
+            if timed_out:  # the child and the processes it started (the frontends' import processes)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-                row = {"model": job[1], "errors": {"all": f"timed out after {a.timeout:.0f} s"}}
+            out_f.seek(0)
+            err_f.seek(0)
+            out, err = out_f.read(), err_f.read()
+            out_f.close()
+            err_f.close()
+            if timed_out:
+                row = {"model": job[1], "errors": {"all": _timed_out(a.timeout, out)}}
             else:
-                out, err = proc.communicate()
                 line = next((ln for ln in out.splitlines() if ln.startswith("ROW ")), None)
                 if line is None:
                     last = (err.strip().splitlines() or ["no output"])[-1][:120]

@@ -52,7 +52,9 @@ Rules (docs/execution-model.md explains them for users):
 * **Activations TVM's importers spell out**: hardsigmoid (`add(x, 3) -> clip(0, 6) -> divide(6)`) and
   hardswish (that, times x) are one kernel ("fused:hardsigmoid", "fused:hardswish"), in every graph; so are ELU
   (`relu(x) + (-alpha) * relu(1 - exp(x))`, "fused:elu") and GLU (`a * sigmoid(b)`, a and b the two halves of
-  one tensor as strided slices, "fused:glu"), which TVM's torch importer writes for `F.elu` and `F.glu`.
+  one tensor as strided slices, "fused:glu"), which TVM's torch importer writes for `F.elu` and `F.glu`; in
+  graphs not from torch.export also GLU as torch's ONNX exporters write it (`Split` in two, the first output
+  times the sigmoid of the second).
 * **Other exporters' spellings of one torch op** (graphs not from torch.export: `attention_patterns="all"` or
   `"torch-onnx"`).
   ONNX, TFLite and Paddle (through paddle2onnx) graphs write out what eager PyTorch runs as one kernel; each
@@ -1582,18 +1584,33 @@ class _View:
 
     def glu_group(self, sig: OpNode, roles: list[str]) -> tuple[str, list[int]] | None:
         """GLU as TVM's torch importer writes it, ``a * sigmoid(b)`` with a, b the two halves of one tensor along
-        a dimension (two strided slices, views): torch's one `glu` kernel. Op indices (multiply last) or None."""
+        a dimension (two strided slices, views): torch's one `glu` kernel. Op indices (multiply last) or None.
+
+        In graphs not from torch.export (`exporter_spelled`) also as torch's ONNX exporters write `F.glu`: a
+        `Split` into two outputs (one `relax.split`, a view), ``first * sigmoid(second)``.
+        """
         if len(sig.operands) != 1:
             return None
-        b_op = self.op_of(sig.operands[0].value)
+        b = sig.operands[0].value
+        b_op = self.op_of(b)
         mul = self.sole_user(sig, roles)
-        if b_op is None or b_op.op != "relax.strided_slice" or mul is None or mul.op != "relax.multiply":
+        if b_op is None or mul is None or mul.op != "relax.multiply":
             return None
         other = [o.value for o in mul.operands if o.value != self.outputs_of[sig.index][0]]
-        a_op = self.op_of(other[0]) if len(other) == 1 else None
-        if a_op is None or a_op.op != "relax.strided_slice" or a_op.index == b_op.index:
+        if len(other) != 1:
             return None
-        src = a_op.operands[0].value
+        if b_op.op == "relax.split":  # ONNX `Split`: a, b = its first and second output
+            halves = self.outputs_of.get(b_op.index, [])
+            if not self.exporter_spelled or len(halves) != 2 or [other[0], b] != halves:
+                return None
+            src = b_op.operands[0].value
+        else:
+            a_op = self.op_of(other[0])
+            if b_op.op != "relax.strided_slice" or a_op is None or a_op.op != "relax.strided_slice":
+                return None
+            if a_op.index == b_op.index:
+                return None
+            src = a_op.operands[0].value
         if b_op.operands[0].value != src or mul.output.shape != sig.output.shape:
             return None
         whole, half = self.info[src].shape, tuple(mul.output.shape)

@@ -1972,6 +1972,20 @@ def _rnn_bias(bb, b, d: int, lo: int, hi: int):
     return bb.emit(relax.op.squeeze(relax.op.strided_slice(b, axes=[0, 1], begin=[d, lo], end=[d + 1, hi]), [0]))
 
 
+def _bound_now(bb, expr):
+    """`expr` bound to a variable now if it is an unbound call that is not a zero initial state.
+
+    TVM's ONNX converters may return an unbound call (an `Unsqueeze`'s `expand_dims`), which the block builder binds
+    where a later node first uses it. Bound in the middle of the recurrence's ops (an initial state is first used
+    after the input projection), it would cut them in two for `_recording_onnx_nodes`' labels: the ops before it
+    take its node's label (`source_names`), and the input projection and its bias add would fall outside the
+    recurrence's library call. Bound first, every op the recurrence emits comes after it. A zero state stays
+    unbound (it is replaced by `relax.zeros`, `_rnn_state`)."""
+    if expr is None or not _is_call(expr) or _zero_constant(bb, expr):
+        return expr
+    return bb.emit(expr)
+
+
 def _rnn_state(bb, state, d: int, batch: int, hidden: int, dtype: str):
     """Direction `d` of an initial state [dirs, B, H]: zeros (a `relax.zeros`, as torch starts) when absent or 0."""
     if state is None or _zero_constant(bb, state):
@@ -2044,6 +2058,7 @@ class _OnnxRecurrent:
             refuse(f"direction '{direction}'")
         dirs = 2 if direction == "bidirectional" else 1
         layout = int(attr.get("layout", 0))
+        inputs = [_bound_now(bb, v) for v in inputs]
         x, w, r = inputs[0], inputs[1], inputs[2]
         b, seq_lens = _rnn_input(inputs, 3), _rnn_input(inputs, 4)
         h0, c0 = _rnn_input(inputs, 5), _rnn_input(inputs, 6) if cls.gates == 4 else None

@@ -6,6 +6,7 @@ of `torch.onnx.export`. This is a test and benchmark helper, not part of preflig
 
 from __future__ import annotations
 
+import copy
 import warnings
 from pathlib import Path
 
@@ -23,7 +24,15 @@ def export_pt2(module: torch.nn.Module, inputs: tuple, path: Path) -> Path:
 
 
 def export_onnx(module: torch.nn.Module, inputs: tuple, path: Path, onnx_args: dict) -> Path:
-    """`torch.onnx.export(module, inputs, path, **onnx_args)` with the exporter's warnings silenced; returns `path`."""
+    """`torch.onnx.export(module, inputs, path, **onnx_args)` with the exporter's warnings silenced; returns `path`.
+
+    A copy of `module` is exported: a TorchScript trace can change the module it runs (Hugging Face's Swin stores
+    its window size as a tensor where `torch.jit.is_tracing()`, and `torch.export` of the module then stops at a
+    data-dependent guard), and the module route must see the module as the user has it."""
+    try:
+        module = copy.deepcopy(module)
+    except Exception:  # noqa: BLE001 - a module that cannot be copied is exported itself
+        pass
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(module, inputs, str(path), **onnx_args)

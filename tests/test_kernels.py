@@ -1282,6 +1282,67 @@ def test_elu_and_glu_are_one_kernel_each(alpha):
     assert sum(k.bytes for k in kernels) == pytest.approx(trace.bytes, rel=0.05)
 
 
+def test_onnx_glu_is_one_kernel(tmp_path):
+    """torch's ONNX exporter writes F.glu as `Split` into two outputs, `Sigmoid` of the second, `Mul`: eager torch
+    launches one `glu` kernel, so the ONNX route has the module route's 4 kernels (the trace's), the GLU reading its
+    2 x 8 x 32 float32 input (2,048 B) once and writing 1,024 B."""
+    module, x = _EluGlu().eval(), torch.randn(GX)
+    onnx_analysis, torch_kernels, trace = _onnx_routes(module, x, tmp_path, "elu_glu")
+    kernels = onnx_analysis.kernels
+    assert len(kernels) == len(torch_kernels) == trace.count == 4, [k.op for k in kernels]
+    assert [k.op for k in kernels if k.kind == "elementwise"] == ["fused:elu", "fused:glu"]
+    glu = kernels[-1]
+    assert [onnx_analysis.graph.ops[i].op for i in glu.ops] == ["relax.sigmoid", "relax.multiply"]
+    assert (glu.bytes_read, glu.bytes_written) == (2_048, 1_024)
+
+
+class _Halves(nn.Module):
+    """`a * sigmoid(b)` of the two halves `x.chunk(2, -1)` written in Python: two kernels in eager torch."""
+
+    def forward(self, x):
+        a, b = x.chunk(2, -1)
+        return a * torch.sigmoid(b)
+
+
+def test_split_halves_of_a_torch_export_stay_two_kernels():
+    """torch.export keeps what the model wrote: a chunk, sigmoid and multiply (TVM: `relax.split`) are the trace's
+    sigmoid and mul, not a GLU; only graphs from other exporters take a split as torch's GLU."""
+    module, x = _Halves().eval(), torch.randn(2, 8, 32)
+    kernels = analyze(module, (x,)).analysis.kernels
+    assert len(kernels) == trace_kernels(module, (x,)).count == 2
+    assert [k.op for k in kernels] == ["relax.sigmoid", "relax.multiply"]
+
+
+class _StateFromContext(nn.Module):
+    """A batch-first LSTM (8 -> 8) whose initial h and c are linear layers of a context vector, unsqueezed (TFT's
+    history LSTM): the ONNX exporter's `Unsqueeze`s of the states come before the LSTM node."""
+
+    def __init__(self):
+        super().__init__()
+        self.h0, self.c0 = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.lstm = nn.LSTM(8, 8, batch_first=True)
+
+    def forward(self, x, ctx):
+        out, _ = self.lstm(x, (self.h0(ctx).unsqueeze(0), self.c0(ctx).unsqueeze(0)))
+        return out
+
+
+def test_onnx_lstm_with_computed_state_adds_its_bias_in_cudnn(tmp_path):
+    """The initial states' `Unsqueeze` is bound where the LSTM first reads it, after the input projection; the
+    projection and its bias add are still part of the LSTM's call. By hand, as the trace: the context's 2 linear
+    layers, cuDNN's copy of the batch-first input, one input GEMM with both biases inside, then per step (4) a GEMM
+    and one pointwise kernel: 12 kernels, no bias add of their own."""
+    module, x, ctx = _StateFromContext().eval(), torch.randn(2, 4, 8), torch.randn(2, 8)
+    path = tmp_path / "state.onnx"
+    torch.onnx.export(module, (x, ctx), str(path), dynamo=False, opset_version=17)
+    kernels = analyze(str(path)).analysis.kernels
+    trace = trace_kernels(module, (x, ctx), inference=True)
+    assert len(kernels) == trace.count == 12, [k.op for k in kernels]
+    assert [k.kind for k in kernels] == ["gemm", "gemm", "copy", "gemm"] + ["gemm", "elementwise"] * 4
+    assert all(k.call == "onnx.rnn:lstm" for k in kernels[2:])
+    assert kernels[3].params == {"b": 1, "m": 8, "n": 32, "k": 8, "bias": True}  # 4 steps x 2 rows, 4 gates x 8
+
+
 def test_elu_chain_with_a_changed_constant_is_not_fused():
     """relu(x) - relu(2 - exp(x)) is not an ELU: the six ops stay six kernels."""
 

@@ -74,9 +74,10 @@ def main() -> None:
     variants = {
         "free fit (the form before 2026-11-27)": ([], {}),
         "probe rows": (extra, {}),
-        f"P_memory pinned at {groups['memory'].median_w:.1f} W (committed since 2026-11-27)": (
+        f"P_memory pinned at {groups['memory'].median_w:.1f} W": ([], {2: groups["memory"].median_w}),
+        f"P_memory and P_compute pinned ({groups['compute'].median_w:.1f} W; committed since 2026-11-27)": (
             [],
-            {2: groups["memory"].median_w},
+            {1: groups["compute"].median_w, 2: groups["memory"].median_w},
         ),
         f"P_gap pinned at {groups['launch'].median_w:.1f} W": ([], {0: groups["launch"].median_w}),
         "both pinned": ([], {0: groups["launch"].median_w, 2: groups["memory"].median_w}),

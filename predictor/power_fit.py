@@ -470,15 +470,21 @@ def probe_groups(records: list[dict]) -> dict[str, ProbeGroup]:
     }
 
 
-def measured_memory_w(device: str, root: Path | None = ROOT / "data") -> tuple[float, int] | None:
-    """(the median of the memory-bound probes' median power, W; how many probes) of `device`, or None where it has
-    none (or `root` is None). The fit holds P_memory at it (`run`): decided on held-out error with 169 H100 whole
-    models (bench/bench_power_probes.py: the leave-one-family-out power MAPE 27.3 -> 23.5%, ML.ENERGY H100
-    held-out energy 15.27 -> 15.34%; docs/power-and-memory.md)."""
+#: The fitted figures a GPU's power probes measure directly (index in `fit`'s order, probe class): held at the
+#: probes' median of medians where a GPU has them (`measured_pins`), the other figures fitted around them.
+PINNED_BY_PROBES = ((1, "compute"), (2, "memory"))
+
+
+def measured_pins(device: str, root: Path | None = ROOT / "data") -> dict[int, tuple[float, int]]:
+    """{figure index: (the probes' median of their median power, W; how many probes)} for `PINNED_BY_PROBES`
+    classes `device` has probes of (empty: none, or `root` None). P_compute from the float16/bfloat16 GEMMs held at
+    the power limit, P_memory from the copies, adds and decode GEMMs. Decided on held-out error with 169 H100 whole
+    models (`python bench/bench_power_probes.py`): leave-one-family-out power MAPE 27.3% (free fit) -> 22.9%,
+    ML.ENERGY H100 held-out energy 15.3% -> 11.4% (docs/power-and-memory.md)."""
     if root is None or not probe_dir(device, root).is_dir():
-        return None
-    group = probe_groups(probe_records(probe_dir(device, root))).get("memory")
-    return (group.median_w, len(group.medians_w)) if group else None
+        return {}
+    groups = probe_groups(probe_records(probe_dir(device, root)))
+    return {i: (groups[c].median_w, len(groups[c].medians_w)) for i, c in PINNED_BY_PROBES if c in groups}
 
 
 def probe_dir(device: str, root: Path = ROOT / "data") -> Path:
@@ -702,8 +708,8 @@ def run(
         sub = [r for r in rows if r.device == dev]
         own = any(r.kind == "h100-model" for r in sub)
         fp32 = own and fp32_compute != "none"
-        memory_probes = measured_memory_w(dev, probes)
-        pins = {2: memory_probes[0]} if memory_probes else None
+        measured = measured_pins(dev, probes)
+        pins = {i: w for i, (w, _) in measured.items()} or None
         pred, meas = evaluate(sub, d.tdp_w, fp32, pins)
         kinds = np.array([r.kind for r in sub])
         public = kinds != "h100-model"
@@ -744,12 +750,13 @@ def run(
             if fp32
             else "; P_compute measured on float16 tensor-core work, applied to every precision (assumed)"
         )
-        pinned = (
-            f"; P_memory measured, not fitted: the median of {memory_probes[1]} memory-bound power probes "
-            f"(data/{dev}/power: copies, adds, decode GEMMs held 6 s each), the other figures fitted around it"
-            if memory_probes
-            else ""
+        names = {1: ("P_compute", "compute-bound float16/bfloat16 GEMM"), 2: ("P_memory", "memory-bound")}
+        pinned = "".join(
+            f"; {names[i][0]} measured, not fitted: the median of {n} {names[i][1]} power probes "
+            f"(data/{dev}/power, each held 6 s)"
+            for i, (_, n) in sorted(measured.items())
         )
+        pinned += ", the other figures fitted around them" if measured else ""
         devices[dev] = entry | {
             "limit_w": d.tdp_w,
             "ratio_p10": round(float(np.percentile(ratio, 10)), 4),

@@ -97,17 +97,14 @@ H100_PROBES = {"memory": (503.13, 473.03, 521.3), "compute": 697.91, "compute_fp
 
 def _disagreements(p: PowerParams, probes: dict) -> list[str]:
     """The fitted figures outside their stated tolerance of the probes' measurements (the measured oracle):
-    P_compute_fp32 within 5% of its probes' median (power-capped GEMMs: the limit itself); P_compute from 0.85 to
-    1.05 x its probes' median (not above what a power-capped GEMM draws; fitted over the 169 H100 whole models it is
-    13% below it: the compute-bound float16 kernels of real models are smaller and shorter than an 8192^3 GEMM and do
-    not all hold the board at its limit, docs/power-and-memory.md); P_memory
+    P_compute and P_compute_fp32 within 5% of their probes' median (power-capped GEMMs: the limit itself); P_memory
     within 10% of the memory probes' range (0.9 x the lowest to 1.1 x the highest median: memory-bound work at
     75-91% of peak bandwidth); P_gap from the idle probe (a GPU between kernels draws at least what an idle one
     does) to 1.5 x the launch probe (host waits of eager whole models sit between the two: launch-bound H100 whole
     models measured 146-191 W, docs/power-and-memory.md)."""
     _, lo, hi = probes["memory"]
     out = []
-    if not 0.85 <= p.compute_w / probes["compute"] <= 1.05:
+    if abs(p.compute_w / probes["compute"] - 1) > 0.05:
         out.append("compute")
     if abs(p.fp32_w / probes["compute_fp32"] - 1) > 0.05:
         out.append("compute_fp32")

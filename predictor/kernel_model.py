@@ -29,8 +29,8 @@ For each kernel of the kernel view (`passes.kernels.Kernel`, or any object with 
     query row per head) has no tile shape: the fused backends' decode paths split the keys over the SMs
     (flash-decoding) and pack the single row into one tensor-core tile, so a 128-row tile would charge it 128x
     the work it does; at <= (query heads / KV heads) FLOP per byte it is memory-bound on every GPU (ridge
-    >= 100 FLOP/byte), which the H100 sweep's 96 decode records confirm (auto picks cuDNN, 2.5-3.1 TB/s from
-    8 MB of keys and values up: docs/kernel-model.md); the math fallback is
+    >= 100 FLOP/byte), which the H100 sweep's 64 decode records torch's auto picks confirm (all cuDNN, 2.2-3.1
+    TB/s from 30 MB of keys and values up: docs/kernel-model.md); the math fallback is
     costed as a gemm of (b x h, s, t, d).
   q is the wave quantisation of the output tiles over the SMs, for the best of a few candidate tiles
   (the tile sizes cuBLAS / CUTLASS kernels use): for a tile tm x tn, T = b x ceil(m/tm) x ceil(n/tn) tiles

@@ -34,17 +34,6 @@ from predictor.power import FP32_COMPUTE
 DEVICE = "h100-80gb"
 
 
-def evaluate(rows: list[pf.Row], extra: list[pf.Row], limit_w: float, pins: dict[int, float]) -> np.ndarray:
-    """Leave-one-group-out predictions (W) of `rows` (`power_fit.evaluate`), `extra` rows in every training set."""
-    pred = np.empty(len(rows))
-    for model in {r.model for r in rows}:
-        coef = pf.fit([r for r in rows if r.model != model] + extra, limit_w, True, pins)
-        for i, r in enumerate(rows):
-            if r.model == model:
-                pred[i] = pf.predict_w(coef, r, limit_w)
-    return pred
-
-
 def main() -> None:
     d = get_device(DEVICE)
     have = {c["id"] for c in json.loads(pf.H100_CLASSES.read_text())["rows"]}
@@ -83,7 +72,7 @@ def main() -> None:
         "both pinned": ([], {0: groups["launch"].median_w, 2: groups["memory"].median_w}),
     }
     for name, (ex, pins) in variants.items():
-        pred = evaluate(rows, ex, d.tdp_w, pins)
+        pred, _ = pf.evaluate(rows, d.tdp_w, True, pins, ex)
         coef = pf.fit(rows + ex, d.tdp_w, True, pins)
         print(
             f"| {name} | {pf._mape(pred[~public], meas[~public]):.2f}% | {pf._mape(pred[public], meas[public]):.2f}% "

@@ -530,14 +530,10 @@ def einsum_plan(subscripts: str, shapes: list[tuple[int, ...]]) -> EinsumPlan | 
         return None
     if not arrow:
         out = "".join(sorted(c for c in set(lhs) - {","} if lhs.count(c) == 1))
-    size: dict[str, int] = {}
-    for t, s in zip(terms, shapes, strict=True):
-        for c, d in zip(t, s, strict=True):
-            size[c] = max(size.get(c, 1), int(d))
     (lt, rt), (ls, rs) = terms, shapes
     lsize = {c: int(d) for c, d in zip(lt, ls, strict=True)}
     rsize = {c: int(d) for c, d in zip(rt, rs, strict=True)}
-    full = list(out) + sorted(c for c in size if c not in out)
+    full = list(out) + sorted(set(lt + rt) - set(out))
     lro, lo, ro, sums = [], [], [], []
     for c in full:
         sl, sr = lsize.get(c, 1) != 1, rsize.get(c, 1) != 1
@@ -623,6 +619,7 @@ class _View:
         self.graph, self.costs = graph, ops
         self.any_attention = attention_patterns == "all"  # fuse every matmul-softmax-matmul, not only SDPA's
         self.exporter_spelled = attention_patterns in ("all", "torch-onnx")  # GELU, SiLU, ... as ONNX/TFLite spell
+        self._einsum_plans: dict[int, EinsumPlan | None] = {}  # op index -> `einsum_plan` (one per einsum op)
         self.node = graph.ops
         self.outputs_of: dict[int, list[int]] = {}
         for vid, i in graph.value_producer.items():
@@ -2180,7 +2177,11 @@ class _View:
                     layout[o.value] = contiguous_strides(shape)
 
     def einsum_plan(self, op: OpNode) -> EinsumPlan | None:
-        return einsum_plan(str(op.attrs.get("subscripts", "")), [o.tensor.shape for o in op.operands])
+        """`einsum_plan` of a `relax.einsum` op, worked out once (the copies, the layout and the params read it)."""
+        if op.index not in self._einsum_plans:
+            shapes = [o.tensor.shape for o in op.operands]
+            self._einsum_plans[op.index] = einsum_plan(str(op.attrs.get("subscripts", "")), shapes)
+        return self._einsum_plans[op.index]
 
     def einsum_copies(self, op: OpNode, strides, copy) -> None:
         """Copies `torch.einsum` makes to reshape its permuted operands to the 3-D operands of its `bmm`

@@ -418,9 +418,10 @@ class KernelArrays:
     def __len__(self) -> int:
         return len(self.flops)
 
-    @property
+    @cached_property
     def grouped_transposed(self) -> np.ndarray | None:
-        """(N,) bool: a grouped transposed convolution (`transposed` and `grouped`), or None for none."""
+        """(N,) bool: a grouped transposed convolution (`transposed` and `grouped`), or None for none (computed once:
+        the fits' residuals read it at every step)."""
         if self.transposed is None or self.grouped is None:
             return None
         both = self.transposed & self.grouped

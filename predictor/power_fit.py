@@ -71,6 +71,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -382,6 +383,8 @@ PROBE_CLASSES = {
     "compute_fp32": "compute_fp32_w",
 }
 _FIGURE = {"gap_w": "P_gap", "memory_w": "P_memory", "compute_w": "P_compute", "compute_fp32_w": "P_compute_fp32"}
+#: The figures in `fit`'s coefficient order.
+FIT_ORDER = ("gap_w", "compute_w", "memory_w", "compute_fp32_w")
 
 
 def probe_class(rec: dict) -> str:
@@ -470,21 +473,30 @@ def probe_groups(records: list[dict]) -> dict[str, ProbeGroup]:
     }
 
 
-#: The fitted figures a GPU's power probes measure directly (index in `fit`'s order, probe class): held at the
-#: probes' median of medians where a GPU has them (`measured_pins`), the other figures fitted around them.
-PINNED_BY_PROBES = ((1, "compute"), (2, "memory"))
+#: The probe classes whose figure a GPU's probes measure directly, with what the probes are: held at the probes'
+#: median of medians where a GPU has them (`measured_pins`), the other figures fitted around them.
+PINNED_BY_PROBES = {"compute": "compute-bound float16/bfloat16 GEMM", "memory": "memory-bound"}
 
 
-def measured_pins(device: str, root: Path | None = ROOT / "data") -> dict[int, tuple[float, int]]:
-    """{figure index: (the probes' median of their median power, W; how many probes)} for `PINNED_BY_PROBES`
-    classes `device` has probes of (empty: none, or `root` None). P_compute from the float16/bfloat16 GEMMs held at
-    the power limit, P_memory from the copies, adds and decode GEMMs. Decided on held-out error with 169 H100 whole
-    models (`python bench/bench_power_probes.py`): leave-one-family-out power MAPE 27.3% (free fit) -> 22.9%,
-    ML.ENERGY H100 held-out energy 15.3% -> 11.4% (docs/power-and-memory.md)."""
-    if root is None or not probe_dir(device, root).is_dir():
-        return {}
-    groups = probe_groups(probe_records(probe_dir(device, root)))
-    return {i: (groups[c].median_w, len(groups[c].medians_w)) for i, c in PINNED_BY_PROBES if c in groups}
+def measured_pins(records: list[dict]) -> dict[str, ProbeGroup]:
+    """The `PINNED_BY_PROBES` classes of a GPU's ok probes (`device_probes`): class -> its `ProbeGroup`, whose
+    `median_w` the fit holds its figure at. P_compute from the float16/bfloat16 GEMMs held at the power limit,
+    P_memory from the copies, adds and decode GEMMs. Decided on held-out error with 169 H100 whole models (`python
+    bench/bench_power_probes.py`): leave-one-family-out power MAPE 27.3% (free fit) -> 22.9%, ML.ENERGY H100 held-out
+    energy 15.3% -> 11.4% (docs/power-and-memory.md)."""
+    groups = probe_groups(records)
+    return {c: groups[c] for c in PINNED_BY_PROBES if c in groups}
+
+
+def device_probes(device: str, root: Path | None = ROOT / "data") -> list[dict]:
+    """The ok probes of `device` (`probe_records` of `probe_dir(device, root)`; empty where it has none or `root` is
+    None). `PowerDataError` when the folder holds another device's probes."""
+    folder = None if root is None else probe_dir(device, root)
+    recs = probe_records(folder) if folder is not None and folder.is_dir() else []
+    other = sorted({str(r.get("device")) for r in recs} - {device})
+    if other:
+        raise PowerDataError(f"{folder} holds power probes of another device ({', '.join(other)})")
+    return recs
 
 
 def probe_dir(device: str, root: Path = ROOT / "data") -> Path:
@@ -587,11 +599,7 @@ def probe_tables(devices: dict[str, dict], fp32_compute: str = FP32_COMPUTE, roo
     `compute_fp32_w` ("none" elsewhere). `PowerDataError` when a folder holds another device's probes."""
     out = []
     for dev, entry in devices.items():
-        folder = probe_dir(dev, root)
-        recs = probe_records(folder) if folder.is_dir() else []
-        other = sorted({str(r.get("device")) for r in recs} - {dev})
-        if other:
-            raise PowerDataError(f"{folder} holds power probes of another device ({', '.join(other)})")
+        recs = device_probes(dev, root)
         if recs:
             out += ["", probe_table(dev, entry, recs, fp32_compute if "compute_fp32_w" in entry else "none")]
     return out
@@ -640,13 +648,18 @@ def predict_w(coef: tuple[float, ...], row: Row, limit_w: float) -> float:
 
 
 def evaluate(
-    rows: list[Row], limit_w: float, fp32: bool = False, pins: dict[int, float] | None = None
+    rows: list[Row],
+    limit_w: float,
+    fp32: bool = False,
+    pins: dict[int, float] | None = None,
+    extra: Sequence[Row] = (),
 ) -> tuple[np.ndarray, np.ndarray]:
     """Leave-one-model-out (a `Row.model` group at a time: an ML.ENERGY model, an H100 family): (predicted W,
-    measured W) per row, in `rows` order; `pins` as `fit`'s (measured figures, the same in every fold)."""
+    measured W) per row, in `rows` order; `pins` as `fit`'s (measured figures, the same in every fold); `extra`
+    rows join every fold's training set and are never predicted."""
     pred = np.empty(len(rows))
     for model in {r.model for r in rows}:
-        coef = fit([r for r in rows if r.model != model], limit_w, fp32, pins)
+        coef = fit([r for r in rows if r.model != model] + list(extra), limit_w, fp32, pins)
         for i, r in enumerate(rows):
             if r.model == model:
                 pred[i] = predict_w(coef, r, limit_w)
@@ -708,8 +721,8 @@ def run(
         sub = [r for r in rows if r.device == dev]
         own = any(r.kind == "h100-model" for r in sub)
         fp32 = own and fp32_compute != "none"
-        measured = measured_pins(dev, probes)
-        pins = {i: w for i, (w, _) in measured.items()} or None
+        measured = measured_pins(device_probes(dev, probes))
+        pins = {FIT_ORDER.index(PROBE_CLASSES[c]): g.median_w for c, g in measured.items()} or None
         pred, meas = evaluate(sub, d.tdp_w, fp32, pins)
         kinds = np.array([r.kind for r in sub])
         public = kinds != "h100-model"
@@ -750,11 +763,10 @@ def run(
             if fp32
             else "; P_compute measured on float16 tensor-core work, applied to every precision (assumed)"
         )
-        names = {1: ("P_compute", "compute-bound float16/bfloat16 GEMM"), 2: ("P_memory", "memory-bound")}
         pinned = "".join(
-            f"; {names[i][0]} measured, not fitted: the median of {n} {names[i][1]} power probes "
-            f"(data/{dev}/power, each held 6 s)"
-            for i, (_, n) in sorted(measured.items())
+            f"; {_FIGURE[PROBE_CLASSES[c]]} measured, not fitted: the median of {len(g.medians_w)} "
+            f"{PINNED_BY_PROBES[c]} power probes (data/{dev}/power, each held 6 s)"
+            for c, g in measured.items()
         )
         pinned += ", the other figures fitted around them" if measured else ""
         devices[dev] = entry | {

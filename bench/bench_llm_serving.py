@@ -1,7 +1,7 @@
 """`preflight llm --runtime vllm` against ML.ENERGY Leaderboard v2's vLLM 0.5.4 measurements (TPOT, energy).
 
     PYTHONPATH=. python bench/bench_llm_serving.py [--prompt 256] [--gpu h100|a100|all] [--rows] [--lomo]
-        [--engine-profile NAME|FILE]... [--attention-fit] [--host-model block|seq|seq+prompt|...]
+        [--engine-profile NAME|FILE]... [--kernel-model-attention] [--host-model block|seq|seq+prompt|...]
 
 For every vLLM row of data/public-models/mlenergy-llm-v2.jsonl whose model is a text decoder with a published
 architecture below (vision-language models and pipeline-parallel rows left out), the model's config is built with
@@ -32,8 +32,10 @@ avg_tpot_s (ITL(b)), `--no-host` leaves the host time out.
 Last, each profile (and none) for Llama-3.1-8B on one H100 against the
 public figures issue 24 quotes (batch 8: 7.3 ms, 490 W; batch 256: 26 ms, 690 W), at three request shapes, each
 profile with its own prefill scheduling (`vllm-overlapped`: chunked, vLLM's default budget; the ML.ENERGY rows above
-ran vLLM 0.5.4 without chunked prefill, so the tables cost every profile without it). `--attention-fit`: the same
-with paged decode attention at `predictor.serving_fit.fit_decode_attention`'s fit (an experiment, not adopted).
+ran vLLM 0.5.4 without chunked prefill, so the tables cost every profile without it). `--kernel-model-attention`: the
+same with paged decode attention at the kernel model's attention entry instead of the committed `decode_attention` fit
+(`predictor.serving_fit.fit_decode_attention`, public H100 paged-decode timings; the engine's cost before 2026-11-27:
+docs/llm-serving.md).
 Power: measured per GPU = energy per request x output tokens/s / output tokens / GPUs, against the predicted
 `avg_power_w`. The rows' energy per token is power x (average batch / output tokens/s) over the steady state; that
 time per token is longer than their avg_tpot_s on many rows (column B/tput:TPOT: its median ratio to TPOT), as their
@@ -156,10 +158,10 @@ def main() -> None:
     )
     ap.add_argument("--no-host", action="store_true", help="leave the engine's host time out (the GPU's share)")
     ap.add_argument(
-        "--attention-fit",
+        "--kernel-model-attention",
         action="store_true",
-        help="an experiment: cost paged decode attention at the fit of serving_fit.fit_decode_attention (public H100 "
-        "paged-decode timings) instead of the kernel model's attention entry (not adopted: docs/llm-serving.md)",
+        help="cost paged decode attention at the kernel model's attention entry instead of the committed "
+        "decode_attention fit (public H100 paged-decode timings): the engine before 2026-11-27 (docs/llm-serving.md)",
     )
     ap.add_argument(
         "--lomo",
@@ -181,12 +183,10 @@ def main() -> None:
         help="with --lomo: the host figures fitted (predictor.serving_fit.HOST_MODELS; default %(default)s)",
     )
     args = ap.parse_args()
-    if args.attention_fit:
+    if args.kernel_model_attention:
         from predictor import serving_fit as sf
 
-        attention = sf.fit_decode_attention()
-        print("decode attention:", json.dumps(attention["families"]))
-        with sf.streaming_override(eng.streaming_gemm_table(), sf.streaming_table(attention)):
+        with sf.streaming_override(eng.streaming_gemm_table(), {}):
             run(args)
     else:
         run(args)

@@ -558,9 +558,8 @@ def streaming_gemm_table(path: Path | str | None = None) -> dict[str, StreamingG
 def decode_attention_table(path: Path | str | None = None) -> dict[str, StreamingGemm]:
     """Kernel family -> the paged decode-attention kernel's time, exec_us + bytes / (bandwidth x e_memory) (bytes: the
     live sequences' K and V, the queries read and the outputs written), from the serving-parameter file's
-    `decode_attention` entry; {} when it has none: the kernel model's attention entry. The committed file has none:
-    `serving_fit.fit_decode_attention`'s fit on public H100 paged-decode timings was tried (`python
-    bench/bench_llm_serving.py --lomo --attention-fit`) and not adopted (docs/llm-serving.md)."""
+    `decode_attention` entry (`serving_fit.fit_decode_attention`: public H100 paged-decode timings, so hopper only);
+    {} when it has none: the kernel model's attention entry (docs/llm-serving.md)."""
     if _ATTN_OVERRIDE is not None and path is None:
         return _ATTN_OVERRIDE
     return _family_table("decode_attention", path)

@@ -29,7 +29,10 @@ per-block one, a constant per prefill step (fitted to 0 on both GPUs), no tensor
 
 First (`fit_streaming`) the time of decode-sized GEMMs per kernel family on Vidur's float16 linear layers
 (data/vidur-ops: m <= 64 tokens, >= 64 MiB moved): exec_us + bytes / (bandwidth x e_memory), written as the file's
-`weight_streaming_gemm` entry; the host figures are fitted on top of the GPU time it gives.
+`weight_streaming_gemm` entry; and (`fit_decode_attention`) vLLM's paged decode attention per kernel family on public
+paged decode-attention timings (data/public-models/decode-attention-h100.jsonl: H100 only), the same form, written as
+the `decode_attention` entry (a family without timings keeps the kernel model's attention entry). The host figures
+are fitted on top of the GPU time they give.
 
 Rows: every vLLM row of a dense text decoder whose architecture is in `ARCH` (vision-language and mixture-of-experts
 models and pipeline-parallel rows left out of the fit; the MoE rows are evaluated with the fitted figures), at the
@@ -580,13 +583,14 @@ def model_text(model: str) -> str:
 def run(
     path: Path = DATA, vidur: Path = VIDUR, fit_on: str = "windows", host_model: str = HOST_MODEL
 ) -> tuple[dict, str]:
-    """Fit the streaming GEMMs (`fit_streaming`), then the host figures of `host_model` (`HOST_MODELS`) on both GPUs
-    on top of them (`fit_on`, one of `FIT_ON`); return (the `PROFILE` profile of the serving-parameter file with the
-    streaming fit under the key `weight_streaming_gemm`, the Markdown before/after table, which adds, held out, the
-    replayed Avg TPOT against avg_tpot_s, the replayed steady state against avg_batch_size / output_tokens_per_s and
-    the engine's TPOT against the latter)."""
-    stream = fit_streaming(vidur)
-    with streaming_override(streaming_table(stream)):
+    """Fit the streaming GEMMs (`fit_streaming`) and paged decode attention (`fit_decode_attention`), then the host
+    figures of `host_model` (`HOST_MODELS`) on both GPUs on top of them (`fit_on`, one of `FIT_ON`); return (the
+    `PROFILE` profile of the serving-parameter file with the two kernel fits under the keys `weight_streaming_gemm`
+    and `decode_attention`, the Markdown before/after table, which adds, held out, the replayed Avg TPOT against
+    avg_tpot_s, the replayed steady state against avg_batch_size / output_tokens_per_s and the engine's TPOT against
+    the latter)."""
+    stream, attention = fit_streaming(vidur), fit_decode_attention()
+    with streaming_override(streaming_table(stream), streaming_table(attention)):
         rows = load_rows(path, windows=True)
 
     def fitter(rs: list[Row]) -> np.ndarray:
@@ -676,6 +680,7 @@ def run(
         "transfers": {k: v for k, v in eng.HOST_TRANSFERS.items()},
         "devices": devices,
         "weight_streaming_gemm": stream,
+        "decode_attention": attention,
     }
     return doc, "\n".join(lines)
 
@@ -690,9 +695,10 @@ def merge(profile: dict, path: Path) -> dict:
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("profiles"), dict):
         doc = {"schema": SCHEMA, "default_profile": PROFILE, "profiles": {}}
     profile = dict(profile)
-    stream = profile.pop("weight_streaming_gemm", None)
-    if stream is not None:
-        doc["weight_streaming_gemm"] = stream
+    for key in ("weight_streaming_gemm", "decode_attention"):  # kernel fits: the file's, not the profile's
+        fit = profile.pop(key, None)
+        if fit is not None:
+            doc[key] = fit
     doc["profiles"][PROFILE] = profile
     return doc
 

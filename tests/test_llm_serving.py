@@ -415,8 +415,10 @@ def test_committed_serving_params_are_the_fit_of_the_data():
         for k in sf.HOST_MODELS[sf.HOST_MODEL]:
             assert c[k] == pytest.approx(d[k], rel=1e-3, abs=1e-6), (dev, k)
         assert c["evaluation"] == d["evaluation"]
-    # the streaming-GEMM fit the host figures were fitted on top of is the committed one
+    # the streaming-GEMM and paged-attention fits the host figures were fitted on top of are the committed ones
     assert whole["weight_streaming_gemm"] == doc["weight_streaming_gemm"]
+    assert whole["decode_attention"] == doc["decode_attention"] == merged["decode_attention"]
+    assert "decode_attention" not in merged["profiles"][sf.PROFILE]
     assert "dense 8-32B" in table
 
 
@@ -658,9 +660,9 @@ def test_chunked_prefill_steps_and_token_budgets_by_hand(tmp_path):
 
 
 def test_decode_attention_fit_costs_and_recovers_by_hand(tmp_path):
-    """The experimental decode-attention fit (`serving_fit.fit_decode_attention`, `bench_llm_serving.py
-    --attention-fit`): a paged decode-attention kernel costs exec + bytes / (bandwidth x e_memory) under it, and the fit
-    recovers the figures that made two timings."""
+    """The decode-attention fit (`serving_fit.fit_decode_attention`, the committed `decode_attention` entry): a paged
+    decode-attention kernel costs exec + bytes / (bandwidth x e_memory) under it, and the fit recovers the figures
+    that made two timings."""
     from predictor import serving_fit as sf
 
     dev = get_device("h100-80gb")  # 3.35 TB/s
@@ -672,7 +674,8 @@ def test_decode_attention_fit_costs_and_recovers_by_hand(tmp_path):
         t = eng.cost_kernels([kern], dev, graph=True, link_bytes_per_s=None, tp=1)
         return t.compute_s + t.memory_s
 
-    model = one()
+    with sf.streaming_override(eng.streaming_gemm_table(), {}):
+        model = one()  # no fit: the kernel model's attention entry
     with sf.streaming_override(eng.streaming_gemm_table(), {"hopper": eng.StreamingGemm(exec_us=10.0, e_memory=0.5)}):
         # 64 sequences at 1,000 tokens: read (64 x 1,000 x 2 x 1,024 + 64 x 4,096) x 2 = 262,668,288 B, written
         # 64 x 4,096 x 2 = 524,288 B: 263,192,576 B / (3.35e12 x 0.5) = 157.130 us, + 10 us = 167.130 us
@@ -680,9 +683,12 @@ def test_decode_attention_fit_costs_and_recovers_by_hand(tmp_path):
         assert one("float32") == pytest.approx(
             eng.cost_kernels([eng._attention_for(k, 64, a, 1, 1000.0, "float32")], dev, graph=True,
                              link_bytes_per_s=None, tp=1).memory_s, rel=1e-9)  # fmt: skip
-    with sf.streaming_override(eng.streaming_gemm_table(), {}):
-        assert one() == pytest.approx(model)  # no fit: the kernel model's attention entry (the committed default)
-    assert eng.decode_attention_table() == {}  # not adopted: the committed file has no decode_attention entry
+    fit = eng.decode_attention_params(dev)  # the committed file's, outside any override: 263,192,576 B as above
+    assert one() == pytest.approx(263_192_576 / (3.35e12 * fit.e_memory) + fit.exec_us * 1e-6, rel=1e-5)
+    assert one() != pytest.approx(model, rel=0.01)
+    # the committed entry: the public timings are H100 ones, so hopper only (ampere keeps the kernel model's entry)
+    assert sorted(eng.decode_attention_table()) == ["hopper"]
+    assert eng.decode_attention_params(get_device("a100-40gb")) is None
     # two timings made with exec 8 us and e 0.6 (64 sequences, 64 query / 8 KV heads of 128):
     # 512 tokens: (64 x 512 x 2 x 1,024 + 64 x 8,192) x 2 + 64 x 8,192 x 2 = 136,314,880 B -> 8 + 136,314,880 / 2.01e6
     # 128 tokens: (64 x 128 x 2 x 1,024 + 64 x 8,192) x 2 + 64 x 8,192 x 2 = 35,651,584 B -> 8 + 35,651,584 / 2.01e6

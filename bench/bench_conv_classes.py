@@ -15,7 +15,12 @@ the same implicit GEMM (float16: the float16 GEMM entry; float32: the tf32 one),
 and on the a100-80gb the median and MAPE of (the committed ampere conv entry's time) / (the ampere GEMM entry's
 time of the implicit GEMM x that H100 ratio, kernel by kernel), i.e. the transfer against the ratio alternative.
 
-Usage: python bench/bench_conv_classes.py [--params OTHER_TABLE.json] [--transfer]   (no GPU; a few seconds)
+`--l2` compares instead the L2 study's records (`python -m predictor.measure.lease --step kernels-l2`: the same
+convolutions timed again with the L2 cache overwritten before every replay, data/h100-80gb/kernels-l2flush) with
+their warm-L2 twins (same op, shape, dtype and layout): per dtype, class and layout, the pairs, the median of flushed
+/ warm time, and the committed kernel model's median signed error against each.
+
+Usage: python bench/bench_conv_classes.py [--params OTHER_TABLE.json] [--transfer] [--l2]   (no GPU; a few seconds)
 """
 
 from __future__ import annotations
@@ -48,6 +53,31 @@ def conv_class(params: dict) -> str:
 def _cells(err: dict[str, np.ndarray], idx: list[int]) -> str:
     """MAPE and median signed error (%) of each table's errors on the rows `idx`."""
     return " | ".join(f"{np.abs(e[idx]).mean() * 100:.1f} | {np.median(e[idx]) * 100:+.1f}" for e in err.values())
+
+
+def l2_check(table, recs: list) -> None:
+    """The `--l2` table (module docstring): the L2-flushed convolution records against their warm twins in `recs`."""
+    from predictor import kernel_fit as kf
+
+    folder = ROOT / "data" / "h100-80gb" / "kernels-l2flush"
+    flushed = [r for r in kf.read_sweep(folder) if r.kind == "conv"] if folder.exists() else []
+    if not flushed:
+        print(f"no L2-flushed convolution records in {folder.relative_to(ROOT)} yet (a GPU lease's kernels-l2 step)")
+        return
+    warm = {(r.shape_key, r.dtype, r.layout): r for r in recs}
+    pairs = [(warm[k], r) for r in flushed if (k := (r.shape_key, r.dtype, r.layout)) in warm]
+    print("| dtype | class | layout | pairs | flushed / warm, median | model vs warm, median signed % | model vs "
+          "flushed, median signed % |")  # fmt: skip
+    print("|---|---|---|---:|---:|---:|---:|")
+    cells: dict[tuple[str, str, str], list[tuple]] = defaultdict(list)
+    for w, f in pairs:
+        cells[(w.dtype, conv_class(w.params), w.layout)].append((w, f))
+    for (dtype, cls, layout), rows in sorted(cells.items()):
+        model = kf.Group.of([w for w, _ in rows]).predict(table.lookup("h100-80gb", "conv", dtype))
+        w_s = np.array([w.latency_s for w, _ in rows])
+        f_s = np.array([f.latency_s for _, f in rows])
+        print(f"| {dtype} | {cls} | {layout} | {len(rows)} | {np.median(f_s / w_s):.2f} | "
+              f"{np.median(model / w_s - 1) * 100:+.1f} | {np.median(model / f_s - 1) * 100:+.1f} |")  # fmt: skip
 
 
 def transfer_check(table, recs: list) -> None:
@@ -85,6 +115,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", help="a second parameter table to compare with the committed one")
     parser.add_argument("--transfer", action="store_true", help="the A100 convolution transfer check (docstring)")
+    parser.add_argument("--l2", action="store_true", help="the L2 study: flushed against warm timings (docstring)")
     args = parser.parse_args()
     from predictor import kernel_fit as kf
     from predictor.kernel_model import load_params
@@ -95,6 +126,9 @@ def main() -> int:
     recs = [r for r in kf.read_sweep(ROOT / "data" / "h100-80gb" / "kernels") if r.kind == "conv"]
     if args.transfer:
         transfer_check(tables["committed"], recs)
+        return 0
+    if args.l2:
+        l2_check(tables["committed"], recs)
         return 0
     head = " | ".join(f"{name} MAPE % | {name} median signed %" for name in tables)
     print(f"| dtype | class | layout | n | {head} |")

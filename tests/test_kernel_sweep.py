@@ -470,6 +470,49 @@ def test_lease_smoke_step_on_the_cpu_and_collect(
     assert "noise (1 configs measured twice)" in text
 
 
+def test_lease_l2_step_remeasures_measured_convolutions_apart(tmp_path: Path) -> None:
+    """The ``kernels-l2`` step (the L2 study): it picks the convolutions ``data`` already holds as ok, per class
+    (pointwise, grouped, dense) at evenly spaced ranks of their measured times, times them with ``--flush-l2`` into
+    ``kernels-l2flush`` (not ``kernels``: the main sweep and the fit never see them) and ``collect`` files them
+    there."""
+    conv, dw = {**CONV, "bias": False}, {**DEPTHWISE, "bias": False}
+    pointwise = [K.make_entry("conv2d", {**conv, "k": [1, 1], "p": [0, 0], "in": [8 + 8 * i, 8]}) for i in range(4)]
+    grouped = [K.make_entry("conv2d", {**dw, "in": [16 + 2 * i, 16]}) for i in range(2)]
+    dense = [K.make_entry("conv2d", conv), K.make_entry("relu", {"n": 4096})]
+    entries = pointwise + grouped + dense
+    KL.write_list(entries, tmp_path / "kernels.jsonl", {"test": True})
+    out, data = tmp_path / "out", tmp_path / "data"
+    first = K.run_sweep(entries[:-1], data, FAST, log=None)  # the committed data: every entry but the relu
+    device = first.device
+    assert [lease.conv2d_class(r) for r in _records(data / device / "kernels")][:7] == (
+        ["pointwise"] * 4 + ["grouped"] * 2 + ["dense"])  # fmt: skip
+    by_id = {r["id"]: r["latency_ms"]["median"] for r in _records(data / device / "kernels")}
+    picked = lease.l2_study_entries(tmp_path / "kernels.jsonl", data, device, per_cell=3)
+    # 3 of the 4 pointwise ones: ranks 0, 2 (round(1.5)) and 3 of their medians; both grouped; the dense one; no relu
+    ranked = sorted(pointwise, key=lambda e: by_id[e["id"]])
+    want = {ranked[0]["id"], ranked[2]["id"], ranked[3]["id"], grouped[0]["id"], grouped[1]["id"], dense[0]["id"]}
+    assert {e["id"] for e in picked} == want and len(picked) == 6
+    # the cells interleave: the first three entries are one of each class
+    assert sorted(lease.conv2d_class({"op": e["op"], "params": e["params"]}) for e in picked[:3]) == [
+        "dense", "grouped", "pointwise"]  # fmt: skip
+    sweep = ["--runs", "3", "--threads", "1"]
+    result = lease.run_step("kernels-l2", out, 120, "cpu", data, kernel_list=tmp_path / "kernels.jsonl",
+                            sweep_args=sweep)  # fmt: skip
+    assert result["l2_entries"] == len(L2 := lease.l2_study_entries(tmp_path / "kernels.jsonl", data, device))
+    assert result["records"]["kernels-l2flush"] == {"ok": len(L2)} and result["records"]["kernels"] == {}
+    assert not (out / device / "kernels").exists()
+    report = lease.collect(out, data)
+    assert report[f"{device}/kernels-l2flush"]["added"] == len(L2) and f"{device}/kernels" not in report
+    filed = list(K.iter_records([data / device / "kernels-l2flush"]))
+    assert {r["id"] for r in filed} == {e["id"] for e in L2} and len(
+        list(K.iter_records([data / device / "kernels"]))
+    ) == 7
+    # measured again, nothing is left to do; the main sweep still counts only its own records as done
+    assert lease.run_step("kernels-l2", out, 120, "cpu", data, kernel_list=tmp_path / "kernels.jsonl",
+                          sweep_args=sweep)["records"]["kernels-l2flush"] == {"ok": len(L2)}  # fmt: skip
+    assert K.done_ids([data / device / "kernels"], device) == {e["id"] for e in entries[:-1]}
+
+
 def test_priority_entries_head_the_shipped_list(tmp_path: Path) -> None:
     first = KL.priority_entries()
     ops = Counter(e["op"] for e in first)

@@ -32,8 +32,8 @@ graph is captured again with ``inner`` from the replay's per-call time; then
 ``runs`` (>= 20) replays, each between two CUDA events: ``latency_ms`` = elapsed / inner, median, p10, p90,
 mean, min, max. ``eager_ms`` is the per-call time of ``inner`` eager calls back to back (median of 3),
 host launch cost included. ``--flush-l2`` overwrites a buffer of twice the L2 size before every replay
-(with ``inner = 1``); records say ``l2_flush``. On the CPU the same steps run with ``time.perf_counter``
-and no graphs (``timing: "wall"``).
+(with ``inner = 1``); records say ``l2_flush`` and go to ``OUT/<device>/kernels-l2flush/``. On the CPU the same
+steps run with ``time.perf_counter`` and no graphs (``timing: "wall"``).
 
 **Failures are records**: ``status`` ``"oom"``, ``"unsupported"`` (torch has no kernel for the request:
 an attention backend that does not take these shapes or dtypes), ``"error"``, or ``"crash"`` (the process
@@ -1119,8 +1119,20 @@ class SweepSummary:
     failing: bool = False
 
 
-def shard_file(out_dir: str | Path, device: str, shard: tuple[int, int], part: int = 0) -> Path:
-    """Return ``OUT/<device>/kernels/shard-III-of-NNN[.PART].jsonl``.
+#: Where a sweep's records go under ``OUT/<device>/``: the L2-flushed timings (``--flush-l2``) apart from the
+#: others, so that they neither count as done for the main sweep nor enter the kernel fit (it reads ``kernels``).
+KERNELS_FOLDER, L2_FLUSH_FOLDER = "kernels", "kernels-l2flush"
+
+
+def records_folder(opts: SweepOptions) -> str:
+    """``OUT/<device>/`` subfolder of a sweep with ``opts``: `L2_FLUSH_FOLDER` under ``flush_l2``."""
+    return L2_FLUSH_FOLDER if opts.flush_l2 else KERNELS_FOLDER
+
+
+def shard_file(
+    out_dir: str | Path, device: str, shard: tuple[int, int], part: int = 0, folder: str = KERNELS_FOLDER
+) -> Path:
+    """Return ``OUT/<device>/<folder>/shard-III-of-NNN[.PART].jsonl`` (``folder``: `records_folder`).
 
     Args:
         out_dir: Output directory.
@@ -1133,7 +1145,7 @@ def shard_file(out_dir: str | Path, device: str, shard: tuple[int, int], part: i
     """
     index, count = shard
     suffix = f".{part}" if part else ""
-    return Path(out_dir) / device / "kernels" / f"shard-{index:03d}-of-{count:03d}{suffix}.jsonl"
+    return Path(out_dir) / device / folder / f"shard-{index:03d}-of-{count:03d}{suffix}.jsonl"
 
 
 def iter_records(dirs: Iterable[str | Path], schema: str = RECORD_SCHEMA) -> Iterator[dict]:
@@ -1192,12 +1204,15 @@ def _log(message: str) -> None:
 class _Writer:
     """Appends records to a shard file, flushed and fsync'd one by one, continuing in parts past a size."""
 
-    def __init__(self, out_dir: Path, device: str, shard: tuple[int, int], max_bytes: int) -> None:
+    def __init__(
+        self, out_dir: Path, device: str, shard: tuple[int, int], max_bytes: int, folder: str = KERNELS_FOLDER
+    ) -> None:
         self.out_dir, self.device, self.shard, self.max_bytes = out_dir, device, shard, max_bytes
+        self.folder = folder
         self.part = 0
-        while shard_file(out_dir, device, shard, self.part + 1).exists():
+        while shard_file(out_dir, device, shard, self.part + 1, folder).exists():
             self.part += 1
-        self.path = shard_file(out_dir, device, shard, self.part)
+        self.path = shard_file(out_dir, device, shard, self.part, folder)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.fh = self.path.open("a")
         if self.fh.tell() and not self.path.read_bytes().endswith(b"\n"):
@@ -1207,7 +1222,7 @@ class _Writer:
         if self.fh.tell() >= self.max_bytes:
             self.fh.close()
             self.part += 1
-            self.path = shard_file(self.out_dir, self.device, self.shard, self.part)
+            self.path = shard_file(self.out_dir, self.device, self.shard, self.part, self.folder)
             self.fh = self.path.open("a")
         self.fh.write(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
         self.fh.flush()
@@ -1231,7 +1246,8 @@ def run_sweep(
 
     Args:
         entries: The whole kernel list (every shard sees the same list).
-        out_dir: Output directory; records go to ``OUT/<device>/kernels/shard-III-of-NNN.jsonl``.
+        out_dir: Output directory; records go to ``OUT/<device>/kernels/shard-III-of-NNN.jsonl``
+            (``kernels-l2flush/`` under ``opts.flush_l2``: `records_folder`).
         opts: Timing options.
         shard: ``(index, count)``; an entry belongs to shard ``int(id, 16) % count``.
         budget_s: Stop before an entry whose measurement would end after this many seconds.
@@ -1255,13 +1271,14 @@ def run_sweep(
     deadline = None if budget_s is None else t_start + budget_s
     sweeper = _Sweeper(opts)
     out_dir = Path(out_dir)
-    writer = _Writer(out_dir, sweeper.device, shard, int(opts.max_file_mb * 2**20))
+    folder = records_folder(opts)
+    writer = _Writer(out_dir, sweeper.device, shard, int(opts.max_file_mb * 2**20), folder)
     summary = SweepSummary(device=sweeper.device, path=str(writer.path))
     inflight = writer.path.parent / f"shard-{index:03d}-of-{count:03d}.inflight"
     marker = None
     try:
         mine = [e for e in entries if shard_of(e["id"], count) == index]
-        done = done_ids([out_dir / sweeper.device / "kernels", *skip_from], sweeper.device)
+        done = done_ids([out_dir / sweeper.device / folder, *skip_from], sweeper.device)
         by_id = {e["id"]: e for e in mine}
         if inflight.exists():
             crashed = inflight.read_text().strip()
@@ -1346,7 +1363,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--warmup", type=int, default=2)
     run.add_argument("--target-ms", type=float, default=None, help="length of one sample (0.1 CUDA, 1 CPU)")
     run.add_argument("--max-inner", type=int, default=100)
-    run.add_argument("--flush-l2", action="store_true", help="overwrite 2 x L2 before every sample")
+    run.add_argument(
+        "--flush-l2",
+        action="store_true",
+        help="overwrite 2 x L2 before every sample (records: OUT/<device>/kernels-l2flush/)",
+    )
     run.add_argument("--no-graphs", action="store_true", help="time eager calls, not CUDA graph replays")
     run.add_argument("--no-cudnn-benchmark", action="store_true")
     run.add_argument("--max-est-ms", type=float, default=None, help="skip entries estimated longer than this")

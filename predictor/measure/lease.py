@@ -7,6 +7,7 @@ well inside a 10-minute device call, and writes only under ``--out``)::
     python3 -m predictor.measure.lease --out $OUT --step kernels   # the kernel sweep until the budget
     python3 -m predictor.measure.lease --out $OUT --step models    # whole models, plus 5% re-measured for noise
     python3 -m predictor.measure.lease --out $OUT --step power     # board power per workload class (~90 s)
+    python3 -m predictor.measure.lease --out $OUT --step kernels-l2  # measured convolutions again, L2 flushed
 
 Back on the development machine::
 
@@ -17,9 +18,18 @@ Back on the development machine::
 ``OUT/<device>/kernels/shard-000-of-001[.N].jsonl`` (kernel records), ``OUT/models/<device>/shard-000-of-001.jsonl``
 (whole-model records), ``OUT/noise/<device>/shard-000-of-001.jsonl`` (re-measured configs),
 ``OUT/<device>/power/probes-<stamp>.jsonl`` (power probes, :mod:`predictor.measure.power_probe`),
+``OUT/<device>/kernels-l2flush/shard-000-of-001.jsonl`` (the ``kernels-l2`` step's records),
 ``OUT/<device>/leases/nvidia-smi-q-<stamp>.txt`` and ``OUT/<device>/leases/<step>-<stamp>.json`` (what the step
-did). ``collect`` merges records by id into ``data/<device>/{kernels,models,noise,power}/`` and copies the lease files
-to ``data/<device>/leases/``.
+did). ``collect`` merges records by id into ``data/<device>/{kernels,kernels-l2flush,models,noise,power}/`` and copies
+the lease files to ``data/<device>/leases/``.
+
+**The L2 study** (``kernels-l2``): the sweep times each kernel in CUDA-graph replays of the same call, so a kernel
+whose operands fit the L2 cache (50 MiB on an H100) reads them from L2 after the first replay. The kernel model's
+largest per-class errors on the H100 sweep are such kernels (1x1 and depthwise convolutions priced 30-110% slower
+than measured: docs/kernel-model.md). This step measures again, with ``--flush-l2`` (twice the L2 overwritten
+before every replay), convolutions the committed data already holds (`l2_study_entries`: pointwise, grouped and
+dense 2-D convolutions, per dtype and layout, spread over their measured times), so each record pairs with its
+warm-L2 twin by id. The records stay out of the kernel fit (``data/<device>/kernels-l2flush/``).
 
 **Resume.** Every step counts what ``--data`` (default ``data``, committed and sent with the working tree) and
 ``OUT`` already hold as done, so each call continues where the last collected one stopped; run ``collect``
@@ -54,8 +64,8 @@ from typing import Any
 from predictor.devices import DEVICES
 from predictor.measure.configs import MeasureConfig, load_configs, stratified_order
 from predictor.measure.harness import RECORD_SCHEMA, HarnessError, Options, run_shard
+from predictor.measure.kernels import L2_FLUSH_FOLDER, iter_records, load_list
 from predictor.measure.kernels import RECORD_SCHEMA as KERNEL_SCHEMA
-from predictor.measure.kernels import iter_records
 from predictor.measure.nvml import detect_device
 from predictor.measure.power_probe import RECORD_SCHEMA as POWER_SCHEMA
 
@@ -63,7 +73,11 @@ __all__ = ["collect", "detect_device", "main", "noise_ids", "run_step", "summary
 
 ROOT = Path(__file__).resolve().parents[2]
 LISTS = ROOT / "predictor" / "measure" / "lists"
-STEPS = ("smoke", "kernels", "models", "power")
+STEPS = ("smoke", "kernels", "models", "power", "kernels-l2")
+#: The L2 study (`l2_study_entries`): 2-D convolution classes re-measured with the L2 flushed, entries per
+#: (class, dtype, layout) cell.
+L2_CLASSES = ("pointwise", "grouped", "dense")
+L2_PER_CELL = 10
 NOISE_EVERY = 20  # 1 config in 20 (5%) is measured twice
 SMOKE_CONFIGS = 5
 TIMED_OUT = "killed: ran past its deadline"  # what `_run_child` reports for a child it killed at its timeout
@@ -185,9 +199,18 @@ def _run_child(cmd: list[str], timeout: float) -> tuple[int, str]:
 
 
 def _kernels(
-    device: str, kernel_list: Path, out: Path, data: Path, key: str, budget_s: float, extra: Sequence[str]
+    device: str,
+    kernel_list: Path,
+    out: Path,
+    data: Path,
+    key: str,
+    budget_s: float,
+    extra: Sequence[str],
+    folder: str = "kernels",
 ) -> dict[str, Any]:
-    """Run the sweep in child processes until the budget; a child that dies or breaks its context is replaced."""
+    """Run the sweep in child processes until the budget; a child that dies or breaks its context is replaced.
+    ``folder``: where the sweep's records go under ``OUT/<key>/`` and ``data/<key>/`` (``kernels``, or
+    ``kernels-l2flush`` for a sweep with ``--flush-l2`` in ``extra``)."""
     deadline = time.time() + budget_s
     runs: list[dict[str, Any]] = []
     while deadline - time.time() > 5 and len(runs) < 5:
@@ -206,18 +229,60 @@ def _kernels(
             "--deadline",
             f"{deadline:.1f}",
             "--skip-from",
-            str(data / key / "kernels"),
+            str(data / key / folder),
             *extra,
         ]
         code, tail = _run_child(cmd, left + 60)
         if tail == TIMED_OUT:  # not a child the OS killed (also -9): that one's in-flight entry crashed it
-            for marker in (out / key / "kernels").glob("*.inflight"):
+            for marker in (out / key / folder).glob("*.inflight"):
                 marker.unlink()  # killed by us, not crashed by its entry: measure that entry again
         runs.append({"exit": code, "summary": tail})
         _log(f"kernel sweep exit {code}: {tail}")
         if code in (0, 2, 4):
             break  # done or stopped by the deadline, bad usage, or failing everywhere: a restart would not help
     return {"runs": runs}
+
+
+def conv2d_class(rec: dict) -> str | None:
+    """The class of a sweep record's 2-D convolution (its ``params``: ``c`` input channels, ``g`` groups, ``k``
+    kernel size): ``grouped`` (g > 1, depthwise included), ``first`` (c <= 4), ``pointwise`` (1x1) or ``dense``;
+    None for another op (transposed, 1-D and 3-D convolutions included)."""
+    if rec.get("op") != "conv2d":
+        return None
+    p = rec.get("params") or {}
+    if p.get("g", 1) > 1:
+        return "grouped"
+    if p.get("c", 0) <= 4:
+        return "first"
+    return "pointwise" if all(k == 1 for k in p.get("k", ())) else "dense"
+
+
+def l2_study_entries(kernel_list: Path, data: Path, key: str, per_cell: int = L2_PER_CELL) -> list[dict]:
+    """The ``kernels-l2`` step's entries: those of ``kernel_list`` that ``data/<key>/kernels`` holds as ``ok`` (timed
+    without a flush), 2-D convolutions of `L2_CLASSES`; per (class, dtype, layout) cell at most
+    ``per_cell``, picked at evenly spaced ranks of the cell's measured medians (shortest to longest), the cells
+    interleaved (every prefix of the list covers each cell).
+
+    Returns:
+        Kernel-list entries, in sweep order.
+    """
+    by_id = {e["id"]: e for e in load_list(kernel_list)}
+    cells: dict[tuple, list[tuple[float, str]]] = defaultdict(list)
+    seen: set[str] = set()
+    for r in iter_records([data / key / "kernels"], KERNEL_SCHEMA):
+        cls = conv2d_class(r)
+        ok = r.get("status") == "ok" and not r.get("l2_flush")
+        if cls in L2_CLASSES and ok and r.get("device") == key and r["id"] in by_id and r["id"] not in seen:
+            seen.add(r["id"])
+            cells[cls, r.get("dtype"), r.get("layout")].append((r["latency_ms"]["median"], r["id"]))
+    picked = []
+    for cell in sorted(cells):
+        rows = sorted(cells[cell])
+        n = min(per_cell, len(rows))
+        ranks = sorted({round(i * (len(rows) - 1) / max(n - 1, 1)) for i in range(n)})
+        picked.append([rows[i][1] for i in ranks])
+    order = [ids[i] for i in range(max(map(len, picked), default=0)) for ids in picked if i < len(ids)]
+    return [by_id[i] for i in order]
 
 
 def _count(dirs: Iterable[Path], schema: str, device: str) -> dict[str, int]:
@@ -297,6 +362,13 @@ def run_step(
         result["kernels"] = _kernels(torch_device, klist, out, data, key, clock.left() - 5, sweep_args)
     elif step == "power":
         result["power"] = _power(torch_device, out, clock.left() - 5, power_args)
+    elif step == "kernels-l2":
+        entries = l2_study_entries(klist, data, key)
+        study = leases / f"l2-list-{_stamp()}.jsonl"
+        study.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in entries))
+        result["l2_entries"] = len(entries)
+        extra = [*sweep_args, "--flush-l2"]
+        result["kernels"] = _kernels(torch_device, study, out, data, key, clock.left() - 5, extra, L2_FLUSH_FOLDER)
     else:
         done = _model_ids([data / key / "models", out / "models"], key)
         todo = [c for c in configs if c.id not in done]
@@ -313,6 +385,7 @@ def run_step(
         "models": _count([out / "models"], RECORD_SCHEMA, key),
         "noise": _count([out / "noise"], RECORD_SCHEMA, key),
         "power": _count([out / key / "power"], POWER_SCHEMA, key),
+        "kernels-l2flush": _count([out / key / L2_FLUSH_FOLDER], KERNEL_SCHEMA, key),
     }
     result["elapsed_s"] = round(time.perf_counter() - clock.start, 1)
     result["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
@@ -376,7 +449,7 @@ def collect(files_at: str | Path, data: str | Path = "data") -> dict[str, Counte
                 report["unreadable"]["lines"] += bool(line.strip())
                 continue
             if schema == KERNEL_SCHEMA:
-                folder = "kernels"
+                folder = L2_FLUSH_FOLDER if L2_FLUSH_FOLDER in rel.parts[:-1] else "kernels"
             elif schema == RECORD_SCHEMA:
                 folder = "noise" if "noise" in rel.parts[:-1] else "models"
             elif schema == POWER_SCHEMA:
@@ -394,7 +467,8 @@ def collect(files_at: str | Path, data: str | Path = "data") -> dict[str, Counte
             seen[target].add(key)
             target.mkdir(parents=True, exist_ok=True)
             line = json.dumps(rec, sort_keys=True, separators=(",", ":")) + "\n"
-            pending.setdefault(target / (path.name + (".gz" if folder == "kernels" else "")), []).append(line)
+            gz = folder in ("kernels", L2_FLUSH_FOLDER)
+            pending.setdefault(target / (path.name + (".gz" if gz else "")), []).append(line)
             report[f"{device}/{folder}"]["added"] += 1
     for dest, lines in pending.items():
         # Kernel records are kept compressed (about 9x smaller): the committed data travels to the GPU

@@ -345,6 +345,10 @@ def analyze(
         from .symbolic import formulas_text
 
         text += "\n" + formulas_text(report.symbolic)
+        if batch is None:  # the export's own batch, not the 1 of a plain analyze: say so where the figures are read
+            text += (
+                "(the table above is at the batch its inputs line shows: --symbolic analyses at --batch, default 2)\n"
+            )
     _emit(text, output)
 
 
@@ -393,6 +397,14 @@ def host_overhead_option(f):
     )(f)
 
 
+def _one_device(ctx: click.Context, param: click.Parameter, value: tuple[str, ...], hint: str) -> str:
+    """A --device that names one GPU, declared repeatable so that naming two is a usage error (click keeps the last
+    of a non-repeatable option silently)."""
+    if len(value) > 1:
+        raise click.BadParameter(f"takes one GPU, got {len(value)} ({', '.join(value)}): {hint}", ctx, param)
+    return value[0]
+
+
 def max_slowdown_option(f):
     """--max-slowdown, shared by predict and report."""
     return click.option(
@@ -411,7 +423,14 @@ def max_slowdown_option(f):
 @host_overhead_option
 @max_slowdown_option
 @explain_option
-@click.option("--device", default="h100-80gb", show_default=True, help="Target GPU (see `preflight devices`).")
+@click.option(
+    "--device",
+    multiple=True,
+    default=("h100-80gb",),
+    show_default=True,
+    callback=lambda ctx, param, value: _one_device(ctx, param, value, "`preflight report` compares several"),
+    help="Target GPU (see `preflight devices`).",
+)
 @click.option(
     "--latency-slo",
     "latency_slo",
@@ -754,7 +773,8 @@ def llm(
 ) -> None:
     """Serve a decoder LM: KV cache, TTFT/TPOT, and how many sequences each GPU and MIG slice holds.
 
-    MODEL is zoo:NAME (the llama, mistral, gpt2 and opt families), a transformers config.json, or a model
+    MODEL is zoo:NAME (the llama, mistral, gpt2 and opt families), a transformers config.json of a decoder LM
+    (Qwen2, Gemma, Phi, ... as transformers builds them), or a model
     directory holding one (no weights needed, nothing downloaded, no custom code run). The model is analysed as
     a prefill graph (batch x prompt tokens) and a decode-step graph (batch x 1 token over a static KV cache).
     """
@@ -958,6 +978,11 @@ def devices(fmt: str, show: str | None) -> None:
     metavar="MIB",
     help="Per-model memory cap: the address space a model may add to its worker, in MiB.",
 )
+@click.option(
+    "--fail-on-error",
+    is_flag=True,
+    help="Exit 1 when any model of the results file failed (for CI; the rows and the summary are written first).",
+)
 def analyze_many(
     manifest,
     output,
@@ -971,6 +996,7 @@ def analyze_many(
     resume,
     timeout_s,
     memory_mb,
+    fail_on_error,
 ) -> None:
     """Analyse every model of MANIFEST on Ray workers and predict it on each --device.
 
@@ -978,8 +1004,8 @@ def analyze_many(
     MODEL per line, or a JSONL file of rows {"model": ..., "inputs": [...], "batch": N, "dtype": ...,
     "devices": [...], "matmul_precision": ..., "host_overhead": ...}; --device, --batch, --dtype, --matmul-precision
     and --host-overhead apply where a row names none. Progress goes to stderr,
-    a summary to stdout. Exits 0 when the job ran, whatever single models did (each row says), and 2 for a
-    bad manifest.
+    a summary to stdout. Exits 0 when the job ran, whatever single models did (each row says; with
+    --fail-on-error 1 when any failed), and 2 for a bad manifest.
     """
     from .batch import analyze_many as run
 
@@ -999,6 +1025,12 @@ def analyze_many(
         progress=sys.stderr,
     )
     click.echo(summary.text(), nl=False)
+    failed = len(summary.rows) - len(summary.ok)
+    if fail_on_error and failed:
+        from .errors import EXIT_FAILED
+
+        click.echo(f"error: {failed} of {len(summary.rows)} models failed (--fail-on-error)", err=True)
+        sys.exit(EXIT_FAILED)
 
 
 def _samples(data: tuple[str, ...], device: str, cache: str):
@@ -1022,7 +1054,13 @@ def _samples(data: tuple[str, ...], device: str, cache: str):
 
 def _train_options(f):
     f = click.argument("data", nargs=-1, required=True, type=click.Path(exists=True))(f)
-    f = click.option("--device", required=True, help="Device key of the records to use (e.g. h100-80gb).")(f)
+    f = click.option(
+        "--device",
+        required=True,
+        multiple=True,
+        callback=lambda ctx, param, value: _one_device(ctx, param, value, "one model per GPU"),
+        help="Device key of the records to use (e.g. h100-80gb).",
+    )(f)
     f = click.option("--epochs", type=click.IntRange(min=1), default=300, show_default=True)(f)
     f = click.option("--seed", type=int, default=0, show_default=True)(f)
     f = click.option("--cache", default="cache/graphs", show_default=True, help="Graph cache directory.")(f)

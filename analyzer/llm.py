@@ -155,7 +155,10 @@ def _load_zoo(spec: str) -> LlmModel:
         raise AnalysisError(f"zoo:{spec}: building the model failed: {one_line(exc)}") from exc
     lm = getattr(built.module, "model", None)
     if lm is None or not is_causal_lm(lm):
-        raise UsageError(f"zoo:{spec} is not a decoder LM (the llama, mistral, gpt2 and opt families are)")
+        raise UsageError(
+            f"zoo:{spec} is not a decoder LM (of the zoo, the llama, mistral, gpt2 and opt families are; a "
+            "transformers config.json of any decoder, e.g. Qwen2 or Gemma, works too)"
+        )
     declared = str(dtype).removeprefix("torch.") if "dtype=" in spec else None
     return LlmModel(lm, lm.config, built.name, f"zoo:{spec}", "zoo", declared)
 
@@ -1241,11 +1244,13 @@ def _decode_report(m: LlmModel, decode: Step, dec: StepCost, batch: int, ctx: in
 RUNTIMES = ("eager", "vllm")
 
 VLLM_ASSUMPTIONS = (
-    "vLLM-style engine (0.5.x): decode steps replayed as CUDA graphs (batches padded to the captured sizes 1, 2, 4, "
+    "vLLM-style engine (its kernels as vLLM runs them; the host time per step is the engine profile's, below): "
+    "decode steps replayed as CUDA graphs (batches padded to the captured sizes 1, 2, 4, "
     "8..256; eager above), prefills eager; kernels from the config: fused add+RMSNorm, QKV/O/gate-up/down GEMMs "
     "(cuBLAS, the kernel model's fitted float16 GEMM parameters, decode-sized ones of <= 64 tokens at their own "
     "weight-streaming fit on Vidur's layers, blended up to 256; bfloat16 as float16), rotary, KV-cache write, "
-    "paged attention over each sequence's live context, SiLU-and-multiply, LM head and sampler",
+    "paged attention over each sequence's live context (on Hopper at a fit on public paged decode-attention "
+    "timings), SiLU-and-multiply, LM head and sampler",
     "continuous batching: --batch sequences run at once, at uniformly spread progress, so the mean live context is "
     "prompt + generate / 2 and TPOT (mean inter-token latency) = the decode step at that context + the prefills "
     "that interleave with it (batch / generate new prompts per step). Without chunked prefill each prefill pauses "

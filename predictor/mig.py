@@ -312,8 +312,10 @@ def recommend(
             chosen = p
     derived = "" if chosen is None or chosen.measured else " (its usable memory is a derived lower bound)"
     if chosen is not None:
+        # one profile to choose from: the slice the user asked for (`--device GPU:PROFILE`), not the smallest of several
+        lead = f"{chosen.name} is the smallest profile whose" if len(device.mig) > 1 else f"{chosen.name}: its"
         reason = (
-            f"{chosen.name} is the smallest profile whose usable {chosen.memory_mib:,.0f} MiB holds the "
+            f"{lead} usable {chosen.memory_mib:,.0f} MiB holds the "
             f"predicted upper bound {memory_mb_high:,.0f} MiB + {headroom:.0%} headroom ({need:,.0f} MiB)" + derived
         )
         if latency_slo_ms is not None:

@@ -637,10 +637,9 @@ def predict(
                     if fallback
                     else f"no trained predictor for {device.key}: kernel-model estimate"
                 )
-                + " (each eager CUDA kernel timed with "
-                f"efficiencies fitted on public single-kernel measurements; power {power:.0f} W from the kernels' "
-                f"busy shares, fitted on ML.ENERGY measurements; the latency interval is an assumption, not calibrated "
-                f"on whole-model measurements)"
+                + " (each eager CUDA kernel timed with efficiencies fitted on single-kernel measurements, public and "
+                "our own, which the basis names per GPU; power from the kernels' busy shares, fitted on ML.ENERGY "
+                "measurements; the latency interval is an assumption, not calibrated on whole-model measurements)"
             )
     if parent is not None:  # a MIG slice as the target: does the model fit it, and how it compares
         rec = recommend(

@@ -404,6 +404,27 @@ def test_bad_devices_outputs_and_results_files_exit_2(tmp_path):
     assert res.exit_code == 2 and "does not exist" in res.stderr
 
 
+def test_fail_on_error_exits_1_after_the_summary_when_a_model_failed(tmp_path, monkeypatch):
+    """`--fail-on-error` (CI): the job's rows and summary as always, then exit 1 when any model failed; without the
+    flag, or with no failure, exit 0. The job itself is replaced by its summary (the engine runs in other tests)."""
+    manifest = tmp_path / "m.txt"
+    manifest.write_text("zoo:resnet18\n")
+    failed = {"model": "bad.onnx", "status": "failed", "seconds": 0.1, "error": {"class": "X", "message": "m"}}
+    rows: list[dict] = []
+    monkeypatch.setattr(batch, "analyze_many", lambda *a, **k: batch.Summary(rows=list(rows), output="out.jsonl"))
+
+    def run(*args):
+        return CliRunner().invoke(cli, ["analyze-many", str(manifest), "-o", str(tmp_path / "o.jsonl"), *args])
+
+    rows[:] = [failed, {**failed, "model": "worse.onnx"}]
+    res = run("--fail-on-error")
+    assert res.exit_code == 1 and "analyze-many: 2 models, 0 ok, 2 failed" in res.stdout
+    assert res.stderr.strip().splitlines()[-1] == "error: 2 of 2 models failed (--fail-on-error)"
+    assert run().exit_code == 0  # the default: the job ran, each row says how its model did
+    rows[:] = []
+    assert run("--fail-on-error").exit_code == 0
+
+
 def test_results_file_drops_a_row_cut_by_a_kill(tmp_path):
     path = tmp_path / "r.jsonl"
     row = {"schema": batch.ROW_SCHEMA, "model": "a.onnx", "request": {"batch": None}, "status": "ok"}

@@ -872,6 +872,30 @@ def test_a_missing_model_file_fails_before_tvm_and_torch_are_imported(command, t
     assert proc.stderr.strip() == f"error: {tmp_path / 'no-such.onnx'}: no such file or directory"
 
 
+def test_a_pt2_that_is_no_zip_archive_fails_before_tvm_and_torch_are_imported(tmp_path):
+    """A `.pt2` that is not a zip archive (text, random bytes) is refused by the archive check before the imports."""
+    bad = tmp_path / "model.pt2"
+    bad.write_text("not an archive\n")
+    code = (
+        "import sys\n"
+        "from analyzer.cli import main\n"
+        f"sys.argv = ['preflight', 'analyze', {str(bad)!r}]\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit as exc:\n"
+        "    print(exc.code, 'tvm' in sys.modules, 'torch' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["2", "False", "False"], proc.stderr
+    assert proc.stderr.strip() == "error: model.pt2: not a torch.export .pt2 archive (File is not a zip file)"
+
+
+def test_predict_refuses_a_second_device():
+    """`predict` costs one GPU: a repeated --device is a usage error, not the last one silently."""
+    err = fails(2, "predict", "zoo:resnet18", "--device", "h100", "--device", "a100")
+    assert "takes one GPU, got 2 (h100, a100)" in err and "preflight report" in err
+
+
 def test_json_records_provenance(models):
     """Two reports of one model can be compared: the stack, the kernel table's digest, the file's digest, the time."""
     import hashlib

@@ -93,6 +93,18 @@ def test_mig_boundaries_on_every_device(key):
     assert none.profile is None and "no profile fits" in none.reason and not any(none.fits.values())
 
 
+def test_a_slice_asked_for_is_not_called_the_smallest_profile():
+    """`--device GPU:PROFILE` recommends among one profile: the reason names it, not "the smallest profile"."""
+    from dataclasses import replace
+
+    h100 = get_device("h100-80gb")
+    p = h100.profile("3g.40gb")
+    rec = recommend(replace(h100, mig=(p,)), 1000.0)  # 1,000 MiB + 5% = 1,050 MiB
+    assert rec.profile == "3g.40gb"
+    assert rec.reason.startswith(f"3g.40gb: its usable {p.memory_mib:,.0f} MiB holds the predicted upper bound 1,000")
+    assert recommend(h100, 1000.0).reason.startswith("1g.10gb is the smallest profile whose usable")
+
+
 def test_smallest_means_fewest_sms_at_equal_memory():
     # H100 1g.20gb (26 SMs) and 2g.20gb (32 SMs) both hold 19.62 GiB: pick 1g.20gb
     assert recommend(H100, 15_000, headroom=0).profile == "1g.20gb"

@@ -346,6 +346,8 @@ def test_cli_symbolic_json_and_table():
     table = CliRunner().invoke(cli, ["analyze", "zoo:resnet18?resolution=64", "--symbolic", "--top", "1"])
     assert table.exit_code == 0
     assert f"FLOPs                    = {flops['formula']}" in table.output
+    assert "x 2x3x64x64 float32" in table.output  # no --batch: the export's batch 2, which the note under it says
+    assert "(the table above is at the batch its inputs line shows" in table.output
 
 
 def test_cli_symbolic_refuses_other_formats_and_files(tmp_path):

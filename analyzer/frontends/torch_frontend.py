@@ -485,9 +485,9 @@ def load_pt2(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Load
     would evaluate); torch then deserializes it, decomposes it and TVM imports it in a forked child with
     resource limits, which returns the Relax module as bytes.
     """
-    from passes import tvm_ir
+    plan = inspect_pt2(path)  # first: a file that is no archive is refused before TVM and torch are imported (~3 s)
+    from passes import tvm_ir  # before the fork: the child inherits it
 
-    plan = inspect_pt2(path)
     try:
         if _PT2_LOADS["n"]:  # a process that loads several archives (a sweep, the API) forks warm children
             _warm_up()

@@ -5,7 +5,13 @@ The public API is imported lazily: `import analyzer` costs nothing until a funct
 
 from __future__ import annotations
 
+import warnings
+
 __version__ = "0.1.0"
+
+# torch.export copies its own tree specs through a deprecated isinstance check (torch 2.13, copyreg): a warning about
+# torch's internals that a user of preflight's Python API can do nothing about, printed once per export
+warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
 
 _LAZY = {
     "Report": "analyzer.pipeline",

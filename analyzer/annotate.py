@@ -8,10 +8,15 @@ as a pipeline runs:
 
     recorder = CostRecorder()
     with tvm.transform.PassContext(instruments=[recorder]):
-        mod = tvm.transform.Sequential([relax.transform.LegalizeOps(),
-                                        AnnotateCosts(device="h100-80gb")])(mod)
+        mod = tvm.transform.Sequential([AnnotateCosts(device="h100-80gb"),  # the graph as imported
+                                        relax.transform.LegalizeOps()])(mod)
     read_annotation(mod)["prediction"]["latency_ms"]
     recorder.records  # one PassRecord (before / after costs) per pass that ran
+
+The prediction is what eager PyTorch runs for the graph, so the pass belongs where the graph is still Relax operators
+(before `LegalizeOps`): after legalization or fusion the operators are TIR functions (`call_tir`), which the kernel
+view costs one kernel each, as a compiled TVM module would run them, not as eager PyTorch; the report then says so
+in its warnings. The counts (FLOPs, bytes) are the graph's at that point either way (`CostRecorder` follows them).
 
 `AnnotateCosts` leaves the module unchanged apart from attributes:
 - module attribute `preflight` : a map of the totals and (with `predict=True`) the prediction's point values;
@@ -43,9 +48,19 @@ _FUNC_TOTALS = ("flops", "macs", "bytes_read", "bytes_written", "peak_activation
 tvm_ir.register_errors(UsageError, MissingShapeError, AnalysisError)
 
 
+LOWERED_WARNING = (
+    "{n} of the {total} operators are TIR functions (call_tir: the module was legalized or fused): each is costed as "
+    "one kernel of its own, as a compiled TVM module runs it, not as eager PyTorch runs the graph; put AnnotateCosts "
+    "before LegalizeOps for the eager prediction"
+)
+
+
 def _report(mod, func_name: str, device: str | None, latency_slo_ms: float | None):
     loaded = LoadedModel(mod=mod, framework="relax", name=func_name, source="<IRModule>", n_inputs=None)
     report = analyze_loaded(loaded, func_name=func_name, shape_hint="bind it first (relax.transform.BindSymbolicVars)")
+    lowered = sum(1 for c in report.analysis.ops if c.op.startswith("relax.call_tir"))
+    if lowered and device is not None:
+        report.warnings.append(LOWERED_WARNING.format(n=lowered, total=len(report.analysis.ops)))
     if device is not None:
         predict_all(report, [device], latency_slo_ms)
     return report
@@ -62,7 +77,11 @@ def annotate(
 ):
     """`mod` with preflight's analysis (and prediction on `device`) attached as attributes (module docstring)."""
     if predict:
-        check_devices([device or ""])
+        if device is None:
+            raise UsageError(
+                "AnnotateCosts predicts for a GPU: give device='h100-80gb' (or predict=False: counts only)"
+            )
+        check_devices([device])
     report = _report(mod, func_name, device if predict else None, latency_slo_ms)
     doc = report.to_json()
     if not include_ops:

@@ -29,9 +29,10 @@ def analyze(
     Args:
         model: a path (`.onnx`, `.pt2`, `.keras`, `.tflite`, a SavedModel or Paddle inference directory),
             `"zoo:NAME[?key=value]"`, an `nn.Module`, or a Relax IRModule with static shapes.
-        example_inputs: example tensors when `model` is an nn.Module.
+        example_inputs: example tensors when `model` is an nn.Module (a tensor or a tuple of them).
         inputs: `"NAME:DIMS[:DTYPE]"` strings or `InputSpec`s that fix the file's input shapes.
-        batch: sets dimension 0 of every input.
+        batch: sets dimension 0 of every input (of an nn.Module's example tensors too: their first row,
+            expanded).
         strict: raise `UnsupportedOperatorsError` if any op has no cost rule.
         dtype: analyse as if the model computed in this float dtype ("float16", "bfloat16", "float32"):
             "what if I serve this in fp16?" (`model.to(dtype)`); or "amp-float16" / "amp-bfloat16": the model as
@@ -40,8 +41,9 @@ def analyze(
         symbolic: also give every total and each operator's counts as exact polynomials of the batch, and of
             the sequence length ("seq") for a zoo language model (`report.symbolic`, docs/symbolic.md): a zoo
             model or an nn.Module (batch on axis 0) is exported once with those sizes symbolic; the report's own
-            numbers are at `batch` (default 2, the lowest batch a symbolic export holds for; batch 1 is exported
-            on its own) and the model's own sequence length. Not with `inputs`.
+            numbers are at `batch` (default: an nn.Module's example batch, else 2, the lowest batch a symbolic
+            export holds for; batch 1 is exported on its own) and the model's own sequence length. Not with
+            `inputs`.
 
     Returns:
         A `Report`; `report.to_json()` is the `preflight.report/1` document.
@@ -54,8 +56,11 @@ def analyze(
         raise UsageError("symbolic analysis takes the batch as its symbol: give --batch, not --input")
     check_dtype(dtype)
     sm = load_symbolic(model, example_inputs, seq=True)
-    if batch is None:
-        batch = sm.batch_range[0]
+    if batch is None:  # an nn.Module's own example batch where the symbolic graph holds for it, else the lowest
+        from .frontends import module_examples
+
+        shown = [t.shape[0] for t in module_examples(example_inputs) if getattr(t, "ndim", 0) >= 1][:1]
+        batch = int(shown[0]) if shown and sm.covers(int(shown[0])) else sm.batch_range[0]
     if sm.covers(batch):
         rep = analyze_at(sm, batch, strict=strict, dtype=dtype)
     else:

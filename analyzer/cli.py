@@ -908,7 +908,7 @@ def devices(fmt: str, show: str | None) -> None:
             f"{d.sms} SMs, {d.tdp_w:g} W; dense TFLOP/s {rates}"
         )
         mig = ", ".join(f"{p.name} {p.memory_mib / 1024:.2f} GiB/{p.sms} SMs{'' if p.measured else '*'}" for p in d.mig)
-        click.echo(f"{'':<14} MIG: {mig}")
+        click.echo(f"{'':<14} MIG: {mig or 'none (no MIG profiles)'}")
         if d.aliases:
             click.echo(f"{'':<14} also named: {', '.join(d.aliases)}")
     click.echo(

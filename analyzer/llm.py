@@ -88,7 +88,8 @@ class LlmModel:
 def _declared(config) -> str | None:
     import torch
 
-    d = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    # transformers >= 4.56 names it `dtype` (reading `torch_dtype` there warns of its deprecation); older ones
+    d = config.dtype if hasattr(config, "dtype") else getattr(config, "torch_dtype", None)
     if isinstance(d, torch.dtype):
         d = str(d).removeprefix("torch.")
     return d if d in ("float16", "bfloat16", "float32") else None

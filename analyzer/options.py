@@ -15,11 +15,14 @@ from .errors import UsageError
 
 
 def check_devices(devices: Sequence[str], where: str | None = None) -> list[str]:
-    """The device keys of `devices` (aliases resolved, duplicates dropped); UsageError for an unknown one or none.
+    """The device keys of `devices` (aliases resolved, duplicates dropped; one string is one GPU); UsageError for an
+    unknown one or none.
 
     `where` (e.g. "manifest line 3") prefixes the message.
     """
     prefix = f"{where}: " if where else ""
+    if isinstance(devices, str):  # one GPU named where several may be: the name, not its letters
+        devices = [devices]
     out: list[str] = []
     for d in devices:
         try:

@@ -23,7 +23,7 @@ from predictor.predict import Prediction
 from predictor.predict import predict as run_predictor
 
 from .errors import PreflightError, UsageError
-from .frontends import load
+from .frontends import load, module_examples, with_batch
 from .frontends.specs import MAX_DIM
 from .pipeline import analyze_loaded
 from .symbolic import analyze_at, load_symbolic, solve_largest_batch
@@ -64,15 +64,8 @@ def parse_batches(text: str) -> list[int]:
 
 
 def _with_batch(example_inputs: Sequence | None, batch: int):
-    """Example tensors with dimension 0 set to `batch`: the first row, expanded (a view: nothing is allocated)."""
-    if not example_inputs:
-        return example_inputs
-    out = []
-    for t in example_inputs:
-        if getattr(t, "ndim", 0) >= 1:
-            t = t.narrow(0, 0, 1).expand(batch, *t.shape[1:])
-        out.append(t)
-    return tuple(out)
+    """Example tensors with dimension 0 set to `batch` (`frontends.with_batch`); none stays none."""
+    return with_batch(module_examples(example_inputs), batch) if example_inputs is not None else None
 
 
 def point(batch: int, p: Prediction, latency_slo_ms: float | None) -> dict:

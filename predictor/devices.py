@@ -180,7 +180,7 @@ def _parse_mig(label: str, rows: list, memory_mib: float, sms: int) -> tuple[Mig
             raise DeviceFileError(f"{where}: memory_slices is 1 .. 8 and compute_slices 1 .. 7")
         out.append(
             MigProfile(
-                row["profile"], mem, row["sms"], row["memory_slices"], row["compute_slices"], row.get("measured", False)
+                row["profile"], mem, row["sms"], row["memory_slices"], row["compute_slices"], row.get("measured", True)
             )
         )
     return tuple(out)
@@ -374,7 +374,13 @@ def slice_device(device: Device, profile: MigProfile) -> Device:
 
 def get_device(name: str) -> Device:
     """Look a device up by key or alias, case-insensitively (`H100`, `h100-80gb`); `DEVICE:PROFILE`
-    (`h100:3g.40gb`) names one MIG slice of it as a target (`slice_device`)."""
+    (`h100:3g.40gb`) names one MIG slice of it as a target (`slice_device`). UnknownDeviceError for a name that is
+    not a string (a list where one GPU is asked for, None)."""
+    if not isinstance(name, str):
+        raise UnknownDeviceError(
+            f"a device is named by a string such as 'h100-80gb', not {type(name).__name__} {name!r} (several GPUs: "
+            "report(devices=[...]) or --device repeated)"
+        )
     key = name.strip().lower()
     if ":" in key:
         whole, _, profile = key.partition(":")
@@ -389,7 +395,7 @@ def get_device(name: str) -> Device:
             return d
     raise UnknownDeviceError(
         f"unknown device {name!r}; known: {', '.join(DEVICES)} (a MIG slice: DEVICE:PROFILE, e.g. "
-        f"h100-80gb:3g.40gb; more GPUs: `preflight --devices FILE`, docs/devices.md)"
+        f"h100-80gb:3g.40gb; more GPUs: `preflight --devices FILE` or preflight.add_device_file(FILE), docs/devices.md)"
     )
 
 

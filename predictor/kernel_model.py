@@ -331,7 +331,13 @@ class ParamTable:
             half = self.lookup(device_key, kind, "float16")
             note = "assumed: TF32 tensor cores at the float16 entry (the table has no tf32 entry); "
             return replace(half, source=note + half.source)
-        where = f"device {device_key!r}" + (f" (family {fam!r})" if fam else " (in no family of the table)")
+        families = ", ".join(sorted(self.families))
+        where = f"device {device_key!r}" + (
+            f" (family {fam!r})"
+            if fam
+            else f' (in no family of the table: a GPU of a device file borrows one with "kernel_family": one of '
+            f"{families}; docs/devices.md)"
+        )
         raise KernelParamsError(f"no kernel parameters for kind {kind!r}, dtype {dtype!r} on {where}")
 
     def to_json(self) -> dict:

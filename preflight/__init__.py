@@ -28,6 +28,7 @@ _LAZY = {
     "CostRecorder": "passes.instrument",  # a TVM pass instrument
     "DEVICES": "predictor.devices",
     "get_device": "predictor.devices",
+    "add_device_file": "predictor.devices",  # a preflight.devices/1 file's GPUs, as `preflight --devices FILE`
 }
 __all__ = [*_LAZY, "__version__"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import jsonschema
 import numpy as np
@@ -150,6 +151,22 @@ def test_annotate_errors_are_clear():
     mod = analyzer.load(model, example_inputs=inputs).mod
     with pytest.raises(UsageError, match="unknown device 'v100'"):
         AnnotateCosts(device="v100")(mod)
+    with pytest.raises(UsageError, match="predicts for a GPU: give device="):
+        AnnotateCosts(device=None)(mod)
+
+
+def test_a_legalized_module_is_annotated_with_a_warning_that_it_is_not_eager(mlp_mod):
+    """After LegalizeOps every operator is a call_tir: the annotation says the kernels are the module's TIR
+    functions, not eager PyTorch's; before it, no such warning."""
+    before = json.loads(str(module_attr(AnnotateCosts(device="h100-80gb")(mlp_mod), "preflight.report")))
+    assert not any("call_tir" in w for w in before["warnings"])
+    lowered = relax.transform.LegalizeOps()(mlp_mod)
+    doc = json.loads(str(module_attr(AnnotateCosts(device="h100-80gb")(lowered), "preflight.report")))
+    (warning,) = [w for w in doc["warnings"] if "call_tir" in w]
+    n, total = (int(v) for v in re.match(r"(\d+) of the (\d+) operators are TIR functions", warning).groups())
+    assert n == total > 0 and "put AnnotateCosts before LegalizeOps" in warning  # LegalizeOps lowers every op
+    counts = json.loads(str(module_attr(AnnotateCosts(predict=False)(lowered), "preflight.report")))
+    assert not any("call_tir" in w for w in counts["warnings"])  # counts only: nothing predicted, nothing to warn
 
 
 def _fields(snapshot_or_analysis):

@@ -138,6 +138,22 @@ def test_an_unknown_device_names_how_to_add_one():
     assert res.exit_code == 2 and "--devices FILE" in res.stderr
 
 
+def test_a_user_mig_profile_is_the_figure_given_and_a_gpu_without_a_family_names_the_field(tmp_path):
+    """A device file's MIG profile without `measured` is what nvidia-smi printed (not "a derived lower bound"); a
+    GPU with no `kernel_family` is read, and predicting on it says which field it lacks."""
+    mig = {"profile": "1g.12gb", "memory_mib": 11_776, "sms": 20, "memory_slices": 1, "compute_slices": 1}
+    nofamily = {k: v for k, v in L40S.items() if k != "kernel_family"} | {"key": "nofamily", "aliases": []}
+    path = _file(tmp_path, [{**L40S, "mig": [mig]}, nofamily])
+    gpu = {d.key: d for d in read_device_file(path)}
+    assert gpu["l40s-48gb"].profile("1g.12gb").measured is True
+    assert read_device_file(_file(tmp_path, [{**L40S, "mig": [{**mig, "measured": False}]}], "b.json"))[0].mig[
+        0].measured is False  # fmt: skip
+    res = CliRunner().invoke(cli, ["--devices", str(path), "predict", "zoo:resnet18", "--device", "l40s", "--top", "0"])
+    assert res.exit_code == 0 and "1g.12gb" in res.stdout and "derived lower bound" not in res.stdout
+    res = CliRunner().invoke(cli, ["--devices", str(path), "predict", "zoo:resnet18", "--device", "nofamily"])
+    assert res.exit_code == 1 and 'borrows one with "kernel_family": one of ampere, hopper' in res.stderr
+
+
 def test_a_mig_slice_is_a_device_of_its_own():
     """`h100:3g.40gb`: the profile's memory and SMs, its shares of the peaks and bandwidth, by hand."""
     s = get_device("H100:3g.40gb")

@@ -19,7 +19,7 @@ def test_import_preflight_is_free_and_lists_its_api():
     )
     assert proc.returncode == 0, proc.stderr
     names, heavy = proc.stdout.strip().splitlines()
-    for name in ("analyze", "predict", "report", "llm", "AnnotateCosts", "__version__"):
+    for name in ("analyze", "predict", "report", "llm", "AnnotateCosts", "add_device_file", "__version__"):
         assert repr(name) in names
     assert heavy == "False False"
 
@@ -47,6 +47,24 @@ def test_preflight_predict_counts_a_module():
     rep = preflight.predict(model, (torch.randn(2, 3, 32, 32),), device="a100-80gb")
     assert rep.totals.macs == 2 * 16 * 30 * 30 * 3 * 3 * 3  # batch x C_out x H_out x W_out x C_in x k x k = 777,600
     assert rep.prediction.device == "a100-80gb"
+
+
+def test_a_module_takes_one_tensor_and_batch_sets_its_examples_dimension_0():
+    """`analyze(module, tensor)` is `analyze(module, (tensor,))`; `batch=` re-batches the example tensors (the
+    first row, expanded) as it sets dimension 0 of a file's inputs; `symbolic=True` reports at the examples' batch."""
+    import torch
+
+    import preflight
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(8 * 30 * 30, 10)).eval()  # fmt: skip
+    per_image = 8 * 30 * 30 * 3 * 3 * 3 + 8 * 30 * 30 * 10  # conv 194,400 + linear 72,000 = 266,400 MACs
+    x = torch.randn(2, 3, 32, 32)
+    assert preflight.analyze(model, x).totals.macs == 2 * per_image
+    rep = preflight.analyze(model, (x,), batch=16)
+    assert rep.totals.macs == 16 * per_image and rep.inputs[0]["shape"] == [16, 3, 32, 32]
+    sym = preflight.analyze(model, (torch.randn(4, 3, 32, 32),), symbolic=True)
+    assert sym.inputs[0]["shape"] == [4, 3, 32, 32] and sym.totals.macs == 4 * per_image
 
 
 def test_analyze_many_without_ray_names_the_extra():

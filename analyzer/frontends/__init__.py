@@ -70,7 +70,10 @@ def _load(model, inputs, batch: int | None, example_inputs) -> LoadedModel:
 
         if specs:
             raise UsageError("an nn.Module takes example inputs, not --input specs")
-        return from_module(model, example_inputs or (), source=f"<{type(model).__name__}>")
+        examples = module_examples(example_inputs)
+        if batch is not None:
+            examples = with_batch(examples, batch)
+        return from_module(model, examples, source=f"<{type(model).__name__}>")
     if _is_irmodule(model):
         if specs or batch is not None:
             raise UsageError(
@@ -86,6 +89,27 @@ def _load(model, inputs, batch: int | None, example_inputs) -> LoadedModel:
 
         return load_zoo(text[4:], specs, batch)
     return _load_file(Path(text), specs, batch)
+
+
+def module_examples(example_inputs) -> tuple:
+    """An nn.Module's example inputs as a tuple: one tensor is a tuple of one (`None`: no inputs)."""
+    torch = sys.modules.get("torch")
+    if example_inputs is None:
+        return ()
+    if torch is not None and isinstance(example_inputs, torch.Tensor):
+        return (example_inputs,)
+    return tuple(example_inputs)
+
+
+def with_batch(example_inputs: Sequence, batch: int) -> tuple:
+    """Example tensors with dimension 0 set to `batch` (what `batch=` means for an nn.Module): the first row of
+    each tensor of at least one dimension, expanded (a view: nothing is allocated); other inputs as given."""
+    out = []
+    for t in example_inputs:
+        if getattr(t, "ndim", 0) >= 1:
+            t = t.narrow(0, 0, 1).expand(batch, *t.shape[1:])
+        out.append(t)
+    return tuple(out)
 
 
 def _is_module(model) -> bool:

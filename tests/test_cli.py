@@ -855,39 +855,36 @@ def test_config_input_dtypes_and_other_json(hf_dirs):
     assert "neither a transformers config" in fails(2, "analyze", str(hf_dirs["other"]))
 
 
-@pytest.mark.parametrize("command", ["analyze", "predict", "report", "llm"])
-def test_a_missing_model_file_fails_before_tvm_and_torch_are_imported(command, tmp_path):
-    """A path that does not exist is a one-line error (exit 2) before the ~3 s of importing TVM and torch."""
+def _in_a_fresh_process(*argv: str) -> tuple[list[str], str]:
+    """Run the CLI with `argv` in a fresh interpreter: (exit code, whether TVM and torch got imported) and stderr."""
     code = (
         "import sys\n"
         "from analyzer.cli import main\n"
-        f"sys.argv = ['preflight', '{command}', {str(tmp_path / 'no-such.onnx')!r}]\n"
+        f"sys.argv = ['preflight', *{list(argv)!r}]\n"
         "try:\n"
         "    main()\n"
         "except SystemExit as exc:\n"
         "    print(exc.code, 'tvm' in sys.modules, 'torch' in sys.modules)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.stdout.split() == ["2", "False", "False"], proc.stderr
-    assert proc.stderr.strip() == f"error: {tmp_path / 'no-such.onnx'}: no such file or directory"
+    return proc.stdout.split(), proc.stderr.strip()
+
+
+@pytest.mark.parametrize("command", ["analyze", "predict", "report", "llm"])
+def test_a_missing_model_file_fails_before_tvm_and_torch_are_imported(command, tmp_path):
+    """A path that does not exist is a one-line error (exit 2) before the ~3 s of importing TVM and torch."""
+    out, err = _in_a_fresh_process(command, str(tmp_path / "no-such.onnx"))
+    assert out == ["2", "False", "False"], err
+    assert err == f"error: {tmp_path / 'no-such.onnx'}: no such file or directory"
 
 
 def test_a_pt2_that_is_no_zip_archive_fails_before_tvm_and_torch_are_imported(tmp_path):
     """A `.pt2` that is not a zip archive (text, random bytes) is refused by the archive check before the imports."""
     bad = tmp_path / "model.pt2"
     bad.write_text("not an archive\n")
-    code = (
-        "import sys\n"
-        "from analyzer.cli import main\n"
-        f"sys.argv = ['preflight', 'analyze', {str(bad)!r}]\n"
-        "try:\n"
-        "    main()\n"
-        "except SystemExit as exc:\n"
-        "    print(exc.code, 'tvm' in sys.modules, 'torch' in sys.modules)\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.stdout.split() == ["2", "False", "False"], proc.stderr
-    assert proc.stderr.strip() == "error: model.pt2: not a torch.export .pt2 archive (File is not a zip file)"
+    out, err = _in_a_fresh_process("analyze", str(bad))
+    assert out == ["2", "False", "False"], err
+    assert err == "error: model.pt2: not a torch.export .pt2 archive (File is not a zip file)"
 
 
 def test_predict_refuses_a_second_device():

@@ -58,10 +58,10 @@ LOWERED_WARNING = (
 def _report(mod, func_name: str, device: str | None, latency_slo_ms: float | None):
     loaded = LoadedModel(mod=mod, framework="relax", name=func_name, source="<IRModule>", n_inputs=None)
     report = analyze_loaded(loaded, func_name=func_name, shape_hint="bind it first (relax.transform.BindSymbolicVars)")
-    lowered = sum(1 for c in report.analysis.ops if c.op.startswith("relax.call_tir"))
-    if lowered and device is not None:
-        report.warnings.append(LOWERED_WARNING.format(n=lowered, total=len(report.analysis.ops)))
     if device is not None:
+        lowered = sum(1 for c in report.analysis.ops if c.op.startswith("relax.call_tir"))
+        if lowered:
+            report.warnings.append(LOWERED_WARNING.format(n=lowered, total=len(report.analysis.ops)))
         predict_all(report, [device], latency_slo_ms)
     return report
 

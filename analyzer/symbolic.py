@@ -99,10 +99,10 @@ def _load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool =
 
         loaded, values = load_zoo_symbolic(model[4:], seq=seq)
     elif (torch := sys.modules.get("torch")) is not None and isinstance(model, torch.nn.Module):
+        from .frontends import module_examples
         from .frontends.torch_frontend import from_module
 
-        if isinstance(example_inputs, torch.Tensor):
-            example_inputs = (example_inputs,)
+        example_inputs = module_examples(example_inputs)
         if not example_inputs:
             raise UsageError("an nn.Module needs example inputs (a tensor or a tuple of tensors)")
         axes = [0 if getattr(t, "ndim", 0) >= 1 else None for t in example_inputs]

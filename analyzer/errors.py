@@ -97,3 +97,55 @@ def one_line(exc: BaseException) -> str:
     characters (for one-line user errors)."""
     text = str(exc).strip().splitlines()
     return shorten_reprs(text[0] if text else type(exc).__name__)[:300]
+
+
+_FLAG = re.compile(
+    r"--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)"  # the flag
+    r"(?: (?=[^\s'\"]*:)([^\s,;)]+)| (\d+)\b| (vllm|eager)\b)?"  # a spec NAME:DIMS, a number, a runtime
+)
+_FLAG_PARAMS = {"input": "inputs", "device": "devices"}  # a CLI flag whose keyword has another name
+
+
+def in_api_terms(message: str, params) -> str:
+    """`message` (a user error written for the CLI) with each `--flag` that is a keyword of the Python call
+    (`params`: its parameter names) written as that keyword: `--batch must be ...` -> `batch= must be ...`,
+    `--batch 8` -> `batch=8`, `--runtime vllm` -> `runtime='vllm'`, `--input x:1x3x224x224` ->
+    `inputs=['x:1x3x224x224']`, `--matmul-precision` -> `matmul_precision=`; `--input` -> `inputs=` and
+    `--device` -> `devices=` where the call has no `input` / `device` keyword. A flag the call does not take
+    is left as the CLI spells it."""
+
+    def keyword(m: re.Match) -> str:
+        name = m.group(1).replace("-", "_")
+        if name not in params:
+            name = _FLAG_PARAMS.get(name, name)
+        if name not in params:
+            return m.group(0)
+        if m.group(2):  # an --input spec: a list of strings in the API
+            return f"{name}=[{m.group(2)!r}]" if name == "inputs" else f"{name}={m.group(2)!r}"
+        if m.group(4):
+            return f"{name}={m.group(4)!r}"
+        return f"{name}={m.group(3) or ''}"
+
+    return _FLAG.sub(keyword, message)
+
+
+def api_call(module: str, name: str):
+    """The function `name` of `module`, imported on first call, whose `PreflightError`s speak in the Python call's
+    keywords rather than CLI flags (`in_api_terms`); the exception's type and other attributes are kept."""
+    import functools
+    import importlib
+    import inspect
+
+    target = getattr(importlib.import_module(module), name)
+    params = frozenset(inspect.signature(target).parameters)
+
+    @functools.wraps(target)
+    def call(*args, **kwargs):
+        try:
+            return getattr(importlib.import_module(module), name)(*args, **kwargs)
+        except PreflightError as exc:
+            if exc.args and isinstance(exc.args[0], str):
+                exc.args = (in_api_terms(exc.args[0], params), *exc.args[1:])
+            raise
+
+    return call

@@ -32,4 +32,15 @@ _LAZY = {
 }
 __all__ = [*_LAZY, "__version__"]
 
-__getattr__, __dir__ = lazy_attributes("preflight", _LAZY)
+_lazy_getattr, __dir__ = lazy_attributes("preflight", _LAZY)
+# the calls whose user errors name their keywords (`batch=`), not the CLI's flags (`--batch`)
+_CALLS = ("analyze", "predict", "report", "check_budget", "budget_verdict", "llm", "load")
+
+
+def __getattr__(name: str):
+    if name in _CALLS:
+        from analyzer.errors import api_call
+
+        globals()[name] = api_call(_LAZY[name], name)
+        return globals()[name]
+    return _lazy_getattr(name)

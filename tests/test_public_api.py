@@ -30,12 +30,38 @@ def test_preflight_names_are_the_implementation():
     import analyzer.llm
     import preflight
 
-    assert preflight.predict is analyzer.api.predict and preflight.analyze is analyzer.api.analyze
-    assert preflight.llm is analyzer.llm.llm
+    # the calls are the implementation's, wrapped only so that their errors name keywords (the next test)
+    assert preflight.predict.__wrapped__ is analyzer.api.predict
+    assert preflight.analyze.__wrapped__ is analyzer.api.analyze and preflight.llm.__wrapped__ is analyzer.llm.llm
+    assert preflight.analyze is preflight.analyze and preflight.analyze.__doc__ == analyzer.api.analyze.__doc__
     assert preflight.__version__ == analyzer.__version__
     assert set(dir(analyzer)) >= {"analyze", "predict", "report", "AnnotateCosts", "CostRecorder"}
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = preflight.nope
+
+
+def test_python_calls_name_their_keywords_where_the_cli_names_flags():
+    """The same bad value, through the CLI and through `import preflight`: each error names what its user typed."""
+    from click.testing import CliRunner
+
+    import preflight
+    from analyzer.cli import cli
+    from analyzer.errors import UsageError, in_api_terms
+
+    out = CliRunner().invoke(cli, ["analyze", "zoo:resnet18", "--batch", "0"])
+    assert out.exit_code == 2 and "--batch" in out.output
+    with pytest.raises(UsageError, match=r"^batch= must be an integer from 1 to \d+$"):
+        preflight.analyze("zoo:resnet18", batch=0)
+    with pytest.raises(UsageError, match=r"^matmul_precision= must be one of highest, high, medium \(got 'x'\)$"):
+        preflight.predict("zoo:resnet18", matmul_precision="x")
+    with pytest.raises(UsageError, match=r"^tensor_parallel= needs runtime='vllm' \(the eager runtime runs one GPU\)$"):
+        preflight.llm("zoo:llama_7b", tensor_parallel=2)
+    # the rewrite, by hand: a spec becomes a list, a number a value, a flag the call lacks is left alone
+    params = {"inputs", "batch", "devices"}
+    assert in_api_terms("set --batch 8 or --input x:8x3 (--format json)", params) == (
+        "set batch=8 or inputs=['x:8x3'] (--format json)"
+    )
+    assert in_api_terms("give at least one --device", params) == "give at least one devices="
 
 
 def test_preflight_predict_counts_a_module():

@@ -35,19 +35,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from predictor.measure.kernels import conv_class  # noqa: E402
 
-def conv_class(params: dict) -> str:
-    """The class of a sweep convolution (contract params: `c_in`, `groups`, `kernel`, `transposed`)."""
-    kernel = params["kernel"]
-    if params.get("transposed"):
-        return "transposed"
-    if len(kernel) != 2:
-        return f"conv{len(kernel)}d"
-    if params.get("groups", 1) > 1:
-        return "grouped"
-    if params["c_in"] <= 4:
-        return "first"
-    return "pointwise" if all(k == 1 for k in kernel) else "dense"
+
+def params_class(params: dict) -> str:
+    """`kernels.conv_class` of a fit record's convolution (contract params: c_in, groups, kernel, transposed)."""
+    return conv_class(params["c_in"], params.get("groups", 1), params["kernel"], bool(params.get("transposed")))
 
 
 def _cells(err: dict[str, np.ndarray], idx: list[int]) -> str:
@@ -71,7 +64,7 @@ def l2_check(table, recs: list) -> None:
     print("|---|---|---|---:|---:|---:|---:|")
     cells: dict[tuple[str, str, str], list[tuple]] = defaultdict(list)
     for w, f in pairs:
-        cells[(w.dtype, conv_class(w.params), w.layout)].append((w, f))
+        cells[(w.dtype, params_class(w.params), w.layout)].append((w, f))
     for (dtype, cls, layout), rows in sorted(cells.items()):
         model = kf.Group.of([w for w, _ in rows]).predict(table.lookup("h100-80gb", "conv", dtype))
         w_s = np.array([w.latency_s for w, _ in rows])
@@ -141,7 +134,7 @@ def main() -> int:
         }
         rows: dict[tuple[str, str], list[int]] = defaultdict(list)
         for i, r in enumerate(mine):
-            rows[(conv_class(r.params), r.layout)].append(i)
+            rows[(params_class(r.params), r.layout)].append(i)
         for (cls, layout), idx in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             print(f"| {dtype} | {cls} | {layout} | {len(idx)} | {_cells(err, idx)} |")
         for layout in ("contiguous", "channels_last"):

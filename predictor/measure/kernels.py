@@ -126,6 +126,21 @@ Tensor = tuple[Shape, str]
 # ----------------------------------------------------------------------------------------- shape helpers
 
 
+def conv_class(c_in: int, groups: int, kernel: Sequence[int], transposed: bool = False) -> str:
+    """The class a convolution is studied under (bench/bench_conv_classes.py, the lease's L2 study): `transposed`,
+    `conv1d` / `conv3d` (by len(kernel)), then for 2-D `grouped` (groups > 1, depthwise included), `first`
+    (c_in <= 4 input channels: a network's stem), `pointwise` (1x1) or `dense`."""
+    if transposed:
+        return "transposed"
+    if len(kernel) != 2:
+        return f"conv{len(kernel)}d"
+    if groups > 1:
+        return "grouped"
+    if c_in <= 4:
+        return "first"
+    return "pointwise" if all(k == 1 for k in kernel) else "dense"
+
+
 def conv_out(size: int, k: int, s: int, p: int, d: int) -> int:
     """Output length of a convolution along one axis: ``(size + 2p - d(k-1) - 1) // s + 1``."""
     return (size + 2 * p - d * (k - 1) - 1) // s + 1

@@ -64,7 +64,7 @@ from typing import Any
 from predictor.devices import DEVICES
 from predictor.measure.configs import MeasureConfig, load_configs, stratified_order
 from predictor.measure.harness import RECORD_SCHEMA, HarnessError, Options, run_shard
-from predictor.measure.kernels import L2_FLUSH_FOLDER, iter_records, load_list
+from predictor.measure.kernels import L2_FLUSH_FOLDER, conv_class, iter_records, load_list
 from predictor.measure.kernels import RECORD_SCHEMA as KERNEL_SCHEMA
 from predictor.measure.nvml import detect_device
 from predictor.measure.power_probe import RECORD_SCHEMA as POWER_SCHEMA
@@ -244,17 +244,12 @@ def _kernels(
 
 
 def conv2d_class(rec: dict) -> str | None:
-    """The class of a sweep record's 2-D convolution (its ``params``: ``c`` input channels, ``g`` groups, ``k``
-    kernel size): ``grouped`` (g > 1, depthwise included), ``first`` (c <= 4), ``pointwise`` (1x1) or ``dense``;
-    None for another op (transposed, 1-D and 3-D convolutions included)."""
+    """`kernels.conv_class` of a sweep record's 2-D convolution (its ``params``: ``c`` input channels, ``g``
+    groups, ``k`` kernel size); None for another op (transposed, 1-D and 3-D convolutions included)."""
     if rec.get("op") != "conv2d":
         return None
     p = rec.get("params") or {}
-    if p.get("g", 1) > 1:
-        return "grouped"
-    if p.get("c", 0) <= 4:
-        return "first"
-    return "pointwise" if all(k == 1 for k in p.get("k", ())) else "dense"
+    return conv_class(p.get("c", 0), p.get("g", 1), p.get("k", ()))
 
 
 def l2_study_entries(kernel_list: Path, data: Path, key: str, per_cell: int = L2_PER_CELL) -> list[dict]:

@@ -1208,9 +1208,8 @@ def _decode_report(m: LlmModel, decode: Step, dec: StepCost, batch: int, ctx: in
         for i in range(n_cache):
             layer = i // 2
             shape = [batch, kv.kv_heads, kv.slots(layer, ctx), kv.head_dim]
-            inputs.append(
-                {"name": names[i + 1] if i + 1 < len(names) else f"cache_{i}", "shape": shape, "dtype": first.dtype}
-            )
+            name = f"past_{('key', 'value')[i % 2]}_{layer}"  # as `_input_names` names a full-depth graph's
+            inputs.append({"name": name, "shape": shape, "dtype": first.dtype})
     kv_bytes = kv.bytes(batch, ctx)
     totals = Totals(
         flops=dec.totals["flops"],

@@ -337,6 +337,10 @@ def test_depth_extrapolation_and_config_route_equal_full_depth_zoo(extrapolated,
         assert x.recommendation.profile == y.recommendation.profile
     assert extrapolated.totals.flops == full.totals.flops and full.analysis.ops and not extrapolated.analysis.ops
     assert full.model["framework"] == "transformers" and extrapolated.model["framework"] == "zoo"
+    # one input list whatever the depth: the ids, then each of the 4 layers' key and value caches
+    names = ["input_ids"] + [f"past_{kv}_{i}" for i in range(4) for kv in ("key", "value")]
+    assert [x["name"] for x in extrapolated.inputs] == [x["name"] for x in full.inputs] == names
+    assert [x["shape"] for x in extrapolated.inputs] == [x["shape"] for x in full.inputs]
 
 
 def test_request_numbers_by_hand(extrapolated):

@@ -79,7 +79,15 @@ Rules (docs/execution-model.md explains them for users):
     shape (views, covered by no kernel) and scaled and shifted again by the layer's affine: one "norm" kernel
     ("fused:instance_norm", "fused:group_norm": torch's `native_batch_norm` / `native_group_norm`) reading x and
     the scale and shift tensors, writing the output. A scale or shift computed from a model input (AdaIN) stays
-    a kernel of its own.
+    a kernel of its own;
+  - adaptive average pooling as torch's dynamo ONNX exporter writes it where the input size does not divide the
+    output size (torch's decomposition: x permuted, one `GatherND` of every window with constant indices, permuted
+    back, then `mean` over the window axes, or two `where`s zeroing what lies beyond shorter windows, each window
+    element taken out by a constant index (views), summed by `add`s and divided by the constant window sizes): one
+    "pooling" kernel named as the module route's (`relax.nn.adaptive_avg_pool2d`), reading x and writing the
+    output once (`_View.adaptive_pool_group`); its FLOPs are the decomposition's (2 x 2 to 7 x 7 of (2, 8): 9,408,
+    where the module route's pooling rule counts numel(in) + numel(out), 848), which does not change the time of
+    a kernel this memory-bound (both routes predict it at 0.0166 ms on h100-80gb, `tests/test_routes.py`).
   A fused kernel's FLOPs are the sum of its Relax ops' FLOPs, so the kernel view partitions the Relax-op
   view's FLOPs (for the exporters' GELU spellings that is the GELU rule's 5 or 9 per element; where a
   spelling has other ops, such as `1 / sqrt`, it differs by a FLOP or two per element of a memory-bound
@@ -1230,6 +1238,7 @@ class _View:
         act_groups: dict[int, list[int]] = {}
         self.group_names: dict[int, str] = {}  # the kernel name of a group (default: its last op)
         self.norm_inputs: dict[int, int] = {}  # a norm group's last op -> the value it normalises
+        self.pool_inputs: dict[int, int] = {}  # an adaptive-pool group's last op -> the value it pools
         for op in self.node:
             if op.op == "relax.clip" and roles[op.index] == "kernel":
                 group = self.hard_activation(op, roles)
@@ -1260,7 +1269,8 @@ class _View:
                 act_groups[last] = group
                 self.group_names[last] = name
                 for i in group[:-1]:
-                    if not self.is_view_op(self.node[i]):  # (a norm's reshapes stay views: walked as such)
+                    # (a norm's reshapes stay views: walked as such; an adaptive pool's views read nothing outside it)
+                    if not self.is_view_op(self.node[i]) or last in self.pool_inputs:
                         roles[i] = "fused"
             for ops in self.absorbed.values():
                 for i in ops:
@@ -1412,6 +1422,9 @@ class _View:
                 roles[i] = "view"
                 for vid in outs:
                     layout[vid] = contiguous_strides(self.info[vid].shape)
+                continue
+            if i in act_groups and i in self.pool_inputs:
+                self.emit_adaptive_pool(act_groups[i], self.pool_inputs[i], emit, read_bytes)
                 continue
             if i in act_groups:
                 src = self.norm_inputs.get(i)
@@ -1636,6 +1649,7 @@ class _View:
             "relax.clip": self.clip_group,
             "relax.call_tir": self.clamp_group,
             "relax.variance": self.norm_group,
+            "relax.gather_nd": self.adaptive_pool_group,
         }
         taken: set[int] = set()
         for op in self.node:
@@ -1651,6 +1665,8 @@ class _View:
                 groups[group[-1]] = (name, group)
                 if op.op == "relax.variance":
                     self.norm_inputs[group[-1]] = op.operands[0].value
+                if op.op == "relax.gather_nd":  # (the group's first op is the permute of the pooled value)
+                    self.pool_inputs[group[-1]] = self.node[group[0]].operands[0].value
         for op in self.node:
             if op.op == "relax.where" and roles[op.index] == "kernel" and op.index not in taken:
                 found = self.index_normalisation(op, roles)
@@ -1717,6 +1733,148 @@ class _View:
                     group += [v.index for v in views] + outer
                     name = "fused:group_norm"
         return name, group
+
+    def adaptive_pool_group(self, gather: OpNode, roles: list[str]) -> tuple[str, list[int]] | None:
+        """Adaptive average pooling as torch's dynamo ONNX exporter writes it: one torch kernel.
+
+        Where the input size does not divide the output size (VGG and AlexNet at 64 x 64: 2 x 2 or 1 x 1 to 7 x 7)
+        the exporter writes torch's decomposition (`torch._decomp` `adaptive_avg_pool2d`): x (N, C, H, W) permuted to
+        (H, W, N, C), one `GatherND` of every pooling window with input-independent indices ((oh, kh, ow, kw, 2),
+        kh and kw the largest window), permuted back to (N, C, oh, kh, ow, kw), and then either `mean` over the kh
+        and kw axes (every window as large), or up to two `where`s that zero the window elements beyond each
+        window's length (input-independent masks, the constant 0), the kh x kw window elements taken out one by one
+        (`take` of one constant index per window axis: views) and summed by kh x kw - 1 `add`s, divided by an
+        input-independent (oh, ow) tensor of window sizes. Eager torch runs one `adaptive_avg_pool2d` kernel (the
+        module route's): reading x once, writing the (N, C, oh, ow) output. Only that exact chain is taken: every
+        value inside it is used only inside it, the output keeps x's N and C; op indices (the last op last) or None.
+        """
+        if len(gather.operands) != 2 or int(gather.attrs.get("batch_dims", 0) or 0) != 0:
+            return None
+
+        def users(v: int) -> list[int]:  # the ops reading v's data (`shape_of`, static shapes: the importer's)
+            return sorted({c for c in self.consumers.get(v, []) if self.node[c].op != "relax.shape_of"})
+
+        def sole(op: OpNode) -> OpNode | None:  # the one op (a kernel not yet grouped) reading op's one output
+            outs = self.outputs_of.get(op.index, [])
+            found = users(outs[0]) if len(outs) == 1 and outs[0] not in self.graph_outputs else []
+            return self.node[found[0]] if len(found) == 1 and roles[found[0]] == "kernel" else None
+
+        data, idx = (o.value for o in gather.operands)
+        perm = self.op_of(data)
+        if idx not in self.indep or perm is None or perm.op != "relax.permute_dims" or roles[perm.index] != "kernel":
+            return None
+        if len(perm.operands) != 1 or sole(perm) is not gather:
+            return None
+        x = perm.operands[0].value
+        xs = self.info[x].shape
+        if x in self.indep or len(xs) != 4 or not self.info[x].dtype.startswith(("float", "bfloat")):
+            return None
+        if list(perm.attrs.get("axes") or []) != [2, 3, 0, 1] or self.info[idx].shape[-1:] != (2,):
+            return None
+        back = sole(gather)
+        if back is None or back.op != "relax.permute_dims" or list(back.attrs.get("axes") or []) != [4, 5, 0, 1, 2, 3]:
+            return None
+        vals = back.output.shape  # (N, C, oh, kh, ow, kw)
+        if len(vals) != 6 or tuple(vals[:2]) != tuple(xs[:2]):
+            return None
+        out_shape = (vals[0], vals[1], vals[2], vals[4])
+        group, cur = [perm.index, gather.index, back.index], back
+        for _ in range(2):  # the masks of windows shorter than the largest: where(mask, 0, v)
+            nxt = sole(cur)
+            if nxt is None or nxt.op != "relax.where" or len(nxt.operands) != 3 or nxt.output.shape != vals:
+                break
+            cond, a, b = (o.value for o in nxt.operands)
+            running = self.outputs_of[cur.index][0]
+            if cond not in self.indep or running not in (a, b) or a == b:
+                return None
+            if self.scalar_value(b if a == running else a) != 0.0:
+                return None
+            group.append(nxt.index)
+            cur = nxt
+        nxt = sole(cur)
+        if nxt is not None and nxt.op == "relax.mean":  # windows all as large: the mean over (kh, kw)
+            axes = sorted(int(a) % 6 for a in nxt.attrs.get("axis") or [])
+            if axes != [3, 5] or nxt.attrs.get("keepdims") or tuple(nxt.output.shape) != out_shape:
+                return None
+            return "relax.nn.adaptive_avg_pool2d", sorted([*group, nxt.index])
+        # the window elements, one take of a constant index per window axis (views), down to (N, C, oh, ow)
+        leaves, frontier = [], [(self.outputs_of[cur.index][0], (3, 5))]
+        while frontier:
+            v, axes = frontier.pop()
+            if not axes:
+                leaves.append(v)
+                continue
+            readers = users(v)
+            if not readers or v in self.graph_outputs:
+                return None
+            taken_axes = set()
+            for u in readers:
+                t = self.node[u]
+                if t.op != "relax.take" or roles[u] != "kernel" or not self.is_view_op(t) or t.operands[0].value != v:
+                    return None
+                taken_axes.add(int(t.attrs.get("axis", 0) or 0) % self.info[v].ndim)
+            # one take per element of one window axis
+            if (
+                len(taken_axes) != 1
+                or not taken_axes <= set(axes)
+                or len(readers) != self.info[v].shape[min(taken_axes)]
+            ):
+                return None
+            (axis,) = taken_axes
+            for u in readers:
+                group.append(u)
+                frontier.append((self.outputs_of[u][0], tuple(a - (a > axis) for a in axes if a != axis)))
+        if len(leaves) != vals[3] * vals[5] or any(tuple(self.info[v].shape) != out_shape for v in leaves):
+            return None
+        # the sum: kh x kw - 1 adds, each of two values of the sum so far, every leaf read once
+        pending, adds = set(leaves), 0
+        while len(pending) > 1:
+            progressed = False
+            for v in sorted(pending):
+                found = users(v)
+                add_i = found[0] if len(found) == 1 and v not in self.graph_outputs else None
+                if add_i is None or roles[add_i] != "kernel" or add_i in group:
+                    continue
+                add = self.node[add_i]
+                pair = [o.value for o in add.operands]
+                if add.op != "relax.add" or len(pair) != 2 or pair[0] == pair[1] or not set(pair) <= pending:
+                    continue
+                if tuple(add.output.shape) != out_shape:
+                    return None
+                pending -= set(pair)
+                pending.add(self.outputs_of[add_i][0])
+                group.append(add_i)
+                adds += 1
+                progressed = True
+                break
+            if not progressed:
+                return None
+        (total,) = pending
+        found = users(total)
+        div_i = found[0] if len(found) == 1 and total not in self.graph_outputs else None
+        div = self.node[div_i] if div_i is not None and roles[div_i] == "kernel" else None
+        if div is None or div.op != "relax.divide" or len(div.operands) != 2 or div.operands[0].value != total:
+            return None
+        if div.operands[1].value not in self.indep or tuple(div.output.shape) != out_shape or adds != len(leaves) - 1:
+            return None
+        group = sorted([*group, div.index])
+        members = set(group)
+        for i in group[:-1]:  # nothing inside leaves it
+            for v in self.outputs_of.get(i, []):
+                if v in self.graph_outputs or not set(users(v)) <= members:
+                    return None
+        return "relax.nn.adaptive_avg_pool2d", group
+
+    def emit_adaptive_pool(self, group: list[int], x: int, emit, read_bytes) -> None:
+        """The one `adaptive_avg_pool2d` kernel of an `adaptive_pool_group`: as the module route's (`emit_op`), it
+        reads x (N, C, H, W) once and writes the (N, C, oh, ow) output (bytes); its FLOPs are its Relax ops' sum."""
+        last = self.node[group[-1]]
+        covered = [i for i in group if i == last.index or not self.is_view_op(self.node[i])]
+        flops = sum(self.costs[i].flops for i in covered)
+        numel = max(self.info[x].numel, last.output.numel)
+        kind = "reduction" if all(d == 1 for d in last.output.shape[2:]) else "pooling"  # (as `emit_op`)
+        name = self.group_names.get(last.index, last.op)
+        emit(kind, name, covered, flops, read_bytes(x), last.output.nbytes, last.output.dtype, {"numel": numel})
 
     def affine_ops(self, cur: OpNode, roles: list[str]) -> tuple[OpNode, list[int]]:
         """A multiply, then an add, each of `cur`'s result by an input-independent tensor that does not widen it

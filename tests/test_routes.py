@@ -555,3 +555,89 @@ def test_attention_patterns_follow_the_source():
     assert [patterns("onnx", p) for p in ("tf2onnx", "other", "")] == ["all"] * 3
     assert [patterns(f) for f in ("tensorflow", "tflite")] == ["all"] * 2
     assert patterns("paddle", "other") == "all"
+
+
+# (input side, output side, the ONNX file's nodes): adaptive average pooling where the input does not divide the output
+# (VGG-11 at 64 x 64 pools 2 x 2 to 7 x 7, AlexNet 1 x 1 to 7 x 7); the TorchScript exporter fails on it, the dynamo
+# exporter writes torch's decomposition (read from the exported files, torch 2.13, opset 18)
+ADAPTIVE_POOLS = {
+    "2to7": (2, 7, {"Transpose": 2, "GatherND": 1, "Where": 2, "Gather": 6, "Add": 3, "Div": 1}),
+    "5to3": (5, 3, {"Transpose": 2, "GatherND": 1, "Where": 2, "Gather": 12, "Add": 8, "Div": 1}),
+    "1to7": (1, 7, {"Transpose": 2, "GatherND": 1, "ReduceMean": 1}),
+}
+
+
+def _adaptive_pool_onnx(tmp_path, size: int, out: int):
+    """nn.AdaptiveAvgPool2d(out) on a (2, 8, size, size) input, exported by the dynamo exporter: (module, inputs,
+    the ONNX file's path)."""
+    module, inputs = torch.nn.AdaptiveAvgPool2d(out).eval(), (torch.randn(2, 8, size, size),)
+    return module, inputs, export_onnx(module, inputs, tmp_path / f"pool_{size}_{out}.onnx", DYNAMO)
+
+
+@pytest.mark.parametrize("name", list(ADAPTIVE_POOLS))
+def test_dynamo_exported_adaptive_pooling_is_one_kernel(tmp_path, name):
+    """The dynamo exporter's adaptive average pooling: x permuted, one GatherND of every window (the largest window
+    size), permuted back, the elements beyond each window's length zeroed (two Where), the window elements taken one
+    by one (Gather of a constant index: views) and summed (Add), divided by the window sizes; or, every window as large,
+    a ReduceMean of the GatherND. Eager PyTorch runs one `_adaptive_avg_pool2d` kernel (the dispatch trace, the
+    oracle), reading x and writing the output once: by hand 2 x 8 x size^2 + 2 x 8 x out^2 float32 (2 to 7: 256 +
+    3,136 B). The ONNX route is that one kernel, as the module route counts it, with the same prediction."""
+    import onnx
+    from kernel_trace import trace_kernels
+
+    size, out, nodes = ADAPTIVE_POOLS[name]
+    module, inputs, path = _adaptive_pool_onnx(tmp_path, size, out)
+    assert Counter(n.op_type for n in onnx.load(str(path)).graph.node) == Counter(nodes)
+    trace = trace_kernels(module, inputs, inference=True)
+    assert [k.op for k in trace.kernels] == ["aten._adaptive_avg_pool2d.default"]
+    assert trace.bytes == 4 * (2 * 8 * size * size + 2 * 8 * out * out)
+    eager = report(module, inputs, devices=DEVICES, batches=[])
+    onnx_file = report(str(path), devices=DEVICES, batches=[])
+    by_op = lambda rep: Counter((k.kind, k.op) for k in rep.analysis.kernels)  # noqa: E731
+    assert by_op(onnx_file) == by_op(eager) == Counter({("pooling", "relax.nn.adaptive_avg_pool2d"): 1})
+    (k,) = onnx_file.analysis.kernels
+    assert (k.bytes_read, k.bytes_written) == (4 * 2 * 8 * size * size, 4 * 2 * 8 * out * out)
+    assert k.bytes == trace.bytes
+    # the kernel view regroups ops: the FLOPs of every op that reads x are kept (the index arithmetic is folded)
+    roles = onnx_file.analysis.kernel_view.roles
+    assert k.flops == sum(c.flops for c in onnx_file.analysis.ops if roles[c.index] != "folded") > 0
+    for p, p0 in zip(onnx_file.predictions, eager.predictions, strict=True):
+        assert abs(p.latency_ms / p0.latency_ms - 1) <= TOL, (p.device, p.latency_ms, p0.latency_ms)
+
+
+def test_a_near_miss_of_the_adaptive_pooling_stays_its_ops(tmp_path):
+    """The dynamo exporter's 2 x 2 to 7 x 7 pooling (`test_dynamo_exported_adaptive_pooling_is_one_kernel`) edited
+    by hand: a partial sum also a graph output, the window sizes a graph input (data, not the exporter's constant),
+    one window element summed twice and another not at all, a product in the sum. None of them is the pooling: each
+    keeps the GatherND's copy and its pointwise ops as kernels of their own (the unedited file: one kernel)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    _, _, path = _adaptive_pool_onnx(tmp_path, 2, 7)
+    model = onnx.load(str(path))
+    adds = [n for n in model.graph.node if n.op_type == "Add"]
+    (div,) = [n for n in model.graph.node if n.op_type == "Div"]
+    leaked = onnx.ModelProto()
+    leaked.CopyFrom(model)
+    leaked.graph.output.append(helper.make_tensor_value_info(adds[0].output[0], TensorProto.FLOAT, [2, 8, 7, 7]))
+    sizes = onnx.ModelProto()
+    sizes.CopyFrom(model)
+    (init,) = [i for i in sizes.graph.initializer if i.name == div.input[1]]
+    sizes.graph.initializer.remove(init)
+    sizes.graph.input.append(helper.make_tensor_value_info(div.input[1], TensorProto.FLOAT, [7, 7]))
+    twice = onnx.ModelProto()
+    twice.CopyFrom(model)
+    last = [n for n in twice.graph.node if n.op_type == "Add"][-1]
+    first = [n for n in twice.graph.node if n.op_type == "Add"][0]
+    last.input[1] = first.input[1]  # the last add sums a window element the first add summed already
+    product = onnx.ModelProto()
+    product.CopyFrom(model)
+    [n for n in product.graph.node if n.op_type == "Add"][1].op_type = "Mul"  # a product of window elements
+    for edited, label in ((leaked, "leaked"), (sizes, "sizes"), (twice, "twice"), (product, "product")):
+        file = tmp_path / f"{label}.onnx"
+        onnx.save(edited, str(file))
+        kernels = report(str(file), devices=DEVICES[:1], batches=[]).analysis.kernels
+        ops = Counter((k.kind, k.op) for k in kernels)
+        # GatherND (a copy), 2 Where, 3 Add (or 2 and the Mul), Div: 7 kernels
+        assert len(kernels) == 7 and ops[("copy", "relax.gather_nd")] == 1, (label, ops)
+        assert ("pooling", "relax.nn.adaptive_avg_pool2d") not in ops, label

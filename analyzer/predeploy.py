@@ -279,7 +279,7 @@ def _cost_section(report, top: int) -> Section:
     sec.blocks.append(
         Table(
             [
-                "#",
+                "index",  # the operator's position in the graph (the JSON's ops[].index), not its rank
                 "name",
                 "op",
                 "category",

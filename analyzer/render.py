@@ -228,7 +228,7 @@ def _rows(report, top: int) -> tuple[list[str], list[list[str]]]:
     total = a.totals.flops or 1
     ranked = ranked_ops(report)[:top]
     timed = bool(ranked) and ranked[0][1] is not None
-    header = ["#", "name", "op", "category", "output", "FLOPs", "share", "bytes moved"]
+    header = ["index", "name", "op", "category", "output", "FLOPs", "share", "bytes moved"]
     if timed:
         latency = (report.predictions[0] if report.predictions else report.prediction).latency_ms
         header = [*header[:6], "bytes moved", "time (ms)", "share of latency"]

@@ -1281,11 +1281,15 @@ def _profile_assumption(p: engine.EngineProfile) -> str:
     return f"engine profile {p.name}{where}, {how}: {p.description or 'no description'}; source: {p.source}"
 
 
-def _arch(m: LlmModel) -> engine.Arch:
+def _arch(m: LlmModel, layout) -> engine.Arch:
+    """The engine's sizes of `m`; a sliding window where every layer has the same one (`layout.windows`, as the
+    eager runtime reads the config; layers that differ, as Gemma-2's: none, every layer's blocks grow)."""
     try:
-        return engine.Arch.from_config(m.config.to_dict())
+        arch = engine.Arch.from_config(m.config.to_dict())
     except engine.EngineConfigError as exc:
         raise UsageError(f"{m.name}: {exc}") from exc
+    windows = set(layout.windows)
+    return replace(arch, window=windows.pop()) if len(windows) == 1 else arch
 
 
 def _llm_vllm(
@@ -1316,7 +1320,7 @@ def _llm_vllm(
     from predictor.power import power_params
 
     tf32 = tf32_matmul_of(matmul_precision)
-    arch = _arch(m)
+    arch = _arch(m, layout)
     try:
         engine.Split.of(arch, tp)
     except engine.EngineConfigError as exc:

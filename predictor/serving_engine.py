@@ -137,6 +137,21 @@ class Arch:
     shared_intermediate: int = 0
     moe_layers: int = 0
     gated: bool = True  # gate/up + SiLU-and-multiply (Llama family); False: up, GELU, down (GPT-2, StarCoder2)
+    window: int | None = None  # every layer's sliding attention window, tokens (Mistral-7B-v0.1: 4096); None: full
+
+    def attended(self, context: float) -> float:
+        """Cached tokens a decode token attends over, and the tokens of a sequence's KV blocks: min(context,
+        window). vLLM 0.5 keeps a sliding-window sequence's last ceil(window / block size) blocks (reused
+        cyclically) and its model runner passes the paged kernel min(sequence length, window) tokens."""
+        return context if self.window is None else min(context, self.window)
+
+    def causal_pairs(self, q_len: int) -> float:
+        """(query, key) pairs of a causal prefill of `q_len` tokens, half the score matrix as the flash kernel's cost
+        counts it: q_len^2 / 2; with a window W < q_len, W^2 / 2 + (q_len - W) x W (each later token sees W)."""
+        w = self.window
+        if w is None or q_len <= w:
+            return q_len * q_len / 2
+        return w * w / 2 + (q_len - w) * w
 
     @property
     def q_dim(self) -> int:
@@ -316,9 +331,9 @@ def layer_kernels(
         _ew("rotary_embedding", "elementwise", (t * (qd + kvd) + t * hd) * eb, t * (qd + kvd) * eb, dtype, count),
         _ew("reshape_and_cache", "copy", 2 * t * kvd * eb, 2 * t * kvd * eb, dtype, count),
     ]
-    if prefill:  # flash attention over the prompt, causal: half the score matrix
+    if prefill:  # flash attention over the prompt, causal: half the score matrix (a sliding window: its band)
         q_len = tokens // max(seqs, 1)
-        flops = 4.0 * seqs * s.heads * hd * q_len * q_len / 2
+        flops = 4.0 * seqs * s.heads * hd * a.causal_pairs(q_len)
         attn = EngineKernel(
             "flash_attention_prefill",
             "attention",
@@ -329,7 +344,8 @@ def layer_kernels(
             {"b": seqs, "h": s.heads, "s": q_len, "t": q_len, "d": hd},
             count,
         )
-    else:  # paged attention: each sequence's query over its live context
+    else:  # paged attention: each sequence's query over its live context (within its window)
+        context = a.attended(context)
         flops = 4.0 * seqs * s.heads * hd * context
         attn = EngineKernel(
             DECODE_ATTENTION,
@@ -901,7 +917,7 @@ def decode_step(
     # attention reads only the live sequences' blocks (padding slots attend over nothing)
     model = [k if k.kind != "attention" else _attention_for(k, seqs, a, tp, context, dtype) for k in model]
     _, sample = step_kernels(a, tp, seqs, context=context, dtype=dtype)
-    return _step_time(device, model, sample, graph, tp, tf32_matmul, host.decode_s(seqs, context, tp))
+    return _step_time(device, model, sample, graph, tp, tf32_matmul, host.decode_s(seqs, a.attended(context), tp))
 
 
 def _step_time(
@@ -925,6 +941,7 @@ def _attention_for(k: EngineKernel, seqs: int, a: Arch, tp: int, context: float,
     s = Split.of(a, tp)
     eb = 4.0 if dtype == "float32" else 2.0
     kvd, qd = s.kv_heads * a.head_dim, s.heads * a.head_dim
+    context = a.attended(context)
     return EngineKernel(
         DECODE_ATTENTION,
         "attention",
@@ -1005,7 +1022,7 @@ def mixed_step(
             )
         )
     _, sample = step_kernels(a, tp, max(1, seqs + (prompts if final else 0)), context=context, dtype=dtype)
-    h = (host.decode_s(seqs, context, tp) if seqs else 0.0) + (host.prefill_s(prompts) if final else 0.0)
+    h = (host.decode_s(seqs, a.attended(context), tp) if seqs else 0.0) + (host.prefill_s(prompts) if final else 0.0)
     return _step_time(device, ks, sample, False, tp, tf32_matmul, h)
 
 
@@ -1054,6 +1071,7 @@ class EngineMemory:
     non_torch_mib: float
     block_size: int
     block_bytes: float  # one block: block_size tokens x 2 x kv_heads/GPU x head_dim x dtype bytes x layers
+    window: int | None = None  # the model's sliding window (`Arch.window`): a sequence's blocks stop growing there
 
     @property
     def kv_pool_bytes(self) -> float:
@@ -1071,7 +1089,8 @@ class EngineMemory:
         return self.blocks > 0
 
     def blocks_per_sequence(self, context: int) -> int:
-        return math.ceil(context / self.block_size)
+        """ceil(min(context, window) / block size): vLLM 0.5 reuses a sliding-window sequence's blocks cyclically."""
+        return math.ceil((context if self.window is None else min(context, self.window)) / self.block_size)
 
     def sequences(self, context: int) -> int:
         """Sequences of `context` tokens whose blocks fit the pool: floor(blocks / ceil(context / block size))."""
@@ -1146,6 +1165,7 @@ def engine_memory(
         non_torch_mib,
         block_size,
         block,
+        a.window,
     )
 
 

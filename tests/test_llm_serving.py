@@ -76,6 +76,34 @@ def test_kv_blocks_and_sequences_that_fit_by_hand():
     assert not eng.engine_memory(big, 4096).fits
 
 
+def test_a_sliding_window_caps_blocks_decode_attention_and_the_prefill_band_by_hand(tmp_path):
+    """Mistral-7B-v0.1's window (4,096 on every layer): vLLM keeps a sequence's last ceil(4096 / 16) = 256 blocks
+    and its decode attention reads at most 4,096 tokens, so capacity and TPOT stop moving past the window."""
+    from dataclasses import replace
+
+    a = replace(eng.Arch.from_config(TINY), window=64)
+    plan = eng.engine_memory(a, 1024, utilization=0.5, profile_tokens=100, non_torch_mib=0)
+    # blocks per sequence: ceil(min(context, 64) / 16): 1,000 tokens -> 4 (without the window 63); 130,970 // 4
+    assert plan.blocks_per_sequence(1000) == 4 and plan.sequences(1000) == 32_742 and plan.sequences(40) == 43_656
+    # prefill of 100 tokens: 64^2 / 2 + (100 - 64) x 64 = 2,048 + 2,304 = 4,352 (query, key) pairs; 50 tokens: 1,250
+    assert a.causal_pairs(100) == 4352 and a.causal_pairs(50) == 1250
+    # decode attention at context 1,000: 4 FLOPs x 4 heads x 16 x 64 tokens per sequence; KV read 64 x 2 x 32 x 2 B
+    s = eng.Split.of(a, 1)
+    (att,) = [k for k in eng.layer_kernels(a, s, 3, 3, 1000.0, 2.0, "float16", prefill=False, count=1)
+              if k.kind == "attention"]  # fmt: skip
+    assert att.flops == 3 * 4 * 4 * 16 * 64 and att.bytes_read == (3 * 64 * 2 * 32 + 3 * 64) * 2
+    # the whole report: the window on every layer keeps TPOT at 128 and 512 live tokens equal; without it, not
+    tpots = {}
+    for window in (128, None):
+        cfg = {**TINY, "model_type": "mistral", "architectures": ["MistralForCausalLM"], "sliding_window": window}
+        (tmp_path / "config.json").write_text(json.dumps(cfg))
+        rep = llm(str(tmp_path / "config.json"), prompt=64, generate=16, batch=2, devices=["h100-80gb"],
+                  contexts=[128, 512], runtime="vllm")  # fmt: skip
+        tpots[window] = [row["tpot_ms"] for row in rep.llm.devices[0].sweep]
+    assert tpots[128][0] == pytest.approx(tpots[128][1], rel=1e-12) and tpots[None][1] > tpots[None][0]
+    assert tpots[128][0] == pytest.approx(tpots[None][0], rel=1e-12)  # at the window both read 128 tokens
+
+
 def test_allreduce_bytes_per_layer_by_hand():
     a = eng.Arch(layers=80, hidden=8192, heads=64, kv_heads=8, head_dim=128, intermediate=28672, vocab=128256)
     s = eng.Split.of(a, 4)

@@ -1080,6 +1080,15 @@ def llm(
     )
     report = _decode_report(m, decode, dec, batch, request_context, kv, depth)
     report.warnings.extend(why_not)
+    for d in out:
+        if not d.fits[serving.FULL_GPU]:
+            d_dev = get_device(d.device)
+            most = serving.largest_fitting(
+                lambda b, dv=d_dev: need_mib(b, request_context, device=dv).total_mib,
+                d.capacity.usable_mib[serving.FULL_GPU],
+                d.capacity.headroom,
+            )
+            report.warnings.append(_too_many(d.device, batch, request_context, most, "eager"))
     report.llm = info
     for g in (*prefill.graphs.values(), *decode.graphs.values()):
         for w in [*g.warnings, *(w for pt in g._points.values() for w in pt.warnings)]:
@@ -1279,6 +1288,20 @@ def _profile_assumption(p: engine.EngineProfile) -> str:
     where = f" (file {p.file})" if p.file else ""
     how = "fitted" if p.fitted else "not fitted"
     return f"engine profile {p.name}{where}, {how}: {p.description or 'no description'}; source: {p.source}"
+
+
+def _too_many(device: str, batch: int, context: int, most: int, runtime: str) -> str:
+    """The warning of a request whose batch the whole GPU cannot hold: what the runtime would do instead."""
+    then = (
+        f"vLLM's scheduler would run at most {most:,} at once and queue or preempt the rest"
+        if runtime == "vllm"
+        else "eager PyTorch would run out of memory"
+    )
+    return (
+        f"{device}: {batch:,} sequences of {context:,} tokens do not fit its memory, at most {most:,} do ({runtime} "
+        f"runtime): {then}; the latencies and throughput stated are for a batch this GPU cannot hold (lower --batch"
+        + (" or raise --tensor-parallel)" if runtime == "vllm" else ")")
+    )
 
 
 def _arch(m: LlmModel, layout) -> engine.Arch:
@@ -1596,5 +1619,8 @@ def _llm_vllm(
                 f"{d.device}: the weights ({weights / 2**30:.1f} GiB per GPU) leave no room for one KV block within "
                 f"{utilization:g} of its memory; raise --tensor-parallel"
             )
+        elif not d.fits[serving.FULL_GPU]:
+            most = d.engine["memory_per_gpu"][serving.FULL_GPU]["sequences_that_fit"]
+            report.warnings.append(_too_many(d.device, batch, request_context, most, "vllm"))
     report.llm = info
     return report

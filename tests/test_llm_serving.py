@@ -104,6 +104,21 @@ def test_a_sliding_window_caps_blocks_decode_attention_and_the_prefill_band_by_h
     assert tpots[128][0] == pytest.approx(tpots[None][0], rel=1e-12)  # at the window both read 128 tokens
 
 
+def test_a_batch_the_gpu_cannot_hold_is_said_with_how_many_fit():
+    """Llama-2-7B on one H100 under vLLM: 1,000 sequences of 1,280 tokens need 1,000 x 1,280 x 512 KiB (2 x 32
+    layers x 32 KV heads x 128 x 2 B per token) = 625 GiB of KV cache, against 0.9 x 79.6 GiB less 12.6 GiB of
+    weights (at most 100 sequences of 640 MiB): the report says how many fit (the engine's own count, which also
+    takes the activations and CUDA context) and what vLLM does; 8 sequences fit and get no such warning."""
+    big = llm("zoo:llama_7b", prompt=1024, generate=256, batch=1000, devices=["h100-80gb"], runtime="vllm")
+    (d,) = big.llm.devices
+    most = d.engine["memory_per_gpu"]["full GPU"]["sequences_that_fit"]
+    assert 0 < most <= (0.9 * 81_559 - 12_852.5) // 640 and not d.fits["full GPU"]
+    (w,) = [w for w in big.warnings if "do not fit" in w]
+    assert f"at most {most} do (vllm runtime)" in w and "queue or preempt" in w
+    small = llm("zoo:llama_7b", prompt=1024, generate=256, batch=8, devices=["h100-80gb"], runtime="vllm")
+    assert small.llm.devices[0].fits["full GPU"] and not [w for w in small.warnings if "do not fit" in w]
+
+
 def test_allreduce_bytes_per_layer_by_hand():
     a = eng.Arch(layers=80, hidden=8192, heads=64, kv_heads=8, head_dim=128, intermediate=28672, vocab=128256)
     s = eng.Split.of(a, 4)

@@ -1441,7 +1441,7 @@ def _llm_vllm(
         full = plans[serving.FULL_GPU]
         rec_need = need(full, concurrency, context).total_mib / utilization  # fits iff need <= utilization x memory
         rec = serving.recommend(
-            device if tp == 1 else replace(device, mig=()),
+            device,
             concurrency,
             context,
             rec_need,
@@ -1449,6 +1449,7 @@ def _llm_vllm(
             ttft_target_ms=ttft_ms,
             tpot_target_ms=tpot_ms,
             headroom=0.0,
+            no_slices=f"tensor parallel {tp} runs on whole GPUs (a MIG slice has no NVLink)" if tp > 1 else None,
         )
         sweep = []
         for c in grid:

@@ -17,6 +17,7 @@ from predictor.devices import get_device
 from predictor.fmt import g3
 from predictor.llm import FULL_GPU, MAX_BATCH
 from predictor.mig import HEADROOM, smallest_first
+from predictor.mig import fits as mig_fits
 from predictor.predict import op_times_ms
 from predictor.roofline import peak_rate
 
@@ -36,6 +37,7 @@ from .render import (
     mib,
     op_label,
     op_source_label,
+    predictor_label,
     si,
 )
 
@@ -150,7 +152,12 @@ def _sweep_section(report) -> Section:
         rows = []
         for pt in dev["points"]:
             smallest = next((q.name for q in order if pt["fits"].get(q.name)), None)
-            where = smallest or ("full GPU only" if pt["fits_full_gpu"] else "does not fit")
+            if smallest or pt["fits_full_gpu"]:
+                where = smallest or ("fits the slice" if ":" in device.key else "full GPU only")
+            elif sw["latency_slo_ms"] is not None and mig_fits(device.memory_mib, pt["memory_mib_interval"][1]):
+                where = "misses the latency SLO"  # the memory fits
+            else:
+                where = "does not fit"
             thr = pt["throughput_per_s"]
             rows.append(
                 [
@@ -174,7 +181,7 @@ def _sweep_section(report) -> Section:
                 ],
                 rows,
                 {0, 2, 3},
-                f"{dev['device']} ({dev['predictor']})",
+                f"{dev['device']} ({predictor_label(dev['predictor'])})",
             )
         )
         lim_rows = [
@@ -186,7 +193,11 @@ def _sweep_section(report) -> Section:
             for q in order
         ]
         lim_rows.append(
-            [f"full GPU ({device.key})", f"{device.memory_mib:,.0f}", str(dev["largest_batch_full_gpu"] or "none")]
+            [
+                f"{'the slice' if ':' in device.key else 'full GPU'} ({device.key})",
+                f"{device.memory_mib:,.0f}",
+                str(dev["largest_batch_full_gpu"] or "none"),
+            ]
         )
         solved = dev.get("largest_batch_solved")  # from a symbolic export (docs/symbolic.md)
         if solved is not None:
@@ -196,7 +207,8 @@ def _sweep_section(report) -> Section:
             lim_rows[-1].append(f"{full:,}" if full is not None else "none")
         sec.blocks.append(
             Table(
-                ["profile", "usable MiB", "largest batch"] + (["largest batch that fits (solved)"] if solved else []),
+                ["profile", "usable MiB", "largest batch"]
+                + (["largest batch that fits (solved)"] if solved is not None else []),
                 lim_rows,
                 {1, 2, 3},
                 f"{dev['device']}: largest swept batch per MIG profile"
@@ -555,7 +567,14 @@ def llm_sections(llm) -> list[Section]:
     for d in llm.devices:
         # the recommendation's slice (memory and, with --ttft-ms/--tpot-ms, the latency targets): the same answer
         # as the line below the table
-        where = d.recommendation.profile or ("full GPU only" if d.fits.get(FULL_GPU) else "does not fit")
+        rec = d.recommendation
+        where = rec.profile or (
+            "full GPU only"
+            if rec.full_gpu_fits
+            else "misses the latency targets"
+            if d.fits.get(FULL_GPU)  # the memory fits: a TTFT/TPOT target is what the whole GPU misses
+            else "does not fit"
+        )
         rows.append(
             [
                 d.device,

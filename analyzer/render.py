@@ -223,6 +223,12 @@ def _module_rows(report, depth: int, top: int) -> tuple[list[str], list[list[str
     return header, rows
 
 
+def predictor_label(name: str | None) -> str:
+    """A predictor's name for people: "kernel model" for the estimate without a trained predictor (the JSON keeps
+    its schema name, "roofline"), else the trained predictor's "name@version"."""
+    return "kernel model" if name in (None, "roofline") else name
+
+
 def _rows(report, top: int) -> tuple[list[str], list[list[str]]]:
     a = report.analysis
     total = a.totals.flops or 1
@@ -396,7 +402,7 @@ def _prediction(report) -> list[tuple[str, str]]:
         return f"{f(value)} {unit} ({f(lo)} to {f(hi)})"
 
     return [
-        ("device", f"{p.device} (predictor: {p.predictor})"),
+        ("device", f"{p.device} (predictor: {predictor_label(p.predictor)})"),
         ("rests on", basis_text(p.basis)),
         ("assumes", assumes_text(p.runtime)),
         ("latency", iv(p.latency_ms, p.latency_ms_interval, "ms")),

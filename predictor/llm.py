@@ -370,11 +370,13 @@ def recommend(
     ttft_target_ms: float | None = None,
     tpot_target_ms: float | None = None,
     headroom: float = HEADROOM,
+    no_slices: str | None = None,
 ) -> LlmRecommendation:
     """The smallest profile of `device` that holds `memory_mib` (+ headroom) and meets the latency targets.
 
     `latency` maps each profile (and FULL_GPU) to its predicted TTFT and TPOT; it is needed for the profiles only
-    when a target is given.
+    when a target is given. `no_slices`: why no MIG profile is considered although the GPU has them (tensor
+    parallelism: a slice has no NVLink); the whole GPU is then the only target.
     """
 
     def meets(name: str) -> bool:
@@ -395,7 +397,7 @@ def recommend(
     full = fits(device.memory_mib, memory_mib, headroom=headroom) and meets(FULL_GPU)
     per: dict[str, bool] = {}
     chosen = None
-    for p in smallest_first(device.mig):
+    for p in () if no_slices else smallest_first(device.mig):
         ok = fits(p.memory_mib, memory_mib, headroom=headroom) and meets(p.name)
         per[p.name] = ok
         if ok and chosen is None:
@@ -412,8 +414,8 @@ def recommend(
         tpot_target_ms=tpot_target_ms,
         full_gpu_fits=full,
     )
-    if not device.mig:
-        return LlmRecommendation(profile=None, reason=f"{device.key} does not support MIG", **args)
+    if no_slices or not device.mig:
+        return LlmRecommendation(profile=None, reason=no_slices or f"{device.key} does not support MIG", **args)
     if chosen is not None:
         lat = latency.get(chosen.name)
         reason = (

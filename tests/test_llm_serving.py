@@ -370,6 +370,13 @@ def test_vllm_runtime_moe_tensor_parallel_and_html(tmp_path):
     out = tmp_path / "r.html"
     write(two, str(out))
     assert "tensor parallel 2" in out.read_text()
+    # why no slice: tensor parallelism, not a GPU without MIG; a TPOT target of 1 us that even the whole GPU misses
+    assert d2.recommendation.reason == "tensor parallel 2 runs on whole GPUs (a MIG slice has no NVLink)"
+    fast = llm(str(path), prompt=8, generate=8, batch=2, contexts=[16], runtime="vllm", tpot_ms=0.001)
+    assert fast.llm.devices[0].fits["full GPU"] and not fast.llm.devices[0].recommendation.full_gpu_fits
+    write(fast, str(tmp_path / "f.md"))
+    (row,) = [x for x in (tmp_path / "f.md").read_text().splitlines() if x.startswith("| h100-80gb | vllm engine")]
+    assert row.rstrip(" |").endswith("misses the latency targets")
 
 
 def test_nvlink_field_is_validated():

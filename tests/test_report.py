@@ -469,3 +469,19 @@ def test_check_budget_covers_every_device_of_a_report(cnn):
     limit = (lats[slow] + lats[fast]) / 2
     over = analyzer.check_budget(cnn, max_latency_ms=limit)
     assert len(over) == 1 and f"on {slow}" in over[0]
+
+
+def test_a_slice_as_the_device_says_fits_the_slice_or_misses_the_slo(tmp_path):
+    """A MIG slice given as the device (`--device h100-80gb:1g.10gb`): bert_tiny at batch 32 runs past the 0.7 ms
+    SLO there (the comment on SLO_MS: 1.06 ms) with its memory far inside 9.75 GiB, so its row says it misses the
+    SLO, not that it does not fit; batch 1 fits the slice; the largest-batch table has as many cells as headers."""
+    out = tmp_path / "r.md"
+    analyzer.report("zoo:bert_tiny", devices=["h100-80gb:1g.10gb"], batches=[1, 32], latency_slo_ms=SLO_MS,
+                    output=str(out))  # fmt: skip
+    lines = out.read_text().splitlines()
+    (sweep_at,) = [i for i, x in enumerate(lines) if x.startswith("| batch | latency ms")]
+    cells = {x.split("|")[1].strip(): x.split("|")[-2].strip() for x in lines[sweep_at + 2 : sweep_at + 4]}
+    assert cells == {"1": "fits the slice", "32": "misses the latency SLO"}
+    (limits_at,) = [i for i, x in enumerate(lines) if x.startswith("| profile | usable MiB")]
+    header, row = lines[limits_at], lines[limits_at + 2]
+    assert header.count("|") == row.count("|") and row.startswith("| the slice (h100-80gb:1g.10gb) |")

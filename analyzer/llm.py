@@ -863,6 +863,11 @@ def llm(
         raise UsageError(f"--runtime must be one of {', '.join(RUNTIMES)} (got {runtime!r})")
     tensor_parallel = _check_int("--tensor-parallel", tensor_parallel)
     block_size = _check_int("--block-size", block_size)
+    if block_size not in engine.BLOCK_SIZES:
+        raise UsageError(
+            f"--block-size must be one of {', '.join(map(str, engine.BLOCK_SIZES))} (vLLM 0.5's choices; got "
+            f"{block_size})"
+        )
     if not (isinstance(gpu_memory_utilization, int | float) and 0 < gpu_memory_utilization <= 1):
         raise UsageError(f"--gpu-memory-utilization must be in (0, 1] (got {gpu_memory_utilization!r})")
     if runtime == "eager" and tensor_parallel != 1:
@@ -1379,6 +1384,11 @@ def _llm_vllm(
         if tp > 1 and engine.device_link(device) is None:
             raise UsageError(
                 f"--tensor-parallel {tp} on {dev}: the device table gives it no NVLink bandwidth (nvlink_gbs)"
+            )
+        if tp > (domain := device.nvlink_gpus or 8):
+            raise UsageError(
+                f"--tensor-parallel {tp} on {dev}: NVLink connects {domain} of these GPUs (nvlink_gpus); beyond them "
+                "the all-reduces leave NVLink (PCIe, or the network between nodes), which preflight does not model"
             )
         pw = power_params(dev)
         try:

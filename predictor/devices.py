@@ -32,6 +32,9 @@ Sources of the built-in figures, per field:
   (A100 SXM: NVIDIA A100 Tensor Core GPU datasheet; H100 NVL: its NVLink bridge, H100 datasheet NVL column).
   PCIe A100 parts carry none (their NVLink bridge pairs two cards only). Used for tensor-parallel all-reduces
   (`predictor.serving_engine`).
+- `nvlink_gpus` (optional, with `nvlink_gbs`): the GPUs that NVLink connects all to all, the most that
+  `--tensor-parallel` may span: 8 on the SXM parts (an HGX/DGX board's NVSwitch), 2 on the H100 NVL (a pair of
+  PCIe cards joined by NVLink bridges). A device with `nvlink_gbs` and no `nvlink_gpus` is taken as 8.
 - `measured_*`: ceilings measured on this workplace's GPU machines (KINDS.md): an 8192^3 bf16 matmul
   and a device-to-device copy.
 """
@@ -78,6 +81,7 @@ class Device:
     source: str = ""  # where the figures come from
     parent: str | None = None  # a MIG slice as a target ("h100-80gb:3g.40gb"): the whole GPU's key
     nvlink_gbs: float | None = None  # NVLink bandwidth per direction per GPU, GB/s (tensor-parallel all-reduces)
+    nvlink_gpus: int | None = None  # GPUs NVLink connects all to all (the largest tensor parallel); None: 8
     #: CUDA context per process (MiB, what nvidia-smi counts beyond the allocator) where a device file sets it: it
     #: replaces the runtime's measured figure (`predictor.memory.runtime_for`) for this GPU and its MIG slices
     cuda_context_mib: float | None = None
@@ -113,6 +117,7 @@ _DEVICE_KEYS = {
     "measured_bf16_tflops": (int, float),
     "kernel_family": str,
     "nvlink_gbs": (int, float),
+    "nvlink_gpus": int,
     "cuda_context_mib": (int, float),
 }
 _REQUIRED = ("key", "name", "memory_mib", "bandwidth_gbs", "peak_tflops", "tdp_w", "sms")
@@ -133,6 +138,7 @@ _BOUNDS = {
     "sms": (1, 2048),
     "peak_tflops": (0.1, 100_000),
     "nvlink_gbs": (1, 10_000),
+    "nvlink_gpus": (2, 1024),
     "cuda_context_mib": (0, 65_536),
 }
 
@@ -225,6 +231,10 @@ def parse_device(entry: dict, label: str = "device") -> Device:
         optional["measured_bf16_flops"] = float(round(mbf * 1e12))
     if "nvlink_gbs" in entry:
         optional["nvlink_gbs"] = _number_in(f"{label} nvlink_gbs", entry["nvlink_gbs"], *_BOUNDS["nvlink_gbs"])
+    if "nvlink_gpus" in entry:
+        if "nvlink_gbs" not in entry:
+            raise DeviceFileError(f"{label} nvlink_gpus needs nvlink_gbs (the NVLink bandwidth it connects them with)")
+        optional["nvlink_gpus"] = int(_number_in(f"{label} nvlink_gpus", entry["nvlink_gpus"], *_BOUNDS["nvlink_gpus"]))
     if "cuda_context_mib" in entry:
         optional["cuda_context_mib"] = _number_in(
             f"{label} cuda_context_mib", entry["cuda_context_mib"], *_BOUNDS["cuda_context_mib"]
@@ -310,6 +320,8 @@ def device_json(d: Device) -> dict:
         out["kernel_family"] = d.kernel_family
     if d.nvlink_gbs is not None:
         out["nvlink_gbs"] = d.nvlink_gbs
+    if d.nvlink_gpus is not None:
+        out["nvlink_gpus"] = d.nvlink_gpus
     if d.cuda_context_mib is not None:
         out["cuda_context_mib"] = d.cuda_context_mib
     out["mig"] = [

@@ -68,6 +68,7 @@ CAPTURED_BATCHES = (1, 2, 4, *range(8, 257, 8))
 ALLREDUCE_LATENCY_US = 8.0
 #: vLLM's defaults: tokens per KV-cache block and the fraction of GPU memory the engine may use.
 BLOCK_SIZE = 16
+BLOCK_SIZES = (8, 16, 32)  # vLLM 0.5's `--block-size` choices
 GPU_MEMORY_UTILIZATION = 0.9
 #: Tokens of vLLM's profiling forward pass (max_num_batched_tokens without chunked prefill: max(max_model_len,
 #: 2048); we use 2048 capped by the model's positions, the activations it measures set the KV pool aside).
@@ -196,6 +197,11 @@ class Arch:
                 "intermediate_size as positive integers"
             )
         kv = _get(text, "num_key_value_heads", default=heads)
+        if not (isinstance(kv, int) and 0 < kv <= heads and heads % kv == 0):
+            raise EngineConfigError(
+                f"num_key_value_heads ({kv}) must divide num_attention_heads ({heads}): grouped-query attention "
+                "gives every KV head the same number of query heads"
+            )
         head_dim = _get(text, "head_dim", default=hidden // heads)
         experts = int(_get(text, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
         top_k = int(_get(text, "num_experts_per_tok", "moe_topk", default=0) or 0)

@@ -15,6 +15,7 @@ import torch
 from click.testing import CliRunner
 
 from analyzer.cli import cli
+from analyzer.errors import UsageError
 from analyzer.llm import llm
 from analyzer.render import SCHEMA_FILE
 from predictor import serving_engine as eng
@@ -244,10 +245,15 @@ def test_cli_vllm_runtime_json_schema_and_errors(tmp_path):
         (["--max-num-batched-tokens", "64"], "needs --runtime vllm"),
         (["--runtime", "vllm", "--batch", "4", "--max-num-batched-tokens", "4"], "no room for a prefill"),
         (["--runtime", "vllm", "--max-num-batched-tokens", "-1"], "max-num-batched-tokens"),
+        (["--runtime", "vllm", "--block-size", "7"], "--block-size must be one of 8, 16, 32"),
     ):
         res = runner.invoke(cli, [*base, *args])
         assert res.exit_code == 2, (args, res.output)
         assert words in res.stderr, (args, res.stderr)
+    # 4 query heads over 3 KV heads: no grouped-query split exists (the eager runtime fails in torch.export)
+    path.write_text(json.dumps(TINY | {"num_key_value_heads": 3}))
+    res = runner.invoke(cli, [*base, "--runtime", "vllm"])
+    assert res.exit_code == 2 and "num_key_value_heads (3) must divide num_attention_heads (4)" in res.stderr
 
 
 def test_captured_batches_and_host_time(tmp_path):
@@ -387,6 +393,18 @@ def test_nvlink_field_is_validated():
     for bad in (0, "fast", 1e6):
         with pytest.raises(DeviceFileError, match="nvlink_gbs"):
             parse_device(entry | {"nvlink_gbs": bad})
+    # the NVLink domain: 8 on an HGX H100 board, 2 on the H100 NVL's bridged pair; it bounds --tensor-parallel
+    assert (entry["nvlink_gpus"], get_device("h100-nvl-94gb").nvlink_gpus) == (8, 2)
+    for bad in (1, 2.5, True):
+        with pytest.raises(DeviceFileError, match="nvlink_gpus"):
+            parse_device(entry | {"nvlink_gpus": bad})
+    without = {k: v for k, v in entry.items() if k not in ("nvlink_gbs", "nvlink_gpus")}
+    with pytest.raises(DeviceFileError, match="needs nvlink_gbs"):
+        parse_device(without | {"nvlink_gpus": 4})
+    for device, tp in (("h100-80gb", 16), ("h100-nvl-94gb", 4)):
+        with pytest.raises(UsageError, match=f"--tensor-parallel {tp} on {device}: NVLink connects"):
+            llm("zoo:llama_7b", devices=[device], runtime="vllm", tensor_parallel=tp)
+    assert llm("zoo:llama_7b", devices=["h100-nvl-94gb"], runtime="vllm", tensor_parallel=2).llm.devices
 
 
 # ---- the host-time fit (predictor.serving_fit) ----------------------------------------------------------------------

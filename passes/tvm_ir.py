@@ -686,25 +686,29 @@ def recording_fx_sources(weight_names: dict[str, str] | None = None, calls: dict
         known[name] = found
         return found
 
-    def names_in(out) -> list[str]:
+    def names_in(out, bb=None) -> list[str]:
         if isinstance(out, relax.Var):
-            return [out.name]
+            # a converter's result that picks a field of the op's tuple (batch norm's `emit(bn[0])`): the op's own
+            # value belongs to the node too, else it would take the next recorded value's source
+            bound = bb.lookup_binding(out) if bb is not None else None
+            return [out.name, *(names_in(bound.tuple_value) if isinstance(bound, relax.TupleGetItem) else [])]
         if isinstance(out, relax.TupleGetItem):
             return names_in(out.tuple_value)
         if isinstance(out, tuple | list):
             return [n for o in out for n in names_in(o)]
         return []
 
-    def wrap(fn):
+    def wrap(fn, importer):
         def converter(node, *args, **kwargs):
             out = fn(node, *args, **kwargs)
             try:
+                names = names_in(out, getattr(importer, "block_builder", None))
                 if calls is not None:
                     call = library_call_of(node) or ""
-                    for name in names_in(out):
+                    for name in names:
                         calls.setdefault(name, call)
                 source = source_of(node)
-                for name in names_in(out) if source else ():
+                for name in names if source else ():
                     record.setdefault(name, source)
             except Exception:  # noqa: BLE001 - a name is only a label: the import goes on without it
                 pass
@@ -715,10 +719,10 @@ def recording_fx_sources(weight_names: dict[str, str] | None = None, calls: dict
     create, update = ExportedProgramImporter.create_convert_map, ExportedProgramImporter.update_convert_map
 
     def create_convert_map(self):
-        return {k: wrap(v) for k, v in create(self).items()}
+        return {k: wrap(v, self) for k, v in create(self).items()}
 
     def update_convert_map(self, custom):
-        return update(self, {k: wrap(v) for k, v in custom.items()})
+        return update(self, {k: wrap(v, self) for k, v in custom.items()})
 
     ExportedProgramImporter.create_convert_map = create_convert_map
     ExportedProgramImporter.update_convert_map = update_convert_map

@@ -42,6 +42,29 @@ def test_module_route_names_every_op_by_its_module():
     assert {s for _, s in by_op} <= {"features.0", "features.1", "(top level)", "head"}
 
 
+class Downsampled(torch.nn.Module):
+    """A residual block as ResNet writes it, the shortcut first: conv + batch norm on each branch."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 1, bias=False), torch.nn.BatchNorm2d(16))
+        self.conv1 = torch.nn.Conv2d(8, 16, 3, padding=1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(16)
+
+    def forward(self, x):
+        return torch.relu(self.bn1(self.conv1(x)) + self.down(x))
+
+
+def test_a_batch_norm_is_named_by_its_own_module():
+    """The importer emits a batch norm's tuple and then its field 0: the norm is named by its module (the shortcut's
+    `down.1`, the branch's `bn1`), not by the op after it (`conv1`, the top level)."""
+    rep = analyze(Downsampled().eval(), (torch.randn(1, 8, 8, 8),))
+    by_op = [(c.op.removeprefix("relax."), c.source) for c in rep.analysis.ops]
+    norms = [s for op, s in by_op if op == "nn.batch_norm"]
+    convs = [s for op, s in by_op if op == "nn.conv2d"]
+    assert sorted(norms) == ["bn1", "down.1"] and sorted(convs) == ["conv1", "down.0"]
+
+
 def test_a_modules_flops_equal_flop_counter_on_that_module_alone():
     """ResNet-18 with real weights: layer2's multiply-add FLOPs summed from its ops equal FlopCounterMode on
     model.layer2 run by itself on its input (1, 64, 56, 56)."""

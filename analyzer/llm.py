@@ -111,6 +111,9 @@ def load_llm(model) -> LlmModel:
         if not path.exists():
             raise UsageError(f"{path}: no such file or directory")
         cfg_path = config_path(path)
+        json_file = path / "config.json" if path.is_dir() else path
+        if cfg_path is None and json_file.suffix == ".json" and json_file.is_file():
+            read_config(json_file)  # a JSON file that is no transformers config: its own reason
         if cfg_path is None:
             raise UsageError(
                 f"{path.name}: preflight llm reads zoo:NAME, a transformers config.json or a model directory holding "

@@ -444,7 +444,8 @@ def llm_summary(report) -> list[tuple[str, str]]:
             ),
             (
                 "request",
-                f"{llm.batch} running sequences, prompt {llm.prompt:,} tokens, {llm.generate:,} generated "
+                f"{llm.batch:,} running sequence{'s' if llm.batch != 1 else ''}, prompt {llm.prompt:,} tokens, "
+                f"{llm.generate:,} generated "
                 f"(mean live context {llm.prompt + llm.generate / 2:,.0f} tokens)",
             ),
             ("kernels", d["why"]),
@@ -812,6 +813,8 @@ def _llm_energy_lines(llm) -> list[str]:
         head += ")"
         if d.energy_per_token_j is not None:
             head += f": {d.energy_per_token_j:.3g} J per output token per GPU at {d.avg_power_w:.0f} W average power"
+            if (tp := runtime.get("tensor_parallel", 1)) > 1:
+                head += f" ({tp * d.energy_per_token_j:.3g} J per output token for the {tp} GPUs together)"
         eng = getattr(d, "engine", None)
         if eng:
             plan = eng["memory_per_gpu"].get(FULL_GPU, {})

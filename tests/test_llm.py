@@ -426,7 +426,16 @@ def test_cli_json_and_exit_codes(schema, tmp_path):
     huge = tmp_path / "huge" / "config.json"  # a model directory holding a config
     huge.parent.mkdir()
     huge.write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 10**9}))
+    empty, odd_rope, gqa = (tmp_path / n / "config.json" for n in ("empty", "rope", "gqa"))
+    for path, doc in ((empty, {}), (odd_rope, {"model_type": "llama", "hidden_size": 4000, "num_attention_heads": 32}),
+                      (gqa, {"model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 5})):  # fmt: skip
+        path.parent.mkdir()
+        path.write_text(json.dumps(doc))
     for args, words in (
+        ([str(empty.parent)], "not a transformers config (a JSON object with a 'model_type')"),
+        # transformers' reason is on the line after its first: 4000 / 32 = 125, an odd rotary dimension
+        ([str(odd_rope.parent)], "RoPE requires an even rotary dimension"),
+        ([str(gqa.parent)], "num_key_value_heads (5) must divide num_attention_heads (32)"),
         ([str(bad)], "custom model code"),
         ([str(huge.parent)], "num_hidden_layers = 1000000000"),
         ([spec, "--prompt", "16", "--context", "16"], "must exceed --prompt"),

@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import AnalysisError, UnreadableModelError, UsageError, one_line
+from ..errors import AnalysisError, UnreadableModelError, UsageError, one_line, shorten_reprs
 from .loaded import LoadedModel
 from .specs import InputSpec, resolve_shape
 
@@ -94,7 +94,8 @@ def read_config(path: Path):
     try:
         return CONFIG_MAPPING[model_type].from_dict(doc)
     except Exception as exc:  # transformers validates fields with many error types
-        raise UnreadableModelError(f"{path}: transformers rejects the config: {one_line(exc)}") from exc
+        why = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())  # (its reason on line 2)
+        raise UnreadableModelError(f"{path}: transformers rejects the config: {shorten_reprs(why)[:300]}") from exc
 
 
 def _check_sizes(doc: dict, path: Path) -> None:
@@ -109,6 +110,12 @@ def _check_sizes(doc: dict, path: Path) -> None:
             limit = MAX_LAYERS if key in _LAYER_KEYS else MAX_DIM
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= limit:
                 raise UnreadableModelError(f"{path}: {key} = {v!r} is not a size a model has (0 to {limit:,})")
+        heads, kv = section.get("num_attention_heads"), section.get("num_key_value_heads")
+        if isinstance(heads, int) and isinstance(kv, int) and kv > 0 and heads % kv:
+            raise UnreadableModelError(
+                f"{path}: num_key_value_heads ({kv}) must divide num_attention_heads ({heads}): grouped-query "
+                "attention gives every KV head the same number of query heads"
+            )
 
 
 def _model_class(config, causal_lm: bool):

@@ -71,6 +71,7 @@ class LlmModel:
     source: str
     framework: str
     declared_dtype: str | None = None  # zoo ?dtype= or the config's dtype
+    defaulted: tuple[str, ...] = ()  # sizes the config file left to transformers' defaults (`defaulted_sizes`)
 
     @property
     def layers(self) -> int:
@@ -102,7 +103,7 @@ def load_llm(model) -> LlmModel:
     Raises:
         UsageError: not a decoder LM, an unreadable or unsafe config, an unknown zoo name.
     """
-    from .frontends.hf_config import build_model, config_path, is_causal_lm, read_config
+    from .frontends.hf_config import build_model, config_path, defaulted_sizes, is_causal_lm, read_config
 
     if isinstance(model, str) and model.startswith("zoo:"):
         return _load_zoo(model[4:])
@@ -122,7 +123,8 @@ def load_llm(model) -> LlmModel:
         config = read_config(cfg_path)
         lm = build_model(config, causal_lm=True)
         name = f"{config.model_type}:{type(lm).__name__}"
-        return LlmModel(lm, lm.config, name, str(cfg_path), "transformers", _declared(config))
+        defaulted = tuple(defaulted_sizes(cfg_path, config))
+        return LlmModel(lm, lm.config, name, str(cfg_path), "transformers", _declared(config), defaulted)
     if _is_hf_config(model):
         lm = build_model(model, causal_lm=True)
         name = f"{model.model_type}:{type(lm).__name__}"
@@ -927,7 +929,7 @@ def llm(
     n = layout.layers
     if runtime == "vllm":  # the engine's kernels from the config: nothing to trace
         say(f"serving engine (vllm runtime, tensor parallel {tensor_parallel}, engine profile {profile.name})")
-        return _llm_vllm(
+        report = _llm_vllm(
             m,
             layout,
             kv,
@@ -948,6 +950,7 @@ def llm(
             profile=profile,
             batched_tokens=max_num_batched_tokens,
         )
+        return _note_defaults(report, m)
 
     depths, depth = choose_depths(m.lm, layout, full_depth=full_depth, devices=devices)
     max_length = max([*grid, request_context, context, prompt])
@@ -1109,6 +1112,18 @@ def llm(
         f"analysed as if served in {dtype}: weights, activations and the KV cache are {dtype}"
         + ("" if m.declared_dtype or dtype != DEFAULT_DTYPE else " (the default; set --dtype)")
     )
+    return _note_defaults(report, m)
+
+
+def _note_defaults(report: LlmReport, m: LlmModel) -> LlmReport:
+    """`report` with a warning naming the sizes the config file left to transformers' defaults, if any."""
+    if m.defaulted:
+        sizes = ", ".join(f"{k} = {getattr(m.config, k):,}" for k in m.defaulted)
+        report.warnings.insert(
+            0,
+            f"the config does not set {sizes}: transformers' defaults for {m.config.model_type}, which the costs "
+            "rest on (set them in the config if the model differs)",
+        )
     return report
 
 
@@ -1613,7 +1628,8 @@ def _llm_vllm(
         inputs=[{"name": "input_ids", "shape": [batch, 1], "dtype": "int64"}],
         analysis=summary,
         warnings=[
-            f"vllm runtime: the kernels of a decode step of {batch} sequences, counted from the config's sizes "
+            f"vllm runtime: the kernels of a decode step of {batch} sequence{'s' if batch != 1 else ''}, counted from "
+            "the config's sizes "
             f"(whole model; latencies, energy and memory per GPU of tensor parallel {tp}); no per-operator list",
             f"analysed as if served in {dtype}: weights, activations and the KV cache are {dtype}",
         ],

@@ -120,6 +120,25 @@ def test_a_batch_the_gpu_cannot_hold_is_said_with_how_many_fit():
     assert small.llm.devices[0].fits["full GPU"] and not [w for w in small.warnings if "do not fit" in w]
 
 
+def test_sizes_a_config_leaves_to_transformers_defaults_are_named(tmp_path):
+    """TINY without hidden_size and vocab_size: the model gets LlamaConfig's 4,096 and 32,000, and the report says
+    so; GPT-2's `n_embd` is its hidden_size (an alias), so setting it is setting the size."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({k: v for k, v in TINY.items() if k not in ("hidden_size", "vocab_size")}))
+    rep = llm(str(path), prompt=8, generate=8, contexts=[16], runtime="vllm")
+    (w,) = [w for w in rep.warnings if "does not set" in w]
+    assert w.startswith("the config does not set hidden_size = 4,096, vocab_size = 32,000: transformers' defaults")
+    path.write_text(json.dumps(TINY))
+    assert not [w for w in llm(str(path), prompt=8, generate=8, contexts=[16], runtime="vllm").warnings
+                if "does not set" in w]  # fmt: skip
+    from transformers import GPT2Config
+
+    from analyzer.frontends.hf_config import defaulted_sizes
+
+    path.write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100}))
+    assert defaulted_sizes(path, GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=100)) == []
+
+
 def test_allreduce_bytes_per_layer_by_hand():
     a = eng.Arch(layers=80, hidden=8192, heads=64, kv_heads=8, head_dim=128, intermediate=28672, vocab=128256)
     s = eng.Split.of(a, 4)

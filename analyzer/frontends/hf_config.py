@@ -98,6 +98,20 @@ def read_config(path: Path):
         raise UnreadableModelError(f"{path}: transformers rejects the config: {shorten_reprs(why)[:300]}") from exc
 
 
+#: The sizes that fix a model's cost: a config that leaves one out gets transformers' default for its model type
+COST_SIZES = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+
+
+def defaulted_sizes(path: Path, config) -> list[str]:
+    """The `COST_SIZES` that the config file at `path` does not set (under the name or one of the config class's
+    aliases, `attribute_map`, at the top or in `text_config`): what `config` took from transformers' defaults."""
+    doc = _read(path) or {}
+    given = set(doc) | set(doc.get("text_config") or {} if isinstance(doc.get("text_config"), dict) else ())
+    aliases = getattr(config, "attribute_map", {}) or {}  # size -> the name this model type stores it under
+    given |= {size for size, own in aliases.items() if own in given}
+    return [k for k in COST_SIZES if k not in given and getattr(config, k, None) is not None]
+
+
 def _check_sizes(doc: dict, path: Path) -> None:
     """Refuse layer counts and sizes no model has (they would exhaust memory or overflow shapes, not analyse)."""
     from .specs import MAX_DIM

@@ -261,7 +261,8 @@ def _cost_section(report, top: int) -> Section:
         sec.blocks.append(
             f"Predicted time per operator on {p.device}: the predicted latency ({g3(p.latency_ms)} ms) shared out "
             f"by the modelled time of the eager CUDA kernels each operator becomes (views and folded operators "
-            f"launch nothing: 0). Ranked by predicted time."
+            f"launch nothing: 0). Ranked by predicted time. 'bound': compute or memory by the roofline, or launch "
+            f"where every kernel of the operator is shorter than its launch floor (the host's dispatch sets its time)."
         )
 
         ranked = sorted(live, key=lambda c: times.get(c.index, (0, False))[0], reverse=True)[:top]
@@ -270,7 +271,7 @@ def _cost_section(report, top: int) -> Section:
     rows = []
     for c in ranked:
         nbytes = c.bytes_read + c.bytes_written
-        t, cb = times.get(c.index, (0.0, False))
+        t, bound = times.get(c.index, (0.0, "none"))
         rows.append(
             [
                 str(c.index),
@@ -281,7 +282,7 @@ def _cost_section(report, top: int) -> Section:
                 si(c.flops),
                 mib(nbytes),
                 f"{c.flops / nbytes:.1f}" if nbytes else "-",
-                ("compute" if cb else "memory") if p else "-",
+                bound if p and bound != "none" else "-",
                 f"{t * 1e3:,.1f}" if p else "-",
                 (f"{100 * t / p.latency_ms:.1f}%" if p.latency_ms > 0 else "-")  # 0: a graph of views only
                 if p

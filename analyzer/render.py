@@ -148,8 +148,8 @@ def ranked_ops(report) -> list[tuple[object, float | None]]:
     from predictor.predict import op_times_ms
 
     times = op_times_ms(a, p)
-    order = sorted(live, key=lambda c: (times.get(c.index, (0.0, False))[0], c.flops), reverse=True)
-    return [(c, times.get(c.index, (0.0, False))[0]) for c in order]
+    order = sorted(live, key=lambda c: (times.get(c.index, (0.0, "none"))[0], c.flops), reverse=True)
+    return [(c, times.get(c.index, (0.0, "none"))[0]) for c in order]
 
 
 def op_source_label(cost) -> str:
@@ -814,7 +814,7 @@ def render_csv(report, what: str = "ops") -> str:
                     c.folded,
                     c.supported,
                     f"{t[0]:.6g}" if t else "",
-                    t[1] if t else "",
+                    t[1] == "compute" if t else "",
                     c.source or "",
                     c.module or "",
                 ]  # fmt: skip

@@ -717,8 +717,14 @@ def _basis(karrays, device: Device, whole: KernelTimes, source: str | None, tf32
     }
 
 
-def op_times_ms(analysis, prediction: Prediction) -> dict[int, tuple[float, bool]]:
-    """A prediction's latency apportioned over the live Relax ops: op index -> (ms, compute bound).
+#: What bounds an op's kernels, strongest first: any compute-bound kernel (roofline terms) makes the op compute-bound;
+#: else any kernel whose execution is over its launch floor, memory-bound; else every kernel sits at the floor
+#: ("launch": the host's dispatch, not the GPU, sets its time); "none": the op launches no kernel (a view, folded)
+OP_BOUNDS = ("compute", "memory", "launch", "none")
+
+
+def op_times_ms(analysis, prediction: Prediction) -> dict[int, tuple[float, str]]:
+    """A prediction's latency apportioned over the live Relax ops: op index -> (ms, what bounds it: `OP_BOUNDS`).
 
     Each kernel's modelled time goes to the ops it covers (split evenly when it covers several, e.g. a fused
     attention); views and folded ops get 0. With the estimate the shares add up to its latency exactly; a
@@ -729,11 +735,13 @@ def op_times_ms(analysis, prediction: Prediction) -> dict[int, tuple[float, bool
     device = get_device(prediction.device)
     times = host_times(kernel_latency_arrays(kernel_arrays(analysis.kernels), device, tf32_matmul=tf32), host)
     per_op: dict[int, float] = {}
-    bound: dict[int, bool] = {}
-    for kern, sec, cb in zip(analysis.kernels, times.eager_s, times.compute_bound, strict=True):
+    bound: dict[int, str] = {}
+    at_floor = times.launch_s >= np.maximum(times.compute_s, times.memory_s)
+    for kern, sec, cb, fl in zip(analysis.kernels, times.eager_s, times.compute_bound, at_floor, strict=True):
+        what = "compute" if cb else "launch" if fl else "memory"
         for i in kern.ops:
             per_op[i] = per_op.get(i, 0.0) + sec / len(kern.ops)
-            bound[i] = bound.get(i, False) or bool(cb)
+            bound[i] = min(bound.get(i, "none"), what, key=OP_BOUNDS.index)
     total = sum(per_op.values())
     if getattr(analysis, "repeat", None) is not None or getattr(analysis, "steps", None) is not None:
         # the listed ops are 2 of n layers (a few of T steps): scale by all of them
@@ -741,7 +749,7 @@ def op_times_ms(analysis, prediction: Prediction) -> dict[int, tuple[float, bool
         total = float(host_times(launched, host).eager_s.sum())
     scale = prediction.latency_ms / (total * 1e3) if total > 0 else 0.0
     return {
-        c.index: (per_op.get(c.index, 0.0) * 1e3 * scale, bound.get(c.index, False))
+        c.index: (per_op.get(c.index, 0.0) * 1e3 * scale, bound.get(c.index, "none"))
         for c in analysis.ops
         if not c.folded
     }

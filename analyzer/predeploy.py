@@ -153,7 +153,7 @@ def _sweep_section(report) -> Section:
         for pt in dev["points"]:
             smallest = next((q.name for q in order if pt["fits"].get(q.name)), None)
             if smallest or pt["fits_full_gpu"]:
-                where = smallest or ("fits the slice" if ":" in device.key else "full GPU only")
+                where = smallest or ("fits the slice" if device.parent else "full GPU only")
             elif sw["latency_slo_ms"] is not None and mig_fits(device.memory_mib, pt["memory_mib_interval"][1]):
                 where = "misses the latency SLO"  # the memory fits
             else:
@@ -194,7 +194,7 @@ def _sweep_section(report) -> Section:
         ]
         lim_rows.append(
             [
-                f"{'the slice' if ':' in device.key else 'full GPU'} ({device.key})",
+                f"{'the slice' if device.parent else 'full GPU'} ({device.key})",
                 f"{device.memory_mib:,.0f}",
                 str(dev["largest_batch_full_gpu"] or "none"),
             ]

@@ -197,11 +197,7 @@ class Arch:
                 "intermediate_size as positive integers"
             )
         kv = _get(text, "num_key_value_heads", default=heads)
-        if not (isinstance(kv, int) and 0 < kv <= heads and heads % kv == 0):
-            raise EngineConfigError(
-                f"num_key_value_heads ({kv}) must divide num_attention_heads ({heads}): grouped-query attention "
-                "gives every KV head the same number of query heads"
-            )
+        check_kv_heads(heads, kv)
         head_dim = _get(text, "head_dim", default=hidden // heads)
         experts = int(_get(text, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
         top_k = int(_get(text, "num_experts_per_tok", "moe_topk", default=0) or 0)
@@ -234,6 +230,15 @@ class Arch:
             shared_intermediate=shared,
             moe_layers=moe_layers,
             gated=str(text.get("model_type", cfg.get("model_type", ""))) not in NON_GATED,
+        )
+
+
+def check_kv_heads(heads: int, kv) -> None:
+    """EngineConfigError unless `kv` KV heads split `heads` query heads evenly (grouped-query attention)."""
+    if not (isinstance(kv, int) and 0 < kv <= heads and heads % kv == 0):
+        raise EngineConfigError(
+            f"num_key_value_heads ({kv}) must divide num_attention_heads ({heads}): grouped-query attention "
+            "gives every KV head the same number of query heads"
         )
 
 

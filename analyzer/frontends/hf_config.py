@@ -125,11 +125,13 @@ def _check_sizes(doc: dict, path: Path) -> None:
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= limit:
                 raise UnreadableModelError(f"{path}: {key} = {v!r} is not a size a model has (0 to {limit:,})")
         heads, kv = section.get("num_attention_heads"), section.get("num_key_value_heads")
-        if isinstance(heads, int) and isinstance(kv, int) and kv > 0 and heads % kv:
-            raise UnreadableModelError(
-                f"{path}: num_key_value_heads ({kv}) must divide num_attention_heads ({heads}): grouped-query "
-                "attention gives every KV head the same number of query heads"
-            )
+        if isinstance(heads, int) and isinstance(kv, int) and kv > 0:
+            from predictor.serving_engine import EngineConfigError, check_kv_heads
+
+            try:
+                check_kv_heads(heads, kv)
+            except EngineConfigError as exc:
+                raise UnreadableModelError(f"{path}: {exc}") from exc
 
 
 def _model_class(config, causal_lm: bool):

@@ -92,10 +92,13 @@ def shorten_reprs(text: str) -> str:
     return "".join(out)
 
 
-def one_line(exc: BaseException) -> str:
-    """The first line of an exception's message, long object reprs shortened (`shorten_reprs`), at most 300
+def one_line(exc: BaseException, *, every_line: bool = False) -> str:
+    """The first line of an exception's message (`every_line`: all its non-empty lines joined by spaces, for
+    libraries that give the reason on a later line), long object reprs shortened (`shorten_reprs`), at most 300
     characters (for one-line user errors)."""
-    text = str(exc).strip().splitlines()
+    text = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if every_line and text:
+        text = [" ".join(text)]
     return shorten_reprs(text[0] if text else type(exc).__name__)[:300]
 
 

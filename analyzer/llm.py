@@ -862,6 +862,10 @@ def llm(
 
     Returns:
         An `LlmReport`: the decode step's report (totals; per-operator list with full depth) with the `llm` block.
+        The serving figures are in `report.llm`: per GPU `report.llm.devices[i]` (`ttft_ms`, `tpot_ms`, `e2e_ms`,
+        tokens/s, `energy_per_token_j`, `memory`, `capacity`, `recommendation`), the steps' counts in
+        `report.llm.prefill` / `report.llm.decode`. `report.prediction` is None: no single latency stands for a
+        served model (TTFT and TPOT are two).
     """
     say = log or (lambda _m: None)
     if runtime not in RUNTIMES:

@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import AnalysisError, UnreadableModelError, UsageError, one_line, shorten_reprs
+from ..errors import AnalysisError, UnreadableModelError, UsageError, one_line
 from .loaded import LoadedModel
 from .specs import InputSpec, resolve_shape
 
@@ -94,8 +94,8 @@ def read_config(path: Path):
     try:
         return CONFIG_MAPPING[model_type].from_dict(doc)
     except Exception as exc:  # transformers validates fields with many error types
-        why = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())  # (its reason on line 2)
-        raise UnreadableModelError(f"{path}: transformers rejects the config: {shorten_reprs(why)[:300]}") from exc
+        why = one_line(exc, every_line=True)  # (transformers' validate_rope gives its reason on line 2)
+        raise UnreadableModelError(f"{path}: transformers rejects the config: {why}") from exc
 
 
 #: The sizes that fix a model's cost: a config that leaves one out gets transformers' default for its model type

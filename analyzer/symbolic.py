@@ -54,16 +54,6 @@ class SymbolicModel:
         return out
 
 
-def _with_batch(example_inputs: Sequence, batch: int, axes: Sequence[int | None]) -> tuple:
-    """Example tensors with each batch axis set to `batch` (its first slice, expanded: a view)."""
-    out = []
-    for t, a in zip(example_inputs, axes, strict=True):
-        if a is not None:
-            t = t.narrow(a, 0, 1).expand(*t.shape[:a], batch, *t.shape[a + 1 :])
-        out.append(t)
-    return tuple(out)
-
-
 def load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool = False) -> SymbolicModel:
     """Export `model` ("zoo:NAME[?...]", or an nn.Module with example inputs whose axis 0 is the batch) with the
     batch symbolic and extract its symbolic graph. `seq`: also the sequence length ("seq") of a zoo language
@@ -99,7 +89,7 @@ def _load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool =
 
         loaded, values = load_zoo_symbolic(model[4:], seq=seq)
     elif (torch := sys.modules.get("torch")) is not None and isinstance(model, torch.nn.Module):
-        from .frontends import module_examples
+        from .frontends import module_examples, with_batch
         from .frontends.torch_frontend import from_module
 
         example_inputs = module_examples(example_inputs)
@@ -108,7 +98,7 @@ def _load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool =
         axes = [0 if getattr(t, "ndim", 0) >= 1 else None for t in example_inputs]
         loaded = from_module(
             model,
-            _with_batch(example_inputs, 2, axes),  # torch specialises sizes 0 and 1
+            with_batch(example_inputs, 2, axes),  # torch specialises sizes 0 and 1
             source=f"<{type(model).__name__}>",
             symbol_axes=[{} if a is None else {a: BATCH} for a in axes],
         )

@@ -101,13 +101,16 @@ def module_examples(example_inputs) -> tuple:
     return tuple(example_inputs)
 
 
-def with_batch(example_inputs: Sequence, batch: int) -> tuple:
-    """Example tensors with dimension 0 set to `batch` (what `batch=` means for an nn.Module): the first row of
-    each tensor of at least one dimension, expanded (a view: nothing is allocated); other inputs as given."""
+def with_batch(example_inputs: Sequence, batch: int, axes: Sequence[int | None] | None = None) -> tuple:
+    """Example tensors with their batch axis set to `batch` (what `batch=` means for an nn.Module): the first
+    slice along it, expanded (a view: nothing is allocated). `axes`: each input's batch axis, None for an input
+    without one; default axis 0 of every tensor of at least one dimension. Other inputs as given."""
+    if axes is None:
+        axes = [0 if getattr(t, "ndim", 0) >= 1 else None for t in example_inputs]
     out = []
-    for t in example_inputs:
-        if getattr(t, "ndim", 0) >= 1:
-            t = t.narrow(0, 0, 1).expand(batch, *t.shape[1:])
+    for t, a in zip(example_inputs, axes, strict=True):
+        if a is not None:
+            t = t.narrow(a, 0, 1).expand(*t.shape[:a], batch, *t.shape[a + 1 :])
         out.append(t)
     return tuple(out)
 

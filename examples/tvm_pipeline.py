@@ -13,7 +13,7 @@ from tvm import relax
 
 import analyzer
 from analyzer import AnnotateCosts, CostRecorder, read_annotation
-from analyzer.render import render_pass_records
+from analyzer.render import predictor_label, render_pass_records
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         mod = pipeline(mod)
     p = read_annotation(mod)["prediction"]
     print(
-        f"{model}: predicted {p['latency_ms']:.3g} ms, {p['memory_mb']:,.0f} MiB on {p['device']} "
-        f"({p['predictor']}); MIG: {p['mig']['profile']}"
+        f"{model}: predicted {p['latency_ms']:.3g} ms, {p['memory_mib']:,.0f} MiB on {p['device']} "
+        f"({predictor_label(p['predictor'])}); MIG: {p['mig']['profile']}"
     )
     print(render_pass_records(recorder.records))
     tvm.compile(mod, target="llvm")  # the annotated module builds as usual

@@ -95,6 +95,7 @@ class OpNode:
     outputs: tuple[TensorInfo, ...]  # more than one for tuple-returning ops (split, batch_norm)
     callee: str | None = None  # PrimFunc / packed function name for call_tir and friends
     tir_flops: int | None = None  # TVM's estimate for call_tir PrimFuncs, None if unavailable
+    tir_macs: int | None = None  # the PrimFunc's multiply-adds (`tvm_ir.prim_func_macs`), None if not counted
     # weight_only: every operand is a weight or computed from weights alone (a position-bias MLP over a constant table,
     # a linear layer's transposed weight): a compiler folds it ahead of time. folded: weight-only and nothing to run in
     # eager PyTorch either (a layout op or view, a cast or dequantization of a weight: `tvm_ir.eager_folds`); a

@@ -223,6 +223,7 @@ class SymbolicGraph:
                 outputs=tuple(t(x) for x in op.outputs),
                 callee=op.callee,
                 tir_flops=op.tir_flops,
+                tir_macs=op.tir_macs,
                 folded=op.folded,
                 weight_only=op.weight_only,
                 library_call=op.library_call,

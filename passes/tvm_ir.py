@@ -347,6 +347,65 @@ def prim_func_flops(mod: tvm.IRModule, gvar) -> int | None:
         return None
 
 
+def prim_func_macs(mod: tvm.IRModule, gvar) -> int | None:
+    """The multiply-adds of a PrimFunc: for every block that reduces (a reduction iteration variable) by storing
+    `acc + a * b` into the buffer it reads `acc` from (casts around the product allowed), the iterations of the
+    loops around it, summed; None when a loop's extent is not a constant.
+
+    `prim_func_flops` counts every add and multiply of the function, so a fused PrimFunc (`fused_matmul_add`:
+    a matmul and its bias add) has 2 x MACs + the adds of the epilogue, and `flops // 2` would count the bias adds
+    as half multiply-adds; this counts the products alone (a TOPI matmul or convolution: flops / 2 exactly).
+    """
+    from tvm.s_tir import SBlockRealize
+    from tvm.tirx import For, IfThenElse, SeqStmt
+
+    def strip(e):
+        while isinstance(e, PE.Cast):
+            e = e.value
+        return e
+
+    def multiply_add(block) -> bool:
+        store = block.body
+        if not any(int(iv.iter_type) == 2 for iv in block.iter_vars) or not hasattr(store, "buffer"):
+            return False  # 2: tvm's IterVar.CommReduce
+        value = strip(getattr(store, "value", None))
+        if not isinstance(value, PE.Add):
+            return False
+        for acc, product in ((value.a, value.b), (value.b, value.a)):
+            loaded = getattr(strip(acc), "source", None)  # a TensorLoad's buffer (0.27; `buffer` before)
+            if loaded is not None and loaded.same_as(store.buffer):
+                return isinstance(strip(product), PE.Mul)
+        return False
+
+    def walk(stmt, trips: int) -> int | None:
+        if isinstance(stmt, For):
+            extent = stmt.extent
+            if not isinstance(extent, IntImm):
+                return None
+            return walk(stmt.body, trips * int(extent.value))
+        if isinstance(stmt, SeqStmt):
+            total = 0
+            for s in stmt.seq:
+                n = walk(s, trips)
+                if n is None:
+                    return None
+                total += n
+            return total
+        if isinstance(stmt, SBlockRealize):
+            block = stmt.block
+            return trips if multiply_add(block) else walk(block.body, trips)
+        if isinstance(stmt, IfThenElse):
+            parts = [walk(s, trips) for s in (stmt.then_case, stmt.else_case) if s is not None]
+            return None if None in parts else max(parts, default=0)
+        body = getattr(stmt, "body", None)
+        return walk(body, trips) if body is not None else 0
+
+    try:
+        return walk(mod[gvar].body, 1)
+    except Exception:  # noqa: BLE001 - a PrimFunc of another shape: no count
+        return None
+
+
 def estimate_module_tir_flops(mod: tvm.IRModule) -> int:
     """Sum of TVM's FLOP estimates over every PrimFunc call in `main`, weighted by call count."""
     graph = extract(mod)
@@ -376,7 +435,7 @@ class _Extractor:
         self.next_value = 0
         # relax var handle -> list of (value id, field, TensorInfo) it refers to
         self.env: dict[int, list[tuple[int, int | None, TensorInfo]]] = {}
-        self._prim_flops: dict[str, int | None] = {}
+        self._prim_flops: dict[str, tuple[int | None, int | None]] = {}
         self.constants: dict[int, int] = {}  # constant payload -> value id
 
     def new_value(self) -> int:
@@ -492,11 +551,11 @@ class _Extractor:
                 operands.append(Operand(info, src, kind, vid, fld))
         outputs = _tensor_infos(var.ty, var.name, self.symbolic) or ()
 
-        tir = None
+        tir = tir_macs = None
         if name in _CALL_WITH_CALLEE and isinstance(call.args[0], tvm.ir.GlobalVar) and self.tir_flops:
-            tir = self._tir(call.args[0])
+            tir, tir_macs = self._tir(call.args[0])
         elif name == "relax.call_tir" and isinstance(call.op, tvm.ir.GlobalVar) and self.tir_flops:
-            tir = self._tir(call.op)
+            tir, tir_macs = self._tir(call.op)
 
         if self.symbolic and name in _TIR_CALL_OPS:
             raise IRError(f"{name} ({callee_name}) in a symbolic graph: its PrimFunc's cost needs fixed sizes")
@@ -523,6 +582,7 @@ class _Extractor:
             outputs=outputs,
             callee=callee_name,
             tir_flops=tir,
+            tir_macs=tir_macs,
             weight_only=weight_only,
         )
         node.folded = weight_only and eager_folds(node)
@@ -536,10 +596,11 @@ class _Extractor:
             refs.append((vid, j if len(outputs) > 1 else None, info))
         self.env[_key(var)] = refs
 
-    def _tir(self, gvar) -> int | None:
+    def _tir(self, gvar) -> tuple[int | None, int | None]:
+        """(FLOPs, multiply-adds) of the PrimFunc `gvar` names (`prim_func_flops`, `prim_func_macs`)."""
         key = gvar.name_hint
         if key not in self._prim_flops:
-            self._prim_flops[key] = prim_func_flops(self.mod, gvar)
+            self._prim_flops[key] = (prim_func_flops(self.mod, gvar), prim_func_macs(self.mod, gvar))
         return self._prim_flops[key]
 
 

@@ -209,6 +209,55 @@ def test_recorder_matches_direct_analysis_before_and_after(cnn_mod):
     assert records["sequential"].depth == 0
 
 
+def test_fusion_keeps_the_multiply_adds(mlp_mod):
+    """A fused PrimFunc's MACs are its products alone: after FuseTIR each Linear is one `fused_matmul_add` whose
+    TIR FLOPs are 2 x MACs plus the bias adds, and the module's MACs stay FlopCounterMode's half at every pass."""
+    model, inputs = _mlp()
+    with FlopCounterMode(display=False) as counter:
+        model(*inputs)
+    macs = 4 * (64 * 256 + 256 * 32)  # batch x (in x out) per Linear = 98,304
+    assert counter.get_total_flops() == 2 * macs
+    recorder = CostRecorder()
+    steps = [
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+    ]
+    with tvm.transform.PassContext(instruments=[recorder]):
+        fused = tvm.transform.Sequential(steps)(mlp_mod)
+    for r in recorder.records:
+        assert r.after.macs == macs, r.name
+    assert "macs" not in {r.name: r for r in recorder.records}["FuseTIR"].delta
+    ops = [o for o in analyze_module(fused).ops if o.callee and "matmul" in o.callee]
+    assert sorted(o.macs for o in ops) == [4 * 256 * 32, 4 * 64 * 256]
+    # TVM's estimate counts the fused epilogue too: 2 x MACs + batch x out bias adds per Linear, and the first
+    # Linear's ReLU (one max per element) fused into it
+    assert sorted(o.flops for o in ops) == [2 * 4 * 256 * 32 + 4 * 32, 2 * 4 * 64 * 256 + 2 * 4 * 256]
+
+
+def test_fused_convolution_keeps_its_multiply_adds():
+    """Conv2d + bias + ReLU + global mean, fused by TVM: MACs stay FlopCounterMode's half after every pass (the
+    mean's sum-reduction is no multiply-add)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1)).eval()
+    x = torch.randn(2, 3, 10, 10)
+    with FlopCounterMode(display=False) as counter:
+        model(x)
+    macs = 2 * 8 * 10 * 10 * 3 * 3 * 3  # batch x C_out x H x W x C_in x k x k = 43,200
+    assert counter.get_total_flops() == 2 * macs
+    steps = [
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+    ]
+    recorder = CostRecorder()
+    with tvm.transform.PassContext(instruments=[recorder]):
+        tvm.transform.Sequential(steps)(analyzer.load(model, example_inputs=(x,)).mod)
+    assert [r.after.macs for r in recorder.records] == [macs] * len(recorder.records)
+
+
 def test_recorder_records_errors_without_breaking_the_pipeline():
     recorder = CostRecorder()
     with tvm.transform.PassContext(instruments=[recorder]):

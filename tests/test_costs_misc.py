@@ -550,6 +550,15 @@ def test_call_tir_with_flops():
     assert c.bytes_written == 1024  # 256 el * 4 B
 
 
+def test_call_tir_macs_are_the_prim_funcs_products_when_counted():
+    # fused_matmul_add of (8, 16) x (16, 32) + bias: TIR FLOPs 2 x 4,096 + 256 bias adds; MACs the products alone
+    op = node("relax.call_tir", [T(8, 16), T(16, 32)], [T(8, 32)], callee="fused_matmul_add", tir_flops=8448)
+    assert cost_of(op).macs == 4224  # not counted: half the FLOPs, the bias adds among them
+    op.tir_macs = 4096  # 8 x 16 x 32
+    c = cost_of(op)
+    assert c.macs == 4096 and c.flops == 8448
+
+
 def test_call_tir_elementwise_has_no_macs():
     c = cost_of(node("relax.call_tir", [X], [X], callee="fused_add_relu", tir_flops=48))
     assert c.category == "elementwise" and c.flops == 48 and c.macs == 0

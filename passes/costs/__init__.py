@@ -25,8 +25,9 @@ from .registry import (
 )
 
 # Calls of TIR PrimFuncs (the ONNX importer's emit_te, LegalizeOps): costed from the PrimFunc
-# with TVM's estimate_tir_flops, which counts every add and multiply (so it equals 2 x MACs for
-# multiply-add kernels); categorised by the PrimFunc's name.
+# with TVM's estimate_tir_flops, which counts every add and multiply (2 x MACs for a plain
+# multiply-add kernel, more for a fused one: its epilogue's adds), MACs the products of its
+# reduction blocks (`tvm_ir.prim_func_macs`); categorised by the PrimFunc's name.
 TIR_CALLS = ("relax.call_tir", "relax.call_tir_inplace", "relax.call_tir_with_grad", "relax.dist.call_tir_local_view")
 
 # Substrings of PrimFunc names (TOPI and LegalizeOps naming) -> category, first match wins.
@@ -148,7 +149,9 @@ def cost_of(op: OpNode) -> OpCost:
         category = tir_category(op.callee)
         if op.tir_flops is None:
             return _unsupported(op, category, read_all, written_all, common)
-        macs = op.tir_flops // 2 if category in MULTIPLY_ADD_CATEGORIES else 0
+        macs = 0
+        if category in MULTIPLY_ADD_CATEGORIES:  # the PrimFunc's products; half its FLOPs where not counted
+            macs = op.tir_macs if op.tir_macs is not None else op.tir_flops // 2
         return OpCost(
             category=category,
             macs=macs,

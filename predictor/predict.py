@@ -662,6 +662,13 @@ def predict(
             full_gpu_latency_ms=lat,
             max_slowdown=max_slowdown,
         )
+    if m > device.memory_mib:  # the prediction stands, but the run it describes would not happen
+        what = "MIG slice" if parent is not None else "GPU"
+        warnings.append(
+            f"does not fit: the predicted device memory, {m:,.0f} MiB, exceeds the {device.memory_mib:,.0f} MiB of the "
+            f"{what} {device.key}; eager PyTorch would fail with CUDA out of memory at these input sizes (a smaller "
+            "batch, 16-bit weights or a larger GPU; `preflight report` solves the largest batch that fits)"
+        )
     prediction = Prediction(
         device=device.key,
         predictor=name,

@@ -126,3 +126,20 @@ def test_the_lock_pins_every_package_but_the_project_itself():
     assert not [x for x in lines if x.lower().startswith("preflight")]
     extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert set(extras["all"]) == set(extras["tensorflow"]) | set(extras["paddle"]) | set(extras["ray"])
+
+
+def test_a_model_larger_than_the_gpu_is_said_not_to_fit():
+    """A bias-free Linear(65,536 -> 49,152) on the meta device: its float32 weights alone are 65,536 x 49,152 x 4 B
+    = 12,288 MiB, more than the 9,984 MiB of an H100's 1g.10gb slice and far below the whole GPU's 81,559 MiB."""
+    import torch
+
+    import preflight
+
+    model = torch.nn.Linear(65536, 49152, bias=False, device="meta").eval()
+    x = torch.empty(1, 65536, device="meta")
+    on_slice = preflight.predict(model, (x,), device="h100-80gb:1g.10gb")
+    assert on_slice.prediction.memory_mib > 12288
+    (line,) = [w for w in on_slice.warnings if w.startswith("does not fit")]
+    assert "9,984 MiB of the MIG slice h100-80gb:1g.10gb" in line and "CUDA out of memory" in line
+    whole = preflight.predict(model, (x,), device="h100-80gb")
+    assert not [w for w in whole.warnings if w.startswith("does not fit")]

@@ -855,6 +855,33 @@ def test_config_input_dtypes_and_other_json(hf_dirs):
     assert "neither a transformers config" in fails(2, "analyze", str(hf_dirs["other"]))
 
 
+def test_config_export_failures_name_their_cause(hf_dirs, tmp_path):
+    """What makes a config's model fail to export, said in the config's terms (exit 2), not torch.export's."""
+    from transformers import Qwen2Config, T5Config
+
+    # BERT's learned position table has max_position_embeddings = 512 rows (BertConfig's default)
+    msg = fails(2, "analyze", str(hf_dirs["bert"]), "--input", "input_ids:1x600")
+    assert "input_ids has 600 tokens, more than the config's max_position_embeddings = 512" in msg
+    # 64 / 3 heads: no whole head size, and no head_dim to say another
+    Qwen2Config(hidden_size=64, num_attention_heads=3, num_key_value_heads=3, num_hidden_layers=1,
+                intermediate_size=128, vocab_size=100).to_json_file(tmp_path / "config.json")  # fmt: skip
+    msg = fails(2, "analyze", str(tmp_path), "--input", "input_ids:1x16")
+    assert "hidden_size = 64 is not a multiple of num_attention_heads = 3" in msg
+    t5 = tmp_path / "t5"
+    t5.mkdir()
+    T5Config(d_model=64, d_kv=16, d_ff=128, num_layers=1, num_heads=4, vocab_size=100,
+             architectures=["T5ForConditionalGeneration"]).to_json_file(t5 / "config.json")  # fmt: skip
+    msg = fails(2, "analyze", str(t5), "--input", "input_ids:1x16")
+    assert "T5ForConditionalGeneration is an encoder-decoder model" in msg
+
+
+def test_a_failed_export_prints_one_line_on_stderr(hf_dirs):
+    """torch's fake tensors log a failing op's chained traceback (~100 lines) before the export raises: silenced."""
+    out, err = _in_a_fresh_process("analyze", str(hf_dirs["bert"]), "--input", "input_ids:1x600")
+    assert out[0] == "2" and "Traceback" not in err
+    assert err.splitlines() == [err] and "max_position_embeddings = 512" in err
+
+
 def _in_a_fresh_process(*argv: str) -> tuple[list[str], str]:
     """Run the CLI with `argv` in a fresh interpreter: (exit code, whether TVM and torch got imported) and stderr."""
     code = (

@@ -14,6 +14,7 @@ import copy
 import json
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import AnalysisError, UnreadableModelError, UsageError, one_line
@@ -359,12 +360,20 @@ def _no_init_weights():
 
 def _load_model(model, config, path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
     """Trace `model` (built from `config`) with its main input: input_ids (batch x sequence) or pixel_values."""
+    import inspect
+
     import torch
 
     from zoo._hf import HFWrapper
 
     from .torch_frontend import from_module
 
+    if "decoder_input_ids" in inspect.signature(model.forward).parameters:
+        raise UsageError(
+            f"{path}: {type(model).__name__} is an encoder-decoder model (its forward takes decoder_input_ids); the "
+            "config route traces one stack: name its encoder class in `architectures` (e.g. T5EncoderModel), or "
+            "export the model yourself (torch.export .pt2 or ONNX) with both inputs"
+        )
     name = getattr(model, "main_input_name", "input_ids")
     if name == "input_ids":
         file_dims: list = [None, None]
@@ -386,12 +395,35 @@ def _load_model(model, config, path: Path, specs: dict[str, InputSpec], batch: i
         raise UsageError(f"input '{name}' of {path} is {' or '.join(allowed)}, not {dtype}{hint}")
     example = torch.zeros(shape, dtype=getattr(torch, dtype), device="meta")
     wrapper = HFWrapper(model, name, decoder=is_causal_lm(model))
-    loaded = from_module(
-        wrapper,
-        (example,),
-        name=f"{config.model_type}:{type(model).__name__}",
-        framework=FRAMEWORK,
-        source=str(path),
-        input_names=(name,),
-    )
-    return loaded
+    try:
+        return from_module(
+            wrapper,
+            (example,),
+            name=f"{config.model_type}:{type(model).__name__}",
+            framework=FRAMEWORK,
+            source=str(path),
+            input_names=(name,),
+        )
+    except AnalysisError as exc:
+        why = _export_hint(config, name, shape)
+        if why is None:
+            raise
+        raise UsageError(f"{path}: {why} ({exc})") from exc
+
+
+def _export_hint(config, name: str, shape: Sequence[int]) -> str | None:
+    """What in the config or the input most likely made the export of its model fail, or None."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if name == "input_ids" and isinstance(positions, int) and len(shape) > 1 and shape[1] > positions:
+        return (
+            f"input_ids has {shape[1]:,} tokens, more than the config's max_position_embeddings = {positions:,}: "
+            f"give at most that many (--input input_ids:{shape[0]}x{positions})"
+        )
+    hidden, heads = getattr(config, "hidden_size", None), getattr(config, "num_attention_heads", None)
+    explicit = getattr(config, "head_dim", None)
+    if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads and not explicit:
+        return (
+            f"hidden_size = {hidden:,} is not a multiple of num_attention_heads = {heads:,} and the config sets no "
+            "head_dim: the model's attention cannot split its hidden size into heads"
+        )
+    return None

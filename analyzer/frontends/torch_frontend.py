@@ -250,15 +250,23 @@ class _TensorOutputs:
 
 @contextlib.contextmanager
 def _no_stack_traces():
-    """torch.export without a Python stack trace per graph node (~15% of its CPU time; preflight never shows them)."""
+    """torch.export without a Python stack trace per graph node (~15% of its CPU time; preflight never shows them),
+    and without fake tensors' own log of a failing op: an export that fails raises, and the user gets one line
+    (fake_tensor logs the op's whole chained traceback at ERROR level first, ~100 lines on stderr)."""
+    import logging
+
     import torch.fx.config
 
     before = torch.fx.config.do_not_emit_stack_traces
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    disabled = log.disabled
     torch.fx.config.do_not_emit_stack_traces = True
+    log.disabled = True
     try:
         yield
     finally:
         torch.fx.config.do_not_emit_stack_traces = before
+        log.disabled = disabled
 
 
 def _on_meta(module) -> bool:

@@ -824,6 +824,7 @@ def test_an_encoder_config_builds_the_encoder_and_is_no_llm(hf_dirs):
     # = 32,768 weights x 16 tokens = 524,288 MACs; attention 2 x 16 x 16 x 64 = 32,768; the pooler's output is
     # not the first output (what the config route returns), so it is not in the graph
     assert doc["totals"]["macs"] == 2 * (524_288 + 32_768) == 1_114_112
+    assert any("pooler (BertPooler) is not in the graph" in w for w in doc["warnings"])
     assert "is an encoder" in fails(2, "llm", str(hf_dirs["bert"]), "--prompt", "16", "--generate", "4")
 
 

@@ -396,7 +396,7 @@ def _load_model(model, config, path: Path, specs: dict[str, InputSpec], batch: i
     example = torch.zeros(shape, dtype=getattr(torch, dtype), device="meta")
     wrapper = HFWrapper(model, name, decoder=is_causal_lm(model))
     try:
-        return from_module(
+        loaded = from_module(
             wrapper,
             (example,),
             name=f"{config.model_type}:{type(model).__name__}",
@@ -409,6 +409,13 @@ def _load_model(model, config, path: Path, specs: dict[str, InputSpec], batch: i
         if why is None:
             raise
         raise UsageError(f"{path}: {why} ({exc})") from exc
+    pooler = getattr(model, "pooler", None)
+    if isinstance(pooler, torch.nn.Module):  # BertModel & co.: the pooler makes the second output
+        loaded.warnings.append(
+            f"{type(model).__name__}'s pooler ({type(pooler).__name__}) is not in the graph: the config route "
+            "traces the model's first output (the last hidden state), as a feature extractor runs it"
+        )
+    return loaded
 
 
 def _export_hint(config, name: str, shape: Sequence[int]) -> str | None:

@@ -1002,3 +1002,44 @@ def test_quiet_leaves_only_the_result_and_errors(models, tmp_path):
     assert quiet.exit_code == 0 and quiet.stderr == "" and json.loads(out.read_text())["prediction"]
     bad = CliRunner().invoke(cli, ["-q", "predict", str(tmp_path / "none.onnx")])
     assert bad.exit_code == 2 and "no such file" in bad.stderr  # errors still show
+
+
+def test_batch_leaves_a_fixed_first_dimension_beside_a_dynamic_batch(tmp_path):
+    """`--batch` sets the inputs whose dimension 0 is dynamic: a fixed (16,) scale beside x (N, 8) keeps its size
+    (it was refused: "dimension 0 is fixed to 16"), in an ONNX file and in a .pt2 exported with a batch Dim."""
+    import onnx
+    import torch
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Mul", ["m", "scale"], ["y"])],
+        "mixed",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8]),
+            helper.make_tensor_value_info("scale", TensorProto.FLOAT, [16]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])],
+        [numpy_helper.from_array(np.ones((8, 16), np.float32), "W")],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "mixed.onnx")
+    doc = ok_json("analyze", str(tmp_path / "mixed.onnx"), "--batch", "4")
+    assert [i["shape"] for i in doc["inputs"]] == [[4, 8], [16]]
+    assert doc["totals"]["macs"] == 4 * 8 * 16  # 512
+
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 16, bias=False)
+
+        def forward(self, x, scale):
+            return self.fc(x) * scale
+
+    batch = torch.export.Dim("B", min=1, max=1024)
+    ep = torch.export.export(Scaled(), (torch.randn(2, 8), torch.randn(16)), dynamic_shapes=({0: batch}, None))
+    torch.export.save(ep, tmp_path / "mixed.pt2")
+    doc = ok_json("analyze", str(tmp_path / "mixed.pt2"), "--batch", "4")
+    assert [i["shape"] for i in doc["inputs"]] == [[4, 8], [16]]
+    assert doc["totals"]["macs"] == 4 * 8 * 16
+    # an --input that contradicts the fixed dimension is still refused
+    assert "dimension 0 is fixed to 16" in fails(2, "analyze", str(tmp_path / "mixed.onnx"), "--input", "x:4x8",
+                                                   "--input", "scale:32")  # fmt: skip

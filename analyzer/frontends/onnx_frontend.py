@@ -15,7 +15,7 @@ from ..errors import (
     one_line,
 )
 from .loaded import LoadedModel
-from .specs import MAX_DIM, TOP_LEVEL, InputSpec, printable, resolve_shape, short_name
+from .specs import MAX_DIM, TOP_LEVEL, InputSpec, batch_per_input, printable, resolve_shape, short_name
 
 
 def _check_external_data(model, base: Path, name: str) -> None:
@@ -326,12 +326,11 @@ def _rebatch(model, graph_inputs, specs: dict[str, InputSpec], batch: int | None
     import onnx
 
     asked: dict[str, tuple[int, int]] = {}  # input -> (file's batch, batch asked for)
-    for inp in graph_inputs:
-        dims = _file_dims(inp)
+    all_dims = [_file_dims(inp) for inp in graph_inputs]
+    for inp, dims, want in zip(graph_inputs, all_dims, batch_per_input(all_dims, batch), strict=True):
         if not dims or not isinstance(dims[0], int):
             continue
         spec = specs.get(inp.name)
-        want = batch
         if want is None and spec is not None and len(spec.shape) == len(dims):
             rest_ok = all(not isinstance(f, int) or f == u for f, u in zip(dims[1:], spec.shape[1:], strict=True))
             want = spec.shape[0] if rest_ok else None
@@ -915,9 +914,10 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
         graph_inputs = [i for i in model.graph.input if i.name not in initializers]
     shape_dict, dtype_dict = {}, {}
     retyped: list[str] = []  # inputs given another dtype than the file's (fine where no weight meets them)
-    for inp in graph_inputs:
+    all_dims = [_file_dims(inp) for inp in graph_inputs]
+    for inp, dims, inp_batch in zip(graph_inputs, all_dims, batch_per_input(all_dims, batch), strict=True):
         spec = specs.get(inp.name)
-        shape_dict[inp.name] = list(resolve_shape(inp.name, _file_dims(inp), spec, batch, path.name))
+        shape_dict[inp.name] = list(resolve_shape(inp.name, dims, spec, inp_batch, path.name))
         elem = inp.type.tensor_type.elem_type
         try:
             dtype = str(helper.tensor_dtype_to_np_dtype(elem)) if elem else "float32"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import MissingShapeError, UsageError
@@ -67,6 +68,15 @@ class InputSpec:
         if dtype is not None and dtype not in DTYPES:
             raise UsageError(f"--input {text!r}: unknown dtype {dtype!r} (one of {', '.join(DTYPES)})")
         return cls(name, shape, dtype)
+
+
+def batch_per_input(inputs_dims: Sequence[Sequence], batch: int | None) -> list[int | None]:
+    """What `--batch` sets, per input (`inputs_dims`: each input's file dimensions, an int when fixed): dimension 0
+    of every input when no input's dimension 0 is dynamic (a fixed one must then equal it, `resolve_shape`), else
+    only of the inputs whose dimension 0 is dynamic: an input with a fixed first dimension beside a dynamic batch
+    (a scale vector of 16, a position table) is no batched input and keeps its size."""
+    dynamic = any(dims and not isinstance(dims[0], int) for dims in inputs_dims)
+    return [None if batch is None or (dynamic and dims and isinstance(dims[0], int)) else batch for dims in inputs_dims]
 
 
 def resolve_shape(

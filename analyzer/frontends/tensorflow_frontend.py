@@ -37,7 +37,7 @@ from ..errors import (
 from .isolate import GIB, Limits, restrict_writes, run_isolated
 from .loaded import LoadedModel
 from .native import import_extra, quiet_native_output, require_extra
-from .specs import MAX_DIM, TOP_LEVEL, InputSpec, printable, resolve_shape, short_name
+from .specs import MAX_DIM, TOP_LEVEL, InputSpec, batch_per_input, printable, resolve_shape, short_name
 from .tf_graph_safety import check_saved_model
 
 # tflite.TensorType -> numpy dtype name; bytes per element of the floating-point types (weights)
@@ -543,8 +543,9 @@ def _keras_signature(tf, path: Path, specs: dict[str, InputSpec], batch: int | N
     if unknown:
         raise UsageError(f"--input names {', '.join(sorted(unknown))} not among the model's inputs: {', '.join(names)}")
     tensor_specs = []
-    for name, t in zip(names, inputs, strict=True):
-        shape, dtype = _resolve(name, t.shape, str(t.dtype), specs, batch, path.name)
+    batches = batch_per_input([list(t.shape) for t in inputs], batch)
+    for name, t, inp_batch in zip(names, inputs, batches, strict=True):
+        shape, dtype = _resolve(name, t.shape, str(t.dtype), specs, inp_batch, path.name)
         tensor_specs.append(tf.TensorSpec(shape, dtype, name=name))
 
     def call(*xs):
@@ -616,11 +617,12 @@ def _saved_model_signature(tf, path: Path, specs: dict[str, InputSpec], batch: i
         raise UsageError(f"--input names {', '.join(sorted(unknown))} not among the model's inputs: {', '.join(names)}")
     tensor_specs = []
     for name in names:
-        spec = kw[name]
-        dims = spec.shape.as_list() if spec.shape.rank is not None else None
-        if dims is None:
+        if kw[name].shape.rank is None:
             raise UsageError(f"input '{name}' has unknown rank in {path.name}; give its shape with --input {name}:DIMS")
-        shape, dtype = _resolve(name, dims, spec.dtype.name, specs, batch, path.name)
+    all_dims = [kw[name].shape.as_list() for name in names]
+    for name, dims, inp_batch in zip(names, all_dims, batch_per_input(all_dims, batch), strict=True):
+        spec = kw[name]
+        shape, dtype = _resolve(name, dims, spec.dtype.name, specs, inp_batch, path.name)
         tensor_specs.append(tf.TensorSpec(shape, dtype, name=name))
 
     def call(*xs):

@@ -27,7 +27,7 @@ from .pt2_safety import (  # noqa: F401 - PICKLE_SUFFIXES, refuse_pickle, sniff_
     refuse_pickle,
     sniff_pickle,
 )
-from .specs import MAX_DIM, InputSpec, resolve_shape
+from .specs import MAX_DIM, InputSpec, batch_per_input, resolve_shape
 
 UNCONVERTED_PREFIX = "torch:"  # callee name of placeholders for ATen ops TVM cannot import
 
@@ -560,14 +560,16 @@ def bind_input_shapes(mod, n_inputs: int | None, specs: dict[str, InputSpec], ba
     if unknown:
         raise UsageError(f"--input names {', '.join(sorted(unknown))} not among the model's inputs: {', '.join(names)}")
     values: dict[str, int] = {}
-    for name, file_dims, dtype in tvm_ir.input_dims(mod, n_inputs):
+    inputs = tvm_ir.input_dims(mod, n_inputs)
+    batches = batch_per_input([file_dims for _, file_dims, _ in inputs], batch)
+    for (name, file_dims, dtype), inp_batch in zip(inputs, batches, strict=True):
         spec = specs.get(name)
         if spec is not None and spec.dtype is not None and spec.dtype != dtype:
             raise UsageError(
                 f"input '{name}' is {dtype} in {source}; an exported program fixes its dtypes "
                 f"(re-export with {spec.dtype} example inputs)"
             )
-        shape = resolve_shape(name, file_dims, spec, batch, source)
+        shape = resolve_shape(name, file_dims, spec, inp_batch, source)
         for f, v in zip(file_dims, shape, strict=True):
             if isinstance(f, str):
                 if f in values and values[f] != v:

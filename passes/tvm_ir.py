@@ -2678,6 +2678,10 @@ def _bound_sources(func, returned: list[tuple[object, object]]) -> dict[str, obj
             index = by_handle.get(_key(b.var), by_handle.get(_key(b.value)))
             if index is not None:
                 out.setdefault(b.var.name, index)
+                # a converter's result that picks a field of a tuple it bound first (BatchNormalization's
+                # `emit(bn)[0]`): the tuple's op is the node's too, not the next node's
+                if isinstance(b.value, relax.TupleGetItem) and isinstance(b.value.tuple_value, relax.Var):
+                    out.setdefault(b.value.tuple_value.name, index)
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
@@ -154,6 +155,33 @@ def test_onnx_ops_carry_the_files_node_names(tmp_path):
     text = CliRunner().invoke(cli, ["analyze", str(path), "--by-module", "1"]).stdout
     assert " proj " in text and " soft " in text and " lv" not in text
     assert "modules: the model file records no module paths" in text
+
+
+def test_an_onnx_batch_norm_carries_its_own_node_name(tmp_path):
+    """TVM's importer binds BatchNormalization's tuple, then its field 0: both are the node's ("bn"), the ReLU
+    after it its own ("act"); the norm took the next node's name before."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    c = 4
+    inits = [numpy_helper.from_array(np.ones((c, 3, 3, 3), np.float32), "w")]
+    inits += [numpy_helper.from_array(np.ones(c, np.float32), n) for n in ("g", "b", "mu", "var")]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1]),
+            helper.make_node("BatchNormalization", ["y", "g", "b", "mu", "var"], ["z"], name="bn"),
+            helper.make_node("Relu", ["z"], ["out"], name="act"),
+        ],
+        "cbr",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, c, 8, 8])],
+        inits,
+    )
+    path = tmp_path / "cbr.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    rep = analyze(str(path))
+    by_op = [(o.op.removeprefix("relax."), o.source) for o in rep.analysis.ops if o.op != "relax.TupleGetItem"]
+    assert ("nn.batch_norm", "bn") in by_op and ("nn.relu", "act") in by_op and ("nn.conv2d", "conv") in by_op
 
 
 class Nested(torch.nn.Module):

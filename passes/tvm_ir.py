@@ -295,7 +295,13 @@ def native_stderr_captured():
         try:
             yield
         except BaseException as exc:
-            traceback.clear_frames(exc.__traceback__)
+            chain, seen = [exc], set()
+            while chain:  # the exception and the ones it was raised from (a converter's error, wrapped)
+                e = chain.pop()
+                if e is not None and id(e) not in seen:
+                    seen.add(id(e))
+                    traceback.clear_frames(e.__traceback__)
+                    chain += [e.__cause__, e.__context__]
             gc.collect()
             raise
         finally:
@@ -1969,6 +1975,10 @@ def fuse_int8(mod: tvm.IRModule, func_name: str = "main") -> tuple[tvm.IRModule,
     return _replace(mod, func_name, new), fuser.fused
 
 
+class OnnxNodeFailed(Exception):
+    """TVM's converter of one ONNX node raised: the node's op type and name, then the converter's message."""
+
+
 class UnsupportedOnnxNode(IRError):
     """An ONNX node uses a feature preflight's conversion of it does not cover (e.g. LSTM peepholes)."""
 
@@ -2635,15 +2645,26 @@ def _recording_onnx_nodes(importer, graph) -> list[tuple[object, int]]:
     # the class's function and a weak reference: a failed import's traceback keeps this closure alive after
     # `native_stderr_captured` clears its frames, and it must not keep the importer (and its block builder) too
     convert, ref = type(importer)._convert_operator, weakref.ref(importer)
-    nodes = iter([(i, n) for i, n in enumerate(graph.node) if n.op_type != "If"])
+    listed = [(i, n) for i, n in enumerate(graph.node) if n.op_type != "If"]
+    nodes = iter(listed)
     returned: list[tuple[object, int]] = []
-    state = {"on": True}
+    state = {"on": True, "at": 0}
 
     def converter(op_name, inputs, attrs, opset):
-        out = convert(ref(), op_name, inputs, attrs, opset)
+        custom = attrs.get("tvm_custom", {}) if isinstance(attrs, dict) else {}
+        try:
+            out = convert(ref(), op_name, inputs, attrs, opset)
+        except IRError:
+            raise
+        except Exception as exc:  # TVM's converter of this node failed: say which node, keep its reason
+            name = str(custom.get("name") or "")
+            if not name and state["on"] and state["at"] < len(listed):  # unnamed: its type and index, as analyze
+                index, node = listed[state["at"]]  # labels it
+                name = f"{node.op_type}_{index}" if node.op_type == op_name else ""
+            raise OnnxNodeFailed(f"{op_name} node '{name[:80]}' (opset {opset}): {exc}") from exc
         if state["on"]:
+            state["at"] += 1
             index, node = next(nodes, (None, None))
-            custom = attrs.get("tvm_custom", {}) if isinstance(attrs, dict) else {}
             if node is None or node.op_type != op_name or node.name != custom.get("name"):
                 state["on"] = False
             else:

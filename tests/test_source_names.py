@@ -310,3 +310,38 @@ def test_a_failed_onnx_import_writes_nothing_to_stderr(tmp_path):
     res = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
     assert "AnalysisError" in res.stdout and "clip" in res.stdout and "done" in res.stdout, res.stdout + res.stderr
     assert "BlockBuilder" not in res.stderr, res.stderr
+
+
+def test_a_node_tvm_cannot_convert_is_named(tmp_path):
+    """TVM's converter of an opset-9 `Upsample` (scales as an input) raises a bare TypeError; the error names the
+    node (unnamed: its op type and index, as analyze labels it) and nothing reaches stderr."""
+    import subprocess
+    import sys
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3]),
+            helper.make_node("Upsample", ["c", "sc"], ["y"], mode="nearest"),
+        ],
+        "op9",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [
+            numpy_helper.from_array(np.ones((8, 4, 3, 3), np.float32), "w"),
+            numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "sc"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    model.ir_version = 4
+    path = tmp_path / "op9.onnx"
+    onnx.save(model, path)
+    code = (
+        "import sys\nfrom analyzer import analyze\ntry:\n    analyze(sys.argv[1])\nexcept Exception as e:\n"
+        "    print(type(e).__name__, e)\n    del e\nprint('done')\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    assert "AnalysisError" in res.stdout and "Upsample node 'Upsample_1' (opset 9)" in res.stdout, res.stdout
+    assert "done" in res.stdout and "BlockBuilder" not in res.stderr, res.stderr

@@ -515,7 +515,11 @@ class _Extractor:
     def binding(self, b) -> None:
         var, value = b.var, (b.value if isinstance(b, relax.VarBinding) else b.value)
         if isinstance(value, relax.If):
-            raise IRError("control flow (relax.If) is not supported: export the model without data-dependent branches")
+            raise IRError(
+                "control flow (relax.If: a data-dependent branch, or a loop such as a Keras LSTM, GRU or RNN layer "
+                "that is not unrolled) is not supported: export the model without it (Keras: unroll=True on the "
+                "recurrent layers, with a fixed sequence length)"
+            )
         if _is_call(value):
             self.call(var, value)
         else:

@@ -326,6 +326,26 @@ def test_lambda_layer_refused(tmp_path):
     assert not marker.exists()
 
 
+@needs_tf
+def test_a_recurrent_loop_says_to_unroll(tmp_path):
+    """A Keras LSTM that is not unrolled converts to a while loop (a relax.If in the graph): refused with the fix
+    (unroll=True); unrolled, the same layer analyses, its MACs by hand."""
+    import keras
+
+    def lstm(unroll: bool):
+        inp = keras.Input((5, 3), name="x")
+        return keras.Model(inp, keras.layers.LSTM(4, unroll=unroll)(inp))
+
+    lstm(False).save(tmp_path / "loop.keras")
+    msg = fails(1, "analyze", tmp_path / "loop.keras", "--batch", "1")
+    assert "control flow" in msg and "unroll=True" in msg
+    lstm(True).save(tmp_path / "unrolled.keras")
+    doc = json.loads(run("analyze", tmp_path / "unrolled.keras", "--batch", "1", "--format", "json").stdout)
+    # 4 gates x 4 units: 3 inputs at each of 5 steps, 4 recurrent at steps 2-5 (the converter folds step 1's
+    # product with the zero initial state)
+    assert doc["totals"]["macs"] == 4 * 4 * (5 * 3 + 4 * 4) == 496
+
+
 def test_h5_refused(tmp_path):
     p = tmp_path / "model.h5"
     p.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)

@@ -76,7 +76,7 @@ def _prediction_section(report) -> Section:
         rows.append(
             [
                 p.device,
-                p.predictor,
+                predictor_label(p.predictor),
                 _iv(p.latency_ms, p.latency_ms_interval, ".3g"),
                 _iv(p.energy_j, p.energy_j_interval, ".3g"),
                 _iv(p.memory_mib, p.memory_mib_interval, ",.0f"),
@@ -105,7 +105,7 @@ def _prediction_section(report) -> Section:
     sec.blocks.append([f"{p.device} rests on {basis_text(p.basis)}." for p in report.predictions])
     sec.blocks.append([f"{p.device} assumes {assumes_text(p.runtime)}." for p in report.predictions])
     for name, info in report.predictors.items():
-        text = f"Predictor {name}: {info['note']}."
+        text = f"Predictor {predictor_label(name)}: {info['note']}."
         ev = info.get("evaluation") or {}
         lfo = ev.get("leave-family-out") or {}
         if lfo:
@@ -641,7 +641,7 @@ def llm_sections(llm) -> list[Section]:
                     for p in d.sweep
                 ],
                 {0, 1, 2, 3, 4},
-                f"{d.device} ({d.predictor})",
+                f"{d.device} ({predictor_label(d.predictor)})",
             )
         )
         sweep.blocks.append(

@@ -273,6 +273,12 @@ def analyze_model(
 ) -> Report:
     """`load` then `analyze_loaded` (arguments as for `analyzer.analyze`)."""
     check_dtype(dtype)
+    if dtype is not None and inputs:  # `--dtype float16 --input x:...:float16`: the input is float16 because the
+        # model is analysed in float16; the file's dtype is what its loader must be given
+        from .frontends.specs import InputSpec
+
+        specs = [InputSpec.parse(s) if isinstance(s, str) else s for s in inputs]
+        inputs = [replace(s, dtype=None) if s.dtype is not None and s.dtype == dtype else s for s in specs]
     loaded = load(model, inputs=inputs, batch=batch, example_inputs=example_inputs)
     return analyze_loaded(loaded, strict=strict, dtype=dtype)
 

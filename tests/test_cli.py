@@ -839,6 +839,15 @@ def test_input_dtype_mistakes_say_what_is_wrong(models, args, message):
     assert message in fails(2, "analyze", str(models["tiny"]), *args)
 
 
+def test_an_input_in_the_dtype_asked_for_is_the_models_input(models):
+    """`--dtype float16 --input x:...:float16` says the same thing twice: the float32 file's input is float16 because
+    the model is analysed in float16 (it was refused, with the advice to use --dtype float16)."""
+    doc = ok_json("analyze", str(models["tiny"]), "--dtype", "float16", "--input", "x:2x3x8x8:float16")
+    plain = ok_json("analyze", str(models["tiny"]), "--dtype", "float16", "--input", "x:2x3x8x8")
+    assert doc["inputs"] == plain["inputs"] and doc["inputs"][0]["dtype"] == "float16"
+    assert doc["totals"] == plain["totals"]
+
+
 def test_a_folder_with_a_config_and_a_graph_asks_which(hf_dirs, models, tmp_path):
     import shutil
 

@@ -1052,3 +1052,18 @@ def test_batch_leaves_a_fixed_first_dimension_beside_a_dynamic_batch(tmp_path):
     # an --input that contradicts the fixed dimension is still refused
     assert "dimension 0 is fixed to 16" in fails(2, "analyze", str(tmp_path / "mixed.onnx"), "--input", "x:4x8",
                                                    "--input", "scale:32")  # fmt: skip
+
+
+def test_a_pt2_batch_past_its_dim_max_is_refused(tmp_path):
+    """A .pt2 exported with Dim("B", max=64) holds for batches up to 64 (torch.export's range constraint): 64
+    analyses, 65 is refused (exit 2), not bound silently."""
+    import torch
+
+    model = torch.nn.Linear(8, 4).eval()
+    batch = torch.export.Dim("B", min=1, max=64)
+    ep = torch.export.export(model, (torch.randn(2, 8),), dynamic_shapes=({0: batch},))
+    torch.export.save(ep, tmp_path / "m.pt2")
+    doc = ok_json("analyze", str(tmp_path / "m.pt2"), "--batch", "64")
+    assert doc["inputs"][0]["shape"] == [64, 8] and doc["totals"]["macs"] == 64 * 8 * 4
+    msg = fails(2, "analyze", str(tmp_path / "m.pt2"), "--batch", "65")
+    assert "was exported for at most 64" in msg and "65 is outside the range" in msg

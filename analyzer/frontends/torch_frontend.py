@@ -515,7 +515,8 @@ def load_pt2(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Load
     except ValueError as exc:
         raise AnalysisError(f"{path.name}: {PT2_STEP} returned no module ({exc})") from exc
     n_inputs, missing = result.meta.get("n_inputs"), list(result.meta.get("missing", []))
-    mod = bind_input_shapes(mod, n_inputs, specs, batch, path.name)
+    upper = {str(k): int(v) for k, v in dict(result.meta.get("upper") or {}).items()}
+    mod = bind_input_shapes(mod, n_inputs, specs, batch, path.name, upper)
     names = tuple(tvm_ir.input_names(mod, n_inputs or 0))
     return LoadedModel(
         mod=mod,
@@ -547,12 +548,23 @@ def _pt2_in_child(path: str, plan=None) -> tuple[dict, bytes]:
     sources: dict[str, str] = {}
     calls: dict[str, str] = {}
     mod, n_inputs, missing = import_exported_program(ep, sources=sources, calls=calls)
-    return {"n_inputs": n_inputs, "missing": missing, "sources": sources, "calls": calls}, tvm_ir.dump_module(mod)
+    # the largest size each dynamic dimension's export holds for (a `Dim(max=...)`); unbounded ones left out
+    upper = {str(sym): int(vr.upper) for sym, vr in ep.range_constraints.items() if _is_integer(vr.upper)}
+    meta = {"n_inputs": n_inputs, "missing": missing, "sources": sources, "calls": calls, "upper": upper}
+    return meta, tvm_ir.dump_module(mod)
 
 
-def bind_input_shapes(mod, n_inputs: int | None, specs: dict[str, InputSpec], batch: int | None, source: str):
+def bind_input_shapes(
+    mod,
+    n_inputs: int | None,
+    specs: dict[str, InputSpec],
+    batch: int | None,
+    source: str,
+    upper: dict[str, int] | None = None,
+):
     """Bind the symbolic input dims of a Relax module to the user's `--input` / `--batch` values (the module's
-    inputs read by `passes.tvm_ir.input_dims`: name, dims as ints or symbol names, dtype)."""
+    inputs read by `passes.tvm_ir.input_dims`: name, dims as ints or symbol names, dtype). `upper`: the largest
+    value of a symbol the program was exported for (torch.export's range constraints); a larger one is refused."""
     from passes import tvm_ir
 
     names = tvm_ir.input_names(mod, n_inputs)
@@ -574,6 +586,13 @@ def bind_input_shapes(mod, n_inputs: int | None, specs: dict[str, InputSpec], ba
             if isinstance(f, str):
                 if f in values and values[f] != v:
                     raise UsageError(f"dimension '{f}' is shared by several inputs and given both {values[f]} and {v}")
+                top = (upper or {}).get(f)
+                if top is not None and v > top:
+                    raise UsageError(
+                        f"input '{name}' dimension {file_dims.index(f)} ('{f}') was exported for at most {top:,} "
+                        f"in {source}; {v:,} is outside the range its graph holds for (re-export with a larger "
+                        f"Dim max)"
+                    )
                 values[f] = v
     if not values:
         return mod

@@ -700,6 +700,7 @@ _EP_CONVERT_OPS: frozenset[str] | None = None
 
 
 _NO_MODULE_PATH = "_empty_nn_module_stack"
+TOP_LEVEL_SOURCE = "(top level)"  # the source of an op in the model's own forward (`analyzer.frontends.specs`)
 
 
 #: ATen ops eager PyTorch on CUDA runs as one library call (`_cudnn_rnn`: cuDNN launches every layer's, direction's and
@@ -737,6 +738,12 @@ def recording_fx_sources(weight_names: dict[str, str] | None = None, calls: dict
     record: dict[str, str] = {}
     weights = {k: v.rsplit(".", 1)[0] if "." in v else v for k, v in (weight_names or {}).items()}
     known: dict[str, str | None] = {}
+    nested: dict[int, bool] = {}  # per fx graph: whether any node's module stack goes below the root
+
+    def below_root(graph) -> bool:
+        if id(graph) not in nested:
+            nested[id(graph)] = any(len(n.meta.get("nn_module_stack") or {}) > 1 for n in graph.nodes)
+        return nested[id(graph)]
 
     def source_of(node) -> str | None:
         name = str(getattr(node, "name", ""))
@@ -749,6 +756,10 @@ def recording_fx_sources(weight_names: dict[str, str] | None = None, calls: dict
             path = list(stack.values())[-1][0]
             # torch.export's placeholder path for nodes its symbolic-shape machinery adds (a symbolic export)
             found = path if isinstance(path, str) and path and not path.startswith(_NO_MODULE_PATH) else None
+            if path == "" and getattr(node, "graph", None) is not None and below_root(node.graph):
+                # the root module's own forward (a saved program's top-level ops), where other nodes name their
+                # modules; a graph whose stacks all stop at the root (a wrapped meta module) says nothing
+                found = TOP_LEVEL_SOURCE
         inputs = list(getattr(node, "all_input_nodes", ()))
         if found is None:
             found = next((weights[n.name] for n in inputs if n.name in weights), None)

@@ -844,6 +844,7 @@ def test_pt2_metadata_is_dropped(tmp_path, files, marker):
                 "custom": json.dumps({"k": f"\n{code}"}),
                 "stack_trace": f'File "a\r{code}", line 1, in f',
                 "from_node": "[{}]",
+                "nn_module_stack": f"L__self__,,x;L__self___fc,{code},{code}",  # kept only if paths are dotted names
             }
         doc["graph_module"]["metadata"] = {"custom": "{}"}
 

@@ -66,6 +66,17 @@ def test_a_batch_norm_is_named_by_its_own_module():
     assert sorted(norms) == ["bn1", "down.1"] and sorted(convs) == ["conv1", "down.0"]
 
 
+def test_a_saved_program_names_ops_as_the_module_route(tmp_path):
+    """A .pt2 keeps each node's module path (the archive's nn_module_stack, checked): every op has the source the
+    nn.Module route gives it, the model's own forward "(top level)" (it took the next op's module before)."""
+    model, x = Net().eval(), torch.randn(1, 3, 8, 8)
+    torch.export.save(torch.export.export(model, (x,)), tmp_path / "net.pt2")
+    saved = analyze(str(tmp_path / "net.pt2"))
+    direct = analyze(model, (x,))
+    assert [(c.op, c.source) for c in saved.analysis.ops] == [(c.op, c.source) for c in direct.analysis.ops]
+    assert "(top level)" in {c.source for c in saved.analysis.ops}
+
+
 def test_a_modules_flops_equal_flop_counter_on_that_module_alone():
     """ResNet-18 with real weights: layer2's multiply-add FLOPs summed from its ops equal FlopCounterMode on
     model.layer2 run by itself on its input (1, 64, 56, 56)."""
@@ -92,7 +103,7 @@ def test_json_and_table_show_the_modules(tmp_path):
     res = CliRunner().invoke(cli, ["predict", str(path), "--format", "json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    # a .pt2's node metadata is dropped for safety: the module comes from the weights an op reads
+    # a .pt2's node metadata is dropped for safety but for its module paths (checked dotted names)
     assert doc["ops"][0]["source"] == "features.0" and doc["ops"][0]["name"].startswith("lv")
     heads = [m for m in doc["modules"] if m["module"] == "head"]
     assert heads and heads[0]["macs"] == 8 * 6 * 6 * 4  # the linear layer: 288 x 4 MACs
@@ -100,7 +111,8 @@ def test_json_and_table_show_the_modules(tmp_path):
         doc["prediction"]["latency_ms"], rel=1e-6
     )
     text = CliRunner().invoke(cli, ["analyze", str(path), "--by-module", "1"]).stdout
-    assert "costliest 2 modules at depth 1 by FLOPs:" in text and "features" in text
+    # features, head, and the flatten of Net's own forward
+    assert "costliest 3 modules at depth 1 by FLOPs:" in text and "features" in text and "(top level)" in text
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -43,7 +43,10 @@ torch/utils/_pytree.py, torch/export/_unlift.py, torch/fx/graph.py):
  8. `deserialize_metadata`: `source_fn_stack` runs the same getattr chains (`deserialize_meta_func`);
     `from_node` builds `NodeSource`s; `custom` is `json.loads`'d; FX's verbose printer writes `stack_trace`
     and `custom` into generated source.
-    RULE: node metadata and `GraphModule.metadata` are dropped.
+    RULE: node metadata and `GraphModule.metadata` are dropped, except each node's module path
+    (`nn_module_stack`, the name preflight reports an op under): kept only when every path of the stack is a
+    dotted path of `[A-Za-z0-9_]` atoms, and rewritten with keys of preflight's own and no types
+    (`_module_paths`); the deserializer only splits that string.
  9. FX code generation (`GraphModule.recompile` -> `exec`, for the deserialized module and every pass after):
     node, placeholder and tensor names, get_attr targets, submodule names and `forward_arg_names` are
     written into Python source unescaped (the deserializer assigns `node.name` directly).
@@ -520,6 +523,24 @@ def _json(data: bytes, what: str):
 # --------------------------------------------------------------------------------------------
 
 
+def _module_paths(stack) -> str | None:
+    """A node's serialized `nn_module_stack` ("key,path,type" entries joined by ';') as "m0,path0,;m1,path1,"
+    with preflight's keys and no types, or None unless it is a string of at most 64 entries whose paths are all
+    empty (the root module) or dotted `[A-Za-z0-9_]` paths of at most 256 characters."""
+    if not isinstance(stack, str) or not stack or len(stack) > 64 * 1024:
+        return None
+    paths = []
+    for item in stack.split(";")[:65]:
+        parts = item.split(",")
+        path = parts[1] if len(parts) >= 3 else None
+        if path is None or len(path) > 256 or (path and not _FQN_RE.fullmatch(path)):
+            return None
+        paths.append(path)
+    if len(paths) > 64:
+        return None
+    return ";".join(f"m{i},{path}," for i, path in enumerate(paths))
+
+
 def _identifier(value, where: str) -> str:
     if (
         not isinstance(value, str)
@@ -814,7 +835,8 @@ class _Walker:
             self.library_ops.add(out["target"])
         if out.get("name"):
             _identifier(out["name"], f"{path}.name")
-        out["metadata"] = {}  # rule 8
+        stack = _module_paths((out.get("metadata") or {}).get("nn_module_stack"))
+        out["metadata"] = {"nn_module_stack": stack} if stack else {}  # rule 8
         return out
 
     def _check_Graph(self, out, path):

@@ -129,7 +129,10 @@ def _check_solvable(model, inputs) -> None:
     if not (isinstance(model, str) and model.startswith("zoo:")) and not (
         torch is not None and isinstance(model, torch.nn.Module)
     ):
-        raise UsageError("the largest batch is solved for zoo:NAME models and nn.Modules (files have fixed sizes)")
+        raise UsageError(
+            "the largest batch is solved for zoo:NAME models and nn.Modules (they are re-exported with the batch "
+            "symbolic); for a file, `preflight report --batches` sweeps the batches given"
+        )
     if inputs:
         raise UsageError("the largest batch is solved with the batch as the symbol: give --batch, not --input")
 

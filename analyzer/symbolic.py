@@ -104,7 +104,11 @@ def _load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool =
         )
         values = {BATCH: 2}
     else:
-        raise UsageError("symbolic analysis takes zoo:NAME models and nn.Modules (files have fixed or named sizes)")
+        raise UsageError(
+            "symbolic analysis takes zoo:NAME models and nn.Modules (it re-exports them with the batch left "
+            "symbolic); a file's dynamic sizes are analysed at the values given (--batch, --input), and "
+            "`preflight report --batches 1,8,64` sweeps them"
+        )
     if BATCH not in {user for user, _, _ in loaded.symbols.values()}:
         raise AnalysisError(f"{loaded.source}: torch.export fixed the batch size; no symbolic export")
     try:

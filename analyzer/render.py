@@ -774,14 +774,17 @@ OP_CSV_COLUMNS = (
 )  # fmt: skip
 KERNEL_CSV_COLUMNS = (
     "index", "kind", "op", "ops", "flops", "bytes_read", "bytes_written", "dtype", "time_ms", "compute_bound",
+    "timed_by",
 )  # fmt: skip
 
 
 def render_csv(report, what: str = "ops") -> str:
     """One row per operator (`what="ops"`, graph order, folded ones included and marked) or per CUDA kernel of the
     eager kernel view (`"kernels"`), for pandas and spreadsheets. Counts in FLOPs and bytes; shapes as `8x3x224x224`;
-    with a prediction, `time_ms` is each one's share of the first device's predicted latency and `compute_bound`
-    whether the kernel model finds it compute-bound (empty without a prediction)."""
+    with a prediction, `time_ms` is each one's share of the first device's predicted latency, `compute_bound`
+    whether the roofline finds it compute-bound (peak rates, no launch) and, per kernel, `timed_by` the term of the
+    kernel model that sets its time: "compute" or "memory" (the larger of its fitted terms) or "launch" (both
+    under its launch floor), the classes the energy line's busy shares sum (empty without a prediction)."""
     import csv
     import io
 
@@ -822,8 +825,10 @@ def render_csv(report, what: str = "ops") -> str:
         return buf.getvalue()
     if what != "kernels":
         raise ValueError("what is 'ops' or 'kernels'")
-    secs = bound = None
+    secs = bound = timed_by = None
     if p is not None:
+        import numpy as np
+
         from predictor.devices import get_device
         from predictor.kernel_model import kernel_arrays, kernel_latency_arrays
         from predictor.predict import host_overhead_of_prediction, host_times
@@ -838,6 +843,10 @@ def render_csv(report, what: str = "ops") -> str:
         whole = times(a.launched_kernels) if a.repeat or a.steps else kt
         scale = p.latency_ms / (float(whole.eager_s.sum()) * 1e3) if float(whole.eager_s.sum()) > 0 else 0.0
         secs, bound = kt.eager_s * 1e3 * scale, kt.compute_bound
+        execution = np.maximum(kt.compute_s, kt.memory_s)
+        timed_by = np.where(
+            kt.launch_s >= execution, "launch", np.where(kt.compute_s >= kt.memory_s, "compute", "memory")
+        )
     out.writerow(KERNEL_CSV_COLUMNS)
     for i, k in enumerate(a.kernels):
         out.writerow(
@@ -852,6 +861,7 @@ def render_csv(report, what: str = "ops") -> str:
                 k.dtype,
                 f"{secs[i]:.6g}" if secs is not None else "",
                 bool(bound[i]) if bound is not None else "",
+                timed_by[i] if bound is not None else "",
             ]  # fmt: skip
         )
     return buf.getvalue()

@@ -973,6 +973,19 @@ def test_csv_per_operator_and_per_kernel(models, tmp_path):
         k["kind"] for k in doc["kernels"]["list"]
     ]
     assert sum(float(k["time_ms"]) for k in kernels) == pytest.approx(doc["prediction"]["latency_ms"], rel=1e-4)
+    # `timed_by` is the class the energy line's busy shares sum: their time shares are the prediction's (a batch
+    # large enough for kernels above their launch floor)
+    big = ok_json("predict", models["tiny"], "--batch", "65536")
+    big_rows = csv.DictReader(
+        run("predict", models["tiny"], "--batch", "65536", "--format", "kernels-csv").stdout.splitlines()
+    )
+    share = dict.fromkeys(("compute", "memory", "launch"), 0.0)
+    for k in big_rows:
+        share[k["timed_by"]] += float(k["time_ms"])
+    total = sum(share.values())
+    assert sum(v > 0 for v in share.values()) >= 2, share
+    for b, key in (("compute", "compute"), ("memory", "memory"), ("launch", "gap")):
+        assert share[b] / total == pytest.approx(big["prediction"]["power_shares"][key], abs=1e-3), b
     plain = list(csv.DictReader(run("analyze", models["tiny"], "--batch", "2", "--format", "csv").stdout.splitlines()))
     assert plain[0]["time_ms"] == "" and len(plain) == len(rows)  # no prediction, no time
 

@@ -91,12 +91,14 @@ def test_graph_at_a_point_keeps_every_op_field():
         outputs=(TensorInfo((b, 4), "float32"),),
         callee="fused_kernel",
         tir_flops=7,
+        tir_macs=3,
         folded=True,
         weight_only=True,
         library_call="aten.lstm.input:lstm",
     )
     graph = OpGraph(ops=[op], sources=[x], outputs=[(0, 1)], value_producer={1: 0})
-    set_here = {"index", "name", "op", "attrs", "operands", "outputs", "callee", "tir_flops", "folded", "weight_only"}
+    set_here = {"index", "name", "op", "attrs", "operands", "outputs", "callee", "tir_flops", "tir_macs", "folded"}
+    set_here |= {"weight_only"}
     assert {f.name for f in fields(OpNode)} == set_here | {"library_call"}, "a new OpNode field: carry it in .at"
     (got,) = SymbolicGraph(graph, ranges={"batch": (2, None)}, aliases={"s0": "batch"}).at({"batch": 3}).ops
     assert got.attrs == {"size": 12} and got.outputs == (TensorInfo((3, 4), "float32"),)  # 3 x 4

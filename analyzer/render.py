@@ -827,10 +827,9 @@ def render_csv(report, what: str = "ops") -> str:
         raise ValueError("what is 'ops' or 'kernels'")
     secs = bound = timed_by = None
     if p is not None:
-        import numpy as np
-
         from predictor.devices import get_device
         from predictor.kernel_model import kernel_arrays, kernel_latency_arrays
+        from predictor.power import timed_by as kernel_timed_by
         from predictor.predict import host_overhead_of_prediction, host_times
 
         tf32, host = bool(p.runtime.get("tf32_matmul", False)), host_overhead_of_prediction(p)
@@ -843,10 +842,7 @@ def render_csv(report, what: str = "ops") -> str:
         whole = times(a.launched_kernels) if a.repeat or a.steps else kt
         scale = p.latency_ms / (float(whole.eager_s.sum()) * 1e3) if float(whole.eager_s.sum()) > 0 else 0.0
         secs, bound = kt.eager_s * 1e3 * scale, kt.compute_bound
-        execution = np.maximum(kt.compute_s, kt.memory_s)
-        timed_by = np.where(
-            kt.launch_s >= execution, "launch", np.where(kt.compute_s >= kt.memory_s, "compute", "memory")
-        )
+        timed_by = kernel_timed_by(kt.compute_s, kt.memory_s, kt.launch_s)
     out.writerow(KERNEL_CSV_COLUMNS)
     for i, k in enumerate(a.kernels):
         out.writerow(

@@ -97,11 +97,16 @@ def busy_shares(compute_s: np.ndarray, memory_s: np.ndarray, launch_s: np.ndarra
     total = float(eager.sum())
     if total <= 0:
         return 0.0, 0.0, 0.0
-    executing = np.maximum(compute_s, memory_s) > launch_s
-    comp = executing & (compute_s >= memory_s)
-    mem = executing & ~comp
-    s_c, s_m = float(eager[comp].sum() / total), float(eager[mem].sum() / total)
+    by = timed_by(compute_s, memory_s, launch_s)
+    s_c, s_m = float(eager[by == "compute"].sum() / total), float(eager[by == "memory"].sum() / total)
     return s_c, s_m, max(0.0, 1.0 - s_c - s_m)
+
+
+def timed_by(compute_s: np.ndarray, memory_s: np.ndarray, launch_s: np.ndarray) -> np.ndarray:
+    """(N,) str: the term that sets each kernel's eager time, "launch" (its execution, max(compute, memory), is not
+    above its launch floor), else "compute" (compute >= memory) or "memory"; the classes `busy_shares` sums."""
+    execution = np.maximum(compute_s, memory_s)
+    return np.where(launch_s >= execution, "launch", np.where(compute_s >= memory_s, "compute", "memory"))
 
 
 #: The kernel classes of `kernel_classes`: the launch floor, memory-bound kernels, compute-bound kernels on tensor

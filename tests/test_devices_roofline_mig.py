@@ -144,21 +144,21 @@ def test_slice_latency_keeps_the_launch_floor():
     """x + y on 2^20 fp32 values, through `predict` (the estimate: no artifact for the device).
 
     The kernel-parameter table's hopper elementwise float32 entry (asserted below; fitted on the H100 kernel
-    sweep): e_memory 1.0, exec 1.4659 us, launch 16.621 us (the host-timed elementwise fit's), e_compute 1. By
+    sweep): e_memory 1.0, exec 1.4828 us, launch 16.621 us (the host-timed elementwise fit's), e_compute 1. By
     hand: one memory-bound kernel moving 3 x 4 x 2^20 = 12,582,912 bytes. Whole H100: bound 12,582,912 / 3.35e12
-    s = 0.00375609 ms; at e_memory 1 plus exec the kernel runs 0.00375609 + 0.0014659 = 0.00522199 ms, under the
+    s = 0.00375609 ms; at e_memory 1 plus exec the kernel runs 0.00375609 + 0.0014828 = 0.00523889 ms, under the
     0.016621 ms launch floor, so it takes 0.016621 ms. 1g.10gb owns 1 of 8 memory slices (compute 2^20 / (67e12 x
-    16/132) s = 0.000129 ms + exec, still memory-bound): 8 x 0.00375609 + 0.0014659 = 0.0315146 ms, now above the
+    16/132) s = 0.000129 ms + exec, still memory-bound): 8 x 0.00375609 + 0.0014828 = 0.0315315 ms, now above the
     floor (which a slice does not scale, nor the exec). 7g.80gb owns all 8 slices and all 132 SMs: the whole-GPU
     latency. A slice's latency is the whole GPU's plus the queued difference (`predictor.mig.slice_latencies`); for
-    one kernel queued = max(execution, issue): whole max(0.00522199, 0.016621) = 0.016621 ms, 1g.10gb max(0.0315146,
-    0.016621) = 0.0315146 ms, so 1g.10gb = 0.016621 + (0.0315146 - 0.016621) = 0.0315146 ms and 7g.80gb 0.016621 +
+    one kernel queued = max(execution, issue): whole max(0.00523889, 0.016621) = 0.016621 ms, 1g.10gb max(0.0315315,
+    0.016621) = 0.0315315 ms, so 1g.10gb = 0.016621 + (0.0315315 - 0.016621) = 0.0315315 ms and 7g.80gb 0.016621 +
     0 = 0.016621 ms.
     """
     from predictor.kernel_model import load_params
 
     entry = load_params().lookup("h100-80gb", "elementwise", "float32")
-    assert (entry.e_memory, entry.launch_us, entry.e_compute, entry.exec_us) == (1.0, 16.621, 1.0, 1.4659)
+    assert (entry.e_memory, entry.launch_us, entry.e_compute, entry.exec_us) == (1.0, 16.621, 1.0, 1.4828)
     import torch
 
     from analyzer.api import predict
@@ -181,5 +181,5 @@ def test_slice_latency_keeps_the_launch_floor():
     assert report.prediction.latency_ms == pytest.approx(0.016621, rel=1e-5)
     assert report.prediction.roofline_latency_ms == pytest.approx(0.00375609, rel=1e-5)
     slices = report.prediction.mig.latency_ms
-    assert slices["1g.10gb"] == pytest.approx(0.0315146, rel=1e-5)
+    assert slices["1g.10gb"] == pytest.approx(0.0315315, rel=1e-5)
     assert slices["7g.80gb"] == pytest.approx(0.016621, rel=1e-4)

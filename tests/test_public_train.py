@@ -21,9 +21,9 @@ def test_training_rows_counts():
     rows = pt.training_rows()
     # DLE: 248 mapped rows (docs/public-data.md) - 22 TFT Triton rows not used = 226;
     # MIG: all 224 rows (the sequence column is the exact padded length: 32 to 512);
-    # own H100: 171 records, two out of memory (opt_6_7b, seq 2048, batch 256, float16; llama_13b, seq 2048, batch
-    # 64, float32) = 169
-    assert len(rows) == 226 + 224 + 169
+    # own H100: 231 records (four leases), two out of memory (opt_6_7b, seq 2048, batch 256, float16; llama_13b,
+    # seq 2048, batch 64, float32) = 229
+    assert len(rows) == 226 + 224 + 229
     public = pt.training_rows(h100=None)
     assert len(public) == 226 + 224 and len({r.family for r in public}) == 10
     # 10 public families + 34 H100 families - 3 on both GPUs (bert, roberta, distilbert) = 41
@@ -33,8 +33,8 @@ def test_training_rows_counts():
         pt.MIG_ENCODERS["distiluse-base-multilingual-cased-v1"][0] + f"&seq_len={s}" for s in (32, 64, 128, 256, 512)
     }
     assert all(r.analysis_dtype == "amp-float16" for r in rows if r.precision == "amp-fp16")
-    # single-forward: grade B, QuartzNet (host-dominated) out: 30 + 44 + 40 + 24 + 8 (DLE) + 224 (MIG) + 169 (H100)
-    assert sum(r.single_forward for r in rows) == 30 + 44 + 40 + 24 + 8 + 224 + 169
+    # single-forward: grade B, QuartzNet (host-dominated) out: 30 + 44 + 40 + 24 + 8 (DLE) + 224 (MIG) + 229 (H100)
+    assert sum(r.single_forward for r in rows) == 30 + 44 + 40 + 24 + 8 + 224 + 229
     assert pt.mig_rows()[1] == {}
     assert pt.not_used_counts() == {pt.NOT_USED[("tft", "C")]: 22}
 
@@ -44,7 +44,7 @@ def test_h100_rows_map_the_measurements(tmp_path):
     dtype (float32 with TF32 matmuls off, as every record's env says), no harness term."""
     recs = [json.loads(line) for line in open(pt.H100_DIR / "shard-000-of-001.jsonl")]
     used, left = pt.h100_rows()
-    assert len(recs) == 171 and len(used) == 169 and left == {"own H100: status 'oom' (no latency)": 2}
+    assert len(recs) == 231 and len(used) == 229 and left == {"own H100: status 'oom' (no latency)": 2}
     first = used[0]  # line 1: alexnet?resolution=160, batch 1, float32, median 0.812448 ms
     assert (first.spec, first.batch, first.precision) == ("alexnet?resolution=160", 1, "fp32")
     assert first.device == "h100-80gb"

@@ -24,7 +24,7 @@
   is not replayed (graphs with convolutions carry `CUDNN_WORKSPACE_MIB`, the median steady-state excess our H100
   rows show, 4 MiB; docs/memory.md).
 - CUDA context: one source for every command (`runtime_for`, `context_mib`): eager PyTorch 2.11 / CUDA 13 measured
-  on our H100 (696 MiB, `DEFAULT_RUNTIME`), the same for a CUDA-graph replay, a vLLM-style engine's own figure
+  on our H100 (698 MiB, `DEFAULT_RUNTIME`), the same for a CUDA-graph replay, a vLLM-style engine's own figure
   (`RUNTIMES`), or a device file's `cuda_context_mib`.
 
 The tensor peak (weights + peak live activations, what preflight's liveness pass finds) is kept beside the total

@@ -41,16 +41,16 @@ def _user_gpu(**extra) -> dict:
 
 
 def test_eager_context_is_the_median_the_h100_rows_measured():
-    # the 169 successful rows of data/h100-80gb/models (three leases) measured 684-706 MiB of context (NVML process
-    # memory - torch's reserved); their median is 696 MiB: the default runtime's context, on every GPU and slice (no
+    # the 229 successful rows of data/h100-80gb/models (four leases) measured 684-706 MiB of context (NVML process
+    # memory - torch's reserved); their median is 698 MiB: the default runtime's context, on every GPU and slice (no
     # per-SM term)
     rows = [json.loads(line) for line in (ROOT / "data/h100-80gb/models/shard-000-of-001.jsonl").open()]
     ctx = [r["memory_mb"]["context"] for r in rows if r["status"] == "ok"]
-    assert len(ctx) == 169 and (min(ctx), statistics.median(ctx), max(ctx)) == (684.0, 696.0, 706.0)
-    assert runtime_memory().fixed_mib == 696.0 and runtime_memory().per_sm_mib == 0.0
+    assert len(ctx) == 229 and (min(ctx), statistics.median(ctx), max(ctx)) == (684.0, 698.0, 706.0)
+    assert runtime_memory().fixed_mib == 698.0 and runtime_memory().per_sm_mib == 0.0
     assert DEFAULT_RUNTIME == "torch-2.11-cuda13" and "measured" in runtime_memory().source
     for dev in (H100, A100, get_device("h100-80gb:1g.10gb")):
-        assert context_mib(dev) == context_mib(dev, "cuda-graph") == 696.0
+        assert context_mib(dev) == context_mib(dev, "cuda-graph") == 698.0
     # a vLLM-style engine: 1024 MiB outside torch's allocator (assumed), the published older-torch figure kept
     assert context_mib(H100, "vllm") == 1024.0
     assert runtime_memory("torch-2-cuda12-lazy").fixed_mib == 400.0
@@ -70,10 +70,10 @@ def test_device_file_overrides_the_context():
     mine = parse_device(_user_gpu(cuda_context_mib=512))
     assert mine.cuda_context_mib == 512.0
     assert context_mib(mine) == 512.0 and runtime_for(mine).per_sm_mib == 0.0
-    # a slice of it keeps the override; the engine keeps its own part beyond the eager context: 512 + (1024 - 696)
+    # a slice of it keeps the override; the engine keeps its own part beyond the eager context: 512 + (1024 - 698)
     assert context_mib(slice_device(mine, mine.mig[0])) == 512.0
-    assert context_mib(mine, "vllm") == 840.0
-    assert context_mib(parse_device(_user_gpu())) == 696.0  # no override: the measured figure
+    assert context_mib(mine, "vllm") == 838.0
+    assert context_mib(parse_device(_user_gpu())) == 698.0  # no override: the measured figure
     with pytest.raises(DeviceFileError, match="cuda_context_mib = -1 is outside 0 .. 65536"):
         parse_device(_user_gpu(cuda_context_mib=-1))
 
@@ -82,10 +82,10 @@ def test_predict_memory_takes_the_device_context(monkeypatch):
     from predictor import devices
     from predictor.predict import roofline_memory_mib
 
-    # weights 24 MiB and activations 16 MiB as replayed (given); context 696; cuBLAS 32 (Hopper):
-    # point 24 + 16 + 696 + 32 = 768; low = tensor peak 22 + 16 = 38 + 696 + 32 = 766; high = 768 + 0.25 x 16 = 772
+    # weights 24 MiB and activations 16 MiB as replayed (given); context 698; cuBLAS 32 (Hopper):
+    # point 24 + 16 + 698 + 32 = 770; low = tensor peak 22 + 16 = 38 + 698 + 32 = 768; high = 770 + 0.25 x 16 = 774
     r = Reserved(weights=24 * MIB, total=40 * MIB)
-    assert roofline_memory_mib(22 * MIB, 16 * MIB, H100, False, r) == pytest.approx((766.0, 768.0, 772.0))
+    assert roofline_memory_mib(22 * MIB, 16 * MIB, H100, False, r) == pytest.approx((768.0, 770.0, 774.0))
     mine = parse_device(_user_gpu(cuda_context_mib=512))
     monkeypatch.setitem(devices.DEVICES, mine.key, mine)
     # the same on a GPU whose device file says 512 MiB: 24 + 16 + 512 + 32 = 584

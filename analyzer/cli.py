@@ -1178,6 +1178,35 @@ def _is_the_program() -> bool:
     return getattr(spec, "name", None) == "analyzer.cli" or Path(getattr(top, "__file__", "") or "").name == "preflight"
 
 
+def _set_quiet(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        _STATE["quiet"] = True
+
+
+def _set_verbose(_ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        warnings.resetwarnings()
+
+
+def _flags_after_the_command(group: click.Group) -> None:
+    """Accept the group's -q and -v after the subcommand too (`preflight predict M -q` as `preflight -q predict M`).
+
+    Each subcommand gets its own copies; they run after the group's callback, so either place turns them on."""
+    for cmd in group.commands.values():
+        taken = {o for p in cmd.params for o in getattr(p, "opts", ())}
+        if "-q" not in taken:
+            cmd.params.append(
+                click.Option(["-q", "--quiet"], is_flag=True, expose_value=False, callback=_set_quiet, hidden=True)
+            )
+        if "-v" not in taken:
+            cmd.params.append(
+                click.Option(["-v", "--verbose"], is_flag=True, expose_value=False, callback=_set_verbose, hidden=True)
+            )
+
+
+_flags_after_the_command(cli)
+
+
 def _leave(code: int | None) -> None:
     """Exit with `code` once the atexit handlers have run and stdout/stderr are flushed, without the interpreter's
     teardown: after an analysis that teardown (freeing torch's, TVM's and sympy's modules and objects one by one,

@@ -1032,6 +1032,11 @@ def test_quiet_leaves_only_the_result_and_errors(models, tmp_path):
     assert quiet.exit_code == 0 and quiet.stderr == "" and json.loads(out.read_text())["prediction"]
     bad = CliRunner().invoke(cli, ["-q", "predict", str(tmp_path / "none.onnx")])
     assert bad.exit_code == 2 and "no such file" in bad.stderr  # errors still show
+    # after the subcommand too (was "No such option: -q"), and the next invocation is loud again
+    after = CliRunner().invoke(cli, ["predict", str(models["tiny"]), "--batch", "2", "-o", str(out), "--quiet"])
+    assert after.exit_code == 0 and after.stderr == "", after.output
+    again = CliRunner().invoke(cli, ["predict", str(models["tiny"]), "--batch", "2", "-o", str(out)])
+    assert again.stderr.strip() == f"wrote {out}"
 
 
 def test_batch_leaves_a_fixed_first_dimension_beside_a_dynamic_batch(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -468,6 +469,32 @@ def test_lease_smoke_step_on_the_cpu_and_collect(
     text = lease.summary_markdown(data, device)
     assert "whole models: 2 configs (ok 2)" in text and "kernels: 4 records" in text
     assert "noise (1 configs measured twice)" in text
+    # A batch inversion (batch 2 recorded more than 5% faster than batch 1): the next models step re-measures both
+    # records; batch 1 (0x14) already was, so batch 2 (0x15, no noise config) is re-measured now.
+    (shard,) = (data / device / "models").glob("*.jsonl")
+    recs = [json.loads(line) for line in shard.read_text().splitlines()]
+    by_batch = {r["batch"]: r for r in recs}
+    by_batch[2]["latency_ms"]["median"] = 0.94 * by_batch[1]["latency_ms"]["median"]
+    shard.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert "1 of 1 batch doublings got >5% faster: lstm_small?seq_len=8 float32 b1/b2" in lease.summary_markdown(
+        data, device
+    )
+    shutil.rmtree(out)
+    result = lease.run_step("models", out, 120, "cpu", data, tmp_path / "configs.jsonl")
+    assert result["records"]["noise"] == {"ok": 1} and lease.collect(out, data)[f"{device}/noise"] == Counter(added=1)
+    assert [r["id"] for r in _records(data / device / "noise")] == ["0000000000000014", "0000000000000015"]
+
+
+def test_batch_inversions_by_hand() -> None:
+    def rec(zoo: str, dtype: str, batch: int, ms: float) -> dict:
+        return {"zoo": zoo, "dtype": dtype, "batch": batch, "latency_ms": {"median": ms}}
+
+    a1, a2, a4 = rec("a", "float16", 1, 2.0), rec("a", "float16", 2, 1.89), rec("a", "float16", 4, 1.80)
+    b1, b2 = rec("b", "float16", 1, 2.0), rec("b", "float16", 2, 1.91)  # 1.91 >= 0.95 x 2.0 = 1.90: not inverted
+    c = rec("a", "float32", 2, 1.0)  # another dtype: no pair with a
+    pairs, inverted = lease.batch_inversions([a4, b2, a1, c, a2, b1])
+    # pairs a 1->2, a 2->4, b 1->2: a 1->2 inverted (1.89 < 0.95 x 2.0 = 1.90), a 2->4 not (1.80 >= 1.7955)
+    assert pairs == 3 and inverted == [(a1, a2)]
 
 
 def test_lease_l2_step_remeasures_measured_convolutions_apart(tmp_path: Path) -> None:

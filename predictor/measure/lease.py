@@ -372,8 +372,12 @@ def run_step(
         result["models"] = _models(todo, out / "models", data / key / "models", opts, budget, timeout)
         measured_before = _model_ids([data / key / "models"], key, {"ok"})  # an earlier call: another process
         noise_done = _model_ids([data / key / "noise", out / "noise"], key)
-        wanted = set(noise_ids(configs)) & (measured_before - noise_done)
-        again = [c for c in configs if c.id in wanted]
+        # both records of a batch inversion first (one of them is wrong), then the 5% noise sample
+        before = [r for r in iter_records([data / key / "models"], RECORD_SCHEMA) if r.get("device") == key]
+        inverted = batch_inversions([r for r in before if r.get("status") == "ok"])[1]
+        suspect = {r["id"] for pair in inverted for r in pair}
+        wanted = (set(noise_ids(configs)) | suspect) & (measured_before - noise_done)
+        again = sorted((c for c in configs if c.id in wanted), key=lambda c: c.id not in suspect)
         result["noise"] = _models(again, out / "noise", data / key / "noise", opts, clock.left() - 5, timeout)
     result["records"] = {
         "kernels": _count([out / key / "kernels"], KERNEL_SCHEMA, key),
@@ -562,19 +566,38 @@ def summary_markdown(data: str | Path, device: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def batch_inversions(ok: Sequence[dict]) -> tuple[int, list[tuple[dict, dict]]]:
+    """Pairs of whole-model records of one zoo spec and dtype at consecutive measured batches where the larger batch
+    ran more than 5% faster (median latency): physically one of the two is wrong (a slow host, another process).
+
+    Args:
+        ok: Records with status "ok" (`zoo`, `dtype`, `batch`, `latency_ms.median` in ms).
+
+    Returns:
+        (the number of consecutive-batch pairs, the inverted pairs as (smaller batch, larger batch) records).
+    """
+    by_spec: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in ok:
+        by_spec[(r["zoo"], r["dtype"])].append(r)
+    pairs, inverted = 0, []
+    for recs in by_spec.values():
+        recs.sort(key=lambda r: r["batch"])
+        for a, b in zip(recs, recs[1:], strict=False):
+            pairs += 1
+            if b["latency_ms"]["median"] < a["latency_ms"]["median"] * 0.95:
+                inverted.append((a, b))
+    return pairs, inverted
+
+
 def _sanity(ok: Sequence[dict], device: str) -> list[str]:
     """Issue 18's checks: latency grows with batch, energy between idle and TDP power, memory within the GPU."""
     out = []
-    by_spec: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
-    for r in ok:
-        by_spec[(r["zoo"], r["dtype"])].append((r["batch"], r["latency_ms"]["median"]))
-    pairs = shrink = 0
-    for points in by_spec.values():
-        points.sort()
-        for (_, a), (_, b) in zip(points, points[1:], strict=False):
-            pairs += 1
-            shrink += b < a * 0.95
-    out.append(f"- latency vs batch (same spec and dtype): {shrink} of {pairs} batch doublings got >5% faster")
+    pairs, inverted = batch_inversions(ok)
+    named = ", ".join(f"{a['zoo']} {a['dtype']} b{a['batch']}/b{b['batch']}" for a, b in inverted)
+    out.append(
+        f"- latency vs batch (same spec and dtype): {len(inverted)} of {pairs} batch doublings got >5% faster"
+        + (f": {named}" if inverted else "")
+    )
     dev = DEVICES.get(device)
     powers = [r["power_w"] for r in ok if r.get("power_w")]
     if powers and dev:

@@ -370,11 +370,16 @@ def run_step(
         share = noise_share if todo else 1.0
         budget = clock.left() * (1 - share) - 5
         result["models"] = _models(todo, out / "models", data / key / "models", opts, budget, timeout)
-        measured_before = _model_ids([data / key / "models"], key, {"ok"})  # an earlier call: another process
+        # an earlier call's ok records (another process): one pass gives their ids and the batch inversions
+        before = [
+            r
+            for r in iter_records([data / key / "models"], RECORD_SCHEMA)
+            if r.get("device") == key and r.get("status") == "ok"
+        ]
+        measured_before = {r["id"] for r in before}
         noise_done = _model_ids([data / key / "noise", out / "noise"], key)
         # both records of a batch inversion first (one of them is wrong), then the 5% noise sample
-        before = [r for r in iter_records([data / key / "models"], RECORD_SCHEMA) if r.get("device") == key]
-        inverted = batch_inversions([r for r in before if r.get("status") == "ok"])[1]
+        inverted = batch_inversions(before)[1]
         suspect = {r["id"] for pair in inverted for r in pair}
         wanted = (set(noise_ids(configs)) | suspect) & (measured_before - noise_done)
         again = sorted((c for c in configs if c.id in wanted), key=lambda c: c.id not in suspect)

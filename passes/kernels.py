@@ -99,6 +99,15 @@ Rules (docs/execution-model.md explains them for users):
   its ReLU/GELU as one `_addmm_activation`), and with attention weights asked for, `mm`,
   `_transform_bias_rescale_qkv`, bmm, softmax, bmm, a copy, `addmm`, `sum`, `div_`; see `_View.mha_fast_paths`,
   `_View.mha_weights_paths` and `_View.encoder_ffn`.
+* **In-place updates of a view** (`x.view(...)[:, 1:] *= m`, Funnel's `positional_attn *= cls_mask`): torch.export
+  functionalises them into the pointwise op on the view, then `slice_scatter`s back into the base (one per slice of
+  the view chain) and the base's views taken again; eager runs the one pointwise kernel, in place. A `slice_scatter`
+  whose source is a pointwise op of exactly the region it writes (the same base, the same view steps: reshapes,
+  permutes and slices normalised), or a view of such a scatter's result, with no reader of the old values after the
+  update, launches nothing, and its result is the base's memory (`_View.inplace_scatters`). Another scatter
+  (`x[:, :k] = y`) is one copy into the region (`copy_`).
+* **masked_fill** is one kernel: TVM's torch importer writes it `where(mask, full_like(x, v), x)`; the `full_like`
+  (whose only reader is that `where`, its other branch the same x) launches nothing and is read as a scalar.
 * **Autocast casts** (`passes.graph.with_autocast`, `attrs["autocast"]`) are kernels on every forward, also
   those of weights (which are otherwise constants).
 * **Everything else** is one kernel per Relax op with the op's own FLOPs and bytes (`OpCost`), reads of
@@ -492,6 +501,55 @@ _GELU_REFERENCE = {  # torch.nn.functional.gelu, approximate="none" (erf) and "t
 _GELU_POINTS = (-3.0, -2.0, -1.25, -0.5, 0.25, 0.75, 1.5, 2.5)
 _GELU_RTOL = 1e-5  # float32 constants (1/sqrt(2), 0.044715, ...) are within 6e-8; a constant 1e-4 off is not
 _POINTWISE_CATEGORIES = {"elementwise"}
+
+
+# View ops whose steps `_Alias` follows (a strided_slice with the bounds `passes.tvm_ir` records as attributes).
+_ALIAS_VIEWS = _RESHAPES | {"relax.permute_dims", "relax.expand_dims", "relax.squeeze", "relax.strided_slice"}
+
+
+@dataclass(frozen=True)
+class _Alias:
+    """Which memory a value is, as views see it: `root` (a value id) as the op `write` left it (-1: as produced; else
+    the index of the pointwise op that updated part of it in place), seen through `steps` (normalised view steps:
+    ("reshape", shape), ("permute", axes, shape), ("slice", axis, begin, end, step, shape); each ends with its output
+    shape). `ops`: the view ops (and scatters) of the chain, each of which must be a view for the alias to hold."""
+
+    root: int
+    write: int
+    steps: tuple
+    ops: frozenset[int]
+
+
+def _alias_push(steps: tuple, root_shape: tuple[int, ...], step: tuple) -> tuple:
+    """`steps` followed by `step`, normalised: consecutive reshapes merge, consecutive permutes compose, and a step
+    that changes nothing (a reshape to the same shape, the identity permute, a full unit-step slice) is dropped."""
+    kind, out = step[0], step[-1]
+    if steps and steps[-1][0] == kind == "reshape":
+        steps = steps[:-1]
+    elif steps and steps[-1][0] == kind == "permute":
+        q = steps[-1][1]
+        steps, step = steps[:-1], ("permute", tuple(q[a] for a in step[1]), out)
+    before = steps[-1][-1] if steps else root_shape
+    if kind == "reshape" and out == before:
+        return steps
+    if kind == "permute" and step[1] == tuple(range(len(step[1]))):
+        return steps
+    if kind == "slice" and step[2] == 0 and step[3] == before[step[1]] and step[4] == 1:
+        return steps
+    return (*steps, step)
+
+
+def _slice_step(shape: tuple[int, ...], axis: int, begin: int, end: int, step: int) -> tuple | None:
+    """One ("slice", ...) step of `shape` with torch's bounds normalised (negative from the end, clamped); None for
+    a step torch's basic slicing does not take (< 1)."""
+    if step < 1 or not -len(shape) <= axis < len(shape):
+        return None
+    axis %= len(shape)
+    dim = shape[axis]
+    b, e = (min(max(v + dim if v < 0 else v, 0), dim) for v in (begin, end))
+    e = max(e, b)
+    out = (*shape[:axis], -(-(e - b) // step), *shape[axis + 1 :])
+    return ("slice", axis, b, e, step, out)
 
 
 @dataclass(frozen=True)
@@ -1337,8 +1395,25 @@ class _View:
         rnn_written, rnn_input_gemms = self.recurrence_io(rnn_groups, fused_into)
         fast_views |= rnn_written
 
+        # masked_fill: TVM's torch importer writes it `where(mask, full_like(x, v), x)`; eager runs one kernel, the
+        # fill value a scalar argument (read as a stride-0 tensor below)
+        masked_fills: list[int] = []
+        for op in self.node:
+            outs = self.outputs_of.get(op.index, [])
+            if op.op != "relax.full_like" or roles[op.index] != "kernel" or len(outs) != 1 or not op.operands:
+                continue
+            c = self.only_consumer(outs[0])
+            w = None if c is None else self.node[c]
+            if w is not None and w.op == "relax.where" and roles[c] == "kernel" and len(w.operands) == 3:
+                if w.operands[1].value == outs[0] and w.operands[2].value == op.operands[0].value:
+                    roles[op.index] = "fused"
+                    masked_fills.append(outs[0])
+
+        inplace = self.inplace_scatters(roles)
+        in_place: set[int] = set()  # the scatters of `inplace` the walk took (their views held)
+
         # walk in launch order, following strides
-        layout: dict[int, Strides] = {}
+        layout: dict[int, Strides] = {vid: (0,) * self.info[vid].ndim for vid in masked_fills}
         kernels: list[Kernel] = []
         op_kernels: list[list[int]] = [[] for _ in range(n)]
 
@@ -1445,6 +1520,22 @@ class _View:
                 continue
             if i in anchor_of:
                 self.emit_attention(anchor_of[i], backend[i], emit, read_bytes, layout, op)
+                continue
+            if i in inplace and all(roles[j] == "view" or j in in_place for j in inplace[i][0]):
+                in_place.add(i)
+                base, src = (o.value for o in op.operands)
+                if inplace[i][1]:  # `region.copy_(src)`: reads src, writes the region (strided where it is)
+                    axis, step = int(op.attrs["axis"]) % op.output.ndim, int(op.attrs["step"])
+                    region = tuple(st * (step if d == axis else 1) for d, st in enumerate(strides(base)))
+                    shape = self.info[src].shape
+                    dense = is_contiguous(shape, region) and is_contiguous(shape, strides(src))
+                    numel = self.info[src].numel
+                    emit("copy", op.op, (i,), 0, read_bytes(src), nbytes(src), op.output.dtype,
+                         {"numel": numel, "strided": not dense})  # fmt: skip
+                    roles[i] = "copy"
+                else:
+                    roles[i] = "view"  # the pointwise op before it wrote the region in place
+                layout[outs[0]] = strides(base)  # the result is the base's memory
                 continue
             if role == "kernel" and not op.outputs:  # shape_of and friends: host-side metadata, no kernel
                 roles[i] = "view"
@@ -2253,6 +2344,121 @@ class _View:
                 if p is not None and p.index in fused_into and p.library_call is not None:
                     gemms.add(fused_into[p.index])
         return written, gemms
+
+    # -- functionalised in-place updates ------------------------------------------------------
+    def alias_of(self, aliases: dict[int, _Alias], vid: int) -> _Alias:
+        a = aliases.get(vid)
+        return a if a is not None else _Alias(vid, -1, (), frozenset())
+
+    def alias_step(self, op: OpNode, a: _Alias) -> _Alias | None:
+        """`a` seen through the view op `op` (one of `_ALIAS_VIEWS`); None where the step is not followed (a
+        symbolic shape, a slice whose bounds are not constants)."""
+        root_shape = tuple(self.info[a.root].shape)
+        shape = a.steps[-1][-1] if a.steps else root_shape
+        out = tuple(op.output.shape)
+        if not all(isinstance(d, int) for d in (*root_shape, *out)):
+            return None
+        steps = a.steps
+        if op.op == "relax.permute_dims":
+            axes = op.attrs.get("axes")
+            nd = len(shape)
+            axes = tuple(range(nd))[::-1] if axes is None else tuple(int(x) % nd for x in axes)
+            steps = _alias_push(steps, root_shape, ("permute", axes, out))
+        elif op.op == "relax.strided_slice":
+            axes, begin, end = (op.attrs.get(k) for k in ("axes", "begin", "end"))
+            step = op.attrs.get("steps") or [1] * len(axes or [])
+            if not all(isinstance(v, list) and len(v) == len(axes) for v in (axes, begin, end, step)):
+                return None
+            for bounds in zip(axes, begin, end, step, strict=True):
+                sl = _slice_step(shape, *bounds)
+                if sl is None:
+                    return None
+                steps, shape = _alias_push(steps, root_shape, sl), sl[-1]
+            if shape != out:
+                return None
+        else:  # reshape, flatten, expand_dims, squeeze
+            steps = _alias_push(steps, root_shape, ("reshape", out))
+        return _Alias(a.root, a.write, steps, a.ops | {op.index})
+
+    def scatter_hit(
+        self, op: OpNode, aliases: dict[int, _Alias], roles: list[str], writes: dict[int, int]
+    ) -> tuple[_Alias, int, frozenset[int]] | None:
+        """For a `slice_scatter(base, src)` as eager PyTorch ran it in place: the base's alias, the update (the index of
+        the pointwise op that wrote the region, or of the scatter itself where it is `region.copy_(src)`) and the views
+        and scatters it rests on; None where it cannot be (a symbolic shape, bounds that are not constants)."""
+        base, src = (o.value for o in op.operands)
+        b = self.alias_of(aliases, base)
+        root_shape = tuple(self.info[b.root].shape)
+        shape = b.steps[-1][-1] if b.steps else root_shape
+        try:
+            axis, start, end, step = (int(op.attrs[k]) for k in ("axis", "start", "end", "step"))
+        except (KeyError, TypeError, ValueError):
+            return None
+        if not all(isinstance(d, int) for d in shape):
+            return None
+        sl = _slice_step(shape, axis, start, end, step)
+        if sl is None or sl[-1] != tuple(self.info[src].shape):
+            return None
+        region = _alias_push(b.steps, root_shape, sl)
+        copy_in = b, op.index, b.ops | {op.index}  # `region.copy_(src)`: one copy kernel into the base
+        if self.consumers.get(src) != [op.index] or src in self.graph_outputs:
+            return copy_in
+        s = aliases.get(src)
+        if s is not None and s.root == b.root and writes.get(s.write) == b.write and s.steps == region:
+            return b, s.write, b.ops | s.ops | {op.index}  # a view of the update of a slice of this region
+        p = self.op_of(src)
+        if p is None or not p.operands or roles[p.index] != "kernel" or self.is_view_op(p):
+            return copy_in
+        if self.costs[p.index].category not in _POINTWISE_CATEGORIES:
+            return copy_in
+        x = p.operands[0].value  # `x.mul_(m)`: torch's functionalisation makes it `mul(x, m)`
+        ax = self.alias_of(aliases, x)
+        same = tuple(self.info[x].shape) == tuple(p.output.shape) and self.info[x].dtype == p.output.dtype
+        if same and (ax.root, ax.write, ax.steps) == (b.root, b.write, region):
+            return b, p.index, b.ops | ax.ops | {op.index}
+        return copy_in
+
+    def inplace_scatters(self, roles: list[str]) -> dict[int, tuple[frozenset[int], bool]]:
+        """The `slice_scatter` ops that eager PyTorch ran in place: op index -> (the other ops, views and inner
+        scatters, that must all be views for that to hold (checked in the walk); whether it is `region.copy_(src)`, one
+        copy kernel, rather than the write-back of a pointwise update of the region, which launches nothing). Taken
+        only if nothing but views reads the values the update overwrote after it (else eager could not have run it in
+        place: the scatter stays a copy of the whole base)."""
+        if not any(op.op == "relax.slice_scatter" for op in self.node):
+            return {}
+        rejected: set[int] = set()
+        while True:
+            aliases: dict[int, _Alias] = {}
+            found: dict[int, tuple[int, int, int, frozenset[int]]] = {}  # scatter -> (root, old, write, ops)
+            writes: dict[int, int] = {}  # an update's op index -> the write (version of its root) it overwrote
+            for op in self.node:
+                outs = self.outputs_of.get(op.index, [])
+                if len(outs) != 1 or not op.operands:
+                    continue
+                if op.op in _ALIAS_VIEWS:
+                    a = self.alias_step(op, self.alias_of(aliases, op.operands[0].value))
+                    if a is not None:
+                        aliases[outs[0]] = a
+                elif op.op == "relax.slice_scatter" and len(op.operands) == 2 and op.index not in rejected:
+                    hit = self.scatter_hit(op, aliases, roles, writes)
+                    if hit is not None:
+                        b, write, ops = hit
+                        found[op.index] = (b.root, b.write, write, ops)
+                        writes.setdefault(write, b.write)
+                        aliases[outs[0]] = _Alias(b.root, write, b.steps, ops)
+            last_read: dict[tuple[int, int], int] = {}  # (root, write) -> the last op reading it (not a view)
+            for op in self.node:
+                if op.op in _ALIAS_VIEWS:
+                    continue
+                for k, o in enumerate(op.operands):
+                    if k == 0 and op.index in found:
+                        continue  # the write-back's base
+                    a = self.alias_of(aliases, o.value)
+                    last_read[(a.root, a.write)] = op.index
+            stale = {i for i, (root, old, write, _) in found.items() if last_read.get((root, old), -1) > write}
+            if not stale:
+                return {i: (ops - {i}, write == i) for i, (_, _, write, ops) in found.items()}
+            rejected |= stale
 
     def view_layout(self, op: OpNode, strides) -> list[Strides] | None:
         """Strides of the outputs of a view op, or None if torch has to copy."""

@@ -179,6 +179,27 @@ def _plain(value, symbolic: bool = False):
     return str(value)
 
 
+# ops whose slice bounds are call arguments: the attribute names given to them (`attrs_to_dict` does not see them),
+# from which argument they start ("steps", not "strides": `passes.features` reads a convolution's "strides")
+_SLICE_ARGS = {
+    "relax.strided_slice": ("axes", "begin", "end", "steps"),
+    "relax.slice_scatter": ("start", "end", "step"),
+}
+_SLICE_ARGS_FROM = {"relax.strided_slice": 1, "relax.slice_scatter": 2}
+
+
+def _static_ints(arg) -> list[int] | int | None:
+    """A constant integer argument (an IntImm: TVM 0.27's prim values too) as an int, a tuple of them as a list;
+    None if any is not."""
+    if isinstance(arg, IntImm):
+        return int(arg.value)
+    fields = getattr(arg, "fields", None)
+    if fields is not None:
+        out = [_static_ints(f) for f in fields]
+        return out if all(isinstance(v, int) for v in out) else None
+    return None
+
+
 def attrs_to_dict(attrs, symbolic: bool = False) -> dict:
     """A Relax op's attributes as a plain dict (empty when the op has none); `symbolic` as for `_plain`."""
     if attrs is None:
@@ -576,6 +597,13 @@ class _Extractor:
                 attrs["shape"] = [int(d.value) for d in dims]  # the static shape it turns into a tensor
             elif dims is not None and self.symbolic and all(dim_expr(d) is not None for d in dims):
                 attrs["shape"] = [dim_expr(d) for d in dims]
+        elif name in _SLICE_ARGS and len(call.args) == len(_SLICE_ARGS[name]) + _SLICE_ARGS_FROM[name]:
+            # the slice's bounds are arguments, not attributes: the kernel view matches a scatter back into the
+            # region a view took (`passes.kernels`: a functionalised in-place update); absent where not constant
+            for key, arg in zip(_SLICE_ARGS[name], call.args[_SLICE_ARGS_FROM[name] :], strict=True):
+                ints = _static_ints(arg)
+                if ints is not None:
+                    attrs[key] = ints
         elif name == "relax.clip" and len(call.args) == 3:
             bounds = [a.value for a in call.args[1:] if isinstance(a, IntImm | FloatImm)]
             if len(bounds) == 2:

@@ -472,6 +472,120 @@ def test_the_torchscript_exporter_merges_debertas_repeated_subtraction(tmp_path)
     assert len(kernels) == trace.count - 1
 
 
+class _ShiftedScores(torch.nn.Module):
+    """Funnel's relative shift, then an in-place update of the view (`positional_attn *= cls_mask`), or a slice
+    assignment (`view[...] = m`): scores (2, 4, 16, 16) from a bmm, viewed as (2, 4, 32, 8), rows 1: taken, viewed
+    as (2, 4, 8, 31), columns :8 taken (a (2, 4, 8, 8) view, strided)."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.how = how
+
+    def forward(self, x, m):
+        y = x @ x.transpose(-1, -2)
+        if self.how == "stale":
+            y, old = y.clone(), y
+        v = y.view(2, 4, 32, 8)[:, :, 1:].reshape(2, 4, 8, 31)[..., :8]
+        if self.how == "assign":
+            v.copy_(m.expand(2, 4, 8, 8))
+            return y + 1
+        v *= m
+        return y + old if self.how == "stale" else v + 1
+
+
+@pytest.mark.parametrize("how", ["mul_", "assign"])
+def test_an_in_place_update_of_a_view_is_the_kernel_eager_runs(tmp_path, how):
+    """torch.export functionalises `v *= m` on a view into `mul(v, m)`, then `slice_scatter`s it back into each view's
+    base (two here, one per slice) and takes the views again; eager runs one `mul_`, in place (the dispatch trace:
+    bmm, mul_, add); `v.copy_(...)` is one `copy_` (bmm, copy_, add). Funnel's module route had 3 kernels too many per
+    attention layer (the two scatters and a copy of the rebuilt base: 152 where the ONNX route has 119).
+    By hand (float32): the mul reads the view's 2 x 4 x 8 x 8 elements (2,048 bytes) and m's 8 x 8 (256) and writes
+    2,048 bytes; the copy reads m once (256 bytes: the expand is a stride-0 view) and writes the 2,048-byte region."""
+    from kernel_trace import trace_kernels
+
+    module, inputs = _ShiftedScores(how).eval(), (torch.randn(2, 4, 16, 8), torch.randn(8, 8))
+    trace = trace_kernels(module, inputs, inference=True)
+    update = "aten.mul_.Tensor" if how == "mul_" else "aten.copy_.default"
+    assert [k.op for k in trace.kernels] == ["aten.bmm.default", update, "aten.add.Tensor"]
+    pt2 = export_pt2(module, inputs, tmp_path / "m.pt2")
+    for rep in (
+        report(module, inputs, devices=DEVICES[:1], batches=[]),
+        report(str(pt2), devices=DEVICES[:1], batches=[]),
+    ):
+        kernels = rep.analysis.kernels
+        assert len(kernels) == trace.count
+        k = kernels[1]
+        if how == "mul_":
+            assert (k.kind, k.op, k.bytes_read, k.bytes_written) == ("elementwise", "relax.multiply", 2048 + 256, 2048)
+        else:
+            assert (k.kind, k.op, k.bytes_read, k.bytes_written) == ("copy", "relax.slice_scatter", 256, 2048)
+            assert k.params == {"numel": 2 * 4 * 8 * 8, "strided": True}
+        # the result is the base's memory: the add after it reads it as a view, no copy
+        assert not any(k.op.startswith("copy:") for k in kernels)
+
+
+def test_an_update_whose_old_values_are_read_after_it_is_not_in_place():
+    """`y.clone()`, the clone's view updated in place, then `y + old`: the functional graph has no clone (TVM's
+    importer drops it), so the update reads y's region and the scatters write into y while the add still reads the
+    old y. Eager could not have run that in place: the scatters stay copies of the whole base (2 here, where eager
+    runs one clone: a known gap of one kernel, left)."""
+    module, inputs = _ShiftedScores("stale").eval(), (torch.randn(2, 4, 16, 8), torch.randn(8, 8))
+    kernels = report(module, inputs, devices=DEVICES[:1], batches=[]).analysis.kernels
+    assert [k.op for k in kernels] == [
+        "relax.matmul", "relax.multiply", "relax.slice_scatter", "relax.slice_scatter", "relax.add"
+    ]  # fmt: skip
+    assert [k.bytes_written for k in kernels[2:4]] == [2 * 4 * 8 * 31 * 4, 2 * 4 * 32 * 8 * 4]
+
+
+class _MaskedFill(torch.nn.Module):
+    def __init__(self, spelled: bool):
+        super().__init__()
+        self.spelled = spelled
+
+    def forward(self, x, m):
+        if self.spelled:  # what a user writes: a fill kernel, then where (the other branch is not x: no masked_fill)
+            return torch.where(m, torch.full_like(x, 2.0), x * 2)
+        return torch.softmax(x.masked_fill(m, -1e4), -1)
+
+
+def test_masked_fill_is_one_kernel():
+    """TVM's torch importer writes `masked_fill` as `where(mask, full_like(x, v), x)`; eager runs one `masked_fill`
+    (DeBERTa's module route had a kernel too many per masked attention). The dispatch trace: masked_fill, softmax.
+    By hand: the where reads x (2 x 4 x 8 x 8 float32: 2,048 bytes), the mask (2 x 1 x 8 x 8 bool: 128) and the fill
+    value once (4), and writes 2,048. `torch.where(m, torch.full_like(x, 2.0), x * 2)` is three kernels in eager
+    (full_like, mul, where) and stays three."""
+    from kernel_trace import trace_kernels
+
+    inputs = (torch.randn(2, 4, 8, 8), torch.rand(2, 1, 8, 8) > 0.5)
+    for spelled, ops in [(False, ["masked_fill", "_softmax"]), (True, ["full_like", "mul", "where"])]:
+        module = _MaskedFill(spelled).eval()
+        trace = trace_kernels(module, inputs, inference=True)
+        assert [k.op.split(".")[1] for k in trace.kernels] == ops
+        kernels = report(module, inputs, devices=DEVICES[:1], batches=[]).analysis.kernels
+        assert len(kernels) == trace.count
+        if not spelled:
+            assert (kernels[0].op, kernels[0].bytes_read, kernels[0].bytes_written) == ("relax.where", 2180, 2048)
+
+
+def test_the_in_place_alias_steps_normalise():
+    """Worked by hand: reshape then reshape is the last reshape, and a reshape back to the shape before it is
+    nothing; two permutes compose ((1, 0, 2) after (1, 0, 2) is the identity: dropped); a slice is clamped
+    (end past the dim, a negative begin) and a full unit-step slice is nothing; a step below 1 is not followed."""
+    from passes.kernels import _alias_push, _slice_step
+
+    root = (4, 6, 8)
+    steps = _alias_push((), root, ("reshape", (24, 8)))
+    assert _alias_push(steps, root, ("reshape", (4, 6, 8))) == ()
+    assert _alias_push(steps, root, ("reshape", (4, 48))) == (("reshape", (4, 48)),)
+    p = _alias_push((), root, ("permute", (1, 0, 2), (6, 4, 8)))
+    assert _alias_push(p, root, ("permute", (1, 0, 2), (4, 6, 8))) == ()
+    assert _alias_push(p, root, ("permute", (0, 2, 1), (6, 8, 4))) == (("permute", (1, 2, 0), (6, 8, 4)),)
+    assert _slice_step(root, 2, 1, 2**63 - 1, 1) == ("slice", 2, 1, 8, 1, (4, 6, 7))
+    assert _slice_step(root, -1, -3, 8, 2) == ("slice", 2, 5, 8, 2, (4, 6, 2))
+    assert _alias_push((), root, _slice_step(root, 1, 0, 100, 1)) == ()
+    assert _slice_step(root, 0, 0, 4, 0) is None
+
+
 @pytest.mark.parametrize("name", [*NN_LAYERS, *ATTENTION_BLOCKS])
 def test_nn_layers_launch_what_eager_pytorch_launches(name):
     """The kernel count of every route within 10% of the eager inference-mode dispatch trace (the oracle), bytes

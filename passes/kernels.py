@@ -2455,6 +2455,9 @@ class _View:
                         continue  # the write-back's base
                     a = self.alias_of(aliases, o.value)
                     last_read[(a.root, a.write)] = op.index
+            for vid in self.graph_outputs:  # a value the model returns is read after every op
+                a = self.alias_of(aliases, vid)
+                last_read[(a.root, a.write)] = len(self.node)
             stale = {i for i, (root, old, write, _) in found.items() if last_read.get((root, old), -1) > write}
             if not stale:
                 return {i: (ops - {i}, write == i) for i, (_, _, write, ops) in found.items()}

@@ -1297,6 +1297,7 @@ class _View:
         self.group_names: dict[int, str] = {}  # the kernel name of a group (default: its last op)
         self.norm_inputs: dict[int, int] = {}  # a norm group's last op -> the value it normalises
         self.pool_inputs: dict[int, int] = {}  # an adaptive-pool group's last op -> the value it pools
+        self.reductions: set[int] = set()  # groups that are one reduction kernel (a vector norm), by last op
         for op in self.node:
             if op.op == "relax.clip" and roles[op.index] == "kernel":
                 group = self.hard_activation(op, roles)
@@ -1311,10 +1312,14 @@ class _View:
             found = self.elu_group(op, roles) if op.op == "relax.exp" else None
             if op.op == "relax.sigmoid":
                 found = self.glu_group(op, roles)
+            if op.op == "relax.abs":
+                found = self.vector_norm_group(op, roles)
             if found and all(roles[i] == "kernel" for i in found[1]):
                 name, group = found
                 act_groups[group[-1]] = group
                 self.group_names[group[-1]] = name
+                if name == "fused:vector_norm":
+                    self.reductions.add(group[-1])
                 for i in group[:-1]:
                     roles[i] = "fused"
 
@@ -1508,7 +1513,8 @@ class _View:
                     if not (is_contiguous(shape, st) or is_channels_last(shape, st)):
                         copy(src, self.node[act_groups[i][0]])
                         layout[src] = contiguous_strides(shape)
-                self.emit_group(act_groups[i], emit, read_bytes, "norm" if src is not None else "elementwise")
+                kind = "norm" if src is not None else "reduction" if i in self.reductions else "elementwise"
+                self.emit_group(act_groups[i], emit, read_bytes, kind)
                 outs_last = self.outputs_of.get(i, [])
                 x = self.node[act_groups[i][0]].operands
                 for o in x:
@@ -1741,6 +1747,7 @@ class _View:
             "relax.call_tir": self.clamp_group,
             "relax.variance": self.norm_group,
             "relax.gather_nd": self.adaptive_pool_group,
+            "relax.sum": self.l2_norm_group,
         }
         taken: set[int] = set()
         for op in self.node:
@@ -1758,6 +1765,8 @@ class _View:
                     self.norm_inputs[group[-1]] = op.operands[0].value
                 if op.op == "relax.gather_nd":  # (the group's first op is the permute of the pooled value)
                     self.pool_inputs[group[-1]] = self.node[group[0]].operands[0].value
+                if name == "fused:vector_norm":
+                    self.reductions.add(group[-1])
         for op in self.node:
             if op.op == "relax.where" and roles[op.index] == "kernel" and op.index not in taken:
                 found = self.index_normalisation(op, roles)
@@ -2105,6 +2114,42 @@ class _View:
         if sorted(o.value for o in mul.operands) != sorted([x, self.outputs_of[sig.index][0]]):
             return None
         return "fused:silu", [sig.index, mul.index]
+
+    def vector_norm_group(self, ab: OpNode, roles: list[str]) -> tuple[str, list[int]] | None:
+        """torch's `linalg_vector_norm` (`F.normalize`, `x.norm(dim=...)`) as TVM's torch importer writes it
+        (`_norm`): `power(sum(power(abs(x), p)), 1 / p)`, or `max`/`min` of `abs(x)` for p = +-inf: one reduction
+        kernel, as eager runs it. p and 1 / p are checked; every intermediate result is read only by the next op."""
+        nxt = self.sole_user(ab, roles)
+        if nxt is None or not nxt.operands or nxt.operands[0].value != self.outputs_of[ab.index][0]:
+            return None
+        if nxt.op in ("relax.max", "relax.min") and len(nxt.operands) == 1:
+            return "fused:vector_norm", [ab.index, nxt.index]
+        if nxt.op != "relax.power" or len(nxt.operands) != 2:
+            return None
+        p = self.scalar_value(nxt.operands[1].value)
+        total = self.sole_user(nxt, roles)
+        if not p or total is None or total.op != "relax.sum" or len(total.operands) != 1:
+            return None
+        root = self.sole_user(total, roles)
+        if root is None or root.op != "relax.power" or len(root.operands) != 2:
+            return None
+        q = self.scalar_value(root.operands[1].value)
+        if root.operands[0].value != self.outputs_of[total.index][0] or q is None or abs(p * q - 1) > 1e-6:
+            return None
+        return "fused:vector_norm", [ab.index, nxt.index, total.index, root.index]
+
+    def l2_norm_group(self, total: OpNode, roles: list[str]) -> tuple[str, list[int]] | None:
+        """ONNX `ReduceL2` as TVM's importer writes it, `sqrt(sum(x * x))` (the same x twice): torch's
+        `linalg_vector_norm`, one reduction kernel."""
+        sq = self.op_of(total.operands[0].value) if len(total.operands) == 1 else None
+        if sq is None or sq.op != "relax.multiply" or len(sq.operands) != 2 or roles[sq.index] != "kernel":
+            return None
+        if sq.operands[0].value != sq.operands[1].value or self.sole_user(sq, roles) is not total:
+            return None
+        root = self.sole_user(total, roles)
+        if root is None or root.op != "relax.sqrt":
+            return None
+        return "fused:vector_norm", [sq.index, total.index, root.index]
 
     def rsqrt_group(self, sq: OpNode, roles: list[str]) -> tuple[str, list[int]] | None:
         """`1 / sqrt(x)`: torch's rsqrt as the ONNX exporter writes it (Sqrt, Reciprocal): one kernel."""

@@ -35,6 +35,7 @@ from unittest import mock
 
 import pytest
 import torch
+import torch.nn.functional as F
 from route_export import DYNAMO, KEEP_BN, TORCHSCRIPT, export_onnx, export_pt2
 
 import zoo
@@ -567,6 +568,46 @@ def test_masked_fill_is_one_kernel():
         assert len(kernels) == trace.count
         if not spelled:
             assert (kernels[0].op, kernels[0].bytes_read, kernels[0].bytes_written) == ("relax.where", 2180, 2048)
+
+
+class _Norms(torch.nn.Module):
+    def forward(self, q, k):  # SwinV2's cosine attention scores; then norms of other orders
+        scores = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-1, -2)
+        return scores, torch.linalg.vector_norm(q, ord=3, dim=1), torch.linalg.vector_norm(q, ord=float("inf"), dim=-1)
+
+
+def test_a_vector_norm_is_one_kernel(tmp_path):
+    """Eager runs `linalg_vector_norm` as one kernel (`F.normalize`: norm, clamp_min, div); TVM's torch importer
+    writes it `power(sum(power(abs(x), p)), 1 / p)` (`max(abs(x))` for p = inf) and its ONNX importer `ReduceL2` as
+    `sqrt(sum(x * x))`: 4 and 3 kernels for one (SwinV2's module route had 12 kernels over the trace, its ONNX
+    route 8). The dispatch trace: 2 x (norm, clamp_min, div), bmm, two norms: 9 kernels. By hand (float32, q of
+    (2, 4, 16, 8)): each norm over the last dim reads q's 4,096 bytes and writes 2 x 4 x 16 x 4 = 512; the order-3
+    norm over dim 1 writes 2 x 16 x 8 x 4 = 1,024. `(x * x).sum(-1).sqrt()` in a PyTorch model stays its 3 kernels."""
+    from kernel_trace import trace_kernels
+
+    module, inputs = _Norms().eval(), (torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8))
+    trace = trace_kernels(module, inputs, inference=True)
+    assert Counter(k.op for k in trace.kernels)["aten.linalg_vector_norm.default"] == 4
+    assert trace.count == 9
+    path = export_onnx(module, inputs, tmp_path / "norms.onnx", TORCHSCRIPT)
+    for rep in (
+        report(module, inputs, devices=DEVICES[:1], batches=[]),
+        report(str(path), devices=DEVICES[:1], batches=[]),
+    ):
+        kernels = rep.analysis.kernels
+        assert len(kernels) == trace.count
+        norms = [k for k in kernels if k.op == "fused:vector_norm"]
+        assert [(k.kind, k.bytes_read, k.bytes_written) for k in norms] == [
+            ("reduction", 4096, 512), ("reduction", 4096, 512), ("reduction", 4096, 1024), ("reduction", 4096, 512)
+        ]  # fmt: skip
+
+    class Manual(torch.nn.Module):
+        def forward(self, x):
+            return (x * x).sum(-1).sqrt()
+
+    manual = Manual().eval()
+    assert trace_kernels(manual, inputs[:1], inference=True).count == 3
+    assert len(report(manual, inputs[:1], devices=DEVICES[:1], batches=[]).analysis.kernels) == 3
 
 
 def test_the_in_place_alias_steps_normalise():

@@ -108,6 +108,10 @@ Rules (docs/execution-model.md explains them for users):
   (`x[:, :k] = y`) is one copy into the region (`copy_`).
 * **masked_fill** is one kernel: TVM's torch importer writes it `where(mask, full_like(x, v), x)`; the `full_like`
   (whose only reader is that `where`, its other branch the same x) launches nothing and is read as a scalar.
+* **A vector norm** (`linalg_vector_norm`: `F.normalize`, `x.norm(dim=...)`) is one "reduction" kernel
+  ("fused:vector_norm"): TVM's torch importer writes it `power(sum(power(abs(x), p)), 1 / p)` (`max`/`min` of
+  `abs(x)` for p = +-inf), in every graph; its ONNX importer writes `ReduceL2` as `sqrt(sum(x * x))`, taken in
+  graphs not from torch.export (in a PyTorch model that chain is three kernels, as eager runs it).
 * **Autocast casts** (`passes.graph.with_autocast`, `attrs["autocast"]`) are kernels on every forward, also
   those of weights (which are otherwise constants).
 * **Everything else** is one kernel per Relax op with the op's own FLOPs and bytes (`OpCost`), reads of

@@ -127,9 +127,29 @@ def test_parameter_files_cover_every_device_and_fail_loudly(tmp_path):
         power_params("tpu-v5")
 
 
+def _same_fit(a, b, path: str = "") -> list[str]:
+    """Where two parameter documents differ: every key and string the same, every number within 0.5% (0.05
+    absolute): numpy's vectorised math takes other code paths on CPUs with AVX-512, whose last bits reach the fitted
+    figures (the A100 P_memory of power_params.json: 371.79 W from a machine without it, 372.44 W on an AMD EPYC with
+    it, and 371.79 again there with `NPY_DISABLE_CPU_FEATURES` naming its AVX-512 features; 28 November 2026)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return [f"{path}: keys {sorted(set(a) ^ set(b))}"]
+        return [d for k in a for d in _same_fit(a[k], b[k], f"{path}.{k}")]
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} vs {len(b)} items"]
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _same_fit(x, y, f"{path}[{i}]")]
+    numbers = isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool)
+    if numbers and a == pytest.approx(b, rel=5e-3, abs=0.05):
+        return []
+    return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
+
+
 def test_committed_parameter_files_are_what_the_fits_write():
-    # The fits are deterministic: rerunning them on the committed data must reproduce the committed files, so a
-    # changed data file or fit cannot leave stale parameters behind.
+    # The fits are deterministic on one machine: rerunning them on the committed data must reproduce the committed
+    # files (to `_same_fit`'s tolerance across CPUs), so a changed data file or fit cannot leave stale parameters
+    # behind.
     import json
 
     from predictor import memory_fit, power_fit
@@ -137,9 +157,21 @@ def test_committed_parameter_files_are_what_the_fits_write():
     from predictor.power import PARAMS_PATH as POWER_PARAMS
 
     power_doc, _ = power_fit.run(power_fit.DATA)
-    assert power_doc == json.loads(POWER_PARAMS.read_text())
+    assert _same_fit(power_doc, json.loads(POWER_PARAMS.read_text())) == []
     memory_doc, _ = memory_fit.run(memory_fit.DATA)
-    assert memory_doc == json.loads(MEMORY_PARAMS.read_text())
+    assert _same_fit(memory_doc, json.loads(MEMORY_PARAMS.read_text())) == []
+
+
+def test_same_fit_tolerates_the_last_bits_and_nothing_more():
+    """By hand: 372.44 against 371.79 (0.17%) and 13.33 against 13.31 pass; 375.0 against 371.79 (0.86%), a changed
+    string, a missing key or a different count fail."""
+    doc = {"devices": {"a": {"memory_w": 371.79, "rows": 238, "source": "fit"}}, "mape_pct": 13.31, "pins": [1, 2]}
+    near = {"devices": {"a": {"memory_w": 372.44, "rows": 238, "source": "fit"}}, "mape_pct": 13.33, "pins": [1, 2]}
+    assert _same_fit(near, doc) == []
+    far = {**near, "devices": {"a": {"memory_w": 375.0, "rows": 238, "source": "fit"}}}
+    assert _same_fit(far, doc) == [".devices.a.memory_w: 375.0 vs 371.79"]
+    assert _same_fit({**near, "devices": {"a": {"memory_w": 371.79, "rows": 238, "source": "assumed"}}}, doc)
+    assert _same_fit({**near, "pins": [1]}, doc) and _same_fit({"mape_pct": 13.31}, doc)
 
 
 def test_fit_commands_reject_a_missing_data_folder(tmp_path, capsys):

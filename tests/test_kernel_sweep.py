@@ -460,6 +460,13 @@ def test_lease_smoke_step_on_the_cpu_and_collect(
     assert lease.collect(out, data)[f"{device}/kernels"] == Counter(duplicate=4)  # merging twice adds nothing
     assert [p.name for p in (data / device / "kernels").iterdir()] == ["shard-000-of-001.jsonl.gz"]  # compressed
     assert len(list(K.iter_records([data / device / "kernels"]))) == 4 and len(_records(data / device / "models")) == 2
+    # (batch 1 and 2 of this CPU model time a few percent apart, and under load batch 2 can come out >5% faster: a
+    # batch inversion, which the next step would re-measure too; pinned slower here, the inversion is tested below)
+    (shard,) = (data / device / "models").glob("*.jsonl")
+    recs = [json.loads(line) for line in shard.read_text().splitlines()]
+    by_batch = {r["batch"]: r for r in recs}
+    by_batch[2]["latency_ms"]["median"] = 2 * by_batch[1]["latency_ms"]["median"]
+    shard.write_text("".join(json.dumps(r) + "\n" for r in recs))
     # A models step after that: nothing left to measure, so the whole budget re-measures the noise config.
     result = lease.run_step("models", out, 120, "cpu", data, tmp_path / "configs.jsonl")
     assert result["models"]["skipped_reason"] == "nothing to do" and result["records"]["noise"] == {"ok": 1}

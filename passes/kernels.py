@@ -1301,7 +1301,6 @@ class _View:
         self.group_names: dict[int, str] = {}  # the kernel name of a group (default: its last op)
         self.norm_inputs: dict[int, int] = {}  # a norm group's last op -> the value it normalises
         self.pool_inputs: dict[int, int] = {}  # an adaptive-pool group's last op -> the value it pools
-        self.reductions: set[int] = set()  # groups that are one reduction kernel (a vector norm), by last op
         for op in self.node:
             if op.op == "relax.clip" and roles[op.index] == "kernel":
                 group = self.hard_activation(op, roles)
@@ -1322,8 +1321,6 @@ class _View:
                 name, group = found
                 act_groups[group[-1]] = group
                 self.group_names[group[-1]] = name
-                if name == "fused:vector_norm":
-                    self.reductions.add(group[-1])
                 for i in group[:-1]:
                     roles[i] = "fused"
 
@@ -1404,20 +1401,7 @@ class _View:
         rnn_written, rnn_input_gemms = self.recurrence_io(rnn_groups, fused_into)
         fast_views |= rnn_written
 
-        # masked_fill: TVM's torch importer writes it `where(mask, full_like(x, v), x)`; eager runs one kernel, the
-        # fill value a scalar argument (read as a stride-0 tensor below)
-        masked_fills: list[int] = []
-        for op in self.node:
-            outs = self.outputs_of.get(op.index, [])
-            if op.op != "relax.full_like" or roles[op.index] != "kernel" or len(outs) != 1 or not op.operands:
-                continue
-            c = self.only_consumer(outs[0])
-            w = None if c is None else self.node[c]
-            if w is not None and w.op == "relax.where" and roles[c] == "kernel" and len(w.operands) == 3:
-                if w.operands[1].value == outs[0] and w.operands[2].value == op.operands[0].value:
-                    roles[op.index] = "fused"
-                    masked_fills.append(outs[0])
-
+        masked_fills = self.masked_fills(roles)
         inplace = self.inplace_scatters(roles)
         in_place: set[int] = set()  # the scatters of `inplace` the walk took (their views held)
 
@@ -1517,7 +1501,8 @@ class _View:
                     if not (is_contiguous(shape, st) or is_channels_last(shape, st)):
                         copy(src, self.node[act_groups[i][0]])
                         layout[src] = contiguous_strides(shape)
-                kind = "norm" if src is not None else "reduction" if i in self.reductions else "elementwise"
+                reduction = self.group_names.get(i) == "fused:vector_norm"
+                kind = "norm" if src is not None else "reduction" if reduction else "elementwise"
                 self.emit_group(act_groups[i], emit, read_bytes, kind)
                 outs_last = self.outputs_of.get(i, [])
                 x = self.node[act_groups[i][0]].operands
@@ -1769,8 +1754,6 @@ class _View:
                     self.norm_inputs[group[-1]] = op.operands[0].value
                 if op.op == "relax.gather_nd":  # (the group's first op is the permute of the pooled value)
                     self.pool_inputs[group[-1]] = self.node[group[0]].operands[0].value
-                if name == "fused:vector_norm":
-                    self.reductions.add(group[-1])
         for op in self.node:
             if op.op == "relax.where" and roles[op.index] == "kernel" and op.index not in taken:
                 found = self.index_normalisation(op, roles)
@@ -2393,6 +2376,22 @@ class _View:
                 if p is not None and p.index in fused_into and p.library_call is not None:
                     gemms.add(fused_into[p.index])
         return written, gemms
+
+    def masked_fills(self, roles: list[str]) -> list[int]:
+        """masked_fill as TVM's torch importer writes it, `where(mask, full_like(x, v), x)`: eager runs one kernel,
+        the fill value a scalar argument. Marks each such `full_like` "fused" and returns its output values (the walk
+        reads them as stride-0 tensors: one element)."""
+        out: list[int] = []
+        for op in self.node:
+            outs = self.outputs_of.get(op.index, [])
+            if op.op != "relax.full_like" or roles[op.index] != "kernel" or len(outs) != 1 or not op.operands:
+                continue
+            w = self.sole_user(op, roles)
+            if w is not None and w.op == "relax.where" and len(w.operands) == 3:
+                if w.operands[1].value == outs[0] and w.operands[2].value == op.operands[0].value:
+                    roles[op.index] = "fused"
+                    out.append(outs[0])
+        return out
 
     # -- functionalised in-place updates ------------------------------------------------------
     def alias_of(self, aliases: dict[int, _Alias], vid: int) -> _Alias:

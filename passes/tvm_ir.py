@@ -179,13 +179,12 @@ def _plain(value, symbolic: bool = False):
     return str(value)
 
 
-# ops whose slice bounds are call arguments: the attribute names given to them (`attrs_to_dict` does not see them),
-# from which argument they start ("steps", not "strides": `passes.features` reads a convolution's "strides")
+# ops whose slice bounds are call arguments (`attrs_to_dict` does not see them): the first such argument and the
+# attribute names given to them ("steps", not "strides": `passes.features` reads a convolution's "strides")
 _SLICE_ARGS = {
-    "relax.strided_slice": ("axes", "begin", "end", "steps"),
-    "relax.slice_scatter": ("start", "end", "step"),
+    "relax.strided_slice": (1, ("axes", "begin", "end", "steps")),
+    "relax.slice_scatter": (2, ("start", "end", "step")),
 }
-_SLICE_ARGS_FROM = {"relax.strided_slice": 1, "relax.slice_scatter": 2}
 
 
 def _static_ints(arg) -> list[int] | int | None:
@@ -597,10 +596,11 @@ class _Extractor:
                 attrs["shape"] = [int(d.value) for d in dims]  # the static shape it turns into a tensor
             elif dims is not None and self.symbolic and all(dim_expr(d) is not None for d in dims):
                 attrs["shape"] = [dim_expr(d) for d in dims]
-        elif name in _SLICE_ARGS and len(call.args) == len(_SLICE_ARGS[name]) + _SLICE_ARGS_FROM[name]:
+        elif name in _SLICE_ARGS and len(call.args) == _SLICE_ARGS[name][0] + len(_SLICE_ARGS[name][1]):
             # the slice's bounds are arguments, not attributes: the kernel view matches a scatter back into the
             # region a view took (`passes.kernels`: a functionalised in-place update); absent where not constant
-            for key, arg in zip(_SLICE_ARGS[name], call.args[_SLICE_ARGS_FROM[name] :], strict=True):
+            first, keys = _SLICE_ARGS[name]
+            for key, arg in zip(keys, call.args[first:], strict=True):
                 ints = _static_ints(arg)
                 if ints is not None:
                     attrs[key] = ints

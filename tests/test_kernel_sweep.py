@@ -427,6 +427,15 @@ def test_noise_ids_are_one_in_twenty() -> None:
     assert lease.noise_ids(cfgs) == [f"{i:016x}" for i in range(0, 200, 20)]  # 0x00, 0x14, ...: 10 of 200
 
 
+def _set_batch2_median(models: Path, factor: float) -> None:
+    """Rewrite the one models shard so batch 2's recorded median latency is `factor` x batch 1's."""
+    (shard,) = models.glob("*.jsonl")
+    recs = [json.loads(line) for line in shard.read_text().splitlines()]
+    by_batch = {r["batch"]: r for r in recs}
+    by_batch[2]["latency_ms"]["median"] = factor * by_batch[1]["latency_ms"]["median"]
+    shard.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
 def test_lease_smoke_step_on_the_cpu_and_collect(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -462,11 +471,7 @@ def test_lease_smoke_step_on_the_cpu_and_collect(
     assert len(list(K.iter_records([data / device / "kernels"]))) == 4 and len(_records(data / device / "models")) == 2
     # (batch 1 and 2 of this CPU model time a few percent apart, and under load batch 2 can come out >5% faster: a
     # batch inversion, which the next step would re-measure too; pinned slower here, the inversion is tested below)
-    (shard,) = (data / device / "models").glob("*.jsonl")
-    recs = [json.loads(line) for line in shard.read_text().splitlines()]
-    by_batch = {r["batch"]: r for r in recs}
-    by_batch[2]["latency_ms"]["median"] = 2 * by_batch[1]["latency_ms"]["median"]
-    shard.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    _set_batch2_median(data / device / "models", 2.0)
     # A models step after that: nothing left to measure, so the whole budget re-measures the noise config.
     result = lease.run_step("models", out, 120, "cpu", data, tmp_path / "configs.jsonl")
     assert result["models"]["skipped_reason"] == "nothing to do" and result["records"]["noise"] == {"ok": 1}
@@ -478,11 +483,7 @@ def test_lease_smoke_step_on_the_cpu_and_collect(
     assert "noise (1 configs measured twice)" in text
     # A batch inversion (batch 2 recorded more than 5% faster than batch 1): the next models step re-measures both
     # records; batch 1 (0x14) already was, so batch 2 (0x15, no noise config) is re-measured now.
-    (shard,) = (data / device / "models").glob("*.jsonl")
-    recs = [json.loads(line) for line in shard.read_text().splitlines()]
-    by_batch = {r["batch"]: r for r in recs}
-    by_batch[2]["latency_ms"]["median"] = 0.94 * by_batch[1]["latency_ms"]["median"]
-    shard.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    _set_batch2_median(data / device / "models", 0.94)
     assert "1 of 1 batch doublings got >5% faster: lstm_small?seq_len=8 float32 b1/b2" in lease.summary_markdown(
         data, device
     )

@@ -71,6 +71,11 @@ Rules (docs/execution-model.md explains them for users):
     `minimum` with one-element bounds), hardsigmoid as ONNX's `HardSigmoid` with torch's constants (alpha
     1/6, beta 0.5: `clip(add(mul(x, 1/6), 0.5), 0, 1)`, and hardswish as x times it), TFLite's hardswish
     (`mul(x, clip(add(x, 3), 0, 6)) / 6`), rsqrt as `divide(1, sqrt(x))`, ne as `logical_not(equal(a, b))`;
+  - softplus as TVM's ONNX importer writes ONNX `Softplus` (`F.softplus` with beta 1, both exporters):
+    `add(maximum(x, 0), log(add(1, exp(negative(abs(x))))))`, constants checked ("fused:softplus");
+  - `baddbmm(c, a, b, beta=, alpha=)` as the TorchScript exporter writes it, `add(mul(matmul(a, b), alpha),
+    mul(c, beta))` with both multiplies even where the scale is 1: a multiply by 1 of that form is a view (it
+    launches nothing), so what is left is what TVM's torch importer writes for baddbmm (`_View.is_unit_scale`);
   - the index normalisation TVM's ONNX importer puts before a gather, `where(i < 0, i + n, i)` with n the
     gathered axis's size (checked), is part of the gather (no traffic of its own);
   - instance and group norm as TVM's ONNX importer writes `InstanceNormalization` (the TorchScript exporter's
@@ -825,7 +830,36 @@ class _View:
             return op.operands[0].tensor.dtype == op.output.dtype or op.index in self.index_casts
         if op.op == "relax.take" and len(op.operands) == 2 and op.operands[1].tensor.ndim == 0:
             return op.operands[1].value in self.indep  # x[:, i] with a constant i: torch's select, a view
-        return False
+        return self.is_unit_scale(op)
+
+    def is_unit_scale(self, op: OpNode) -> bool:
+        """`baddbmm(c, a, b, beta=, alpha=)` as torch's TorchScript ONNX exporter writes it, in a graph not from
+        torch.export: `add(mul(matmul(a, b), alpha), mul(c, beta))`, both scales written even where they are 1;
+        eager torch passes alpha and beta to the one kernel, and TVM's torch importer writes the multiplies only
+        where they are not 1. A `mul` by 1 of that form (read only by that `add`) launches nothing: a view of its
+        input. A model's own `x * 1.0` (BART's `embed_scale` without scaling) is not of that form and stays the
+        kernel eager runs."""
+        if self._scale_of(op) != 1.0:
+            return False
+        add = self.only_consumer(self.outputs_of[op.index][0])
+        if add is None or self.node[add].op != "relax.add" or len(self.node[add].operands) != 2:
+            return False
+        pair = [self.op_of(o.value) for o in self.node[add].operands]
+        if any(p is None or self._scale_of(p) is None for p in pair) or pair[0] is pair[1]:
+            return False
+        if any(self.only_consumer(self.outputs_of[p.index][0]) != add for p in pair):
+            return False
+        return any((m := self.op_of(p.operands[0].value)) is not None and m.op == "relax.matmul" for p in pair)
+
+    def _scale_of(self, op: OpNode) -> float | None:
+        """s of `multiply(x, s)` (x not a constant, s a one-element constant, x's shape and dtype out) in a graph
+        not from torch.export, or None."""
+        if not self.exporter_spelled or op.op != "relax.multiply" or len(op.operands) != 2:
+            return None
+        x, s = op.operands
+        if x.value in self.indep or x.tensor.shape != op.output.shape or x.tensor.dtype != op.output.dtype:
+            return None
+        return self.scalar_value(s.value) if len(self.outputs_of.get(op.index, [])) == 1 else None
 
     # -- attention --------------------------------------------------------------------------
     def find_attention(self) -> list[_Attention]:
@@ -1737,6 +1771,7 @@ class _View:
             "relax.variance": self.norm_group,
             "relax.gather_nd": self.adaptive_pool_group,
             "relax.sum": self.l2_norm_group,
+            "relax.log": self.softplus_group,
         }
         taken: set[int] = set()
         for op in self.node:
@@ -2101,6 +2136,47 @@ class _View:
         if sorted(o.value for o in mul.operands) != sorted([x, self.outputs_of[sig.index][0]]):
             return None
         return "fused:silu", [sig.index, mul.index]
+
+    def softplus_group(self, log: OpNode, roles: list[str]) -> tuple[str, list[int]] | None:
+        """Softplus as TVM's ONNX importer writes ONNX `Softplus` (torch's exporters' `F.softplus`, beta 1):
+        `add(maximum(x, 0), log(add(1, exp(negative(abs(x))))))`: one kernel, as eager torch runs it. The two
+        constants are checked; every intermediate result is read only by the next op of the chain."""
+        if len(log.operands) != 1:
+            return None
+        one = self.op_of(log.operands[0].value)
+        if one is None or one.op != "relax.add" or len(one.operands) != 2 or self.sole_user(one, roles) is not log:
+            return None
+        consts = [o.value for o in one.operands if self.scalar_value(o.value) is not None]
+        exp = [self.op_of(o.value) for o in one.operands if o.value not in consts]
+        if len(consts) != 1 or self.scalar_value(consts[0]) != 1.0 or len(exp) != 1 or exp[0] is None:
+            return None
+        chain = [exp[0]]  # exp <- negative <- abs <- x, each read only by the next
+        for name in ("relax.exp", "relax.negative", "relax.abs"):
+            op = chain[-1]
+            if op.op != name or len(op.operands) != 1 or roles[op.index] != "kernel":
+                return None
+            if len(chain) > 1 and self.sole_user(op, roles) is not chain[-2]:
+                return None
+            if name != "relax.abs":
+                nxt = self.op_of(op.operands[0].value)
+                if nxt is None:
+                    return None
+                chain.append(nxt)
+        if self.sole_user(exp[0], roles) is not one:
+            return None
+        x = chain[-1].operands[0].value
+        total = self.sole_user(log, roles)
+        if total is None or total.op != "relax.add" or len(total.operands) != 2:
+            return None
+        mx = [self.op_of(o.value) for o in total.operands if o.value != self.outputs_of[log.index][0]]
+        if len(mx) != 1 or mx[0] is None or mx[0].op != "relax.maximum" or len(mx[0].operands) != 2:
+            return None
+        zero = [o.value for o in mx[0].operands if o.value != x]
+        if len(zero) != 1 or self.scalar_value(zero[0]) != 0.0 or self.sole_user(mx[0], roles) is not total:
+            return None
+        if total.output.shape != self.info[x].shape:
+            return None
+        return "fused:softplus", sorted([mx[0].index, *(op.index for op in chain), one.index, log.index, total.index])
 
     def vector_norm_group(self, ab: OpNode, roles: list[str]) -> tuple[str, list[int]] | None:
         """torch's `linalg_vector_norm` (`F.normalize`, `x.norm(dim=...)`) as TVM's torch importer writes it

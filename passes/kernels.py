@@ -18,6 +18,9 @@ Rules (docs/execution-model.md explains them for users):
     get a copy kernel first when the input is a non-contiguous view;
   - a matmul folds its batch dimensions with `reshape` (copying when that is not a view) and cuBLAS reads
     each operand's last two dimensions transposed or not, but not other strides (otherwise a copy);
+  - such a copy, made inside an op, is that op's temporary: another op reading the same view copies it again
+    (three `linear`s of one transposed input: three copies, as torch's profiler shows), except inside one
+    library call (cuDNN's RNN copies its input once for both directions);
   - pointwise ops read strided and broadcast (stride-0) operands directly and write in the layout of their
     first full-size operand (TensorIterator keeps a permuted layout).
 * **Attention is one kernel** (kind "attention", FLOPs of its two matmuls, bytes of Q, K, V, the output and
@@ -1444,9 +1447,28 @@ class _View:
         kernels: list[Kernel] = []
         op_kernels: list[list[int]] = [[] for _ in range(n)]
 
+        # a copy torch makes inside an op (`matmul`'s fold, a kernel's `.contiguous()`) is a temporary of that op:
+        # the op reads it, later readers of the value read the value as it is (and copy again where they need
+        # to); inside one library call (cuDNN's RNN: one `.contiguous()` for both directions) the call's later
+        # ops read the copy too
+        op_layout: dict[int, Strides] = {}
+        call_layout: dict[tuple[int, str], Strides] = {}
+        current_call: list[str | None] = [None]
+
         def strides(vid: int) -> Strides:
-            s = layout.get(vid)
+            s = op_layout.get(vid)
+            if s is None and current_call[0] is not None:
+                s = call_layout.get((vid, current_call[0]))
+            if s is None:
+                s = layout.get(vid)
             return s if s is not None else contiguous_strides(self.info[vid].shape)
+
+        def copied(vid: int) -> None:
+            """torch copied `vid` contiguous inside the current op (after `copy`)."""
+            st = contiguous_strides(self.info[vid].shape)
+            op_layout[vid] = st
+            if current_call[0] is not None:
+                call_layout[(vid, current_call[0])] = st
 
         def nbytes(vid: int, elems: int | None = None) -> int:
             t = self.info[vid]
@@ -1495,6 +1517,8 @@ class _View:
             role = roles[i]
             if role in ("folded", "fused"):
                 continue
+            op_layout.clear()
+            current_call[0] = op.library_call
             if i in transforms:  # `_transform_bias_rescale_qkv`: bias, scale, Q, K, V as (B, H, T, Dh)
                 bias, packed, q = transforms[i]
                 add = self.node[bias]
@@ -1534,7 +1558,7 @@ class _View:
                     shape, st = self.info[src].shape, strides(src)
                     if not (is_contiguous(shape, st) or is_channels_last(shape, st)):
                         copy(src, self.node[act_groups[i][0]])
-                        layout[src] = contiguous_strides(shape)
+                        copied(src)
                 reduction = self.group_names.get(i) == "fused:vector_norm"
                 kind = "norm" if src is not None else "reduction" if reduction else "elementwise"
                 self.emit_group(act_groups[i], emit, read_bytes, kind)
@@ -1590,7 +1614,7 @@ class _View:
                     ok = is_channels_last(shape, st)
                 if not ok:
                     copy(src, op)
-                    layout[src] = contiguous_strides(shape)
+                    copied(src)
                 elif op.op in _CONVS and not is_contiguous(shape, st):
                     # a channels-last input runs on cuDNN even when depthwise ("always use cudnn_depthwise for
                     # channels_last", Convolution.cpp use_cudnn_depthwise), which adds the bias in a kernel of its own
@@ -1611,7 +1635,7 @@ class _View:
                     for c in [c for c, p in fused_into.items() if p == i and self.node[c].op == "relax.add"]:
                         del fused_into[c]
                         roles[c] = "kernel"
-                self.matmul_copies(op, strides, layout, copy)
+                self.matmul_copies(op, strides, copied, copy)
             self.emit_op(op, cost, fused_into, emit, read_bytes)
             # output layout
             if op.op in _NEED_DENSE_NCHW_OR_NHWC and outs and op.output.ndim >= 4:
@@ -2628,8 +2652,10 @@ class _View:
             return [st]
         return [contiguous_strides(out)]
 
-    def matmul_copies(self, op: OpNode, strides, layout, copy) -> None:
-        """Copies torch makes to fold a matmul's operands for cuBLAS (`matmul` -> reshape -> mm/bmm)."""
+    def matmul_copies(self, op: OpNode, strides, copied, copy) -> None:
+        """Copies torch makes to fold a matmul's operands for cuBLAS (`matmul` -> reshape -> mm/bmm): temporaries
+        of the call (`copied`), which torch makes again for the next matmul of the same value (three projections
+        of one transposed input: three copies, as torch's profiler shows)."""
         a, b = op.operands
         out = op.output.shape
         if a.tensor.ndim >= 2 and b.tensor.ndim == 2:
@@ -2640,10 +2666,10 @@ class _View:
             # parameters do even under inference_mode)
             if new is None or not _cublas_ok(folded, new):
                 copy(a.value, op)
-                layout[a.value] = contiguous_strides(shape)
+                copied(a.value)
             if not _cublas_ok(b.tensor.shape, strides(b.value)):
                 copy(b.value, op)
-                layout[b.value] = contiguous_strides(b.tensor.shape)
+                copied(b.value)
             return
         if a.tensor.ndim >= 3 or b.tensor.ndim >= 3:
             batch = out[:-2]
@@ -2665,7 +2691,7 @@ class _View:
                 new = view_strides(full, est, folded)
                 if new is None or not _cublas_ok(folded, new):
                     copy(o.value, op, full)
-                    layout[o.value] = contiguous_strides(shape)
+                    copied(o.value)
 
     def einsum_plan(self, op: OpNode) -> EinsumPlan | None:
         """`einsum_plan` of a `relax.einsum` op, worked out once (the copies, the layout and the params read it)."""

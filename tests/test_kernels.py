@@ -347,6 +347,54 @@ def test_linear_on_a_transposed_input_adds_its_bias_apart():
     assert [k.bytes for k in kernels] == [2 * act, 2 * act + 64 * 64 * 4, 2 * act + 256]
 
 
+class ThreeProjections(nn.Module):
+    """WavLM's separate q, k, v projections of one transposed input; then a bidirectional LSTM of a transposed
+    input (one cuDNN call for both directions)."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(64, 64), nn.Linear(64, 64), nn.Linear(64, 64)
+        self.lstm = nn.LSTM(64, 8, bidirectional=True)
+
+    def forward(self, x):
+        t = x.transpose(0, 1)
+        return self.q(t), self.k(t), self.v(t), self.lstm(t)[0]
+
+
+def test_a_copy_inside_an_op_is_that_ops():
+    """The copy `torch.matmul` folds a non-contiguous input with is a temporary of that call: three linear layers
+    of one transposed input copy it three times (the profiler, the oracle: 3 x clone, mm, add_). Inside one
+    library call the copy is shared: cuDNN's bidirectional LSTM copies its input once for both directions (one
+    `clone` under `aten::lstm`). The kernel view copied the input once and let the other two projections read the
+    copy, their biases fused (5 kernels for eager's 9)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    module, x = ThreeProjections().eval(), torch.randn(2, 32, 64)
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        module(x)
+
+    def parents(e) -> list[str]:
+        out = []
+        while e.cpu_parent is not None:
+            e = e.cpu_parent
+            out.append(e.name)
+        return out
+
+    clones = [parents(e) for e in prof.events() if e.name == "aten::clone"]
+    assert sum("aten::matmul" in p for p in clones) == 3
+    assert sum("aten::lstm" in p for p in clones) == 1
+    assert len(clones) == 4
+    kernels = analyze(module, (x,)).analysis.kernels
+    linear = [k for k in kernels if k.call is None]
+    assert [k.kind for k in linear] == ["copy", "gemm", "elementwise"] * 3
+    act = 2 * 32 * 64 * 4  # 16,384 B
+    assert [k.bytes for k in linear] == [2 * act, 2 * act + 64 * 64 * 4, 2 * act + 256] * 3
+    lstm = [k for k in kernels if k.call is not None]
+    assert [k.op for k in lstm].count("copy:relax.matmul") == 1  # (its flip and concat: the reverse direction's)
+    assert lstm[0].op == "copy:relax.matmul" and lstm[0].bytes == 2 * act
+
+
 class SelfAttention(nn.Module):
     """nn.MultiheadAttention as a batch-first self-attention without attention weights (its SDPA fast path)."""
 

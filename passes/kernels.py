@@ -1435,6 +1435,12 @@ class _View:
             act_groups[group[-1]] = group
             for i in group[:-1]:
                 roles[i] = "fused"
+        rnn_calls = {self.node[i].library_call for g in rnn_groups for i in g} - {None}
+        for op in self.node:
+            if op.op == "relax.matmul" and roles[op.index] == "folded" and op.library_call in rnn_calls:
+                # the first step's recurrent GEMM on a constant initial state (zeros when none is given): folded
+                # as input-independent, but cuDNN runs it in the call like every other step's
+                roles[op.index] = "kernel"
         rnn_written, rnn_input_gemms = self.recurrence_io(rnn_groups, fused_into)
         fast_views |= rnn_written
 
@@ -2454,21 +2460,27 @@ class _View:
         `groups` hold RNN library calls' ops only (`recurrences`); of the ops around them, only those inside a
         library call (`OpNode.library_call`) count here: a model's own `torch.stack` of a GRUCell loop's states
         is a kernel. The importer's concat / stack of the steps' results (the output sequence, the final h and c)
-        launch nothing: cuDNN writes them in place. The GEMM of every step's input (one over the sequence) has its
-        bias added inside cuDNN, whatever the input's layout (cuDNN copies a batch-first input to sequence-first,
-        `input.contiguous()` in RNN.cpp: the copy stays, the bias add is no kernel of its own).
+        launch nothing: cuDNN writes them in place (a bidirectional layer's concat of both directions too); the
+        importer's flip of the reverse direction's sequence launches nothing either (cuDNN reads it in reverse).
+        The GEMM of every step's input (one over the sequence) has its bias added inside cuDNN, whatever the
+        input's layout (cuDNN copies a batch-first input to sequence-first, `input.contiguous()` in RNN.cpp: the
+        copy stays, the bias add is no kernel of its own).
         """
         in_group = {i for g in groups for i in g}
         produced = {v for i in in_group for v in self.outputs_of.get(i, [])}
 
-        written = {
-            op.index
-            for op in self.node
-            if op.op in ("relax.concat", "relax.stack")
-            and op.library_call is not None  # the importer's, inside the call; not the model's own torch.stack
-            and op.operands
-            and all(self.view_source(o.value) in produced for o in op.operands)
-        }
+        rnn_calls = {self.node[i].library_call for i in in_group} - {None}
+        written: set[int] = set()
+        for op in self.node:  # in order: a bidirectional layer's concat reads the directions' stacks
+            if op.library_call is None or not op.operands:  # the importer's ops inside the call only
+                continue
+            if op.op == "relax.flip" and op.library_call in rnn_calls:
+                # the reverse direction's sequence flipped for its steps: cuDNN reads it in reverse, no copy
+                written.add(op.index)
+            elif op.op in ("relax.concat", "relax.stack"):
+                if all(self.view_source(o.value) in produced for o in op.operands):
+                    written.add(op.index)
+                    produced.update(self.outputs_of.get(op.index, []))
         gemms = set()
         for i in in_group:
             for o in self.node[i].operands:

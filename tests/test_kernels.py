@@ -709,6 +709,33 @@ def test_recurrent_layer_is_cudnns_kernels():
     assert [k.kind for k in kernels] == ["copy", "gemm"] + ["gemm", "elementwise"] * 4
 
 
+class _BiLSTM(nn.Module):
+    def __init__(self, bidirectional: bool):
+        super().__init__()
+        self.lstm = nn.LSTM(64, 8, bidirectional=bidirectional)
+
+    def forward(self, x):
+        return self.lstm(x)[0]  # no initial state: zeros
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_a_recurrence_from_zeros_and_both_directions_are_one_cudnn_call(bidirectional):
+    """cuDNN runs every step's recurrent GEMM, the first one on the zero initial state too (the importer's `zeros
+    @ W_hh^T` depends on no input and was folded: one GEMM per direction missing), and reads the reverse
+    direction's sequence in reverse and writes both directions' outputs in place (the importer's `flip` and
+    `concat` were copy kernels). The trace (cuDNN restated): per direction the input GEMM, then 4 steps of a GEMM
+    and a pointwise kernel (the two `zeros` of the initial state are input-independent). The first step's GEMM by
+    hand: 2 x (2 x 8) x 32 = 1,024 FLOPs."""
+    x = torch.randn(4, 2, 64)
+    model = _BiLSTM(bidirectional).eval()
+    trace = trace_kernels(model, (x,), inference=True)
+    per_direction = ["cudnn_rnn:input_gemm"] + ["cudnn_rnn:recurrent_gemm", "cudnn_rnn:pointwise"] * 4
+    assert [k.op for k in trace.dependent] == per_direction * (2 if bidirectional else 1)
+    kernels = analyze(model, (x,)).analysis.kernels
+    assert [k.kind for k in kernels] == (["gemm"] + ["gemm", "elementwise"] * 4) * (2 if bidirectional else 1)
+    assert kernels[1].flops == 2 * (2 * 8) * 32
+
+
 class CellLoop(nn.Module):
     """A GRUCell or LSTMCell (8 -> 8) stepped over a (batch, time, 8) input in Python; the states stacked."""
 

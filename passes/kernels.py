@@ -1441,7 +1441,7 @@ class _View:
                 # the first step's recurrent GEMM on a constant initial state (zeros when none is given): folded
                 # as input-independent, but cuDNN runs it in the call like every other step's
                 roles[op.index] = "kernel"
-        rnn_written, rnn_input_gemms = self.recurrence_io(rnn_groups, fused_into)
+        rnn_written, rnn_input_gemms, rnn_outputs = self.recurrence_io(rnn_groups, fused_into)
         fast_views |= rnn_written
 
         masked_fills = self.masked_fills(roles)
@@ -1601,6 +1601,12 @@ class _View:
                 continue
             if role == "kernel" and self.is_view_op(op):
                 new = self.view_layout(op, strides)
+                if (
+                    new is None
+                    and op.library_call in rnn_calls
+                    and self.view_source(op.operands[0].value) in rnn_outputs
+                ):
+                    new = [contiguous_strides(self.info[vid].shape) for vid in outs]  # cuDNN writes this layout
                 if new is not None:
                     roles[i] = "view"
                     for vid, st in zip(outs, new, strict=False):
@@ -2453,15 +2459,17 @@ class _View:
                 groups.extend(cell for _, cell in sorted(cells.items()) if len(cell) > 1)
         return groups
 
-    def recurrence_io(self, groups: list[list[int]], fused_into: dict[int, int]) -> tuple[set[int], set[int]]:
+    def recurrence_io(self, groups: list[list[int]], fused_into: dict[int, int]) -> tuple[set[int], set[int], set[int]]:
         """What cuDNN's RNN call does around the steps' kernels (`recurrences`): (ops that launch nothing, GEMMs
-        whose bias add stays fused).
+        whose bias add stays fused, the values the call writes: its steps' results and their stacks).
 
         `groups` hold RNN library calls' ops only (`recurrences`); of the ops around them, only those inside a
         library call (`OpNode.library_call`) count here: a model's own `torch.stack` of a GRUCell loop's states
         is a kernel. The importer's concat / stack of the steps' results (the output sequence, the final h and c)
         launch nothing: cuDNN writes them in place (a bidirectional layer's concat of both directions too); the
-        importer's flip of the reverse direction's sequence launches nothing either (cuDNN reads it in reverse).
+        importer's flip of the reverse direction's sequence launches nothing either (cuDNN reads it in reverse), nor
+        does a view of its outputs inside the call that would need a copy (the third set returned; the walk's:
+        ONNX's Y [T, dirs, B, H] transposed and reshaped to [T, B, dirs x H], which cuDNN writes in that layout).
         The GEMM of every step's input (one over the sequence) has its bias added inside cuDNN, whatever the
         input's layout (cuDNN copies a batch-first input to sequence-first, `input.contiguous()` in RNN.cpp: the
         copy stays, the bias add is no kernel of its own).
@@ -2487,7 +2495,7 @@ class _View:
                 p = self.op_of(self.view_source(o.value))
                 if p is not None and p.index in fused_into and p.library_call is not None:
                     gemms.add(fused_into[p.index])
-        return written, gemms
+        return written, gemms, produced
 
     def masked_fills(self, roles: list[str]) -> list[int]:
         """masked_fill as TVM's torch importer writes it, `where(mask, full_like(x, v), x)`: eager runs one kernel,

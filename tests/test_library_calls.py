@@ -101,11 +101,10 @@ def lstm_kernels():
 
 def test_small_lstm_is_one_call(lstm_kernels):
     ks = lstm_kernels
-    # per layer and direction (T = 3, zero initial state): the input GEMM over all steps, T gate kernels, T - 1
-    # recurrent GEMMs (the first step's reads the zero state: folded); cuDNN writes the step outputs in place (the
-    # importer's stack of them: no kernel); the reverse direction also flips its input: 1 + 3 + 2 = 6 forward,
-    # 7 backward, plus the concat of both directions: 14 a layer, 28 for 2 layers; then the head's GEMM (bias
-    # fused): 29 kernels
+    # per layer and direction (T = 3, zero initial state): the input GEMM over all steps, T gate kernels, T
+    # recurrent GEMMs (cuDNN runs the first step's on the zero state too): 7; cuDNN writes the step outputs in place
+    # and reads the reverse direction in reverse (the importer's stacks, its flip and the concat of both directions:
+    # no kernel): 14 a layer, 28 for 2 layers; then the head's GEMM (bias fused): 29 kernels
     assert len(ks) == 29
     assert {k.call for k in ks[:28]} == {"aten.lstm.input:lstm"} and ks[28].call is None
     assert sum(k.kind == "gemm" and k.params["m"] == 6 and k.params["n"] == 64 for k in ks) == 4  # input GEMMs

@@ -48,9 +48,11 @@ Rules (docs/execution-model.md explains them for users):
   and so does a depthwise one of a channels-last input (cuDNN takes every channels-last convolution).
 * **Channels-last**: a convolution, batch norm or pooling of a channels-last input writes a channels-last output
   (cuDNN's `suggest_memory_format`), so a layer norm over channels (permute to NHWC) after it copies nothing.
-* **Recurrent layers** (unrolled by the importers): per step one GEMM and one pointwise kernel (`recurrences`);
-  the input projection's bias add, the concat of the steps' outputs and the stacks of the final states are
-  cuDNN's own work, no kernel (`recurrence_io`). Only inside an RNN library call (`nn.LSTM`/`nn.GRU`/`nn.RNN`, an
+* **Recurrent layers** (unrolled by the importers): per step one GEMM and one pointwise kernel (`recurrences`),
+  the first step's GEMM too where the initial state is a constant (zeros: not folded); the input projection's bias
+  add, the concat of the steps' outputs (and of a bidirectional layer's two directions), the flip of the reverse
+  direction's sequence and the stacks of the final states are cuDNN's own work, no kernel (`recurrence_io`). Only
+  inside an RNN library call (`nn.LSTM`/`nn.GRU`/`nn.RNN`, an
   ONNX LSTM/GRU/RNN node: `OpNode.library_call`); a Python loop of `nn.GRUCell`s runs op by op.
 * **Activations TVM's importers spell out**: hardsigmoid (`add(x, 3) -> clip(0, 6) -> divide(6)`) and
   hardswish (that, times x) are one kernel ("fused:hardsigmoid", "fused:hardswish"), in every graph; so are ELU

@@ -773,6 +773,17 @@ class _View:
             vid = op.operands[0].value
         return vid
 
+    def feeds(self, op: OpNode, targets: set[int], depth: int = 4) -> bool:
+        """Whether an op of `targets` reads `op`'s output within `depth` ops (the first step's recurrent GEMM:
+        its bias add, then the step's gates)."""
+        frontier = list(self.outputs_of.get(op.index, []))
+        for _ in range(depth):
+            users = {c for v in frontier for c in self.consumers.get(v, [])}
+            if users & targets:
+                return True
+            frontier = [v for c in users for v in self.outputs_of.get(c, [])]
+        return False
+
     def view_source(self, vid: int) -> int:
         """The value `vid` is a view of, through any chain of view ops (itself if it is no view)."""
         while (p := self.op_of(vid)) is not None and p.operands and self.is_view_op(p):
@@ -849,6 +860,8 @@ class _View:
         add = self.only_consumer(self.outputs_of[op.index][0])
         if add is None or self.node[add].op != "relax.add" or len(self.node[add].operands) != 2:
             return False
+        # (a parameter bias's `Mul(initializer, beta)` is folded by the exporter into an initializer; `mul(matmul,
+        # 1) + constant` is what a model's own code can be too, so that stays a kernel: one more than eager's)
         pair = [self.op_of(o.value) for o in self.node[add].operands]
         if any(p is None or self._scale_of(p) is None for p in pair) or pair[0] is pair[1]:
             return False
@@ -1438,11 +1451,13 @@ class _View:
             for i in group[:-1]:
                 roles[i] = "fused"
         rnn_calls = {self.node[i].library_call for g in rnn_groups for i in g} - {None}
+        rnn_ops = {i for g in rnn_groups for i in g}
         for op in self.node:
             if op.op == "relax.matmul" and roles[op.index] == "folded" and op.library_call in rnn_calls:
                 # the first step's recurrent GEMM on a constant initial state (zeros when none is given): folded
                 # as input-independent, but cuDNN runs it in the call like every other step's
-                roles[op.index] = "kernel"
+                if self.feeds(op, rnn_ops):
+                    roles[op.index] = "kernel"
         rnn_written, rnn_input_gemms, rnn_outputs = self.recurrence_io(rnn_groups, fused_into)
         fast_views |= rnn_written
 

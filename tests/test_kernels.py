@@ -366,7 +366,8 @@ def test_a_copy_inside_an_op_is_that_ops():
     of one transposed input copy it three times (the profiler, the oracle: 3 x clone, mm, add_). Inside one
     library call the copy is shared: cuDNN's bidirectional LSTM copies its input once for both directions (one
     `clone` under `aten::lstm`). The kernel view copied the input once and let the other two projections read the
-    copy, their biases fused (5 kernels for eager's 9)."""
+    copy, their biases fused (5 kernels for eager's 9). (The profiler runs on the CPU: `aten::lstm` there takes
+    the native path, which makes the same one `contiguous()` of its input as `_cudnn_rnn` does in RNN.cpp.)"""
     from torch.profiler import ProfilerActivity, profile
 
     torch.manual_seed(0)

@@ -8,6 +8,7 @@ kernel model charges the call's first kernel the eager rule and every other one 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -107,6 +108,7 @@ def test_small_lstm_is_one_call(lstm_kernels):
     # no kernel): 14 a layer, 28 for 2 layers; then the head's GEMM (bias fused): 29 kernels
     assert len(ks) == 29
     assert {k.call for k in ks[:28]} == {"aten.lstm.input:lstm"} and ks[28].call is None
+    assert Counter(k.kind for k in ks[:28]) == {"gemm": 16, "elementwise": 12}  # (4 x (1 + 3) GEMMs, 4 x 3 gates)
     assert sum(k.kind == "gemm" and k.params["m"] == 6 and k.params["n"] == 64 for k in ks) == 4  # input GEMMs
     # host dispatches: one for the whole nn.LSTM (one `_cudnn_rnn`, not 2 layers x 2 directions, not x 3 steps)
     # and one for the head

@@ -179,11 +179,10 @@ def test_gru_kernel_view_and_prediction_symbolic_equal_concrete(gru, batch):
     a = analyze_at(sm, batch).analysis
     o = analyze_model(f"zoo:{RNN}", batch=batch).analysis
     # the oracle's kernel view, by hand: the GRU's input projection (cuDNN's copy of the batch-first input, the
-    # GEMM; its bias add is cuDNN's), step 0 (h0 = 0: its recurrent GEMM is folded away; one fused elementwise
-    # kernel), steps 1-7 (a recurrent GEMM and a fused elementwise kernel each), the output written in place (the
-    # importer's concat: no kernel): 2 + 1 + 7 x 2 = 17 kernels inside the one `_cudnn_rnn` call; then the head
-    # (copy, GEMM, bias add) on its own
-    gru_call = ["copy", "gemm", "elementwise"] + ["gemm", "elementwise"] * 7
+    # GEMM; its bias add is cuDNN's), steps 0-7 (a recurrent GEMM and a fused elementwise kernel each: cuDNN runs
+    # step 0's GEMM on h0 = 0 too), the output written in place (the importer's concat: no kernel): 2 + 8 x 2 = 18
+    # kernels inside the one `_cudnn_rnn` call; then the head (copy, GEMM, bias add) on its own
+    gru_call = ["copy", "gemm"] + ["gemm", "elementwise"] * 8
     assert [(k.kind, k.call) for k in o.kernels] == [(k, "aten.gru.input:gru") for k in gru_call] + [
         ("copy", None),
         ("gemm", None),

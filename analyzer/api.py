@@ -40,22 +40,23 @@ def analyze(
             norms and reductions in float32, and the cast kernels autocast launches every forward).
         symbolic: also give every total and each operator's counts as exact polynomials of the batch, and of
             the sequence length ("seq") for a zoo language model (`report.symbolic`, docs/symbolic.md): a zoo
-            model or an nn.Module (batch on axis 0) is exported once with those sizes symbolic; the report's own
-            numbers are at `batch` (default: an nn.Module's example batch, else 2, the lowest batch a symbolic
-            export holds for; batch 1 is exported on its own) and the model's own sequence length. Not with
-            `inputs`.
+            model or an nn.Module (batch on axis 0) is exported once with those sizes symbolic, a `.pt2` file
+            exported with a dynamic batch is imported once with its own dynamic dims; the report's own numbers
+            are at `batch` (default: an nn.Module's example batch, else the lowest batch the graph holds for: 2
+            for an export, whose batch 1 is exported on its own; 1 for a `.pt2` file) and the model's own
+            sequence length. `inputs` only with a `.pt2` file: the values of its dynamic dims other than the
+            batch (which stay symbols of the formulas).
 
     Returns:
         A `Report`; `report.to_json()` is the `preflight.report/1` document.
     """
     if not symbolic:
         return analyze_model(model, example_inputs, inputs=inputs, batch=batch, strict=strict, dtype=dtype)
-    from .symbolic import analyze_at, formulas, load_symbolic, peak_function, symbolic_json
+    from .symbolic import analyze_at, formulas, load_symbolic, peak_function, require_values, symbolic_json
 
-    if inputs:
-        raise UsageError("symbolic analysis takes the batch as its symbol: give --batch, not --input")
     check_dtype(dtype)
-    sm = load_symbolic(model, example_inputs, seq=True)
+    sm = load_symbolic(model, example_inputs, seq=True, inputs=inputs)
+    require_values(sm)
     if batch is None:  # an nn.Module's own example batch where the symbolic graph holds for it, else the lowest
         from .frontends import module_examples
 
@@ -64,7 +65,7 @@ def analyze(
     if sm.covers(batch):
         rep = analyze_at(sm, batch, strict=strict, dtype=dtype)
     else:
-        rep = analyze_model(model, example_inputs, batch=batch, strict=strict, dtype=dtype)
+        rep = analyze_model(model, example_inputs, inputs=inputs, batch=batch, strict=strict, dtype=dtype)
     rep.symbolic = symbolic_json(sm, formulas(sm, dtype=dtype))
     _, law = peak_function(sm, dtype)
     rep.symbolic["peak_law"] = None if law is None else str(law)
@@ -119,37 +120,45 @@ def predict(
         report, devices, latency_slo_ms, max_slowdown, matmul_precision=matmul_precision, host_overhead=host_overhead
     )
     if largest_batch:
-        _solve_largest_batch(report, model, example_inputs, batch, dtype)
+        _solve_largest_batch(report, model, example_inputs, batch, dtype, inputs)
     return report
 
 
 def _check_solvable(model, inputs) -> None:
-    """UsageError unless the largest batch can be solved for `model`: a zoo model or an nn.Module, no --input."""
+    """UsageError unless the largest batch can be solved for `model`: a zoo model or an nn.Module (no --input), or
+    a `.pt2` file (--input for its other dynamic dims)."""
+    from .symbolic import is_pt2
+
     torch = sys.modules.get("torch")
+    if is_pt2(model):
+        return
     if not (isinstance(model, str) and model.startswith("zoo:")) and not (
         torch is not None and isinstance(model, torch.nn.Module)
     ):
         raise UsageError(
-            "the largest batch is solved for zoo:NAME models and nn.Modules (they are re-exported with the batch "
-            "symbolic); for a file, `preflight report --batches` sweeps the batches given"
+            "the largest batch is solved for zoo:NAME models, nn.Modules (they are re-exported with the batch "
+            "symbolic) and .pt2 files exported with a dynamic batch; for another file, `preflight report "
+            "--batches` sweeps the batches given"
         )
     if inputs:
         raise UsageError("the largest batch is solved with the batch as the symbol: give --batch, not --input")
 
 
-def _solve_largest_batch(report: Report, model, example_inputs, batch: int | None, dtype: str | None) -> None:
+def _solve_largest_batch(
+    report: Report, model, example_inputs, batch: int | None, dtype: str | None, inputs=None
+) -> None:
     """Attach `LargestBatch` to each prediction's MIG recommendation; a warning says why where it cannot."""
     from dataclasses import replace
 
     from .errors import PreflightError
     from .symbolic import load_symbolic, solve_largest_batch
 
-    if batch is not None or isinstance(model, str):
+    if batch is not None or (isinstance(model, str) and model.startswith("zoo:")):
         own = batch or 1  # a zoo model's batch, 1 by default
-    else:  # an nn.Module: axis 0 of its example inputs
+    else:  # an nn.Module's or a file's: axis 0 of its (first) input as analysed
         own = report.inputs[0]["shape"][0] if report.inputs and report.inputs[0]["shape"] else 1
     try:
-        sm = load_symbolic(model, example_inputs)
+        sm = load_symbolic(model, example_inputs, inputs=inputs)
     except PreflightError as exc:
         report.warnings.append(f"the largest batch that fits was not solved: {exc}")
         return

@@ -308,8 +308,10 @@ def model_options(f):
 @click.option(
     "--symbolic",
     is_flag=True,
-    help="Also give the totals and each operator's counts as exact formulas of the batch (zoo models; one export "
-    "with the batch symbolic; the rest of the output is at --batch, default 2). Table and JSON. docs/symbolic.md.",
+    help="Also give the totals and each operator's counts as exact formulas of the batch (zoo models: one export "
+    "with the batch symbolic; .pt2 files exported with a dynamic batch: their own dynamic dims, the others' values "
+    "from --input; the rest of the output is at --batch, default the lowest batch the graph holds for: 2 for a "
+    "re-export, 1 for a .pt2 file). Table and JSON. docs/symbolic.md.",
 )
 @budget_options
 def analyze(
@@ -345,9 +347,11 @@ def analyze(
         from .symbolic import formulas_text
 
         text += "\n" + formulas_text(report.symbolic)
-        if batch is None:  # the export's own batch, not the 1 of a plain analyze: say so where the figures are read
+        low = report.symbolic["symbols"]["batch"]["min"]
+        if batch is None and low != 1:  # the export's lowest batch, not the 1 of a plain analyze: say so
             text += (
-                "(the table above is at the batch its inputs line shows: --symbolic analyses at --batch, default 2)\n"
+                "(the table above is at the batch its inputs line shows: --symbolic analyses at --batch, default "
+                f"{low}, the lowest the symbolic export holds for)\n"
             )
     _emit(text, output)
 
@@ -475,7 +479,8 @@ def max_slowdown_option(f):
     "--largest-batch",
     is_flag=True,
     help="Also solve for the largest batch whose predicted memory fits each MIG slice and the whole GPU (zoo "
-    "models; one more export, with the batch symbolic). Table and JSON. docs/symbolic.md.",
+    "models: one more export, with the batch symbolic; .pt2 files with a dynamic batch: one more import). Table "
+    "and JSON. docs/symbolic.md.",
 )
 @budget_options
 def predict(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from passes.symbolic import COUNTS, SymbolicCosts, SymbolicError, SymbolicGraph, peak_law, symbolic_costs
 
@@ -54,14 +55,21 @@ class SymbolicModel:
         return out
 
 
-def load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool = False) -> SymbolicModel:
+def load_symbolic(
+    model, example_inputs: Sequence | None = None, *, seq: bool = False, inputs: Sequence | None = None
+) -> SymbolicModel:
     """Export `model` ("zoo:NAME[?...]", or an nn.Module with example inputs whose axis 0 is the batch) with the
     batch symbolic and extract its symbolic graph. `seq`: also the sequence length ("seq") of a zoo language
     model (`zoo_symbol_axes`); when it cannot stay symbolic, the batch alone, and `SymbolicModel.notes` says why.
+    A `.pt2` file is imported once with its own dynamic dims (`load_pt2_symbolic`: dimension 0 is the batch, any
+    other "INPUT[AXIS]"); `inputs` (`--input` specs) give the other symbols' values.
 
-    Raises UsageError for a model symbolic analysis does not take (a file, an IRModule), AnalysisError when
-    torch.export fixes the batch or the graph has a size the analysis cannot keep symbolic.
+    Raises UsageError for a model symbolic analysis does not take (another file, an IRModule; `inputs` with a
+    zoo model or an nn.Module), AnalysisError when torch.export fixes the batch or the graph has a size the
+    analysis cannot keep symbolic.
     """
+    if inputs and not is_pt2(model):
+        raise UsageError("symbolic analysis takes the batch as its symbol: give --batch, not --input")
     if seq and isinstance(model, str) and model.startswith("zoo:"):
         import gc
 
@@ -78,13 +86,23 @@ def load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool = 
         sm = _load_symbolic(model, example_inputs)
         sm.notes.append(f"the sequence length could not stay symbolic ({why}): formulas of the batch only")
         return sm
-    return _load_symbolic(model, example_inputs)
+    return _load_symbolic(model, example_inputs, inputs=inputs)
 
 
-def _load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool = False) -> SymbolicModel:
+def is_pt2(model) -> bool:
+    """Whether `model` names a `.pt2` file (a path or a string; not a zoo spec)."""
+    return isinstance(model, str | Path) and not str(model).startswith("zoo:") and Path(model).suffix.lower() == ".pt2"
+
+
+def _load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool = False, inputs=None) -> SymbolicModel:
     from passes import tvm_ir
 
-    if isinstance(model, str) and model.startswith("zoo:"):
+    if is_pt2(model):
+        from .frontends import input_specs
+        from .frontends.torch_frontend import load_pt2_symbolic
+
+        loaded, values = load_pt2_symbolic(Path(model), input_specs(inputs))
+    elif isinstance(model, str) and model.startswith("zoo:"):
         from .frontends.zoo_frontend import load_zoo_symbolic
 
         loaded, values = load_zoo_symbolic(model[4:], seq=seq)
@@ -105,9 +123,9 @@ def _load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool =
         values = {BATCH: 2}
     else:
         raise UsageError(
-            "symbolic analysis takes zoo:NAME models and nn.Modules (it re-exports them with the batch left "
-            "symbolic); a file's dynamic sizes are analysed at the values given (--batch, --input), and "
-            "`preflight report --batches 1,8,64` sweeps them"
+            "symbolic analysis takes zoo:NAME models, nn.Modules (re-exported with the batch left symbolic) and "
+            ".pt2 files exported with a dynamic batch; another file's dynamic sizes are analysed at the values "
+            "given (--batch, --input), and `preflight report --batches 1,8,64` sweeps them"
         )
     if BATCH not in {user for user, _, _ in loaded.symbols.values()}:
         raise AnalysisError(f"{loaded.source}: torch.export fixed the batch size; no symbolic export")
@@ -123,6 +141,23 @@ def _load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool =
         raise AnalysisError(f"{loaded.source}: no symbolic analysis: {exc}") from exc
     values = {k: v for k, v in values.items() if k in ranges}
     return SymbolicModel(loaded=loaded, graph=sym, values=values)
+
+
+def require_values(sm: SymbolicModel) -> None:
+    """MissingShapeError unless every symbol but the batch has a value (a file's other dynamic dims: `--input`)."""
+    from .errors import MissingShapeError
+
+    names = list(sm.loaded.input_names)
+    for sym in sm.graph.symbols:
+        if sym == BATCH or sym in sm.values:
+            continue
+        i, source, axis = sm.graph.symbol_axes(sym)[0]
+        name = names[i] if i < len(names) else source.name
+        dims = ["?" if a == 0 else "N" if a == axis else "?" for a in range(len(source.tensor.shape))]
+        raise MissingShapeError(
+            f"input '{name}' dimension {axis} ('{sym}') is dynamic: set it with --input {name}:{'x'.join(dims)} "
+            "(N a size; it stays a symbol of the formulas, the rest of the output is at that size)"
+        )
 
 
 def analyze_at(

@@ -12,7 +12,7 @@ from .loaded import LoadedModel
 from .specs import MAX_DIM, InputSpec, printable
 
 
-def _specs(inputs: Sequence[InputSpec | str] | None) -> dict[str, InputSpec]:
+def input_specs(inputs: Sequence[InputSpec | str] | None) -> dict[str, InputSpec]:
     out: dict[str, InputSpec] = {}
     for s in inputs or ():
         spec = s if isinstance(s, InputSpec) else InputSpec.parse(s)
@@ -64,7 +64,7 @@ def load(
 def _load(model, inputs, batch: int | None, example_inputs) -> LoadedModel:
     if batch is not None and not 0 < batch <= MAX_DIM:
         raise UsageError(f"--batch must be an integer from 1 to {MAX_DIM}")
-    specs = _specs(inputs)
+    specs = input_specs(inputs)
     if _is_module(model):
         from .torch_frontend import from_module
 

@@ -27,7 +27,7 @@ from .pt2_safety import (  # noqa: F401 - PICKLE_SUFFIXES, refuse_pickle, sniff_
     refuse_pickle,
     sniff_pickle,
 )
-from .specs import MAX_DIM, InputSpec, batch_per_input, resolve_shape
+from .specs import MAX_DIM, InputSpec, batch_per_input, printable, resolve_shape
 
 UNCONVERTED_PREFIX = "torch:"  # callee name of placeholders for ATen ops TVM cannot import
 
@@ -493,6 +493,100 @@ def load_pt2(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Load
     would evaluate); torch then deserializes it, decomposes it and TVM imports it in a forked child with
     resource limits, which returns the Relax module as bytes.
     """
+    mod, meta, plan_warnings = _import_pt2(path)
+    n_inputs = meta.get("n_inputs")
+    upper = {str(k): int(v) for k, v in dict(meta.get("upper") or {}).items()}
+    mod = bind_input_shapes(mod, n_inputs, specs, batch, path.name, upper)
+    return _pt2_loaded(path, mod, meta, plan_warnings)
+
+
+def load_pt2_symbolic(path: Path, specs: dict[str, InputSpec]) -> tuple[LoadedModel, dict[str, int]]:
+    """A `torch.export.save` archive imported (as `load_pt2`, checked and isolated) with its dynamic dims left
+    symbolic, as the file's own program holds them: no re-export. `LoadedModel.symbols` names each shape variable
+    of the inputs: "batch" for the one on dimension 0 of the inputs, "INPUT[AXIS]" (where it first appears) for any
+    other, with the range its range constraints give, from 1: unlike a re-export (which torch specialises at size
+    1), the file has one program, and binding it at 1 (`load_pt2`) gives the same graph as evaluating it there.
+    Returns the loaded model and the values `specs` (`--input`) give the symbols other than the batch.
+
+    UsageError when the file's batch is fixed, an `--input` sets the batch axis (the batch is the symbol) or
+    gives a shared symbol two values, or a value lies outside the symbol's range."""
+    from passes import tvm_ir
+
+    mod, meta, plan_warnings = _import_pt2(path)
+    n_inputs = meta.get("n_inputs")
+    upper = {str(k): int(v) for k, v in dict(meta.get("upper") or {}).items()}
+    lower = {str(k): int(v) for k, v in dict(meta.get("lower") or {}).items()}
+    inputs = tvm_ir.input_dims(mod, n_inputs)
+    unknown = set(specs) - {name for name, _, _ in inputs}
+    if unknown:
+        names = ", ".join(name for name, _, _ in inputs)
+        raise UsageError(f"--input names {', '.join(sorted(unknown))} not among the model's inputs: {names}")
+    batch_syms = {dims[0] for _, dims, _ in inputs if dims and isinstance(dims[0], str)}
+    if len(batch_syms) != 1:
+        why = "fixed in the file" if not batch_syms else f"{len(batch_syms)} different sizes ({', '.join(batch_syms)})"
+        raise UsageError(
+            f"{path.name}: dimension 0 of the inputs is {why}; symbolic analysis takes the batch as its symbol "
+            "(export with one torch.export.Dim on dimension 0 of every batched input)"
+        )
+    users: dict[str, str] = {batch_syms.pop(): "batch"}
+    values: dict[str, int] = {}
+    for name, dims, _ in inputs:
+        spec = specs.get(name)
+        if spec is not None and len(spec.shape) != len(dims):
+            raise UsageError(
+                f"input '{name}' has {len(dims)} dimensions in {path.name}, --input gives {len(spec.shape)}"
+            )
+        for axis, d in enumerate(dims):
+            if not isinstance(d, str):
+                continue
+            user = users.setdefault(d, printable(f"{name}[{axis}]"))
+            given = None if spec is None else spec.shape[axis]
+            if given is None:
+                continue
+            if user == "batch":
+                raise UsageError(
+                    f"input '{name}' dimension {axis} is the batch, the symbol of the analysis: give --batch, and "
+                    f"? for it in --input"
+                )
+            if values.setdefault(user, given) != given:
+                raise UsageError(
+                    f"dimension '{user}' is shared by several inputs and given both {values[user]} and {given}"
+                )
+    symbols = {}
+    for sym, user in users.items():
+        # from 1: the file holds one program, which its concrete analysis binds at batch 1 too (`load_pt2`)
+        lo, hi = max(1, lower.get(sym, 1)), min(upper.get(sym, MAX_DIM), MAX_DIM)
+        v = values.get(user)
+        if v is not None and not lo <= v <= hi:
+            raise UsageError(f"{path.name}: '{user}' = {v:,} is outside the range its graph holds for ({lo} to {hi:,})")
+        symbols[sym] = (user, lo, hi)
+    loaded = _pt2_loaded(path, mod, meta, plan_warnings)
+    loaded.symbols = symbols
+    return loaded, values
+
+
+def _pt2_loaded(path: Path, mod, meta: dict, warnings: list[str]) -> LoadedModel:
+    """The LoadedModel of an imported archive (`_import_pt2`'s module, bound or not, and its meta)."""
+    from passes import tvm_ir
+
+    n_inputs, missing = meta.get("n_inputs"), list(meta.get("missing", []))
+    return LoadedModel(
+        mod=mod,
+        framework="torch",
+        name=path.stem,
+        source=str(path),
+        n_inputs=n_inputs,
+        unconverted=missing,
+        input_names=tuple(tvm_ir.input_names(mod, n_inputs or 0)),
+        warnings=list(warnings),
+        op_sources={str(k): str(v) for k, v in dict(meta.get("sources") or {}).items()},
+        op_calls={str(k): str(v) for k, v in dict(meta.get("calls") or {}).items()},
+    )
+
+
+def _import_pt2(path: Path) -> tuple:
+    """(Relax module with the file's dynamic dims, the child's meta, the archive check's warnings): the archive
+    checked (`inspect_pt2`), deserialized and imported in an isolated child (`_pt2_in_child`)."""
     plan = inspect_pt2(path)  # first: a file that is no archive is refused before TVM and torch are imported (~3 s)
     from passes import tvm_ir  # before the fork: the child inherits it
 
@@ -514,22 +608,7 @@ def load_pt2(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Load
         mod = tvm_ir.load_module(result.data)
     except ValueError as exc:
         raise AnalysisError(f"{path.name}: {PT2_STEP} returned no module ({exc})") from exc
-    n_inputs, missing = result.meta.get("n_inputs"), list(result.meta.get("missing", []))
-    upper = {str(k): int(v) for k, v in dict(result.meta.get("upper") or {}).items()}
-    mod = bind_input_shapes(mod, n_inputs, specs, batch, path.name, upper)
-    names = tuple(tvm_ir.input_names(mod, n_inputs or 0))
-    return LoadedModel(
-        mod=mod,
-        framework="torch",
-        name=path.stem,
-        source=str(path),
-        n_inputs=n_inputs,
-        unconverted=missing,
-        input_names=names,
-        warnings=list(plan.warnings),
-        op_sources={str(k): str(v) for k, v in dict(result.meta.get("sources") or {}).items()},
-        op_calls={str(k): str(v) for k, v in dict(result.meta.get("calls") or {}).items()},
-    )
+    return mod, result.meta, list(plan.warnings)
 
 
 def _pt2_in_child(path: str, plan=None) -> tuple[dict, bytes]:
@@ -550,7 +629,15 @@ def _pt2_in_child(path: str, plan=None) -> tuple[dict, bytes]:
     mod, n_inputs, missing = import_exported_program(ep, sources=sources, calls=calls)
     # the largest size each dynamic dimension's export holds for (a `Dim(max=...)`); unbounded ones left out
     upper = {str(sym): int(vr.upper) for sym, vr in ep.range_constraints.items() if _is_integer(vr.upper)}
-    meta = {"n_inputs": n_inputs, "missing": missing, "sources": sources, "calls": calls, "upper": upper}
+    lower = {str(sym): int(vr.lower) for sym, vr in ep.range_constraints.items() if _is_integer(vr.lower)}
+    meta = {
+        "n_inputs": n_inputs,
+        "missing": missing,
+        "sources": sources,
+        "calls": calls,
+        "upper": upper,
+        "lower": lower,
+    }
     return meta, tvm_ir.dump_module(mod)
 
 

@@ -40,12 +40,12 @@ def analyze(
             norms and reductions in float32, and the cast kernels autocast launches every forward).
         symbolic: also give every total and each operator's counts as exact polynomials of the batch, and of
             the sequence length ("seq") for a zoo language model (`report.symbolic`, docs/symbolic.md): a zoo
-            model or an nn.Module (batch on axis 0) is exported once with those sizes symbolic, a `.pt2` file
-            exported with a dynamic batch is imported once with its own dynamic dims; the report's own numbers
-            are at `batch` (default: an nn.Module's example batch, else the lowest batch the graph holds for: 2
-            for an export, whose batch 1 is exported on its own; 1 for a `.pt2` file) and the model's own
-            sequence length. `inputs` only with a `.pt2` file: the values of its dynamic dims other than the
-            batch (which stay symbols of the formulas).
+            model or an nn.Module (batch on axis 0) is exported once with those sizes symbolic, a `.pt2` or
+            ONNX file exported with a dynamic batch is imported once with its own dynamic dims; the report's own
+            numbers are at `batch` (default: an nn.Module's example batch, else the lowest batch the graph holds
+            for: 2 for an export, whose batch 1 is exported on its own; 1 for a file) and the model's own
+            sequence length. `inputs` only with a file: the values of its dynamic dims other than the batch
+            (which stay symbols of the formulas).
 
     Returns:
         A `Report`; `report.to_json()` is the `preflight.report/1` document.
@@ -126,19 +126,19 @@ def predict(
 
 def _check_solvable(model, inputs) -> None:
     """UsageError unless the largest batch can be solved for `model`: a zoo model or an nn.Module (no --input), or
-    a `.pt2` file (--input for its other dynamic dims)."""
-    from .symbolic import is_pt2
+    a `.pt2` or ONNX file (--input for its other dynamic dims)."""
+    from .symbolic import takes_file
 
     torch = sys.modules.get("torch")
-    if is_pt2(model):
+    if takes_file(model):
         return
     if not (isinstance(model, str) and model.startswith("zoo:")) and not (
         torch is not None and isinstance(model, torch.nn.Module)
     ):
         raise UsageError(
             "the largest batch is solved for zoo:NAME models, nn.Modules (they are re-exported with the batch "
-            "symbolic) and .pt2 files exported with a dynamic batch; for another file, `preflight report "
-            "--batches` sweeps the batches given"
+            "symbolic) and .pt2 and .onnx files exported with a dynamic batch; for another file, `preflight "
+            "report --batches` sweeps the batches given"
         )
     if inputs:
         raise UsageError("the largest batch is solved with the batch as the symbol: give --batch, not --input")

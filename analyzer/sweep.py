@@ -26,7 +26,7 @@ from .errors import PreflightError, UsageError
 from .frontends import load, module_examples, with_batch
 from .frontends.specs import MAX_DIM
 from .pipeline import analyze_loaded
-from .symbolic import analyze_at, is_pt2, load_symbolic, require_values, solve_largest_batch
+from .symbolic import analyze_at, load_symbolic, require_values, solve_largest_batch, takes_file
 
 DEFAULT_MAX_BATCH = 32
 MAX_SWEEP_POINTS = 64
@@ -216,15 +216,15 @@ def _solve_by_formula(sm, reuse: dict, index: int, points: list[dict], latency_s
 
 
 def _symbolic(model, example_inputs, inputs, batches: list[int]):
-    """(SymbolicModel or None, why not): one symbolic export (a `.pt2` file: one import with its own dynamic dims)
-    for the sweep when it pays (a zoo model, an nn.Module or a `.pt2` file, at least two batches inside the
-    export's range, i.e. >= 2); else None and the reason (None when none was tried: other files, `inputs` with a
-    zoo model or an nn.Module, or fewer than two batches to analyse)."""
-    if (inputs and not is_pt2(model)) or len([b for b in batches if b >= 2]) < 2:
+    """(SymbolicModel or None, why not): one symbolic export (a `.pt2` or ONNX file: one import with its own
+    dynamic dims) for the sweep when it pays (a zoo model, an nn.Module or such a file, at least two batches to
+    analyse); else None and the reason (None when none was tried: other files, `inputs` with a zoo model or an
+    nn.Module, or fewer than two batches)."""
+    if (inputs and not takes_file(model)) or len([b for b in batches if b >= 2]) < 2:
         return None, None
     torch = sys.modules.get("torch")
     is_module = torch is not None and isinstance(model, torch.nn.Module)
-    if not (is_module or is_pt2(model) or (isinstance(model, str) and model.startswith("zoo:"))):
+    if not (is_module or takes_file(model) or (isinstance(model, str) and model.startswith("zoo:"))):
         return None, None
     try:
         sm = load_symbolic(model, example_inputs, inputs=inputs)

@@ -61,14 +61,14 @@ def load_symbolic(
     """Export `model` ("zoo:NAME[?...]", or an nn.Module with example inputs whose axis 0 is the batch) with the
     batch symbolic and extract its symbolic graph. `seq`: also the sequence length ("seq") of a zoo language
     model (`zoo_symbol_axes`); when it cannot stay symbolic, the batch alone, and `SymbolicModel.notes` says why.
-    A `.pt2` file is imported once with its own dynamic dims (`load_pt2_symbolic`: dimension 0 is the batch, any
-    other "INPUT[AXIS]"); `inputs` (`--input` specs) give the other symbols' values.
+    A `.pt2` or ONNX file is imported once with its own dynamic dims (`frontends.load_symbolic_file`: dimension 0
+    is the batch); `inputs` (`--input` specs) give the other symbols' values.
 
     Raises UsageError for a model symbolic analysis does not take (another file, an IRModule; `inputs` with a
     zoo model or an nn.Module), AnalysisError when torch.export fixes the batch or the graph has a size the
     analysis cannot keep symbolic.
     """
-    if inputs and not is_pt2(model):
+    if inputs and not is_file(model):
         raise UsageError("symbolic analysis takes the batch as its symbol: give --batch, not --input")
     if seq and isinstance(model, str) and model.startswith("zoo:"):
         import gc
@@ -89,19 +89,26 @@ def load_symbolic(
     return _load_symbolic(model, example_inputs, inputs=inputs)
 
 
-def is_pt2(model) -> bool:
-    """Whether `model` names a `.pt2` file (a path or a string; not a zoo spec)."""
-    return isinstance(model, str | Path) and not str(model).startswith("zoo:") and Path(model).suffix.lower() == ".pt2"
+def is_file(model) -> bool:
+    """Whether `model` names a model file (a path or a string that is no zoo spec)."""
+    return isinstance(model, str | Path) and not str(model).startswith("zoo:")
+
+
+def takes_file(model) -> bool:
+    """Whether `model` names a file of a format whose own dynamic dims symbolic analysis keeps (`.pt2`, `.onnx`:
+    `frontends.SYMBOLIC_LOADERS`), `--input` giving those other than the batch."""
+    from .frontends import SYMBOLIC_LOADERS
+
+    return is_file(model) and Path(model).suffix.lower() in SYMBOLIC_LOADERS
 
 
 def _load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool = False, inputs=None) -> SymbolicModel:
     from passes import tvm_ir
 
-    if is_pt2(model):
-        from .frontends import input_specs
-        from .frontends.torch_frontend import load_pt2_symbolic
+    if is_file(model):
+        from .frontends import load_symbolic_file
 
-        loaded, values = load_pt2_symbolic(Path(model), input_specs(inputs))
+        loaded, values = load_symbolic_file(Path(model), inputs)
     elif isinstance(model, str) and model.startswith("zoo:"):
         from .frontends.zoo_frontend import load_zoo_symbolic
 
@@ -124,8 +131,7 @@ def _load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool =
     else:
         raise UsageError(
             "symbolic analysis takes zoo:NAME models, nn.Modules (re-exported with the batch left symbolic) and "
-            ".pt2 files exported with a dynamic batch; another file's dynamic sizes are analysed at the values "
-            "given (--batch, --input), and `preflight report --batches 1,8,64` sweeps them"
+            ".pt2 and .onnx files exported with a dynamic batch"
         )
     if BATCH not in {user for user, _, _ in loaded.symbols.values()}:
         raise AnalysisError(f"{loaded.source}: torch.export fixed the batch size; no symbolic export")

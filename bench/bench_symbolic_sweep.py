@@ -20,15 +20,16 @@ contexts 512, 1024, 2048, 3072, 4096 against the same call with the one context 
 request's own prefill + decode analysis, which every call makes), and the 5 contexts with each point bound in TVM
 and extracted again (`StepGraph.evaluate = False`, the way before), side by side, best of --repeat.
 
-`--pt2` runs every case on a `.pt2` file instead of the zoo model: the model exported once with `torch.export.Dim`
-on dimension 0 and saved (`torch.export.save`) before timing, as a user brings it; "export" is then the file's import
-bound at batch 1, "symbolic" its import with the batch left symbolic (no export: the file's own dynamic dim).
+`--file pt2` (or `onnx`) runs every case on a file instead of the zoo model: the model exported once before timing,
+as a user brings it, with its batch dynamic (`torch.export.Dim` on dimension 0 and `torch.export.save`; or the
+TorchScript ONNX exporter with `dynamic_axes`); "export" is then the file's import at batch 1, "symbolic" its import
+with the batch left symbolic (no export: the file's own dynamic dim).
 
 `--cold` adds, per model, two fresh `preflight -q report zoo:NAME` processes side by side (imports and first-call
 costs included, as a user runs it): `--no-sweep` and `--batches 1,2,...,128`, best of --repeat.
 
 Usage: python bench/bench_symbolic_sweep.py [--models resnet18,resnet50,bert_base] [--repeat 3] [--cold]
-       [--llm zoo:llama_7b] [--pt2]
+       [--llm zoo:llama_7b] [--file pt2|onnx]
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cold", action="store_true", help="also time fresh `preflight report` processes")
     ap.add_argument("--llm", default=None, metavar="MODEL", help="also time `preflight llm`'s context table")
-    ap.add_argument("--pt2", action="store_true", help="time a .pt2 file of each model (dynamic batch) instead")
+    ap.add_argument("--file", choices=("pt2", "onnx"), help="time a file of each model (dynamic batch) instead")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -92,7 +93,7 @@ def main() -> None:
     rows, parts, cold = [], [], []
     scratch = tempfile.TemporaryDirectory()
     for name in filter(None, args.models.split(",")):
-        model = pt2_file(name, Path(scratch.name)) if args.pt2 else f"zoo:{name}"
+        model = model_file(name, Path(scratch.name), args.file) if args.file else f"zoo:{name}"
         one(model), sweep(model, True), sweep(model, False)  # warm-up: imports, first-call costs
         sm = load_symbolic(model)
         cases = {
@@ -141,18 +142,26 @@ def main() -> None:
         llm_row(args.llm, args.repeat)
 
 
-def pt2_file(name: str, folder: Path) -> str:
-    """`zoo:name` built at batch 2, exported with its batch a `torch.export.Dim` and saved as `folder/name.pt2`."""
+def model_file(name: str, folder: Path, fmt: str) -> str:
+    """`zoo:name` built at batch 2 and saved as `folder/name.<fmt>` with its batch (dimension 0 of every input)
+    dynamic: a `torch.export.Dim` and `torch.export.save` (pt2), or the TorchScript exporter's `dynamic_axes` (onnx)."""
     import torch
 
     import zoo
 
     built = zoo.build(name, batch=2)
-    batch = torch.export.Dim("batch")
-    dynamic = tuple({0: batch} if getattr(t, "ndim", 0) >= 1 else None for t in built.example_inputs)
-    path = folder / f"{name}.pt2"
-    ep = torch.export.export(built.module.eval(), tuple(built.example_inputs), dynamic_shapes=dynamic)
-    torch.export.save(ep, path)
+    module, inputs = built.module.eval(), tuple(built.example_inputs)
+    path = folder / f"{name}.{fmt}"
+    if fmt == "pt2":
+        batch = torch.export.Dim("batch")
+        dynamic = tuple({0: batch} if getattr(t, "ndim", 0) >= 1 else None for t in inputs)
+        torch.export.save(torch.export.export(module, inputs, dynamic_shapes=dynamic), path)
+    else:
+        names = [f"x{i}" if i else "x" for i in range(len(inputs))]
+        axes = {n: {0: "batch"} for n, t in zip(names, inputs, strict=True) if getattr(t, "ndim", 0) >= 1}
+        torch.onnx.export(
+            module, inputs, str(path), dynamo=False, opset_version=17, input_names=names, dynamic_axes=axes
+        )
     return str(path)
 
 

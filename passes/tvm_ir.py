@@ -976,10 +976,19 @@ def onnx_convert_ops() -> set[str]:
     return set(_get_convert_map().keys()) | set(ONNX_EXTRA_CONVERTERS)
 
 
-def defines_shape_vars(mod: tvm.IRModule) -> bool:
+def defines_shape_vars(mod: tvm.IRModule, n_inputs: int | None = None) -> bool:
     """Whether `main` of `mod` defines shape variables (a dimension known only when the graph runs: TVM's ONNX
-    importer names a `Range` of run-time bounds `range_len_0`) though its inputs have static shapes."""
-    return len(relax.analysis.defined_symbolic_vars(main_function(mod))) > 0
+    importer names a `Range` of run-time bounds `range_len_0`) other than those of its first `n_inputs` inputs'
+    shapes (None: all inputs; static inputs define none)."""
+    func = main_function(mod)
+    inputs = {
+        str(d)
+        for p in func.params[: n_inputs if n_inputs is not None else len(func.params)]
+        if isinstance(p.ty, relax.TensorType) and p.ty.shape is not None
+        for d in p.ty.shape.values
+        if isinstance(d, PE.Var)
+    }
+    return any(str(v) not in inputs for v in relax.analysis.defined_symbolic_vars(func))
 
 
 def has_unknown_rank(mod: tvm.IRModule) -> bool:
@@ -996,7 +1005,8 @@ def has_unknown_rank(mod: tvm.IRModule) -> bool:
 def onnx_import(
     model, shape_dict: dict[str, list[int]], dtype_dict: dict[str, str], sources: dict[str, int] | None = None
 ) -> tvm.IRModule:
-    """TVM's ONNX importer on `model` with ONNX_EXTRA_CONVERTERS added to its converter map.
+    """TVM's ONNX importer on `model` with ONNX_EXTRA_CONVERTERS added to its converter map. A dimension of
+    `shape_dict` given as a name (a str) is a shape variable of that name, shared by every dimension so named.
 
     `sources`, when given, is filled with the ONNX node each Relax value comes from: variable name -> index of
     the node in `model.graph.node` (`_recording_onnx_nodes`).
@@ -2662,6 +2672,11 @@ def _onnx_from_model(
         if str(op.domain) in ("ai.onnx", ""):
             opset = op.version
             break
+    shape_vars: dict[str, PE.Var] = {}  # a dimension given as a name: one shape variable per name (symbolic import)
+    shape_dict = {
+        k: [d if isinstance(d, int) else shape_vars.setdefault(d, PE.Var(d, "int64")) for d in v]
+        for k, v in shape_dict.items()
+    }
     importer = ONNXGraphImporter(shape_dict, dtype_dict, keep_params_in_input=False, sanitize=True)
     if sources is None:
         return importer.from_onnx(model.graph, opset)

@@ -298,9 +298,11 @@ def test_a_module_that_fixes_the_batch_is_refused():
         load_symbolic(_FixedBatch(), (torch.randn(3, 8),))
 
 
-def test_files_are_refused():
-    with pytest.raises(UsageError):
-        load_symbolic("model.onnx")
+def test_files_of_other_formats_are_refused(tmp_path):
+    path = tmp_path / "model.tflite"  # .pt2 and ONNX files keep their own dynamic dims (tests/test_symbolic_files.py)
+    path.write_bytes(b"TFL3")
+    with pytest.raises(UsageError, match="symbolic analysis reads .onnx and .pt2 files"):
+        load_symbolic(str(path))
 
 
 def _sweep(module, example, symbolic: bool):
@@ -354,10 +356,10 @@ def test_cli_symbolic_json_and_table():
 def test_cli_symbolic_refuses_other_formats_and_files(tmp_path):
     res = CliRunner().invoke(cli, ["analyze", "zoo:resnet18", "--symbolic", "--format", "csv"])
     assert res.exit_code == 2 and res.output.count("\n") == 1
-    f = tmp_path / "m.onnx"
+    f = tmp_path / "m.tflite"
     f.write_bytes(b"not a model")
     res = CliRunner().invoke(cli, ["analyze", str(f), "--symbolic"])
-    assert res.exit_code == 2 and "symbolic analysis takes" in res.output
+    assert res.exit_code == 2 and "symbolic analysis reads .onnx and .pt2 files" in res.output
 
 
 # ---- the largest batch that fits, solved ----------------------------------------------------

@@ -125,23 +125,11 @@ def _is_irmodule(model) -> bool:
 
 
 def _load_file(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
-    from .torch_frontend import PICKLE_SUFFIXES, refuse_pickle, sniff_pickle
-
     if not path.exists():
         raise UnreadableModelError(f"{path}: no such file or directory")
     if path.is_dir():
         return _load_dir(path, specs, batch)
-    try:
-        size = path.stat().st_size
-        if size == 0:
-            raise UnreadableModelError(f"{path.name}: the file is empty")
-        suffix = path.suffix.lower()
-        if suffix in PICKLE_SUFFIXES:
-            raise refuse_pickle(path, f"'{suffix}' files are Python pickles")
-        if sniff_pickle(path):
-            raise refuse_pickle(path, "the file is a Python pickle")
-    except OSError as exc:
-        raise UnreadableModelError(f"{path}: cannot read the file ({exc.strerror})") from exc
+    suffix = _checked_file(path)
     if suffix in FILE_LOADERS:
         module, function = FILE_LOADERS[suffix]
         return getattr(importlib.import_module(module, __name__), function)(path, specs, batch)
@@ -162,6 +150,52 @@ def _load_file(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Lo
             f"a Paddle program (a .pdiparams file beside it); {_FORMATS}"
         )
     raise UnreadableModelError(f"{path.name}: unknown model format '{suffix or '(no suffix)'}'; {_FORMATS}")
+
+
+def _checked_file(path: Path) -> str:
+    """`path`'s suffix (lower case), once the file is known to exist, hold bytes and be no Python pickle."""
+    from .torch_frontend import PICKLE_SUFFIXES, refuse_pickle, sniff_pickle
+
+    try:
+        if not path.is_file():
+            raise UnreadableModelError(f"{path}: no such file")
+        if path.stat().st_size == 0:
+            raise UnreadableModelError(f"{path.name}: the file is empty")
+        suffix = path.suffix.lower()
+        if suffix in PICKLE_SUFFIXES:
+            raise refuse_pickle(path, f"'{suffix}' files are Python pickles")
+        if sniff_pickle(path):
+            raise refuse_pickle(path, "the file is a Python pickle")
+    except OSError as exc:
+        raise UnreadableModelError(f"{path}: cannot read the file ({exc.strerror})") from exc
+    return suffix
+
+
+def load_symbolic_file(path: Path, inputs: Sequence[InputSpec | str] | None = None) -> tuple[LoadedModel, dict]:
+    """A model file imported once with its dynamic input dims left symbolic (`SYMBOLIC_LOADERS`): the loaded model,
+    whose `symbols` name them ("batch" for dimension 0), and the values `inputs` (`--input`) give the others.
+    UsageError for a file of another format, or one its loader refuses."""
+    try:
+        suffix = _checked_file(path)
+        if suffix not in SYMBOLIC_LOADERS:
+            raise UsageError(
+                f"{path.name}: symbolic analysis reads {' and '.join(SYMBOLIC_LOADERS)} files with a dynamic batch; "
+                "another file's dynamic sizes are analysed at the values given (--batch, --input), and `preflight "
+                "report --batches 1,8,64` sweeps them"
+            )
+        module, function = SYMBOLIC_LOADERS[suffix]
+        loaded, values = getattr(importlib.import_module(module, __name__), function)(path, input_specs(inputs))
+    except PreflightError as exc:
+        exc.args = tuple(printable(a) if isinstance(a, str) else a for a in exc.args)
+        raise
+    return loaded, values
+
+
+# The files whose own dynamic dims a symbolic analysis keeps (analyzer.symbolic): suffix -> (module, loader)
+SYMBOLIC_LOADERS: dict[str, tuple[str, str]] = {
+    ".onnx": (".onnx_frontend", "load_onnx_symbolic"),
+    ".pt2": (".torch_frontend", "load_pt2_symbolic"),
+}
 
 
 # The one table of model files: suffix -> (frontend module, loader). Directories: a SavedModel holds one of

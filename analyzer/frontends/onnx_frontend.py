@@ -871,8 +871,148 @@ def _sequence_in_constants(model, steps: int, skip=()) -> str | None:
 
 def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
     """Read, validate and import an ONNX file with static input shapes."""
-    import onnx
+    model, graph_inputs = _read_checked(path, specs)
+    initializers = {t.name for t in model.graph.initializer}
+    model, rebatched = _rebatch(model, graph_inputs, specs, batch, path.name)
+    if rebatched:
+        graph_inputs = [i for i in model.graph.input if i.name not in initializers]
+    shape_dict = {}
+    all_dims = [_file_dims(inp) for inp in graph_inputs]
+    for inp, dims, inp_batch in zip(graph_inputs, all_dims, batch_per_input(all_dims, batch), strict=True):
+        shape_dict[inp.name] = list(resolve_shape(inp.name, dims, specs.get(inp.name), inp_batch, path.name))
+    dtype_dict, retyped = _input_dtypes(graph_inputs, specs, path.name)
+
+    _constants_as_tensors(model)
+    fold_constant_indices(model)
+    from passes.tvm_ir import LongRecurrence, defines_shape_vars, has_unknown_rank
+
+    long = _long_recurrence(model, shape_dict, path.name)
+    if long is None:
+        try:
+            loaded = _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, rebatched)
+            unknown = defines_shape_vars(loaded.mod) or has_unknown_rank(loaded.mod)
+            if not unknown or not fold_static_shapes(model, shape_dict):
+                return loaded
+            # a dimension computed at run time from `Shape` (RWKV's `Range`, a one-layer Mamba's `Slice` bounds):
+            # static at these input shapes
+            try:
+                return _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, rebatched)
+            except PreflightError:
+                return loaded
+        except LongRecurrence as exc:
+            long = exc.steps, f"{path.name}: {exc}"
+        except (AnalysisError, MissingShapeError):  # a size computed by `Shape` at run time may be static here
+            if not fold_static_shapes(model, shape_dict):
+                raise
+            try:
+                return _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, rebatched)
+            except LongRecurrence as exc:
+                long = exc.steps, f"{path.name}: {exc}"
+    return _sampled_steps(model, shape_dict, dtype_dict, graph_inputs, retyped, path, rebatched, *long)
+
+
+# ops that run once per time step of a sequence: a symbolic import would need the step count as a number
+_STEPPED_OPS = ("LSTM", "GRU", "RNN", "Loop", "Scan")
+
+
+def load_onnx_symbolic(path: Path, specs: dict[str, InputSpec]) -> tuple[LoadedModel, dict[str, int]]:
+    """An ONNX file imported once with its dynamic input dims left symbolic (TVM's importer keeps each as a shape
+    variable): the same checks as `load_onnx`, no re-batching. `LoadedModel.symbols` names each: "batch" for
+    dimension 0 of the inputs whose dimension 0 is dynamic (one symbol: a batch is one size), any other by its
+    `dim_param` (one symbol per name, as ONNX means it) or, unnamed, "INPUT[AXIS]"; each holds from 2 (the
+    importer specialises a size of 1, below) up to MAX_DIM. Returns the loaded model and the values `specs`
+    (`--input`) give the symbols other than the batch.
+
+    UsageError when no input's dimension 0 is dynamic, an `--input` sets the batch axis or gives a symbol two
+    values; AnalysisError when the graph has per-step ops (`_STEPPED_OPS`) or computes a size at run time."""
+    from passes.tvm_ir import defines_shape_vars, has_unknown_rank
+
+    model, graph_inputs = _read_checked(path, specs)
+    all_dims = [_file_dims(inp) for inp in graph_inputs]
+    if not any(dims and not isinstance(dims[0], int) for dims in all_dims):
+        raise UsageError(
+            f"{path.name}: dimension 0 of the inputs is fixed in the file; symbolic analysis takes the batch as its "
+            "symbol (export with a dynamic batch: dynamic_axes or dynamic_shapes)"
+        )
+    stepped = sorted({n.op_type for n in model.graph.node if n.op_type in _STEPPED_OPS})
+    if stepped:
+        raise AnalysisError(
+            f"{path.name}: {', '.join(stepped)} runs once per time step; no symbolic analysis (analyse it at the "
+            "sizes given, or sweep them with `preflight report --batches`)"
+        )
+    internal: dict[str, str] = {}  # user name -> the shape variable's name in the import
+    values: dict[str, int] = {}
+    shape_dict: dict[str, list] = {}
+    for inp, dims in zip(graph_inputs, all_dims, strict=True):
+        spec = specs.get(inp.name)
+        if spec is not None and len(spec.shape) != len(dims):
+            raise UsageError(
+                f"input '{inp.name}' has {len(dims)} dimensions in {path.name}, --input gives {len(spec.shape)}"
+            )
+        shape = []
+        for axis, d in enumerate(dims):
+            if isinstance(d, int):
+                shape.append(d)
+                continue
+            user = "batch" if axis == 0 else printable(d if d and d != "batch" else f"{inp.name}[{axis}]")
+            shape.append(internal.setdefault(user, f"preflight_dim{len(internal)}"))
+            given = None if spec is None else spec.shape[axis]
+            if given is None:
+                continue
+            if user == "batch":
+                raise UsageError(
+                    f"input '{inp.name}' dimension 0 is the batch, the symbol of the analysis: give --batch, and ? "
+                    "for it in --input"
+                )
+            if values.setdefault(user, given) != given:
+                raise UsageError(
+                    f"dimension '{user}' is shared by several inputs and given both {values[user]} and {given}"
+                )
+        shape_dict[inp.name] = shape
+    dtype_dict, retyped = _input_dtypes(graph_inputs, specs, path.name)
+    _constants_as_tensors(model)
+    fold_constant_indices(model)
+    loaded = _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, None)
+    if defines_shape_vars(loaded.mod, loaded.n_inputs) or has_unknown_rank(loaded.mod):
+        raise AnalysisError(
+            f"{path.name}: the graph computes a size from its input sizes at run time (Shape into Range, Slice or "
+            "Reshape) that TVM's importer cannot keep as an expression of them; no symbolic analysis"
+        )
+    # from 2: TVM's importer specialises a size of 1 (BERT's ONNX file imported at batch 1 drops a broadcast: 102
+    # operators against the 103 of the graph imported at a symbolic batch, evaluated at 1)
+    for user, v in values.items():
+        if v < 2:
+            raise UsageError(f"{path.name}: '{user}' = {v} is below 2, the lowest a symbolic import holds for")
+    loaded.symbols = {name: (user, 2, MAX_DIM) for user, name in internal.items()}
+    return loaded, values
+
+
+def _input_dtypes(graph_inputs, specs: dict[str, InputSpec], name: str) -> tuple[dict[str, str], list[str]]:
+    """({input: dtype} as the import takes them: `--input`'s where given, else the file's; the inputs given another
+    dtype than the file's, as messages (fine where no weight meets them))."""
     from onnx import helper
+
+    dtype_dict, retyped = {}, []
+    for inp in graph_inputs:
+        spec = specs.get(inp.name)
+        elem = inp.type.tensor_type.elem_type
+        try:
+            dtype = str(helper.tensor_dtype_to_np_dtype(elem)) if elem else "float32"
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UnreadableModelError(
+                f"{name}: input '{inp.name}' has element type {elem}, which TVM cannot read"
+            ) from exc
+        if spec is not None and spec.dtype is not None and elem and spec.dtype != dtype:
+            retyped.append(f"input '{inp.name}' is {dtype} in {name}; --input asks for {spec.dtype}")
+        dtype_dict[inp.name] = spec.dtype if spec and spec.dtype else dtype
+    return dtype_dict, retyped
+
+
+def _read_checked(path: Path, specs: dict[str, InputSpec]) -> tuple:
+    """(the ONNX model, its graph inputs that are no initializer): read without external data, every check of
+    a hostile or unsupported file passed (external data, raw sizes, the model, the nodes, TVM's operators) and
+    `specs` naming only inputs the graph has."""
+    import onnx
 
     try:
         model = onnx.load(str(path), load_external_data=False)
@@ -909,53 +1049,7 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
             f"--input names {', '.join(sorted(unknown))} not among the model's inputs: "
             f"{', '.join(i.name for i in graph_inputs)}"
         )
-    model, rebatched = _rebatch(model, graph_inputs, specs, batch, path.name)
-    if rebatched:
-        graph_inputs = [i for i in model.graph.input if i.name not in initializers]
-    shape_dict, dtype_dict = {}, {}
-    retyped: list[str] = []  # inputs given another dtype than the file's (fine where no weight meets them)
-    all_dims = [_file_dims(inp) for inp in graph_inputs]
-    for inp, dims, inp_batch in zip(graph_inputs, all_dims, batch_per_input(all_dims, batch), strict=True):
-        spec = specs.get(inp.name)
-        shape_dict[inp.name] = list(resolve_shape(inp.name, dims, spec, inp_batch, path.name))
-        elem = inp.type.tensor_type.elem_type
-        try:
-            dtype = str(helper.tensor_dtype_to_np_dtype(elem)) if elem else "float32"
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UnreadableModelError(
-                f"{path.name}: input '{inp.name}' has element type {elem}, which TVM cannot read"
-            ) from exc
-        if spec is not None and spec.dtype is not None and elem and spec.dtype != dtype:
-            retyped.append(f"input '{inp.name}' is {dtype} in {path.name}; --input asks for {spec.dtype}")
-        dtype_dict[inp.name] = spec.dtype if spec and spec.dtype else dtype
-
-    _constants_as_tensors(model)
-    fold_constant_indices(model)
-    from passes.tvm_ir import LongRecurrence, defines_shape_vars, has_unknown_rank
-
-    long = _long_recurrence(model, shape_dict, path.name)
-    if long is None:
-        try:
-            loaded = _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, rebatched)
-            unknown = defines_shape_vars(loaded.mod) or has_unknown_rank(loaded.mod)
-            if not unknown or not fold_static_shapes(model, shape_dict):
-                return loaded
-            # a dimension computed at run time from `Shape` (RWKV's `Range`, a one-layer Mamba's `Slice` bounds):
-            # static at these input shapes
-            try:
-                return _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, rebatched)
-            except PreflightError:
-                return loaded
-        except LongRecurrence as exc:
-            long = exc.steps, f"{path.name}: {exc}"
-        except (AnalysisError, MissingShapeError):  # a size computed by `Shape` at run time may be static here
-            if not fold_static_shapes(model, shape_dict):
-                raise
-            try:
-                return _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, rebatched)
-            except LongRecurrence as exc:
-                long = exc.steps, f"{path.name}: {exc}"
-    return _sampled_steps(model, shape_dict, dtype_dict, graph_inputs, retyped, path, rebatched, *long)
+    return model, graph_inputs
 
 
 def _sampled_steps(model, shape_dict, dtype_dict, graph_inputs, retyped, path: Path, rebatched, steps, refusal):

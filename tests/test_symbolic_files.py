@@ -1,0 +1,222 @@
+"""Symbolic analysis of a model file (docs/symbolic.md): a `.pt2` archive or an ONNX file imported once with its
+own dynamic dims, every batch (and sequence length) evaluated from that one graph.
+
+The oracle of each point is the same file analysed concretely at that point (`--batch`, `--input`: the file's graph
+bound there, or imported there, by TVM), op for op; the formulas are checked against hand arithmetic and the
+concrete counts.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import jsonschema
+import pytest
+import torch
+from click.testing import CliRunner
+
+import zoo
+from analyzer.api import analyze
+from analyzer.api import predict as predict_model
+from analyzer.cli import cli
+from analyzer.errors import AnalysisError, MissingShapeError, UsageError
+from analyzer.pipeline import analyze_model
+from analyzer.sweep import run_sweep
+from analyzer.symbolic import analyze_at, formulas, load_symbolic
+from predictor.predict import predict
+from tests.test_symbolic import SCHEMA, SEQ_MODELS, _op_key
+
+FORMATS = ("pt2", "onnx")
+# the sequence length's name: a .pt2 keeps torch's names (s77), so its input and axis; ONNX its dim_param
+SEQ = {"pt2": "x[1]", "onnx": "seq"}
+LOW = {"pt2": 1, "onnx": 2}  # a .pt2 holds one program, bound at 1 too; TVM's ONNX importer specialises a 1
+
+
+def _save(module, inputs: tuple, dynamic, path, fmt: str) -> str:
+    """`module` as a user brings it: `torch.export.save` with `dynamic` ({axis: Dim} per input, or None) for a
+    .pt2; the TorchScript ONNX exporter with the same axes named by the Dims (`dynamic_axes`) for ONNX."""
+    module = module.eval()
+    if fmt == "pt2":
+        torch.export.save(torch.export.export(module, inputs, dynamic_shapes=dynamic), path)
+        return str(path)
+    names = [f"x{i}" if i else "x" for i in range(len(inputs))]
+    axes = {n: {a: d.__name__ for a, d in dims.items()} for n, dims in zip(names, dynamic or (), strict=False) if dims}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module, inputs, str(path), dynamo=False, opset_version=17, input_names=names, dynamic_axes=axes
+        )
+    return str(path)
+
+
+@pytest.fixture(scope="module", params=FORMATS)
+def files(request, tmp_path_factory):
+    fmt = request.param
+    d = tmp_path_factory.mktemp(fmt)
+    batch = torch.export.Dim("batch", max=4096)
+    resnet = zoo.build("resnet18?resolution=64", batch=2)
+    bert = zoo.build("bert_tiny?seq_len=16", batch=2)
+    linear = torch.nn.Linear(8, 4096)
+    seq = torch.export.Dim("seq", min=2, max=128)
+    return fmt, {
+        "resnet": _save(resnet.module, tuple(resnet.example_inputs), ({0: batch},), d / f"resnet18.{fmt}", fmt),
+        "bert": _save(bert.module, tuple(bert.example_inputs), ({0: batch, 1: seq},), d / f"bert_tiny.{fmt}", fmt),
+        "linear": _save(linear, (torch.randn(2, 8),), ({0: torch.export.Dim("batch")},), d / f"linear.{fmt}", fmt),
+        "fixed": _save(linear, (torch.randn(2, 8),), None, d / f"fixed.{fmt}", fmt),
+    }
+
+
+@pytest.fixture(scope="module")
+def resnet(files):
+    fmt, f = files
+    sm = load_symbolic(f["resnet"])
+    return fmt, f, sm, formulas(sm)
+
+
+@pytest.fixture(scope="module")
+def bert(files):
+    fmt, f = files
+    sm = load_symbolic(f["bert"], inputs=["x:?x16"])
+    return fmt, f, sm, formulas(sm)
+
+
+def _same(ours, oracle) -> None:
+    a, o = ours.analysis, oracle.analysis
+    assert [_op_key(c) for c in a.ops] == [_op_key(c) for c in o.ops]
+    assert a.totals == o.totals and a.memory == o.memory
+    assert a.kernels == o.kernels  # the kernel view, re-decided at this point
+    assert ours.inputs == oracle.inputs
+    p, q = predict(a, "h100-80gb")[0], predict(o, "h100-80gb")[0]
+    assert (p.latency_ms, p.memory_mib, p.mig.fits) == (q.latency_ms, q.memory_mib, q.mig.fits)
+
+
+@pytest.mark.parametrize("batch", (1, 2, 13, 100))  # 1: a .pt2's one program, bound there or evaluated there
+def test_a_files_batch_symbolic_equals_the_file_bound_at_every_op(resnet, batch):
+    fmt, files, sm, costs = resnet
+    assert sm.graph.symbols == ("batch",)
+    assert sm.batch_range == (LOW[fmt], 4096 if fmt == "pt2" else 2**31 - 1)  # ONNX: no Dim bound in the file
+    oracle = analyze_model(files["resnet"], batch=batch)
+    if batch < LOW[fmt]:  # below the range: refused, and `analyze(..., symbolic=True)` imports it on its own
+        with pytest.raises(UsageError, match="outside the range"):
+            analyze_at(sm, batch)
+        _same(analyze(files["resnet"], batch=batch, symbolic=True), oracle)
+        return
+    _same(analyze_at(sm, batch), oracle)
+    assert costs.exact
+    env = {"batch": batch}
+    for formula, c in zip(costs.ops, oracle.analysis.ops, strict=True):
+        assert {k: f.at(env) for k, f in formula.items() if k != "output_elements"} == {
+            "macs": c.macs,
+            "flops": c.flops,
+            "bytes_read": c.bytes_read,
+            "bytes_written": c.bytes_written,
+        }, c.name
+    for k, f in costs.totals.items():
+        assert f.at(env) == getattr(oracle.analysis.totals, k), k
+
+
+def test_the_formats_give_one_formula(resnet):
+    """ResNet-18 from its .pt2 and from its ONNX file: the MACs by hand from the zoo's symbolic export, which the
+    module route checks against FlopCounterMode (tests/test_symbolic.py)."""
+    fmt, _, _, costs = resnet
+    zoo_costs = formulas(load_symbolic("zoo:resnet18?resolution=64"))
+    assert costs.totals["macs"] == zoo_costs.totals["macs"]
+    if fmt == "pt2":  # the ONNX exporter folds the batch norms into the convolutions: other parameters
+        assert costs.totals["params"] == zoo_costs.totals["params"]
+
+
+@pytest.mark.parametrize(("batch", "seq"), [(2, 2), (2, 16), (3, 33), (5, 100)])
+def test_a_files_batch_and_sequence_length_equal_the_file_bound(bert, batch, seq):
+    fmt, files, sm, costs = bert
+    name = SEQ[fmt]
+    assert sm.graph.symbols == ("batch", name) and sm.values == {name: 16}
+    assert sm.graph.ranges[name] == ((2, 128) if fmt == "pt2" else (2, 2**31 - 1))
+    oracle = analyze_model(files["bert"], batch=batch, inputs=[f"x:?x{seq}"])
+    _same(analyze_at(sm, batch, **{name: seq}), oracle)
+    env = {"batch": batch, name: seq}
+    for k, f in costs.totals.items():
+        assert f.at(env) == getattr(oracle.analysis.totals, k), k
+
+
+def test_a_files_attention_macs_by_hand(bert):
+    fmt, _, _, costs = bert
+    layers, hidden, inter, _ = SEQ_MODELS["bert_tiny"]
+    macs, s = costs.totals["macs"], SEQ[fmt]
+    # Q K^T and the scores times V: 2 x b x s^2 x hidden per layer; per token the q, k, v, o projections (4 H^2)
+    # and the feed-forward (2 H I) of each layer: 2 x 128 x 2 = 512 and 2 x (65,536 + 131,072) = 393,216
+    assert macs.coefficient((("batch", 1), (s, 2))) == 2 * layers * hidden == 512
+    assert macs.coefficient((("batch", 1), (s, 1))) == layers * (4 * hidden * hidden + 2 * hidden * inter) == 393_216
+    assert len(macs.terms) == 2
+
+
+def test_cli_symbolic_of_a_file(files):
+    fmt, f = files
+    res = CliRunner().invoke(
+        cli, ["analyze", f["bert"], "--symbolic", "--input", "x:?x16", "--batch", "3", "--format", "json"]
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    jsonschema.validate(doc, SCHEMA)
+    high = 128 if fmt == "pt2" else 2**31 - 1
+    assert doc["symbolic"]["symbols"][SEQ[fmt]] == {"min": 2, "max": high, "value": 16, "inputs": [["x", 1]]}
+    assert doc["inputs"][0]["shape"] == [3, 16]  # the report's own numbers at --batch and the --input's length
+    # Linear(8, 4096): b x 8 x 4,096 MACs, 8 x 4,096 + 4,096 parameters
+    res = CliRunner().invoke(cli, ["analyze", f["linear"], "--symbolic"])
+    assert res.exit_code == 0, res.output
+    assert "MACs                     = 32,768 x batch" in res.output
+    assert "parameters               = 36,864" in res.output
+
+
+def test_symbolic_file_refusals(files):
+    fmt, f = files
+    with pytest.raises(MissingShapeError, match=r"x:\?xN"):  # the sequence length needs a value
+        analyze(f["bert"], symbolic=True)
+    with pytest.raises(UsageError, match="the batch, the symbol"):
+        load_symbolic(f["bert"], inputs=["x:4x16"])
+    if fmt == "pt2":  # the Dim's bound; an ONNX file has none
+        with pytest.raises(UsageError, match="outside the range"):
+            load_symbolic(f["bert"], inputs=["x:?x129"])
+    with pytest.raises(UsageError, match="dimension 0 of the inputs is fixed"):
+        load_symbolic(f["fixed"])
+    with pytest.raises(UsageError, match="give --batch, not --input"):
+        load_symbolic("zoo:resnet18", inputs=["x:2x3x64x64"])
+    res = CliRunner().invoke(cli, ["analyze", f["fixed"], "--symbolic"])
+    assert res.exit_code == 2 and res.output.count("\n") == 1
+
+
+def test_a_file_sweep_from_one_import_equals_the_sweep_that_binds_each_batch(files):
+    fmt, f = files
+    kwargs = {"inputs": None, "batches": [1, 2, 4, 8], "devices": ["h100-80gb"], "latency_slo_ms": None}
+    one, _ = run_sweep(f["resnet"], None, strict=False, **kwargs)
+    each, _ = run_sweep(f["resnet"], None, strict=False, symbolic=False, **kwargs)
+    assert one["symbolic"]["batches"] == [b for b in (1, 2, 4, 8) if b >= LOW[fmt]]
+    assert each["symbolic"]["batches"] == []
+    assert one["devices"][0]["points"] == each["devices"][0]["points"]
+
+
+def test_a_files_largest_batch_against_the_file_bound(files):
+    _, f = files
+    rep = predict_model(f["linear"], device="a100-40gb", batch=2, largest_batch=True)
+    solved = rep.predictions[0].mig.largest_batch.per_profile
+
+    def fits(b: int, profile: str) -> bool:  # the oracle: the file bound at batch b, predicted
+        return predict(analyze_model(f["linear"], batch=b).analysis, "a100-40gb")[0].mig.fits[profile]
+
+    b = solved["1g.5gb"]
+    assert 2 < b and fits(b, "1g.5gb") and not fits(b + 1, "1g.5gb")
+
+
+class _Steps(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.LSTM(8, 8, batch_first=True)
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
+def test_an_onnx_recurrence_is_refused(tmp_path):
+    path = _save(_Steps(), (torch.randn(2, 5, 8),), ({0: torch.export.Dim("batch")},), tmp_path / "lstm.onnx", "onnx")
+    with pytest.raises(AnalysisError, match="LSTM runs once per time step"):
+        load_symbolic(path)

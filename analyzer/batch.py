@@ -772,22 +772,29 @@ _symbolic: OrderedDict[str, Any] = OrderedDict()  # this worker's: path -> Symbo
 
 def _symbolic_key(job: Job) -> str | None:
     """What rows that can share one symbolic export have in common: a zoo model, its shapes from the spec, at a
-    batch of at least 2 (torch specialises 1: batch 1 is exported on its own, as `report --batches` does)."""
-    if job.path.startswith("zoo:") and not job.inputs and job.batch is not None and job.batch >= 2:
-        return job.path
-    return None
+    batch of at least 2 (torch specialises 1: batch 1 is exported on its own, as `report --batches` does); or a
+    `.pt2` / ONNX file without `inputs` (one import with its own dynamic dims, `frontends.load_symbolic_file`;
+    the rows its range does not cover are analysed on their own)."""
+    from .frontends import SYMBOLIC_LOADERS
+
+    if job.inputs or job.batch is None:
+        return None
+    if job.path.startswith("zoo:"):
+        return job.path if job.batch >= 2 else None
+    return job.path if Path(job.path).suffix.lower() in SYMBOLIC_LOADERS else None
 
 
 def mark_shared(jobs: Sequence[Job]) -> list[Job]:
-    """`jobs` with `shared` set on the rows whose zoo model at least one other row analyses at another batch
-    (the rule of `analyzer.sweep`: a symbolic export pays from two batches of 2 or more)."""
+    """`jobs` with `shared` set on the rows whose model (a zoo model, a `.pt2` or ONNX file) at least one other row
+    analyses at another batch (the rule of `analyzer.sweep`: one symbolic export pays from two batches)."""
     count = Counter(k for k in map(_symbolic_key, jobs) if k is not None)
     return [dataclasses.replace(j, shared=count[k] >= 2) if (k := _symbolic_key(j)) else j for j in jobs]
 
 
 def _symbolic_model(path: str):
-    """This worker's symbolic export of zoo model `path` (`analyzer.symbolic.load_symbolic`, done once per
-    worker and kept for the next rows), or None when the model has none (torch.export fixes its batch...)."""
+    """This worker's symbolic export of zoo model `path` (a file: its import with its dynamic dims symbolic;
+    `analyzer.symbolic.load_symbolic`, done once per worker and kept for the next rows), or None when the model
+    has none (torch.export fixes its batch, the file's batch is fixed...)."""
     from .symbolic import load_symbolic
 
     if path not in _symbolic:
@@ -826,7 +833,7 @@ def analyze_task(job: Job) -> dict:
     Returns the row's result fields (the driver adds model, request, status, error, seconds and worker):
     framework, name, inputs, totals and graph as in `preflight.report/1`, `predictions` as
     `Prediction.to_json()`, one per device, and the report's warnings. Rows that share a zoo model (`Job.shared`)
-    are evaluated from one symbolic export of it per worker (`_analyze`).
+    are evaluated from one symbolic export (a file: one import) of it per worker (`_analyze`).
     """
     from .pipeline import predict_all
 

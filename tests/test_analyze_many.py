@@ -465,7 +465,7 @@ def test_the_memory_cap_refuses_a_larger_allocation_and_is_lifted_after():
 # ---- rows that share a model, and the affinity schedule (no Ray) ------------------------------------------------
 
 
-def test_mark_shared_picks_the_zoo_rows_with_two_batches_of_at_least_2(tmp_path):
+def test_mark_shared_picks_the_rows_of_a_model_with_two_batches(tmp_path):
     manifest = tmp_path / "m.jsonl"
     rows = [
         {"model": "zoo:alexnet_x0_25", "batch": 2},
@@ -474,12 +474,16 @@ def test_mark_shared_picks_the_zoo_rows_with_two_batches_of_at_least_2(tmp_path)
         {"model": "zoo:alexnet_x0_25"},  # the zoo's default batch (1)
         {"model": "zoo:alexnet_x0_25", "batch": 4, "inputs": ["x:4x3x224x224"]},  # shapes from --input
         {"model": "zoo:resnet18", "batch": 4},  # the only row of its model
-        {"model": "conv.onnx", "batch": 2},  # files have no symbolic export
-        {"model": "conv.onnx", "batch": 4},
+        {"model": "conv.onnx", "batch": 2},  # a file: one import with its own dynamic dims
+        {"model": "conv.onnx", "batch": 1},  # (its range decides whether batch 1 comes from it)
+        {"model": "conv.onnx", "batch": 4, "inputs": ["x:4x3x8x8"]},  # shapes from --input: on its own
+        {"model": "net.tflite", "batch": 2},  # a format whose dynamic dims are not kept
+        {"model": "net.tflite", "batch": 4},
     ]
     manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
     jobs, _ = batch.read_manifest(manifest)
-    assert [j.shared for j in batch.mark_shared(jobs)] == [True, True, False, False, False, False, False, False]
+    shared = [True, True, False, False, False, False, True, True, False, False, False]
+    assert [j.shared for j in batch.mark_shared(jobs)] == shared
     assert batch.mark_shared(jobs)[0] == jobs[0] and batch.mark_shared(jobs)[0].key == jobs[0].key  # no new identity
 
 
@@ -567,6 +571,29 @@ def test_rows_that_share_a_model_equal_rows_analysed_one_by_one(shared_jobs, mon
     assert rows[1]["totals"]["macs"] == 5 * rows[0]["totals"]["macs"] // 2  # a CNN's MACs are linear in the batch
     monkeypatch.undo()
     _check_rows_equal_one_by_one(shared_jobs, rows)
+
+
+def test_rows_that_share_a_file_equal_rows_analysed_one_by_one(tmp_path, monkeypatch):
+    import torch
+
+    from tests.test_symbolic_files import _save
+
+    onnx = _save(
+        torch.nn.Conv2d(3, 4, 3), (torch.randn(2, 3, 8, 8),), ({0: torch.export.Dim("b")},), tmp_path / "c.onnx", "onnx"
+    )
+    rows = [{"model": onnx, "batch": b} for b in (1, 2, 6)]
+    manifest = tmp_path / "files.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    jobs = batch.mark_shared(batch.read_manifest(manifest)[0])
+    assert [j.shared for j in jobs] == [True, True, True]
+    calls = _count_exports(monkeypatch)
+    done = [_no_envelope(batch.analyze_task(j)) for j in jobs]
+    assert calls == [onnx]  # batch 1, below an ONNX file's symbolic range (from 2), imported on its own
+    assert list(batch._symbolic) == [onnx] and batch._symbolic[onnx] is not None
+    # Conv2d(3, 4, 3) on 8 x 8: 4 x 6 x 6 outputs of 27 MACs = 3,888 per sample
+    assert [r["totals"]["macs"] for r in done] == [3_888, 7_776, 23_328]
+    monkeypatch.undo()
+    _check_rows_equal_one_by_one(jobs, done)
 
 
 def test_shared_rows_of_a_model_without_a_symbolic_export_fall_back_per_row(shared_jobs, monkeypatch):

@@ -972,7 +972,13 @@ def load_onnx_symbolic(path: Path, specs: dict[str, InputSpec]) -> tuple[LoadedM
     dtype_dict, retyped = _input_dtypes(graph_inputs, specs, path.name)
     _constants_as_tensors(model)
     fold_constant_indices(model)
-    loaded = _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, None)
+    try:
+        loaded = _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, None)
+    except AnalysisError as exc:  # the file imports at given sizes; its dims cannot stay symbolic in TVM's importer
+        raise AnalysisError(
+            f"no symbolic analysis: TVM's ONNX importer does not take the file with its dynamic dims symbolic ({exc}); "
+            "it analyses at the sizes given (--batch, --input), and `preflight report --batches` sweeps them"
+        ) from exc
     if defines_shape_vars(loaded.mod, loaded.n_inputs) or has_unknown_rank(loaded.mod):
         raise AnalysisError(
             f"{path.name}: the graph computes a size from its input sizes at run time (Shape into Range, Slice or "

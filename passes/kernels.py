@@ -1458,7 +1458,7 @@ class _View:
                 # as input-independent, but cuDNN runs it in the call like every other step's
                 if self.feeds(op, rnn_ops):
                     roles[op.index] = "kernel"
-        rnn_written, rnn_input_gemms, rnn_outputs = self.recurrence_io(rnn_groups, fused_into)
+        rnn_written, rnn_input_gemms, rnn_outputs = self.recurrence_io(rnn_ops, rnn_calls, fused_into)
         fast_views |= rnn_written
 
         masked_fills = self.masked_fills(roles)
@@ -2476,11 +2476,14 @@ class _View:
                 groups.extend(cell for _, cell in sorted(cells.items()) if len(cell) > 1)
         return groups
 
-    def recurrence_io(self, groups: list[list[int]], fused_into: dict[int, int]) -> tuple[set[int], set[int], set[int]]:
+    def recurrence_io(
+        self, in_group: set[int], rnn_calls: set[str], fused_into: dict[int, int]
+    ) -> tuple[set[int], set[int], set[int]]:
         """What cuDNN's RNN call does around the steps' kernels (`recurrences`): (ops that launch nothing, GEMMs
         whose bias add stays fused, the values the call writes: its steps' results and their stacks).
 
-        `groups` hold RNN library calls' ops only (`recurrences`); of the ops around them, only those inside a
+        `in_group` are the ops of the step groups `recurrences` found, `rnn_calls` the library calls they run in
+        (both as `run` derives them from the groups); of the ops around them, only those inside a
         library call (`OpNode.library_call`) count here: a model's own `torch.stack` of a GRUCell loop's states
         is a kernel. The importer's concat / stack of the steps' results (the output sequence, the final h and c)
         launch nothing: cuDNN writes them in place (a bidirectional layer's concat of both directions too); the
@@ -2491,10 +2494,7 @@ class _View:
         input's layout (cuDNN copies a batch-first input to sequence-first, `input.contiguous()` in RNN.cpp: the
         copy stays, the bias add is no kernel of its own).
         """
-        in_group = {i for g in groups for i in g}
         produced = {v for i in in_group for v in self.outputs_of.get(i, [])}
-
-        rnn_calls = {self.node[i].library_call for i in in_group} - {None}
         written: set[int] = set()
         for op in self.node:  # in order: a bidirectional layer's concat reads the directions' stacks
             if op.library_call is None or not op.operands:  # the importer's ops inside the call only

@@ -15,7 +15,16 @@ from ..errors import (
     one_line,
 )
 from .loaded import LoadedModel
-from .specs import MAX_DIM, TOP_LEVEL, InputSpec, batch_per_input, printable, resolve_shape, short_name
+from .specs import (
+    MAX_DIM,
+    TOP_LEVEL,
+    InputSpec,
+    batch_per_input,
+    printable,
+    record_symbol_value,
+    resolve_shape,
+    short_name,
+)
 
 
 def _check_external_data(model, base: Path, name: str) -> None:
@@ -956,18 +965,7 @@ def load_onnx_symbolic(path: Path, specs: dict[str, InputSpec]) -> tuple[LoadedM
                 continue
             user = "batch" if axis == 0 else printable(d if d and d != "batch" else f"{inp.name}[{axis}]")
             shape.append(internal.setdefault(user, f"preflight_dim{len(internal)}"))
-            given = None if spec is None else spec.shape[axis]
-            if given is None:
-                continue
-            if user == "batch":
-                raise UsageError(
-                    f"input '{inp.name}' dimension 0 is the batch, the symbol of the analysis: give --batch, and ? "
-                    "for it in --input"
-                )
-            if values.setdefault(user, given) != given:
-                raise UsageError(
-                    f"dimension '{user}' is shared by several inputs and given both {values[user]} and {given}"
-                )
+            record_symbol_value(values, user, spec, inp.name, axis)
         shape_dict[inp.name] = shape
     dtype_dict, retyped = _input_dtypes(graph_inputs, specs, path.name)
     _constants_as_tensors(model)

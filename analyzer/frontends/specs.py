@@ -120,3 +120,21 @@ def resolve_shape(
                 + "(each N a size; ? keeps the file's value)"
             )
     return tuple(dims)
+
+
+def record_symbol_value(values: dict[str, int], symbol: str, spec: InputSpec | None, name: str, axis: int) -> None:
+    """Record in `values` the size `--input` (`spec`, of input `name`) gives dimension `axis`, the file's dynamic dim
+    `symbol` of a symbolic analysis (nothing when the spec has none there, `?`). UsageError when it is the batch
+    (the analysis's symbol: set by --batch) or when another input gave the same symbol another size."""
+    given = None if spec is None else spec.shape[axis]
+    if given is None:
+        return
+    if symbol == "batch":
+        raise UsageError(
+            f"input '{name}' dimension {axis} is the batch, the symbol of the analysis: give --batch, and ? for it "
+            "in --input"
+        )
+    if values.setdefault(symbol, given) != given:
+        raise UsageError(
+            f"dimension '{symbol}' is shared by several inputs and given both {values[symbol]} and {given}"
+        )

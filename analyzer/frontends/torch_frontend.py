@@ -27,7 +27,7 @@ from .pt2_safety import (  # noqa: F401 - PICKLE_SUFFIXES, refuse_pickle, sniff_
     refuse_pickle,
     sniff_pickle,
 )
-from .specs import MAX_DIM, InputSpec, batch_per_input, printable, resolve_shape
+from .specs import MAX_DIM, InputSpec, batch_per_input, printable, record_symbol_value, resolve_shape
 
 UNCONVERTED_PREFIX = "torch:"  # callee name of placeholders for ATen ops TVM cannot import
 
@@ -540,18 +540,7 @@ def load_pt2_symbolic(path: Path, specs: dict[str, InputSpec]) -> tuple[LoadedMo
             if not isinstance(d, str):
                 continue
             user = users.setdefault(d, printable(f"{name}[{axis}]"))
-            given = None if spec is None else spec.shape[axis]
-            if given is None:
-                continue
-            if user == "batch":
-                raise UsageError(
-                    f"input '{name}' dimension {axis} is the batch, the symbol of the analysis: give --batch, and "
-                    f"? for it in --input"
-                )
-            if values.setdefault(user, given) != given:
-                raise UsageError(
-                    f"dimension '{user}' is shared by several inputs and given both {values[user]} and {given}"
-                )
+            record_symbol_value(values, user, spec, name, axis)
     symbols = {}
     for sym, user in users.items():
         # from 1: the file holds one program, which its concrete analysis binds at batch 1 too (`load_pt2`)

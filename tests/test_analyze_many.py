@@ -575,8 +575,7 @@ def test_rows_that_share_a_model_equal_rows_analysed_one_by_one(shared_jobs, mon
 
 def test_rows_that_share_a_file_equal_rows_analysed_one_by_one(tmp_path, monkeypatch):
     import torch
-
-    from tests.test_symbolic_files import _save
+    from test_symbolic_files import _save
 
     onnx = _save(
         torch.nn.Conv2d(3, 4, 3), (torch.randn(2, 3, 8, 8),), ({0: torch.export.Dim("b")},), tmp_path / "c.onnx", "onnx"

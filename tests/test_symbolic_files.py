@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 import torch
 from click.testing import CliRunner
+from test_symbolic import SCHEMA, SEQ_MODELS, _op_key  # tests/ is on sys.path (pytest prepend import mode)
 
 import zoo
 from analyzer.api import analyze
@@ -25,7 +26,6 @@ from analyzer.pipeline import analyze_model
 from analyzer.sweep import run_sweep
 from analyzer.symbolic import analyze_at, formulas, load_symbolic
 from predictor.predict import predict
-from tests.test_symbolic import SCHEMA, SEQ_MODELS, _op_key
 
 FORMATS = ("pt2", "onnx")
 # the sequence length's name: a .pt2 keeps torch's names (s77), so its input and axis; ONNX its dim_param

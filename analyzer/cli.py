@@ -309,9 +309,9 @@ def model_options(f):
     "--symbolic",
     is_flag=True,
     help="Also give the totals and each operator's counts as exact formulas of the batch (zoo models: one export "
-    "with the batch symbolic; .pt2 files exported with a dynamic batch: their own dynamic dims, the others' values "
-    "from --input; the rest of the output is at --batch, default the lowest batch the graph holds for: 2 for a "
-    "re-export, 1 for a .pt2 file). Table and JSON. docs/symbolic.md.",
+    "with the batch symbolic; .pt2 and .onnx files exported with a dynamic batch: their own dynamic dims, the "
+    "others' values from --input; the rest of the output is at --batch, default the lowest batch the graph holds "
+    "for: 2 for a re-export or an ONNX file, 1 for a .pt2 file). Table and JSON. docs/symbolic.md.",
 )
 @budget_options
 def analyze(
@@ -479,8 +479,8 @@ def max_slowdown_option(f):
     "--largest-batch",
     is_flag=True,
     help="Also solve for the largest batch whose predicted memory fits each MIG slice and the whole GPU (zoo "
-    "models: one more export, with the batch symbolic; .pt2 files with a dynamic batch: one more import). Table "
-    "and JSON. docs/symbolic.md.",
+    "models: one more export, with the batch symbolic; .pt2 and .onnx files with a dynamic batch: one more "
+    "import). Table and JSON. docs/symbolic.md.",
 )
 @budget_options
 def predict(

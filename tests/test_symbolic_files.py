@@ -179,6 +179,12 @@ def test_symbolic_file_refusals(files):
             load_symbolic(f["bert"], inputs=["x:?x129"])
     with pytest.raises(UsageError, match="dimension 0 of the inputs is fixed"):
         load_symbolic(f["fixed"])
+    x = "input" if fmt == "pt2" else "x"  # Linear's forward argument; the ONNX file's input_names
+    with pytest.raises(UsageError, match="dimension 1 is fixed to 8"):  # Linear(8, 4096)'s input: b x 8
+        load_symbolic(f["linear"], inputs=[f"{x}:?x9"])
+    if fmt == "pt2":  # an exported program fixes its dtypes (an ONNX input takes another, as without --symbolic)
+        with pytest.raises(UsageError, match="fixes its dtypes"):
+            load_symbolic(f["linear"], inputs=[f"{x}:?x8:float16"])
     with pytest.raises(UsageError, match="give --batch, not --input"):
         load_symbolic("zoo:resnet18", inputs=["x:2x3x64x64"])
     res = CliRunner().invoke(cli, ["analyze", f["fixed"], "--symbolic"])

@@ -20,6 +20,7 @@ from .specs import (
     TOP_LEVEL,
     InputSpec,
     batch_per_input,
+    check_fixed_dim,
     printable,
     record_symbol_value,
     resolve_shape,
@@ -961,6 +962,7 @@ def load_onnx_symbolic(path: Path, specs: dict[str, InputSpec]) -> tuple[LoadedM
         shape = []
         for axis, d in enumerate(dims):
             if isinstance(d, int):
+                check_fixed_dim(inp.name, axis, d, spec, path.name)
                 shape.append(d)
                 continue
             user = "batch" if axis == 0 else printable(d if d and d != "batch" else f"{inp.name}[{axis}]")

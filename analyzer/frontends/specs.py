@@ -138,3 +138,14 @@ def record_symbol_value(values: dict[str, int], symbol: str, spec: InputSpec | N
         raise UsageError(
             f"dimension '{symbol}' is shared by several inputs and given both {values[symbol]} and {given}"
         )
+
+
+def check_fixed_dim(name: str, axis: int, fixed: int, spec: InputSpec | None, source: str) -> None:
+    """UsageError when `--input` (`spec`, of input `name`) asks dimension `axis`, fixed to `fixed` in the file, for
+    another size (as `resolve_shape` refuses it without a symbolic analysis)."""
+    given = None if spec is None else spec.shape[axis]
+    if given is not None and given != fixed:
+        raise UsageError(
+            f"input '{name}' dimension {axis} is fixed to {fixed} in {source}; --input asks for {given} "
+            f"(re-export the model with that dimension dynamic)"
+        )

@@ -27,7 +27,15 @@ from .pt2_safety import (  # noqa: F401 - PICKLE_SUFFIXES, refuse_pickle, sniff_
     refuse_pickle,
     sniff_pickle,
 )
-from .specs import MAX_DIM, InputSpec, batch_per_input, printable, record_symbol_value, resolve_shape
+from .specs import (
+    MAX_DIM,
+    InputSpec,
+    batch_per_input,
+    check_fixed_dim,
+    printable,
+    record_symbol_value,
+    resolve_shape,
+)
 
 UNCONVERTED_PREFIX = "torch:"  # callee name of placeholders for ATen ops TVM cannot import
 
@@ -530,14 +538,20 @@ def load_pt2_symbolic(path: Path, specs: dict[str, InputSpec]) -> tuple[LoadedMo
         )
     users: dict[str, str] = {batch_syms.pop(): "batch"}
     values: dict[str, int] = {}
-    for name, dims, _ in inputs:
+    for name, dims, dtype in inputs:
         spec = specs.get(name)
         if spec is not None and len(spec.shape) != len(dims):
             raise UsageError(
                 f"input '{name}' has {len(dims)} dimensions in {path.name}, --input gives {len(spec.shape)}"
             )
+        if spec is not None and spec.dtype is not None and spec.dtype != dtype:
+            raise UsageError(
+                f"input '{name}' is {dtype} in {path.name}; an exported program fixes its dtypes "
+                f"(re-export with {spec.dtype} example inputs)"
+            )
         for axis, d in enumerate(dims):
             if not isinstance(d, str):
+                check_fixed_dim(name, axis, d, spec, path.name)
                 continue
             user = users.setdefault(d, printable(f"{name}[{axis}]"))
             record_symbol_value(values, user, spec, name, axis)

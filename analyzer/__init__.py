@@ -17,6 +17,7 @@ _LAZY = {
     "Report": "analyzer.pipeline",
     "analyze": "analyzer.api",
     "predict": "analyzer.api",
+    "calibrate_host": "analyzer.api",
     "report": "analyzer.api",
     "check_budget": "analyzer.api",
     "budget_verdict": "analyzer.api",

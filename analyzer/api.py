@@ -124,6 +124,39 @@ def predict(
     return report
 
 
+def calibrate_host(
+    model,
+    measured_ms: float,
+    example_inputs: Sequence | None = None,
+    *,
+    device: str = "h100-80gb",
+    inputs: Sequence[InputSpec | str] | None = None,
+    batch: int | None = None,
+    strict: bool = False,
+    dtype: str | None = None,
+    matmul_precision: str = "highest",
+):
+    """The host factor (`host_overhead` of `predict`, `--host-overhead`) of the machine on which `model`, run
+    eagerly as analysed (arguments as for `predict`), took `measured_ms` per forward on the whole GPU `device`:
+    the factor at which the kernel model's latency equals the measurement (`predictor.predict.calibrate_host`).
+    Time a small batch, where the host sets most of the forward (`HostFit.determined`; its `host_share`).
+
+    Returns (the analysis `Report`, the `predictor.predict.HostFit`). UsageError for a measurement that is not a
+    positive number, a MIG slice, or a measurement no host factor explains (faster than the kernels' execution
+    alone)."""
+    from predictor.predict import calibrate_host as solve
+
+    (device,) = check_devices([device])
+    check_matmul_precision(matmul_precision)
+    if isinstance(measured_ms, bool) or not isinstance(measured_ms, int | float) or not 0 < measured_ms < float("inf"):
+        raise UsageError(f"the measured latency must be a positive number of milliseconds (got {measured_ms!r})")
+    report = analyze_model(model, example_inputs, inputs=inputs, batch=batch, strict=strict, dtype=dtype)
+    try:
+        return report, solve(report.analysis, device, float(measured_ms), matmul_precision)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _check_solvable(model, inputs) -> None:
     """UsageError unless the largest batch can be solved for `model`: a zoo model or an nn.Module (no --input), or
     a `.pt2` or ONNX file (--input for its other dynamic dims)."""

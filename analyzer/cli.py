@@ -540,6 +540,95 @@ def predict(
         _info("within budget")
 
 
+#: calibrate-host warns above this factor (docs/devices.md, "Calibrating the host").
+PLAUSIBLE_HOST_OVERHEAD = 10.0
+
+
+@cli.command("calibrate-host")
+@click.argument("model", callback=_model_exists)
+@model_options
+@matmul_precision_option
+@click.option(
+    "--measured-ms",
+    "measured_ms",
+    type=click.FloatRange(min=0, min_open=True, max=1e9),
+    required=True,
+    metavar="MS",
+    help="The latency of one eager forward of MODEL (as given: batch, dtype) you timed on your machine, in ms "
+    "(CUDA events or synchronised wall clock, warm, median).",
+)
+@click.option(
+    "--device",
+    multiple=True,
+    default=("h100-80gb",),
+    show_default=True,
+    callback=lambda ctx, param, value: _one_device(ctx, param, value, "calibrate on the GPU you timed"),
+    help="The whole GPU the measurement ran on (see `preflight devices`).",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(("table", "json")), default="table", show_default=True, help="Output format."
+)
+def calibrate_host(
+    model: str,
+    inputs: tuple[str, ...],
+    batch: int | None,
+    dtype: str | None,
+    matmul_precision: str,
+    measured_ms: float,
+    device: str,
+    fmt: str,
+) -> None:
+    """The --host-overhead of your machine, from one forward of MODEL you timed on it.
+
+    A small-batch eager forward is mostly the host's dispatch (Python, torch, the CUDA launch per kernel), which
+    depends on the CPU and the software, not on the GPU. This finds the factor at which preflight's kernel model
+    gives your measurement; pass it as --host-overhead to predict, report, analyze-many and llm on that machine.
+    Time a small batch (the host should set at least half of the forward).
+    """
+    from .api import calibrate_host as run
+
+    report, fit = run(
+        model, measured_ms, inputs=list(inputs), batch=batch, dtype=dtype, device=device,
+        matmul_precision=matmul_precision,
+    )  # fmt: skip
+    name = report.model.get("name") or model
+    doc = {
+        "model": report.model,
+        "inputs": report.inputs,
+        "device": device,
+        "matmul_precision": matmul_precision,
+        "measured_ms": fit.measured_ms,
+        "host_overhead": round(fit.host_overhead, 4),
+        "kernel_execution_ms": fit.gpu_ms,
+        "launch_floor_ms": fit.floor_ms,
+        "predicted_ms_at_host_overhead_1": fit.default_ms,
+        "host_share": fit.host_share,
+        "determined": fit.determined,
+    }
+    if fmt == "json":
+        click.echo(json.dumps(doc, indent=2))
+        return
+    click.echo(f"{name} on {device}: measured {fit.measured_ms:.4g} ms per forward")
+    click.echo(f"  kernels' execution alone        {fit.gpu_ms:.4g} ms")
+    click.echo(f"  preflight at --host-overhead 1  {fit.default_ms:.4g} ms")
+    click.echo(f"  host factor                     {fit.host_overhead:.3g}")
+    click.echo(f"  host-bound share                {fit.host_share:.0%} of the measured time")
+    if not fit.determined:
+        click.echo(
+            f"the host sets only {fit.host_share:.0%} of this forward: the factor is poorly determined (an error in "
+            "the kernels' predicted execution moves it far); time a smaller batch",
+            err=True,
+        )
+    if fit.host_overhead > PLAUSIBLE_HOST_OVERHEAD:
+        click.echo(
+            f"a factor above {PLAUSIBLE_HOST_OVERHEAD:g} is slower than any host measured (the public MIG "
+            "measurements' 2022 host: 2.35): check the GPU, the batch and dtype, and that the timing was warm and "
+            "synchronised",
+            err=True,
+        )
+    click.echo(f"Use --host-overhead {fit.host_overhead:.3g} with predict, report, analyze-many and llm on this host.")
+
+
 @cli.command()
 @click.argument("model", callback=_model_exists)
 @model_options

@@ -18,6 +18,7 @@ Usage: python bench/bench_public_kernel_columns.py [--rows FAMILY] [--classes]
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -93,10 +94,85 @@ def print_classes(exs: list, graphs: dict) -> None:
     print(f"{'all':<11} {len(a):>4} {a.mean():>6.1f} {np.median(a):>6.1f} {(a > 35).sum():>4}")
 
 
+def host_of(row, records: dict) -> str:
+    """The machine that timed `row`: the MIGProfiler host, DLE's, or this project's H100 host of one lease (the
+    hour its record was timed in: each lease is another machine, `records` {file: [record per line]})."""
+    src = row.source.split(":")
+    if src[0] != "h100":
+        return {"mig": "MIGProfiler", "dle": "DLE"}.get(src[0], src[0])
+    if src[1] not in records:
+        with open(ROOT / "data" / "h100-80gb" / "models" / src[1], encoding="utf-8") as f:
+            records[src[1]] = [json.loads(line) for line in f]
+    return "H100 lease " + records[src[1]][int(src[2])]["env"]["timestamp"][:13]
+
+
+def print_hosts(exs: list, graphs: dict) -> None:
+    """The `--hosts` table (module docstring) over the single-forward rows of `exs`."""
+    from predictor.predict import host_times, solve_host_overhead
+
+    records: dict = {}
+    costed: dict[tuple, object] = {}
+    rows = []  # (host, family, row, times, harness ms, fitted factor or None)
+    for e in exs:
+        r = e.row
+        if not r.single_forward:
+            continue
+        key = (e.gid, r.device, r.precision == "tf32")
+        if key not in costed:
+            costed[key] = kernel_times(graph_kernel_arrays(graphs[e.gid]), get_device(r.device), key[2])
+        times = costed[key]
+        extra = e.view.estimate_ms - times.eager_ms  # the harness terms (host-to-device copy) on top of the kernels
+        try:
+            fit = solve_host_overhead(times, r.latency_ms - extra)
+            h = fit.host_overhead if fit.determined else None
+        except ValueError:  # faster than the kernels' execution alone: says nothing of the host
+            h = None
+        rows.append((host_of(r, records), r.family, r, times, extra, h))
+    out = []  # (host, family, row, before ms, after ms, factor used)
+    folds: dict[str, list[float]] = {}
+    for host in sorted({x[0] for x in rows}):
+        mine = [x for x in rows if x[0] == host]
+        for fam in sorted({x[1] for x in mine}):
+            others = [x[5] for x in mine if x[1] != fam and x[5] is not None]
+            h = float(np.median(others)) if others else 1.0
+            folds.setdefault(host, []).append(h)
+            for _, _, r, times, extra, _ in (x for x in mine if x[1] == fam):
+                out.append((host, fam, r, times.eager_ms + extra, host_times(times, h).eager_ms + extra, h))
+    print("\nThe measuring host's dispatch factor, calibrated leave-one-family-out (per host: the median of the")
+    print("factors `calibrate-host` finds on the other families' host-bound rows, host share >= 50%); single-forward")
+    print("rows, kernel model at factor 1 -> at the held-out calibration; MAPE / median APE %, rows off by > 35%")
+    print(f"{'host':<27} {'factor (folds)':>15} {'rows':>5} {'factor 1':>20} {'calibrated':>20}")
+
+    def line(label: str, sel: list, factors: str = "") -> None:
+        meas = np.array([x[2].latency_ms for x in sel])
+        a, b = _ape(np.array([x[3] for x in sel]), meas), _ape(np.array([x[4] for x in sel]), meas)
+        print(
+            f"{label:<27} {factors:>15} {len(sel):>5} {a.mean():>6.1f} / {np.median(a):>5.1f} {(a > 35).sum():>4}"
+            f" {b.mean():>6.1f} / {np.median(b):>5.1f} {(b > 35).sum():>4}"
+        )
+
+    for host, hs in folds.items():
+        line(host, [x for x in out if x[0] == host], f"{min(hs):.2f}-{max(hs):.2f}")
+    for gpu in ("a100", "h100"):
+        sel = [x for x in out if x[2].device.startswith(gpu)]
+        line(f"all {gpu.upper()}", sel)
+        line(f"all {gpu.upper()}, not fp32", [x for x in sel if x[2].precision != "fp32"])
+    print(f"\n{'family / host':<40} {'rows':>4} {'factor':>6} {'factor 1':>14} {'calibrated':>14}")
+    for host, fam in sorted({(x[0], x[1]) for x in out}):
+        sel = [x for x in out if x[0] == host and x[1] == fam]
+        meas = np.array([x[2].latency_ms for x in sel])
+        a, b = _ape(np.array([x[3] for x in sel]), meas), _ape(np.array([x[4] for x in sel]), meas)
+        print(
+            f"{fam + ' / ' + host:<40} {len(sel):>4} {sel[0][5]:>6.2f} {a.mean():>6.1f} / {np.median(a):>5.1f}"
+            f" {b.mean():>6.1f} / {np.median(b):>5.1f}"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default=None, help="print the rows of this family")
     ap.add_argument("--classes", action="store_true", help="the A100 rows' kernel-model split per kernel class")
+    ap.add_argument("--hosts", action="store_true", help="with each measuring host's factor, held out by family")
     args = ap.parse_args(argv)
     t = time.perf_counter()
     rows = training_rows()
@@ -133,6 +209,8 @@ def main(argv: list[str] | None = None) -> None:
                 )
     if args.classes:
         print_classes([e for e in exs if e.row.single_forward], graphs)
+    if args.hosts:
+        print_hosts(exs, graphs)
 
 
 if __name__ == "__main__":

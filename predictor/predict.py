@@ -483,6 +483,85 @@ def host_times(times: KernelTimes, host_overhead: float = DEFAULT_HOST_OVERHEAD)
     return replace(times, launch_s=times.launch_s * host_overhead)
 
 
+@dataclass(frozen=True)
+class HostFit:
+    """The host factor that makes the kernel model's eager latency equal a measured one (`solve_host_overhead`).
+
+    `host_overhead`: the factor (`--host-overhead`); `gpu_ms`: the kernels' execution alone (the latency as the
+    factor goes to 0); `floor_ms`: the launch floor at factor 1, summed over every kernel; `default_ms`: the eager
+    latency at factor 1, what preflight predicts without the calibration (all ms); `host_share`: the part of the
+    measured time the host's dispatch sets at the solution (the kernels at their floor), 0 to 1."""
+
+    measured_ms: float
+    host_overhead: float
+    gpu_ms: float
+    floor_ms: float
+    default_ms: float
+    host_share: float
+
+    @property
+    def determined(self) -> bool:
+        """Whether the host sets at least half the measured time: below that the measurement says little about the
+        host (a 10% error in the kernels' execution moves the factor far)."""
+        return self.host_share >= 0.5
+
+
+def solve_host_overhead(times: KernelTimes, measured_ms: float) -> HostFit:
+    """The factor h for which sum_i max(execution_i, h x launch_i), the eager latency `host_times(times, h)` gives,
+    equals `measured_ms` (> 0): exact, by the sorted breakpoints execution_i / launch_i of that piecewise-linear,
+    non-decreasing function of h. `times`: the kernel model's times of one graph at host factor 1 ((N,) arrays).
+
+    ValueError when no positive factor gives the measurement: it is at most the kernels' execution alone (the
+    kernel model is slower than the run, whatever the host) or the graph launches nothing from the host."""
+    if not (isinstance(measured_ms, int | float) and math.isfinite(measured_ms) and measured_ms > 0):
+        raise ValueError(f"the measured latency must be a positive number of milliseconds (got {measured_ms!r})")
+    execution = np.maximum(times.compute_s, times.memory_s) * 1e3
+    launch = times.launch_s * 1e3
+    gpu_ms = float(execution.sum())
+    floor_ms = float(launch.sum())
+    if floor_ms <= 0:
+        raise ValueError("the graph has no kernel the host launches: no host factor applies")
+    if measured_ms <= gpu_ms:
+        raise ValueError(
+            f"the measurement ({measured_ms:.4g} ms) is not above the kernels' predicted execution alone "
+            f"({gpu_ms:.4g} ms): no host factor explains it (the kernel model is slower than this run)"
+        )
+    hosted = launch > 0
+    ratio = execution[hosted] / launch[hosted]  # h at which each kernel's floor reaches its execution
+    order = np.argsort(ratio, kind="stable")
+    ratio, lau, exe = ratio[order], launch[hosted][order], execution[hosted][order]
+    rest = gpu_ms - float(exe.sum())  # kernels with no host launch (inside a library call): execution only
+    # at h in [ratio[k-1], ratio[k]]: kernels 0..k-1 at their floor, f(h) = h x sum(lau[:k]) + sum(exe[k:]) + rest
+    at_floor = np.concatenate([[0.0], np.cumsum(lau)])
+    above = rest + np.concatenate([[0.0], np.cumsum(exe[::-1])])[::-1]
+    # f at each breakpoint; the first at or above the measurement ends the segment that holds it (never the first:
+    # f(ratio[0]) is the execution alone); none: beyond the last breakpoint, every kernel at its floor (k = n)
+    k = int(np.searchsorted(ratio * at_floor[1:] + above[1:], measured_ms, side="left"))
+    h = (measured_ms - above[k]) / at_floor[k]
+    share = float(h * at_floor[k] / measured_ms)
+    return HostFit(float(measured_ms), float(h), gpu_ms, floor_ms, times.eager_ms, share)
+
+
+def calibrate_host(
+    analysis, device_name: str, measured_ms: float, matmul_precision: str = DEFAULT_MATMUL_PRECISION
+) -> HostFit:
+    """The host factor (`--host-overhead`) at which the kernel model's eager latency of `analysis` on the whole GPU
+    `device_name` equals `measured_ms`, a forward the user timed on their machine (`solve_host_overhead`). The
+    factor is the host's: calibrated on one model, it applies to the others on that machine.
+
+    ValueError for a MIG slice (calibrate on the whole GPU: the host is the same on every slice), an unknown
+    device or matmul precision, or a measurement no factor explains (`solve_host_overhead`)."""
+    device = get_device(device_name)
+    if device.parent is not None:
+        raise ValueError(
+            f"{device.key} is a MIG slice: calibrate the host on the whole GPU ({device.parent}); the factor is the "
+            "host's and applies on every slice"
+        )
+    tf32 = tf32_matmul_of(matmul_precision)
+    launched = getattr(analysis, "launched_kernels", analysis.kernels)  # as `predict` costs them
+    return solve_host_overhead(kernel_latency_arrays(kernel_arrays(launched), device, tf32_matmul=tf32), measured_ms)
+
+
 def predict(
     analysis,
     device_name: str,

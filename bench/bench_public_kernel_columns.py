@@ -12,13 +12,22 @@ per kernel class (`CLASSES`: GEMM, conv, attention, elementwise/norm/copy, each 
 above the launch floor, and the launch floor: every kernel's time where its launch floor is the larger), in ms,
 with per family the class whose share of the estimate is largest.
 
-Usage: python bench/bench_public_kernel_columns.py [--rows FAMILY] [--classes]
+`--hosts` prints the single-forward rows with the measuring host's dispatch factor (`--host-overhead`) as a user
+who ran `preflight calibrate-host` on that machine would state it, held out by family: per host (the MIGProfiler
+machine; DLE's; each lease of this project's H100 machine, by the hour its records were timed), each family's
+rows at the median of the factors `predictor.predict.solve_host_overhead` finds on the other families' rows of
+that host where the host sets at least half the measured time; MAPE / median APE and rows off by more than 35%
+at factor 1 and at that factor, per host, per GPU, and per family; then the same with DLE's rows grouped by NGC
+container release.
+
+Usage: python bench/bench_public_kernel_columns.py [--rows FAMILY] [--classes] [--hosts]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -94,10 +103,17 @@ def print_classes(exs: list, graphs: dict) -> None:
     print(f"{'all':<11} {len(a):>4} {a.mean():>6.1f} {np.median(a):>6.1f} {(a > 35).sum():>4}")
 
 
-def host_of(row, records: dict) -> str:
-    """The machine that timed `row`: the MIGProfiler host, DLE's, or this project's H100 host of one lease (the
-    hour its record was timed in: each lease is another machine, `records` {file: [record per line]})."""
+def host_of(row, records: dict, by_container: bool = False) -> str:
+    """The machine that timed `row`: the MIGProfiler host, DLE's (`by_container`: per NGC container release), or
+    this project's H100 host of one lease (the hour its record was timed in: each lease is another machine);
+    `records` caches the files read ({file: [record per line]})."""
     src = row.source.split(":")
+    if src[0] == "dle" and by_container:  # the NGC container release its README row names
+        if "dle" not in records:
+            with open(ROOT / "data" / "public-models" / "dle-a100.jsonl", encoding="utf-8") as f:
+                records["dle"] = [json.loads(line) for line in f]
+        found = re.search(r"container (\d\d\.\d\d)", records["dle"][int(src[1])]["notes"])
+        return "DLE container " + (found.group(1) if found else "not stated")
     if src[0] != "h100":
         return {"mig": "MIGProfiler", "dle": "DLE"}.get(src[0], src[0])
     if src[1] not in records:
@@ -106,8 +122,9 @@ def host_of(row, records: dict) -> str:
     return "H100 lease " + records[src[1]][int(src[2])]["env"]["timestamp"][:13]
 
 
-def print_hosts(exs: list, graphs: dict) -> None:
-    """The `--hosts` table (module docstring) over the single-forward rows of `exs`."""
+def print_hosts(exs: list, graphs: dict, by_container: bool = False) -> None:
+    """The `--hosts` table (module docstring) over the single-forward rows of `exs`; `by_container`: DLE's rows
+    grouped by container release instead of as one host."""
     from predictor.predict import host_times, solve_host_overhead
 
     records: dict = {}
@@ -127,7 +144,7 @@ def print_hosts(exs: list, graphs: dict) -> None:
             h = fit.host_overhead if fit.determined else None
         except ValueError:  # faster than the kernels' execution alone: says nothing of the host
             h = None
-        rows.append((host_of(r, records), r.family, r, times, extra, h))
+        rows.append((host_of(r, records, by_container), r.family, r, times, extra, h))
     out = []  # (host, family, row, before ms, after ms, factor used)
     folds: dict[str, list[float]] = {}
     for host in sorted({x[0] for x in rows}):
@@ -157,6 +174,9 @@ def print_hosts(exs: list, graphs: dict) -> None:
         sel = [x for x in out if x[2].device.startswith(gpu)]
         line(f"all {gpu.upper()}", sel)
         line(f"all {gpu.upper()}, not fp32", [x for x in sel if x[2].precision != "fp32"])
+    if not by_container:  # DLE's families ran their own scripts in five container releases: no one host to calibrate
+        sel = [(*x[:4], x[3], 1.0) if x[0] == "DLE" else x for x in out if x[2].device.startswith("a100")]
+        line("all A100, DLE at factor 1", sel)
     print(f"\n{'family / host':<40} {'rows':>4} {'factor':>6} {'factor 1':>14} {'calibrated':>14}")
     for host, fam in sorted({(x[0], x[1]) for x in out}):
         sel = [x for x in out if x[0] == host and x[1] == fam]
@@ -211,6 +231,7 @@ def main(argv: list[str] | None = None) -> None:
         print_classes([e for e in exs if e.row.single_forward], graphs)
     if args.hosts:
         print_hosts(exs, graphs)
+        print_hosts(exs, graphs, by_container=True)
 
 
 if __name__ == "__main__":

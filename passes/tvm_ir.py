@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Iterable
 
 from .tvm_boot import faster_import
@@ -1795,8 +1796,68 @@ class _OnnxEinsum(_OnnxConverter):
         return relax.op.einsum(list(inputs), equation.replace(" ", ""))
 
 
+class _OnnxClip(_QdqFused):
+    """ONNX Clip with constant scalar bounds (or none) on a float tensor as one `relax.clip`, as TVM's torch importer
+    spells clamp, hardtanh and ReLU6 (one kernel in eager PyTorch, and the kernel view's hard-activation patterns
+    read it); a NaN bound is no bound (ONNX Runtime's rule). TVM's own converter emits a `maximum` and a `minimum`
+    PrimFunc (call_tir: two elementwise ops where torch runs one kernel, and no cost in a symbolic graph) behind NaN
+    guards on the bounds; it still converts bounds computed in the graph."""
+
+    base = "Clip"
+
+    @classmethod
+    def fuse(cls, bb, inputs, attr):
+        x = inputs[0]
+        if not _relax_float(x):
+            return None
+        if len(inputs) == 1:  # opset 1-6: bounds as attributes
+            lo, hi = float(attr.get("min", -math.inf)), float(attr.get("max", math.inf))
+        else:
+            bounds = [*inputs[1:3], None, None][:2]  # an omitted trailing bound: none
+            lo, hi = (_constant_scalar(b, d) for b, d in zip(bounds, (-math.inf, math.inf), strict=True))
+            if lo is None or hi is None:
+                return None
+        lo, hi = (d if math.isnan(v) else v for v, d in ((lo, -math.inf), (hi, math.inf)))
+        return relax.op.clip(x, lo, hi)
+
+
+class _OnnxTile(_QdqFused):
+    """ONNX Tile with constant repeats as one `relax.tile` (what TVM's torch importer emits for `Tensor.repeat`);
+    TVM's own converter emits a `tile` PrimFunc (call_tir: no cost in a symbolic graph) and still converts repeats
+    computed in the graph."""
+
+    base = "Tile"
+
+    @classmethod
+    def fuse(cls, bb, inputs, attr):
+        reps = inputs[1]
+        if not isinstance(reps, tvm.ir.Constant):
+            return None
+        return relax.op.tile(inputs[0], [int(r) for r in reps.value.numpy().reshape(-1)])
+
+
+def _relax_float(expr) -> bool:
+    """Whether a Relax expression is a tensor of a float dtype."""
+    ty = getattr(expr, "ty", None)
+    return isinstance(ty, relax.TensorType) and str(ty.dtype).startswith(("float", "bfloat"))
+
+
+def _constant_scalar(expr, default: float) -> float | None:
+    """The value of a one-element Relax constant (`default` for an absent input, None), else None (a bound the
+    graph computes)."""
+    if expr is None:
+        return default
+    if isinstance(expr, tvm.ir.Constant):
+        values = expr.value.numpy()
+        if values.size == 1:
+            return float(values.reshape(()))
+    return None
+
+
 ONNX_EXTRA_CONVERTERS.update(
     {
+        "Clip": _OnnxClip,
+        "Tile": _OnnxTile,
         "Conv": _QdqConv,
         "Einsum": _OnnxEinsum,
         "MatMul": _QdqMatMul,

@@ -956,7 +956,7 @@ ONE_KERNEL_OPS = {
     "gelu": (nn.GELU, GX),
     "gelu_tanh": (lambda: nn.GELU(approximate="tanh"), GX),  # x * x * x, no Pow
     "silu": (nn.SiLU, GX),  # mul(x, sigmoid(x))
-    "relu6": (nn.ReLU6, GX),  # Clip(x, 0, 6): TIR maximum, then minimum
+    "relu6": (nn.ReLU6, GX),  # Clip(x, 0, 6): one relax.clip (passes.tvm_ir._OnnxClip)
     "hardsigmoid": (nn.Hardsigmoid, GX),  # HardSigmoid(alpha 1/6, beta 0.5): mul, add, clip
     "hardswish": (nn.Hardswish, GX),
     "rsqrt": (_Rsqrt, GX),  # Sqrt, Reciprocal

@@ -226,3 +226,42 @@ def test_an_onnx_recurrence_is_refused(tmp_path):
     path = _save(_Steps(), (torch.randn(2, 5, 8),), ({0: torch.export.Dim("batch")},), tmp_path / "lstm.onnx", "onnx")
     with pytest.raises(AnalysisError, match="LSTM runs once per time step"):
         load_symbolic(path)
+
+
+def _clip_tile_file(path) -> str:
+    """An ONNX file (opset 17) with a dynamic batch: x [batch, 3, 4] -> Clip(0, 6) -> Clip(max 5, no min) ->
+    Tile(repeats [1, 2, 1]) -> y [batch, 6, 4]. Bounds and repeats are constants (initializers); TVM's own converters
+    emit Clip and Tile as PrimFuncs (call_tir), which a symbolic graph cannot cost."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Clip", ["x", "zero", "six"], ["a"]),
+            helper.make_node("Clip", ["a", "", "five"], ["b"]),
+            helper.make_node("Tile", ["b", "reps"], ["y"]),
+        ],
+        "clip_tile",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 6, 4])],
+        [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("zero", 0.0), ("six", 6.0), ("five", 5.0))]
+        + [numpy_helper.from_array(np.array([1, 2, 1], np.int64), "reps")],
+    )
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("batch", (2, 7))
+def test_an_onnx_clip_and_tile_stay_symbolic(tmp_path, batch):
+    """The file imports with its batch symbolic and each point equals the file imported at that batch, op for op;
+    each Clip is one `relax.clip` (eager PyTorch's one clamp kernel), the Tile one `relax.tile`; by hand, per
+    sample: x is 3 x 4 float32 = 48 B, each clip reads and writes 48 B, the tile reads 48 B and writes 96 B."""
+    path = _clip_tile_file(tmp_path / "c.onnx")
+    sm = load_symbolic(path)
+    oracle = analyze_model(path, batch=batch)
+    _same(analyze_at(sm, batch), oracle)
+    ops = [c for c in oracle.analysis.ops if not c.folded]
+    assert [c.op for c in ops] == ["relax.clip", "relax.clip", "relax.tile"]
+    assert [(c.bytes_read, c.bytes_written) for c in ops] == [(48 * batch, 48 * batch)] * 2 + [(48 * batch, 96 * batch)]
+    attrs = [oracle.analysis.graph.ops[c.index].attrs for c in ops[:2]]
+    assert [(a["min"], a["max"]) for a in attrs] == [(0.0, 6.0), (float("-inf"), 5.0)]

@@ -107,7 +107,8 @@ def predict(
         largest_batch: also solve for the largest batch whose predicted memory fits each MIG profile and the whole
             GPU (`prediction.mig.largest_batch`, a `predictor.mig.LargestBatch`): a zoo model or an nn.Module
             (batch on axis 0) is exported once more with its batch symbolic, and the solve evaluates the memory
-            at each batch from that one graph (docs/symbolic.md). Not with `inputs`.
+            at each batch from that one graph (docs/symbolic.md). Not with `inputs`. With `latency_slo_ms`, also
+            the largest batch within the SLO on each (`LargestBatch.slo`, a `predictor.mig.SloBatch`).
     The result's `prediction` is a `predictor.predict.Prediction`.
     """
     devices = check_devices([device])
@@ -120,7 +121,7 @@ def predict(
         report, devices, latency_slo_ms, max_slowdown, matmul_precision=matmul_precision, host_overhead=host_overhead
     )
     if largest_batch:
-        _solve_largest_batch(report, model, example_inputs, batch, dtype, inputs)
+        _solve_largest_batch(report, model, example_inputs, batch, dtype, inputs, latency_slo_ms)
     return report
 
 
@@ -178,9 +179,10 @@ def _check_solvable(model, inputs) -> None:
 
 
 def _solve_largest_batch(
-    report: Report, model, example_inputs, batch: int | None, dtype: str | None, inputs=None
+    report: Report, model, example_inputs, batch: int | None, dtype: str | None, inputs=None, latency_slo_ms=None
 ) -> None:
-    """Attach `LargestBatch` to each prediction's MIG recommendation; a warning says why where it cannot."""
+    """Attach `LargestBatch` to each prediction's MIG recommendation (with `latency_slo_ms`, the largest batch
+    within it too); a warning says why where it cannot."""
     from dataclasses import replace
 
     from .errors import PreflightError
@@ -198,7 +200,7 @@ def _solve_largest_batch(
     solved = []
     for p in report.predictions:
         try:
-            lb = solve_largest_batch(sm, p, report.analysis, batch=own, dtype=dtype)
+            lb = solve_largest_batch(sm, p, report.analysis, batch=own, dtype=dtype, latency_slo_ms=latency_slo_ms)
             p = replace(p, mig=replace(p.mig, largest_batch=lb))
         except PreflightError as exc:
             report.warnings.append(f"the largest batch that fits was not solved: {exc}")

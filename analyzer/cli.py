@@ -441,7 +441,7 @@ def max_slowdown_option(f):
     type=click.FloatRange(min=0, min_open=True),
     default=None,
     metavar="MS",
-    help="The MIG slice must also meet this latency.",
+    help="The MIG slice must also meet this latency (with --largest-batch: the largest batch within it, too).",
 )
 @format_options
 @click.option("--strict", is_flag=True, help="Fail (exit 4) if any operator has no cost rule.")
@@ -480,7 +480,8 @@ def max_slowdown_option(f):
     is_flag=True,
     help="Also solve for the largest batch whose predicted memory fits each MIG slice and the whole GPU (zoo "
     "models: one more export, with the batch symbolic; .pt2 and .onnx files with a dynamic batch: one more "
-    "import). Table and JSON. docs/symbolic.md.",
+    "import). With --latency-slo, also the largest batch predicted within it on each. Table and JSON. "
+    "docs/symbolic.md.",
 )
 @budget_options
 def predict(

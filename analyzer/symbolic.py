@@ -308,7 +308,9 @@ def peak_function(sm: SymbolicModel, dtype: str | None = None):
     return probe, None
 
 
-def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, dtype: str | None = None):
+def solve_largest_batch(
+    sm: SymbolicModel, prediction, analysis, *, batch: int, dtype: str | None = None, latency_slo_ms=None
+):
     """`predictor.mig.LargestBatch`: the largest batch whose predicted memory fits each MIG profile of
     `prediction.device` (or the one slice it names) and the whole GPU, solved from `sm` without exporting again.
 
@@ -319,7 +321,12 @@ def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, 
     range). Memory is the upper end of the interval, as the MIG rule takes it (`predictor.mig.fits`). Where the
     prediction replays the caching allocator on the analysis's allocation trace (`predictor.predict.allocator_reserve`)
     so does the solve, on the trace of the graph evaluated at each batch it tries (the liveness pass; no export):
-    `monotone` then speaks for the peak, and the replayed reserve is assumed to grow with it."""
+    `monotone` then speaks for the peak, and the replayed reserve is assumed to grow with it.
+
+    With `latency_slo_ms`, also the largest batch up to each answer whose predicted latency on that profile (the
+    whole GPU's for `full_gpu`) is at most the SLO (`predictor.mig.SloBatch`): each batch tried is the graph
+    evaluated there (`analyze_at`) and predicted as `prediction` was (device, matmul precision, host factor); the
+    prediction at `batch` must come out as `prediction` (AnalysisError otherwise)."""
     from passes.memory import liveness
     from predictor.devices import get_device
     from predictor.mig import LargestBatch, fits, largest_fitting_batch
@@ -376,6 +383,9 @@ def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, 
         per_profile = {p.name: solve(p.memory_mib) for p in device.mig}
         full = solve(device.memory_mib)
     monotone = law is not None and law.monotone
+    slo = None
+    if latency_slo_ms is not None:
+        slo = _solve_within_slo(sm, prediction, batch, dtype, latency_slo_ms, lo, per_profile, full)
     return LargestBatch(
         per_profile,
         full,
@@ -386,4 +396,48 @@ def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, 
         len(peaks),
         SOLVE_METHOD if law is not None else SOLVE_METHOD_PROBE,
         whole_gpu=device.parent is None,
+        slo=slo,
     )
+
+
+def _solve_within_slo(sm, prediction, batch: int, dtype, latency_slo_ms: float, lo: int, per_profile, full):
+    """`predictor.mig.SloBatch` for `solve_largest_batch`: per profile (and the whole GPU) the largest batch from `lo`
+    up to the memory answer whose latency there, predicted at that batch from the symbolic graph, is within the
+    SLO."""
+    from predictor.mig import SloBatch, largest_batch_where
+    from predictor.predict import predict
+
+    runtime = prediction.runtime
+    kwargs = {"matmul_precision": runtime.get("matmul_precision", "highest")}
+    kwargs["host_overhead"] = runtime.get("host_overhead", 1.0)
+    slice_target = prediction.device.count(":") > 0
+    latencies: dict[int, dict[str | None, float]] = {}
+
+    def latency(b: int) -> dict[str | None, float]:
+        """{profile: ms on it, None: the whole GPU (or the target slice)} at batch b."""
+        if b not in latencies:
+            p, _ = predict(analyze_at(sm, b, dtype=dtype).analysis, prediction.device, **kwargs)
+            latencies[b] = {**({} if slice_target else dict(p.mig.latency_ms)), None: p.latency_ms}
+        return latencies[b]
+
+    if sm.covers(batch) and latency(batch)[None] != prediction.latency_ms:
+        raise AnalysisError(f"{sm.loaded.source}: the symbolic graph's latency at batch {batch} differs from predict's")
+    latencies.clear()  # the check is not one of the search's predictions
+
+    def within(profile: str | None, top: int | None) -> int | None:
+        """The largest batch in lo..top whose latency on `profile` is within the SLO (None: none, or top is None)."""
+        if top is None:
+            return None
+        if top < lo:  # the model's own batch, below the symbolic range (batch 1): its prediction decides
+            own = prediction.latency_ms if profile is None else prediction.mig.latency_ms.get(profile)
+            return top if own is not None and own <= latency_slo_ms else None
+        best, _ = largest_batch_where(lambda b: latency(b)[profile] <= latency_slo_ms, lo, top)
+        return best
+
+    if slice_target:  # the target slice's latency is the prediction's own
+        ((name, top),) = per_profile.items()
+        answers, whole = {name: within(None, top)}, None
+    else:
+        answers, whole = {name: within(name, top) for name, top in per_profile.items()}, within(None, full)
+    method = "exponential search and bisection on the latency predicted at each batch from the symbolic graph"
+    return SloBatch(float(latency_slo_ms), answers, whole, len(latencies), method)

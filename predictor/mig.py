@@ -33,14 +33,39 @@ class SliceChoice:
 
 
 @dataclass(frozen=True)
+class SloBatch:
+    """The largest batch that both fits (`LargestBatch`) and is predicted within a latency SLO on each MIG profile
+    (and the whole GPU): `per_profile[name]` / `full_gpu` is the largest batch up to the one that fits whose
+    predicted latency on that profile is at most `latency_slo_ms` (ms), each batch tried the model's symbolic graph
+    evaluated there and predicted as `preflight predict` would at that batch (the kernel view re-decided); None when
+    not even the lowest batch meets it. Latency is not proven to grow with the batch: each answer meets the SLO and
+    the next batch does not. `evaluations`: the batches predicted, all profiles together."""
+
+    latency_slo_ms: float
+    per_profile: dict[str, int | None]
+    full_gpu: int | None
+    evaluations: int
+    method: str
+
+    def to_json(self) -> dict:
+        return {
+            "latency_slo_ms": self.latency_slo_ms,
+            "per_profile": dict(self.per_profile),
+            "full_gpu": self.full_gpu,
+            "evaluations": self.evaluations,
+            "method": self.method,
+        }
+
+
+@dataclass(frozen=True)
 class LargestBatch:
     """The largest batch whose predicted memory fits each MIG profile (and the whole GPU), solved over a symbolic
     analysis (docs/symbolic.md): `per_profile[name]` / `full_gpu` is the largest batch in `lo..hi` whose upper
-    memory bound + headroom is within the usable memory (`fits`, memory only: no latency SLO), None when not
-    even `lo` fits. `peak` is the liveness peak of the activations as a formula of the batch (bytes); `monotone`:
-    the peak is proven never to shrink as the batch grows (else each answer fits and the next batch does not, but a
-    larger batch might fit again). The caching allocator's replayed reserve, which the memory also holds, is not
-    proven to grow with the peak (bert_tiny's upper bound on the H100 drops 7.5 MiB from batch 16 to 17): an
+    memory bound + headroom is within the usable memory (`fits`, memory only; `slo`: within a latency SLO too), None
+    when not even `lo` fits. `peak` is the liveness peak of the activations as a formula of the batch (bytes);
+    `monotone`: the peak is proven never to shrink as the batch grows (else each answer fits and the next batch does
+    not, but a larger batch might fit again). The caching allocator's replayed reserve, which the memory also holds,
+    is not proven to grow with the peak (bert_tiny's upper bound on the H100 drops 7.5 MiB from batch 16 to 17): an
     answer fits and the next batch does not either way. `evaluations`: how many batches were evaluated in all."""
 
     per_profile: dict[str, int | None]
@@ -52,9 +77,10 @@ class LargestBatch:
     evaluations: int
     method: str
     whole_gpu: bool = True  # False for a MIG slice as the target: `full_gpu` is None, not asked
+    slo: SloBatch | None = None  # with a latency SLO (`predict --largest-batch --latency-slo MS`)
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "per_profile": dict(self.per_profile),
             "full_gpu": self.full_gpu,
             "range": [self.lo, self.hi],
@@ -63,6 +89,9 @@ class LargestBatch:
             "evaluations": self.evaluations,
             "method": self.method,
         }
+        if self.slo is not None:
+            out["within_latency_slo"] = self.slo.to_json()
+        return out
 
     def line(self, profile: str) -> str:
         """'largest batch that fits 3g.40gb: 212' ('none' below `lo`; '212+' at the top of the range)."""
@@ -85,7 +114,20 @@ class LargestBatch:
         else:  # a GPU without MIG
             head, rest = f"largest batch that fits the whole GPU: {self._n(self.full_gpu)}", []
         tail = "" if self.monotone else " (memory not proven to grow with the batch: each is a boundary found)"
-        return head + (f" ({', '.join(rest)})" if rest else "") + tail
+        return head + (f" ({', '.join(rest)})" if rest else "") + tail + self._slo_summary(recommended)
+
+    def _slo_summary(self, recommended: str | None) -> str:
+        """'; within 50 ms: 3g.40gb 128 (1g.10gb 16, ..., whole GPU 512)', or '' without an SLO."""
+        if self.slo is None:
+            return ""
+        s = self.slo
+        items = [(n, b) for n, b in s.per_profile.items()] + ([("whole GPU", s.full_gpu)] if self.whole_gpu else [])
+        items.sort(key=lambda nb: nb[0] != recommended)  # the recommended profile first
+        text = ", ".join(f"{n} {self._n(b)}" for n, b in items)
+        if len(items) > 1:
+            first, _, others = text.partition(", ")
+            text = f"{first} ({others})"
+        return f"; within {s.latency_slo_ms:g} ms: {text} (latency not proven to grow with the batch)"
 
 
 def largest_fitting_batch(
@@ -95,11 +137,19 @@ def largest_fitting_batch(
     None when `lo` does not fit. Exponential search from `lo` (doubling) to bracket the boundary, then bisection:
     O(log b) evaluations. Exact when `need_mib` never decreases with the batch; otherwise the answer still fits
     and the next batch was evaluated and does not."""
+    return largest_batch_where(lambda b: fits(usable_mib, need_mib(b), headroom=headroom), lo, hi)
+
+
+def largest_batch_where(test: Callable[[int], bool], lo: int, hi: int) -> tuple[int | None, int]:
+    """(the largest batch b in lo..hi for which `test(b)` holds, the batches tested); None when `test(lo)` does not
+    hold. Exponential search from `lo` (doubling) to bracket the boundary, then bisection: O(log b) tests, each batch
+    tested once. Exact when `test` holds up to a batch and not beyond; otherwise the answer passes and the next batch
+    was tested and does not."""
     seen: dict[int, bool] = {}
 
     def ok(b: int) -> bool:
         if b not in seen:
-            seen[b] = fits(usable_mib, need_mib(b), headroom=headroom)
+            seen[b] = test(b)
         return seen[b]
 
     if not ok(lo):

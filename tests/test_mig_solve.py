@@ -119,6 +119,38 @@ def test_solved_largest_batch_fits_and_the_next_does_not_by_concrete_analyses():
     assert fits(whole, concrete(b).memory_mib_interval[1]) and not fits(whole, concrete(b + 1).memory_mib_interval[1])
 
 
+def test_largest_batch_within_a_latency_slo_by_concrete_analyses():
+    """With --latency-slo: per profile, the batch solved from the symbolic graph meets the SLO on that profile and
+    the next batch does not, each checked by exporting the model at that batch and predicting it with the slice as
+    the target (the concrete path, no symbolic graph); and it is at most the batch that fits."""
+    model, slo = "zoo:resnet18?resolution=64", 2.5
+    rep = predict(model, device="a100-40gb", largest_batch=True, latency_slo_ms=slo)
+    jsonschema.validate(rep.to_json(), SCHEMA)
+    lb = rep.prediction.mig.largest_batch
+    within = rep.to_json()["prediction"]["mig"]["largest_batch"]["within_latency_slo"]
+    assert within["per_profile"] == lb.slo.per_profile and within["latency_slo_ms"] == slo
+    assert f"within {slo:g} ms: " in render_table(rep, 0)
+
+    def latency(b: int, target: str) -> float:  # the oracle: exported at batch b, predicted on `target`
+        return predict(model, device=target, batch=b).prediction.latency_ms
+
+    for profile in ("1g.5gb", "7g.40gb"):
+        b = lb.slo.per_profile[profile]
+        assert 2 <= b <= lb.per_profile[profile], profile
+        target = f"a100-40gb:{profile}"
+        assert latency(b, target) <= slo < latency(b + 1, target), profile
+    b = lb.slo.full_gpu
+    assert latency(b, "a100-40gb") <= slo < latency(b + 1, "a100-40gb")
+    # a slice as the target: that slice alone, the same answer
+    one = predict(model, device="a100-40gb:1g.5gb", largest_batch=True, latency_slo_ms=slo).prediction.mig
+    assert one.largest_batch.slo.per_profile == {"1g.5gb": lb.slo.per_profile["1g.5gb"]}
+    assert one.largest_batch.slo.full_gpu is None
+    # an SLO nothing meets: none, and the memory answers stand
+    none = predict(model, device="a100-40gb", largest_batch=True, latency_slo_ms=1e-3).prediction.mig.largest_batch
+    assert set(none.slo.per_profile.values()) == {None} and none.slo.full_gpu is None
+    assert none.per_profile == lb.per_profile
+
+
 def test_largest_batch_of_a_slice_target_and_bad_input():
     lin = torch.nn.Linear(8, 4096, device="meta")
     rep = predict(lin, (torch.empty(3, 8, device="meta"),), device="a100-40gb:3g.20gb", largest_batch=True)

@@ -146,14 +146,18 @@ def calibrate_host(
     positive number, a MIG slice, or a measurement no host factor explains (faster than the kernels' execution
     alone)."""
     from predictor.predict import calibrate_host as solve
+    from predictor.predict import check_measured_ms, whole_gpu_for_calibration
 
     (device,) = check_devices([device])
     check_matmul_precision(matmul_precision)
-    if isinstance(measured_ms, bool) or not isinstance(measured_ms, int | float) or not 0 < measured_ms < float("inf"):
-        raise UsageError(f"the measured latency must be a positive number of milliseconds (got {measured_ms!r})")
+    try:  # before the analysis: what can be refused without it
+        measured_ms = check_measured_ms(measured_ms)
+        whole_gpu_for_calibration(device)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     report = analyze_model(model, example_inputs, inputs=inputs, batch=batch, strict=strict, dtype=dtype)
     try:
-        return report, solve(report.analysis, device, float(measured_ms), matmul_precision)
+        return report, solve(report.analysis, device, measured_ms, matmul_precision)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -186,7 +190,7 @@ def _solve_largest_batch(
     from dataclasses import replace
 
     from .errors import PreflightError
-    from .symbolic import load_symbolic, solve_largest_batch
+    from .symbolic import load_symbolic, solve_largest_batch, solve_within_slo
 
     if batch is not None or (isinstance(model, str) and model.startswith("zoo:")):
         own = batch or 1  # a zoo model's batch, 1 by default
@@ -200,10 +204,17 @@ def _solve_largest_batch(
     solved = []
     for p in report.predictions:
         try:
-            lb = solve_largest_batch(sm, p, report.analysis, batch=own, dtype=dtype, latency_slo_ms=latency_slo_ms)
-            p = replace(p, mig=replace(p.mig, largest_batch=lb))
+            lb = solve_largest_batch(sm, p, report.analysis, batch=own, dtype=dtype)
         except PreflightError as exc:
             report.warnings.append(f"the largest batch that fits was not solved: {exc}")
+            solved.append(p)
+            continue
+        if latency_slo_ms is not None:  # a failure here leaves the memory answer standing
+            try:
+                lb = replace(lb, slo=solve_within_slo(sm, p, lb, batch=own, latency_slo_ms=latency_slo_ms, dtype=dtype))
+            except PreflightError as exc:
+                report.warnings.append(f"the largest batch within the latency SLO was not solved: {exc}")
+        p = replace(p, mig=replace(p.mig, largest_batch=lb))
         solved.append(p)
     report.predictions[:] = solved
     report.prediction = solved[0] if solved else None

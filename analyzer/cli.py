@@ -409,6 +409,18 @@ def _one_device(ctx: click.Context, param: click.Parameter, value: tuple[str, ..
     return value[0]
 
 
+def one_device_option(hint: str, help: str):
+    """--device naming one GPU (default the H100), a second one a usage error that says `hint`."""
+    return click.option(
+        "--device",
+        multiple=True,
+        default=("h100-80gb",),
+        show_default=True,
+        callback=lambda ctx, param, value: _one_device(ctx, param, value, hint),
+        help=help,
+    )
+
+
 def max_slowdown_option(f):
     """--max-slowdown, shared by predict and report."""
     return click.option(
@@ -427,14 +439,7 @@ def max_slowdown_option(f):
 @host_overhead_option
 @max_slowdown_option
 @explain_option
-@click.option(
-    "--device",
-    multiple=True,
-    default=("h100-80gb",),
-    show_default=True,
-    callback=lambda ctx, param, value: _one_device(ctx, param, value, "`preflight report` compares several"),
-    help="Target GPU (see `preflight devices`).",
-)
+@one_device_option("`preflight report` compares several", "Target GPU (see `preflight devices`).")
 @click.option(
     "--latency-slo",
     "latency_slo",
@@ -558,14 +563,7 @@ PLAUSIBLE_HOST_OVERHEAD = 10.0
     help="The latency of one eager forward of MODEL (as given: batch, dtype) you timed on your machine, in ms "
     "(CUDA events or synchronised wall clock, warm, median).",
 )
-@click.option(
-    "--device",
-    multiple=True,
-    default=("h100-80gb",),
-    show_default=True,
-    callback=lambda ctx, param, value: _one_device(ctx, param, value, "calibrate on the GPU you timed"),
-    help="The whole GPU the measurement ran on (see `preflight devices`).",
-)
+@one_device_option("calibrate on the GPU you timed", "The whole GPU the measurement ran on (see `preflight devices`).")
 @click.option(
     "--format", "fmt", type=click.Choice(("table", "json")), default="table", show_default=True, help="Output format."
 )
@@ -593,25 +591,28 @@ def calibrate_host(
         matmul_precision=matmul_precision,
     )  # fmt: skip
     name = report.model.get("name") or model
+    from predictor.devices import get_device
+
+    fit_device = get_device(device).key  # an alias resolved (the API checked it)
     doc = {
         "model": report.model,
         "inputs": report.inputs,
-        "device": device,
+        "device": fit_device,
         "matmul_precision": matmul_precision,
         "measured_ms": fit.measured_ms,
-        "host_overhead": round(fit.host_overhead, 4),
+        "host_overhead": float(f"{fit.host_overhead:.6g}"),
         "kernel_execution_ms": fit.gpu_ms,
         "launch_floor_ms": fit.floor_ms,
-        "predicted_ms_at_host_overhead_1": fit.default_ms,
+        "kernel_model_ms_at_host_overhead_1": fit.default_ms,
         "host_share": fit.host_share,
         "determined": fit.determined,
     }
     if fmt == "json":
         click.echo(json.dumps(doc, indent=2))
         return
-    click.echo(f"{name} on {device}: measured {fit.measured_ms:.4g} ms per forward")
+    click.echo(f"{name} on {fit_device}: measured {fit.measured_ms:.4g} ms per forward")
     click.echo(f"  kernels' execution alone        {fit.gpu_ms:.4g} ms")
-    click.echo(f"  preflight at --host-overhead 1  {fit.default_ms:.4g} ms")
+    click.echo(f"  kernel model at factor 1        {fit.default_ms:.4g} ms")
     click.echo(f"  host factor                     {fit.host_overhead:.3g}")
     click.echo(f"  host-bound share                {fit.host_share:.0%} of the measured time")
     if not fit.determined:

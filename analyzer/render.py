@@ -533,7 +533,8 @@ EXPLAIN: tuple[tuple[str, str], ...] = (
     (
         "MIG largest batch",
         "with --largest-batch: the largest batch whose upper memory bound plus 5% headroom fits each MIG profile "
-        "and the whole GPU, solved from one export with the batch symbolic (memory only; docs/symbolic.md)",
+        "and the whole GPU, solved from one export with the batch symbolic; with --latency-slo, also the largest "
+        "batch predicted within it on each (docs/symbolic.md)",
     ),
 )
 

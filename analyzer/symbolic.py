@@ -10,6 +10,7 @@ that one graph, and its costs as exact formulas of the batch.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -264,12 +265,12 @@ def formulas_text(block: dict, title: str = "Costs") -> str:
 
 SOLVE_MAX = 2**24  # the largest batch `solve_largest_batch` looks at (as analyzer.sweep.SOLVE_MAX)
 SOLVE_METHOD = (
-    "memory only (no latency SLO): the liveness peak of the activations as a maximum of exact polynomials of the "
+    "memory: the liveness peak of the activations as a maximum of exact polynomials of the "
     "batch (passes.symbolic.peak_law) plus the memory model's weights, CUDA context, workspace and allocator terms, "
     "evaluated exactly at each batch; exponential search from the export's lowest batch, then bisection"
 )
 SOLVE_METHOD_PROBE = (
-    "memory only (no latency SLO): the liveness pass on the symbolic graph evaluated at each batch (no formula: "
+    "memory: the liveness pass on the symbolic graph evaluated at each batch (no formula: "
     "autocast, or a size that is no polynomial) plus the memory model's terms; exponential search, then bisection"
 )
 
@@ -308,9 +309,7 @@ def peak_function(sm: SymbolicModel, dtype: str | None = None):
     return probe, None
 
 
-def solve_largest_batch(
-    sm: SymbolicModel, prediction, analysis, *, batch: int, dtype: str | None = None, latency_slo_ms=None
-):
+def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, dtype: str | None = None):
     """`predictor.mig.LargestBatch`: the largest batch whose predicted memory fits each MIG profile of
     `prediction.device` (or the one slice it names) and the whole GPU, solved from `sm` without exporting again.
 
@@ -321,12 +320,8 @@ def solve_largest_batch(
     range). Memory is the upper end of the interval, as the MIG rule takes it (`predictor.mig.fits`). Where the
     prediction replays the caching allocator on the analysis's allocation trace (`predictor.predict.allocator_reserve`)
     so does the solve, on the trace of the graph evaluated at each batch it tries (the liveness pass; no export):
-    `monotone` then speaks for the peak, and the replayed reserve is assumed to grow with it.
-
-    With `latency_slo_ms`, also the largest batch up to each answer whose predicted latency on that profile (the
-    whole GPU's for `full_gpu`) is at most the SLO (`predictor.mig.SloBatch`): each batch tried is the graph
-    evaluated there (`analyze_at`) and predicted as `prediction` was (device, matmul precision, host factor); the
-    prediction at `batch` must come out as `prediction` (AnalysisError otherwise)."""
+    `monotone` then speaks for the peak, and the replayed reserve is assumed to grow with it. Memory only: the
+    latency SLO is `solve_within_slo`'s."""
     from passes.memory import liveness
     from predictor.devices import get_device
     from predictor.mig import LargestBatch, fits, largest_fitting_batch
@@ -383,9 +378,6 @@ def solve_largest_batch(
         per_profile = {p.name: solve(p.memory_mib) for p in device.mig}
         full = solve(device.memory_mib)
     monotone = law is not None and law.monotone
-    slo = None
-    if latency_slo_ms is not None:
-        slo = _solve_within_slo(sm, prediction, batch, dtype, latency_slo_ms, lo, per_profile, full)
     return LargestBatch(
         per_profile,
         full,
@@ -396,48 +388,57 @@ def solve_largest_batch(
         len(peaks),
         SOLVE_METHOD if law is not None else SOLVE_METHOD_PROBE,
         whole_gpu=device.parent is None,
-        slo=slo,
     )
 
 
-def _solve_within_slo(sm, prediction, batch: int, dtype, latency_slo_ms: float, lo: int, per_profile, full):
-    """`predictor.mig.SloBatch` for `solve_largest_batch`: per profile (and the whole GPU) the largest batch from `lo`
-    up to the memory answer whose latency there, predicted at that batch from the symbolic graph, is within the
-    SLO."""
-    from predictor.mig import SloBatch, largest_batch_where
-    from predictor.predict import predict
+def solve_within_slo(sm: SymbolicModel, prediction, fitting, *, batch: int, latency_slo_ms: float, dtype=None):
+    """`predictor.mig.SloBatch`: per MIG profile of `prediction.device` (or the one slice it names) and the whole
+    GPU, the largest batch up to the one that fits there (`fitting`, the `LargestBatch` of `solve_largest_batch`)
+    whose predicted latency there is at most `latency_slo_ms` (ms). Each batch tried is the symbolic graph evaluated
+    there (`analyze_at`: the kernel view re-decided) and predicted as `prediction` was (device, matmul precision,
+    host factor), one cache of predicted batches for every profile. `batch` is the model's own (that of
+    `prediction`): predicted from the graph it must come out as `prediction` (AnalysisError otherwise); below the
+    graph's range (batch 1) it is the answer where nothing in the range meets the SLO and it does.
 
-    runtime = prediction.runtime
-    kwargs = {"matmul_precision": runtime.get("matmul_precision", "highest")}
-    kwargs["host_overhead"] = runtime.get("host_overhead", 1.0)
-    slice_target = prediction.device.count(":") > 0
+    Latency is not proven to grow with the batch: an answer below its memory cap meets the SLO and the next batch
+    does not; an answer at the cap meets it and the next batch does not fit."""
+    from predictor.devices import get_device
+    from predictor.mig import SloBatch, largest_batch_where
+    from predictor.predict import DEFAULT_MATMUL_PRECISION, host_overhead_of_prediction, predict
+
+    kwargs = {
+        "matmul_precision": prediction.runtime.get("matmul_precision", DEFAULT_MATMUL_PRECISION),
+        "host_overhead": host_overhead_of_prediction(prediction),
+    }
+    slice_target = get_device(prediction.device).parent is not None
     latencies: dict[int, dict[str | None, float]] = {}
 
     def latency(b: int) -> dict[str | None, float]:
         """{profile: ms on it, None: the whole GPU (or the target slice)} at batch b."""
         if b not in latencies:
             p, _ = predict(analyze_at(sm, b, dtype=dtype).analysis, prediction.device, **kwargs)
-            latencies[b] = {**({} if slice_target else dict(p.mig.latency_ms)), None: p.latency_ms}
+            latencies[b] = {**({} if slice_target else dict(p.mig.latency_ms or {})), None: p.latency_ms}
         return latencies[b]
 
     if sm.covers(batch) and latency(batch)[None] != prediction.latency_ms:
         raise AnalysisError(f"{sm.loaded.source}: the symbolic graph's latency at batch {batch} differs from predict's")
-    latencies.clear()  # the check is not one of the search's predictions
+    lo = fitting.lo
+    own = {None: prediction.latency_ms, **({} if slice_target else dict(prediction.mig.latency_ms or {}))}
 
     def within(profile: str | None, top: int | None) -> int | None:
-        """The largest batch in lo..top whose latency on `profile` is within the SLO (None: none, or top is None)."""
-        if top is None:
-            return None
-        if top < lo:  # the model's own batch, below the symbolic range (batch 1): its prediction decides
-            own = prediction.latency_ms if profile is None else prediction.mig.latency_ms.get(profile)
-            return top if own is not None and own <= latency_slo_ms else None
-        best, _ = largest_batch_where(lambda b: latency(b)[profile] <= latency_slo_ms, lo, top)
+        """The largest batch in lo..top whose latency on `profile` is within the SLO; the model's own batch below
+        the range where none is and it meets the SLO; None when top is None (nothing fits) or nothing meets it."""
+        best = None
+        if top is not None and top >= lo:
+            best, _ = largest_batch_where(lambda b: latency(b).get(profile, math.inf) <= latency_slo_ms, lo, top)
+        if best is None and top is not None and batch < lo and own.get(profile, math.inf) <= latency_slo_ms:
+            return batch
         return best
 
     if slice_target:  # the target slice's latency is the prediction's own
-        ((name, top),) = per_profile.items()
-        answers, whole = {name: within(None, top)}, None
+        answers, whole = {name: within(None, top) for name, top in fitting.per_profile.items()}, None
     else:
-        answers, whole = {name: within(name, top) for name, top in per_profile.items()}, within(None, full)
+        answers = {name: within(name, top) for name, top in fitting.per_profile.items()}
+        whole = within(None, fitting.full_gpu)
     method = "exponential search and bisection on the latency predicted at each batch from the symbolic graph"
     return SloBatch(float(latency_slo_ms), answers, whole, len(latencies), method)

@@ -12,8 +12,10 @@ per kernel class (`CLASSES`: GEMM, conv, attention, elementwise/norm/copy, each 
 above the launch floor, and the launch floor: every kernel's time where its launch floor is the larger), in ms,
 with per family the class whose share of the estimate is largest.
 
-`--hosts` prints the single-forward rows with the measuring host's dispatch factor (`--host-overhead`) as a user
-who ran `preflight calibrate-host` on that machine would state it, held out by family: per host (the MIGProfiler
+`--hosts` prints the single-forward rows with the measuring host's dispatch factor (`--host-overhead`), held out by
+family, each row's kernels costed on its device as the public evaluation costs them (a MIG slice's on the slice, the
+plain eager sum; `predict` on a slice adds the queued difference of `predictor.mig.slice_latencies`, which
+bench/bench_mig_latency.py evaluates with a fitted factor): per host (the MIGProfiler
 machine; DLE's; each lease of this project's H100 machine, by the hour its records were timed), each family's
 rows at the median of the factors `predictor.predict.solve_host_overhead` finds on the other families' rows of
 that host where the host sets at least half the measured time; MAPE / median APE and rows off by more than 35%
@@ -161,6 +163,8 @@ def print_hosts(exs: list, graphs: dict, by_container: bool = False) -> None:
     print(f"{'host':<27} {'factor (folds)':>15} {'rows':>5} {'factor 1':>20} {'calibrated':>20}")
 
     def line(label: str, sel: list, factors: str = "") -> None:
+        if not sel:
+            return
         meas = np.array([x[2].latency_ms for x in sel])
         a, b = _ape(np.array([x[3] for x in sel]), meas), _ape(np.array([x[4] for x in sel]), meas)
         print(

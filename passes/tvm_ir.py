@@ -1818,6 +1818,8 @@ class _OnnxClip(_QdqFused):
             if lo is None or hi is None:
                 return None
         lo, hi = (d if math.isnan(v) else v for v, d in ((lo, -math.inf), (hi, math.inf)))
+        if lo > hi:  # ONNX gives max there (min(max(x, lo), hi)); relax.clip would give lo: TVM's own converter
+            return None
         return relax.op.clip(x, lo, hi)
 
 

@@ -38,8 +38,9 @@ class SloBatch:
     (and the whole GPU): `per_profile[name]` / `full_gpu` is the largest batch up to the one that fits whose
     predicted latency on that profile is at most `latency_slo_ms` (ms), each batch tried the model's symbolic graph
     evaluated there and predicted as `preflight predict` would at that batch (the kernel view re-decided); None when
-    not even the lowest batch meets it. Latency is not proven to grow with the batch: each answer meets the SLO and
-    the next batch does not. `evaluations`: the batches predicted, all profiles together."""
+    not even the lowest batch meets it. Latency is not proven to grow with the batch: an answer below the memory cap
+    meets the SLO and the next batch does not; one at the cap meets it and the next batch does not fit.
+    `evaluations`: the batches predicted, all profiles together (the check at the model's own batch included)."""
 
     latency_slo_ms: float
     per_profile: dict[str, int | None]

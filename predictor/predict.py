@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import re
 from collections import Counter
@@ -506,6 +507,14 @@ class HostFit:
         return self.host_share >= 0.5
 
 
+def check_measured_ms(value) -> float:
+    """`value` as a measured latency in milliseconds: a real number (not a bool), finite and positive; ValueError
+    otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < float(value) < math.inf:
+        raise ValueError(f"the measured latency must be a positive number of milliseconds (got {value!r})")
+    return float(value)
+
+
 def solve_host_overhead(times: KernelTimes, measured_ms: float) -> HostFit:
     """The factor h for which sum_i max(execution_i, h x launch_i), the eager latency `host_times(times, h)` gives,
     equals `measured_ms` (> 0): exact, by the sorted breakpoints execution_i / launch_i of that piecewise-linear,
@@ -513,10 +522,11 @@ def solve_host_overhead(times: KernelTimes, measured_ms: float) -> HostFit:
 
     ValueError when no positive factor gives the measurement: it is at most the kernels' execution alone (the
     kernel model is slower than the run, whatever the host) or the graph launches nothing from the host."""
-    if not (isinstance(measured_ms, int | float) and math.isfinite(measured_ms) and measured_ms > 0):
-        raise ValueError(f"the measured latency must be a positive number of milliseconds (got {measured_ms!r})")
+    measured_ms = check_measured_ms(measured_ms)
     execution = np.maximum(times.compute_s, times.memory_s) * 1e3
     launch = times.launch_s * 1e3
+    if not (np.isfinite(execution).all() and np.isfinite(launch).all()):
+        raise ValueError("the kernel model gave a time that is not finite: no host factor can be solved")
     gpu_ms = float(execution.sum())
     floor_ms = float(launch.sum())
     if floor_ms <= 0:
@@ -530,16 +540,28 @@ def solve_host_overhead(times: KernelTimes, measured_ms: float) -> HostFit:
     ratio = execution[hosted] / launch[hosted]  # h at which each kernel's floor reaches its execution
     order = np.argsort(ratio, kind="stable")
     ratio, lau, exe = ratio[order], launch[hosted][order], execution[hosted][order]
-    rest = gpu_ms - float(exe.sum())  # kernels with no host launch (inside a library call): execution only
+    rest = float(execution[~hosted].sum())  # kernels with no host launch (inside a library call): execution only
     # at h in [ratio[k-1], ratio[k]]: kernels 0..k-1 at their floor, f(h) = h x sum(lau[:k]) + sum(exe[k:]) + rest
     at_floor = np.concatenate([[0.0], np.cumsum(lau)])
     above = rest + np.concatenate([[0.0], np.cumsum(exe[::-1])])[::-1]
     # f at each breakpoint; the first at or above the measurement ends the segment that holds it (never the first:
     # f(ratio[0]) is the execution alone); none: beyond the last breakpoint, every kernel at its floor (k = n)
-    k = int(np.searchsorted(ratio * at_floor[1:] + above[1:], measured_ms, side="left"))
-    h = (measured_ms - above[k]) / at_floor[k]
+    # (at least 1: a measurement within rounding of the execution alone would otherwise land on the empty segment)
+    k = max(int(np.searchsorted(ratio * at_floor[1:] + above[1:], measured_ms, side="left")), 1)
+    h = max((measured_ms - above[k]) / at_floor[k], 0.0)
     share = float(h * at_floor[k] / measured_ms)
     return HostFit(float(measured_ms), float(h), gpu_ms, floor_ms, times.eager_ms, share)
+
+
+def whole_gpu_for_calibration(device_name: str) -> Device:
+    """The device a host calibration runs on; ValueError for a MIG slice (the host is the same on every slice)."""
+    device = get_device(device_name)
+    if device.parent is not None:
+        raise ValueError(
+            f"{device.key} is a MIG slice: calibrate the host on the whole GPU ({device.parent}); the factor is the "
+            "host's and applies on every slice"
+        )
+    return device
 
 
 def calibrate_host(
@@ -551,12 +573,7 @@ def calibrate_host(
 
     ValueError for a MIG slice (calibrate on the whole GPU: the host is the same on every slice), an unknown
     device or matmul precision, or a measurement no factor explains (`solve_host_overhead`)."""
-    device = get_device(device_name)
-    if device.parent is not None:
-        raise ValueError(
-            f"{device.key} is a MIG slice: calibrate the host on the whole GPU ({device.parent}); the factor is the "
-            "host's and applies on every slice"
-        )
+    device = whole_gpu_for_calibration(device_name)
     tf32 = tf32_matmul_of(matmul_precision)
     launched = getattr(analysis, "launched_kernels", analysis.kernels)  # as `predict` costs them
     return solve_host_overhead(kernel_latency_arrays(kernel_arrays(launched), device, tf32_matmul=tf32), measured_ms)

@@ -65,6 +65,17 @@ def test_no_factor_explains_a_run_faster_than_the_kernels():
         solve_host_overhead(_times([10], [0]), 0.02)
 
 
+def test_a_measurement_within_rounding_of_the_execution_gives_a_finite_factor():
+    """Just above the execution alone (the next float): a factor >= 0, finite, whatever the rounding."""
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        n = int(rng.integers(1, 30))
+        t = _times(rng.exponential(5, n), rng.uniform(1, 5, n))
+        gpu_ms = float((np.maximum(t.compute_s, t.memory_s) * 1e3).sum())  # as the solve sums it
+        fit = solve_host_overhead(t, float(np.nextafter(gpu_ms, np.inf)))
+        assert np.isfinite(fit.host_overhead) and fit.host_overhead >= 0
+
+
 def test_random_graphs_reproduce_the_measurement():
     """For random kernel times, predicting at the solved factor (`host_times`, the path `predict` takes) gives the
     measurement back."""
@@ -137,7 +148,7 @@ def test_cli_json_and_text(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["measured_ms"] == measured and doc["device"] == "h100-80gb" and doc["determined"] is True
-    assert doc["kernel_execution_ms"] < doc["predicted_ms_at_host_overhead_1"] < measured
+    assert doc["kernel_execution_ms"] < doc["kernel_model_ms_at_host_overhead_1"] < measured
     p = subprocess.run(
         [sys.executable, "-m", "analyzer.cli", "predict", "zoo:resnet18?resolution=64", "--batch", "1",
          "--host-overhead", repr(doc["host_overhead"]), "--format", "json"],

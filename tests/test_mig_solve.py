@@ -151,6 +151,40 @@ def test_largest_batch_within_a_latency_slo_by_concrete_analyses():
     assert none.per_profile == lb.per_profile
 
 
+def test_largest_batch_within_the_slo_at_the_models_own_batch_below_the_range():
+    """ResNet-18 (64 px) is exported with its batch symbolic from batch 2; its own batch is 1. With an SLO between
+    batch 1's and batch 2's predicted latency on 1g.5gb (each from the model exported at that batch, the slice as the
+    target), batch 1 is the answer there (the memory solve answers the same way below the range)."""
+    model = "zoo:resnet18?resolution=64"
+    one, two = (predict(model, device="a100-40gb:1g.5gb", batch=b).prediction.latency_ms for b in (1, 2))
+    assert one < two
+    slo = (one + two) / 2
+    lb = predict(model, device="a100-40gb", largest_batch=True, latency_slo_ms=slo).prediction.mig.largest_batch
+    assert lb.lo == 2 and lb.slo.per_profile["1g.5gb"] == 1
+
+
+def test_largest_batch_within_the_slo_on_a_gpu_without_mig(tmp_path, monkeypatch):
+    """A user's GPU with no MIG profiles (a device file's `"mig": []`): the whole GPU alone, no error."""
+    from test_device_files import L40S
+
+    from predictor.devices import DEVICES, add_device_file
+
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps({"schema": "preflight.devices/1", "devices": [L40S]}))
+    saved = dict(DEVICES)
+    try:
+        add_device_file(path)
+        model = "zoo:resnet18?resolution=64"
+        lb = predict(model, device="l40s-48gb", largest_batch=True, latency_slo_ms=5.0).prediction.mig.largest_batch
+        assert lb.per_profile == {} and lb.slo.per_profile == {} and lb.slo.full_gpu is not None
+        b = lb.slo.full_gpu
+        lat = [predict(model, device="l40s-48gb", batch=n).prediction.latency_ms for n in (b, b + 1)]
+        assert lat[0] <= 5.0 < lat[1]
+    finally:
+        DEVICES.clear()
+        DEVICES.update(saved)
+
+
 def test_largest_batch_of_a_slice_target_and_bad_input():
     lin = torch.nn.Linear(8, 4096, device="meta")
     rep = predict(lin, (torch.empty(3, 8, device="meta"),), device="a100-40gb:3g.20gb", largest_batch=True)

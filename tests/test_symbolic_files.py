@@ -265,3 +265,56 @@ def test_an_onnx_clip_and_tile_stay_symbolic(tmp_path, batch):
     assert [(c.bytes_read, c.bytes_written) for c in ops] == [(48 * batch, 48 * batch)] * 2 + [(48 * batch, 96 * batch)]
     attrs = [oracle.analysis.graph.ops[c.index].attrs for c in ops[:2]]
     assert [(a["min"], a["max"]) for a in attrs] == [(0.0, 6.0), (float("-inf"), 5.0)]
+
+
+def _one_clip(path, opset: int, inputs: list[str], attrs: dict, dtype=None, constants=None) -> str:
+    """x [batch, 4] -> Clip -> y, at `opset`; `constants` {name: value} as Constant nodes (not initializers)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    dtype = dtype or TensorProto.FLOAT
+    np_dtype = np.float32 if dtype == TensorProto.FLOAT else np.int32
+    nodes = [
+        helper.make_node("Constant", [], [n], value=numpy_helper.from_array(np.array(v, np_dtype), n))
+        for n, v in (constants or {}).items()
+    ]
+    nodes.append(helper.make_node("Clip", ["x", *inputs], ["y"], **attrs))
+    graph = helper.make_graph(
+        nodes,
+        "clip",
+        [helper.make_tensor_value_info("x", dtype, ["batch", 4])],
+        [helper.make_tensor_value_info("y", dtype, ["batch", 4])],
+    )
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("opset", "inputs", "attrs", "constants", "want"),
+    [
+        (6, [], {"min": -1.0, "max": 2.0}, None, (-1.0, 2.0)),  # opset 6: bounds as attributes
+        (13, ["lo", "hi"], {}, {"lo": 0.0, "hi": 6.0}, (0.0, 6.0)),  # Constant nodes, not initializers
+        (13, ["lo", "hi"], {}, {"lo": float("nan"), "hi": 6.0}, (float("-inf"), 6.0)),  # a NaN bound: none
+        (13, ["lo"], {}, {"lo": 1.0}, (1.0, float("inf"))),  # max omitted
+    ],
+)
+def test_onnx_clip_forms_as_one_clip(tmp_path, opset, inputs, attrs, constants, want):
+    path = _one_clip(tmp_path / "c.onnx", opset, inputs, attrs, constants=constants)
+    a = analyze_model(path, batch=3).analysis
+    ops = [c for c in a.ops if not c.folded]
+    assert [c.op for c in ops] == ["relax.clip"]
+    got = a.graph.ops[ops[0].index].attrs
+    assert (got["min"], got["max"]) == want
+    assert (ops[0].bytes_read, ops[0].bytes_written) == (3 * 4 * 4, 3 * 4 * 4)  # batch 3 x 4 float32, by hand
+
+
+def test_onnx_clip_left_to_tvm_where_one_clip_would_differ(tmp_path):
+    """min > max (ONNX returns max there, relax.clip would give min) and an int32 tensor: TVM's own converter
+    (its maximum and minimum PrimFuncs)."""
+    from onnx import TensorProto
+
+    crossed = _one_clip(tmp_path / "x.onnx", 13, ["lo", "hi"], {}, constants={"lo": 5.0, "hi": 1.0})
+    ints = _one_clip(tmp_path / "i.onnx", 13, ["lo", "hi"], {}, TensorProto.INT32, {"lo": 0, "hi": 6})
+    for path in (crossed, ints):
+        ops = [c.op for c in analyze_model(path, batch=3).analysis.ops if not c.folded]
+        assert "relax.clip" not in ops and ops.count("relax.call_tir") == 2, (path, ops)

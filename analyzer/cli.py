@@ -605,6 +605,7 @@ def calibrate_host(
         "launch_floor_ms": fit.floor_ms,
         "kernel_model_ms_at_host_overhead_1": fit.default_ms,
         "host_share": fit.host_share,
+        "launch_floor_ms_at_host_overhead_1": fit.default_floor_ms,
         "determined": fit.determined,
     }
     if fmt == "json":
@@ -619,6 +620,13 @@ def calibrate_host(
         click.echo(
             f"the host sets only {fit.host_share:.0%} of this forward: the factor is poorly determined (an error in "
             "the kernels' predicted execution moves it far); time a smaller batch",
+            err=True,
+        )
+    if fit.default_floor_ms < fit.default_ms / 2:
+        click.echo(
+            f"at factor 1 preflight predicts this forward GPU-bound (the launch floor {fit.default_floor_ms:.3g} of "
+            f"{fit.default_ms:.3g} ms): a measurement far above it more likely says the GPU side differs (another "
+            "GPU, clocks, dtype) than the host; time a smaller batch",
             err=True,
         )
     if fit.host_overhead > PLAUSIBLE_HOST_OVERHEAD:

@@ -490,8 +490,9 @@ class HostFit:
 
     `host_overhead`: the factor (`--host-overhead`); `gpu_ms`: the kernels' execution alone (the latency as the
     factor goes to 0); `floor_ms`: the launch floor at factor 1, summed over every kernel; `default_ms`: the eager
-    latency at factor 1, what preflight predicts without the calibration (all ms); `host_share`: the part of the
-    measured time the host's dispatch sets at the solution (the kernels at their floor), 0 to 1."""
+    latency at factor 1, what the kernel model predicts without the calibration, `default_floor_ms` the part of it
+    at the launch floor (all ms); `host_share`: the part of the measured time the host's dispatch sets at the
+    solution (the kernels at their floor), 0 to 1."""
 
     measured_ms: float
     host_overhead: float
@@ -499,6 +500,7 @@ class HostFit:
     floor_ms: float
     default_ms: float
     host_share: float
+    default_floor_ms: float = 0.0
 
     @property
     def determined(self) -> bool:
@@ -550,7 +552,7 @@ def solve_host_overhead(times: KernelTimes, measured_ms: float) -> HostFit:
     k = max(int(np.searchsorted(ratio * at_floor[1:] + above[1:], measured_ms, side="left")), 1)
     h = max((measured_ms - above[k]) / at_floor[k], 0.0)
     share = float(h * at_floor[k] / measured_ms)
-    return HostFit(float(measured_ms), float(h), gpu_ms, floor_ms, times.eager_ms, share)
+    return HostFit(float(measured_ms), float(h), gpu_ms, floor_ms, times.eager_ms, share, times.floor_ms)
 
 
 def whole_gpu_for_calibration(device_name: str) -> Device:

@@ -39,6 +39,7 @@ def test_solve_by_hand_on_each_segment():
     assert fit.host_overhead == pytest.approx(1.5, rel=1e-12)
     assert fit.host_share == pytest.approx(6 / 16, rel=1e-12) and not fit.determined
     assert (fit.gpu_ms, fit.floor_ms, fit.default_ms) == pytest.approx((0.012, 0.006, 0.014), rel=1e-12)
+    assert fit.default_floor_ms == pytest.approx(0.004, rel=1e-12)  # at factor 1 the two short kernels: 2 + 2 us
     for measured_us, h, share in ((32, 32 / 6, 1.0), (40, 40 / 6, 1.0), (13, 0.75, 3 / 13)):
         fit = solve_host_overhead(t, measured_us * 1e-3)
         assert fit.host_overhead == pytest.approx(h, rel=1e-12), measured_us
@@ -167,3 +168,17 @@ def test_cli_json_and_text(tmp_path):
     ):
         bad = _cli("zoo:resnet18?resolution=64", "--batch", "1", *args)
         assert bad.returncode == 2 and msg in bad.stderr and "Traceback" not in bad.stderr, (args, bad.stderr)
+
+
+def test_cli_warns_on_a_forward_it_predicts_gpu_bound():
+    """ResNet-18 (64 px) at batch 512 on the H100: at factor 1 most of the predicted time is execution, not the
+    launch floor (the JSON says both); a measurement of 3x that is answered, with a warning that the GPU side more
+    likely differs; one of 20x needs a factor above 10, with the plausibility warning."""
+    model = "zoo:resnet18?resolution=64"
+    doc = json.loads(_cli(model, "--batch", "512", "--measured-ms", "1000", "--format", "json").stdout)
+    default, floor = doc["kernel_model_ms_at_host_overhead_1"], doc["launch_floor_ms_at_host_overhead_1"]
+    assert floor < default / 2
+    r = _cli(model, "--batch", "512", "--measured-ms", repr(3 * default))
+    assert r.returncode == 0 and "predicts this forward GPU-bound" in r.stderr and "Traceback" not in r.stderr
+    r = _cli(model, "--batch", "512", "--measured-ms", repr(20 * default))
+    assert r.returncode == 0 and "a factor above 10" in r.stderr

@@ -546,8 +546,10 @@ def predict(
         _info("within budget")
 
 
-#: calibrate-host warns above this factor (docs/devices.md, "Calibrating the host").
+#: calibrate-host warns above this factor, and of a forward the kernel model predicts GPU-bound measured this many
+#: times its prediction (docs/devices.md, "Calibrating the host").
 PLAUSIBLE_HOST_OVERHEAD = 10.0
+GPU_BOUND_FAR = 1.5
 
 
 @cli.command("calibrate-host")
@@ -590,25 +592,30 @@ def calibrate_host(
         model, measured_ms, inputs=list(inputs), batch=batch, dtype=dtype, device=device,
         matmul_precision=matmul_precision,
     )  # fmt: skip
-    name = report.model.get("name") or model
     from predictor.devices import get_device
 
+    name = report.model.get("name") or model
     fit_device = get_device(device).key  # an alias resolved (the API checked it)
-    doc = {
-        "model": report.model,
-        "inputs": report.inputs,
-        "device": fit_device,
-        "matmul_precision": matmul_precision,
-        "measured_ms": fit.measured_ms,
-        "host_overhead": float(f"{fit.host_overhead:.6g}"),
-        "kernel_execution_ms": fit.gpu_ms,
-        "launch_floor_ms": fit.floor_ms,
-        "kernel_model_ms_at_host_overhead_1": fit.default_ms,
-        "host_share": fit.host_share,
-        "launch_floor_ms_at_host_overhead_1": fit.default_floor_ms,
-        "determined": fit.determined,
-    }
+    cautions = host_cautions(fit)
     if fmt == "json":
+        doc = {
+            "schema": "preflight.host_calibration/1",
+            "model": report.model,
+            "inputs": report.inputs,
+            "device": fit_device,
+            "matmul_precision": matmul_precision,
+            "measured_ms": fit.measured_ms,
+            "host_overhead": float(f"{fit.host_overhead:.6g}"),
+            "determined": fit.determined,
+            "host_share": fit.host_share,
+            "kernel_model": {
+                "execution_ms": fit.gpu_ms,
+                "launch_floor_sum_ms": fit.floor_ms,
+                "latency_ms": fit.default_ms,
+                "at_launch_floor_ms": fit.default_floor_ms,
+            },
+            "warnings": cautions,
+        }
         click.echo(json.dumps(doc, indent=2))
         return
     click.echo(f"{name} on {fit_device}: measured {fit.measured_ms:.4g} ms per forward")
@@ -616,27 +623,39 @@ def calibrate_host(
     click.echo(f"  kernel model at factor 1        {fit.default_ms:.4g} ms")
     click.echo(f"  host factor                     {fit.host_overhead:.3g}")
     click.echo(f"  host-bound share                {fit.host_share:.0%} of the measured time")
-    if not fit.determined:
+    for caution in cautions:
+        click.echo(caution, err=True)
+    if fit.determined:
         click.echo(
-            f"the host sets only {fit.host_share:.0%} of this forward: the factor is poorly determined (an error in "
-            "the kernels' predicted execution moves it far); time a smaller batch",
-            err=True,
+            f"Use --host-overhead {fit.host_overhead:.3g} with predict, report, analyze-many and llm on this host."
         )
-    if fit.default_floor_ms < fit.default_ms / 2:
-        click.echo(
-            f"at factor 1 preflight predicts this forward GPU-bound (the launch floor {fit.default_floor_ms:.3g} of "
-            f"{fit.default_ms:.3g} ms): a measurement far above it more likely says the GPU side differs (another "
-            "GPU, clocks, dtype) than the host; time a smaller batch",
-            err=True,
+    else:
+        click.echo("Not determined by this forward: time one the host sets most of (a smaller batch or model).")
+
+
+def host_cautions(fit) -> list[str]:
+    """What `calibrate-host` warns of for a `predictor.predict.HostFit` (docs/devices.md, "Calibrating the host")."""
+    out = []
+    if not fit.determined:
+        out.append(
+            f"the host sets only {fit.host_share:.0%} of this forward at the solution: the factor is not determined "
+            "(an error in the kernels' predicted execution moves it far); time a forward the host sets most of: a "
+            "smaller batch, or a smaller model"
+        )
+    if fit.default_floor_ms < fit.default_ms / 2 and fit.measured_ms > GPU_BOUND_FAR * fit.default_ms:
+        out.append(
+            f"at factor 1 the kernel model predicts this forward GPU-bound ({fit.default_floor_ms:.3g} of "
+            f"{fit.default_ms:.3g} ms at the launch floor) and the measurement is "
+            f"{fit.measured_ms / fit.default_ms:.2g}x that: the GPU side more likely differs (another GPU, clocks, "
+            "dtype) than the host"
         )
     if fit.host_overhead > PLAUSIBLE_HOST_OVERHEAD:
-        click.echo(
+        out.append(
             f"a factor above {PLAUSIBLE_HOST_OVERHEAD:g} is slower than any host measured (the public MIG "
             "measurements' 2022 host: 2.35): check the GPU, the batch and dtype, and that the timing was warm and "
-            "synchronised",
-            err=True,
+            "synchronised"
         )
-    click.echo(f"Use --host-overhead {fit.host_overhead:.3g} with predict, report, analyze-many and llm on this host.")
+    return out
 
 
 @cli.command()

@@ -124,11 +124,15 @@ class LargestBatch:
         s = self.slo
         items = [(n, b) for n, b in s.per_profile.items()] + ([("whole GPU", s.full_gpu)] if self.whole_gpu else [])
         items.sort(key=lambda nb: nb[0] != recommended)  # the recommended profile first
-        text = ", ".join(f"{n} {self._n(b)}" for n, b in items)
+        # none: not even the lowest batch tried (the model's own below the symbolic range) meets the SLO
+        text = ", ".join(f"{n} {'none' if b is None else self._n(b)}" for n, b in items)
         if len(items) > 1:
             first, _, others = text.partition(", ")
             text = f"{first} ({others})"
-        return f"; within {s.latency_slo_ms:g} ms: {text} (latency not proven to grow with the batch)"
+        return (
+            f"; within {s.latency_slo_ms:g} ms: {text} (latency not proven to grow with the batch: each is a "
+            "boundary found)"
+        )
 
 
 def largest_fitting_batch(

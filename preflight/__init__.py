@@ -17,6 +17,7 @@ from analyzer import __version__, lazy_attributes
 _LAZY = {
     "analyze": "analyzer.api",  # counts: FLOPs, MACs, bytes, params, peak activations (a Report)
     "predict": "analyzer.api",  # counts + latency, energy, memory and MIG slice on one GPU (a Report)
+    "calibrate_host": "analyzer.api",  # the --host-overhead of a machine, from one forward timed on it
     "report": "analyzer.api",  # pre-deployment report over GPUs and batch sizes
     "check_budget": "analyzer.api",
     "budget_verdict": "analyzer.api",  # the gate's verdict: each budget, the predicted value, pass/fail, margin

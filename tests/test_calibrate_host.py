@@ -149,7 +149,8 @@ def test_cli_json_and_text(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["measured_ms"] == measured and doc["device"] == "h100-80gb" and doc["determined"] is True
-    assert doc["kernel_execution_ms"] < doc["kernel_model_ms_at_host_overhead_1"] < measured
+    assert doc["schema"] == "preflight.host_calibration/1" and doc["warnings"] == []
+    assert doc["kernel_model"]["execution_ms"] < doc["kernel_model"]["latency_ms"] < measured
     p = subprocess.run(
         [sys.executable, "-m", "analyzer.cli", "predict", "zoo:resnet18?resolution=64", "--batch", "1",
          "--host-overhead", repr(doc["host_overhead"]), "--format", "json"],
@@ -172,13 +173,32 @@ def test_cli_json_and_text(tmp_path):
 
 def test_cli_warns_on_a_forward_it_predicts_gpu_bound():
     """ResNet-18 (64 px) at batch 512 on the H100: at factor 1 most of the predicted time is execution, not the
-    launch floor (the JSON says both); a measurement of 3x that is answered, with a warning that the GPU side more
-    likely differs; one of 20x needs a factor above 10, with the plausibility warning."""
+    launch floor (the JSON says both). A measurement at 1.1x the prediction gets no GPU-bound caution (not far
+    above); one of 3x gets it, in the text (stderr) and in the JSON's warnings; one of 20x needs a factor above 10,
+    with the plausibility caution."""
     model = "zoo:resnet18?resolution=64"
     doc = json.loads(_cli(model, "--batch", "512", "--measured-ms", "1000", "--format", "json").stdout)
-    default, floor = doc["kernel_model_ms_at_host_overhead_1"], doc["launch_floor_ms_at_host_overhead_1"]
-    assert floor < default / 2
-    r = _cli(model, "--batch", "512", "--measured-ms", repr(3 * default))
-    assert r.returncode == 0 and "predicts this forward GPU-bound" in r.stderr and "Traceback" not in r.stderr
-    r = _cli(model, "--batch", "512", "--measured-ms", repr(20 * default))
+    km = doc["kernel_model"]
+    assert km["at_launch_floor_ms"] < km["latency_ms"] / 2
+    assert any("a factor above 10" in w for w in doc["warnings"])
+    near = _cli(model, "--batch", "512", "--measured-ms", repr(1.1 * km["latency_ms"]))
+    assert near.returncode == 0 and "GPU-bound" not in near.stderr
+    r = _cli(model, "--batch", "512", "--measured-ms", repr(3 * km["latency_ms"]), "--format", "json")
+    assert r.returncode == 0 and any("predicts this forward GPU-bound" in w for w in json.loads(r.stdout)["warnings"])
+    r = _cli(model, "--batch", "512", "--measured-ms", repr(3 * km["latency_ms"]))
+    assert "predicts this forward GPU-bound" in r.stderr and "Traceback" not in r.stderr
+    r = _cli(model, "--batch", "512", "--measured-ms", repr(20 * km["latency_ms"]))
     assert r.returncode == 0 and "a factor above 10" in r.stderr
+
+
+def test_cli_does_not_recommend_an_undetermined_factor():
+    """Just above the kernels' execution at batch 1 (the host sets almost none of it at the solution): no "Use
+    --host-overhead" line, the caution instead, and `determined` false in the JSON."""
+    model = "zoo:resnet18?resolution=64"
+    km = json.loads(_cli(model, "--batch", "1", "--measured-ms", "50", "--format", "json").stdout)["kernel_model"]
+    just_above = repr(km["execution_ms"] * 1.001)
+    r = _cli(model, "--batch", "1", "--measured-ms", just_above)
+    assert r.returncode == 0 and "Use --host-overhead" not in r.stdout and "Not determined" in r.stdout
+    assert "not determined" in r.stderr
+    doc = json.loads(_cli(model, "--batch", "1", "--measured-ms", just_above, "--format", "json").stdout)
+    assert doc["determined"] is False and any("not determined" in w for w in doc["warnings"])

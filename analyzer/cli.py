@@ -586,14 +586,14 @@ def calibrate_host(
     gives your measurement; pass it as --host-overhead to predict, report, analyze-many and llm on that machine.
     Time a small batch (the host should set at least half of the forward).
     """
+    from predictor.devices import get_device
+
     from .api import calibrate_host as run
 
     report, fit = run(
         model, measured_ms, inputs=list(inputs), batch=batch, dtype=dtype, device=device,
         matmul_precision=matmul_precision,
     )  # fmt: skip
-    from predictor.devices import get_device
-
     name = report.model.get("name") or model
     fit_device = get_device(device).key  # an alias resolved (the API checked it)
     cautions = host_cautions(fit)

@@ -80,10 +80,17 @@ def _scalar_value(const, info: TensorInfo) -> float | None:
     """The value of a one-element numeric constant (a literal such as GELU's 1/sqrt(2)), else None."""
     if info.numel != 1 or not info.dtype.startswith(("float", "int", "uint", "bfloat")):
         return None
+    return _read_scalar(const)
+
+
+def _read_scalar(const) -> float | None:
+    """The value of a one-element constant, else None (more elements, or a payload numpy cannot read, e.g.
+    bfloat16)."""
     try:
-        return float(const.value.numpy().reshape(-1)[0])
-    except (AttributeError, TypeError, ValueError):  # a payload numpy cannot read (e.g. bfloat16)
+        values = const.value.numpy()
+    except (AttributeError, TypeError, ValueError):
         return None
+    return float(values.reshape(-1)[0]) if values.size == 1 else None
 
 
 def _is_call(expr) -> bool:
@@ -1808,7 +1815,7 @@ class _OnnxClip(_QdqFused):
     @classmethod
     def fuse(cls, bb, inputs, attr):
         x = inputs[0]
-        if not _relax_float(x):
+        if not _dtype_of(x).startswith(("float", "bfloat")):
             return None
         if len(inputs) == 1:  # opset 1-6: bounds as attributes
             lo, hi = float(attr.get("min", -math.inf)), float(attr.get("max", math.inf))
@@ -1838,22 +1845,12 @@ class _OnnxTile(_QdqFused):
         return relax.op.tile(inputs[0], [int(r) for r in reps.value.numpy().reshape(-1)])
 
 
-def _relax_float(expr) -> bool:
-    """Whether a Relax expression is a tensor of a float dtype."""
-    ty = getattr(expr, "ty", None)
-    return isinstance(ty, relax.TensorType) and str(ty.dtype).startswith(("float", "bfloat"))
-
-
 def _constant_scalar(expr, default: float) -> float | None:
     """The value of a one-element Relax constant (`default` for an absent input, None), else None (a bound the
     graph computes)."""
     if expr is None:
         return default
-    if isinstance(expr, tvm.ir.Constant):
-        values = expr.value.numpy()
-        if values.size == 1:
-            return float(values.reshape(()))
-    return None
+    return _read_scalar(expr) if isinstance(expr, tvm.ir.Constant) else None
 
 
 ONNX_EXTRA_CONVERTERS.update(

@@ -773,20 +773,20 @@ _symbolic: OrderedDict[str, Any] = OrderedDict()  # this worker's: path -> Symbo
 def _symbolic_key(job: Job) -> str | None:
     """What rows that can share one symbolic export have in common: a zoo model, its shapes from the spec, at a
     batch of at least 2 (torch specialises 1: batch 1 is exported on its own, as `report --batches` does); or a
-    `.pt2` / ONNX file without `inputs` (one import with its own dynamic dims, `frontends.load_symbolic_file`;
+    `.pt2`, ONNX or Paddle file without `inputs` (one import with its own dynamic dims, `frontends.load_symbolic_file`;
     the rows its range does not cover are analysed on their own)."""
-    from .frontends import SYMBOLIC_LOADERS
+    from .frontends import takes_symbolic
 
     if job.inputs or job.batch is None:
         return None
     if job.path.startswith("zoo:"):
         return job.path if job.batch >= 2 else None
-    return job.path if Path(job.path).suffix.lower() in SYMBOLIC_LOADERS else None
+    return job.path if takes_symbolic(job.path) else None
 
 
 def mark_shared(jobs: Sequence[Job]) -> list[Job]:
-    """`jobs` with `shared` set on the rows whose model (a zoo model, a `.pt2` or ONNX file) at least one other row
-    analyses at another batch (the rule of `analyzer.sweep`: one symbolic export pays from two batches)."""
+    """`jobs` with `shared` set on the rows whose model (a zoo model, a `.pt2`, ONNX or Paddle file) at least one
+    other row analyses at another batch (the rule of `analyzer.sweep`: one symbolic export pays from two batches)."""
     count = Counter(k for k in map(_symbolic_key, jobs) if k is not None)
     return [dataclasses.replace(j, shared=count[k] >= 2) if (k := _symbolic_key(j)) else j for j in jobs]
 

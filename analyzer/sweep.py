@@ -216,7 +216,7 @@ def _solve_by_formula(sm, reuse: dict, index: int, points: list[dict], latency_s
 
 
 def _symbolic(model, example_inputs, inputs, batches: list[int]):
-    """(SymbolicModel or None, why not): one symbolic export (a `.pt2` or ONNX file: one import with its own
+    """(SymbolicModel or None, why not): one symbolic export (a `.pt2`, ONNX or Paddle file: one import with its own
     dynamic dims) for the sweep when it pays (a zoo model, an nn.Module or such a file, at least two batches to
     analyse); else None and the reason (None when none was tried: other files, `inputs` with a zoo model or an
     nn.Module, or fewer than two batches)."""

@@ -62,8 +62,8 @@ def load_symbolic(
     """Export `model` ("zoo:NAME[?...]", or an nn.Module with example inputs whose axis 0 is the batch) with the
     batch symbolic and extract its symbolic graph. `seq`: also the sequence length ("seq") of a zoo language
     model (`zoo_symbol_axes`); when it cannot stay symbolic, the batch alone, and `SymbolicModel.notes` says why.
-    A `.pt2` or ONNX file is imported once with its own dynamic dims (`frontends.load_symbolic_file`: dimension 0
-    is the batch); `inputs` (`--input` specs) give the other symbols' values.
+    A `.pt2`, ONNX or Paddle file is imported once with its own dynamic dims (`frontends.load_symbolic_file`:
+    dimension 0 is the batch); `inputs` (`--input` specs) give the other symbols' values.
 
     Raises UsageError for a model symbolic analysis does not take (another file, an IRModule; `inputs` with a
     zoo model or an nn.Module), AnalysisError when torch.export fixes the batch or the graph has a size the
@@ -96,11 +96,11 @@ def is_file(model) -> bool:
 
 
 def takes_file(model) -> bool:
-    """Whether `model` names a file of a format whose own dynamic dims symbolic analysis keeps (`.pt2`, `.onnx`:
-    `frontends.SYMBOLIC_LOADERS`), `--input` giving those other than the batch."""
-    from .frontends import SYMBOLIC_LOADERS
+    """Whether `model` names a file of a format whose own dynamic dims symbolic analysis keeps (`.pt2`, `.onnx`, a
+    Paddle inference model: `frontends.takes_symbolic`), `--input` giving those other than the batch."""
+    from .frontends import takes_symbolic
 
-    return is_file(model) and Path(model).suffix.lower() in SYMBOLIC_LOADERS
+    return is_file(model) and takes_symbolic(model)
 
 
 def _load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool = False, inputs=None) -> SymbolicModel:
@@ -132,7 +132,7 @@ def _load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool =
     else:
         raise UsageError(
             "symbolic analysis takes zoo:NAME models, nn.Modules (re-exported with the batch left symbolic) and "
-            ".pt2 and .onnx files exported with a dynamic batch"
+            ".pt2, .onnx and Paddle files saved with a dynamic batch"
         )
     if BATCH not in {user for user, _, _ in loaded.symbols.values()}:
         raise AnalysisError(f"{loaded.source}: torch.export fixed the batch size; no symbolic export")

@@ -23,13 +23,16 @@ and extracted again (`StepGraph.evaluate = False`, the way before), side by side
 `--file pt2` (or `onnx`) runs every case on a file instead of the zoo model: the model exported once before timing,
 as a user brings it, with its batch dynamic (`torch.export.Dim` on dimension 0 and `torch.export.save`; or the
 TorchScript ONNX exporter with `dynamic_axes`); "export" is then the file's import at batch 1, "symbolic" its import
-with the batch left symbolic (no export: the file's own dynamic dim).
+with the batch left symbolic (no export: the file's own dynamic dim). `--file paddle` saves `paddle.vision.models`'
+NAME (random weights, `paddle.jit.save` with a `None` batch at 224 x 224; `--models` then names those, default
+resnet18,resnet50,mobilenet_v2): "export" is its conversion (paddle2onnx, in preflight's child) and import at batch 1,
+"symbolic" the same with the batch symbolic.
 
 `--cold` adds, per model, two fresh `preflight -q report zoo:NAME` processes side by side (imports and first-call
 costs included, as a user runs it): `--no-sweep` and `--batches 1,2,...,128`, best of --repeat.
 
 Usage: python bench/bench_symbolic_sweep.py [--models resnet18,resnet50,bert_base] [--repeat 3] [--cold]
-       [--llm zoo:llama_7b] [--file pt2|onnx]
+       [--llm zoo:llama_7b] [--file pt2|onnx|paddle]
 """
 
 from __future__ import annotations
@@ -61,12 +64,14 @@ def best(fn, repeat: int) -> tuple[float, object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="resnet18,resnet50,bert_base", help="zoo names, comma-separated")
+    ap.add_argument("--models", default=None, help="zoo names, comma-separated (default resnet18,resnet50,bert_base)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cold", action="store_true", help="also time fresh `preflight report` processes")
     ap.add_argument("--llm", default=None, metavar="MODEL", help="also time `preflight llm`'s context table")
-    ap.add_argument("--file", choices=("pt2", "onnx"), help="time a file of each model (dynamic batch) instead")
+    ap.add_argument("--file", choices=FORMATS, help="time a file of each model (dynamic batch) instead")
     args = ap.parse_args()
+    if args.models is None:
+        args.models = "resnet18,resnet50,mobilenet_v2" if args.file == "paddle" else "resnet18,resnet50,bert_base"
     warnings.filterwarnings("ignore")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -142,9 +147,21 @@ def main() -> None:
         llm_row(args.llm, args.repeat)
 
 
+FORMATS = ("pt2", "onnx", "paddle")
+
+
 def model_file(name: str, folder: Path, fmt: str) -> str:
     """`zoo:name` built at batch 2 and saved as `folder/name.<fmt>` with its batch (dimension 0 of every input)
-    dynamic: a `torch.export.Dim` and `torch.export.save` (pt2), or the TorchScript exporter's `dynamic_axes` (onnx)."""
+    dynamic: a `torch.export.Dim` and `torch.export.save` (pt2), or the TorchScript exporter's `dynamic_axes` (onnx);
+    paddle: `paddle.vision.models.<name>()` saved by `paddle.jit.save` in `folder/name/` with a `None` batch."""
+    if fmt == "paddle":
+        import paddle
+
+        layer = getattr(paddle.vision.models, name)()
+        layer.eval()
+        spec = [paddle.static.InputSpec([None, 3, 224, 224], "float32", name="x")]
+        paddle.jit.save(layer, str(folder / name / "model"), input_spec=spec)
+        return str(folder / name)
     import torch
 
     import zoo

@@ -254,3 +254,113 @@ def test_same_cnn_in_torch_keras_paddle(pd_models, tmp_path):
     # 131,072; Keras's folded bias add counts 1 per element: 32,768. Everything else is equal.
     assert totals["torch"].flops == totals["paddle"].flops == 6_702_356
     assert totals["keras"].flops == 6_702_356 - 131_072 + 32_768 == 6_604_052
+
+
+# ---- symbolic: one conversion, every batch (docs/symbolic.md) ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pd_symbolic(pd_models):
+    from analyzer.symbolic import formulas, load_symbolic
+
+    sm = load_symbolic(str(pd_models["cnn"]))
+    return sm, formulas(sm)
+
+
+@needs_paddle
+@pytest.mark.parametrize("batch", (2, 5, 17))
+def test_symbolic_paddle_equals_the_model_converted_at_each_batch(pd_models, pd_symbolic, batch):
+    """The oracle of each point: the model converted and imported at that batch (`--batch`), op for op, kernel view
+    and prediction; the formulas against the hand counts of the CNN."""
+    from test_symbolic_files import _same  # tests/ is on sys.path
+
+    from analyzer.pipeline import analyze_model
+    from analyzer.symbolic import analyze_at
+
+    sm, costs = pd_symbolic
+    assert sm.graph.symbols == ("batch",) and sm.batch_range == (2, 2**31 - 1)  # paddle2onnx: an unbounded dim
+    assert sm.loaded.framework == "paddle" and sm.loaded.name == "cnn"
+    oracle = analyze_model(str(pd_models["cnn"]), batch=batch)
+    _same(analyze_at(sm, batch), oracle)
+    assert costs.exact
+    assert costs.totals["macs"].at({"batch": batch}) == batch * CNN_MACS == oracle.analysis.totals.macs
+    assert costs.totals["params"].at({"batch": batch}) == CNN_PARAMS
+    for k, f in costs.totals.items():
+        assert f.at({"batch": batch}) == getattr(oracle.analysis.totals, k), k
+
+
+@needs_paddle
+@pytest.mark.parametrize("which", ["dir", "json", "pdiparams"])
+def test_cli_symbolic_of_a_paddle_model(pd_models, which):
+    d = pd_models["mlp"]
+    path = {"dir": d, "json": d / "model.json", "pdiparams": d / "model.pdiparams"}[which]
+    res = run("analyze", path, "--symbolic")
+    assert res.exit_code == 0, res.stderr
+    assert f"MACs                     = {MLP_MACS:,} x batch" in res.stdout  # 9,472 per sample, by hand above
+    assert f"parameters               = {MLP_PARAMS:,}" in res.stdout
+
+
+@needs_paddle
+def test_paddle_sweep_converts_once(pd_models, monkeypatch):
+    """`report --batches`: one conversion for every batch from 2 (batch 1, below the range, on its own), the points
+    equal to the sweep that converts the model at each batch."""
+    from analyzer.frontends import paddle_frontend
+    from analyzer.sweep import run_sweep
+
+    calls: list[str] = []
+    real = paddle_frontend._convert
+    monkeypatch.setattr(paddle_frontend, "_convert", lambda p, *a: (calls.append(p.name), real(p, *a))[1])
+    kwargs = {"inputs": None, "batches": [1, 2, 4, 8], "devices": ["h100-80gb"], "latency_slo_ms": None}
+    one, _ = run_sweep(str(pd_models["cnn"]), None, strict=False, **kwargs)
+    assert len(calls) == 2 and one["symbolic"]["batches"] == [2, 4, 8]
+    each, _ = run_sweep(str(pd_models["cnn"]), None, strict=False, symbolic=False, **kwargs)
+    assert len(calls) == 2 + 4 and each["symbolic"]["batches"] == []
+    assert one["devices"][0]["points"] == each["devices"][0]["points"]
+    assert [p["batch"] for p in one["devices"][0]["points"]] == [1, 2, 4, 8]
+
+
+@needs_paddle
+def test_paddle_largest_batch_against_the_model_converted_there(pd_models):
+    from analyzer.api import predict as predict_model
+    from analyzer.pipeline import analyze_model
+    from predictor.predict import predict
+
+    rep = predict_model(str(pd_models["mlp"]), device="a100-40gb", batch=2, largest_batch=True)
+    b = rep.predictions[0].mig.largest_batch.per_profile["1g.5gb"]
+
+    def fits(n: int) -> bool:  # the oracle: the model converted at batch n, predicted
+        return predict(analyze_model(str(pd_models["mlp"]), batch=n).analysis, "a100-40gb")[0].mig.fits["1g.5gb"]
+
+    assert 2 < b and fits(b) and not fits(b + 1)
+
+
+@needs_paddle
+def test_paddle_fixed_batch_is_refused_for_symbolic(tmp_path):
+    from analyzer.errors import UsageError
+    from analyzer.frontends import takes_symbolic
+    from analyzer.symbolic import load_symbolic
+
+    d = jit_save(paddle_mlp(), tmp_path, [3, 64], 1)
+    assert takes_symbolic(d) and takes_symbolic(d / "model.json") and not takes_symbolic(tmp_path / "x.keras")
+    with pytest.raises(UsageError, match=r"^model\.json: dimension 0 of the inputs is fixed"):  # not the .onnx's name
+        load_symbolic(str(d))
+    res = run("analyze", d, "--symbolic")
+    assert res.exit_code == 2 and "dimension 0 of the inputs is fixed" in res.stderr and "Traceback" not in res.stderr
+
+
+@needs_paddle
+def test_analyze_many_rows_of_a_paddle_model_share_one_conversion(pd_models, tmp_path, monkeypatch):
+    from analyzer import batch
+
+    monkeypatch.setattr(batch, "_symbolic", batch.OrderedDict())  # this test's worker cache, empty
+
+    rows = [{"model": str(pd_models["mlp"]), "batch": b} for b in (2, 6)] + [
+        {"model": str(pd_models["mlp"]), "batch": 3, "inputs": ["x:3x64"]}  # shapes from --input: on its own
+    ]
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    jobs = batch.mark_shared(batch.read_manifest(manifest)[0])
+    assert [j.shared for j in jobs] == [True, True, False]
+    done = [batch.analyze_task(j) for j in jobs]
+    assert [r["totals"]["macs"] for r in done] == [2 * MLP_MACS, 6 * MLP_MACS, 3 * MLP_MACS]
+    assert list(batch._symbolic) == [str(pd_models["mlp"])] and batch._symbolic[str(pd_models["mlp"])] is not None

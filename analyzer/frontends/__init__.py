@@ -172,26 +172,53 @@ def _checked_file(path: Path) -> str:
 
 
 def load_symbolic_file(path: Path, inputs: Sequence[InputSpec | str] | None = None) -> tuple[LoadedModel, dict]:
-    """A model file imported once with its dynamic input dims left symbolic (`SYMBOLIC_LOADERS`): the loaded model,
-    whose `symbols` name them ("batch" for dimension 0), and the values `inputs` (`--input`) give the others.
-    UsageError for a file of another format, or one its loader refuses."""
+    """A model file imported once with its dynamic input dims left symbolic (`SYMBOLIC_LOADERS`; a Paddle
+    inference model, a folder or its files, through its ONNX conversion): the loaded model, whose `symbols` name
+    them ("batch" for dimension 0), and the values `inputs` (`--input`) give the others. UsageError for a file of
+    another format, or one its loader refuses."""
     try:
-        suffix = _checked_file(path)
+        paddle = paddle_model(path)
+        if paddle is not None:
+            from .paddle_frontend import load_paddle_symbolic
+
+            return load_paddle_symbolic(paddle, input_specs(inputs))
+        suffix = None if path.is_dir() else _checked_file(path)
         if suffix not in SYMBOLIC_LOADERS:
             raise UsageError(
-                f"{path.name}: symbolic analysis reads {' and '.join(SYMBOLIC_LOADERS)} files with a dynamic batch; "
-                "another file's dynamic sizes are analysed at the values given (--batch, --input), and `preflight "
-                "report --batches 1,8,64` sweeps them"
+                f"{path.name}: symbolic analysis reads {', '.join(SYMBOLIC_LOADERS)} and Paddle files with a dynamic "
+                "batch; another file's dynamic sizes are analysed at the values given (--batch, --input), and "
+                "`preflight report --batches 1,8,64` sweeps them"
             )
         module, function = SYMBOLIC_LOADERS[suffix]
-        loaded, values = getattr(importlib.import_module(module, __name__), function)(path, input_specs(inputs))
+        return getattr(importlib.import_module(module, __name__), function)(path, input_specs(inputs))
     except PreflightError as exc:
         exc.args = tuple(printable(a) if isinstance(a, str) else a for a in exc.args)
         raise
-    return loaded, values
 
 
-# The files whose own dynamic dims a symbolic analysis keeps (analyzer.symbolic): suffix -> (module, loader)
+def takes_symbolic(path: str | Path) -> bool:
+    """Whether `load_symbolic_file` reads `path` (by its name and the files beside it; nothing is read): a file of
+    `SYMBOLIC_LOADERS` or a Paddle inference model."""
+    path = Path(path)
+    return path.suffix.lower() in SYMBOLIC_LOADERS or paddle_model(path) is not None
+
+
+def paddle_model(path: Path) -> Path | None:
+    """The file to give `paddle_frontend` for `path` when it names a Paddle inference model: a program (`.pdmodel`,
+    or a PIR `.json` beside its `.pdiparams`), its `.pdiparams`, or a folder holding exactly one program; else None."""
+    try:
+        if path.is_dir():
+            if any((path / m).is_file() for m in SAVED_MODEL_MARKERS):
+                return None
+            programs = [p for p in path.iterdir() if is_paddle_program(p)]
+            return programs[0] if len(programs) == 1 else None
+        return path if is_paddle_program(path) or path.suffix.lower() == PADDLE_PARAMS else None
+    except OSError:
+        return None
+
+
+# The files whose own dynamic dims a symbolic analysis keeps (analyzer.symbolic): suffix -> (module, loader); and
+# Paddle inference models (`paddle_model`), converted to ONNX and imported as those are
 SYMBOLIC_LOADERS: dict[str, tuple[str, str]] = {
     ".onnx": (".onnx_frontend", "load_onnx_symbolic"),
     ".pt2": (".torch_frontend", "load_pt2_symbolic"),

@@ -99,6 +99,29 @@ def _float_constants(model) -> tuple[int, int]:
 
 def load_paddle(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
     """Convert a Paddle inference model to ONNX with paddle2onnx and import it with static shapes."""
+    from .onnx_frontend import load_onnx
+
+    return _via_onnx(path, lambda onnx_path: load_onnx(onnx_path, specs, batch))
+
+
+def load_paddle_symbolic(path: Path, specs: dict[str, InputSpec]) -> tuple[LoadedModel, dict[str, int]]:
+    """A Paddle inference model converted once and imported with its dynamic dims symbolic
+    (`onnx_frontend.load_onnx_symbolic`: paddle2onnx writes a `None` dimension of the saved `InputSpec` as a
+    dynamic ONNX dimension): the loaded model and the values `specs` give the symbols other than the batch."""
+    from .onnx_frontend import load_onnx_symbolic
+
+    values: dict[str, int] = {}
+
+    def load(onnx_path: Path) -> LoadedModel:
+        loaded, found = load_onnx_symbolic(onnx_path, specs)
+        values.update(found)
+        return loaded
+
+    return _via_onnx(path, load), values
+
+
+def _via_onnx(path: Path, load) -> LoadedModel:
+    """`load(onnx_path)` of the model's ONNX conversion, labelled as the Paddle model it came from."""
     program, params = _model_files(path)
     _check_program(program)
     for module in ("paddle", "paddle2onnx"):
@@ -111,19 +134,20 @@ def load_paddle(path: Path, specs: dict[str, InputSpec], batch: int | None) -> L
 
     import onnx
 
-    from .onnx_frontend import load_onnx
-
     with tempfile.TemporaryDirectory(prefix="preflight-paddle-") as tmp:
         onnx_path = Path(tmp) / f"{program.stem}.onnx"
         _convert(program, params, onnx_path)
         try:
-            loaded = load_onnx(onnx_path, specs, batch)
+            loaded = load(onnx_path)
         except UnreadableModelError as exc:
             cause = str(exc).removeprefix(f"{onnx_path.name}: ")
             raise UnreadableModelError(
                 f"{params.name}: paddle2onnx turned {program.name} and {params.name} into an invalid ONNX graph; "
                 f"the parameter file may be truncated or belong to another program ({cause[:160]})"
             ) from exc
+        except PreflightError as exc:  # the ONNX file's name means nothing to the user: name the program
+            exc.args = tuple(a.replace(onnx_path.name, program.name) if isinstance(a, str) else a for a in exc.args)
+            raise
         weights = _float_constants(onnx.load(str(onnx_path)))
     loaded.framework = "paddle"
     # paddle.jit.save's files are usually named model.* or inference.*: then the folder names the model

@@ -262,6 +262,33 @@ def test_attention_macs_grow_as_seq_squared_by_hand(seq_model):
     assert macs.degree == 3 and len(macs.terms) == 2  # nothing else multiplies and adds
 
 
+def test_hifigan_mel_frames_symbolic_equal_concrete_and_flopcountermode():
+    """A speech family's sequence length (`SEQ_FAMILIES`): HiFi-GAN's mel frames. Each point against the concrete
+    export there, and the MACs formula (every conv and transposed conv is linear in batch x frames) against torch's
+    counter on a real forward at two lengths."""
+    from analyzer.frontends.zoo_frontend import SEQ_FAMILIES
+
+    assert "hifigan" in SEQ_FAMILIES
+    sm = load_symbolic("zoo:hifigan?seq_len=8", seq=True)
+    costs = formulas(sm)
+    assert sm.graph.symbols == ("batch", "seq") and sm.values == {"batch": 2, "seq": 8} and costs.exact
+    for batch, seq in ((2, 8), (3, 13)):
+        a = analyze_at(sm, batch, seq=seq).analysis
+        o = analyze_model(f"zoo:hifigan?seq_len={seq}", batch=batch).analysis
+        assert [_op_key(c) for c in a.ops] == [_op_key(c) for c in o.ops]
+        assert a.totals == o.totals and a.memory == o.memory and a.kernels == o.kernels
+        for k, f in costs.totals.items():
+            assert f.at({"batch": batch, "seq": seq}) == getattr(o.totals, k), k
+    macs = costs.totals["macs"]
+    assert macs.degree == 2 and len(macs.terms) == 1  # MACs = c x batch x seq, nothing else
+    for seq in (8, 12):
+        built = zoo.build(f"hifigan?seq_len={seq}", batch=1)
+        counter = FlopCounterMode(display=False)
+        with torch.no_grad(), counter:
+            built.module.eval()(*built.example_inputs)
+        assert 2 * macs.at({"batch": 1, "seq": seq}) == counter.get_total_flops()
+
+
 # ---- nn.Modules, by hand --------------------------------------------------------------------
 
 

@@ -48,11 +48,21 @@ def _changed_axes(a_inputs, b_inputs, a: int, b: int, spec: str, what: str) -> l
     return axes
 
 
+#: families of other kinds than "language" whose sequence length stays symbolic through torch.export and TVM's
+#: import, every count an exact polynomial (HiFi-GAN's mel frames). Tried and left out (2026-11-28): QuartzNet (its
+#: stride-2 convolution makes every count after it depend on ceil(seq / 2): no polynomial in seq, and it would lose
+#: the batch formulas it has alone), FastPitch, TFT, LSTM and GRU (torch.export specialises the length:
+#: "Constraints violated"), wav2vec 2.0 (its feature encoder's lengths reach TVM as a tensor of unknown rank); each
+#: of the last five would fall back to the batch alone after a failed export
+SEQ_FAMILIES = ("hifigan",)
+
+
 def zoo_symbol_axes(spec: str, seq: bool = False) -> tuple[list[dict[int, str]], dict[str, int]]:
     """({axis: symbol} per example input, {symbol: the spec's value}) of a zoo model: "batch", the one axis of each
     input whose size is the batch (the inputs built at batch 2 and 3, meta device: nothing is allocated); with
-    `seq`, also "seq" for a family of kind "language" with a `seq_len` of at least 2: the axes whose size is the
-    sequence length (built at seq_len and seq_len +/- 1). UsageError if an input's batch is not one axis."""
+    `seq`, also "seq" for a family of kind "language" (or of `SEQ_FAMILIES`) with a `seq_len` of at least 2: the
+    axes whose size is the sequence length (built at seq_len and seq_len +/- 1). UsageError if an input's batch is
+    not one axis."""
     axes, values, _ = _symbol_axes(spec, seq)
     return axes, values
 
@@ -74,7 +84,7 @@ def _symbol_axes(spec: str, seq: bool):
     axes = [{} if a is None else {a: "batch"} for a in batch]
     values = {"batch": 2}
     s0 = params.get("seq_len")
-    if seq and family.kind == "language" and isinstance(s0, int) and s0 >= 2:
+    if seq and (family.kind == "language" or family.name in SEQ_FAMILIES) and isinstance(s0, int) and s0 >= 2:
         other = None
         for s1 in (s0 + 1, s0 - 1):
             try:

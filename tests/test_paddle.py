@@ -364,3 +364,23 @@ def test_analyze_many_rows_of_a_paddle_model_share_one_conversion(pd_models, tmp
     done = [batch.analyze_task(j) for j in jobs]
     assert [r["totals"]["macs"] for r in done] == [2 * MLP_MACS, 6 * MLP_MACS, 3 * MLP_MACS]
     assert list(batch._symbolic) == [str(pd_models["mlp"])] and batch._symbolic[str(pd_models["mlp"])] is not None
+
+
+@needs_paddle
+def test_paddle_sequence_dim_symbolic_named_by_input_and_axis(tmp_path):
+    """paddle2onnx names every `None` dimension "DynamicDimension.N"; preflight names such a dim by its input and axis,
+    as an unnamed ONNX dim: `x[1]`. The MLP on b x s x 64: 9,472 MACs per (sample, position), by hand above."""
+    from test_symbolic_files import _same  # tests/ is on sys.path
+
+    from analyzer.errors import MissingShapeError
+    from analyzer.pipeline import analyze_model
+    from analyzer.symbolic import analyze_at, formulas, load_symbolic, require_values
+
+    d = jit_save(paddle_mlp(), tmp_path, [None, None, 64], 1)
+    with pytest.raises(MissingShapeError, match=r"dimension 1 \('x\[1\]'\) is dynamic: set it with --input x:\?xNx\?"):
+        require_values(load_symbolic(str(d)))
+    sm = load_symbolic(str(d), inputs=["x:?x10x64"])
+    assert sm.graph.symbols == ("batch", "x[1]") and sm.values == {"x[1]": 10}
+    macs = formulas(sm).totals["macs"]
+    assert macs.coefficient((("batch", 1), ("x[1]", 1))) == MLP_MACS and len(macs.terms) == 1
+    _same(analyze_at(sm, 3, **{"x[1]": 7}), analyze_model(str(d), inputs=["x:3x7x64"]))

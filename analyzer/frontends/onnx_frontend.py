@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -923,13 +924,17 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
 
 # ops that run once per time step of a sequence: a symbolic import would need the step count as a number
 _STEPPED_OPS = ("LSTM", "GRU", "RNN", "Loop", "Scan")
+#: dim_params an exporter makes up for an unnamed dynamic dim (paddle2onnx: one per dimension): named by input and
+#: axis instead, as an unnamed dim is (the symbols are the same either way: one per dim_param)
+_GENERATED_DIM = re.compile(r"DynamicDimension\.\d+")
 
 
 def load_onnx_symbolic(path: Path, specs: dict[str, InputSpec]) -> tuple[LoadedModel, dict[str, int]]:
     """An ONNX file imported once with its dynamic input dims left symbolic (TVM's importer keeps each as a shape
     variable): the same checks as `load_onnx`, no re-batching. `LoadedModel.symbols` names each: "batch" for
     dimension 0 of the inputs whose dimension 0 is dynamic (one symbol: a batch is one size), any other by its
-    `dim_param` (one symbol per name, as ONNX means it) or, unnamed, "INPUT[AXIS]"; each holds from 2 (the
+    `dim_param` (one symbol per name, as ONNX means it) or, unnamed (or named by paddle2onnx, `_GENERATED_DIM`),
+    "INPUT[AXIS]"; each holds from 2 (the
     importer specialises a size of 1, below) up to MAX_DIM. Returns the loaded model and the values `specs`
     (`--input`) give the symbols other than the batch.
 
@@ -965,7 +970,8 @@ def load_onnx_symbolic(path: Path, specs: dict[str, InputSpec]) -> tuple[LoadedM
                 check_fixed_dim(inp.name, axis, d, spec, path.name)
                 shape.append(d)
                 continue
-            user = "batch" if axis == 0 else printable(d if d and d != "batch" else f"{inp.name}[{axis}]")
+            named = d and d != "batch" and not _GENERATED_DIM.fullmatch(d)
+            user = "batch" if axis == 0 else printable(d if named else f"{inp.name}[{axis}]")
             shape.append(internal.setdefault(user, f"preflight_dim{len(internal)}"))
             record_symbol_value(values, user, spec, inp.name, axis)
         shape_dict[inp.name] = shape

@@ -39,11 +39,12 @@ def analyze(
             it is under `torch.autocast("cuda", dtype)` (matmuls, convolutions and attention in 16 bits, softmax,
             norms and reductions in float32, and the cast kernels autocast launches every forward).
         symbolic: also give every total and each operator's counts as exact polynomials of the batch, and of
-            the sequence length ("seq") for a zoo language model (`report.symbolic`, docs/symbolic.md): a zoo
-            model or an nn.Module (batch on axis 0) is exported once with those sizes symbolic, a `.pt2` or
-            ONNX file exported with a dynamic batch is imported once with its own dynamic dims; the report's own
-            numbers are at `batch` (default: an nn.Module's example batch, else the lowest batch the graph holds
-            for: 2 for an export, whose batch 1 is exported on its own; 1 for a file) and the model's own
+            the sequence length ("seq") for a zoo language model or HiFi-GAN (`report.symbolic`,
+            docs/symbolic.md): a zoo model or an nn.Module (batch on axis 0) is exported once with those sizes
+            symbolic, a `.pt2`, ONNX or Paddle file saved with a dynamic batch is imported once with its own
+            dynamic dims; the report's own numbers are at `batch` (default: an nn.Module's example batch, else
+            the lowest batch the graph holds for: 2 for an export, whose batch 1 is exported on its own, and for an
+            ONNX or Paddle file; 1 for a `.pt2` file) and the model's own
             sequence length. `inputs` only with a file: the values of its dynamic dims other than the batch
             (which stay symbols of the formulas).
 

@@ -787,8 +787,9 @@ def _symbolic_key(job: Job) -> str | None:
 def mark_shared(jobs: Sequence[Job]) -> list[Job]:
     """`jobs` with `shared` set on the rows whose model (a zoo model, a `.pt2`, ONNX or Paddle file) at least one
     other row analyses at another batch (the rule of `analyzer.sweep`: one symbolic export pays from two batches)."""
-    count = Counter(k for k in map(_symbolic_key, jobs) if k is not None)
-    return [dataclasses.replace(j, shared=count[k] >= 2) if (k := _symbolic_key(j)) else j for j in jobs]
+    keys = [_symbolic_key(j) for j in jobs]  # once per row: a Paddle folder's key lists the folder
+    count = Counter(k for k in keys if k is not None)
+    return [dataclasses.replace(j, shared=count[k] >= 2) if k else j for j, k in zip(jobs, keys, strict=True)]
 
 
 def _symbolic_model(path: str):

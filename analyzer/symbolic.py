@@ -61,7 +61,8 @@ def load_symbolic(
 ) -> SymbolicModel:
     """Export `model` ("zoo:NAME[?...]", or an nn.Module with example inputs whose axis 0 is the batch) with the
     batch symbolic and extract its symbolic graph. `seq`: also the sequence length ("seq") of a zoo language
-    model (`zoo_symbol_axes`); when it cannot stay symbolic, the batch alone, and `SymbolicModel.notes` says why.
+    model or of `zoo_frontend.SEQ_FAMILIES` (`zoo_symbol_axes`); when it cannot stay symbolic, the batch alone,
+    and `SymbolicModel.notes` says why.
     A `.pt2`, ONNX or Paddle file is imported once with its own dynamic dims (`frontends.load_symbolic_file`:
     dimension 0 is the batch); `inputs` (`--input` specs) give the other symbols' values.
 

@@ -64,7 +64,12 @@ def best(fn, repeat: int) -> tuple[float, object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default=None, help="zoo names, comma-separated (default resnet18,resnet50,bert_base)")
+    ap.add_argument(
+        "--models",
+        default=None,
+        help="zoo names, comma-separated (default resnet18,resnet50,bert_base; with --file paddle, names of "
+        "paddle.vision.models, default resnet18,resnet50,mobilenet_v2)",
+    )
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cold", action="store_true", help="also time fresh `preflight report` processes")
     ap.add_argument("--llm", default=None, metavar="MODEL", help="also time `preflight llm`'s context table")

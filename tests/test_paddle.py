@@ -335,24 +335,35 @@ def test_paddle_largest_batch_against_the_model_converted_there(pd_models):
 
 
 @needs_paddle
-def test_paddle_fixed_batch_is_refused_for_symbolic(tmp_path):
-    from analyzer.errors import UsageError
+def test_paddle_symbolic_refusals(tmp_path):
+    from analyzer.errors import UnreadableModelError, UsageError
     from analyzer.frontends import takes_symbolic
     from analyzer.symbolic import load_symbolic
 
     d = jit_save(paddle_mlp(), tmp_path, [3, 64], 1)
     assert takes_symbolic(d) and takes_symbolic(d / "model.json") and not takes_symbolic(tmp_path / "x.keras")
-    with pytest.raises(UsageError, match=r"^model\.json: dimension 0 of the inputs is fixed"):  # not the .onnx's name
+    with pytest.raises(UsageError, match=r"^model\.json: dimension 0 of the inputs is fixed") as err:  # not the .onnx's
         load_symbolic(str(d))
+    assert "save the model with None on dimension 0 of its paddle.static.InputSpec" in str(err.value)
+    with pytest.raises(UnreadableModelError, match="no such file or directory"):
+        load_symbolic(str(d / "nope.json"))
     res = run("analyze", d, "--symbolic")
     assert res.exit_code == 2 and "dimension 0 of the inputs is fixed" in res.stderr and "Traceback" not in res.stderr
+    (d / "other.json").write_bytes((d / "model.json").read_bytes())  # a second program in the folder
+    (d / "other.pdiparams").write_bytes((d / "model.pdiparams").read_bytes())
+    with pytest.raises(UsageError, match=r"several Paddle models in one directory \(model\.json, other\.json\)"):
+        load_symbolic(str(d))
 
 
 @needs_paddle
 def test_analyze_many_rows_of_a_paddle_model_share_one_conversion(pd_models, tmp_path, monkeypatch):
     from analyzer import batch
+    from analyzer.frontends import paddle_frontend
 
     monkeypatch.setattr(batch, "_symbolic", batch.OrderedDict())  # this test's worker cache, empty
+    calls: list[str] = []
+    real = paddle_frontend._convert
+    monkeypatch.setattr(paddle_frontend, "_convert", lambda p, *a: (calls.append(p.name), real(p, *a))[1])
 
     rows = [{"model": str(pd_models["mlp"]), "batch": b} for b in (2, 6)] + [
         {"model": str(pd_models["mlp"]), "batch": 3, "inputs": ["x:3x64"]}  # shapes from --input: on its own
@@ -364,6 +375,7 @@ def test_analyze_many_rows_of_a_paddle_model_share_one_conversion(pd_models, tmp
     done = [batch.analyze_task(j) for j in jobs]
     assert [r["totals"]["macs"] for r in done] == [2 * MLP_MACS, 6 * MLP_MACS, 3 * MLP_MACS]
     assert list(batch._symbolic) == [str(pd_models["mlp"])] and batch._symbolic[str(pd_models["mlp"])] is not None
+    assert len(calls) == 2  # one for the two shared rows (the symbolic import), one for the row with --input
 
 
 @needs_paddle

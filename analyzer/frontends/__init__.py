@@ -175,9 +175,11 @@ def load_symbolic_file(path: Path, inputs: Sequence[InputSpec | str] | None = No
     """A model file imported once with its dynamic input dims left symbolic (`SYMBOLIC_LOADERS`; a Paddle
     inference model, a folder or its files, through its ONNX conversion): the loaded model, whose `symbols` name
     them ("batch" for dimension 0), and the values `inputs` (`--input`) give the others. UsageError for a file of
-    another format, or one its loader refuses."""
+    another format, or one its loader refuses; UnreadableModelError for a path that does not exist."""
     try:
-        paddle = paddle_model(path)
+        if not path.exists():
+            raise UnreadableModelError(f"{path}: no such file or directory")
+        paddle = _paddle_program(path, strict=True)
         if paddle is not None:
             from .paddle_frontend import load_paddle_symbolic
 
@@ -197,28 +199,38 @@ def load_symbolic_file(path: Path, inputs: Sequence[InputSpec | str] | None = No
 
 
 def takes_symbolic(path: str | Path) -> bool:
-    """Whether `load_symbolic_file` reads `path` (by its name and the files beside it; nothing is read): a file of
-    `SYMBOLIC_LOADERS` or a Paddle inference model."""
+    """Whether `load_symbolic_file` takes `path` (by its name; a folder, or a Paddle file, by the names of the files
+    in or beside it; no file is opened): a file of `SYMBOLIC_LOADERS` or a Paddle inference model."""
     path = Path(path)
-    return path.suffix.lower() in SYMBOLIC_LOADERS or paddle_model(path) is not None
+    return path.suffix.lower() in SYMBOLIC_LOADERS or _paddle_program(path) is not None
 
 
-def paddle_model(path: Path) -> Path | None:
-    """The file to give `paddle_frontend` for `path` when it names a Paddle inference model: a program (`.pdmodel`,
-    or a PIR `.json` beside its `.pdiparams`), its `.pdiparams`, or a folder holding exactly one program; else None."""
+def _paddle_program(path: Path, strict: bool = False) -> Path | None:
+    """The file to give `paddle_frontend` for `path` when it names a Paddle inference model: a program file
+    (`.pdmodel`, or a PIR `.json` beside its `.pdiparams`), a `.pdiparams` file, or a folder holding a program (no
+    SavedModel); else None. A folder with several programs: the first (`strict`: UsageError, as `_load_dir`)."""
     try:
         if path.is_dir():
             if any((path / m).is_file() for m in SAVED_MODEL_MARKERS):
                 return None
-            programs = [p for p in path.iterdir() if is_paddle_program(p)]
-            return programs[0] if len(programs) == 1 else None
-        return path if is_paddle_program(path) or path.suffix.lower() == PADDLE_PARAMS else None
+            programs = sorted(p for p in path.iterdir() if is_paddle_program(p))
+            if strict and len(programs) > 1:
+                raise _several_paddle_models(path, programs)
+            return programs[0] if programs else None
+        if path.is_file() and (is_paddle_program(path) or path.suffix.lower() == PADDLE_PARAMS):
+            return path
     except OSError:
-        return None
+        pass
+    return None
+
+
+def _several_paddle_models(path: Path, programs: list[Path]) -> UsageError:
+    names = ", ".join(p.name for p in programs)
+    return UsageError(f"{path}: several Paddle models in one directory ({names}); give the model file's path")
 
 
 # The files whose own dynamic dims a symbolic analysis keeps (analyzer.symbolic): suffix -> (module, loader); and
-# Paddle inference models (`paddle_model`), converted to ONNX and imported as those are
+# Paddle inference models (`_paddle_program`), converted to ONNX and imported as those are
 SYMBOLIC_LOADERS: dict[str, tuple[str, str]] = {
     ".onnx": (".onnx_frontend", "load_onnx_symbolic"),
     ".pt2": (".torch_frontend", "load_pt2_symbolic"),
@@ -265,8 +277,7 @@ def _load_dir(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
 
         return load_paddle(paddle_models[0], specs, batch)
     if len(paddle_models) > 1:
-        names = ", ".join(p.name for p in paddle_models)
-        raise UsageError(f"{path}: several Paddle models in one directory ({names}); give the model file's path")
+        raise _several_paddle_models(path, paddle_models)
     from .hf_config import is_hf_config, load_hf_config
 
     if is_hf_config(path / "config.json"):  # a transformers model directory: its config (weights never read)

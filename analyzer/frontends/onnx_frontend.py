@@ -926,6 +926,8 @@ def load_onnx(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
 _STEPPED_OPS = ("LSTM", "GRU", "RNN", "Loop", "Scan")
 #: dim_params an exporter makes up for an unnamed dynamic dim (paddle2onnx: one per dimension): named by input and
 #: axis instead, as an unnamed dim is (the symbols are the same either way: one per dim_param)
+#: how to make a file whose batch is fixed symbolic (the Paddle frontend says it in Paddle's terms)
+DYNAMIC_BATCH_HINT = "export with a dynamic batch: dynamic_axes or dynamic_shapes"
 _GENERATED_DIM = re.compile(r"DynamicDimension\.\d+")
 
 
@@ -947,7 +949,7 @@ def load_onnx_symbolic(path: Path, specs: dict[str, InputSpec]) -> tuple[LoadedM
     if not any(dims and not isinstance(dims[0], int) for dims in all_dims):
         raise UsageError(
             f"{path.name}: dimension 0 of the inputs is fixed in the file; symbolic analysis takes the batch as its "
-            "symbol (export with a dynamic batch: dynamic_axes or dynamic_shapes)"
+            f"symbol ({DYNAMIC_BATCH_HINT})"
         )
     stepped = sorted({n.op_type for n in model.graph.node if n.op_type in _STEPPED_OPS})
     if stepped:

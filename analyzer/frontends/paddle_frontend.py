@@ -36,7 +36,7 @@ OPSET = 17  # LayerNormalization is a single ONNX op from 17; paddle2onnx raises
 
 def _model_files(path: Path) -> tuple[Path, Path]:
     """(program file, parameter file) for a `.json`, `.pdmodel` or `.pdiparams` path."""
-    if path.suffix == ".pdiparams":
+    if path.suffix.lower() == ".pdiparams":
         candidates = [path.with_suffix(".json"), path.with_suffix(".pdmodel")]
         found = [c for c in candidates if c.is_file()]
         if not found:
@@ -108,12 +108,17 @@ def load_paddle_symbolic(path: Path, specs: dict[str, InputSpec]) -> tuple[Loade
     """A Paddle inference model converted once and imported with its dynamic dims symbolic
     (`onnx_frontend.load_onnx_symbolic`: paddle2onnx writes a `None` dimension of the saved `InputSpec` as a
     dynamic ONNX dimension): the loaded model and the values `specs` give the symbols other than the batch."""
-    from .onnx_frontend import load_onnx_symbolic
+    from .onnx_frontend import DYNAMIC_BATCH_HINT, load_onnx_symbolic
 
     values: dict[str, int] = {}
 
     def load(onnx_path: Path) -> LoadedModel:
-        loaded, found = load_onnx_symbolic(onnx_path, specs)
+        try:
+            loaded, found = load_onnx_symbolic(onnx_path, specs)
+        except PreflightError as exc:  # a fixed batch: say how to save a Paddle model with a dynamic one
+            hint = "save the model with None on dimension 0 of its paddle.static.InputSpec"
+            exc.args = tuple(a.replace(DYNAMIC_BATCH_HINT, hint) if isinstance(a, str) else a for a in exc.args)
+            raise
         values.update(found)
         return loaded
 

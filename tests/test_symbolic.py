@@ -326,9 +326,9 @@ def test_a_module_that_fixes_the_batch_is_refused():
 
 
 def test_files_of_other_formats_are_refused(tmp_path):
-    path = tmp_path / "model.tflite"  # .pt2 and ONNX files keep their own dynamic dims (tests/test_symbolic_files.py)
+    path = tmp_path / "model.tflite"  # .pt2, ONNX and Paddle files keep their dynamic dims (test_symbolic_files)
     path.write_bytes(b"TFL3")
-    with pytest.raises(UsageError, match="symbolic analysis reads .onnx and .pt2 files"):
+    with pytest.raises(UsageError, match="symbolic analysis reads .onnx, .pt2 and Paddle files"):
         load_symbolic(str(path))
 
 
@@ -386,7 +386,7 @@ def test_cli_symbolic_refuses_other_formats_and_files(tmp_path):
     f = tmp_path / "m.tflite"
     f.write_bytes(b"not a model")
     res = CliRunner().invoke(cli, ["analyze", str(f), "--symbolic"])
-    assert res.exit_code == 2 and "symbolic analysis reads .onnx and .pt2 files" in res.output
+    assert res.exit_code == 2 and "symbolic analysis reads .onnx, .pt2 and Paddle files" in res.output
 
 
 # ---- the largest batch that fits, solved ----------------------------------------------------

@@ -35,11 +35,12 @@ def main() -> None:
     cfg = pt.FitConfig() if args.epochs is None else pt.FitConfig(epochs=args.epochs)
     fitted, train = pt.train_final(exs, graphs, None, cfg)
     t3 = time.perf_counter()
-    print(f"{'step':<34}{'seconds':>9}")
-    print(f"{'load graphs + rows':<34}{t1 - t0:>9.1f}")
-    print(f"{'kernel model + inputs':<34}{t2 - t1:>9.1f}")
-    print(f"{f'train ({len(train)} rows, {cfg.epochs} epochs)':<34}{t3 - t2:>9.1f}")
-    print(f"{'total':<34}{t3 - t0:>9.1f}")
+    print(f"{'step':<44}{'seconds':>9}")
+    print(f"{'load graphs + rows':<44}{t1 - t0:>9.1f}")
+    print(f"{'kernel model + inputs':<44}{t2 - t1:>9.1f}")
+    what = f"train ({len(train)} rows, {cfg.epochs} epochs, {cfg.ensemble} network{'s' if cfg.ensemble > 1 else ''})"
+    print(f"{what:<44}{t3 - t2:>9.1f}")
+    print(f"{'total':<44}{t3 - t0:>9.1f}")
 
 
 if __name__ == "__main__":

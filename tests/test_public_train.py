@@ -421,7 +421,7 @@ def test_ensemble_members_are_seeded_apart_and_the_first_is_the_single_network()
     import torch
 
     items = _tiny_items()
-    cfg = pt.FitConfig(epochs=2, hidden=8, seed=7)
+    cfg = pt.FitConfig(epochs=2, hidden=8, seed=7, ensemble=1)
     single = pt.fit(items, "residual", cfg)
     ens = pt.fit(items, "residual", pt.FitConfig(epochs=2, hidden=8, seed=7, ensemble=3))
     assert single.members == [] and len(ens.networks) == 3 and ens.model is ens.members[0]
@@ -462,18 +462,24 @@ def test_ensemble_artifact_round_trip_and_a_mismatch_is_refused(tmp_path):
     with pytest.raises(ArtifactError, match="cannot load the predictor"):
         pt.load_artifact(tmp_path / "e")
     # a single network saves as before: a plain state dict, no "ensemble" key
-    single = pt.fit(items, "residual", pt.FitConfig(epochs=1, hidden=8))
+    single = pt.fit(items, "residual", pt.FitConfig(epochs=1, hidden=8, ensemble=1))
     single.ood_graphs, single.ood_mean, single.ood_std = ens.ood_graphs, ens.ood_mean, ens.ood_std
     pt.save_artifact(single, tmp_path / "s", {"families": ["a"]})
     assert "ensemble" not in json.loads((tmp_path / "s" / "meta.json").read_text())
     assert "gnn.convs.0.lin_l.weight" in torch.load(tmp_path / "s" / "model.pt", weights_only=True)
+    # ... and a checkpoint without the key (every checkpoint before the option) loads as that one network
+    back, _ = pt.load_artifact(tmp_path / "s")
+    assert back.members == [] and len(back.networks) == 1
+    np.testing.assert_allclose(back.predict_target(items), single.predict_target(items), rtol=1e-6)
 
 
 @pytest.mark.skipif(not CHECKPOINT.is_dir(), reason="no committed checkpoint")
-def test_a_checkpoint_without_the_ensemble_loads_as_one_network():
+def test_the_shipped_checkpoint_is_an_ensemble_of_five():
+    """What the CLI trains by default (FitConfig.ensemble = 5): five networks, seeded 0 to 4."""
     meta = json.loads((CHECKPOINT / "meta.json").read_text())
     fitted, _ = pt.load_artifact(CHECKPOINT)
-    assert fitted.members == [] and len(fitted.networks) == 1 and meta.get("ensemble", 1) == 1
+    assert meta["ensemble"] == 5 == pt.FitConfig().ensemble and meta["seed"] == 0
+    assert len(fitted.networks) == 5 and fitted.members == fitted.networks
 
 
 def test_family_factors_come_from_rows_before_widening():

@@ -267,6 +267,58 @@ def test_an_onnx_clip_and_tile_stay_symbolic(tmp_path, batch):
     assert [(a["min"], a["max"]) for a in attrs] == [(0.0, 6.0), (float("-inf"), 5.0)]
 
 
+def _chunk_file(path) -> str:
+    """An ONNX file (opset 17) with a dynamic batch that computes slice bounds from the channel count, as the
+    TorchScript exporter writes `torch.chunk` (ShuffleNet's channel split): x [batch, 4, 3]; c = Gather(Shape(x), [1])
+    (4, static); half = (c + 1) / 2 (2); a = x[:, 0:half], b = x[:, half:2 half]; y = Concat(b, a) [batch, 4, 3];
+    then y reshaped to [Gather(Shape(y), 0) (the batch, dynamic), 2, 2, 3]."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    def const(name, v):
+        return numpy_helper.from_array(np.array(v, np.int64), name)
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Shape", ["x"], ["sx"]),
+            helper.make_node("Gather", ["sx", "one"], ["c"], axis=0),
+            helper.make_node("Add", ["c", "one"], ["c1"]),
+            helper.make_node("Div", ["c1", "two"], ["half"]),
+            helper.make_node("Mul", ["half", "two"], ["end"]),
+            helper.make_node("Slice", ["x", "zero", "half", "one"], ["a"]),
+            helper.make_node("Slice", ["x", "half", "end", "one"], ["b"]),
+            helper.make_node("Concat", ["b", "a"], ["y"], axis=1),
+            helper.make_node("Shape", ["y"], ["sy"]),
+            helper.make_node("Gather", ["sy", "first"], ["n"], axis=0),
+            helper.make_node("Unsqueeze", ["n", "zero"], ["n1"]),
+            helper.make_node("Concat", ["n1", "rest"], ["shape"], axis=0),
+            helper.make_node("Reshape", ["y", "shape"], ["z"]),
+        ],
+        "chunk",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 3])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 2, 2, 3])],
+        [const("zero", [0]), const("one", [1]), const("two", [2]), const("rest", [2, 2, 3]), const("first", 0)],
+    )
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("batch", (2, 7))
+def test_onnx_sizes_read_from_static_dims_stay_symbolic(tmp_path, batch):
+    """Slice bounds computed from a static dim of a `Shape` whose batch is dynamic: TVM's importer computes them at
+    run time and loses the shape of everything after (the next `Shape` is an `R.Shape` without values and its
+    `Gather` fails). The channel count is read as the constant it is, the batch stays a symbol, and each point
+    equals the file imported at that batch, op for op; by hand, per sample: the concatenation reads the two 2 x 3
+    float32 halves (24 B each) and writes 4 x 3 x 4 B = 48 B, and the output is [batch, 2, 2, 3]."""
+    path = _chunk_file(tmp_path / "chunk.onnx")
+    sm = load_symbolic(path)
+    oracle = analyze_model(path, batch=batch)
+    _same(analyze_at(sm, batch), oracle)
+    cat = [c for c in oracle.analysis.ops if c.op == "relax.concat"]
+    assert [(c.bytes_read, c.bytes_written) for c in cat] == [(48 * batch, 48 * batch)]
+    assert list(oracle.analysis.ops[-1].outputs[0].shape) == [batch, 2, 2, 3]
+
+
 def _one_clip(path, opset: int, inputs: list[str], attrs: dict, dtype=None, constants=None) -> str:
     """x [batch, 4] -> Clip -> y, at `opset`; `constants` {name: value} as Constant nodes (not initializers)."""
     import numpy as np

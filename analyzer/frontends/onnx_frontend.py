@@ -704,24 +704,29 @@ def _fold_static_shapes(model, shape_dict: dict[str, list[int]]) -> int:
         inferred = shape_inference.infer_shapes(copy, strict_mode=False, data_prop=True)
     except Exception:  # noqa: BLE001 - onnx raises many types; nothing is folded
         return 0
-    shapes: dict[str, list[int]] = dict(shape_dict)
+    shapes: dict[str, list[int]] = {k: v for k, v in shape_dict.items() if all(isinstance(d, int) for d in v)}
+    partial: dict[str, list[int | None]] = {}  # value name -> dims, None where not static
     for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
         tt = vi.type.tensor_type
         if tt.HasField("shape"):
             dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            partial.setdefault(vi.name, dims)
             if None not in dims:
                 shapes.setdefault(vi.name, dims)
+    gathered = _static_dims_gathered(model, shape_nodes, shapes, partial)
     replaced = 0
     out_nodes = []
     for node in model.graph.node:
         dims = shapes.get(node.input[0]) if node in shape_nodes else None
-        if dims is None:
+        value = gathered.get(node.output[0]) if node.op_type == "Gather" else None
+        if dims is None and value is None:
             out_nodes.append(node)
             continue
-        attrs = {a.name: a.i for a in node.attribute}
-        rank = len(dims)
-        start, end = attrs.get("start", 0), attrs.get("end", rank)
-        value = np.array(dims[slice(start, end)], dtype=np.int64)
+        if value is None:
+            attrs = {a.name: a.i for a in node.attribute}
+            rank = len(dims)
+            start, end = attrs.get("start", 0), attrs.get("end", rank)
+            value = np.array(dims[slice(start, end)], dtype=np.int64)
         name = node.output[0]
         folded = helper.make_node(
             "Constant",
@@ -737,6 +742,46 @@ def _fold_static_shapes(model, shape_dict: dict[str, list[int]]) -> int:
         model.graph.node.extend(out_nodes)
         replaced += fold_constant_indices(model)
     return replaced
+
+
+def _static_dims_gathered(model, shape_nodes: list, static: dict[str, list[int]], partial: dict[str, list]) -> dict:
+    """{output name: int64 array} for each `Gather` (default domain) that reads, at constant indices, only dims that
+    onnx's shape inference shows static from a `Shape` whose input is not static as a whole: with a symbolic batch,
+    ShuffleNet's `chunk` takes `Gather(Shape(x), 1)` (the channels) through `Add`, `Div` and `Mul` into its `Slice`
+    bounds, which TVM's importer then computes at run time and loses the shape of what follows. The value does not
+    depend on the dynamic dims, so the file stays valid at every size."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    of_shape = {}  # Shape output name -> its input's dims (None where not static), sliced by start/end
+    for node in shape_nodes:
+        dims = partial.get(node.input[0])
+        if dims is None or node.input[0] in static:
+            continue
+        attrs = {a.name: a.i for a in node.attribute}
+        of_shape[node.output[0]] = dims[slice(attrs.get("start", 0), attrs.get("end", len(dims)))]
+    if not of_shape:
+        return {}
+    consts = {}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
+            consts[node.output[0]] = node.attribute[0].t
+    consts.update({t.name: t for t in model.graph.initializer if len(t.dims) <= 1 and t.data_location != 1})
+    out = {}
+    for node in model.graph.node:
+        if node.op_type != "Gather" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+            continue
+        dims, idx = of_shape.get(node.input[0]), consts.get(node.input[1])
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if dims is None or idx is None or axis != 0:
+            continue
+        k = numpy_helper.to_array(idx)
+        if k.dtype.kind not in "iu" or k.size > len(dims) or ((k < -len(dims)) | (k >= len(dims))).any():
+            continue
+        picked = [dims[int(i)] for i in k.reshape(-1)]
+        if None not in picked:
+            out[node.output[0]] = np.array(picked, dtype=np.int64).reshape(k.shape)
+    return out
 
 
 # ONNX operands that set shapes, axes or counts (op type -> input slot -> what it sets): TVM's importer needs
@@ -981,7 +1026,18 @@ def load_onnx_symbolic(path: Path, specs: dict[str, InputSpec]) -> tuple[LoadedM
     _constants_as_tensors(model)
     fold_constant_indices(model)
     try:
-        loaded = _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, None)
+        first_error = None
+        try:
+            loaded = _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, None)
+            unknown = defines_shape_vars(loaded.mod, loaded.n_inputs) or has_unknown_rank(loaded.mod)
+        except (AnalysisError, MissingShapeError) as exc:
+            loaded, unknown, first_error = None, True, exc
+        # sizes the graph reads from `Shape` that do not depend on the dynamic dims (ShuffleNet's channels), folded
+        # as the concrete import folds them, then imported again
+        if unknown and fold_static_shapes(model, shape_dict):
+            loaded = _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path, None)
+        elif first_error is not None:
+            raise first_error
     except AnalysisError as exc:  # the file imports at given sizes; its dims cannot stay symbolic in TVM's importer
         raise AnalysisError(
             f"no symbolic analysis: TVM's ONNX importer does not take the file with its dynamic dims symbolic ({exc}); "

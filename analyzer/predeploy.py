@@ -580,7 +580,7 @@ def llm_sections(llm) -> list[Section]:
         rows.append(
             [
                 d.device,
-                d.predictor,
+                predictor_label(d.predictor),
                 _ms(d.ttft_ms),
                 _ms(d.tpot_ms),
                 _ms(d.e2e_ms),

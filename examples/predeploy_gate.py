@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     verdict = analyzer.budget_verdict(report, max_latency_ms=args.max_latency_ms, max_memory_mb=args.max_memory_mb)
     p = report.prediction
-    print(f"{args.model} on {p.device}: {p.latency_ms:.3g} ms, {p.memory_mib:,.0f} MiB (predictor {p.predictor})")
+    label = "kernel model" if p.predictor == "roofline" else p.predictor  # the JSON schema's name for the estimate
+    print(f"{args.model} on {p.device}: {p.latency_ms:.3g} ms, {p.memory_mib:,.0f} MiB (predictor {label})")
     if args.verdict:
         Path(args.verdict).parent.mkdir(parents=True, exist_ok=True)
         Path(args.verdict).write_text(json.dumps(verdict.to_json(), indent=2) + "\n")

@@ -117,6 +117,22 @@ def _public_devices(artifact: Path, measured: tuple[str, ...]) -> tuple[str, ...
     return tuple(k for k in measured if isinstance(on, list) and k in on)
 
 
+def held_back(device: str, root: Path = CHECKPOINTS) -> Path | None:
+    """The public GraphSAGE measured on `device` (or on the GPU of a MIG slice `device`) that `predictor_mode` keeps
+    from answering there (its evaluation did not put it on by default, or `--predictor kernel`), else None."""
+    gpu = device.split(":")[0]
+    if predictor_mode() == "public" or not root.is_dir():
+        return None
+    for d in sorted(root.iterdir()):
+        m = _ARTIFACT.match(d.name)
+        if not (m and (d / "meta.json").is_file()) or _meta(d).get("schema") != PUBLIC_SCHEMA:
+            continue
+        measured = (m["device"], *_also_measured_on(d))
+        if gpu in measured and gpu not in _public_devices(d, measured):
+            return d
+    return None
+
+
 def newest_artifacts(root: Path = CHECKPOINTS) -> dict[str, Path]:
     """Device key -> its newest `<device>@<n>` artifact directory (one with a `meta.json`), in one scan of `root`."""
     best: dict[str, tuple[int, Path]] = {}
@@ -258,7 +274,8 @@ def predictor_info(device_name: str, checkpoints: Path = CHECKPOINTS, name: str 
             "evaluation": None,
             "evaluation_table": None,
             "note": "estimate: the eager CUDA kernels of the graph, each timed by the kernel model (fitted on "
-            "public single-kernel measurements; see docs/kernel-model.md), power from the kernels' compute/memory/"
+            "single-kernel measurements, public and our own H100 sweep; see docs/kernel-model.md), power from the "
+            "kernels' compute/memory/"
             "idle shares fitted on ML.ENERGY measurements, memory as nvidia-smi counts it (context "
             "measured on our H100 + cuBLAS workspace + allocator reserve replayed on the trace; docs/memory.md); the "
             "latency interval is an assumption, not calibrated on whole-model measurements",
@@ -739,12 +756,21 @@ def predict(
                     f"beyond its threshold {residual.ood_threshold:.2f}: kernel-model estimate"
                 )
         if name == "roofline":
-            warnings.append(
-                (
-                    f"{artifact.name}: {fallback}"
-                    if fallback
-                    else f"no trained predictor for {device.key}: kernel-model estimate"
+            kept = None if fallback else held_back(device.key, checkpoints)
+            if fallback:
+                why = f"{artifact.name}: {fallback}"
+            elif kept is not None and predictor_mode() == "kernel":
+                why = f"--predictor kernel: {kept.name} not used on {device.key}: kernel-model estimate"
+            elif kept is not None:
+                why = (
+                    f"{kept.name}, trained on whole-model measurements of this GPU, is not the default on {device.key} "
+                    f"(its held-out table, {kept.name}/EVAL.md, did not pass the default rule; --predictor public uses "
+                    "it): kernel-model estimate"
                 )
+            else:
+                why = f"no trained predictor for {device.key}: kernel-model estimate"
+            warnings.append(
+                why
                 + " (each eager CUDA kernel timed with efficiencies fitted on single-kernel measurements, public and "
                 "our own, which the basis names per GPU; power from the kernels' busy shares, fitted on ML.ENERGY "
                 "measurements; the latency interval is an assumption, not calibrated on whole-model measurements)"

@@ -514,3 +514,31 @@ def test_checkpoint_was_evaluated_on_todays_kernel_model():
     table = json.loads((CHECKPOINT / "eval.json").read_text())["rows"]
     stale = [r["source"] for r in table if r["kernel_ms"] != pytest.approx(today[r["source"]], rel=1e-6)]
     assert len(table) == len(rows) and not stale, f"{len(stale)} rows evaluated on another kernel model: {stale[:5]}"
+
+
+@pytest.mark.skipif(not CHECKPOINT.is_dir(), reason="no committed checkpoint")
+def test_the_kernel_models_warning_names_a_held_back_checkpoint(tmp_path, monkeypatch):
+    """Where a trained GraphSAGE exists for the GPU but does not answer (its table did not pass the default rule, or
+    `--predictor kernel`), the warning names it and how to use it, not "no trained predictor"; a GPU it was not
+    measured on still has none."""
+    import torch
+
+    from analyzer.api import analyze
+    from predictor.predict import predict
+
+    shutil.copytree(CHECKPOINT, tmp_path / pt.CHECKPOINT_NAME)
+    meta = json.loads((tmp_path / pt.CHECKPOINT_NAME / "meta.json").read_text())
+    (tmp_path / pt.CHECKPOINT_NAME / "meta.json").write_text(json.dumps(meta | {"default_devices": []}))
+    analysis = analyze(torch.nn.Linear(8, 8), (torch.randn(2, 8),)).analysis
+    monkeypatch.delenv("PREFLIGHT_PREDICTOR", raising=False)
+    for device in ("h100-80gb", "a100-40gb:1g.5gb"):
+        p, warnings = predict(analysis, device, checkpoints=tmp_path)
+        assert p.predictor == "roofline"
+        want = f"{pt.CHECKPOINT_NAME}, trained on whole-model measurements of this GPU, is not the default on {device}"
+        assert any(w.startswith(want) and "--predictor public uses it" in w for w in warnings)
+    monkeypatch.setenv("PREFLIGHT_PREDICTOR", "kernel")
+    _, warnings = predict(analysis, "h100-80gb", checkpoints=tmp_path)
+    assert any(w.startswith(f"--predictor kernel: {pt.CHECKPOINT_NAME} not used on h100-80gb") for w in warnings)
+    monkeypatch.delenv("PREFLIGHT_PREDICTOR")
+    _, warnings = predict(analysis, "h200-141gb", checkpoints=tmp_path)
+    assert any(w.startswith("no trained predictor for h200-141gb") for w in warnings)

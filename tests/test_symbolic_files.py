@@ -12,6 +12,7 @@ import json
 import warnings
 
 import jsonschema
+import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
@@ -317,6 +318,38 @@ def test_onnx_sizes_read_from_static_dims_stay_symbolic(tmp_path, batch):
     cat = [c for c in oracle.analysis.ops if c.op == "relax.concat"]
     assert [(c.bytes_read, c.bytes_written) for c in cat] == [(48 * batch, 48 * batch)]
     assert list(oracle.analysis.ops[-1].outputs[0].shape) == [batch, 2, 2, 3]
+
+
+def test_a_declared_output_batch_is_not_folded_into_a_symbolic_graph(tmp_path):
+    """An exporter given dynamic axes on the inputs only declares the output with the traced batch (1): y = Relu(x)
+    declared [1, 4, 3] while x is [batch, 4, 3], then y reshaped to [Gather(Shape(y), [0]), 12] (a 1-D index: TVM's
+    importer computes that shape at run time, so the static dims are folded and the file imported again). The
+    symbolic graph must not take the declared 1 as a static size of y: refused, or the reshape is [batch, 12]."""
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["y"]),
+            helper.make_node("Shape", ["y"], ["s"]),
+            helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+            helper.make_node("Concat", ["n", "twelve"], ["shape"], axis=0),
+            helper.make_node("Reshape", ["y", "shape"], ["z"]),
+        ],
+        "declared",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 3]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 12])],
+        [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("zero", [0]), ("twelve", [12]))],
+    )  # fmt: skip
+    path = tmp_path / "declared.onnx"
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    try:
+        sm = load_symbolic(str(path))
+    except AnalysisError:
+        return  # refused: no symbolic graph at all
+    for batch in (2, 7):
+        reshape = next(c for c in analyze_at(sm, batch).analysis.ops if c.op == "relax.reshape")
+        assert reshape.outputs[0].shape == (batch, 12)
 
 
 def _one_clip(path, opset: int, inputs: list[str], attrs: dict, dtype=None, constants=None) -> str:

@@ -685,7 +685,11 @@ def _fold_static_shapes(model, shape_dict: dict[str, list[int]]) -> int:
     graph = GraphProto()
     graph.name = model.graph.name
     graph.node.extend(model.graph.node)
-    graph.output.extend(model.graph.output)
+    if all(isinstance(d, int) for dims in shape_dict.values() for d in dims):
+        graph.output.extend(model.graph.output)
+    else:  # symbolic sizes: a declared output dim (a batch of 1 where only the inputs were made dynamic) would win
+        # over the inferred symbol and be folded as static
+        graph.output.extend(helper.make_empty_tensor_value_info(o.name) for o in model.graph.output)
     inits = {t.name for t in model.graph.initializer}
     for inp in model.graph.input:
         if inp.name in inits:

@@ -118,35 +118,38 @@ def _public_devices(artifact: Path, measured: tuple[str, ...]) -> tuple[str, ...
 
 
 def held_back(device: str, root: Path = CHECKPOINTS) -> Path | None:
-    """The public GraphSAGE measured on `device` (or on the GPU of a MIG slice `device`) that `predictor_mode` keeps
-    from answering there (its evaluation did not put it on by default, or `--predictor kernel`), else None."""
+    """The newest public GraphSAGE measured on `device` (or on the GPU of a MIG slice `device`) that
+    `predictor_mode` keeps from answering there (its evaluation did not put it on by default, or `--predictor
+    kernel`), else None."""
     gpu = device.split(":")[0]
-    if predictor_mode() == "public" or not root.is_dir():
+    if predictor_mode() == "public":
         return None
-    for d in sorted(root.iterdir()):
+    best: tuple[int, Path] | None = None
+    for d, version, measured, public in _artifacts(root):
+        if public and gpu in measured and gpu not in _public_devices(d, measured):
+            if best is None or version > best[0]:
+                best = (version, d)
+    return best[1] if best else None
+
+
+def _artifacts(root: Path):
+    """Each `<device>@<n>` artifact directory of `root` with a `meta.json`, as (directory, n, the GPUs it was
+    measured on, whether it is a public-data GraphSAGE): the one scan `newest_artifacts` and `held_back` share."""
+    if not root.is_dir():
+        return
+    for d in root.iterdir():
         m = _ARTIFACT.match(d.name)
-        if not (m and (d / "meta.json").is_file()) or _meta(d).get("schema") != PUBLIC_SCHEMA:
-            continue
-        measured = (m["device"], *_also_measured_on(d))
-        if gpu in measured and gpu not in _public_devices(d, measured):
-            return d
-    return None
+        if m and (d / "meta.json").is_file():
+            yield d, int(m["version"]), (m["device"], *_also_measured_on(d)), _meta(d).get("schema") == PUBLIC_SCHEMA
 
 
 def newest_artifacts(root: Path = CHECKPOINTS) -> dict[str, Path]:
     """Device key -> its newest `<device>@<n>` artifact directory (one with a `meta.json`), in one scan of `root`."""
     best: dict[str, tuple[int, Path]] = {}
-    if root.is_dir():
-        for d in root.iterdir():
-            m = _ARTIFACT.match(d.name)
-            if not (m and (d / "meta.json").is_file()):
-                continue
-            keys = (m["device"], *_also_measured_on(d))
-            if _meta(d).get("schema") == PUBLIC_SCHEMA:
-                keys = _public_devices(d, keys)  # PREDICTOR_ENV
-            for key in keys:
-                if int(m["version"]) > best.get(key, (-1, d))[0]:
-                    best[key] = (int(m["version"]), d)
+    for d, version, keys, public in _artifacts(root):
+        for key in _public_devices(d, keys) if public else keys:  # PREDICTOR_ENV
+            if version > best.get(key, (-1, d))[0]:
+                best[key] = (version, d)
     return {k: d for k, (_, d) in best.items()}
 
 

@@ -542,3 +542,22 @@ def test_the_kernel_models_warning_names_a_held_back_checkpoint(tmp_path, monkey
     monkeypatch.delenv("PREFLIGHT_PREDICTOR")
     _, warnings = predict(analysis, "h200-141gb", checkpoints=tmp_path)
     assert any(w.startswith("no trained predictor for h200-141gb") for w in warnings)
+
+
+@pytest.mark.skipif(not CHECKPOINT.is_dir(), reason="no committed checkpoint")
+def test_the_held_back_checkpoint_named_is_the_newest(tmp_path, monkeypatch):
+    """With several held-back versions of one GPU's GraphSAGE, the warning names the newest (@10 over @2 and @1: by
+    version, not by the directory name's order, which puts @10 second), the one `newest_artifacts` would load."""
+    from predictor.predict import held_back, newest_artifacts
+
+    meta = json.loads((CHECKPOINT / "meta.json").read_text()) | {"default_devices": []}
+    device = pt.CHECKPOINT_NAME.split("@")[0]
+    for version in (1, 10, 2):
+        (tmp_path / f"{device}@{version}").mkdir()
+        (tmp_path / f"{device}@{version}" / "meta.json").write_text(json.dumps(meta))
+    monkeypatch.delenv("PREFLIGHT_PREDICTOR", raising=False)
+    assert held_back(device, tmp_path) == tmp_path / f"{device}@10"
+    assert newest_artifacts(tmp_path) == {}  # held back: none answers by default
+    monkeypatch.setenv("PREFLIGHT_PREDICTOR", "public")
+    assert held_back(device, tmp_path) is None
+    assert newest_artifacts(tmp_path)[device] == tmp_path / f"{device}@10"

@@ -500,6 +500,26 @@ _SIZE_FLOAT_OPS |= frozenset({"Cast", "Unsqueeze", "Squeeze", "Concat", "Gather"
 _SIZE_FLOAT_OPS |= frozenset({"Constant"})
 
 
+def _small_constants(model) -> dict:
+    """{value name: TensorProto} of the graph's constants of at most `FOLD_ELEMENTS` elements: `Constant` nodes (default
+    domain, one `value`) and initializers whose data is in the file and that no graph input overrides at run time."""
+    import numpy as np
+
+    graph_inputs = {i.name for i in model.graph.input}
+    out = {}
+    for init in model.graph.initializer:
+        size = int(np.prod(list(init.dims), dtype=object))
+        if init.name not in graph_inputs and size <= FOLD_ELEMENTS and init.data_location != 1:
+            out[init.name] = init
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1:
+            attr = node.attribute[0]
+            if attr.name == "value" and len(node.output) == 1:
+                if int(np.prod(list(attr.t.dims), dtype=object)) <= FOLD_ELEMENTS:
+                    out[node.output[0]] = attr.t
+    return out
+
+
 def fold_constant_indices(model) -> int:
     """Replace, in place, each node of the default domain whose every input is a constant (a `Constant` node, an
     initializer with its data of at most `FOLD_ELEMENTS` elements that is no graph input, or a value folded before)
@@ -517,12 +537,7 @@ def fold_constant_indices(model) -> int:
     from onnx import helper, numpy_helper, shape_inference
     from onnx.reference import ReferenceEvaluator
 
-    graph_inputs = {i.name for i in model.graph.input}
-    known: dict[str, object] = {}  # value name -> numpy array
-    for init in model.graph.initializer:
-        size = int(np.prod(list(init.dims), dtype=object))
-        if init.name not in graph_inputs and size <= FOLD_ELEMENTS and init.data_location != 1:
-            known[init.name] = init  # parsed on first use
+    known: dict[str, object] = dict(_small_constants(model))  # value name -> numpy array (a TensorProto: parsed on use)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
 
     def value(name):
@@ -551,12 +566,6 @@ def fold_constant_indices(model) -> int:
     size_floats = _size_floats(model)
     out_nodes = []
     for node in nodes:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1:
-            attr = node.attribute[0]
-            if attr.name == "value" and len(node.output) == 1:
-                t = attr.t
-                if int(np.prod(list(t.dims), dtype=object)) <= FOLD_ELEMENTS:
-                    known[node.output[0]] = t
         ins = [i for i in node.input if i]
         if (
             node.domain not in ("", "ai.onnx")
@@ -766,11 +775,7 @@ def _static_dims_gathered(model, shape_nodes: list, static: dict[str, list[int]]
         of_shape[node.output[0]] = dims[slice(attrs.get("start", 0), attrs.get("end", len(dims)))]
     if not of_shape:
         return {}
-    consts = {}
-    for node in model.graph.node:
-        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
-            consts[node.output[0]] = node.attribute[0].t
-    consts.update({t.name: t for t in model.graph.initializer if len(t.dims) <= 1 and t.data_location != 1})
+    consts = _small_constants(model)
     out = {}
     for node in model.graph.node:
         if node.op_type != "Gather" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:

@@ -22,6 +22,18 @@ FORMATS = ("table", "json", "markdown", "html", "csv", "kernels-csv")
 # `zoo` and `devices` must not pay for it.
 
 
+class IntRange(click.IntRange):
+    """click's IntRange, whose error for a word says "not a valid integer" (click's says "integer range")."""
+
+    name = "integer"
+
+
+class FloatRange(click.FloatRange):
+    """click's FloatRange, whose error for a word says "not a valid number" (click's says "float range")."""
+
+    name = "number"
+
+
 def _print_version(ctx: click.Context) -> None:
     """`preflight --version`: the version and the stack (from package metadata: nothing heavy is imported)."""
     from .provenance import stack
@@ -204,7 +216,7 @@ def explain_option(f):
     f = click.option(
         "--by-module",
         "by_module",
-        type=click.IntRange(min=0, max=8),
+        type=IntRange(min=0, max=8),
         default=0,
         metavar="DEPTH",
         help="Also list the costliest modules at this depth of the module path (1: layer4, 2: layer4.2); the JSON "
@@ -251,7 +263,7 @@ def budget_options(f):
     g = click.option(
         "--timeout",
         "budget_timeout_s",
-        type=click.FloatRange(min=0),
+        type=FloatRange(min=0),
         default=DEFAULT_TIMEOUT_S,
         show_default=True,
         metavar="S",
@@ -260,7 +272,7 @@ def budget_options(f):
     return click.option(
         "--max-memory",
         "budget_memory_gib",
-        type=click.FloatRange(min=0),
+        type=FloatRange(min=0),
         default=DEFAULT_MEMORY_GIB,
         show_default=True,
         metavar="GIB",
@@ -279,7 +291,7 @@ def model_options(f):
         help="Shape (and dtype) of an input, e.g. x:8x3x224x224 or ids:1x128:int64. Repeatable.",
     )(f)
     f = click.option(
-        "--batch", type=click.IntRange(min=1, max=MAX_DIM), default=None, help="Set dimension 0 of every input."
+        "--batch", type=IntRange(min=1, max=MAX_DIM), default=None, help="Set dimension 0 of every input."
     )(f)
     f = click.option(
         "--dtype",
@@ -300,7 +312,7 @@ def model_options(f):
 @click.option("--strict", is_flag=True, help="Fail (exit 4) if any operator has no cost rule.")
 @click.option(
     "--top",
-    type=click.IntRange(min=0),
+    type=IntRange(min=0),
     default=15,
     show_default=True,
     help="How many of the costliest operators the table and Markdown list.",
@@ -425,7 +437,7 @@ def max_slowdown_option(f):
     """--max-slowdown, shared by predict and report."""
     return click.option(
         "--max-slowdown",
-        type=click.FloatRange(min=1),
+        type=FloatRange(min=1),
         default=None,
         metavar="X",
         help="Also name the smallest MIG slice whose predicted latency is at most X times the whole GPU's (e.g. 2).",
@@ -443,7 +455,7 @@ def max_slowdown_option(f):
 @click.option(
     "--latency-slo",
     "latency_slo",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FloatRange(min=0, min_open=True),
     default=None,
     metavar="MS",
     help="The MIG slice must also meet this latency (with --largest-batch: the largest batch within it, too).",
@@ -452,7 +464,7 @@ def max_slowdown_option(f):
 @click.option("--strict", is_flag=True, help="Fail (exit 4) if any operator has no cost rule.")
 @click.option(
     "--top",
-    type=click.IntRange(min=0),
+    type=IntRange(min=0),
     default=15,
     show_default=True,
     help="How many of the costliest operators the table and Markdown list (0: none).",
@@ -460,7 +472,7 @@ def max_slowdown_option(f):
 @click.option(
     "--max-latency-ms",
     "max_latency",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FloatRange(min=0, min_open=True),
     default=None,
     metavar="MS",
     help="Budget: exit 4 if the predicted latency exceeds MS.",
@@ -468,7 +480,7 @@ def max_slowdown_option(f):
 @click.option(
     "--max-memory-mb",
     "max_memory",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FloatRange(min=0, min_open=True),
     default=None,
     metavar="MIB",
     help="Budget: exit 4 if the predicted device memory exceeds MIB.",
@@ -559,7 +571,7 @@ GPU_BOUND_FAR = 1.5
 @click.option(
     "--measured-ms",
     "measured_ms",
-    type=click.FloatRange(min=0, min_open=True, max=1e9),
+    type=FloatRange(min=0, min_open=True, max=1e9),
     required=True,
     metavar="MS",
     help="The latency of one eager forward of MODEL (as given: batch, dtype) you timed on your machine, in ms "
@@ -681,7 +693,7 @@ def host_cautions(fit) -> list[str]:
 )
 @click.option(
     "--max-batch",
-    type=click.IntRange(min=1, max=MAX_DIM),
+    type=IntRange(min=1, max=MAX_DIM),
     default=None,
     metavar="N",
     help="Sweep batch sizes 1, 2, 4, ... up to N (default 32).",
@@ -691,7 +703,7 @@ def host_cautions(fit) -> list[str]:
 @click.option(
     "--latency-slo",
     "latency_slo",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FloatRange(min=0, min_open=True),
     default=None,
     metavar="MS",
     help="The MIG slice (and the sweep's largest batch) must also meet this latency.",
@@ -700,7 +712,7 @@ def host_cautions(fit) -> list[str]:
 @click.option("--strict", is_flag=True, help="Fail (exit 4) if any operator has no cost rule.")
 @click.option(
     "--top",
-    type=click.IntRange(min=0),
+    type=IntRange(min=0),
     default=15,
     show_default=True,
     help="How many of the costliest operators to list.",
@@ -771,14 +783,10 @@ def report(
 
 @cli.command()
 @click.argument("model", callback=_model_exists)
+@click.option("--prompt", type=IntRange(min=1, max=MAX_DIM), default=1024, show_default=True, help="Prompt tokens.")
+@click.option("--generate", type=IntRange(min=1, max=MAX_DIM), default=256, show_default=True, help="Tokens generated.")
 @click.option(
-    "--prompt", type=click.IntRange(min=1, max=MAX_DIM), default=1024, show_default=True, help="Prompt tokens."
-)
-@click.option(
-    "--generate", type=click.IntRange(min=1, max=MAX_DIM), default=256, show_default=True, help="Tokens generated."
-)
-@click.option(
-    "--batch", type=click.IntRange(min=1, max=MAX_DIM), default=1, show_default=True, help="Sequences served together."
+    "--batch", type=IntRange(min=1, max=MAX_DIM), default=1, show_default=True, help="Sequences served together."
 )
 @click.option(
     "--device",
@@ -796,26 +804,26 @@ def report(
 )
 @click.option(
     "--concurrency",
-    type=click.IntRange(min=1, max=MAX_DIM),
+    type=IntRange(min=1, max=MAX_DIM),
     default=None,
     help="Sequences for the MIG recommendation (default: --batch).",
 )
 @click.option(
     "--context",
-    type=click.IntRange(min=2, max=MAX_DIM),
+    type=IntRange(min=2, max=MAX_DIM),
     default=None,
     help="Their cache length in tokens for the MIG recommendation (default: prompt + generate).",
 )
 @click.option(
     "--ttft-ms",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FloatRange(min=0, min_open=True),
     default=None,
     metavar="MS",
     help="The recommended slice must also predict at most this time to first token.",
 )
 @click.option(
     "--tpot-ms",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FloatRange(min=0, min_open=True),
     default=None,
     metavar="MS",
     help="The recommended slice must also predict at most this time per output token.",
@@ -849,7 +857,7 @@ def report(
 )
 @click.option(
     "--max-num-batched-tokens",
-    type=click.IntRange(min=0, max=MAX_DIM),
+    type=IntRange(min=0, max=MAX_DIM),
     default=None,
     metavar="N",
     help="vllm: chunked prefill's token budget per step (0: none; default: the engine profile's, vLLM's default).",
@@ -1059,7 +1067,7 @@ def devices(fmt: str, show: str | None) -> None:
 )
 @click.option(
     "--batch",
-    type=click.IntRange(min=1, max=MAX_DIM),
+    type=IntRange(min=1, max=MAX_DIM),
     default=None,
     help="Set dimension 0 of every input, for the models whose manifest row names no batch.",
 )
@@ -1073,7 +1081,7 @@ def devices(fmt: str, show: str | None) -> None:
 @host_overhead_option
 @click.option(
     "--workers",
-    type=click.IntRange(min=1),
+    type=IntRange(min=1),
     default=None,
     help="Worker processes (default: this machine's cores; with --address, the cluster's CPUs).",
 )
@@ -1087,7 +1095,7 @@ def devices(fmt: str, show: str | None) -> None:
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FloatRange(min=0, min_open=True),
     default=600,
     show_default=True,
     metavar="S",
@@ -1095,7 +1103,7 @@ def devices(fmt: str, show: str | None) -> None:
 )
 @click.option(
     "--memory-mb",
-    type=click.IntRange(min=64),
+    type=IntRange(min=64),
     default=8192,
     show_default=True,
     metavar="MIB",
@@ -1184,7 +1192,7 @@ def _train_options(f):
         callback=lambda ctx, param, value: _one_device(ctx, param, value, "one model per GPU"),
         help="Device key of the records to use (e.g. h100-80gb).",
     )(f)
-    f = click.option("--epochs", type=click.IntRange(min=1), default=300, show_default=True)(f)
+    f = click.option("--epochs", type=IntRange(min=1), default=300, show_default=True)(f)
     f = click.option("--seed", type=int, default=0, show_default=True)(f)
     f = click.option("--cache", default="cache/graphs", show_default=True, help="Graph cache directory.")(f)
     f = click.option(

@@ -504,7 +504,8 @@ def test_question_mark_malformed(models, spec):
 
 
 def test_the_dynamic_dim_hint_pasted_works(tmp_path):
-    """The error's `--input` hint, pasted with each N replaced by a size, analyses the model."""
+    """The error names every dynamic dimension at once, and its `--input` hint, pasted with each N replaced by a size,
+    analyses the model."""
     import re
     import shlex
 
@@ -514,6 +515,8 @@ def test_the_dynamic_dim_hint_pasted_works(tmp_path):
         hint = re.search(r"--input (\S+)", msg).group(1)
         assert hint == ("x:Nx3xNxN" if not extra else "x:2x3xNxN"), msg
         assert "N a size" in msg and "? keeps" in msg
+        named = "dimensions 2 ('height') and 3 ('width') are" if extra else "0 ('batch'), 2 ('height') and 3 ('width')"
+        assert named in msg, msg  # every dynamic dim in one message, not one per try
         pasted = shlex.split(f"--input {hint.replace('N', '8')}")
         doc = ok_json("analyze", path, *extra, *pasted)
         shape = [8, 3, 8, 8] if not extra else [2, 3, 8, 8]
@@ -529,6 +532,8 @@ def test_bad_batch(models, batch):
     # click rejects these itself (IntRange(min=1)): its usage error, exit 2, naming the option
     msg = click_usage_fails("analyze", models["tiny"], "--batch", batch)
     assert "--batch" in msg
+    if batch == "two":  # a word is "not a valid integer", not click's "not a valid integer range"
+        assert "'two' is not a valid integer." in msg, msg
 
 
 def test_pt2_dynamic_batch(models):

@@ -110,15 +110,19 @@ def resolve_shape(
                 f"cannot change it (re-export the model with a dynamic batch dimension)"
             )
         dims[0] = batch
-    for i, d in enumerate(dims):
-        if not isinstance(d, int):
-            label = f" ('{d}')" if d else ""
-            raise MissingShapeError(
-                f"input '{name}' dimension {i}{label} is dynamic: set it with "
-                + ("--batch N or " if i == 0 else "")
-                + f"--input {name}:{'x'.join(str(x) if isinstance(x, int) else 'N' for x in dims)} "
-                + "(each N a size; ? keeps the file's value)"
+    dynamic = [i for i, d in enumerate(dims) if not isinstance(d, int)]
+    if dynamic:  # every dynamic dim in one message: a user sets them in one go
+        named = [f"{i}" + (f" ('{dims[i]}')" if dims[i] else "") for i in dynamic]
+        hint = f"--input {name}:{'x'.join(str(x) if isinstance(x, int) else 'N' for x in dims)}"
+        if len(dynamic) == 1:
+            what = f"dimension {named[0]} is dynamic: set it with " + ("--batch N or " if dynamic == [0] else "")
+            hint += " (each N a size; ? keeps the file's value)"
+        else:
+            what = f"dimensions {', '.join(named[:-1])} and {named[-1]} are dynamic: set them with "
+            hint += " (each N a size; ? keeps the file's value" + (
+                "; --batch N sets dimension 0)" if 0 in dynamic else ")"
             )
+        raise MissingShapeError(f"input '{name}' {what}{hint}")
     return tuple(dims)
 
 

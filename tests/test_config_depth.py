@@ -102,3 +102,24 @@ def test_a_layer_attribute_that_differs_is_seen():
 
     assert hf_config.layer_signature(Layer(0, False)) == hf_config.layer_signature(Layer(5, False))
     assert hf_config.layer_signature(Layer(0, False)) != hf_config.layer_signature(Layer(0, True))
+
+
+@pytest.mark.parametrize("doc", [BERT, GPT2], ids=["bert", "gpt2"])
+def test_module_names_are_the_models_own(tmp_path, doc):
+    """An op's module is named as the transformers model names its modules (`named_modules()`, the oracle:
+    `encoder.layer.0.attention.self.query` of a BertModel, `transformer.h.0.attn.c_attn` of a GPT2LMHeadModel), not
+    with the attribute of preflight's wrapper in front (`model.encoder...`)."""
+    import torch
+    import transformers
+
+    path = _config(tmp_path, doc, 2)
+    config = transformers.AutoConfig.for_model(**{k: v for k, v in json.loads(path.read_text()).items()})
+    with torch.device("meta"):
+        own = dict(getattr(transformers, doc["architectures"][0])(config).named_modules())
+    ops = analyze_model(path, inputs=["input_ids:2x16"]).analysis.ops
+    named = {c.module for c in ops if c.module and c.module != "(top level)"}
+    assert len(named) >= 8 and named <= own.keys(), sorted(named - own.keys())[:5]
+    assert any(
+        c.category == "matmul" and c.module.endswith(".0.attention.self.query" if doc is BERT else ".0.attn.c_attn")
+        for c in ops
+    )

@@ -22,6 +22,10 @@ class HFWrapper(nn.Module):
         decoder: Whether to pass ``use_cache=False``.
     """
 
+    #: The attribute holding the user's model: preflight reports module paths below it (``encoder.layer.0``, as
+    #: ``model.named_modules()`` names them), not ``model.encoder.layer.0``.
+    preflight_wraps = "model"
+
     def __init__(self, model: nn.Module, input_name: str, decoder: bool = False) -> None:
         super().__init__()
         self.model = model

@@ -38,6 +38,8 @@ class Seq2SeqLM(nn.Module):
         tgt_len: Decoder positions.
     """
 
+    preflight_wraps = "model"  # module paths reported below it (`zoo._hf.HFWrapper`)
+
     def __init__(self, model: nn.Module, tgt_len: int) -> None:
         super().__init__()
         self.model = model
@@ -141,6 +143,8 @@ class GNMT(nn.Module):
         layers: LSTM layers of the encoder and of the decoder (each >= 2).
         tgt_len: Decoder positions.
     """
+
+    preflight_wraps = "model"  # module paths reported below it (`zoo._hf.HFWrapper`)
 
     def __init__(self, vocab: int, hidden: int, layers: int, tgt_len: int) -> None:
         super().__init__()

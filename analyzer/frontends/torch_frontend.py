@@ -256,6 +256,12 @@ class _TensorOutputs:
         return Wrapper(), dropped
 
 
+def _below(path: str, root: str) -> str:
+    """`path` (a module path of the wrapped export) without `root.` (else without `inner.`): `inner.model.encoder`
+    below `inner.model` is `encoder`."""
+    return path[len(root) + 1 :] if path.startswith(root + ".") else path.removeprefix("inner.")
+
+
 @contextlib.contextmanager
 def _no_stack_traces():
     """torch.export without a Python stack trace per graph node (~15% of its CPU time; preflight never shows them),
@@ -354,8 +360,14 @@ def from_module(
     mod, n_inputs, missing = import_exported_program(
         ep, n_inputs=n_inputs, sources=sources, weight_names=weight_names, calls=calls
     )
-    # module paths as the user's model names them: without _TensorOutputs' `inner.` (its own forward: top level)
-    sources = {k: "(top level)" if v == "inner" else v.removeprefix("inner.") for k, v in sources.items()}
+    # module paths as the user's model names them: without _TensorOutputs' `inner.` (its own forward: top level),
+    # nor a wrapper's attribute that holds the user's model (`preflight_wraps`: the zoo's and config route's
+    # transformers wrapper, `model.`)
+    root = "inner"
+    wraps = getattr(type(module), "preflight_wraps", None)
+    if isinstance(wraps, str) and isinstance(getattr(module, wraps, None), torch.nn.Module):
+        root = f"inner.{wraps}"
+    sources = {k: "(top level)" if v in ("inner", root) else _below(v, root) for k, v in sources.items()}
     warnings = []
     if dropped:
         kinds = ", ".join(sorted(set(dropped)))

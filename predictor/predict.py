@@ -867,24 +867,48 @@ def _basis(karrays, device: Device, whole: KernelTimes, source: str | None, tf32
 OP_BOUNDS = ("compute", "memory", "launch", "none")
 
 
+_PEAK_OF_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "int8": "int8"}  # else fp32 (tf32 for TF32 matmuls)
+
+
+def _split_weights(kernel, ops: dict, device, tf32: bool) -> list[float]:
+    """The shares (summing to 1) of `kernel`'s time that go to each op it covers (`kernel.ops`; `ops`: index ->
+    OpCost): proportional to the op's own roofline time on `device`, max(FLOPs / peak rate of the kernel's dtype,
+    (bytes read + written) / bandwidth); even when every op's is 0 or an op is not in `ops`."""
+    n = len(kernel.ops)
+    if n == 1:
+        return [1.0]
+    kind = _PEAK_OF_DTYPE.get(kernel.dtype, "tf32" if tf32 and kernel.kind in ("gemm", "conv") else "fp32")
+    peak = device.peak_flops.get(kind) or device.peak_flops["fp32"]
+    costs = [ops.get(i) for i in kernel.ops]
+    if any(c is None for c in costs):
+        return [1.0 / n] * n
+    t = [max(c.flops / peak, (c.bytes_read + c.bytes_written) / device.bandwidth) for c in costs]
+    total = sum(t)
+    return [x / total for x in t] if total > 0 else [1.0 / n] * n
+
+
 def op_times_ms(analysis, prediction: Prediction) -> dict[int, tuple[float, str]]:
     """A prediction's latency apportioned over the live Relax ops: op index -> (ms, what bounds it: `OP_BOUNDS`).
 
-    Each kernel's modelled time goes to the ops it covers (split evenly when it covers several, e.g. a fused
-    attention); views and folded ops get 0. With the estimate the shares add up to its latency exactly; a
-    trained predictor's latency (it predicts the graph, not each op) is spread the same way. With layers
-    extrapolated (`Analysis.repeat`) the listed ops (2 of n layers) get their own share of the n-layer latency.
+    Each kernel's modelled time goes to the ops it covers; one that covers several (a GEMM with its bias add, a fused
+    attention) splits its time in proportion to each op's own roofline time on the device, max(FLOPs / peak of the
+    kernel's dtype, bytes read and written / bandwidth) (`_split_weights`: a bias add gets a sliver of its GEMM's
+    time, not half), evenly when every op's is 0; views and folded ops get 0. With the estimate the shares add up
+    to its latency exactly; a trained predictor's latency (it predicts the graph, not each op) is spread the same
+    way. With layers extrapolated (`Analysis.repeat`) the listed ops (2 of n layers) get their own share of the
+    n-layer latency.
     """
     tf32, host = tf32_matmul_of_prediction(prediction), host_overhead_of_prediction(prediction)
     device = get_device(prediction.device)
     times = host_times(kernel_latency_arrays(kernel_arrays(analysis.kernels), device, tf32_matmul=tf32), host)
     per_op: dict[int, float] = {}
     bound: dict[int, str] = {}
+    ops = {c.index: c for c in analysis.ops}
     at_floor = times.launch_s >= np.maximum(times.compute_s, times.memory_s)
     for kern, sec, cb, fl in zip(analysis.kernels, times.eager_s, times.compute_bound, at_floor, strict=True):
         what = "compute" if cb else "launch" if fl else "memory"
-        for i in kern.ops:
-            per_op[i] = per_op.get(i, 0.0) + sec / len(kern.ops)
+        for i, w in zip(kern.ops, _split_weights(kern, ops, device, tf32), strict=True):
+            per_op[i] = per_op.get(i, 0.0) + sec * w
             bound[i] = min(bound.get(i, "none"), what, key=OP_BOUNDS.index)
     total = sum(per_op.values())
     if getattr(analysis, "repeat", None) is not None or getattr(analysis, "steps", None) is not None:

@@ -240,3 +240,27 @@ def test_llm_eager_takes_it_and_vllm_refuses_it():
         llm(spec, runtime="vllm", host_overhead=2.0)
     with pytest.raises(UsageError, match="--host-overhead must be a positive finite number"):
         llm(spec, host_overhead=float("nan"))
+
+
+def test_op_times_split_a_fused_kernel_by_each_ops_roofline_time():
+    """nn.Linear(256, 512) on a (64, 256) float32 input is one GEMM kernel with its bias add fused (addmm). By hand:
+    the matmul 2 x 64 x 256 x 512 = 16,777,216 FLOPs and (64 x 256 + 256 x 512 + 64 x 512) x 4 = 720,896 bytes, the
+    add 64 x 512 = 32,768 FLOPs and (2 x 64 x 512 + 512) x 4 = 264,192 bytes; each op's roofline time on the H100 is
+    max(FLOPs / FP32 peak, bytes / bandwidth), and the kernel's time is split in that proportion (not half each)."""
+    import torch
+
+    from predictor.predict import op_times_ms
+
+    rep = analyzer.predict(torch.nn.Linear(256, 512), (torch.randn(64, 256),), device="h100-80gb")
+    (kernel,) = rep.analysis.kernels
+    mm, add = kernel.ops
+    ops = {c.index: c for c in rep.analysis.ops}
+    assert (ops[mm].flops, ops[mm].bytes_read + ops[mm].bytes_written) == (16_777_216, 720_896)
+    assert (ops[add].flops, ops[add].bytes_read + ops[add].bytes_written) == (32_768, 264_192)
+    h100 = get_device("h100-80gb")
+    t_mm = max(16_777_216 / h100.peak_flops["fp32"], 720_896 / h100.bandwidth)
+    t_add = max(32_768 / h100.peak_flops["fp32"], 264_192 / h100.bandwidth)
+    times = op_times_ms(rep.analysis, rep.prediction)
+    assert times[mm][0] + times[add][0] == pytest.approx(rep.prediction.latency_ms, rel=1e-9)
+    assert times[add][0] / times[mm][0] == pytest.approx(t_add / t_mm, rel=1e-9)
+    assert times[add][0] < 0.5 * times[mm][0]

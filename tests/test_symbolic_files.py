@@ -403,3 +403,32 @@ def test_onnx_clip_left_to_tvm_where_one_clip_would_differ(tmp_path):
     for path in (crossed, ints):
         ops = [c.op for c in analyze_model(path, batch=3).analysis.ops if not c.folded]
         assert "relax.clip" not in ops and ops.count("relax.call_tir") == 2, (path, ops)
+
+
+@pytest.mark.parametrize("overridden", [False, True])
+def test_a_gather_index_a_graph_input_overrides_is_not_folded(overridden):
+    """`Gather(Shape(x), idx)` with x [batch, 4, 3] and idx an initializer [1]: folded to the constant [4] (the static
+    channel dim), unless idx is also a graph input, whose value the caller may replace at run time (then idx is no
+    constant and the Gather stays)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from analyzer.frontends import onnx_frontend
+
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 3])]
+    if overridden:
+        inputs.append(helper.make_tensor_value_info("idx", TensorProto.INT64, [1]))
+    graph = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "idx"], ["n"], axis=0)],
+        "g",
+        inputs,
+        [helper.make_tensor_value_info("n", TensorProto.INT64, [1])],
+        [numpy_helper.from_array(np.array([1], np.int64), "idx")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx_frontend._fold_static_shapes(model, {"x": ["batch", 4, 3]})
+    producer = next(n for n in model.graph.node if n.output[0] == "n")
+    if overridden:
+        assert producer.op_type == "Gather"
+    else:
+        assert producer.op_type == "Constant"
+        assert numpy_helper.to_array(producer.attribute[0].t).tolist() == [4]

@@ -127,10 +127,27 @@ def dim_expr(d, _budget: list[int] | None = None) -> Expr | int | None:
     if isinstance(d, PE.Var):
         return Expr("sym", str(d.name)) if str(getattr(d, "ty", "")).startswith("int") else None
     op = _DIM_OPS.get(type(d))
+    if op is None and isinstance(d, PE.Div):
+        # a truncating division: the floor division it equals where it is exact (a multiple of a positive constant
+        # divided by it, whatever its sign; the ONNX importer's `batch * 64 / 64`); else none
+        a, b = dim_expr(d.a, budget), dim_expr(d.b, budget)
+        return Expr("floordiv", a, b) if isinstance(b, int) and b > 0 and _multiple_of(a, b) else None
     if op is None:
         return None
     a, b = dim_expr(d.a, budget), dim_expr(d.b, budget)
     return None if a is None or b is None else Expr(op, a, b)
+
+
+def _multiple_of(e, k: int) -> bool:
+    """Whether the dimension expression `e` (`dim_expr`'s) is a multiple of `k` at every point: an int that is, a
+    product with a factor that is, a sum or difference of two that are."""
+    if isinstance(e, int):
+        return e % k == 0
+    if not isinstance(e, Expr):
+        return False
+    if e.op == "mul":
+        return any(_multiple_of(x, k) for x in e.args)
+    return e.op in ("add", "sub") and all(_multiple_of(x, k) for x in e.args)
 
 
 def _tensor_infos(ty, where: str, symbolic: bool = False) -> tuple[TensorInfo, ...] | None:
@@ -1845,6 +1862,47 @@ class _OnnxTile(_QdqFused):
         return relax.op.tile(inputs[0], [int(r) for r in reps.value.numpy().reshape(-1)])
 
 
+class _OnnxPad(_QdqFused):
+    """ONNX Pad with constant, non-negative pads (and a constant value, constant axes) on a float tensor as one
+    `relax.nn.pad`, as TVM's torch importer spells `F.pad` (one copy kernel in eager PyTorch, the same in the kernel
+    view whatever the route). TVM's own converter emits a `pad` PrimFunc (call_tir: no cost in a symbolic graph, so
+    a file with a Pad, Swin's window padding, could not be analysed with its batch symbolic); it still converts the
+    rest (negative pads, pads computed in the graph). ONNX writes pads as [begin_0, .., begin_n, end_0, .., end_n],
+    `relax.nn.pad` as [begin_0, end_0, begin_1, end_1, ..]; modes edge and wrap are replicate and circular."""
+
+    base = "Pad"
+    _MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}
+
+    @classmethod
+    def fuse(cls, bb, inputs, attr):
+        x = inputs[0]
+        if not _dtype_of(x).startswith(("float", "bfloat")) or not isinstance(x.ty.shape, relax.ShapeExpr):
+            return None
+        mode = attr.get("mode", b"constant")
+        mode = cls._MODES.get(mode.decode() if isinstance(mode, bytes) else str(mode))
+        rank = _rank(x)
+        if len(inputs) == 1:  # opset 2-10: pads and value as attributes
+            pads, value, axes = list(attr.get("pads") or ()), float(attr.get("value", 0.0)), None
+        else:
+            pads_in, axes_in = inputs[1], _input(inputs, 3)
+            if not isinstance(pads_in, tvm.ir.Constant) or (
+                axes_in is not None and not isinstance(axes_in, tvm.ir.Constant)
+            ):
+                return None
+            pads = [int(v) for v in pads_in.value.numpy().reshape(-1)]
+            value = _constant_scalar(_input(inputs, 2), 0.0)
+            axes = None if axes_in is None else [int(a) for a in axes_in.value.numpy().reshape(-1)]
+        if mode is None or value is None or any(p < 0 for p in pads):
+            return None
+        axes = list(range(rank)) if axes is None else [a + rank if a < 0 else a for a in axes]
+        if len(pads) != 2 * len(axes) or sorted(set(axes)) != sorted(axes) or not all(0 <= a < rank for a in axes):
+            return None
+        width = [0] * (2 * rank)
+        for i, a in enumerate(axes):
+            width[2 * a], width[2 * a + 1] = pads[i], pads[len(axes) + i]
+        return relax.op.nn.pad(x, width, mode, value)
+
+
 def _constant_scalar(expr, default: float) -> float | None:
     """The value of a one-element Relax constant (`default` for an absent input, None), else None (a bound the
     graph computes)."""
@@ -1857,6 +1915,7 @@ ONNX_EXTRA_CONVERTERS.update(
     {
         "Clip": _OnnxClip,
         "Tile": _OnnxTile,
+        "Pad": _OnnxPad,
         "Conv": _QdqConv,
         "Einsum": _OnnxEinsum,
         "MatMul": _QdqMatMul,

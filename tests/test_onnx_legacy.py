@@ -363,3 +363,56 @@ def test_random_uniform_like_is_a_fill(tmp_path):
     (fill,) = [c for c in ops if c.op == "relax.zeros"]
     assert fill.flops == 0 and fill.bytes_written == 2 * 16 * 4 and fill.output.shape == (2, 16)
     assert ops[-1].op == "relax.add" and ops[-1].flops == 2 * 16
+
+
+def _pad_file(path, opset: int, mode: str, pads: list[int], axes: list[int] | None = None, value: float = 0.0):
+    """x [2, 3, 5] float32 padded by one ONNX Pad node (opset < 11: pads and value as attributes)."""
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    attrs = {"mode": mode}
+    inits, ins = [], ["x"]
+    if opset < 11:
+        attrs |= {"pads": pads, "value": value}
+    else:
+        inits = [numpy_helper.from_array(np.array(pads, np.int64), "pads")]
+        inits.append(numpy_helper.from_array(np.array(value, np.float32), "value"))
+        ins += ["pads", "value"]
+        if axes is not None:
+            inits.append(numpy_helper.from_array(np.array(axes, np.int64), "axes"))
+            ins.append("axes")
+    graph = helper.make_graph(
+        [helper.make_node("Pad", ins, ["y"], **attrs)],
+        "pad",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["d0", "d1", "d2"])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    save(model, str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "opset, mode, pads, axes, op",
+    [
+        (17, "constant", [0, 1, 2, 0, 0, 3], None, "relax.nn.pad"),
+        (10, "constant", [0, 1, 2, 0, 0, 3], None, "relax.nn.pad"),
+        (18, "constant", [1, 2, 0, 3], [1, -1], "relax.nn.pad"),
+        (17, "reflect", [0, 0, 2, 0, 0, 3], None, "relax.nn.pad"),
+        (17, "edge", [0, 1, 2, 0, 0, 3], None, "relax.nn.pad"),
+        (17, "constant", [0, 1, 2, 0, 0, -1], None, "relax.call_tir"),  # a crop: TVM's own converter
+    ],
+)
+def test_an_onnx_pad_is_one_pad_op(tmp_path, opset, mode, pads, axes, op):
+    """ONNX Pad with constant pads is one `relax.nn.pad` (what TVM's torch importer emits for `F.pad`), whatever the
+    opset's form and the mode; the output shape is onnxruntime's (the oracle), and the op reads its input (2 x 3 x 5
+    x 4 = 120 B) and writes its output. Negative pads (a crop) stay with TVM's own converter."""
+    import onnxruntime as ort
+
+    path = _pad_file(tmp_path / "pad.onnx", opset, mode, pads, axes, value=1.5)
+    x = np.arange(30, dtype=np.float32).reshape(2, 3, 5)
+    (want,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (c,) = [c for c in analyze(path).analysis.ops if not c.folded]
+    assert c.op == op and tuple(c.outputs[0].shape) == want.shape
+    assert (c.bytes_read, c.bytes_written) == (120, 4 * want.size)

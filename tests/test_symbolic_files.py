@@ -432,3 +432,52 @@ def test_a_gather_index_a_graph_input_overrides_is_not_folded(overridden):
     else:
         assert producer.op_type == "Constant"
         assert numpy_helper.to_array(producer.attribute[0].t).tolist() == [4]
+
+
+def _shape_arithmetic_file(path, pad: bool) -> str:
+    """x [batch, 4, 8] reshaped to [(batch * 64) / 64, 32] (the size read from Shape and divided back, as the
+    TorchScript exporter writes Swin's window sizes: TVM's importer keeps a truncating division of the batch), then,
+    with `pad`, padded by 1 before and 2 after on axis 1 (ONNX pads [0, 1, 0, 2]) to [batch, 35]."""
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+        helper.make_node("Mul", ["b", "k"], ["bk"]),
+        helper.make_node("Div", ["bk", "k"], ["n"]),
+        helper.make_node("Cast", ["n"], ["nc"], to=TensorProto.INT64),
+        helper.make_node("Unsqueeze", ["nc", "axes0"], ["nu"]),
+        helper.make_node("Concat", ["nu", "thirtytwo"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["y"]),
+    ]
+    out = ("y", ["batch", 32])
+    if pad:
+        nodes.append(helper.make_node("Pad", ["y", "pads"], ["z"]))
+        out = ("z", ["batch", 35])
+    consts = (("zero", 0), ("k", 64), ("axes0", [0]), ("thirtytwo", [32]), ("pads", [0, 1, 0, 2]))
+    graph = helper.make_graph(
+        nodes,
+        "shape_arithmetic",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 8])],
+        [helper.make_tensor_value_info(out[0], TensorProto.FLOAT, out[1])],
+        [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in consts],
+    )
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("pad", [False, True], ids=["divided-batch", "and-pad"])
+def test_an_exact_division_of_the_batch_and_a_pad_stay_symbolic(tmp_path, pad):
+    """A size TVM writes as a truncating division, (batch * 64) / 64, is the batch (an exact division: refused as
+    a size before), and a Pad with constant pads is one `relax.nn.pad` (TVM's own converter's PrimFunc has no cost in
+    a symbolic graph: refused before; Swin's ONNX file). Each point equals the file imported there, op for op; by
+    hand, per sample: the reshape moves 4 x 8 x 4 = 128 B each way, the pad reads 128 B and writes 35 x 4 = 140 B."""
+    path = _shape_arithmetic_file(tmp_path / "m.onnx", pad)
+    sm = load_symbolic(path)
+    for batch in (2, 5, 17):
+        oracle = analyze_model(path, batch=batch)
+        _same(analyze_at(sm, batch), oracle)
+        got = [(c.op, c.bytes_read, c.bytes_written, tuple(c.outputs[0].shape)) for c in oracle.analysis.ops]
+        want = [("relax.reshape", 128 * batch, 128 * batch, (batch, 32))]
+        want += [("relax.nn.pad", 128 * batch, 140 * batch, (batch, 35))] if pad else []
+        assert got == want

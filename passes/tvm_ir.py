@@ -116,8 +116,9 @@ MAX_DIM_EXPR_NODES = 256
 
 def dim_expr(d, _budget: list[int] | None = None) -> Expr | int | None:
     """A shape dimension (a TIR integer expression) as a `passes.symbolic.Expr` (an int when constant), built
-    node by node from TVM's expression objects (integer variables, + - * floordiv floormod max min); None for
-    anything else (a division that is not a floor, a cast, a select) or more than MAX_DIM_EXPR_NODES nodes."""
+    node by node from TVM's expression objects (integer variables, + - * floordiv floormod max min, and a truncating
+    division where it is exact: `_multiple_of`); None for anything else (another division, a cast, a select) or
+    more than MAX_DIM_EXPR_NODES nodes."""
     budget = [MAX_DIM_EXPR_NODES] if _budget is None else _budget
     budget[0] -= 1
     if budget[0] < 0:

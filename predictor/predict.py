@@ -57,7 +57,7 @@ from .kernel_model import (
 from .memory import AllocationTraceError, Reserved, gpu_memory, runtime_for, simulate_reserved
 from .mig import MigRecommendation, recommend, slice_latencies
 from .power import busy_shares, kernel_classes, power_params, shares_from_classes
-from .roofline import op_arrays
+from .roofline import op_arrays, peak_rate
 
 #: Where trained predictors are looked up: `predictor/checkpoints/`, or the folder `PREFLIGHT_CHECKPOINTS` names (an
 #: empty or missing folder: the kernel-model estimate everywhere; the test suite sets one, tests/conftest.py).
@@ -137,7 +137,7 @@ def _artifacts(root: Path):
     measured on, whether it is a public-data GraphSAGE): the one scan `newest_artifacts` and `held_back` share."""
     if not root.is_dir():
         return
-    for d in root.iterdir():
+    for d in sorted(root.iterdir()):  # ties (a@1 and a@01) resolve by name, not by the filesystem's order
         m = _ARTIFACT.match(d.name)
         if m and (d / "meta.json").is_file():
             yield d, int(m["version"]), (m["device"], *_also_measured_on(d)), _meta(d).get("schema") == PUBLIC_SCHEMA
@@ -867,22 +867,22 @@ def _basis(karrays, device: Device, whole: KernelTimes, source: str | None, tf32
 OP_BOUNDS = ("compute", "memory", "launch", "none")
 
 
-_PEAK_OF_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "int8": "int8"}  # else fp32 (tf32 for TF32 matmuls)
-
-
 def _split_weights(kernel, ops: dict, device, tf32: bool) -> list[float]:
     """The shares (summing to 1) of `kernel`'s time that go to each op it covers (`kernel.ops`; `ops`: index ->
-    OpCost): proportional to the op's own roofline time on `device`, max(FLOPs / peak rate of the kernel's dtype,
-    (bytes read + written) / bandwidth); even when every op's is 0 or an op is not in `ops`."""
+    OpCost): proportional to the op's own roofline time on `device`, max(FLOPs / `roofline.peak_rate` of its
+    category in the kernel's dtype, (bytes read + written) / bandwidth); even when every op's is 0 or an op is not in
+    `ops`."""
     n = len(kernel.ops)
-    if n == 1:
-        return [1.0]
-    kind = _PEAK_OF_DTYPE.get(kernel.dtype, "tf32" if tf32 and kernel.kind in ("gemm", "conv") else "fp32")
-    peak = device.peak_flops.get(kind) or device.peak_flops["fp32"]
+    if n <= 1:
+        return [1.0] * n
     costs = [ops.get(i) for i in kernel.ops]
     if any(c is None for c in costs):
         return [1.0 / n] * n
-    t = [max(c.flops / peak, (c.bytes_read + c.bytes_written) / device.bandwidth) for c in costs]
+    t = [
+        max(c.flops / peak_rate(device, c.category, kernel.dtype, tf32_matmul=tf32),
+            (c.bytes_read + c.bytes_written) / device.bandwidth)
+        for c in costs
+    ]  # fmt: skip
     total = sum(t)
     return [x / total for x in t] if total > 0 else [1.0 / n] * n
 

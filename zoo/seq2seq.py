@@ -144,8 +144,6 @@ class GNMT(nn.Module):
         tgt_len: Decoder positions.
     """
 
-    preflight_wraps = "model"  # module paths reported below it (`zoo._hf.HFWrapper`)
-
     def __init__(self, vocab: int, hidden: int, layers: int, tgt_len: int) -> None:
         super().__init__()
         h = hidden

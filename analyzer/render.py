@@ -9,6 +9,7 @@ from pathlib import Path
 from predictor.fmt import g3
 
 from . import __version__
+from .frontends.specs import TOP_LEVEL
 from .provenance import model_sha256, tool_block
 
 SCHEMA = "preflight.report/1"
@@ -161,7 +162,7 @@ def op_source_label(cost) -> str:
         return cost.name
     if ";" in src:  # a TFLite operator that fused several TensorFlow ops names them all: the first stands for them
         src = src.split(";", 1)[0] + ";\u2026"
-    if not module or module == src or module == "(top level)":
+    if not module or module == src or module == TOP_LEVEL:
         return src
     if src.startswith("/") or module in src or module.replace(".", "/") in src:  # a scoped name shows it
         return src

@@ -401,6 +401,8 @@ def _pad_file(path, opset: int, mode: str, pads: list[int], axes: list[int] | No
         (18, "constant", [1, 2, 0, 3], [1, -1], "relax.nn.pad"),
         (17, "reflect", [0, 0, 2, 0, 0, 3], None, "relax.nn.pad"),
         (17, "edge", [0, 1, 2, 0, 0, 3], None, "relax.nn.pad"),
+        (19, "wrap", [0, 1, 2, 0, 0, 3], None, "relax.nn.pad"),
+        (18, "wrap", [0, 1, 2, 0, 0, 3], None, "relax.nn.pad"),  # before opset 19's spec: onnxruntime runs it
         (17, "constant", [0, 1, 2, 0, 0, -1], None, "relax.call_tir"),  # a crop: TVM's own converter
     ],
 )

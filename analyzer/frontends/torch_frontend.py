@@ -29,6 +29,7 @@ from .pt2_safety import (  # noqa: F401 - PICKLE_SUFFIXES, refuse_pickle, sniff_
 )
 from .specs import (
     MAX_DIM,
+    TOP_LEVEL,
     InputSpec,
     batch_per_input,
     check_fixed_dim,
@@ -367,7 +368,7 @@ def from_module(
     wraps = getattr(type(module), "preflight_wraps", None)
     if isinstance(wraps, str) and isinstance(getattr(module, wraps, None), torch.nn.Module):
         root = f"inner.{wraps}"
-    sources = {k: "(top level)" if v in ("inner", root) else _below(v, root) for k, v in sources.items()}
+    sources = {k: TOP_LEVEL if v in ("inner", root) else _below(v, root) for k, v in sources.items()}
     warnings = []
     if dropped:
         kinds = ", ".join(sorted(set(dropped)))

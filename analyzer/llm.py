@@ -580,6 +580,37 @@ def _count(pt: GraphPoint, key: str) -> int:
     return pt.kv_input_bytes if key == "kv_cache_bytes" else getattr(pt.analysis.totals, key)
 
 
+def _formula_block(
+    length: str, lo: int, hi: int, counts: Callable[[int, int], dict[str, int]], keys: Sequence[str], method: str
+) -> dict:
+    """The formulas block (`analyze --symbolic`'s keys, schema `$defs/symbolic`) of `keys`' counts, each an exact
+    polynomial of the batch and `length` fitted with `passes.symbolic.fit_grid` on the grid of batch 1, 2, 3, 41
+    and `length` lo..lo+4, lo+40 (within hi); `counts(batch, n)` gives the counts at one point. A count that no
+    polynomial fits (checked at the spare points) is null and "exact" false."""
+    from passes.symbolic import fit_grid, sample_points
+
+    from .symbolic import _formula
+
+    top = MAX_DIM - 1
+    points = {"batch": sample_points(1, top, FORMULA_BATCH_POINTS), length: sample_points(lo, hi, FORMULA_POINTS)}
+    values: dict[str, dict[tuple, int]] = {k: {} for k in keys}
+    for b in points["batch"]:
+        for n in points[length]:
+            at = counts(b, n)
+            for k in keys:
+                values[k][(b, n)] = at[k]
+    axes = [points["batch"], points[length]]
+    totals = {k: fit_grid(("batch", length), axes, values[k]) for k in keys}
+    return {
+        "symbols": {"batch": {"min": 1, "max": top}, length: {"min": lo, "max": hi}},
+        "method": method,
+        "points": points,
+        "exact": all(p is not None for p in totals.values()),
+        "totals": {k: _formula(p) for k, p in totals.items()},
+        "ops": [],
+    }
+
+
 def context_formulas(step: Step) -> tuple[dict | None, str | None]:
     """(the step's counts as exact polynomials of the batch and the prompt (prefill) or context (decode), or None;
     why not). The block has the keys of `analyze --symbolic`'s (`analyzer.symbolic.symbolic_json`, schema
@@ -587,10 +618,6 @@ def context_formulas(step: Step) -> tuple[dict | None, str | None]:
     inputs). Every sample point is the step's graph evaluated from its one symbolic export (`StepGraph.point`),
     so the formulas cost no export; the range of the length ends at the smallest sliding window (past it the
     windowed layers' slots stop growing: another polynomial). None when a step has no symbolic graph."""
-    from passes.symbolic import fit_grid, sample_points
-
-    from .symbolic import _formula
-
     length = "prompt" if step.kind == "prefill" else "context"
     first = step.graphs[min(step.depths)]
     lo, hi = first._segment(2, step.max_length)
@@ -604,27 +631,48 @@ def context_formulas(step: Step) -> tuple[dict | None, str | None]:
         key = g._segment(lo, step.max_length)
         if not g.evaluate or g._graphs.get(key) is None:
             return None, f"the {step.kind} step has no symbolic graph (each point is exported on its own)"
-    top = MAX_DIM - 1
-    points = {"batch": sample_points(1, top, FORMULA_BATCH_POINTS), length: sample_points(lo, hi, FORMULA_POINTS)}
     keys = (*FORMULA_TOTALS, *(("kv_cache_bytes",) if step.kind == "decode" else ()))
-    values: dict[str, dict[tuple, int]] = {k: {} for k in keys}
-    for b in points["batch"]:
-        for n in points[length]:
-            pts = {d: step.point(d, b, n) for d in step.depths}
-            for k in keys:
-                by_depth = {d: _count(p, k) for d, p in pts.items()}
-                values[k][(b, n)] = step._combine(by_depth)
-    axes = [points["batch"], points[length]]
-    totals = {k: fit_grid(("batch", length), axes, values[k]) for k in keys}
-    block = {
-        "symbols": {"batch": {"min": 1, "max": top}, length: {"min": lo, "max": hi}},
-        "method": FORMULA_METHOD,
-        "points": points,
-        "exact": all(p is not None for p in totals.values()),
-        "totals": {k: _formula(p) for k, p in totals.items()},
-        "ops": [],
-    }
-    return block, None
+
+    def counts(b: int, n: int) -> dict[str, int]:
+        pts = {d: step.point(d, b, n) for d in step.depths}
+        return {k: step._combine({d: _count(p, k) for d, p in pts.items()}) for k in keys}
+
+    return _formula_block(length, lo, hi, counts, keys, FORMULA_METHOD), None
+
+
+ENGINE_FORMULA_METHOD = (
+    "each count of the engine's step of the whole model (predictor.serving_engine.step_totals: its kernels from the "
+    "config's sizes, tensor parallel 1) is evaluated on the grid of sample points and fitted by exact rational "
+    "interpolation (the lowest degree, at most 3, through the first ones), accepted only if it equals the count at "
+    "every other point"
+)
+
+
+def engine_formulas(
+    arch: engine.Arch, kv: serving.KvCacheSpec, dtype: str, max_length: int
+) -> tuple[dict[str, dict], list[str]]:
+    """({"prefill": block, "decode": block}, why a step has none): the vllm runtime's counts as exact polynomials of
+    the batch and the prompt (prefill: `batch` prompts at once) or the live context (decode), as `context_formulas`
+    gives the eager runtime's: totals "flops", "macs", "bytes_read" (whole model) and, for decode, "kv_cache_bytes"
+    (the tokens' K and V, `kv.bytes`; the engine allocates whole blocks of them). Flash attention counts half the
+    causal score matrix (prompt^2 / 2 pairs), the eager runtime's fused op the whole. The length runs from 1 to the
+    smallest sliding window (past it attention stops growing: another polynomial), else to `max_length` (the
+    model's positions or the request's longest). A mixture of experts' weight bytes follow the expected number of
+    experts the tokens touch, no polynomial: that count is null."""
+    windows = [w for w in kv.windows if w is not None]
+    hi = min(windows) if windows else max_length
+    if hi - 1 < FORMULA_POINTS:
+        return {}, [f"no formulas of the engine's steps: the length range 1 to {hi} is too short to fit a formula"]
+    out = {}
+    for kind, length in (("prefill", "prompt"), ("decode", "context")):
+        keys = (*FORMULA_TOTALS, *(("kv_cache_bytes",) if kind == "decode" else ()))
+
+        def counts(b: int, n: int, kind: str = kind) -> dict[str, int]:
+            tot = engine.step_totals(arch, b, n, prefill=kind == "prefill", dtype=dtype)
+            return tot | {"kv_cache_bytes": kv.bytes(b, n)}
+
+        out[kind] = _formula_block(length, 1, hi, counts, keys, ENGINE_FORMULA_METHOD)
+    return out, []
 
 
 # ---- the whole analysis --------------------------------------------------------------------------------------------
@@ -1574,6 +1622,8 @@ def _llm_vllm(
         "traced": [],
         "why": "the vllm runtime's kernels come from the config's sizes (predictor.serving_engine); nothing traced",
     }
+    longest = max([*grid, request_context, context, prompt, m.max_positions or 0])  # the law holds to the window
+    formulas, why_not = engine_formulas(arch, kv, dtype, longest)
     info = LlmServing(
         model=_model_summary(m, layout),
         dtype=dtype,
@@ -1605,6 +1655,7 @@ def _llm_vllm(
             "allreduce_latency_us": engine.ALLREDUCE_LATENCY_US,
             "whole_model_prefill": pre_tot,
         },
+        formulas=formulas or None,
     )
     kv_bytes = kv.bytes(batch, request_context)
     totals = Totals(
@@ -1636,6 +1687,7 @@ def _llm_vllm(
             "the config's sizes "
             f"(whole model; latencies, energy and memory per GPU of tensor parallel {tp}); no per-operator list",
             f"analysed as if served in {dtype}: weights, activations and the KV cache are {dtype}",
+            *why_not,
         ],
     )
     for dev in devices:

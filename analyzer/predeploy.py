@@ -473,14 +473,25 @@ _STEP_TITLES = {
 
 def _formulas_section(llm) -> Section:
     """How the costs grow with the prompt and the context: each step's totals as exact formulas of the batch and
-    the length (`analyzer.llm.context_formulas`), printed as `analyze --symbolic` prints its own."""
+    the length (`analyzer.llm.context_formulas`; the vllm runtime's `engine_formulas`), printed as `analyze
+    --symbolic` prints its own."""
     from .symbolic import formulas_text
 
     sec = Section("Costs as formulas of the context")
-    sec.blocks.append(
-        "Each count of the whole model (all its layers), fitted exactly on the step's graph evaluated at sample "
-        "points from its one symbolic export, and checked at the points left over (docs/symbolic.md)."
-    )
+    if llm.runtime.get("name") == "vllm":
+        intro = (
+            "Each count of the engine's step of the whole model (all its layers, as on one GPU: tensor parallel 1), "
+            "fitted exactly on its kernels counted from the config's sizes at sample points, and checked at the "
+            "points left over (docs/symbolic.md); flash attention counts half the causal score matrix."
+        )
+        if any(f is None for b in llm.formulas.values() for f in b["totals"].values()):
+            intro += " A mixture of experts reads the weights of the experts its tokens touch: no polynomial."
+    else:
+        intro = (
+            "Each count of the whole model (all its layers), fitted exactly on the step's graph evaluated at sample "
+            "points from its one symbolic export, and checked at the points left over (docs/symbolic.md)."
+        )
+    sec.blocks.append(intro)
     for kind, block in llm.formulas.items():
         lines = formulas_text(block, _STEP_TITLES[kind]).splitlines()
         sec.blocks.append(lines[0])

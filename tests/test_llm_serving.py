@@ -432,6 +432,64 @@ def test_nvlink_field_is_validated():
 # ---- the host-time fit (predictor.serving_fit) ----------------------------------------------------------------------
 
 
+def _value(block: dict, count: str, env: dict) -> int:
+    """A formula of the block (its exact terms) evaluated at `env`."""
+    from fractions import Fraction
+
+    total = Fraction(0)
+    for t in block["totals"][count]["terms"]:
+        term = Fraction(t["coefficient"])
+        for sym, p in t["powers"].items():
+            term *= env[sym] ** p
+        total += term
+    return total
+
+
+def test_vllm_runtime_costs_as_formulas(tmp_path):
+    """`llm --runtime vllm` gives each step's counts as formulas of the batch and the length, as the eager runtime
+    does, fitted on the engine's kernels (no trace). By hand for TINY (2 layers, hidden 64, 4 heads x 16, 2 KV heads,
+    feed-forward 128, vocabulary 100, float16): per token per layer q/k/v 64 x (64 + 32 + 32) + o 64 x 64 + gate/up
+    64 x 256 + down 128 x 64 = 36,864 MACs, 73,728 for 2 layers, the LM head 64 x 100 = 6,400 per sequence; decode
+    attention reads each cached token once per head for QK^T and PV: 4 x 2 x 16 = 128 MACs per layer, 256 in all;
+    prefill flash attention over the causal half of prompt^2 pairs: 4 x 16 x 2 / 2 = 64 per layer, 128 in all; the
+    KV cache 2 (K, V) x 2 layers x 2 KV heads x 16 x 2 B = 256 B per token, which decode attention reads."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    rep = llm(str(path), prompt=12, generate=4, batch=5, contexts=[16], runtime="vllm")
+    f = rep.llm.formulas
+    pre, dec = f["prefill"], f["decode"]
+    assert pre["exact"] and dec["exact"]
+    assert pre["totals"]["macs"]["formula"] == "128 x batch x prompt^2 + 73,728 x batch x prompt + 6,400 x batch"
+    assert dec["totals"]["macs"]["formula"] == "256 x batch x context + 80,128 x batch"
+    assert dec["totals"]["kv_cache_bytes"]["formula"] == "256 x batch x context"
+    kv_read = [t for t in dec["totals"]["bytes_read"]["terms"] if t["powers"] == {"batch": 1, "context": 1}]
+    assert [t["coefficient"] for t in kv_read] == [256]
+    # the length runs to the model's 512 positions (no sliding window); 12, 16, 5 are no sample points
+    assert dec["symbols"]["context"] == {"min": 1, "max": 512} and 12 not in pre["points"]["prompt"]
+    for count in ("flops", "macs", "bytes_read"):  # the report's own counts: one prompt's prefill, the decode step
+        assert _value(pre, count, {"batch": 1, "prompt": 12}) == rep.llm.prefill.totals[count], count
+        assert _value(dec, count, {"batch": 5, "context": 16}) == rep.llm.decode.totals[count], count
+    doc = rep.to_json()
+    jsonschema.validate(doc, json.loads(SCHEMA_FILE.read_text()))
+    assert doc["llm"]["formulas"]["decode"]["totals"]["macs"]["formula"] == dec["totals"]["macs"]["formula"]
+    # a sliding window of 64 tokens ends the range (past it attention stops growing); a mixture of experts reads
+    # the weights of the experts its tokens touch, which no polynomial gives
+    path.write_text(json.dumps({**TINY, "model_type": "mistral", "architectures": ["MistralForCausalLM"],
+                                "sliding_window": 64}))  # fmt: skip
+    win = llm(str(path), prompt=12, generate=4, batch=5, contexts=[16], runtime="vllm").llm.formulas
+    assert win["decode"]["symbols"]["context"]["max"] == 64 and win["decode"]["exact"]
+    moe = {**TINY, "model_type": "mixtral", "architectures": ["MixtralForCausalLM"], "num_local_experts": 8}
+    path.write_text(json.dumps(moe | {"num_experts_per_tok": 2}))
+    rep = llm(str(path), prompt=8, generate=8, batch=2, contexts=[16], runtime="vllm")
+    d = rep.llm.formulas["decode"]
+    assert d["totals"]["bytes_read"] is None and not d["exact"] and d["totals"]["macs"] is not None
+    result = CliRunner().invoke(cli, ["llm", str(path), "--runtime", "vllm", "--prompt", "8", "--generate", "8"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "Costs as formulas of the context" in text and "counted from the config's sizes" in text
+    assert "bytes read = no polynomial: computed per point" in text and "experts its tokens touch" in text
+
+
 def _row(model, batch, context, tp, gpu_ms, tpot_ms, device="h100-80gb"):
     from predictor.serving_fit import Row
 

@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 import torch
 from click.testing import CliRunner
+from test_llm_formulas import value  # a formula evaluated at a point (tests/ is on sys.path)
 
 from analyzer.cli import cli
 from analyzer.errors import UsageError
@@ -432,19 +433,6 @@ def test_nvlink_field_is_validated():
 # ---- the host-time fit (predictor.serving_fit) ----------------------------------------------------------------------
 
 
-def _value(block: dict, count: str, env: dict) -> int:
-    """A formula of the block (its exact terms) evaluated at `env`."""
-    from fractions import Fraction
-
-    total = Fraction(0)
-    for t in block["totals"][count]["terms"]:
-        term = Fraction(t["coefficient"])
-        for sym, p in t["powers"].items():
-            term *= env[sym] ** p
-        total += term
-    return total
-
-
 def test_vllm_runtime_costs_as_formulas(tmp_path):
     """`llm --runtime vllm` gives each step's counts as formulas of the batch and the length, as the eager runtime
     does, fitted on the engine's kernels (no trace). By hand for TINY (2 layers, hidden 64, 4 heads x 16, 2 KV heads,
@@ -467,8 +455,8 @@ def test_vllm_runtime_costs_as_formulas(tmp_path):
     # the length runs to the model's 512 positions (no sliding window); 12, 16, 5 are no sample points
     assert dec["symbols"]["context"] == {"min": 1, "max": 512} and 12 not in pre["points"]["prompt"]
     for count in ("flops", "macs", "bytes_read"):  # the report's own counts: one prompt's prefill, the decode step
-        assert _value(pre, count, {"batch": 1, "prompt": 12}) == rep.llm.prefill.totals[count], count
-        assert _value(dec, count, {"batch": 5, "context": 16}) == rep.llm.decode.totals[count], count
+        assert value(pre, count, {"batch": 1, "prompt": 12}) == rep.llm.prefill.totals[count], count
+        assert value(dec, count, {"batch": 5, "context": 16}) == rep.llm.decode.totals[count], count
     doc = rep.to_json()
     jsonschema.validate(doc, json.loads(SCHEMA_FILE.read_text()))
     assert doc["llm"]["formulas"]["decode"]["totals"]["macs"]["formula"] == dec["totals"]["macs"]["formula"]

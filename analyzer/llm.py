@@ -656,11 +656,11 @@ def engine_formulas(
     gives the eager runtime's: totals "flops", "macs", "bytes_read" (whole model) and, for decode, "kv_cache_bytes"
     (the tokens' K and V, `kv.bytes`; the engine allocates whole blocks of them). Flash attention counts half the
     causal score matrix (prompt^2 / 2 pairs), the eager runtime's fused op the whole. The length runs from 1 to the
-    smallest sliding window (past it attention stops growing: another polynomial), else to `max_length` (the
-    model's positions or the request's longest). A mixture of experts' weight bytes follow the expected number of
+    smallest sliding window (past it a windowed layer's cache, and where every layer has the window its attention,
+    stop growing: another polynomial) or `max_length` (the model's positions or the request's longest), whichever is
+    less. A mixture of experts' weight bytes follow the expected number of
     experts the tokens touch, no polynomial: that count is null."""
-    windows = [w for w in kv.windows if w is not None]
-    hi = min(windows) if windows else max_length
+    hi = min([max_length, *(w for w in kv.windows if w is not None)])
     if hi - 1 < FORMULA_POINTS:
         return {}, [f"no formulas of the engine's steps: the length range 1 to {hi} is too short to fit a formula"]
     out = {}
@@ -744,7 +744,8 @@ class LlmServing:
     depth: dict  # how the graphs were traced
     assumptions: list[str] = field(default_factory=list)
     runtime: dict = field(default_factory=lambda: {"name": "eager"})  # --runtime and its settings
-    # {"prefill": block, "decode": block} (`context_formulas`): costs as formulas of batch and prompt/context
+    # {"prefill": block, "decode": block} (`context_formulas`; vllm: `engine_formulas`): costs as formulas of batch and
+    # prompt/context
     formulas: dict | None = None
 
     @property
@@ -931,6 +932,11 @@ def llm(
         raise UsageError("--tensor-parallel needs --runtime vllm (the eager runtime runs one GPU)")
     if runtime == "eager" and engine_profile is not None:
         raise UsageError("--engine-profile needs --runtime vllm (the eager runtime has no serving engine)")
+    pool = (block_size, gpu_memory_utilization)
+    if runtime == "eager" and pool != (engine.BLOCK_SIZE, engine.GPU_MEMORY_UTILIZATION):
+        raise UsageError(
+            "--block-size and --gpu-memory-utilization need --runtime vllm (the eager runtime has no KV block pool)"
+        )
     host_overhead = check_host_overhead(host_overhead)
     if runtime == "vllm" and host_overhead != 1.0:
         raise UsageError(

@@ -263,6 +263,8 @@ def test_cli_vllm_runtime_json_schema_and_errors(tmp_path):
         (["--runtime", "vllm", "--gpu-memory-utilization", "1.5"], "gpu-memory-utilization"),
         (["--runtime", "vllm", "--tensor-parallel", "2", "--device", "a100-pcie-40gb"], "NVLink"),
         (["--max-num-batched-tokens", "64"], "needs --runtime vllm"),
+        (["--block-size", "32"], "--gpu-memory-utilization need --runtime vllm"),  # the eager runtime has no pool
+        (["--gpu-memory-utilization", "0.5"], "--gpu-memory-utilization need --runtime vllm"),
         (["--runtime", "vllm", "--batch", "4", "--max-num-batched-tokens", "4"], "no room for a prefill"),
         (["--runtime", "vllm", "--max-num-batched-tokens", "-1"], "max-num-batched-tokens"),
         (["--runtime", "vllm", "--block-size", "7"], "--block-size must be one of 8, 16, 32"),
@@ -457,6 +459,8 @@ def test_vllm_runtime_costs_as_formulas(tmp_path):
     for count in ("flops", "macs", "bytes_read"):  # the report's own counts: one prompt's prefill, the decode step
         assert value(pre, count, {"batch": 1, "prompt": 12}) == rep.llm.prefill.totals[count], count
         assert value(dec, count, {"batch": 5, "context": 16}) == rep.llm.decode.totals[count], count
+        # the prefill of the request's 5 prompts at once (runtime.whole_model_prefill)
+        assert value(pre, count, {"batch": 5, "prompt": 12}) == rep.llm.runtime["whole_model_prefill"][count], count
     doc = rep.to_json()
     jsonschema.validate(doc, json.loads(SCHEMA_FILE.read_text()))
     assert doc["llm"]["formulas"]["decode"]["totals"]["macs"]["formula"] == dec["totals"]["macs"]["formula"]
@@ -474,7 +478,7 @@ def test_vllm_runtime_costs_as_formulas(tmp_path):
     result = CliRunner().invoke(cli, ["llm", str(path), "--runtime", "vllm", "--prompt", "8", "--generate", "8"])
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
-    assert "Costs as formulas of the context" in text and "counted from the config's sizes" in text
+    assert "Costs as formulas of the context" in text and "fitted exactly on its kernels counted from" in text
     assert "bytes read = no polynomial: computed per point" in text and "experts its tokens touch" in text
 
 

@@ -1525,7 +1525,8 @@ def _llm_vllm(
             0.0,
         )
         full = plans[serving.FULL_GPU]
-        rec_need = need(full, concurrency, context).total_mib / utilization  # fits iff need <= utilization x memory
+        rec_total = need(full, concurrency, context).total_mib
+        rec_need = rec_total / utilization  # fits iff need <= utilization x memory
         rec = serving.recommend(
             device,
             concurrency,
@@ -1536,6 +1537,8 @@ def _llm_vllm(
             tpot_target_ms=tpot_ms,
             headroom=0.0,
             no_slices=f"tensor parallel {tp} runs on whole GPUs (a MIG slice has no NVLink)" if tp > 1 else None,
+            need_how=f"{rec_total:,.0f} MiB needed, within --gpu-memory-utilization {utilization:g} of the memory: "
+            f"{rec_total:,.0f} / {utilization:g} = {rec_need:,.0f} MiB",
         )
         sweep = []
         for c in grid:

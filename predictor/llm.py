@@ -371,12 +371,15 @@ def recommend(
     tpot_target_ms: float | None = None,
     headroom: float = HEADROOM,
     no_slices: str | None = None,
+    need_how: str | None = None,
 ) -> LlmRecommendation:
     """The smallest profile of `device` that holds `memory_mib` (+ headroom) and meets the latency targets.
 
     `latency` maps each profile (and FULL_GPU) to its predicted TTFT and TPOT; it is needed for the profiles only
     when a target is given. `no_slices`: why no MIG profile is considered although the GPU has them (tensor
-    parallelism: a slice has no NVLink); the whole GPU is then the only target.
+    parallelism: a slice has no NVLink); the whole GPU is then the only target. `need_how`: how `memory_mib` was
+    reached, for the reason (default: "M MiB + H headroom = N MiB"). A MIG slice as `device` (`h100-80gb:3g.40gb`)
+    is the one target: its profile when the request fits it, else None.
     """
 
     def meets(name: str) -> bool:
@@ -402,7 +405,8 @@ def recommend(
         per[p.name] = ok
         if ok and chosen is None:
             chosen = p
-    what = f"{concurrency} sequences of {context:,} tokens"
+    what = f"{concurrency} sequence{'s' if concurrency != 1 else ''} of {context:,} tokens"
+    how = need_how or f"{memory_mib:,.0f} MiB + {headroom:.0%} headroom = {need:,.0f} MiB"
     args = dict(
         device=device.key,
         concurrency=concurrency,
@@ -414,14 +418,29 @@ def recommend(
         tpot_target_ms=tpot_target_ms,
         full_gpu_fits=full,
     )
+    if device.parent is not None and not no_slices:  # a MIG slice as the target: that slice alone
+        name = device.key.split(":", 1)[1]
+        ok = fits(device.memory_mib, memory_mib, headroom=headroom) and meets(FULL_GPU)
+        args |= {"fits": {name: ok}, "full_gpu_fits": False}
+        room = f"its usable {device.memory_mib:,.0f} MiB"
+        held = f"{what} ({how})"
+        if ok:
+            reason = f"{device.key} is a MIG slice: {room} holds {held}" + (
+                f" and it meets {targets_text}" if targets_text else ""
+            )
+        elif need > device.memory_mib:
+            reason = f"{device.key} is a MIG slice: {room} does not hold {held}: try a larger profile of "
+            reason += str(device.parent)
+        else:
+            reason = f"{device.key} is a MIG slice: it holds {held} but misses {targets_text}"
+        return LlmRecommendation(profile=name if ok else None, reason=reason, **args)
     if no_slices or not device.mig:
         return LlmRecommendation(profile=None, reason=no_slices or f"{device.key} does not support MIG", **args)
     if chosen is not None:
         lat = latency.get(chosen.name)
         reason = (
             f"{chosen.name} is the smallest profile whose usable {chosen.memory_mib:,.0f} MiB holds {what} "
-            f"({memory_mib:,.0f} MiB + {headroom:.0%} headroom = {need:,.0f} MiB)"
-            + ("" if chosen.measured else " (its usable memory is a derived lower bound)")
+            f"({how})" + ("" if chosen.measured else " (its usable memory is a derived lower bound)")
         )
         if targets_text:
             reason += f" and meets {targets_text}"
@@ -432,7 +451,7 @@ def recommend(
     if largest.memory_mib < need:
         reason = (
             f"no profile holds {what}: the largest, {largest.name}, has {largest.memory_mib:,.0f} MiB usable and "
-            f"they need {need:,.0f} MiB ({memory_mib:,.0f} MiB + {headroom:.0%} headroom)"
+            f"they need {need:,.0f} MiB ({how})"
         )
     else:
         reason = f"no profile with enough memory for {what} meets {targets_text}"

@@ -172,6 +172,24 @@ def test_recommendation_by_hand():
     assert rec.profile is None and "no profile holds" in rec.reason and not rec.full_gpu_fits
 
 
+def test_a_mig_slice_as_the_target_is_judged_alone():
+    # `--device h100-80gb:3g.40gb`: that slice is the one target (it was "does not support MIG"); usable 40,448 MiB
+    three = get_device("h100-80gb:3g.40gb")
+    lat = {FULL_GPU: SliceLatency(ttft_ms=50.0, tpot_ms=12.0)}  # the slice's own latencies
+    rec = recommend(three, 1, 1280, 30_000, lat)  # 30,000 x 1.05 = 31,500 <= 40,448
+    assert rec.profile == "3g.40gb" and rec.fits == {"3g.40gb": True} and not rec.full_gpu_fits
+    assert "h100-80gb:3g.40gb is a MIG slice: its usable 40,448 MiB holds 1 sequence of 1,280 tokens" in rec.reason
+    assert "31,500 MiB" in rec.reason
+    rec = recommend(three, 1, 1280, 39_000, lat)  # 39,000 x 1.05 = 40,950 > 40,448
+    assert rec.profile is None and rec.fits == {"3g.40gb": False} and "does not hold" in rec.reason
+    assert "try a larger profile of h100-80gb" in rec.reason
+    rec = recommend(three, 1, 1280, 30_000, lat, tpot_target_ms=10.0)  # fits, but 12 ms > 10 ms
+    assert rec.profile is None and "misses TPOT <= 10 ms" in rec.reason
+    # the vllm runtime's need is the memory over --gpu-memory-utilization, said as such; no headroom
+    rec = recommend(three, 1, 1280, 36_000 / 0.9, lat, headroom=0.0, need_how="36,000 / 0.9 = 40,000 MiB")
+    assert rec.profile == "3g.40gb" and "(36,000 / 0.9 = 40,000 MiB)" in rec.reason
+
+
 def test_bilinear_timeline_is_exact_for_bilinear_sizes():
     # three operators whose live bytes are 5 + 3b + 7s + 2bs, 100 + s, 40b
     def live(b, s):
@@ -426,9 +444,10 @@ def test_cli_json_and_exit_codes(schema, tmp_path):
     huge = tmp_path / "huge" / "config.json"  # a model directory holding a config
     huge.parent.mkdir()
     huge.write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 10**9}))
-    empty, odd_rope, gqa = (tmp_path / n / "config.json" for n in ("empty", "rope", "gqa"))
+    empty, odd_rope, gqa, no_kv = (tmp_path / n / "config.json" for n in ("empty", "rope", "gqa", "no_kv"))
     for path, doc in ((empty, {}), (odd_rope, {"model_type": "llama", "hidden_size": 4000, "num_attention_heads": 32}),
-                      (gqa, {"model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 5})):  # fmt: skip
+                      (gqa, {"model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 5}),
+                      (no_kv, {"model_type": "llama", "num_key_value_heads": 0})):  # fmt: skip
         path.parent.mkdir()
         path.write_text(json.dumps(doc))
     for args, words in (
@@ -436,6 +455,7 @@ def test_cli_json_and_exit_codes(schema, tmp_path):
         # transformers' reason is on the line after its first: 4000 / 32 = 125, an odd rotary dimension
         ([str(odd_rope.parent)], "RoPE requires an even rotary dimension"),
         ([str(gqa.parent)], "num_key_value_heads (5) must divide num_attention_heads (32)"),
+        ([str(no_kv.parent)], "num_key_value_heads = 0: a model has at least one attention head"),
         ([str(bad)], "custom model code"),
         ([str(huge.parent)], "num_hidden_layers = 1000000000"),
         ([spec, "--prompt", "16", "--context", "16"], "must exceed --prompt"),

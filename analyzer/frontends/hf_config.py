@@ -113,6 +113,10 @@ def defaulted_sizes(path: Path, config) -> list[str]:
     return [k for k in COST_SIZES if k not in given and getattr(config, k, None) is not None]
 
 
+#: Head counts: sizes are divided by them, so 0 is refused (other sizes may be 0: a model without a decoder)
+_HEAD_KEYS = ("num_attention_heads", "n_head", "num_key_value_heads")
+
+
 def _check_sizes(doc: dict, path: Path) -> None:
     """Refuse layer counts and sizes no model has (they would exhaust memory or overflow shapes, not analyse)."""
     from .specs import MAX_DIM
@@ -125,6 +129,8 @@ def _check_sizes(doc: dict, path: Path) -> None:
             limit = MAX_LAYERS if key in _LAYER_KEYS else MAX_DIM
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= limit:
                 raise UnreadableModelError(f"{path}: {key} = {v!r} is not a size a model has (0 to {limit:,})")
+            if key in _HEAD_KEYS and v == 0:  # a divisor of the hidden size (and of the query heads)
+                raise UnreadableModelError(f"{path}: {key} = 0: a model has at least one attention head")
         heads, kv = section.get("num_attention_heads"), section.get("num_key_value_heads")
         if isinstance(heads, int) and isinstance(kv, int) and kv > 0:
             from predictor.serving_engine import EngineConfigError, check_kv_heads

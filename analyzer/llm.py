@@ -1341,7 +1341,8 @@ VLLM_ASSUMPTIONS = (
     "weight-streaming fit on Vidur's layers, blended up to 256; bfloat16 as float16), rotary, KV-cache write, "
     "paged attention over each sequence's live context (on Hopper at a fit on public paged decode-attention "
     "timings), SiLU-and-multiply, LM head and sampler",
-    "continuous batching: --batch sequences run at once, at uniformly spread progress, so the mean live context is "
+    "continuous batching: --batch sequences run at once (when the KV pool holds fewer, that many, the rest waiting in "
+    "waves: llm.devices[].engine.queue), at uniformly spread progress, so the mean live context is "
     "prompt + generate / 2 and TPOT (mean inter-token latency) = the decode step at that context + the prefills "
     "that interleave with it (batch / generate new prompts per step). Without chunked prefill each prefill pauses "
     "the decodes and TTFT is one prompt's prefill in its own step; with chunked prefill (--max-num-batched-tokens, "
@@ -1372,16 +1373,19 @@ def _profile_assumption(p: engine.EngineProfile) -> str:
 
 
 def _too_many(device: str, batch: int, context: int, most: int, runtime: str) -> str:
-    """The warning of a request whose batch the whole GPU cannot hold: what the runtime would do instead."""
-    then = (
-        f"vLLM's scheduler would run at most {most:,} at once and queue or preempt the rest"
-        if runtime == "vllm"
-        else "eager PyTorch would run out of memory"
-    )
+    """The warning of a request whose batch the whole GPU cannot hold: what the runtime does instead (the vllm
+    runtime's queue: `engine.Queue`, the eager runtime: out of memory)."""
+    if runtime == "vllm":
+        return (
+            f"{device}: {batch:,} sequences of {context:,} tokens do not fit its KV pool at once, at most {most:,} "
+            f"do (vllm runtime): as vLLM's scheduler does, {most:,} run and the rest wait for their blocks, in "
+            f"{math.ceil(batch / most):,} waves; TTFT, TPOT and E2E are the running sequences', the wait and the "
+            "time to serve all are the queue's (llm.devices[].engine.queue; raise --tensor-parallel to run more)"
+        )
     return (
         f"{device}: {batch:,} sequences of {context:,} tokens do not fit its memory, at most {most:,} do ({runtime} "
-        f"runtime): {then}; the latencies and throughput stated are for a batch this GPU cannot hold (lower --batch"
-        + (" or raise --tensor-parallel)" if runtime == "vllm" else ")")
+        f"runtime): eager PyTorch would run out of memory; the latencies and throughput stated are for a batch this "
+        "GPU cannot hold (lower --batch)"
     )
 
 
@@ -1471,16 +1475,25 @@ def _llm_vllm(
             host = profile.host(device)
         except engine.ServingParamsError as exc:
             raise UsageError(f"--engine-profile: {exc}") from exc
+        plans = {serving.FULL_GPU: plan(device.memory_mib, tp, device)}
+        if tp == 1:
+            plans |= {q.name: plan(q.memory_mib, 1, device) for q in device.mig}
+        full = plans[serving.FULL_GPU]
+        # the sequences that run at once: the pool's, when it holds fewer than --batch (the rest wait: `queue`)
+        most = full.sequences(request_context)
+        running = min(batch, most) if most >= 1 else batch
         budget = engine.batched_tokens_for(profile, device, batched_tokens)
-        if budget and budget <= batch:
+        if budget and budget <= running:
             raise UsageError(
-                f"--max-num-batched-tokens {budget} on {dev} leaves no room for a prefill beside {batch} decodes"
+                f"--max-num-batched-tokens {budget} on {dev} leaves no room for a prefill beside {running} decodes"
                 " (give more than --batch, or 0 for no chunked prefill)"
             )
         served = engine.serve(
-            arch, device, batch, prompt, generate, pw, tp=tp, dtype=dtype, tf32_matmul=tf32, host=host,
+            arch, device, running, prompt, generate, pw, tp=tp, dtype=dtype, tf32_matmul=tf32, host=host,
             batched_tokens=budget,
         )  # fmt: skip
+        e2e = served.ttft_ms + (generate - 1) * served.tpot_ms
+        queue = engine.Queue(batch, running, e2e) if running < batch else None
         step, pre, stalls = served.decode, served.prefill, served.prefills_per_step
         name = f"vllm engine model (kernel model, CUDA graphs, host time: {profile.name})"
         lat = {serving.FULL_GPU: serving.SliceLatency(served.ttft_ms, served.tpot_ms)}
@@ -1512,9 +1525,6 @@ def _llm_vllm(
             steps[kind]["slices"][dev] = slice_ms if kind == "decode" else {}
             steps[kind]["names"][dev] = name
             steps[kind]["energy"][dev] = energy
-        plans = {serving.FULL_GPU: plan(device.memory_mib, tp, device)}
-        if tp == 1:
-            plans |= {q.name: plan(q.memory_mib, 1, device) for q in device.mig}
         fits = {t: p.sequences(request_context) >= batch for t, p in plans.items()}
         cap = serving.Capacity(
             dev,
@@ -1524,7 +1534,6 @@ def _llm_vllm(
             tuple(q.name for q in device.mig if not q.measured and q.name in plans),
             0.0,
         )
-        full = plans[serving.FULL_GPU]
         rec_total = need(full, concurrency, context).total_mib
         rec_need = rec_total / utilization  # fits iff need <= utilization x memory
         rec = serving.recommend(
@@ -1542,17 +1551,19 @@ def _llm_vllm(
         )
         sweep = []
         for c in grid:
-            s_c = engine.decode_step(arch, device, batch, c, tp=tp, dtype=dtype, tf32_matmul=tf32, host=host)
+            at_c = min(batch, full.sequences(c)) or batch  # as at the request: the pool's sequences, if fewer
+            s_c = engine.decode_step(arch, device, at_c, c, tp=tp, dtype=dtype, tf32_matmul=tf32, host=host)
             sweep.append(
                 {
                     "context": c,
+                    "sequences": at_c,
                     "ttft_ms": engine.prefill_step(
                         arch, device, 1, c, tp=tp, dtype=dtype, tf32_matmul=tf32, host=host
                     ).total_ms,
                     "tpot_ms": s_c.total_ms,
-                    "decode_tokens_per_s": _per_s(batch, s_c.total_ms),
+                    "decode_tokens_per_s": _per_s(at_c, s_c.total_ms),
                     "prefill_activation_bytes": act(c),
-                    "decode_activation_bytes": act(batch),
+                    "decode_activation_bytes": act(at_c),
                 }
             )
         info = {
@@ -1566,7 +1577,8 @@ def _llm_vllm(
                 "allreduce_ms": step.comm_s * 1e3,
                 "host_overhead_ms": step.host_s * 1e3,
                 "kernels": step.kernels,
-                "cuda_graph_batch": engine.captured_batch(batch),
+                "running": running,
+                "cuda_graph_batch": engine.captured_batch(running),
                 "gemm_flops": step.gemm_flops,
                 "gemm_bytes": step.gemm_bytes,
                 "mean_context": prompt + generate / 2,
@@ -1577,7 +1589,7 @@ def _llm_vllm(
             if not served.batched_tokens
             else {
                 "max_num_batched_tokens": served.batched_tokens,
-                "prefill_tokens_per_step": served.batched_tokens - batch,
+                "prefill_tokens_per_step": served.batched_tokens - running,
                 "prefill_chunks": served.prefill_chunks,
                 "mixed_steps_per_step": served.mixed_steps_per_step,
                 "prefill_bound": served.prefill_bound,
@@ -1586,16 +1598,16 @@ def _llm_vllm(
             "power_shares": dict(zip(("compute", "memory", "gap"), (round(x, 4) for x in step.shares()), strict=True)),
             "memory_per_gpu": {t: p.to_json(request_context) for t, p in plans.items()},
             "fits_model": full.fits,
+            "queue": None if queue is None else queue.to_json(),
         }
         if arch.experts:
             info["moe"] = {
                 "experts": arch.experts,
                 "top_k": arch.top_k,
                 "moe_layers": arch.moe_layers,
-                "expected_experts_decode": engine.expected_experts(arch.experts, arch.top_k, batch),
+                "expected_experts_decode": engine.expected_experts(arch.experts, arch.top_k, running),
                 "expected_experts_prefill": engine.expected_experts(arch.experts, arch.top_k, prompt),
             }
-        e2e = served.ttft_ms + (generate - 1) * served.tpot_ms
         out.append(
             DeviceServing(
                 device=dev,
@@ -1604,9 +1616,9 @@ def _llm_vllm(
                 tpot_ms=served.tpot_ms,
                 e2e_ms=e2e,
                 prefill_tokens_per_s=_per_s(prompt, served.ttft_ms),
-                decode_tokens_per_s=_per_s(batch, served.tpot_ms),
-                output_tokens_per_s=_per_s(batch * generate, e2e),
-                memory=need(full, batch, request_context),
+                decode_tokens_per_s=_per_s(running, served.tpot_ms),
+                output_tokens_per_s=_per_s(batch * generate, e2e if queue is None else queue.all_done_ms),
+                memory=need(full, running, request_context),
                 fits=fits,
                 sweep=sweep,
                 capacity=cap,

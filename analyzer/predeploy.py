@@ -445,9 +445,14 @@ def llm_summary(report) -> list[tuple[str, str]]:
             ),
             (
                 "request",
-                f"{llm.batch:,} running sequence{'s' if llm.batch != 1 else ''}, prompt {llm.prompt:,} tokens, "
+                f"{llm.batch:,} sequence{'s' if llm.batch != 1 else ''} at once, prompt {llm.prompt:,} tokens, "
                 f"{llm.generate:,} generated "
-                f"(mean live context {llm.prompt + llm.generate / 2:,.0f} tokens)",
+                f"(mean live context {llm.prompt + llm.generate / 2:,.0f} tokens)"
+                + "".join(
+                    f"; {d.device}'s KV pool runs {q['running']:,} at once, the rest wait"
+                    for d in llm.devices
+                    if (q := (d.engine or {}).get("queue"))
+                ),
             ),
             ("kernels", d["why"]),
         ]
@@ -499,6 +504,18 @@ def _formulas_section(llm) -> Section:
     return sec
 
 
+def _queue_line(d, llm) -> str:
+    """The vllm runtime's queue on one device: how many run, the waves, when all are done and the mean wait."""
+    q = d.engine["queue"]
+    return (
+        f"{d.device}: its KV pool holds {q['running']:,} of the {q['requests']:,} sequences of {llm.request_context:,} "
+        f"tokens, so {q['running']:,} run at once (the TTFT, TPOT and E2E above) and the rest wait, as vLLM's "
+        f"scheduler queues them: {q['waves']:,} waves of {_ms(q['wave_ms'])} ms, all done in "
+        f"{_ms(q['all_done_ms'])} ms ({_rate(d.output_tokens_per_s)} output tok/s), a mean wait of "
+        f"{_ms(q['mean_wait_ms'])} ms before a request's prefill"
+    )
+
+
 def llm_sections(llm) -> list[Section]:
     """The sections of `preflight llm`: KV cache and steps, per-device serving, latency over context, capacity."""
     kv, c = llm.kv, llm.request_context
@@ -548,7 +565,12 @@ def llm_sections(llm) -> list[Section]:
             "The two graphs (activations: the peak live besides the KV cache)"
             if not _vllm(llm)
             else "The two steps, whole model, from the config's kernels: a prefill of one prompt and a decode step of "
-            "the batch (activations: a formula)",
+            "the batch (activations: a formula)"
+            + (
+                "; a GPU whose KV pool holds fewer runs that many at once (below)"
+                if any((d.engine or {}).get("queue") for d in llm.devices)
+                else ""
+            ),
         )
     )
     mem = llm.devices[0].memory if llm.devices else None
@@ -617,6 +639,7 @@ def llm_sections(llm) -> list[Section]:
     )
     serve.blocks.append(
         [f"{d.device}, {llm.concurrency} x {llm.context:,} tokens: {d.recommendation.reason}" for d in llm.devices]
+        + [_queue_line(d, llm) for d in llm.devices if (d.engine or {}).get("queue")]
     )
     serve.blocks.append(
         [
@@ -638,12 +661,21 @@ def llm_sections(llm) -> list[Section]:
         + ("" if _vllm(llm) else "with a static cache of that many slots.")
     )
     for d in llm.devices:
+        capped = any(p.get("sequences", llm.batch) != llm.batch for p in d.sweep)  # vllm: the pool's sequences
         sweep.blocks.append(
             Table(
-                ["context", "TTFT ms", "TPOT ms", "decode tok/s", "decode activations"],
+                [
+                    "context",
+                    *(["running"] if capped else []),
+                    "TTFT ms",
+                    "TPOT ms",
+                    "decode tok/s",
+                    "decode activations",
+                ],
                 [
                     [
                         f"{p['context']:,}",
+                        *([f"{p['sequences']:,}"] if capped else []),
                         _ms(p["ttft_ms"]),
                         _ms(p["tpot_ms"]),
                         _rate(p["decode_tokens_per_s"]),
@@ -651,8 +683,13 @@ def llm_sections(llm) -> list[Section]:
                     ]
                     for p in d.sweep
                 ],
-                {0, 1, 2, 3, 4},
-                f"{d.device} ({predictor_label(d.predictor)})",
+                set(range(6 if capped else 5)),
+                f"{d.device} ({predictor_label(d.predictor)})"
+                + (
+                    ": running = the sequences its KV pool holds at that context, when fewer than the batch"
+                    if capped
+                    else ""
+                ),
             )
         )
         sweep.blocks.append(

@@ -1061,6 +1061,44 @@ def batched_tokens_for(profile: EngineProfile, device: Device, asked: int | None
     return default_batched_tokens(device) if profile.chunked_prefill else 0
 
 
+@dataclass(frozen=True)
+class Queue:
+    """`requests` sequences asked at once of an engine whose KV pool holds `running` of them (ms): vLLM's scheduler
+    admits a sequence only while the pool has its blocks, so `running` run and the rest wait. They are served in
+    waves of `running` (the last one the rest), each wave the running sequences' end-to-end time `e2e_ms`: request
+    i (0-based) waits floor(i / running) waves before its prefill."""
+
+    requests: int
+    running: int
+    e2e_ms: float  # one wave: TTFT + (generate - 1) x TPOT of `running` sequences
+
+    @property
+    def waves(self) -> int:
+        return math.ceil(self.requests / self.running)
+
+    @property
+    def all_done_ms(self) -> float:
+        """When the last request's last token is out: waves x e2e_ms."""
+        return self.waves * self.e2e_ms
+
+    @property
+    def mean_wait_ms(self) -> float:
+        """Mean over the requests of the time before their prefill starts: e2e_ms x the mean of floor(i / running)."""
+        full, last = self.waves - 1, self.requests - (self.waves - 1) * self.running
+        waves_waited = self.running * full * (full - 1) / 2 + last * full  # sum over i of floor(i / running)
+        return self.e2e_ms * waves_waited / self.requests
+
+    def to_json(self) -> dict:
+        return {
+            "requests": self.requests,
+            "running": self.running,
+            "waves": self.waves,
+            "wave_ms": self.e2e_ms,
+            "all_done_ms": self.all_done_ms,
+            "mean_wait_ms": self.mean_wait_ms,
+        }
+
+
 def device_link(device: Device) -> float | None:
     """NVLink bandwidth per direction of one GPU, bytes/s (None when the device table has none)."""
     gbs = getattr(device, "nvlink_gbs", None)

@@ -110,13 +110,28 @@ def test_a_batch_the_gpu_cannot_hold_is_said_with_how_many_fit():
     """Llama-2-7B on one H100 under vLLM: 1,000 sequences of 1,280 tokens need 1,000 x 1,280 x 512 KiB (2 x 32
     layers x 32 KV heads x 128 x 2 B per token) = 625 GiB of KV cache, against 0.9 x 79.6 GiB less 12.6 GiB of
     weights (at most 100 sequences of 640 MiB): the report says how many fit (the engine's own count, which also
-    takes the activations and CUDA context) and what vLLM does; 8 sequences fit and get no such warning."""
+    takes the activations and CUDA context) and what vLLM does: its scheduler runs that many at once and the rest
+    wait, so the latencies are those of a request of that many sequences and the queue is served in waves of them;
+    8 sequences fit and get no such warning."""
     big = llm("zoo:llama_7b", prompt=1024, generate=256, batch=1000, devices=["h100-80gb"], runtime="vllm")
     (d,) = big.llm.devices
     most = d.engine["memory_per_gpu"]["full GPU"]["sequences_that_fit"]
     assert 0 < most <= (0.9 * 81_559 - 12_852.5) // 640 and not d.fits["full GPU"]
     (w,) = [w for w in big.warnings if "do not fit" in w]
-    assert f"at most {most} do (vllm runtime)" in w and "queue or preempt" in w
+    assert f"at most {most} do (vllm runtime)" in w and f"{most} run and the rest wait" in w
+    # the running sequences are a request of `most` that fits: the same latencies, memory and decode rate
+    (r,) = llm("zoo:llama_7b", prompt=1024, generate=256, batch=most, devices=["h100-80gb"], runtime="vllm").llm.devices
+    assert r.fits["full GPU"] and r.engine["queue"] is None
+    assert (d.ttft_ms, d.tpot_ms, d.e2e_ms, d.decode_tokens_per_s) == (r.ttft_ms, r.tpot_ms, r.e2e_ms,
+                                                                      r.decode_tokens_per_s)  # fmt: skip
+    assert d.memory == r.memory and d.engine["decode_step"]["running"] == most
+    # the queue: 1,000 requests in waves of `most`, request i waiting floor(i / most) waves of E2E before its prefill
+    waves = -(-1000 // most)
+    q = d.engine["queue"]
+    assert (q["requests"], q["running"], q["waves"]) == (1000, most, waves)
+    assert q["all_done_ms"] == pytest.approx(waves * r.e2e_ms, rel=1e-12)
+    assert q["mean_wait_ms"] == pytest.approx(sum(i // most for i in range(1000)) / 1000 * r.e2e_ms, rel=1e-12)
+    assert d.output_tokens_per_s == pytest.approx(1000 * 256 / (waves * r.e2e_ms / 1e3), rel=1e-12)
     small = llm("zoo:llama_7b", prompt=1024, generate=256, batch=8, devices=["h100-80gb"], runtime="vllm")
     assert small.llm.devices[0].fits["full GPU"] and not [w for w in small.warnings if "do not fit" in w]
 

@@ -71,7 +71,7 @@ def _with_batch(example_inputs: Sequence | None, batch: int):
 def point(batch: int, p: Prediction, latency_slo_ms: float | None) -> dict:
     """One sweep point (JSON) from a prediction at that batch."""
     lat, (lo, hi) = p.latency_ms, p.latency_ms_interval
-    mem_hi = p.memory_mib_interval[1]
+    mem_hi = p.fit_mib  # the MIG rule's figure (the upper bound, segments given back where memory is short)
 
     def per_s(ms: float) -> float | None:  # a graph with no work has no throughput to speak of
         return 1e3 * batch / ms if ms > 0 else None
@@ -88,6 +88,7 @@ def point(batch: int, p: Prediction, latency_slo_ms: float | None) -> dict:
         "memory_mib_interval": list(p.memory_mib_interval),
         "memory_mb": p.memory_mib,  # deprecated name of memory_mib (the same MiB), kept through preflight.report/1
         "memory_mb_interval": list(p.memory_mib_interval),
+        "memory_fit_mib": mem_hi,
         "fits": dict(p.mig.fits),
         "slice_latency_ms": p.mig.to_json().get("latency_ms", {}),
         "fits_full_gpu": fits(get_device(p.device).memory_mib, mem_hi, lat, latency_slo_ms),
@@ -188,7 +189,7 @@ def _solve_device(
             continue
 
         def need(b: int, limit: float = limit) -> float:
-            return at(b)["memory_mib_interval"][1] * (1 + HEADROOM) - limit
+            return at(b)["memory_fit_mib"] * (1 + HEADROOM) - limit
 
         answers[name] = solve_largest(lambda b, name=name: fits_at(b, name), need, lo, hi)
     full = answers.pop(None)

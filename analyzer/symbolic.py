@@ -318,7 +318,8 @@ def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, 
     run (cuDNN's workspace) come from them, and they check the solve: the memory model at the analysis's own peak
     must give the prediction's upper memory bound (it does not when a trained predictor predicted the memory:
     AnalysisError), and the peak formula at `batch` must equal the analysis's peak (when `batch` is in the export's
-    range). Memory is the upper end of the interval, as the MIG rule takes it (`predictor.mig.fits`). Where the
+    range). Memory is the figure the MIG rule takes (`Prediction.memory_fit_mib`: the interval's upper end with the
+    least reserve the allocator runs the loop in, `predictor.predict.fit_memory_mib`; `predictor.mig.fits`). Where the
     prediction replays the caching allocator on the analysis's allocation trace (`predictor.predict.allocator_reserve`)
     so does the solve, on the trace of the graph evaluated at each batch it tries (the liveness pass; no export):
     `monotone` then speaks for the peak, and the replayed reserve is assumed to grow with it. Memory only: the
@@ -326,7 +327,7 @@ def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, 
     from passes.memory import liveness
     from predictor.devices import get_device
     from predictor.mig import LargestBatch, fits, largest_fitting_batch
-    from predictor.predict import allocator_reserve, replay_reserve, roofline_memory_mib
+    from predictor.predict import allocator_reserve, fit_memory_mib, replay_reserve
 
     from .pipeline import prepare_graph
 
@@ -334,10 +335,10 @@ def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, 
     param_bytes = analysis.totals.param_bytes
     has_conv = any(k.kind == "conv" for k in getattr(analysis, "launched_kernels", analysis.kernels))
     own_peak = analysis.totals.peak_activation_bytes
-    own_high = prediction.memory_mib_interval[1]
+    own_high = prediction.fit_mib
     own_reserved = allocator_reserve(analysis)  # as `predict` costs the allocator: replayed, or the factor (None)
     replayed = own_reserved is not None
-    if roofline_memory_mib(param_bytes, own_peak, device, has_conv, own_reserved)[2] != own_high:
+    if fit_memory_mib(param_bytes, own_peak, device, has_conv, own_reserved) != own_high:
         raise AnalysisError(
             f"the memory on {device.key} is predicted by {prediction.predictor}, not the memory model the solve "
             f"evaluates: no largest batch solved"
@@ -358,7 +359,7 @@ def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, 
             if replayed:  # the allocator replayed on the trace at b, as `predict` would at batch b
                 memory = liveness(prepare_graph(sm.loaded, sm.graph.at(sm.point(b)), dtype))
                 reserved = replay_reserve(memory, param_bytes)
-            highs[b] = roofline_memory_mib(param_bytes, peaks[b], device, has_conv, reserved)[2]
+            highs[b] = fit_memory_mib(param_bytes, peaks[b], device, has_conv, reserved)
         return highs[b]
 
     if replayed and sm.covers(batch) and need(batch) != own_high:  # the graph evaluated there replays as predict did

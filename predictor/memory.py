@@ -19,6 +19,8 @@
   (`segment_bytes`); the smallest cached free block that holds a request is split and reused; freed blocks stay
   reserved (nvidia-smi keeps counting them). The reserve is therefore the most reserved over the loop, which
   depends on the sizes and lifetimes of the tensors, not on their peak sum alone. No parameter is fitted for it.
+  Where memory is short the allocator gives its free segments back when a cudaMalloc fails and retries
+  (`CachingAllocator(limit=...)`): `least_reserved` is the smallest limit the loop runs in, what MIG fit takes.
   Without a trace, `RuntimeMemory.reserve` (reserved / peak activations, fitted) is the fallback.
 - cuDNN's convolution workspace is allocated and freed around each convolution through the same allocator; it
   is not replayed (graphs with convolutions carry `CUDNN_WORKSPACE_MIB`, the median steady-state excess our H100
@@ -118,11 +120,17 @@ class CachingAllocator:
     1 MiB use the small pool, larger ones the large pool; the smallest free block of the pool that holds the
     request is taken (best fit), and split when what is left is >= 512 B (small pool) or > 1 MiB (large pool);
     with no free block a new segment is cudaMalloc'd (`segment_bytes`). A freed block merges with free neighbours
-    of its segment and stays reserved: segments are never given back (no out-of-memory retry is modelled).
-    `reserved` (bytes) is what nvidia-smi counts of the allocator."""
+    of its segment and stays reserved. Segments are given back only when a cudaMalloc fails: with a `limit` (bytes
+    the allocator may reserve: the device's memory less what is not its own), a new segment that would pass it first
+    frees every segment that is one free block (`release_cached`, c10's `release_cached_blocks`, the retry after a
+    failed `alloc_block` when `max_split_size` is not set) and is then tried again; failing again raises
+    `AllocatorOutOfMemory`. `reserved` (bytes) is what nvidia-smi counts of the allocator."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = limit
         self.reserved = 0
+        self.peak = 0  # the most reserved so far
+        self._segments: list[int] = []  # per segment: its bytes (0 once given back)
         self._free: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}  # small? -> (size, seg, offset)
         self._size: dict[tuple[int, int], int] = {}  # (seg, offset) -> block size
         self._is_free: dict[tuple[int, int], bool] = {}
@@ -158,15 +166,33 @@ class CachingAllocator:
             _, seg, off = pool[i]
             have = self._drop(seg, off)
         else:
-            seg, off, have = len(self._small), 0, segment_bytes(size)
+            have = segment_bytes(size)
+            if self.limit is not None and self.reserved + have > self.limit:
+                self.release_cached()
+                if self.reserved + have > self.limit:
+                    raise AllocatorOutOfMemory(
+                        f"a {have / MIB:,.0f} MiB segment beyond the {self.limit / MIB:,.0f} MiB limit "
+                        f"({self.reserved / MIB:,.0f} MiB in use)"
+                    )
+            seg, off = len(self._small), 0
             self._small.append(small)
+            self._segments.append(have)
             self.reserved += have
+            self.peak = max(self.peak, self.reserved)
         rest = have - size
         if (rest >= MIN_BLOCK) if small else (rest > SMALL_SIZE):  # should_split
             self._put(seg, off + size, rest, True)
             have = size
         self._put(seg, off, have, False)
         return seg, off
+
+    def release_cached(self) -> None:
+        """Give back (cudaFree) every segment that is one free block: what c10's `release_cached_blocks` frees."""
+        for seg, size in enumerate(self._segments):
+            if size and self._is_free.get((seg, 0)) and self._size[(seg, 0)] == size:
+                self._drop(seg, 0)
+                self._segments[seg] = 0
+                self.reserved -= size
 
     def free(self, handle: tuple[int, int] | None) -> None:
         """Free the block `handle`: merged with its free neighbours, it stays in its segment's pool (None, the handle
@@ -185,17 +211,29 @@ class CachingAllocator:
         self._put(seg, off, size, True)
 
 
+class AllocatorOutOfMemory(MemoryError):
+    """A replay under a limit (`CachingAllocator(limit=...)`) needed a segment beyond it after giving back every
+    free segment: CUDA out of memory."""
+
+
 @dataclass(frozen=True)
 class Reserved:
     """What the caching allocator reserves for one model, bytes: after loading the weights, and the most over the
-    steps replayed (weights included)."""
+    steps replayed (weights included), on a device with room for all it keeps cached. `least` (None: not worked out)
+    is the smallest limit the same loop runs within, segments given back when a cudaMalloc fails (`least_reserved`):
+    what a device with less memory needs (MIG fit is decided on it)."""
 
     weights: int
     total: int
+    least: int | None = None
 
     @property
     def activations(self) -> int:
         return self.total - self.weights
+
+    def at_least(self) -> Reserved:
+        """The same reserve with `total` the least the loop runs in (weights kept)."""
+        return self if self.least is None else Reserved(self.weights, min(self.total, self.least), self.least)
 
 
 class AllocationTraceError(ValueError):
@@ -204,15 +242,22 @@ class AllocationTraceError(ValueError):
 
 
 def simulate_reserved(
-    weight_sizes, blocks, *, steps: int = 3, n_ops: int | None = None, hold_outputs: bool = True
+    weight_sizes,
+    blocks,
+    *,
+    steps: int = 3,
+    n_ops: int | None = None,
+    hold_outputs: bool = True,
+    limit: int | None = None,
 ) -> Reserved:
     """Replay an eager inference loop through `CachingAllocator`: the weights (`weight_sizes`, bytes each, in
     parameter order, as `model.to("cuda")` copies them) are allocated once and kept; then `steps` forward passes of
     the liveness trace `blocks` ((birth op, last op, bytes) per activation storage, `passes.memory.MemoryProfile`):
     the graph inputs (birth -1) are allocated once before the first pass and kept (the caller holds the batch), each
     storage is allocated when its op runs and freed after its last reader, and a pass's outputs (last >= `n_ops`)
-    stay alive until the next pass has produced its own (`out = model(x)` in a loop). Segments are never given
-    back, so the reserve is the most reserved over the steps; 3 steps reach the steady state of a repeated pass
+    stay alive until the next pass has produced its own (`out = model(x)` in a loop). Without a `limit` segments
+    are never given back, so the reserve is the most reserved over the steps; 3 steps reach the steady state of a
+    repeated pass
     (the second pass starts with the first's free blocks; the third with the same layout as the second).
 
     `n_ops` is the graph's number of ops (`len(MemoryProfile.timeline)`): ops 0 .. n_ops - 1 run, and a storage
@@ -223,9 +268,12 @@ def simulate_reserved(
     `hold_outputs=False` replays a loop that drops each pass's outputs when it returns (`model(x)` with the result
     unused, as preflight's own measuring harness times it): they are freed after the last op.
 
+    `limit`: the bytes the allocator may reserve (`CachingAllocator`); a loop that needs more raises
+    `AllocatorOutOfMemory`, and `total` is then the most reserved under the limit.
+
     Raises AllocationTraceError (a ValueError) for a storage born at or after op `n_ops`, or freed before it is
     born."""
-    alloc = CachingAllocator()
+    alloc = CachingAllocator(limit)
     for n in weight_sizes:
         alloc.malloc(int(n))
     weights = alloc.reserved
@@ -263,7 +311,47 @@ def simulate_reserved(
             for h in held:
                 alloc.free(h)
             held = []
-    return Reserved(weights, alloc.reserved)
+    return Reserved(weights, alloc.peak)
+
+
+def _most_live(blocks) -> int:
+    """The most bytes (whole blocks) a pass of the trace `blocks` ((birth op, last op, bytes)) holds at once: the
+    inputs (birth -1) beside the storages live at its fullest op."""
+    delta: dict[int, int] = {}
+    inputs = 0
+    for b, e, n in blocks:
+        size = block_bytes(int(n))
+        if b < 0:
+            inputs += size
+            continue
+        delta[b] = delta.get(b, 0) + size
+        delta[e + 1] = delta.get(e + 1, 0) - size
+    most = run = 0
+    for i in sorted(delta):
+        run += delta[i]
+        most = max(most, run)
+    return inputs + most
+
+
+def least_reserved(weight_sizes, blocks, *, total: int | None = None, **replay) -> int:
+    """The smallest limit (bytes, a multiple of 2 MiB: every segment is one) within which `simulate_reserved`'s loop
+    runs, segments given back when a cudaMalloc fails: the bisection between 0 and `total` (the replay without a
+    limit, which always runs; given, or replayed here) over the limits the loop runs within. `replay`: the
+    keywords of `simulate_reserved` (`steps`, `n_ops`, `hold_outputs`)."""
+    hi = (total if total is not None else simulate_reserved(weight_sizes, blocks, **replay).total) // ROUND_LARGE
+    # (lo, hi]: hi runs, lo does not: below the bytes live at once (weights, inputs and one pass's storages at its
+    # fullest op, each a whole block) nothing runs
+    live = sum(block_bytes(int(n)) for n in weight_sizes) + _most_live(blocks)
+    lo = max(0, min(hi - 1, math.ceil(live / ROUND_LARGE) - 1))
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            simulate_reserved(weight_sizes, blocks, limit=mid * ROUND_LARGE, **replay)
+        except AllocatorOutOfMemory:
+            lo = mid
+        else:
+            hi = mid
+    return hi * ROUND_LARGE
 
 
 def _round_large(nbytes: int) -> int:

@@ -54,7 +54,7 @@ from .kernel_model import (
     param_dtype,
     tf32_matmul_of,
 )
-from .memory import AllocationTraceError, Reserved, gpu_memory, runtime_for, simulate_reserved
+from .memory import AllocationTraceError, Reserved, gpu_memory, least_reserved, runtime_for, simulate_reserved
 from .mig import MigRecommendation, recommend, slice_latencies
 from .power import busy_shares, kernel_classes, power_params, shares_from_classes
 from .roofline import op_arrays, peak_rate
@@ -332,6 +332,31 @@ def roofline_memory_mib(
     return low, m.total_mib, m.total_mib + 0.25 * m.activations_mib
 
 
+def fit_memory_mib(
+    param_bytes: int,
+    peak_activation_bytes: int,
+    device: Device,
+    has_conv: bool = False,
+    reserved: Reserved | None = None,
+) -> float:
+    """The memory (MiB) the MIG rule decides on: `roofline_memory_mib`'s upper bound with the least reserve the
+    replayed loop runs in (`Reserved.least`: on a device with less memory than the loop keeps cached, the caching
+    allocator gives its free segments back when a cudaMalloc fails and tries again); the same upper bound without a
+    replay."""
+    if reserved is not None and reserved.least is not None:
+        reserved = reserved.at_least()
+    return roofline_memory_mib(param_bytes, peak_activation_bytes, device, has_conv, reserved)[2]
+
+
+def _released_note(m: float, m_hi: float, m_fit: float, device: Device) -> str:
+    """The line saying that the memory a run needs is less than what the allocator keeps cached."""
+    return (
+        f"the caching allocator keeps freed blocks cached: with room it holds {m:,.0f} MiB on {device.key} (upper "
+        f"bound {m_hi:,.0f}); where memory is short it gives its free segments back when a cudaMalloc fails and the "
+        f"loop runs in less, upper bound {m_fit:,.0f} MiB (memory_fit_mib), which MIG fit is decided on"
+    )
+
+
 def estimate_memory(
     param_bytes: int,
     peak_activation_bytes: int,
@@ -380,7 +405,9 @@ def replay_reserve(memory, param_bytes: int, warnings: list[str] | None = None) 
     if missing > 0:
         sizes.append(missing)
     try:
-        return simulate_reserved(sizes, blocks, n_ops=len(memory.timeline) or None)
+        n_ops = len(memory.timeline) or None
+        r = simulate_reserved(sizes, blocks, n_ops=n_ops)
+        return replace(r, least=least_reserved(sizes, blocks, total=r.total, n_ops=n_ops))
     except AllocationTraceError as exc:
         if warnings is not None:
             warnings.append(
@@ -423,6 +450,11 @@ class Prediction:
     #: Weights + peak live activations (MiB) as preflight's liveness pass finds them, beside `memory_mib` (what
     #: nvidia-smi would count: + context, workspace and the allocator's reserve), with either predictor.
     memory_tensor_peak_mib: float | None = None
+    #: The memory the MIG rule and the largest batch decide on (MiB): the upper bound of what the model runs in where
+    #: memory is short, the caching allocator giving its free segments back when a cudaMalloc fails
+    #: (`memory.least_reserved`); `memory_mib_interval`'s top where that gives nothing back or a trained predictor
+    #: predicted the memory. None: the same as that top (a Prediction built without it).
+    memory_fit_mib: float | None = None
     #: Average board power (W) of the estimate and the busy shares it rests on ({"compute", "memory", "gap"}: the
     #: kernels' time compute-bound, memory-bound and at the launch floor, `power.busy_shares`); None with a trained
     #: predictor (its energy is predicted directly).
@@ -434,6 +466,11 @@ class Prediction:
     #: 0 and the rest is `power_shares`. power_w = min(limit_w, gap_w x gap + compute_w x compute + memory_w x memory
     #: + compute_fp32_w x compute_fp32), the watts from predictor/power_params.json. None with a trained predictor.
     power_split: dict | None = None
+
+    @property
+    def fit_mib(self) -> float:
+        """`memory_fit_mib`, else the top of `memory_mib_interval`: the memory the MIG rule takes (MiB)."""
+        return self.memory_mib_interval[1] if self.memory_fit_mib is None else self.memory_fit_mib
 
     def to_json(self) -> dict:
         """The `prediction` block of `preflight.report/1`."""
@@ -456,6 +493,7 @@ class Prediction:
                 "basis": dict(self.basis),
             }
             | ({} if self.memory_tensor_peak_mib is None else {"memory_tensor_peak_mib": self.memory_tensor_peak_mib})
+            | {"memory_fit_mib": self.fit_mib}
             | ({} if self.power_w is None else {"power_w": self.power_w, "power_shares": dict(self.power_shares)})
             | ({} if self.power_split is None else {"power_split": dict(self.power_split)})
         )
@@ -684,6 +722,7 @@ def predict(
         arrays = op_arrays(analysis.ops)
         q = trained.predict_prepared([prepare(_sample_from_analysis(analysis, source, arrays), trained.variant)])[0]
         (lat_lo, lat, lat_hi), (e_lo, e, e_hi), (m_lo, m, m_hi) = (tuple(float(v) for v in q[t]) for t in range(3))
+        m_fit = m_hi  # the trained predictor's memory: no allocator replay to give segments back
         name = artifact.name
         if source != device.key:  # measured on another GPU (or a slice's whole GPU): scale to the target
             src = get_device(source)
@@ -732,13 +771,14 @@ def predict(
         e, e_lo, e_hi = lat / 1e3 * power, lat_lo / 1e3 * p_lo, lat_hi / 1e3 * p_hi
         power_shares = {"compute": round(s_c, 4), "memory": round(s_m, 4), "gap": round(s_gap, 4)}
         has_conv = any(k.kind == "conv" for k in launched)
+        reserved = allocator_reserve(analysis, warnings)
         m_lo, m, m_hi = roofline_memory_mib(
-            analysis.totals.param_bytes,
-            analysis.totals.peak_activation_bytes,
-            device,
-            has_conv,
-            reserved=allocator_reserve(analysis, warnings),
+            analysis.totals.param_bytes, analysis.totals.peak_activation_bytes, device, has_conv, reserved
         )
+        m_fit = fit_memory_mib(analysis.totals.param_bytes, analysis.totals.peak_activation_bytes, device, has_conv,
+                               reserved)  # fmt: skip
+        if m_fit < m_hi:
+            warnings.append(_released_note(m, m_hi, m_fit, device))
         name = "roofline"
         fallback = None
         if residual is not None:
@@ -781,7 +821,7 @@ def predict(
     if parent is not None:  # a MIG slice as the target: does the model fit it, and how it compares
         rec = recommend(
             replace(parent, mig=(profile,)),
-            m_hi,
+            m_fit,
             latency_ms_by_profile={profile.name: lat},
             latency_slo_ms=latency_slo_ms,
             full_gpu_latency_ms=parent_ms,
@@ -793,13 +833,13 @@ def predict(
         slices = slice_latencies(lat, whole, {p.name: costed(device, p) for p in device.mig})
         rec = recommend(
             device,
-            m_hi,
+            m_fit,
             latency_ms_by_profile=slices,
             latency_slo_ms=latency_slo_ms,
             full_gpu_latency_ms=lat,
             max_slowdown=max_slowdown,
         )
-    if m > device.memory_mib:  # the prediction stands, but the run it describes would not happen
+    if min(m, m_fit) > device.memory_mib:  # the prediction stands, but the run it describes would not happen
         what = "MIG slice" if parent is not None else "GPU"
         warnings.append(
             f"does not fit: the predicted device memory, {m:,.0f} MiB, exceeds the {device.memory_mib:,.0f} MiB of the "
@@ -815,6 +855,7 @@ def predict(
         energy_j_interval=(e_lo, e_hi),
         memory_mib=m,
         memory_mib_interval=(m_lo, m_hi),
+        memory_fit_mib=m_fit,
         roofline_latency_ms=bound,
         mig=rec,
         runtime=runtime_of(analysis.ops, matmul_precision, host_overhead),

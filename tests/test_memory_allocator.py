@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from predictor.memory import MIB, CachingAllocator, Reserved, RuntimeMemory, gpu_memory, simulate_reserved
+from predictor.memory import (
+    MIB,
+    AllocatorOutOfMemory,
+    CachingAllocator,
+    Reserved,
+    RuntimeMemory,
+    gpu_memory,
+    least_reserved,
+    simulate_reserved,
+)
 
 KIB = 1024
 
@@ -142,3 +151,57 @@ def test_predict_falls_back_to_the_reserve_factor_on_a_trace_it_cannot_replay():
     new = [w for w in warnings if w not in warnings_without]
     assert len(new) == 1 and "cannot be replayed" in new[0]
     assert f"storage (birth 5, last 6) does not fit a graph of {n_ops} ops" in new[0]
+
+
+def test_short_memory_gives_free_segments_back_and_retries():
+    # X (12 MiB, op 0, freed after op 0) then Y (14 MiB, op 1, freed after op 1), nothing held between passes.
+    # With room: X gets its own 12 MiB segment (>= 10 MiB, rounded to 2 MiB); freed, it cannot hold Y: a second,
+    # 14 MiB segment; later passes reuse both: 26 MiB reserved.
+    trace = [(0, 0, 12 * MIB), (1, 1, 14 * MIB)]
+    assert simulate_reserved([], trace, n_ops=2) == Reserved(0, 26 * MIB)
+    # Within 14 MiB: Y's segment would pass the limit (12 + 14 = 26 > 14), so the free 12 MiB segment is given back
+    # (one free block: c10's release_cached_blocks) and Y gets its 14 MiB; pass 2's X takes Y's free block (split,
+    # 2 MiB left), which merges back for Y: 14 MiB at most, the least the loop runs in (13 MiB: Y cannot be placed)
+    assert simulate_reserved([], trace, n_ops=2, limit=14 * MIB) == Reserved(0, 14 * MIB)
+    with pytest.raises(AllocatorOutOfMemory):
+        simulate_reserved([], trace, n_ops=2, limit=14 * MIB - 1)
+    assert least_reserved([], trace, n_ops=2) == 14 * MIB
+    # the first test's trace keeps a live block in every segment when pass 2's C asks for a new one (B in S0, pass
+    # 1's C held): nothing to give back, the least is the 32 MiB reserved with room
+    trace = [(0, 1, 3 * MIB), (1, 2, 3 * MIB), (2, 3, 12 * MIB)]
+    assert least_reserved([], trace) == 32 * MIB
+    with pytest.raises(AllocatorOutOfMemory):
+        simulate_reserved([], trace, limit=30 * MIB)
+    a = CachingAllocator(limit=20 * MIB)
+    h = a.malloc(3 * MIB)  # a 20 MiB segment
+    with pytest.raises(AllocatorOutOfMemory):  # 18 MiB more: its own segment, and S0 is in use
+        a.malloc(18 * MIB)
+    a.free(h)
+    assert a.malloc(18 * MIB) == (0, 0) and a.reserved == 20 * MIB  # S0 itself holds it now (best fit, split)
+
+
+def test_predict_decides_the_mig_fit_on_the_least_reserve():
+    # A Linear(256, 256) whose allocation trace is the one above: weights 256 x 256 x 4 + 256 x 4 = 263,168 B, one
+    # 2 MiB small segment; activations 26 MiB with room, 14 MiB at least. The prediction's memory (what nvidia-smi
+    # shows with room) keeps the 26; the figure the MIG rule takes is the upper bound with 14: the activations'
+    # upper bound is 1.25 x them, so it is (26 - 14) x 1.25 = 15 MiB below the interval's top.
+    import dataclasses
+
+    import torch
+
+    from analyzer import analyze
+    from predictor.predict import predict
+
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU()).eval()
+    analysis = analyze(model, (torch.zeros(8, 256),)).analysis
+    assert len(analysis.memory.timeline) >= 2 and analysis.totals.param_bytes == 263_168
+    blocks = ((0, 0, 12 * MIB), (1, 1, 14 * MIB))
+    hand = dataclasses.replace(analysis, memory=dataclasses.replace(analysis.memory, blocks=blocks))
+    p, warnings = predict(hand, "h100-80gb")
+    assert p.memory_mib_interval[1] - p.memory_fit_mib == pytest.approx(15.0, abs=1e-9)
+    assert p.to_json()["memory_fit_mib"] == p.memory_fit_mib
+    assert f"upper bound {p.memory_fit_mib:,.0f} MiB (memory_fit_mib)" in " ".join(warnings)
+    assert f"{p.memory_fit_mib:,.0f} MiB + 5% headroom" in p.mig.reason
+    # the model's own trace gives nothing back: no such line, and the fit figure is the interval's top
+    own, own_warnings = predict(analysis, "h100-80gb")
+    assert own.memory_fit_mib == own.memory_mib_interval[1] and "memory_fit_mib" not in " ".join(own_warnings)

@@ -55,7 +55,7 @@ from .kernel_model import (
     tf32_matmul_of,
 )
 from .memory import AllocationTraceError, Reserved, gpu_memory, least_reserved, runtime_for, simulate_reserved
-from .mig import MigRecommendation, recommend, slice_latencies
+from .mig import MigRecommendation, fits, recommend, slice_latencies
 from .power import busy_shares, kernel_classes, power_params, shares_from_classes
 from .roofline import op_arrays, peak_rate
 
@@ -777,8 +777,6 @@ def predict(
         )
         m_fit = fit_memory_mib(analysis.totals.param_bytes, analysis.totals.peak_activation_bytes, device, has_conv,
                                reserved)  # fmt: skip
-        if m_fit < m_hi:
-            warnings.append(_released_note(m, m_hi, m_fit, device))
         name = "roofline"
         fallback = None
         if residual is not None:
@@ -806,9 +804,9 @@ def predict(
                 why = f"--predictor kernel: {kept.name} not used on {device.key}: kernel-model estimate"
             elif kept is not None:
                 why = (
-                    f"{kept.name}, trained on whole-model measurements of this GPU, is not the default on {device.key} "
-                    f"(its held-out table, {kept.name}/EVAL.md, did not pass the default rule; --predictor public uses "
-                    "it): kernel-model estimate"
+                    f"kernel-model estimate on {device.key}: {kept.name}, the predictor trained on public whole-model "
+                    f"measurements, is held back there (its held-out table, {kept.name}/EVAL.md, did not pass the "
+                    "default rule; --predictor public uses it)"
                 )
             else:
                 why = f"no trained predictor for {device.key}: kernel-model estimate"
@@ -819,26 +817,28 @@ def predict(
                 "measurements; the latency interval is an assumption, not calibrated on whole-model measurements)"
             )
     if parent is not None:  # a MIG slice as the target: does the model fit it, and how it compares
-        rec = recommend(
-            replace(parent, mig=(profile,)),
-            m_fit,
-            latency_ms_by_profile={profile.name: lat},
-            latency_slo_ms=latency_slo_ms,
-            full_gpu_latency_ms=parent_ms,
-            max_slowdown=max_slowdown,
-        )
+        target, slices, full_ms = replace(parent, mig=(profile,)), {profile.name: lat}, parent_ms
     else:
         # each slice: the whole GPU's latency `lat` (the estimate's or a trained predictor's) plus the extra time the
         # asynchronously issued kernels take on the slice's share of SMs and bandwidth (`mig.slice_latencies`)
+        target, full_ms = device, lat
         slices = slice_latencies(lat, whole, {p.name: costed(device, p) for p in device.mig})
-        rec = recommend(
-            device,
-            m_fit,
+
+    def decide(memory_high: float) -> MigRecommendation:
+        return recommend(
+            target,
+            memory_high,
             latency_ms_by_profile=slices,
             latency_slo_ms=latency_slo_ms,
-            full_gpu_latency_ms=lat,
+            full_gpu_latency_ms=full_ms,
             max_slowdown=max_slowdown,
         )
+
+    rec = decide(m_fit)
+    if m_fit < m_hi and (
+        decide(m_hi).profile != rec.profile or fits(device.memory_mib, m_hi) != fits(device.memory_mib, m_fit)
+    ):  # the allocator's giving back changes the answer: say why
+        warnings.append(_released_note(m, m_hi, m_fit, device))
     if min(m, m_fit) > device.memory_mib:  # the prediction stands, but the run it describes would not happen
         what = "MIG slice" if parent is not None else "GPU"
         warnings.append(

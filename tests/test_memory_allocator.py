@@ -195,13 +195,25 @@ def test_predict_decides_the_mig_fit_on_the_least_reserve():
     model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU()).eval()
     analysis = analyze(model, (torch.zeros(8, 256),)).analysis
     assert len(analysis.memory.timeline) >= 2 and analysis.totals.param_bytes == 263_168
-    blocks = ((0, 0, 12 * MIB), (1, 1, 14 * MIB))
-    hand = dataclasses.replace(analysis, memory=dataclasses.replace(analysis.memory, blocks=blocks))
-    p, warnings = predict(hand, "h100-80gb")
+
+    def with_blocks(blocks):
+        return dataclasses.replace(analysis, memory=dataclasses.replace(analysis.memory, blocks=blocks))
+
+    p, warnings = predict(with_blocks(((0, 0, 12 * MIB), (1, 1, 14 * MIB))), "h100-80gb")
     assert p.memory_mib_interval[1] - p.memory_fit_mib == pytest.approx(15.0, abs=1e-9)
     assert p.to_json()["memory_fit_mib"] == p.memory_fit_mib
-    assert f"upper bound {p.memory_fit_mib:,.0f} MiB (memory_fit_mib)" in " ".join(warnings)
     assert f"{p.memory_fit_mib:,.0f} MiB + 5% headroom" in p.mig.reason
-    # the model's own trace gives nothing back: no such line, and the fit figure is the interval's top
-    own, own_warnings = predict(analysis, "h100-80gb")
-    assert own.memory_fit_mib == own.memory_mib_interval[1] and "memory_fit_mib" not in " ".join(own_warnings)
+    assert "memory_fit_mib" not in " ".join(warnings)  # 1g.10gb either way: nothing to say
+    # X 5,000 MiB then Y 5,400 MiB: with room 5,000 + 5,400 = 10,400 MiB of activations, at least 5,400 (X's segment
+    # given back for Y): the upper bounds differ by (10,400 - 5,400) x 1.25 = 6,250 MiB, and the decision with them.
+    # With context and workspace (~730 MiB) + 2 MiB of weights, 1.25 x 10,400 = 13,000 MiB needs a 1g.20gb slice;
+    # 1.25 x 5,400 = 6,750 MiB fits 1g.10gb (9,984 MiB usable, with 5% headroom)
+    p, warnings = predict(with_blocks(((0, 0, 5_000 * MIB), (1, 1, 5_400 * MIB))), "h100-80gb")
+    assert p.memory_mib_interval[1] - p.memory_fit_mib == pytest.approx(6_250.0, abs=1e-9)
+    assert p.memory_fit_mib * 1.05 <= 9_984 < p.memory_mib_interval[1] * 1.05
+    assert p.mig.profile == "1g.10gb" and p.mig.fits["1g.10gb"]
+    (note,) = [w for w in warnings if "memory_fit_mib" in w]
+    assert f"upper bound {p.memory_fit_mib:,.0f} MiB (memory_fit_mib), which MIG fit is decided on" in note
+    # the model's own trace gives nothing back: the fit figure is the interval's top
+    own, _ = predict(analysis, "h100-80gb")
+    assert own.memory_fit_mib == own.memory_mib_interval[1]

@@ -48,7 +48,7 @@ from predictor.predict import predict as run_predictor
 
 from .errors import AnalysisError, PreflightError, UsageError, one_line
 from .frontends.loaded import LoadedModel
-from .frontends.specs import MAX_DIM
+from .frontends.specs import MAX_DIM, TOP_LEVEL
 from .options import check_devices, check_dtype, check_host_overhead, check_matmul_precision
 from .pipeline import Report, analyze_loaded
 
@@ -280,12 +280,14 @@ class StepGraph:
         return decode_inputs(self.layout, batch, length, device="meta")
 
     def _export(self, batch: int, length: int, dynamic: tuple | None):
-        """(Relax module, number of inputs, unconverted ops) of the step at (batch, length), symbolic when `dynamic`."""
+        """(Relax module, number of ops, unconverted ops, number of inputs, op sources) of the step at (batch, length),
+        symbolic when `dynamic`; op sources: each Relax variable's module path in the transformers model
+        (`model.layers.0.self_attn.q_proj`, as `preflight analyze` names a model's operators)."""
         import torch
 
         from passes.tvm_boot import prime_backtraces
 
-        from .frontends.torch_frontend import _ParamsAsInputs, import_exported_program
+        from .frontends.torch_frontend import _below, _ParamsAsInputs, import_exported_program
 
         prime_backtraces()  # TVM's first native backtrace, on the second core while torch exports (passes.tvm_boot)
         module = self._module(None if (dynamic is not None or self.kind == "prefill") else length)
@@ -305,7 +307,14 @@ class StepGraph:
             raise
         except Exception as exc:  # torch.export raises many error types
             raise AnalysisError(f"torch.export could not export the {self.kind} step: {one_line(exc)}") from exc
-        return (*import_exported_program(ep, n_inputs=len(inputs)), len(inputs))
+        users = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+        params = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
+        sources: dict[str, str] = {}
+        names = dict(zip(users[len(inputs) :], params, strict=False))  # weight placeholders -> parameter names
+        mod, n, missing = import_exported_program(ep, n_inputs=len(inputs), sources=sources, weight_names=names)
+        # the step module's causal LM (`lm`): its module paths as the model names them (`transformer.h.0.mlp.c_fc`)
+        sources = {k: TOP_LEVEL if v in ("", "inner", "lm") else _below(v, "lm") for k, v in sources.items()}
+        return mod, n, missing, len(inputs), sources
 
     def _dynamic_spec(self, lo: int, hi: int) -> tuple:
         from torch.export import Dim
@@ -346,9 +355,9 @@ class StepGraph:
         return self._graphs[key]
 
     def _bound(self, batch: int, length: int, max_length: int):
-        """(Relax module, n_inputs, unconverted ops, OpGraph at (batch, length) or None): the symbolic export and
-        its graph evaluated at the point when the graph stays symbolic, else the export bound to the point (graph
-        None: extract the module); a point outside a symbolic segment is exported on its own."""
+        """(Relax module, n_inputs, unconverted ops, OpGraph at (batch, length) or None, op sources): the symbolic
+        export and its graph evaluated at the point when the graph stays symbolic, else the export bound to the point
+        (graph None: extract the module); a point outside a symbolic segment is exported on its own."""
         from passes import tvm_ir
 
         lo, hi = self._segment(length, max_length)
@@ -356,16 +365,16 @@ class StepGraph:
         if length >= 2 and lo < hi and key not in self._symbolic:
             ex = max(lo, min(_EXAMPLE_LENGTH, hi))
             try:
-                mod, n, missing, n_inputs = self._export(_EXAMPLE_BATCH, ex, self._dynamic_spec(lo, hi))
-                self._symbolic[key] = (mod, n_inputs, missing)
+                mod, n, missing, n_inputs, sources = self._export(_EXAMPLE_BATCH, ex, self._dynamic_spec(lo, hi))
+                self._symbolic[key] = (mod, n_inputs, missing, sources)
             except PreflightError as exc:  # fall back to one export per point (slower, same graph)
                 self._symbolic[key] = None
                 self.warnings.append(f"{self.kind} step: symbolic export failed ({exc}); exporting each point")
         sym = self._symbolic.get(key) if length >= 2 and lo < hi else None
         if sym is None:
-            mod, n, missing, n_inputs = self._export(batch, length, None)
-            return mod, n_inputs, missing, None
-        mod, n_inputs, missing = sym
+            mod, n, missing, n_inputs, sources = self._export(batch, length, None)
+            return mod, n_inputs, missing, None, sources
+        mod, n_inputs, missing, sources = sym
         dims = [d for _, d, _ in tvm_ir.input_dims(mod, n_inputs)]
         values: dict[str, int] = {}
         for i, d in enumerate(dims):
@@ -377,9 +386,9 @@ class StepGraph:
                 values[str(d[2])] = self.layout.slots((i - 1) // 2, length)
         values = {k: v for k, v in values.items() if not k.lstrip("-").isdigit()}
         if self.evaluate and (sg := self._symbolic_graph(key, mod, n_inputs, sorted(values))) is not None:
-            return mod, n_inputs, missing, sg.at(values)
+            return mod, n_inputs, missing, sg.at(values), sources
         try:
-            return tvm_ir.bind_symbolic_dims(mod, values), n_inputs, missing, None
+            return tvm_ir.bind_symbolic_dims(mod, values), n_inputs, missing, None, sources
         except Exception as exc:
             raise AnalysisError(f"could not bind the {self.kind} step's sizes: {one_line(exc)}") from exc
 
@@ -390,7 +399,7 @@ class StepGraph:
         key = (batch, length)
         if key in self._points:
             return self._points[key]
-        mod, n_inputs, missing, graph = self._bound(batch, length, max_length)
+        mod, n_inputs, missing, graph, sources = self._bound(batch, length, max_length)
         loaded = LoadedModel(
             mod=mod,
             framework=self.framework,
@@ -399,6 +408,7 @@ class StepGraph:
             n_inputs=n_inputs,
             unconverted=list(missing),
             input_names=self._input_names(),
+            op_sources=sources,
         )
         report = analyze_loaded(loaded, dtype=self.dtype, graph=graph)
         graph = report.analysis.graph

@@ -282,31 +282,35 @@ def _cost_section(report, top: int) -> Section:
                 si(c.flops),
                 mib(nbytes),
                 f"{c.flops / nbytes:.1f}" if nbytes else "-",
-                bound if p and bound != "none" else "-",
-                f"{t * 1e3:,.1f}" if p else "-",
-                (f"{100 * t / p.latency_ms:.1f}%" if p.latency_ms > 0 else "-")  # 0: a graph of views only
-                if p
-                else f"{100 * c.flops / total_flops:.1f}%",
+                *(
+                    [
+                        bound if bound != "none" else "-",
+                        f"{t * 1e3:,.1f}",
+                        f"{100 * t / p.latency_ms:.1f}%" if p.latency_ms > 0 else "-",  # 0: a graph of views only
+                    ]
+                    if p
+                    else [f"{100 * c.flops / total_flops:.1f}%"]
+                ),
             ]
         )
+    header = [
+        "index",  # the operator's position in the graph (the JSON's ops[].index), not its rank
+        "name",
+        "op",
+        "category",
+        "output",
+        "FLOPs",
+        "bytes moved",
+        "FLOP/byte",
+        *(["bound", "predicted µs", "time share"] if p else ["FLOPs share"]),
+    ]
     sec.blocks.append(
         Table(
-            [
-                "index",  # the operator's position in the graph (the JSON's ops[].index), not its rank
-                "name",
-                "op",
-                "category",
-                "output",
-                "FLOPs",
-                "bytes moved",
-                "FLOP/byte",
-                "bound",
-                "predicted µs",
-                "time share" if p else "FLOPs share",
-            ],
+            header,
             rows,
-            {0, 5, 6, 7, 9, 10},
-            f"The costliest {len(rows)} of {len(live)} operators",
+            {0, 5, 6, 7, 9, 10} if p else {0, 5, 6, 7, 8},
+            f"The costliest {len(rows)} of {len(live)} operators"
+            + ("" if p else f" of {report.model.get('name', 'the graph')}, by FLOPs (no prediction for this graph)"),
         )
     )
     for depth in (1, 2):  # the same cost by the module each operator comes from (ops[].module)
@@ -331,17 +335,16 @@ def _cost_section(report, top: int) -> Section:
                 str(len(ops)),
                 si(f),
                 f"{f_share:.1f}%",
-                f"{t:.3g}" if p else "-",
-                f"{t_share:.1f}%" if timed else "-",
+                *([f"{t:.3g}", f"{t_share:.1f}%" if timed else "-"] if p else []),
             ]
         )
         bars.append((cat, f_share, t_share))
     sec.blocks.append(
         Table(
-            ["category", "ops", "FLOPs", "FLOPs share", "predicted ms", "time share"],
+            ["category", "ops", "FLOPs", "FLOPs share", *(["predicted ms", "time share"] if p else [])],
             cat_rows,
-            {1, 2, 3, 4, 5},
-            "FLOPs and predicted time by operator category",
+            {1, 2, 3, 4, 5} if p else {1, 2, 3},
+            "FLOPs and predicted time by operator category" if p else "FLOPs by operator category",
         )
     )
     sec.blocks.append(Figure("categories", charts.category_bars(bars), "Share of FLOPs and of predicted time"))

@@ -221,6 +221,8 @@ def _module_rows(report, depth: int, top: int) -> tuple[list[str], list[list[str
         ]
         for r in mods
     ]
+    if p is None:  # no prediction: no time columns
+        header, rows = header[:4], [r[:4] for r in rows]
     return header, rows
 
 

@@ -361,6 +361,26 @@ def test_depth_extrapolation_and_config_route_equal_full_depth_zoo(extrapolated,
     assert [x["shape"] for x in extrapolated.inputs] == [x["shape"] for x in full.inputs]
 
 
+def test_the_step_graphs_name_operators_by_the_models_modules(full):
+    """The full-depth decode graph's matrix products come from the model's nn.Linear modules, named as the model
+    names them (`model.layers.0.self_attn.q_proj`, the oracle: the module tree itself; they were Relax names, lv63):
+    4 layers x 7 projections + the LM head, each the source of matmuls, and the text names them and drops the time
+    columns of a graph without a prediction."""
+    from analyzer.predeploy import render_markdown
+
+    lm = meta_lm(TINY.format(n=4))
+    linears = {n for n, m in lm.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert len(linears) == 4 * 7 + 1
+    matmuls = {c.source for c in full.analysis.ops if c.category == "matmul"}
+    assert matmuls == linears
+    assert {c.module for c in full.analysis.ops if c.source == "model.layers.3.mlp.down_proj"} == {
+        "model.layers.3.mlp.down_proj"
+    }
+    text = render_markdown(full, "assets")[0]
+    assert f"of {full.model['name']}, by FLOPs (no prediction for this graph)" in text
+    assert "| lm_head" in text and "predicted µs" not in text
+
+
 def test_request_numbers_by_hand(extrapolated):
     s = extrapolated.llm
     # tiny Llama: 4 layers x 2 kv heads x 16 x 2 (K, V) x 2 bytes (float16, the default) = 512 B per token

@@ -634,12 +634,13 @@ def calibrate_host(
     click.echo(f"  kernels' execution alone        {fit.gpu_ms:.4g} ms")
     click.echo(f"  kernel model at factor 1        {fit.default_ms:.4g} ms")
     click.echo(f"  host factor                     {fit.host_overhead:.3g}")
-    click.echo(f"  host-bound share                {fit.host_share:.0%} of the measured time")
+    click.echo(f"  set by the host's dispatch      {fit.host_share:.0%} of the measured time (kernels at their floor)")
     for caution in cautions:
         click.echo(caution, err=True)
     if fit.determined:
         click.echo(
-            f"Use --host-overhead {fit.host_overhead:.3g} with predict, report, analyze-many and llm on this host."
+            f"Use --host-overhead {fit.host_overhead:.3g} with predict, report, analyze-many and llm (eager runtime; "
+            "the vllm runtime's host time is its --engine-profile) on this host."
         )
     else:
         click.echo("Not determined by this forward: time one the host sets most of (a smaller batch or model).")

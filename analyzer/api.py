@@ -115,15 +115,37 @@ def predict(
     devices = check_devices([device])
     check_matmul_precision(matmul_precision)
     host_overhead = check_host_overhead(host_overhead)
+    sm, note = None, None
     if largest_batch:
         _check_solvable(model, inputs)
+        if batch is None and not inputs:
+            sm, batch, note = _file_batch(model)
     report = analyze_model(model, example_inputs, inputs=inputs, batch=batch, strict=strict, dtype=dtype)
+    if note:
+        report.warnings.append(note)
     predict_all(
         report, devices, latency_slo_ms, max_slowdown, matmul_precision=matmul_precision, host_overhead=host_overhead
     )
     if largest_batch:
-        _solve_largest_batch(report, model, example_inputs, batch, dtype, inputs, latency_slo_ms)
+        _solve_largest_batch(report, model, example_inputs, batch, dtype, inputs, latency_slo_ms, sm=sm)
     return report
+
+
+def _file_batch(model) -> tuple:
+    """(symbolic model, batch, note) for `predict --largest-batch` on a file saved with a dynamic batch and no
+    --batch: the lowest batch its symbolic import holds for (as `analyze --symbolic` takes), where the file's own
+    batch cannot be analysed; (None, None, None) for anything else (a zoo model or module, a static batch)."""
+    from .errors import PreflightError
+    from .symbolic import load_symbolic, takes_file
+
+    if not takes_file(model):
+        return None, None, None
+    try:
+        sm = load_symbolic(model, None)
+    except PreflightError:  # not symbolic in its batch: analysed as it is, and the solve says why not
+        return None, None, None
+    lo = sm.batch_range[0]
+    return sm, lo, f"the file's batch is dynamic: predicted at batch {lo}, the lowest its symbolic import holds for"
 
 
 def calibrate_host(
@@ -184,10 +206,17 @@ def _check_solvable(model, inputs) -> None:
 
 
 def _solve_largest_batch(
-    report: Report, model, example_inputs, batch: int | None, dtype: str | None, inputs=None, latency_slo_ms=None
+    report: Report,
+    model,
+    example_inputs,
+    batch: int | None,
+    dtype: str | None,
+    inputs=None,
+    latency_slo_ms=None,
+    sm=None,
 ) -> None:
     """Attach `LargestBatch` to each prediction's MIG recommendation (with `latency_slo_ms`, the largest batch
-    within it too); a warning says why where it cannot."""
+    within it too); a warning says why where it cannot. `sm`: the symbolic model when already loaded."""
     from dataclasses import replace
 
     from .errors import PreflightError
@@ -198,7 +227,7 @@ def _solve_largest_batch(
     else:  # an nn.Module's or a file's: axis 0 of its (first) input as analysed
         own = report.inputs[0]["shape"][0] if report.inputs and report.inputs[0]["shape"] else 1
     try:
-        sm = load_symbolic(model, example_inputs, inputs=inputs)
+        sm = sm or load_symbolic(model, example_inputs, inputs=inputs)
     except PreflightError as exc:
         report.warnings.append(f"the largest batch that fits was not solved: {exc}")
         return

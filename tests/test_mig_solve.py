@@ -197,6 +197,22 @@ def test_largest_batch_of_a_slice_target_and_bad_input():
         predict("zoo:resnet18", inputs=["x:1x3x64x64"], largest_batch=True)
 
 
+def test_largest_batch_of_a_file_with_a_dynamic_batch_needs_no_batch(tmp_path):
+    # an ONNX file whose batch is dynamic: `predict --largest-batch` without --batch predicts at the lowest batch the
+    # symbolic import holds for (2, as `analyze --symbolic` does; it asked for --batch before) and solves from it;
+    # the oracle: predictions of the file at the answer and one above
+    path = tmp_path / "mlp.onnx"
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)).eval()
+    torch.onnx.export(mlp, (torch.zeros(2, 64),), str(path), dynamo=False, input_names=["x"],
+                      dynamic_axes={"x": {0: "batch"}})  # fmt: skip
+    rep = predict(str(path), device="a100-40gb:1g.5gb", largest_batch=True)
+    assert rep.inputs[0]["shape"] == [2, 64]
+    assert any(w.startswith("the file's batch is dynamic: predicted at batch 2") for w in rep.warnings)
+    b = rep.prediction.mig.largest_batch.per_profile["1g.5gb"]
+    oracle = [predict(str(path), device="a100-40gb:1g.5gb", batch=n) for n in (b, b + 1)]
+    assert [r.prediction.mig.fits["1g.5gb"] for r in oracle] == [True, False]
+
+
 def test_cli_largest_batch_on_a_file_is_a_usage_error(tmp_path):
     path = tmp_path / "m.tflite"  # a format whose dynamic dims the solve does not keep (.pt2 and ONNX it does)
     path.write_bytes(b"not a model")

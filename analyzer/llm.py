@@ -1357,7 +1357,8 @@ VLLM_ASSUMPTIONS = (
     "that interleave with it (batch / generate new prompts per step). Without chunked prefill each prefill pauses "
     "the decodes and TTFT is one prompt's prefill in its own step; with chunked prefill (--max-num-batched-tokens, "
     "llm.devices[].engine.chunked_prefill) the prompts' tokens fill the step's budget beside the decodes, chunked, "
-    "as eager mixed steps, and TTFT is one prompt's chunks beside the running decodes (no queueing either way)",
+    "as eager mixed steps, and TTFT is one prompt's chunks beside the running decodes (no wait for a free slot "
+    "either way, but for a batch the KV pool cannot hold)",
     "every decode step adds the engine's host time the GPU waits for: step + per running sequence + per KV block "
     "of the running sequences + per extra tensor-parallel worker, the figures of the engine profile below "
     "(--engine-profile; llm.runtime.engine_profile, llm.devices[].engine.host)",

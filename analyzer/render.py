@@ -429,10 +429,15 @@ def _power_text(p) -> str:
 
 
 def _tensor_text(p) -> str:
-    """The tensor peak beside the predicted nvidia-smi total."""
-    if p.memory_tensor_peak_mib is None:
-        return ""
-    return f"; weights + peak activations alone {p.memory_tensor_peak_mib:,.0f} MiB"
+    """The tensor peak beside the predicted nvidia-smi total, and the memory MIG fit is decided on where the caching
+    allocator's giving back makes it less than the interval's top."""
+    out = ""
+    if p.memory_tensor_peak_mib is not None:
+        out = f"; weights + peak activations alone {p.memory_tensor_peak_mib:,.0f} MiB"
+    fit = getattr(p, "memory_fit_mib", None)
+    if fit is not None and fit < p.memory_mib_interval[1]:
+        out += f"; runs in {fit:,.0f} MiB at most where memory is short (the allocator gives cached segments back)"
+    return out
 
 
 def _text_table(header: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:

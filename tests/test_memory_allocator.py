@@ -214,6 +214,12 @@ def test_predict_decides_the_mig_fit_on_the_least_reserve():
     assert p.mig.profile == "1g.10gb" and p.mig.fits["1g.10gb"]
     (note,) = [w for w in warnings if "memory_fit_mib" in w]
     assert f"upper bound {p.memory_fit_mib:,.0f} MiB (memory_fit_mib), which MIG fit is decided on" in note
+    # the text's memory line and a sweep point carry the same figure
+    from analyzer.render import _tensor_text
+    from analyzer.sweep import point
+
+    assert f"runs in {p.memory_fit_mib:,.0f} MiB at most where memory is short" in _tensor_text(p)
+    assert point(8, p, None)["memory_fit_mib"] == p.memory_fit_mib
     # the model's own trace gives nothing back: the fit figure is the interval's top
     own, _ = predict(analysis, "h100-80gb")
     assert own.memory_fit_mib == own.memory_mib_interval[1]

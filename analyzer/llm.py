@@ -1386,12 +1386,19 @@ def _profile_assumption(p: engine.EngineProfile) -> str:
 def _too_many(device: str, batch: int, context: int, most: int, runtime: str) -> str:
     """The warning of a request whose batch the whole GPU cannot hold: what the runtime does instead (the vllm
     runtime's queue: `engine.Queue`, the eager runtime: out of memory)."""
+    if runtime == "vllm" and most == 0:
+        return (
+            f"{device}: not one sequence of {context:,} tokens fits its KV pool (vllm runtime): vLLM would refuse the "
+            f"request; the latencies and throughput stated are for {batch:,} sequences this GPU cannot hold (a shorter "
+            "context, more --gpu-memory-utilization, a larger GPU or, on whole GPUs, --tensor-parallel)"
+        )
     if runtime == "vllm":
         return (
             f"{device}: {batch:,} sequences of {context:,} tokens do not fit its KV pool at once, at most {most:,} "
             f"do (vllm runtime): as vLLM's scheduler does, {most:,} run and the rest wait for their blocks, in "
             f"{math.ceil(batch / most):,} waves; TTFT, TPOT and E2E are the running sequences', the wait and the "
-            "time to serve all are the queue's (llm.devices[].engine.queue; raise --tensor-parallel to run more)"
+            "time to serve all are the queue's (llm.devices[].engine.queue; more run on a larger GPU or, on whole "
+            "GPUs, with --tensor-parallel)"
         )
     return (
         f"{device}: {batch:,} sequences of {context:,} tokens do not fit its memory, at most {most:,} do ({runtime} "

@@ -158,7 +158,9 @@ def _sweep_section(report) -> Section:
             smallest = next((q.name for q in order if pt["fits"].get(q.name)), None)
             if smallest or pt["fits_full_gpu"]:
                 where = smallest or ("fits the slice" if device.parent else "full GPU only")
-            elif sw["latency_slo_ms"] is not None and mig_fits(device.memory_mib, pt["memory_fit_mib"]):
+            elif sw["latency_slo_ms"] is not None and mig_fits(
+                device.memory_mib, pt.get("memory_fit_mib", pt["memory_mib_interval"][1])
+            ):
                 where = "misses the latency SLO"  # the memory fits
             else:
                 where = "does not fit"

@@ -327,7 +327,7 @@ def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, 
     from passes.memory import liveness
     from predictor.devices import get_device
     from predictor.mig import LargestBatch, fits, largest_fitting_batch
-    from predictor.predict import allocator_reserve, fit_memory_mib, replay_reserve
+    from predictor.predict import allocator_reserve, allocator_rooms, fit_memory_mib, replay_reserve
 
     from .pipeline import prepare_graph
 
@@ -336,7 +336,8 @@ def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, 
     has_conv = any(k.kind == "conv" for k in getattr(analysis, "launched_kernels", analysis.kernels))
     own_peak = analysis.totals.peak_activation_bytes
     own_high = prediction.fit_mib
-    own_reserved = allocator_reserve(analysis)  # as `predict` costs the allocator: replayed, or the factor (None)
+    rooms = allocator_rooms(device, has_conv)  # the targets the least reserve is checked on, as `predict` does
+    own_reserved = allocator_reserve(analysis, rooms=rooms)  # as `predict` costs it: replayed, or the factor (None)
     replayed = own_reserved is not None
     if fit_memory_mib(param_bytes, own_peak, device, has_conv, own_reserved) != own_high:
         raise AnalysisError(
@@ -358,7 +359,7 @@ def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, 
             reserved = None
             if replayed:  # the allocator replayed on the trace at b, as `predict` would at batch b
                 memory = liveness(prepare_graph(sm.loaded, sm.graph.at(sm.point(b)), dtype))
-                reserved = replay_reserve(memory, param_bytes)
+                reserved = replay_reserve(memory, param_bytes, rooms=rooms)
             highs[b] = fit_memory_mib(param_bytes, peaks[b], device, has_conv, reserved)
         return highs[b]
 

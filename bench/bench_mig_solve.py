@@ -77,11 +77,11 @@ def main() -> None:
             return {**lb.per_profile, None: lb.full_gpu}, lb.evaluations
 
         def probe_points(sm=sm):
-            return search(lambda b: predict(analyze_at(sm, b).analysis, device.key)[0].memory_mib_interval[1], device)
+            return search(lambda b: predict(analyze_at(sm, b).analysis, device.key)[0].fit_mib, device)
 
         def rescan(model=model):
             def at(b: int) -> float:
-                return api_predict(model, device=device.key, batch=b).prediction.memory_mib_interval[1]
+                return api_predict(model, device=device.key, batch=b).prediction.fit_mib
 
             return search(at, device)
 

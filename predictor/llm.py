@@ -429,8 +429,16 @@ def recommend(
                 f" and it meets {targets_text}" if targets_text else ""
             )
         elif need > device.memory_mib:
-            reason = f"{device.key} is a MIG slice: {room} does not hold {held}: try a larger profile of "
-            reason += str(device.parent)
+            from .devices import get_device
+
+            whole = get_device(device.parent)
+            larger = [p for p in smallest_first(whole.mig) if p.memory_mib >= need]
+            reason = f"{device.key} is a MIG slice: {room} does not hold {held}: " + (
+                f"{larger[0].name} is the smallest profile of {whole.key} that would"
+                if larger
+                else f"no profile of {whole.key} would"
+                + ("" if need > whole.memory_mib else f" (the whole {whole.key} would)")
+            )
         else:
             reason = f"{device.key} is a MIG slice: it holds {held} but misses {targets_text}"
         return LlmRecommendation(profile=name if ok else None, reason=reason, **args)

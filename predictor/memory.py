@@ -333,25 +333,39 @@ def _most_live(blocks) -> int:
     return inputs + most
 
 
-def least_reserved(weight_sizes, blocks, *, total: int | None = None, **replay) -> int:
+def least_reserved(weight_sizes, blocks, *, total: int | None = None, check=(), **replay) -> int:
     """The smallest limit (bytes, a multiple of 2 MiB: every segment is one) within which `simulate_reserved`'s loop
     runs, segments given back when a cudaMalloc fails: the bisection between 0 and `total` (the replay without a
     limit, which always runs; given, or replayed here) over the limits the loop runs within. `replay`: the
-    keywords of `simulate_reserved` (`steps`, `n_ops`, `hold_outputs`)."""
-    hi = (total if total is not None else simulate_reserved(weight_sizes, blocks, **replay).total) // ROUND_LARGE
+    keywords of `simulate_reserved` (`steps`, `n_ops`, `hold_outputs`).
+
+    The loop does not always run within every limit above one it runs within (more room gives back later and
+    fragments otherwise), so a device whose allocator has more room than the answer may still fail. `check`: the
+    rooms (bytes) of the devices a decision will rest on (a GPU's and its MIG slices': usable memory less what is
+    not the allocator's): each one at or above the answer is replayed, and where the loop fails within it the
+    answer is searched again above that room, until every checked room at or above the answer runs."""
+    top = total if total is not None else simulate_reserved(weight_sizes, blocks, **replay).total
+
+    def runs(limit: int) -> bool:
+        try:
+            simulate_reserved(weight_sizes, blocks, limit=limit, **replay)
+        except AllocatorOutOfMemory:
+            return False
+        return True
+
+    hi = top // ROUND_LARGE
     # (lo, hi]: hi runs, lo does not: below the bytes live at once (weights, inputs and one pass's storages at its
     # fullest op, each a whole block) nothing runs
     live = sum(block_bytes(int(n)) for n in weight_sizes) + _most_live(blocks)
     lo = max(0, min(hi - 1, math.ceil(live / ROUND_LARGE) - 1))
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        try:
-            simulate_reserved(weight_sizes, blocks, limit=mid * ROUND_LARGE, **replay)
-        except AllocatorOutOfMemory:
-            lo = mid
-        else:
-            hi = mid
-    return hi * ROUND_LARGE
+    while True:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if runs(mid * ROUND_LARGE) else (mid, hi)
+        failed = next((c for c in sorted(check) if hi * ROUND_LARGE <= c < top and not runs(c)), None)
+        if failed is None:
+            return hi * ROUND_LARGE
+        lo, hi = failed // ROUND_LARGE, top // ROUND_LARGE  # fails at `failed`: search above it
 
 
 def _round_large(nbytes: int) -> int:

@@ -33,7 +33,7 @@ import numbers
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -54,7 +54,7 @@ from .kernel_model import (
     param_dtype,
     tf32_matmul_of,
 )
-from .memory import AllocationTraceError, Reserved, gpu_memory, least_reserved, runtime_for, simulate_reserved
+from .memory import MIB, AllocationTraceError, Reserved, gpu_memory, least_reserved, runtime_for, simulate_reserved
 from .mig import MigRecommendation, fits, recommend, slice_latencies
 from .power import busy_shares, kernel_classes, power_params, shares_from_classes
 from .roofline import op_arrays, peak_rate
@@ -378,7 +378,7 @@ def estimate_memory(
     )
 
 
-def allocator_reserve(analysis, warnings: list[str] | None = None) -> Reserved | None:
+def allocator_reserve(analysis, warnings: list[str] | None = None, rooms: Sequence[int] = ()) -> Reserved | None:
     """The caching allocator replayed on `analysis`'s weights and allocation trace (`predictor.memory`); None when
     the analysis carries no trace, or one that cannot be replayed (`replay_reserve`: a line joins `warnings`).
     With layers extrapolated from 2 (`analysis.repeat`) the trace is the 2-layer graph's (what later identical
@@ -388,15 +388,27 @@ def allocator_reserve(analysis, warnings: list[str] | None = None) -> Reserved |
     sample's."""
     if getattr(analysis, "steps", None) is not None:
         return None
-    return replay_reserve(getattr(analysis, "memory", None), analysis.totals.param_bytes, warnings)
+    return replay_reserve(getattr(analysis, "memory", None), analysis.totals.param_bytes, warnings, rooms=rooms)
 
 
-def replay_reserve(memory, param_bytes: int, warnings: list[str] | None = None) -> Reserved | None:
+def allocator_rooms(device: Device, has_conv: bool = False) -> list[int]:
+    """The bytes the caching allocator has on each target the MIG rule decides on for `device` (the GPU and its
+    profiles, or the one slice it names): usable memory less the CUDA context and the library workspace; the rooms
+    `memory.least_reserved` checks its answer at."""
+    m = estimate_memory(0, 0, device, has_conv)
+    usable = [device.memory_mib, *(p.memory_mib for p in device.mig)]
+    return [int((u - m.context_mib - m.workspace_mib) * MIB) for u in usable if u > m.context_mib + m.workspace_mib]
+
+
+def replay_reserve(
+    memory, param_bytes: int, warnings: list[str] | None = None, rooms: Sequence[int] = ()
+) -> Reserved | None:
     """`allocator_reserve` of a `passes.memory.MemoryProfile` (its `blocks` and `weight_sizes`) and the model's
     `param_bytes` (the bytes `weight_sizes` misses are one more tensor); None when the profile has no trace, or
     when its trace is one no eager loop produces (`memory.AllocationTraceError`: a storage born after the last op
     or freed before it is born, a fault of the liveness pass): then the memory is costed as without a trace, by
-    the fitted reserve factor, and a line saying so joins `warnings` (when given)."""
+    the fitted reserve factor, and a line saying so joins `warnings` (when given). `rooms`: the allocator's bytes on
+    the targets a fit decision will rest on (`allocator_rooms`), where the least reserve is checked to run."""
     blocks = getattr(memory, "blocks", ())
     if not blocks:
         return None
@@ -407,7 +419,7 @@ def replay_reserve(memory, param_bytes: int, warnings: list[str] | None = None) 
     try:
         n_ops = len(memory.timeline) or None
         r = simulate_reserved(sizes, blocks, n_ops=n_ops)
-        return replace(r, least=least_reserved(sizes, blocks, total=r.total, n_ops=n_ops))
+        return replace(r, least=least_reserved(sizes, blocks, total=r.total, check=rooms, n_ops=n_ops))
     except AllocationTraceError as exc:
         if warnings is not None:
             warnings.append(
@@ -771,7 +783,7 @@ def predict(
         e, e_lo, e_hi = lat / 1e3 * power, lat_lo / 1e3 * p_lo, lat_hi / 1e3 * p_hi
         power_shares = {"compute": round(s_c, 4), "memory": round(s_m, 4), "gap": round(s_gap, 4)}
         has_conv = any(k.kind == "conv" for k in launched)
-        reserved = allocator_reserve(analysis, warnings)
+        reserved = allocator_reserve(analysis, warnings, rooms=allocator_rooms(device, has_conv))
         m_lo, m, m_hi = roofline_memory_mib(
             analysis.totals.param_bytes, analysis.totals.peak_activation_bytes, device, has_conv, reserved
         )

@@ -182,7 +182,10 @@ def test_a_mig_slice_as_the_target_is_judged_alone():
     assert "31,500 MiB" in rec.reason
     rec = recommend(three, 1, 1280, 39_000, lat)  # 39,000 x 1.05 = 40,950 > 40,448
     assert rec.profile is None and rec.fits == {"3g.40gb": False} and "does not hold" in rec.reason
-    assert "try a larger profile of h100-80gb" in rec.reason
+    assert "7g.80gb is the smallest profile of h100-80gb that would" in rec.reason  # 40,950 > 4g.40gb's 40,448
+    rec = recommend(three, 1, 1280, 90_000, lat)  # 94,500 MiB: more than the whole H100's 81,559
+    assert rec.reason.endswith("no profile of h100-80gb would")
+
     rec = recommend(three, 1, 1280, 30_000, lat, tpot_target_ms=10.0)  # fits, but 12 ms > 10 ms
     assert rec.profile is None and "misses TPOT <= 10 ms" in rec.reason
     # the vllm runtime's need is the memory over --gpu-memory-utilization, said as such; no headroom

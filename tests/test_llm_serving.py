@@ -132,6 +132,14 @@ def test_a_batch_the_gpu_cannot_hold_is_said_with_how_many_fit():
     assert q["all_done_ms"] == pytest.approx(waves * r.e2e_ms, rel=1e-12)
     assert q["mean_wait_ms"] == pytest.approx(sum(i // most for i in range(1000)) / 1000 * r.e2e_ms, rel=1e-12)
     assert d.output_tokens_per_s == pytest.approx(1000 * 256 / (waves * r.e2e_ms / 1e3), rel=1e-12)
+    # 0.19 of an H100's memory (15.1 GiB) holds the 12.6 GiB of weights but not one sequence of 4,000 tokens (250
+    # blocks of 8 MiB, 1.95 GiB, beside 1 GiB outside torch): said, no queue (it divided by zero)
+    none = llm("zoo:llama_7b", prompt=3000, generate=1000, batch=2, devices=["h100-80gb"], runtime="vllm",
+               gpu_memory_utilization=0.19)  # fmt: skip
+    (d,) = none.llm.devices
+    assert d.engine["fits_model"] and d.engine["memory_per_gpu"]["full GPU"]["sequences_that_fit"] == 0
+    assert d.engine["queue"] is None
+    assert any(w.startswith("h100-80gb: not one sequence of 4,000 tokens fits its KV pool") for w in none.warnings)
     small = llm("zoo:llama_7b", prompt=1024, generate=256, batch=8, devices=["h100-80gb"], runtime="vllm")
     assert small.llm.devices[0].fits["full GPU"] and not [w for w in small.warnings if "do not fit" in w]
 

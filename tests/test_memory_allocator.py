@@ -180,6 +180,33 @@ def test_short_memory_gives_free_segments_back_and_retries():
     assert a.malloc(18 * MIB) == (0, 0) and a.reserved == 20 * MIB  # S0 itself holds it now (best fit, split)
 
 
+def test_the_least_reserve_is_checked_at_the_rooms_a_decision_rests_on():
+    # More room is not always enough: with more room nothing is given back early and the blocks land otherwise. On
+    # this trace (17 storages, 12 ops) the loop runs within 106-126 MiB and 172 MiB, but not within 128-170 MiB (the
+    # oracle: a replay at every 2 MiB limit); the bisection alone answers 106 MiB, and a device whose allocator has
+    # 130 MiB would run out of memory. Checked at the rooms of the targets (130 MiB fails), the answer is the least
+    # limit above 130 MiB the loop runs within: 172 MiB, the whole reserve; a room it runs within (110 MiB) changes
+    # nothing.
+    trace = [(-1, 6, 1865922), (-1, 5, 15915776), (-1, 5, 1328037), (-1, 4, 1959933), (0, 1, 438285),
+             (10, 12, 4154932), (9, 10, 45699788), (0, 4, 643262), (10, 12, 8032114), (1, 1, 10186555),
+             (2, 4, 42472670), (1, 3, 288847), (2, 7, 5920153), (10, 10, 3223021), (4, 11, 2241701), (7, 11, 198075),
+             (6, 12, 361897)]  # fmt: skip
+
+    def runs(limit_mib: int) -> bool:
+        try:
+            simulate_reserved([], trace, n_ops=12, limit=limit_mib * MIB)
+        except AllocatorOutOfMemory:
+            return False
+        return True
+
+    assert simulate_reserved([], trace, n_ops=12).total == 172 * MIB
+    ran = [m for m in range(0, 174, 2) if runs(m)]
+    assert ran == [*range(106, 127, 2), 172]
+    assert least_reserved([], trace, n_ops=12) == 106 * MIB
+    assert least_reserved([], trace, n_ops=12, check=[110 * MIB]) == 106 * MIB
+    assert least_reserved([], trace, n_ops=12, check=[110 * MIB, 130 * MIB]) == 172 * MIB
+
+
 def test_predict_decides_the_mig_fit_on_the_least_reserve():
     # A Linear(256, 256) whose allocation trace is the one above: weights 256 x 256 x 4 + 256 x 4 = 263,168 B, one
     # 2 MiB small segment; activations 26 MiB with room, 14 MiB at least. The prediction's memory (what nvidia-smi

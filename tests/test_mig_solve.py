@@ -116,7 +116,7 @@ def test_solved_largest_batch_fits_and_the_next_does_not_by_concrete_analyses():
         assert 2 < b < lb.hi
         assert concrete(b).mig.fits[profile] and not concrete(b + 1).mig.fits[profile], profile
     b = lb.full_gpu
-    assert fits(whole, concrete(b).memory_mib_interval[1]) and not fits(whole, concrete(b + 1).memory_mib_interval[1])
+    assert fits(whole, concrete(b).fit_mib) and not fits(whole, concrete(b + 1).fit_mib)
 
 
 def test_largest_batch_within_a_latency_slo_by_concrete_analyses():

@@ -79,10 +79,10 @@ def test_sweep_largest_batch_agrees_with_memory_predictions(cnn):
         points = dev["points"]
         assert [p["batch"] for p in points] == CNN_BATCHES
         for profile in device.mig:
-            fitting = [p["batch"] for p in points if p["memory_mb_interval"][1] * (1 + HEADROOM) <= profile.memory_mib]
+            fitting = [p["batch"] for p in points if p["memory_fit_mib"] * (1 + HEADROOM) <= profile.memory_mib]
             assert dev["largest_batch"][profile.name] == (max(fitting) if fitting else None), profile.name
             crossed |= 0 < len(fitting) < len(points)
-        full = [p["batch"] for p in points if p["memory_mb_interval"][1] * (1 + HEADROOM) <= device.memory_mib]
+        full = [p["batch"] for p in points if p["memory_fit_mib"] * (1 + HEADROOM) <= device.memory_mib]
         assert dev["largest_batch_full_gpu"] == (max(full) if full else None)
         # memory grows with the batch; throughput = batch / latency
         mems = [p["memory_mb"] for p in points]
@@ -109,7 +109,7 @@ def test_sweep_with_latency_slo_follows_the_mig_rule(transformer):
     for dev in sweep["devices"]:
         for p in dev["points"]:
             for profile in device.mig:
-                mem_ok = p["memory_mb_interval"][1] * (1 + HEADROOM) <= profile.memory_mib
+                mem_ok = p["memory_fit_mib"] * (1 + HEADROOM) <= profile.memory_mib
                 lat_ok = p["slice_latency_ms"][profile.name] <= SLO_MS
                 assert p["fits"][profile.name] == (mem_ok and lat_ok)
                 outcomes.add(lat_ok)

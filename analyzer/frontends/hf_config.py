@@ -114,7 +114,16 @@ def defaulted_sizes(path: Path, config) -> list[str]:
 
 
 #: Head counts: sizes are divided by them, so 0 is refused (other sizes may be 0: a model without a decoder)
-_HEAD_KEYS = ("num_attention_heads", "n_head", "num_key_value_heads")
+_HEAD_KEYS = (
+    "num_attention_heads",
+    "n_head",
+    "n_heads",
+    "num_heads",
+    "num_key_value_heads",
+    "num_kv_heads",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+)
 
 
 def _check_sizes(doc: dict, path: Path) -> None:
@@ -129,7 +138,8 @@ def _check_sizes(doc: dict, path: Path) -> None:
             limit = MAX_LAYERS if key in _LAYER_KEYS else MAX_DIM
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= limit:
                 raise UnreadableModelError(f"{path}: {key} = {v!r} is not a size a model has (0 to {limit:,})")
-            if key in _HEAD_KEYS and v == 0:  # a divisor of the hidden size (and of the query heads)
+        for key in _HEAD_KEYS:  # divisors of the hidden size (and of the query heads)
+            if section.get(key) == 0 and not isinstance(section.get(key), bool):
                 raise UnreadableModelError(f"{path}: {key} = 0: a model has at least one attention head")
         heads, kv = section.get("num_attention_heads"), section.get("num_key_value_heads")
         if isinstance(heads, int) and isinstance(kv, int) and kv > 0:

@@ -22,6 +22,7 @@ from passes.graph import (
     with_library_calls,
     with_weight_only_folded,
 )
+from predictor.devices import get_device
 from predictor.kernel_model import DEFAULT_MATMUL_PRECISION, KernelParamsError
 from predictor.predict import Prediction, predictor_info
 from predictor.predict import predict as run_predictor
@@ -349,6 +350,7 @@ class BudgetCheck:
     value: float
     interval: tuple[float, float]
     predictor: str
+    against: str = "budget"  # "budget": the user's; "device": the GPU's own memory (checked where it is exceeded)
 
     @property
     def passed(self) -> bool:
@@ -361,6 +363,11 @@ class BudgetCheck:
     def reason(self, bound: str) -> str:
         label = "predicted" if bound == "point" else "upper end of the predicted"
         lo, hi = self.interval
+        if self.against == "device":
+            return (
+                f"{label} memory {self.value:,.0f} MiB exceeds the {self.limit:,.0f} MiB of {self.device}: the model "
+                f"would not load there (CUDA out of memory), whatever the budget (predictor {self.predictor})"
+            )
         return (
             f"{label} {self.quantity} {self.value:,.4g} {self.unit} on {self.device} exceeds the budget of "
             f"{self.limit:,.4g} {self.unit} (interval {lo:,.4g} to {hi:,.4g} {self.unit}; predictor {self.predictor})"
@@ -378,6 +385,7 @@ class BudgetCheck:
             "margin": self.margin,
             "margin_fraction": self.margin / self.limit if self.limit else None,
             "predictor": self.predictor,
+            "against": self.against,
         }
 
 
@@ -404,7 +412,9 @@ class Verdict:
 def budget_verdict(
     report: Report, *, max_latency_ms: float | None = None, max_memory_mb: float | None = None, bound: str = "point"
 ) -> Verdict:
-    """The budget gate over every device of `report`: a `Verdict` with one `BudgetCheck` per budget and device.
+    """The budget gate over every device of `report`: a `Verdict` with one `BudgetCheck` per budget and device, and
+    one against the device's own memory (`against="device"`) where the model does not fit it: that fails the gate
+    whatever the budgets.
 
     `max_memory_mb` is in MiB. `bound="point"` compares the point predictions, `"upper"` the upper ends of their
     intervals. A value exactly at its limit is within budget.
@@ -424,6 +434,13 @@ def budget_verdict(
                 continue
             value = point if bound == "point" else interval[1]
             checks.append(BudgetCheck(p.device, what, unit, float(limit), float(value), tuple(interval), p.predictor))
+        # a model the GPU cannot hold fails the gate whatever the budgets (the memory it runs in: `fit_mib`, the
+        # caching allocator giving cached segments back, as the MIG rule takes it)
+        need = min(p.memory_mib, p.fit_mib) if bound == "point" else p.fit_mib
+        if need > (room := get_device(p.device).memory_mib):
+            checks.append(
+                BudgetCheck(p.device, "memory", "MiB", room, need, tuple(p.memory_mib_interval), p.predictor, "device")
+            )
     return Verdict(bound, tuple(checks))
 
 

@@ -292,6 +292,17 @@ def test_budget_verdict_by_hand_and_in_the_json(schema):
     upper = analyzer.budget_verdict(rep, max_latency_ms=12.5, bound="upper")
     assert upper.to_json()["checks"][0]["value"] == 20.0 and not upper.passed  # the interval's upper end
 
+    # a model the H100 (81,559 MiB) cannot hold fails the gate whatever the budgets: point 90,000 MiB (no fit figure
+    # given: the interval's top, 108,000, which min() leaves at the point), upper 108,000 MiB
+    big = _fake_report(latency=10.0, memory=90_000.0)
+    v = analyzer.budget_verdict(big, max_latency_ms=12.5, max_memory_mb=200_000.0)
+    assert not v.passed and [(c.quantity, c.against, c.passed) for c in v.checks] == [
+        ("latency", "budget", True), ("memory", "budget", True), ("memory", "device", False)]  # fmt: skip
+    dev = v.checks[2].to_json()
+    assert (dev["limit"], dev["value"], dev["against"]) == (81_559.0, 90_000.0, "device")
+    assert "memory 90,000 MiB exceeds the 81,559 MiB of h100-80gb: the model would not load there" in v.reasons[0]
+    assert analyzer.budget_verdict(big, max_latency_ms=12.5, bound="upper").checks[1].value == 108_000.0
+
     runner = CliRunner()
     real = analyzer.predict("zoo:resnet18", device="h100-80gb").prediction
     limit = real.latency_ms * 0.5

@@ -1057,10 +1057,12 @@ def llm(
 
     weights = dec.totals["param_bytes"]
 
+    act_prefill = _prefill_peaks(prefill, (batch, prompt))
+
     def need_mib(b: int, c: int, prompt_tokens: int | None = None, *, device) -> serving.ServingMemory:
         act = act_decode(b, c)
         if prompt_tokens is not None:
-            act = max(act, prefill.activation_bytes(b, prompt_tokens))
+            act = max(act, act_prefill(b, prompt_tokens))
         ctx, ws = context_mib(device, "eager"), workspace_mib(device)  # the runtime's context, cuBLAS's workspace
         return serving.ServingMemory(b, c, weights, kv.bytes(b, c), act, ctx, ws)
 
@@ -1080,7 +1082,8 @@ def llm(
             if (concurrency, context) == (batch, request_context)
             else need_mib(concurrency, context, prompt, device=device)
         )
-        cap = serving.capacity(device, grid, lambda b, c, d=device: need_mib(b, c, device=d).total_mib)
+        # each context's sequences as the request's: a prompt (at most the context) prefilled, then decoded
+        cap = serving.capacity(device, grid, lambda b, c, d=device: need_mib(b, c, min(prompt, c), device=d).total_mib)
         fits = {name: mig_fits(mib, request_mem.total_mib) for name, mib, _ in serving.targets(device)}
         lat = {serving.FULL_GPU: serving.SliceLatency(rec_pre.latency_ms[dev], rec_dec.latency_ms[dev])}
         for q in rec_dec.slice_ms[dev]:
@@ -1275,6 +1278,31 @@ def _decode_timeline(decode: Step, request: tuple[int, int]) -> Callable[[int, i
         )
         return direct
     return tl.peak
+
+
+def _prefill_peaks(prefill: Step, request: tuple[int, int]) -> Callable[[int, int], int]:
+    """The prefill's transient peak at any (batch, prompt length): per length, each operator's live bytes affine in
+    the batch, fitted on batch 1 and 2 (every activation has a batch dimension or none) and checked against the
+    request's own graph; where the check fails, each point's own graph."""
+    depth = max(prefill.depths)
+    fitted: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+
+    def direct(b: int, length: int) -> int:
+        return prefill.point(depth, b, length).transient_bytes
+
+    def affine(b: int, length: int) -> int:
+        if length not in fitted:
+            fitted[length] = tuple(prefill.point(depth, n, length).timeline for n in (1, 2))
+        one, two = fitted[length]
+        return max((x + (b - 1) * (y - x) for x, y in zip(one, two, strict=True)), default=0)
+
+    b, length = request
+    if affine(b, length) != direct(b, length):
+        prefill.predict_warnings.append(
+            "the prefill's activations are not affine in the batch; the capacity search analysed each point"
+        )
+        return direct
+    return affine
 
 
 def _scaled_mix(mix: dict[str, int], macs: int) -> dict[str, int]:

@@ -715,8 +715,9 @@ def llm_sections(llm) -> list[Section]:
     cap = Section("Concurrency against context")
     cap.blocks.append(
         "The largest number of sequences of each context that fits each GPU and MIG profile: weights + their KV "
-        f"cache + the decode step's activations + CUDA context + workspace, plus {HEADROOM:.0%} headroom, within "
-        "the usable memory (the MIG rule of docs/design.md)."
+        "cache + the larger of the decode step's and the prefill's activations (the request's prompt, at most the "
+        f"context) + CUDA context + workspace, plus {HEADROOM:.0%} headroom, within the usable memory (the MIG rule "
+        "of docs/design.md)."
         if not _vllm(llm)
         else "The largest number of sequences of each context whose KV blocks fit the engine's pool on each GPU "
         "(per GPU of the tensor-parallel group) and MIG profile: blocks // ceil(context / block size), the pool being "

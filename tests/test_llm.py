@@ -396,25 +396,23 @@ def test_request_numbers_by_hand(extrapolated):
     # + the H100's eager context (698 MiB measured) + cuBLAS's Hopper workspace (32 MiB)
     total = (d.memory.weight_bytes + d.memory.kv_bytes + d.memory.activation_bytes) / MIB + 698 + 32
     assert d.memory.total_mib == pytest.approx(total)
-    # the capacity table against the MIG rule, with the activations of a separately traced depth-2 decode graph
-    # evaluated directly at the answer b and at b + 1 (not the bilinear model the search used)
+    # the capacity table against the MIG rule, with the activations of separately traced depth-2 decode and prefill
+    # graphs evaluated directly at the answer b and at b + 1 (not the models the search used): each context's
+    # sequences as the request's, the prompt (24 tokens, at most the context) prefilled, then decoded
     lm = meta_lm(TINY.format(n=4))
     layout = cache_layout(lm.config)
-    g = StepGraph(
-        "decode",
-        truncated(lm, 2),
-        replace(layout, windows=layout.windows[:2]),
-        "float16",
-        name="t",
-        source="t",
-        framework="zoo",
-    )
+    g, pre = (
+        StepGraph(kind, truncated(lm, 2), replace(layout, windows=layout.windows[:2]), "float16", name="t",
+                  source="t", framework="zoo")
+        for kind in ("decode", "prefill")
+    )  # fmt: skip
     usable = get_device("h100-80gb").profile("1g.10gb").memory_mib
     for i, c in enumerate(d.capacity.contexts):
         b = d.capacity.largest_batch["1g.10gb"][i]
 
         def need(n, c=c):  # weights + n x c x 512 B of KV cache + activations + context + workspace, MiB
-            return (d.memory.weight_bytes + n * c * 512 + g.point(n, c, 512).transient_bytes) / MIB + 698 + 32
+            act = max(g.point(n, c, 512).transient_bytes, pre.point(n, min(24, c), 512).transient_bytes)
+            return (d.memory.weight_bytes + n * c * 512 + act) / MIB + 698 + 32
 
         assert need(b) * 1.05 <= usable < need(b + 1) * 1.05, (c, b)
 

@@ -1507,6 +1507,10 @@ def _llm_vllm(
     out: list[DeviceServing] = []
     for dev in devices:
         device = get_device(dev)
+        if tp > 1 and device.parent is not None:
+            raise UsageError(
+                f"--tensor-parallel {tp} on {dev}: a MIG slice has no NVLink; tensor parallelism runs on whole GPUs"
+            )
         if tp > 1 and engine.device_link(device) is None:
             raise UsageError(
                 f"--tensor-parallel {tp} on {dev}: the device table gives it no NVLink bandwidth (nvlink_gbs)"
@@ -1770,7 +1774,12 @@ def _llm_vllm(
         if not d.engine["fits_model"]:
             report.warnings.append(
                 f"{d.device}: the weights ({weights / 2**30:.1f} GiB per GPU) leave no room for one KV block within "
-                f"{utilization:g} of its memory; raise --tensor-parallel"
+                f"{utilization:g} of its memory; "
+                + (
+                    "a larger MIG profile or a whole GPU (a slice has no NVLink for --tensor-parallel)"
+                    if get_device(d.device).parent is not None
+                    else "raise --tensor-parallel"
+                )
             )
         elif not d.fits[serving.FULL_GPU]:
             most = d.engine["memory_per_gpu"][serving.FULL_GPU]["sequences_that_fit"]

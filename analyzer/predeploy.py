@@ -879,14 +879,25 @@ def _llm_energy_lines(llm) -> list[str]:
         eng = getattr(d, "engine", None)
         if eng:
             plan = eng["memory_per_gpu"].get(FULL_GPU, {})
+            chunked = eng.get("chunked_prefill")
+            prompts = (
+                f"prefill chunks per step ({chunked['mixed_steps_per_step']:.3g} of the steps carry them)"
+                if chunked
+                else f"prefills per step ({eng['prefills_per_decode_step']:.3g} prompts)"
+            )
             head += (
-                f"; decode step {eng['decode_step_ms']:.3g} ms (host {eng['decode_step']['host_overhead_ms']:.3g} ms, "
-                f"all-reduce {eng['decode_step']['allreduce_ms']:.3g} ms) + {eng['prefills_per_decode_step']:.3g} "
-                f"prefills of {eng['prefill_ms']:.3g} ms per step; {plan.get('blocks', 0):,} KV blocks per GPU hold "
-                f"{plan.get('sequences_that_fit', 0):,} sequences of the request's context"
+                f"; TPOT {d.tpot_ms:.3g} ms = decode step {eng['decode_step_ms']:.3g} ms (host "
+                f"{eng['decode_step']['host_overhead_ms']:.3g} ms, all-reduce {eng['decode_step']['allreduce_ms']:.3g} "
+                f"ms) + {d.tpot_ms - eng['decode_step_ms']:.3g} ms of {prompts}; "
+                f"{plan.get('blocks', 0):,} KV blocks per GPU hold {plan.get('sequences_that_fit', 0):,} sequences of "
+                "the request's context"
             )
             if not eng.get("fits_model", True):
-                head += " (the weights do not fit one GPU: raise --tensor-parallel)"
+                head += (
+                    " (the weights do not fit this MIG slice: a larger profile or a whole GPU)"
+                    if ":" in d.device
+                    else " (the weights do not fit one GPU: raise --tensor-parallel)"
+                )
         lines.append(head + ".")
     return lines
 

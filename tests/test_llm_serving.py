@@ -273,6 +273,13 @@ def test_cli_vllm_runtime_json_schema_and_errors(tmp_path):
     step = d["engine"]["decode_step"]
     # no chunked prefill: TPOT = the decode step + batch / generate = 4 / 8 prefills of one prompt per step
     assert d["tpot_ms"] == pytest.approx(d["engine"]["decode_step_ms"] + 0.5 * d["engine"]["prefill_ms"])
+    # the text's line adds up: TPOT = the decode step + what the prefills add per step (it printed the prefill's
+    # whole time beside a share, which did not add up with chunked prefill)
+    chunked = json.loads(runner.invoke(cli, vllm).stdout)["llm"]["devices"][0]  # the default: chunked prefill
+    text = " ".join(runner.invoke(cli, [a for a in vllm if a not in ("--format", "json")]).stdout.split())
+    tpot, decode_ms = chunked["tpot_ms"], chunked["engine"]["decode_step_ms"]
+    assert f"TPOT {tpot:.3g} ms = decode step {decode_ms:.3g} ms" in text
+    assert f"+ {tpot - decode_ms:.3g} ms of prefill chunks per step" in text
     assert step["allreduce_ms"] > 0 and step["cuda_graph_batch"] == 4
     assert d["energy_per_token_j"] > 0 and d["avg_power_w"] > 0
     plan = d["engine"]["memory_per_gpu"]["full GPU"]
@@ -291,6 +298,7 @@ def test_cli_vllm_runtime_json_schema_and_errors(tmp_path):
         (["--runtime", "vllm", "--batch", "4", "--max-num-batched-tokens", "4"], "no room for a prefill"),
         (["--runtime", "vllm", "--max-num-batched-tokens", "-1"], "max-num-batched-tokens"),
         (["--runtime", "vllm", "--block-size", "7"], "--block-size must be one of 8, 16, 32"),
+        (["--runtime", "vllm", "--tensor-parallel", "2", "--device", "h100-80gb:3g.40gb"], "a MIG slice has no NVLink"),
     ):
         res = runner.invoke(cli, [*base, *args])
         assert res.exit_code == 2, (args, res.output)

@@ -391,6 +391,12 @@ def recommend(
             f"no profile fits: the largest, {largest.name}, has {largest.memory_mib:,.0f} MiB usable and the "
             f"model needs {need:,.0f} MiB (upper bound + {headroom:.0%} headroom)"
         )
+        if len(device.mig) > 1:  # a whole GPU (not one slice asked for): does the GPU itself hold it?
+            reason += (
+                f"; the whole GPU's {device.memory_mib:,.0f} MiB holds it (full GPU only)"
+                if need <= device.memory_mib
+                else f", more than the whole GPU's {device.memory_mib:,.0f} MiB"
+            )
     else:
         reason = f"no profile meets the {latency_slo_ms:g} ms latency SLO with enough memory"
     return done(None, reason)

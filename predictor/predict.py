@@ -817,17 +817,12 @@ def predict(
             elif kept is not None:
                 why = (
                     f"kernel-model estimate on {device.key}: {kept.name}, the predictor trained on public whole-model "
-                    f"measurements, is held back there (its held-out table, {kept.name}/EVAL.md, did not pass the "
-                    "default rule; --predictor public uses it)"
+                    f"measurements, is held back (its {kept.name}/EVAL.md did not pass the default rule; "
+                    "`preflight --predictor public predict ...` uses it)"
                 )
             else:
                 why = f"no trained predictor for {device.key}: kernel-model estimate"
-            warnings.append(
-                why
-                + " (each eager CUDA kernel timed with efficiencies fitted on single-kernel measurements, public and "
-                "our own, which the basis names per GPU; power from the kernels' busy shares, fitted on ML.ENERGY "
-                "measurements; the latency interval is an assumption, not calibrated on whole-model measurements)"
-            )
+            warnings.append(why + "; its interval is assumed, not calibrated on whole-model measurements")
     if parent is not None:  # a MIG slice as the target: does the model fit it, and how it compares
         target, slices, full_ms = replace(parent, mig=(profile,)), {profile.name: lat}, parent_ms
     else:

@@ -183,3 +183,18 @@ def test_slice_latency_keeps_the_launch_floor():
     slices = report.prediction.mig.latency_ms
     assert slices["1g.10gb"] == pytest.approx(0.0315315, rel=1e-5)
     assert slices["7g.80gb"] == pytest.approx(0.016621, rel=1e-4)
+
+
+def test_no_profile_fits_says_whether_the_whole_gpu_does():
+    # H200: 7g.141gb has 131,072 MiB usable, the GPU 143,771. 130,000 MiB + 5% = 136,500: no profile, the GPU
+    # holds it; 140,000 + 5% = 147,000: not even the GPU. One slice asked for (`--device GPU:PROFILE`): no word on
+    # the GPU.
+    h200 = get_device("h200-141gb")
+    rec = recommend(h200, 130_000)
+    assert rec.profile is None and rec.reason.endswith("; the whole GPU's 143,771 MiB holds it (full GPU only)")
+    rec = recommend(h200, 140_000)
+    assert rec.profile is None and rec.reason.endswith(", more than the whole GPU's 143,771 MiB")
+    from dataclasses import replace
+
+    one = recommend(replace(h200, mig=(h200.mig[-1],)), 130_000)
+    assert one.profile is None and "whole GPU" not in one.reason

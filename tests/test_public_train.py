@@ -535,7 +535,7 @@ def test_the_kernel_models_warning_names_a_held_back_checkpoint(tmp_path, monkey
         p, warnings = predict(analysis, device, checkpoints=tmp_path)
         assert p.predictor == "roofline"
         want = f"kernel-model estimate on {device}: {pt.CHECKPOINT_NAME}, the predictor trained on public whole-model"
-        assert any(w.startswith(want) and "--predictor public uses it" in w for w in warnings)
+        assert any(w.startswith(want) and "`preflight --predictor public predict ...` uses it" in w for w in warnings)
     monkeypatch.setenv("PREFLIGHT_PREDICTOR", "kernel")
     _, warnings = predict(analysis, "h100-80gb", checkpoints=tmp_path)
     assert any(w.startswith(f"--predictor kernel: {pt.CHECKPOINT_NAME} not used on h100-80gb") for w in warnings)

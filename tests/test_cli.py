@@ -876,6 +876,12 @@ def test_config_input_dtypes_and_other_json(hf_dirs):
         2, "analyze", str(hf_dirs["gpt2"]), "--input", "input_ids:1x16:float32"
     )
     assert "neither a transformers config" in fails(2, "analyze", str(hf_dirs["other"]))
+    # a config.json cut off mid-way is said to be broken JSON, where (it was "neither a transformers config")
+    cut = hf_dirs["other"].parent / "cut" / "config.json"
+    cut.parent.mkdir()
+    cut.write_text('{"model_type": "llama", "num_hidden_layers": 2,')
+    msg = fails(2, "analyze", str(cut))
+    assert f"{cut}: not valid JSON (Expecting property name enclosed in double quotes: line 1 column 48" in msg
 
 
 def test_config_export_failures_name_their_cause(hf_dirs, tmp_path):

@@ -145,11 +145,31 @@ def _load_file(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Lo
 
         if is_hf_config(path):
             return load_hf_config(path, specs, batch)
+        if (why := _json_error(path)) is not None:
+            raise UnreadableModelError(f"{path}: not valid JSON ({why})")
         raise UnreadableModelError(
-            f"{path.name}: a JSON file that is neither a transformers config (a JSON object with a 'model_type') nor "
+            f"{path}: a JSON file that is neither a transformers config (a JSON object with a 'model_type') nor "
             f"a Paddle program (a .pdiparams file beside it); {_FORMATS}"
         )
     raise UnreadableModelError(f"{path.name}: unknown model format '{suffix or '(no suffix)'}'; {_FORMATS}")
+
+
+def _json_error(path: Path) -> str | None:
+    """Why `path` is not JSON at all (a truncated or hand-edited config.json), None when it parses (or cannot be
+    read: the caller's message stands)."""
+    import json
+
+    from .hf_config import MAX_CONFIG_BYTES
+
+    try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:  # never read a huge file whole to say why
+            return None
+        json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, RecursionError):
+        return None
+    except ValueError as exc:  # json.JSONDecodeError: "Expecting value: line 1 column 48 (char 47)"
+        return str(exc)
+    return None
 
 
 def _checked_file(path: Path) -> str:

@@ -726,7 +726,8 @@ def llm_sections(llm) -> list[Section]:
     for d in llm.devices:
         k = d.capacity
         names = list(k.largest_batch)
-        header = ["context"] + [n + ("*" if n in k.derived else "") for n in names]
+        whole = "this slice" if ":" in d.device else FULL_GPU  # a MIG slice as the device: its own column
+        header = ["context"] + [(whole if n == FULL_GPU else n) + ("*" if n in k.derived else "") for n in names]
         rows = [[f"{ctx:,}"] + [_batch(k.largest_batch[n][i]) for n in names] for i, ctx in enumerate(k.contexts)]
         cap.blocks.append(
             Table(

@@ -877,6 +877,8 @@ def _llm_energy_lines(llm) -> list[str]:
             head += f": {d.energy_per_token_j:.3g} J per output token per GPU at {d.avg_power_w:.0f} W average power"
             if (tp := runtime.get("tensor_parallel", 1)) > 1:
                 head += f" ({tp * d.energy_per_token_j:.3g} J per output token for the {tp} GPUs together)"
+            if ":" in d.device:  # predictor.devices.slice_device: its power limit is compute slices / 7 of the GPU's
+                head += " (the slice's share of the board's power, its compute slices of 7: an assumption)"
         eng = getattr(d, "engine", None)
         if eng:
             plan = eng["memory_per_gpu"].get(FULL_GPU, {})

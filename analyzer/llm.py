@@ -461,6 +461,8 @@ class StepCost:
     predictor: dict[str, str]
     basis: dict[str, dict] = field(default_factory=dict)  # per device: what the latency rests on (Prediction.basis)
     energy_j: dict[str, float] = field(default_factory=dict)  # per device: the step's predicted energy (J)
+    # vllm: per device whose KV pool holds fewer than `batch`, the sequences its latency and energy are of
+    running: dict[str, int] = field(default_factory=dict)
 
     @property
     def tokens(self) -> int:
@@ -480,7 +482,7 @@ class StepCost:
             "predictor": dict(self.predictor),
             "basis": {d: dict(b) for d, b in self.basis.items()},
             "energy_j": dict(self.energy_j),
-        }
+        } | ({"running": dict(self.running)} if self.running else {})
 
 
 class Step:
@@ -1504,6 +1506,7 @@ def _llm_vllm(
     pre_tot = engine.step_totals(arch, batch, prompt, prefill=True, dtype=dtype)
     dec_tot = engine.step_totals(arch, batch, request_context, prefill=False, dtype=dtype)
     steps = {k: {f: {} for f in ("lat", "roof", "slices", "names", "energy")} for k in ("prefill", "decode")}
+    running_on: dict[str, int] = {}  # devices whose KV pool runs fewer than --batch at once
     out: list[DeviceServing] = []
     for dev in devices:
         device = get_device(dev)
@@ -1544,6 +1547,8 @@ def _llm_vllm(
         )  # fmt: skip
         e2e = served.ttft_ms + (generate - 1) * served.tpot_ms
         queue = engine.Queue(batch, running, e2e) if running < batch else None
+        if queue is not None:
+            running_on[dev] = running
         step, pre, stalls = served.decode, served.prefill, served.prefills_per_step
         name = f"vllm engine model (kernel model, CUDA graphs, host time: {profile.name})"
         lat = {serving.FULL_GPU: serving.SliceLatency(served.ttft_ms, served.tpot_ms)}
@@ -1682,8 +1687,9 @@ def _llm_vllm(
     def cost(kind: str, b: int, length: int, totals: dict, activation: int) -> StepCost:
         f = steps[kind]
         return StepCost(
-            kind, b, length, totals, activation, f["lat"], f["roof"], f["slices"], f["names"], {}, f["energy"]
-        )
+            kind, b, length, totals, activation, f["lat"], f["roof"], f["slices"], f["names"], {}, f["energy"],
+            running_on if kind == "decode" else {},
+        )  # fmt: skip
 
     pre_cost = cost("prefill", 1, prompt, engine.step_totals(arch, 1, prompt, prefill=True, dtype=dtype), act(prompt))
     dec_cost = cost("decode", batch, request_context, dec_tot, act(batch))

@@ -125,6 +125,11 @@ def test_a_batch_the_gpu_cannot_hold_is_said_with_how_many_fit():
     assert (d.ttft_ms, d.tpot_ms, d.e2e_ms, d.decode_tokens_per_s) == (r.ttft_ms, r.tpot_ms, r.e2e_ms,
                                                                       r.decode_tokens_per_s)  # fmt: skip
     assert d.memory == r.memory and d.engine["decode_step"]["running"] == most
+    # the decode block's counts are the batch's, its latency the running step's, and it says so (JSON valid)
+    doc = big.to_json()
+    jsonschema.validate(doc, json.loads(SCHEMA_FILE.read_text()))
+    assert doc["llm"]["decode"]["batch"] == 1000 and doc["llm"]["decode"]["running"] == {"h100-80gb": most}
+    assert big.llm.decode.latency_ms["h100-80gb"] == d.engine["decode_step_ms"]
     # the queue: 1,000 requests in waves of `most`, request i waiting floor(i / most) waves of E2E before its prefill
     waves = -(-1000 // most)
     q = d.engine["queue"]

@@ -1284,27 +1284,32 @@ def _decode_timeline(decode: Step, request: tuple[int, int]) -> Callable[[int, i
 
 def _prefill_peaks(prefill: Step, request: tuple[int, int]) -> Callable[[int, int], int]:
     """The prefill's transient peak at any (batch, prompt length): per length, each operator's live bytes affine in
-    the batch, fitted on batch 1 and 2 (every activation has a batch dimension or none) and checked against the
-    request's own graph; where the check fails, each point's own graph."""
+    the batch (every activation has a batch dimension or none), fitted on batch 1 and 2 and checked at batch 3 and
+    at the request's batch; a length where the check fails (or whose graphs differ in their operators) takes each
+    point's own graph."""
     depth = max(prefill.depths)
-    fitted: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    fitted: dict[int, tuple[tuple[int, ...], tuple[int, ...]] | None] = {}
 
     def direct(b: int, length: int) -> int:
         return prefill.point(depth, b, length).transient_bytes
 
-    def affine(b: int, length: int) -> int:
-        if length not in fitted:
-            fitted[length] = tuple(prefill.point(depth, n, length).timeline for n in (1, 2))
-        one, two = fitted[length]
+    def line(one: tuple[int, ...], two: tuple[int, ...], b: int) -> int:
         return max((x + (b - 1) * (y - x) for x, y in zip(one, two, strict=True)), default=0)
 
-    b, length = request
-    if affine(b, length) != direct(b, length):
-        prefill.predict_warnings.append(
-            "the prefill's activations are not affine in the batch; the capacity search analysed each point"
-        )
-        return direct
-    return affine
+    def peak(b: int, length: int) -> int:
+        if length not in fitted:
+            one, two = (prefill.point(depth, n, length).timeline for n in (1, 2))
+            checks = {3, request[0]} if length == request[1] else {3}
+            ok = len(one) == len(two) and all(line(one, two, n) == direct(n, length) for n in checks)
+            fitted[length] = (one, two) if ok else None
+            if not ok:
+                prefill.predict_warnings.append(
+                    f"the prefill's activations at {length:,} tokens are not affine in the batch; the capacity search "
+                    "analysed each point"
+                )
+        return direct(b, length) if fitted[length] is None else line(*fitted[length], b)
+
+    return peak
 
 
 def _scaled_mix(mix: dict[str, int], macs: int) -> dict[str, int]:

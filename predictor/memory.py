@@ -365,7 +365,10 @@ def least_reserved(weight_sizes, blocks, *, total: int | None = None, check=(), 
         failed = next((c for c in sorted(check) if hi * ROUND_LARGE <= c < top and not runs(c)), None)
         if failed is None:
             return hi * ROUND_LARGE
-        lo, hi = failed // ROUND_LARGE, top // ROUND_LARGE  # fails at `failed`: search above it
+        # fails at `failed`: search above it, below the next checked room that runs (a limit c acts as c rounded
+        # down to 2 MiB: every segment is a multiple), else below the whole reserve
+        above = next((c for c in sorted(check) if failed < c < top and runs(c)), top)
+        lo, hi = failed // ROUND_LARGE, above // ROUND_LARGE
 
 
 def _round_large(nbytes: int) -> int:

@@ -880,8 +880,9 @@ def test_config_input_dtypes_and_other_json(hf_dirs):
     cut = hf_dirs["other"].parent / "cut" / "config.json"
     cut.parent.mkdir()
     cut.write_text('{"model_type": "llama", "num_hidden_layers": 2,')
-    msg = fails(2, "analyze", str(cut))
-    assert f"{cut}: not valid JSON (Expecting property name enclosed in double quotes: line 1 column 48" in msg
+    for given in (cut, cut.parent):  # the file, or the model folder holding it
+        msg = fails(2, "analyze", str(given))
+        assert f"{cut}: not valid JSON (Expecting property name enclosed in double quotes: line 1 column 48" in msg
 
 
 def test_config_export_failures_name_their_cause(hf_dirs, tmp_path):

@@ -207,6 +207,26 @@ def test_the_least_reserve_is_checked_at_the_rooms_a_decision_rests_on():
     assert least_reserved([], trace, n_ops=12, check=[110 * MIB, 130 * MIB]) == 172 * MIB
 
 
+def test_predict_checks_the_least_reserve_at_its_targets_rooms():
+    # the rooms of an H100 and its six profiles: usable - 698 MiB of CUDA context (measured) - 32 MiB of cuBLAS
+    # workspace (Hopper); the trace above replayed as `predict` replays a graph's, with and without a room in its gap
+    from types import SimpleNamespace
+
+    from predictor.devices import get_device
+    from predictor.predict import allocator_rooms, replay_reserve
+
+    usable = [81_559, 9_984, 20_090.88, 20_090.88, 40_448, 40_448, 81_152]
+    assert allocator_rooms(get_device("h100-80gb")) == [int((u - 698 - 32) * MIB) for u in usable]
+    assert allocator_rooms(get_device("h100-80gb:1g.10gb")) == [int((9_984 - 698 - 32) * MIB)]
+    trace = [(-1, 6, 1865922), (-1, 5, 15915776), (-1, 5, 1328037), (-1, 4, 1959933), (0, 1, 438285),
+             (10, 12, 4154932), (9, 10, 45699788), (0, 4, 643262), (10, 12, 8032114), (1, 1, 10186555),
+             (2, 4, 42472670), (1, 3, 288847), (2, 7, 5920153), (10, 10, 3223021), (4, 11, 2241701), (7, 11, 198075),
+             (6, 12, 361897)]  # fmt: skip
+    memory = SimpleNamespace(blocks=tuple(trace), weight_sizes=(), timeline=(0,) * 12)
+    assert replay_reserve(memory, 0).least == 106 * MIB
+    assert replay_reserve(memory, 0, rooms=[130 * MIB]).least == 172 * MIB
+
+
 def test_predict_decides_the_mig_fit_on_the_least_reserve():
     # A Linear(256, 256) whose allocation trace is the one above: weights 256 x 256 x 4 + 256 x 4 = 263,168 B, one
     # 2 MiB small segment; activations 26 MiB with room, 14 MiB at least. The prediction's memory (what nvidia-smi

@@ -309,6 +309,8 @@ def _load_dir(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
                 f"model the config describes"
             )
         return load_hf_config(path / "config.json", specs, batch)
+    if (path / "config.json").is_file() and (why := _json_error(path / "config.json")) is not None:
+        raise UnreadableModelError(f"{path / 'config.json'}: not valid JSON ({why})")
     raise UnreadableModelError(
         f"{path}: a directory that is neither a TensorFlow SavedModel (saved_model.pb), "
         f"a Paddle inference model (*.pdmodel or *.json with *.pdiparams) nor a transformers model (config.json); "

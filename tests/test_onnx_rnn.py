@@ -266,7 +266,7 @@ def _both_ways(tmp_path, monkeypatch, model, name="rnn.onnx"):
     onnx.save(model, path)
     # extrapolated recurrences keep the fitted reserve factor (their trace is a 14-step sample's, `allocator_reserve`):
     # the unrolled analysis is predicted under the same memory model, so every figure must agree
-    monkeypatch.setattr(predict_module, "allocator_reserve", lambda analysis, warnings=None: None)
+    monkeypatch.setattr(predict_module, "allocator_reserve", lambda analysis, warnings=None, rooms=(): None)
     unrolled = predict(str(path), device="h100-80gb")
     assert unrolled.analysis.steps is None
     monkeypatch.setattr(tvm_ir, "MAX_RECURRENT_STEPS", 30)  # 40 x dirs > 30 >= 14 x dirs: sampled at 12, 13, 14

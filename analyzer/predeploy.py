@@ -122,6 +122,12 @@ def _prediction_section(report) -> Section:
     return sec
 
 
+def _fit_mib(pt: dict) -> float:
+    """A sweep point's memory (MiB) that MIG fit is decided on: `memory_fit_mib`, where the allocator's giving back
+    makes it less than the interval's top; older JSON has only the interval."""
+    return pt.get("memory_fit_mib", pt["memory_mib_interval"][1])
+
+
 def _sweep_section(report) -> Section:
     sw = report.sweep
     sec = Section("Batch-size sweep")
@@ -151,16 +157,12 @@ def _sweep_section(report) -> Section:
         device = get_device(dev["device"])
         order = smallest_first(device.mig)
         rows = []
-        # the fit figure where the allocator's giving back makes it less than the interval's top (older JSON: none)
-        runs_in = any(pt.get("memory_fit_mib", pt["memory_mib_interval"][1]) < pt["memory_mib_interval"][1]
-                      for pt in dev["points"])  # fmt: skip
+        runs_in = any(_fit_mib(pt) < pt["memory_mib_interval"][1] for pt in dev["points"])
         for pt in dev["points"]:
             smallest = next((q.name for q in order if pt["fits"].get(q.name)), None)
             if smallest or pt["fits_full_gpu"]:
                 where = smallest or ("fits the slice" if device.parent else "full GPU only")
-            elif sw["latency_slo_ms"] is not None and mig_fits(
-                device.memory_mib, pt.get("memory_fit_mib", pt["memory_mib_interval"][1])
-            ):
+            elif sw["latency_slo_ms"] is not None and mig_fits(device.memory_mib, _fit_mib(pt)):
                 where = "misses the latency SLO"  # the memory fits
             else:
                 where = "does not fit"
@@ -172,7 +174,7 @@ def _sweep_section(report) -> Section:
                     "-" if thr is None else f"{thr:,.0f}",
                     f"{pt['energy_j_per_sample']:.3g}",
                     _iv(pt["memory_mb"], pt["memory_mb_interval"], ",.0f"),
-                    *([f"{pt.get('memory_fit_mib', pt['memory_mib_interval'][1]):,.0f}"] if runs_in else []),
+                    *([f"{_fit_mib(pt):,.0f}"] if runs_in else []),
                     where,
                 ]
             )

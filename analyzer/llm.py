@@ -1284,30 +1284,30 @@ def _decode_timeline(decode: Step, request: tuple[int, int]) -> Callable[[int, i
 
 def _prefill_peaks(prefill: Step, request: tuple[int, int]) -> Callable[[int, int], int]:
     """The prefill's transient peak at any (batch, prompt length): per length, each operator's live bytes affine in
-    the batch (every activation has a batch dimension or none), fitted on batch 1 and 2 and checked at batch 3 and
-    at the request's batch; a length where the check fails (or whose graphs differ in their operators) takes each
-    point's own graph."""
+    the batch (every activation has a batch dimension or none: `predictor.llm.BilinearTimeline.in_batch`), fitted on
+    batch 1 and 2 and checked at batch 3 and at the request's batch; a length where the check fails (or whose graphs
+    differ in their operators) takes each point's own graph."""
     depth = max(prefill.depths)
-    fitted: dict[int, tuple[tuple[int, ...], tuple[int, ...]] | None] = {}
+    fitted: dict[int, serving.BilinearTimeline | None] = {}
 
     def direct(b: int, length: int) -> int:
         return prefill.point(depth, b, length).transient_bytes
 
-    def line(one: tuple[int, ...], two: tuple[int, ...], b: int) -> int:
-        return max((x + (b - 1) * (y - x) for x, y in zip(one, two, strict=True)), default=0)
-
     def peak(b: int, length: int) -> int:
         if length not in fitted:
             one, two = (prefill.point(depth, n, length).timeline for n in (1, 2))
+            tl = serving.BilinearTimeline.in_batch(one, two) if len(one) == len(two) else None
             checks = {3, request[0]} if length == request[1] else {3}
-            ok = len(one) == len(two) and all(line(one, two, n) == direct(n, length) for n in checks)
-            fitted[length] = (one, two) if ok else None
-            if not ok:
+            if tl is not None and any(tl.peak(n, 0) != direct(n, length) for n in checks):
+                tl = None
+            fitted[length] = tl
+            if tl is None:
                 prefill.predict_warnings.append(
                     f"the prefill's activations at {length:,} tokens are not affine in the batch; the capacity search "
                     "analysed each point"
                 )
-        return direct(b, length) if fitted[length] is None else line(*fitted[length], b)
+        tl = fitted[length]
+        return direct(b, length) if tl is None else tl.peak(b, 0)
 
     return peak
 

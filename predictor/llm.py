@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .devices import Device
+from .devices import Device, get_device
 from .fmt import g3
 from .memory import context_mib, workspace_mib
 from .mig import HEADROOM, fits, smallest_first
@@ -301,6 +301,15 @@ class BilinearTimeline:
         d_both = (f[2, s + 1] - f[2, s]) - d_slots
         return cls(f[1, s], d_batch, d_slots, d_both, s, slots)
 
+    @classmethod
+    def in_batch(cls, one: Sequence[int], two: Sequence[int]) -> BilinearTimeline:
+        """A graph without cache slots (a prefill at one prompt length): live bytes per operator affine in the batch,
+        from its timelines at batch 1 and 2; `peak(batch, 0)` evaluates it."""
+        base = np.asarray(one, dtype=np.int64)
+        d_batch = np.asarray(two, dtype=np.int64) - base
+        zero = np.zeros_like(base)
+        return cls(base, d_batch, zero, zero, 0, lambda _: 0)
+
     def at(self, batch: int, slots: int) -> np.ndarray:
         """Live bytes per operator at `batch` sequences and `slots` cache slots."""
         return self.base + (batch - 1) * self.d_batch + (slots - self.s) * (self.d_slots + (batch - 1) * self.d_both)
@@ -429,8 +438,6 @@ def recommend(
                 f" and it meets {targets_text}" if targets_text else ""
             )
         elif need > device.memory_mib:
-            from .devices import get_device
-
             whole = get_device(device.parent)
             larger = [p for p in smallest_first(whole.mig) if p.memory_mib >= need]
             reason = f"{device.key} is a MIG slice: {room} does not hold {held}: " + (

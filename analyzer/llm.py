@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from passes.analysis import Analysis, Totals
+from passes.analysis import Analysis, Totals, fused_groups
 from passes.graph import OpGraph, TensorInfo, dtype_bytes
 from passes.memory import MemoryProfile, liveness
 from predictor import llm as serving
@@ -231,15 +231,18 @@ class GraphPoint:
     warnings: tuple[str, ...] = ()
 
 
-def transient(graph: OpGraph, cache_values: set[int]) -> tuple[int, tuple[int, ...]]:
+def transient(
+    graph: OpGraph, cache_values: set[int], fused: Sequence[Sequence[int]] = ()
+) -> tuple[int, tuple[int, ...]]:
     """Peak and timeline of the live activations of `graph` without the KV cache: the cache inputs count 0 bytes
     (they are the resident cache, counted apart) and only the first output (the logits) is kept live to the end
-    (the returned keys and values are written into the resident cache)."""
+    (the returned keys and values are written into the resident cache). `fused`: the kernels that run several ops
+    at once (`passes.analysis.fused_groups`; a decomposed attention run as one kernel allocates no scores)."""
     sources = [
         replace(s, tensor=TensorInfo((0,), s.tensor.dtype)) if s.value in cache_values else s for s in graph.sources
     ]
     g = OpGraph(ops=graph.ops, sources=sources, outputs=graph.outputs[:1], value_producer=graph.value_producer)
-    prof = liveness(g)
+    prof = liveness(g, fused)
     return prof.peak_bytes, prof.timeline
 
 
@@ -414,7 +417,7 @@ class StepGraph:
         graph = report.analysis.graph
         inputs = graph.inputs
         cache = {s.value for s in inputs[1:]} if self.kind == "decode" else set()
-        peak, timeline = transient(graph, cache)
+        peak, timeline = transient(graph, cache, fused_groups(report.analysis.kernel_view))
         kv = sum(s.tensor.nbytes for s in inputs[1:]) if self.kind == "decode" else 0
         warnings = tuple(w for w in report.warnings if not w.startswith("analysed as if computed"))
         pt = GraphPoint(report.analysis, peak, timeline, kv, warnings)

@@ -39,6 +39,7 @@ class SymbolicModel:
     graph: SymbolicGraph
     values: dict[str, int]
     notes: list[str] = field(default_factory=list)  # what could not stay symbolic, for the report's warnings
+    _fused: dict = field(default_factory=dict, repr=False, compare=False)  # dtype -> `fused_at`'s groups
 
     @property
     def batch_range(self) -> tuple[int, int | None]:
@@ -285,13 +286,12 @@ def peak_function(sm: SymbolicModel, dtype: str | None = None):
     callers then leave the largest batch unsolved with a warning (`predict --largest-batch`) or probe with full
     analyses instead (the report's sweep, `analyzer.sweep._solve_by_formula`)."""
     from passes.graph import AMP_DTYPES
-    from passes.memory import liveness
 
     from .pipeline import prepare_graph
 
     if dtype not in AMP_DTYPES:
         try:
-            law = peak_law(sm.graph, prepare_graph(sm.loaded, sm.graph.graph, dtype))
+            law = peak_law(sm.graph, prepare_graph(sm.loaded, sm.graph.graph, dtype), fused_at(sm, dtype))
         except SymbolicError:
             law = None
         if law is not None:
@@ -305,9 +305,33 @@ def peak_function(sm: SymbolicModel, dtype: str | None = None):
             return at, law
 
     def probe(b: int) -> int:
-        return liveness(prepare_graph(sm.loaded, sm.graph.at(sm.point(b)), dtype)).peak_bytes
+        return liveness_at(sm, b, dtype).peak_bytes
 
     return probe, None
+
+
+def fused_at(sm: SymbolicModel, dtype: str | None = None) -> tuple[tuple[int, ...], ...]:
+    """The kernels that run several ops at once in `sm`'s graph prepared with `dtype` (`passes.analysis.fused_in`),
+    as the kernel view decides them at the export's lowest batch: a structure, the same at every batch (the
+    attention backend depends on the head size, dtype and lengths, not on the batch); computed once."""
+    from passes.analysis import fused_in
+
+    from .pipeline import attention_patterns, prepare_graph
+
+    if dtype not in sm._fused:
+        low = prepare_graph(sm.loaded, sm.graph.at(sm.point(sm.batch_range[0])), dtype)
+        sm._fused[dtype] = fused_in(low, attention_patterns(sm.loaded))
+    return sm._fused[dtype]
+
+
+def liveness_at(sm: SymbolicModel, batch: int, dtype: str | None = None):
+    """`passes.memory.MemoryProfile` of `sm`'s graph evaluated at `batch` and prepared with `dtype`, as
+    `analyze_at` finds it (with `fused_at`'s kernels); no export."""
+    from passes.memory import liveness
+
+    from .pipeline import prepare_graph
+
+    return liveness(prepare_graph(sm.loaded, sm.graph.at(sm.point(batch)), dtype), fused_at(sm, dtype))
 
 
 def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, dtype: str | None = None):
@@ -324,12 +348,9 @@ def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, 
     so does the solve, on the trace of the graph evaluated at each batch it tries (the liveness pass; no export):
     `monotone` then speaks for the peak, and the replayed reserve is assumed to grow with it. Memory only: the
     latency SLO is `solve_within_slo`'s."""
-    from passes.memory import liveness
     from predictor.devices import get_device
     from predictor.mig import LargestBatch, fits, largest_fitting_batch
     from predictor.predict import allocator_reserve, allocator_rooms, fit_memory_mib, replay_reserve
-
-    from .pipeline import prepare_graph
 
     device = get_device(prediction.device)
     param_bytes = analysis.totals.param_bytes
@@ -358,7 +379,7 @@ def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, 
             peaks[b] = peak_at(b)
             reserved = None
             if replayed:  # the allocator replayed on the trace at b, as `predict` would at batch b
-                memory = liveness(prepare_graph(sm.loaded, sm.graph.at(sm.point(b)), dtype))
+                memory = liveness_at(sm, b, dtype)
                 reserved = replay_reserve(memory, param_bytes, rooms=rooms)
             highs[b] = fit_memory_mib(param_bytes, peaks[b], device, has_conv, reserved)
         return highs[b]

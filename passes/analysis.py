@@ -408,6 +408,38 @@ def extrapolate_steps(samples: list[tuple[int, Analysis]], steps: int, nodes: tu
     return out
 
 
+def fused_groups(view: KernelView) -> tuple[tuple[int, ...], ...]:
+    """The op indices of each kernel in `view` that eager PyTorch runs over several Relax ops without allocating
+    what passes between them (`passes.memory.lifetimes`'s `fused`): a decomposed attention the kernel view runs as
+    one flash or memory-efficient kernel (with the transposes around it), and another exporter's spelling of one
+    torch op ("fused:gelu" from an ONNX file's div/erf/add/mul/mul, "fused:silu", ...: `passes.kernels`), which
+    torch.export keeps as one op. The math backend's kernels each cover one op and allocate the scores. Left to the
+    graph's liveness, which allocates every op's result: a GEMM with its bias add (`aten::addmm`) and the
+    activations TVM's importers spell out in every graph, `.pt2` included (`_SPELLED_EVERYWHERE`): the memory
+    model's terms were fitted on such traces, and on our H100 rows of LeViT and MobileNetV3 (hardswish) the
+    spelled-out allocations predict the memory nvidia-smi shows better (docs/memory.md)."""
+    return tuple(
+        k.ops
+        for k in view.kernels
+        if len(k.ops) > 1
+        and (k.kind == "attention" or (k.kind != "gemm" and k.op.startswith("fused:")))
+        and k.op not in _SPELLED_EVERYWHERE
+    )
+
+
+# what TVM's importers spell out in every graph (`passes.kernels`' module docstring), and
+# `_transform_bias_rescale_qkv` (nn.MultiheadAttention's weights path: a bias add and a scale multiply ops apart in
+# the graph, no chain ending in one output: it writes Q, K and V)
+_SPELLED_EVERYWHERE = frozenset(
+    {"fused:hardsigmoid", "fused:hardswish", "fused:elu", "fused:glu", "fused:transform_bias_rescale_qkv"}
+)
+
+
+def fused_in(graph: OpGraph, attention_patterns: str = "sdpa") -> tuple[tuple[int, ...], ...]:
+    """`fused_groups` of `graph`'s kernel view (computed here)."""
+    return fused_groups(kernel_view(graph, [cost_of(op) for op in graph.ops], attention_patterns=attention_patterns))
+
+
 @gc_paused
 def analyze_graph(graph: OpGraph, *, attention_patterns: str = "sdpa") -> Analysis:
     """Run every pass over an extracted graph.
@@ -419,7 +451,8 @@ def analyze_graph(graph: OpGraph, *, attention_patterns: str = "sdpa") -> Analys
     """
     ops = [cost_of(op) for op in graph.ops]
     live = [c for c in ops if not c.folded]
-    memory = liveness(graph)
+    view = kernel_view(graph, ops, attention_patterns=attention_patterns)  # what eager runs as one kernel
+    memory = liveness(graph, fused_groups(view))
     weights = [s for s in graph.weights if not s.scalar_const]
     params = sum(s.tensor.numel for s in weights)
     unsupported = Counter(c.unsupported_key for c in ops if not c.supported)
@@ -440,7 +473,7 @@ def analyze_graph(graph: OpGraph, *, attention_patterns: str = "sdpa") -> Analys
     static = feat.static_features(
         ops, batch_size=batch, params=params, peak_activation_bytes=memory.peak_bytes, param_bytes=memory.weight_bytes
     )
-    return Analysis(
+    out = Analysis(
         graph=graph,
         ops=ops,
         totals=totals,
@@ -449,6 +482,8 @@ def analyze_graph(graph: OpGraph, *, attention_patterns: str = "sdpa") -> Analys
         static_features=static,
         attention_patterns=attention_patterns,
     )
+    out.__dict__["kernel_view"] = view  # computed for the liveness: once
+    return out
 
 
 # how a graph gathers rows of a weight by index: torch's `weight[ids]` (take, index_tensor); torch's ONNX exporter

@@ -8,10 +8,17 @@ a weight-only op that computes (`OpNode.weight_only`, not folded) runs every eag
 activation. The peak is the largest sum of live bytes at
 any op, while that op runs (its inputs and outputs are both live). `MemoryProfile.blocks` keeps each storage's
 lifetime and size: the allocation trace the device-memory model replays (predictor/memory.py).
+
+What eager PyTorch runs as one kernel over several Relax ops (`fused`, `passes.analysis.fused_groups`: a decomposed
+matmul-softmax-matmul that the kernel view runs as one flash or memory-efficient attention kernel, an ONNX
+exporter's GELU spelled as five pointwise ops) allocates its output alone: the tensors that only its own ops produce
+and read (the (B, H, S, T) scores and probabilities) are never allocated, and what it reads stays live until its
+last op runs (the kernel reads every input at once).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .graph import OpGraph
@@ -36,12 +43,16 @@ class MemoryProfile:
     weight_sizes: tuple[int, ...] = ()
 
 
-def lifetimes(graph: OpGraph) -> tuple[dict[int, tuple], dict[int, int], dict[int, int]]:
+def lifetimes(
+    graph: OpGraph, fused: Sequence[Sequence[int]] = ()
+) -> tuple[dict[int, tuple], dict[int, int], dict[int, int]]:
     """The allocations of `graph`'s activations: (storage id -> the `TensorInfo`s it holds, birth op, last op).
 
-    A storage lives while ops birth..last run (`last` = len(graph.ops) for a graph output). Only the structure is
-    read (which op produces and reads what, views, folded ops), never a size: the same lifetimes hold for a
-    symbolic graph at every point (`passes.symbolic.peak_law`)."""
+    A storage lives while ops birth..last run (`last` = len(graph.ops) for a graph output). `fused`: op indices
+    of each kernel that runs several ops at once (module docstring): a storage such a group's ops alone produce
+    and read is not allocated, and every other storage its ops read lives until the group's last op. Only the
+    structure is read (which op produces and reads what, views, folded ops), never a size: the same lifetimes hold
+    for a symbolic graph at every point (`passes.symbolic.peak_law`)."""
     n = len(graph.ops)
     storage: dict[int, int] = {}  # value id -> storage id (the value that owns the allocation)
     tensors: dict[int, tuple] = {}  # storage id -> its tensors
@@ -58,11 +69,14 @@ def lifetimes(graph: OpGraph) -> tuple[dict[int, tuple], dict[int, int], dict[in
     for vid, op_index in graph.value_producer.items():
         out_values.setdefault(op_index, []).append(vid)
 
+    readers: dict[int, set[int]] = {}  # storage id -> the ops that read it (views and folded ops left out)
     for op in graph.ops:
         for o in op.operands:
             sid = storage.get(o.value)
             if sid is not None:
                 last[sid] = max(last[sid], op.index)
+                if not op.folded and op.op not in VIEW_OPS:
+                    readers.setdefault(sid, set()).add(op.index)
         produced = sorted(out_values.get(op.index, []))
         first_act = next((o for o in op.operands if o.value in storage), None)
         if op.folded:
@@ -85,13 +99,30 @@ def lifetimes(graph: OpGraph) -> tuple[dict[int, tuple], dict[int, int], dict[in
         sid = storage.get(vid)
         if sid is not None:
             last[sid] = n
+    if fused:
+        kept = {s.value for s in graph.inputs} | {storage[v] for _, v in graph.outputs if v in storage}
+        _fuse(fused, tensors, birth, last, readers, kept)
     return tensors, birth, last
 
 
-def liveness(graph: OpGraph) -> MemoryProfile:
-    """Peak activation memory of `graph` by liveness over its execution order."""
+def _fuse(fused, tensors: dict, birth: dict, last: dict, readers: dict, kept: set[int]) -> None:
+    """`lifetimes` of kernels that run several ops at once (in place): their inner storages dropped (never the
+    graph's inputs and outputs, `kept`), what they read kept live to their last op."""
+    group = {i: g for g, ops in enumerate(fused) if len(ops) > 1 for i in ops}
+    end = {g: max(ops) for g, ops in enumerate(fused) if len(ops) > 1}
+    for sid in list(tensors):
+        g = group.get(birth[sid])
+        if g is not None and sid not in kept and readers.get(sid) and all(group.get(r) == g for r in readers[sid]):
+            del tensors[sid], birth[sid], last[sid]
+    for sid in tensors:
+        for g in {group[r] for r in readers.get(sid, ()) if r in group}:
+            last[sid] = max(last[sid], end[g])
+
+
+def liveness(graph: OpGraph, fused: Sequence[Sequence[int]] = ()) -> MemoryProfile:
+    """Peak activation memory of `graph` by liveness over its execution order (`fused`: see `lifetimes`)."""
     n = len(graph.ops)
-    tensors, birth, last = lifetimes(graph)
+    tensors, birth, last = lifetimes(graph, fused)
     size = {sid: sum(t.nbytes for t in ts) for sid, ts in tensors.items()}
     delta = [0] * (n + 2)
     for sid, nbytes in size.items():

@@ -545,18 +545,19 @@ class PeakLaw:
         return "max(" + ", ".join(str(p) for p in self.candidates) + ")"
 
 
-def peak_law(sym: SymbolicGraph, graph: OpGraph | None = None) -> PeakLaw:
+def peak_law(sym: SymbolicGraph, graph: OpGraph | None = None, fused: Sequence[Sequence[int]] = ()) -> PeakLaw:
     """The liveness pass (`passes.memory.liveness`) in closed form: the same lifetimes (they depend on the graph's
     structure only), each allocation's bytes an exact polynomial of the symbols, the live bytes at each op their
     sum. `graph`: `sym.graph` as the pipeline prepares it (dtype retargeting; shapes, ops and indices unchanged),
-    by default `sym.graph` itself. SymbolicError when an allocation's size is not a polynomial (a floordiv
+    by default `sym.graph` itself; `fused`: the kernels that run several ops at once (`passes.memory.lifetimes`).
+    SymbolicError when an allocation's size is not a polynomial (a floordiv
     dimension, a sub-byte dtype whose bytes round up)."""
     from .graph import dtype_bytes
     from .memory import lifetimes
 
     graph = sym.graph if graph is None else graph
     n = len(graph.ops)
-    tensors, birth, last = lifetimes(graph)
+    tensors, birth, last = lifetimes(graph, fused)
     size: dict[int, Poly] = {}
     for sid, ts in tensors.items():
         total = Poly.make({})

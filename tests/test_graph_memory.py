@@ -8,7 +8,7 @@ import tvm
 from tvm import relax
 
 from passes import features, tvm_ir
-from passes.analysis import analyze_module
+from passes.analysis import analyze_graph, analyze_module, fused_in
 from passes.memory import liveness
 
 
@@ -110,6 +110,52 @@ def test_views_share_storage_and_weights_are_not_activations():
     assert analysis.totals.macs == 1024
     assert analysis.totals.flops == 2 * 1024 + 64
     assert analysis.totals.op_count == 3
+
+
+def _written_out_attention(d: int, s: int = 256, heads: int = 4):
+    """q, k, v: (1, heads, s, d) float32 -> softmax(q @ k^T * 0.25) @ v, written out as five Relax ops."""
+    q, k, v = (relax.Var(n, relax.TensorType([1, heads, s, d], "float32")) for n in "qkv")
+    bb = relax.BlockBuilder()
+    with bb.function("main", [q, k, v]):
+        with bb.dataflow():
+            kt = bb.emit(relax.op.permute_dims(k, [0, 1, 3, 2]))
+            scores = bb.emit(relax.op.matmul(q, kt))
+            scaled = bb.emit(relax.op.multiply(scores, relax.const(0.25, "float32")))
+            probs = bb.emit(relax.op.nn.softmax(scaled, axis=-1))
+            out = bb.emit_output(relax.op.matmul(probs, v))
+        bb.emit_func_output(out)
+    return tvm_ir.extract(bb.get())
+
+
+def test_a_fused_attention_allocates_no_scores():
+    # d = 16: q, k, v and the output are 1*4*256*16*4 = 65,536 B each; the scores 1*4*256*256*4 = 1,048,576 B.
+    graph = _written_out_attention(16)
+    # the graph's liveness: at the multiply, v + scores + scaled = 65,536 + 2 * 1,048,576 (q, k and k^T are dead)
+    assert liveness(graph).peak_bytes == 2_162_688
+    # eager runs it as one memory-efficient kernel (float32, d % 4 == 0) over all five ops: it allocates its output
+    # alone, and reads q, k and v at once: 4 * 65,536
+    analysis = analyze_graph(graph, attention_patterns="all")
+    assert [(k.kind, k.ops, k.params["backend"]) for k in analysis.kernels] == [
+        ("attention", (0, 1, 2, 3, 4), "efficient")
+    ]
+    assert analysis.totals.peak_activation_bytes == 262_144
+    assert analysis.memory.blocks == ((-1, 4, 65_536), (-1, 4, 65_536), (-1, 4, 65_536), (4, 5, 65_536))
+    assert fused_in(graph, "all") == ((0, 1, 2, 3, 4),)  # the same without the analysis
+    assert liveness(graph, fused_in(graph, "all")).peak_bytes == 262_144
+
+
+def test_the_math_backend_allocates_the_scores():
+    # d = 6 (not a multiple of 4): torch's math backend, the graph's own kernels, which allocate the scores as the
+    # graph does: q, k, v 1*4*256*6*4 = 24,576 B each; at the multiply, v + 2 * 1,048,576
+    graph = _written_out_attention(6)
+    analysis = analyze_graph(graph, attention_patterns="all")
+    assert [(k.kind, k.ops) for k in analysis.kernels] == [
+        ("gemm", (1,)),
+        ("elementwise", (2,)),
+        ("softmax", (3,)),
+        ("gemm", (4,)),
+    ]
+    assert analysis.totals.peak_activation_bytes == liveness(graph).peak_bytes == 2_121_728
 
 
 def test_dynamic_shape_is_reported_not_guessed():

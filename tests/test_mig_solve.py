@@ -278,7 +278,7 @@ def test_peak_law_without_a_value_raises_symbolic_error_by_hand():
         PeakLaw((b * Fraction(1, 3),), ("batch",)).at({"batch": 2})  # 2/3 of a byte
 
 
-def _third_of_a_byte(sym, graph=None):
+def _third_of_a_byte(sym, graph=None, fused=()):
     """A peak law (in place of `passes.symbolic.peak_law`) with no whole-byte value at any batch the solve tries:
     batch / 3 bytes at batch 2 is 2/3."""
     return PeakLaw((Poly.make({(("batch", 1),): Fraction(1, 3)}),), ("batch",))

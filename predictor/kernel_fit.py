@@ -221,6 +221,7 @@ class MeasuredKernel:
     layout: str = "contiguous"  # sweep records: "contiguous" or "channels_last" (conv, norm, pooling)
     eager_s: float | None = None  # sweep records: per-call time of eager calls back to back (launch included)
     shape_key: str = ""  # sweep records: the problem (op and shape) whatever its dtype, TF32 flag or backend
+    measured_dtype: str = ""  # sweep records fitted under another dtype's entry (bfloat16 GEMMs): the dtype they ran in
 
 
 # --------------------------------------------------------------------------------------------------- readers
@@ -508,12 +509,14 @@ def read_sweep(path: Path | str) -> list[MeasuredKernel]:
             if kind == "copy" and rec["op"] == "permute":  # `.permute(...).contiguous()`: a strided gather
                 params["strided"] = True
             shape = json.dumps([rec["op"], rec["params"]], sort_keys=True)
+            pooled = "" if dtype in (rec["dtype"], TF32) else str(rec["dtype"])  # bfloat16 GEMMs under float16
             out.append(MeasuredKernel(kind, str(rec["op"]), dtype, float(rec["flops"]), float(rec["bytes_read"]),
                                       float(rec["bytes_written"]), params, latency, rec["device"],
                                       "sweep:" + rec["device"], includes_launch=False,
                                       layout=str(rec.get("layout") or "contiguous"),
                                       eager_s=None if eager is None else float(eager) * 1e-3,
-                                      shape_key=hashlib.sha256(shape.encode()).hexdigest()[:16]))  # fmt: skip
+                                      shape_key=hashlib.sha256(shape.encode()).hexdigest()[:16],
+                                      measured_dtype=pooled))  # fmt: skip
         except (KeyError, TypeError, ValueError) as e:
             raise KernelParamsError(f"{path}: record {rec.get('id')}: {e}") from e
     if not out:
@@ -990,6 +993,40 @@ def derive_entries(fitted: dict[tuple[str, str, str], KernelParams]) -> dict[tup
                 f"(no published figure); {g32.source}",
             )
     return table
+
+
+def pooled_bfloat16_gemm(
+    entries: dict[tuple[str, str, str], KernelParams], pool: Sequence[MeasuredKernel]
+) -> dict[tuple[str, str, str], KernelParams]:
+    """The bfloat16 GEMM entry of each family whose float16 GEMM fit pooled measured bfloat16 GEMMs (`sweep_entry`):
+    that fit, labelled as fitted on the GPUs the bfloat16 GEMMs ran on, with its error on them beside its error on
+    the float16 sweep GEMMs of the same GPUs (MAPE, all and >= 50 us). Families without bfloat16 measurements keep
+    `derive_entries`' assumption (bfloat16 as float16)."""
+    out = {}
+    for fam in sorted({family_of(r.device) for r in pool if r.kind == "gemm" and r.measured_dtype == "bfloat16"}):
+        g16 = entries.get((fam, "gemm", "float16"))
+        if g16 is None:
+            continue
+        mine = [r for r in pool if r.kind == "gemm" and family_of(r.device) == fam and r.source.startswith("sweep:")]
+        devs = tuple(sorted({r.device for r in mine if r.measured_dtype == "bfloat16"}))
+
+        bf = [r for r in mine if r.measured_dtype == "bfloat16"]
+        half = [r for r in mine if r.measured_dtype == "" and r.dtype == "float16" and r.device in devs]
+        text = (
+            f"fit: bfloat16 GEMMs pooled with float16 (the same tensor cores at the same peak) on {', '.join(devs)}; "
+            f"MAPE on its bfloat16 sweep GEMMs {_mape_text(bf, g16)}, on its float16 sweep GEMMs "
+            f"{_mape_text(half, g16)}; {g16.source}"
+        )
+        out[(fam, "gemm", "bfloat16")] = replace(g16, source=text, measured_on=devs)
+    return out
+
+
+def _mape_text(records: Sequence[MeasuredKernel], p: KernelParams) -> str:
+    """'808 20.0% (13.8% on the 212 >= 50 us)': the count and MAPE of `p` on `records` (one kind and dtype)."""
+    g = Group.of(records)
+    a = np.abs(g.predict(p) / g.latency - 1)
+    big = g.latency >= 50e-6
+    return f"{len(records):,} {100 * a.mean():.1f}% ({100 * a[big].mean():.1f}% on the {int(big.sum())} >= 50 us)"
 
 
 def _gemm_anchor(fam: str) -> tuple[float | None, tuple[int, int, int], str, str]:
@@ -1489,6 +1526,7 @@ def build(
             fitted.pop(key)
     rows = [r for r in rows if not (r.protocol == "in-sample" and (family_of(r.eval_on), r.kind, r.dtype) in rejected)]
     entries = derive_entries(_sources_with_errors(fitted, pool, rows))
+    entries.update(pooled_bfloat16_gemm(entries, pool))
     sweep = sweep_summary(records, fitted, before_sweep, rejected)
     missing = [(f, k) for f in FAMILIES for k in KINDS if not any((f, k, d) in entries for d in ("*", "float32"))]
     if missing:

@@ -103,11 +103,12 @@ def test_new_entries_rest_on_the_gpus_they_measured():
             p = params.lookup(key, kind, "float16")
             assert p.source.startswith("fit: Vidur") and p.measured_on == (key,)
             assert p.basis(key) == "fitted_on_this_gpu"
-            # bfloat16: the same parameters, recorded as an assumption (on the H100 the float16 GEMM fit pools the
-            # sweep's bfloat16 GEMMs: kernel_fit.sweep_entry)
+            # bfloat16: the same parameters, recorded as an assumption, but for the H100's GEMMs: there the float16
+            # GEMM fit pools the sweep's measured bfloat16 GEMMs (kernel_fit.sweep_entry, pooled_bfloat16_gemm)
             b = params.lookup(key, kind, "bfloat16")
             assert (b.e_compute, b.e_memory, b.exec_us) == (p.e_compute, p.e_memory, p.exec_us)
-            assert b.basis(key) == "assumed"
+            pooled = key == "h100-80gb" and kind == "gemm"
+            assert b.basis(key) == ("fitted_on_this_gpu" if pooled else "assumed")
         assert params.lookup("h200-141gb", "gemm", "float16").basis("h200-141gb") == "fitted_on_other_gpus"
         # the launch is the host-timed float32 fit's (NeuSight's calls fitted alone), never fitted on kernel
         # durations (nor taken from the H100 sweep's eager floors: kernel_fit.SWEEP_LAUNCH). On the A100 that is the

@@ -816,3 +816,30 @@ def test_committed_a100_convolutions_are_the_hopper_convolution_fits():
         assert replace(got, source="") == replace(fit, source="")
         assert "transfer: the hopper convolution fit" in got.source
         assert got.basis("a100-80gb") == ("assumed" if dtype == "bfloat16" else "fitted_on_other_gpus")
+
+
+def test_bfloat16_gemms_measured_on_the_h100_are_fitted_there():
+    """The H100 sweep's bfloat16 GEMMs are pooled with float16 (`sweep_entry`) and marked so (`measured_dtype`); the
+    hopper bfloat16 GEMM entry is that pooled fit, fitted on the H100 (`pooled_bfloat16_gemm`), while the A100's,
+    with no bfloat16 measurement, stays an assumption."""
+    import gzip
+
+    path = ROOT / "data" / "h100-80gb" / "kernels"
+    raw = [json.loads(line) for f in sorted(path.glob("*.jsonl.gz")) for line in gzip.open(f, "rt")]
+    # the oracle: the raw records themselves (ok, graph-timed bfloat16 matmuls)
+    want = sum(
+        1
+        for r in raw
+        if r.get("status") == "ok" and r.get("timing") == "cuda-graph" and r["kind"] == "gemm"
+        and r["dtype"] == "bfloat16"
+    )  # fmt: skip
+    records = kf.read_sweep(path)
+    marked = [r for r in records if r.measured_dtype]
+    assert len(marked) == want == 808
+    assert {(r.kind, r.dtype, r.measured_dtype) for r in marked} == {("gemm", "float16", "bfloat16")}
+    table = load_params()
+    bf, half = table.entries[("hopper", "gemm", "bfloat16")], table.entries[("hopper", "gemm", "float16")]
+    assert replace(bf, source="", measured_on=()) == replace(half, source="", measured_on=())
+    assert bf.measured_on == ("h100-80gb",) and bf.source.startswith("fit: bfloat16 GEMMs pooled with float16")
+    assert bf.basis("h100-80gb") == "fitted_on_this_gpu" and bf.basis("h200-141gb") == "fitted_on_other_gpus"
+    assert table.entries[("ampere", "gemm", "bfloat16")].basis("a100-80gb") == "assumed"

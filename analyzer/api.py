@@ -187,7 +187,7 @@ def calibrate_host(
 
 def _check_solvable(model, inputs) -> None:
     """UsageError unless the largest batch can be solved for `model`: a zoo model or an nn.Module (no --input), or
-    a `.pt2`, ONNX or Paddle file (--input for its other dynamic dims)."""
+    a `.pt2`, ONNX or Paddle file or a transformers config (--input for its other dynamic dims)."""
     from .symbolic import takes_file
 
     torch = sys.modules.get("torch")
@@ -197,9 +197,9 @@ def _check_solvable(model, inputs) -> None:
         torch is not None and isinstance(model, torch.nn.Module)
     ):
         raise UsageError(
-            "the largest batch is solved for zoo:NAME models, nn.Modules (they are re-exported with the batch "
-            "symbolic) and .pt2, .onnx and Paddle files saved with a dynamic batch; for another file, `preflight "
-            "report --batches` sweeps the batches given"
+            "the largest batch is solved for zoo:NAME models, nn.Modules and transformers config.json files (they "
+            "are exported with the batch symbolic) and .pt2, .onnx and Paddle files saved with a dynamic batch; for "
+            "another file, `preflight report --batches` sweeps the batches given"
         )
     if inputs:
         raise UsageError("the largest batch is solved with the batch as the symbol: give --batch, not --input")

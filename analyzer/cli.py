@@ -322,8 +322,9 @@ def model_options(f):
     is_flag=True,
     help="Also give the totals and each operator's counts as exact formulas of the batch (zoo models: one export "
     "with the batch symbolic; .pt2, .onnx and Paddle files saved with a dynamic batch: their own dynamic dims, the "
-    "others' values from --input; the rest of the output is at --batch, default the lowest batch the graph holds "
-    "for: 2 for a re-export or an ONNX or Paddle file, 1 for a .pt2 file). Table and JSON. docs/symbolic.md.",
+    "others' values from --input; a transformers config.json: one export with the batch and the sequence length "
+    "symbolic, at the --input's length; the rest of the output is at --batch, default the lowest batch the graph "
+    "holds for: 2 for a re-export or an ONNX or Paddle file, 1 for a .pt2 file). Table and JSON. docs/symbolic.md.",
 )
 @budget_options
 def analyze(
@@ -496,8 +497,9 @@ def max_slowdown_option(f):
     "--largest-batch",
     is_flag=True,
     help="Also solve for the largest batch whose predicted memory fits each MIG slice and the whole GPU (zoo "
-    "models: one more export, with the batch symbolic; .pt2, .onnx and Paddle files with a dynamic batch: one more "
-    "import). With --latency-slo, also the largest batch predicted within it on each. Table and JSON. "
+    "models and transformers config.json files: one more export, with the batch symbolic; .pt2, .onnx and Paddle "
+    "files with a dynamic batch: one more import). With --latency-slo, also the largest batch predicted within it on "
+    "each. Table and JSON. "
     "docs/symbolic.md.",
 )
 @budget_options

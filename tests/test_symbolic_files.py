@@ -481,3 +481,59 @@ def test_an_exact_division_of_the_batch_and_a_pad_stay_symbolic(tmp_path, pad):
         want = [("relax.reshape", 128 * batch, 128 * batch, (batch, 32))]
         want += [("relax.nn.pad", 128 * batch, 140 * batch, (batch, 35))] if pad else []
         assert got == want
+
+
+# ---- a transformers config.json: built on the meta device, exported once with the batch and the sequence symbolic
+
+_TINY_BERT = {
+    "architectures": ["BertModel"],
+    "model_type": "bert",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 100,
+    "max_position_embeddings": 64,
+    "type_vocab_size": 2,
+}
+
+
+@pytest.fixture(scope="module")
+def bert_config(tmp_path_factory):
+    path = tmp_path_factory.mktemp("hf") / "config.json"
+    path.write_text(json.dumps(_TINY_BERT))
+    return str(path), load_symbolic(str(path), inputs=["input_ids:1x16"])
+
+
+@pytest.mark.parametrize(("batch", "seq"), [(2, 16), (3, 24), (7, 40)])
+def test_a_configs_batch_and_sequence_equal_the_config_exported_there(bert_config, batch, seq):
+    path, sm = bert_config
+    assert sm.graph.symbols == ("batch", "seq") and sm.values == {"batch": 2, "seq": 16}
+    assert sm.graph.ranges["seq"][1] == 64  # torch.export's bound from max_position_embeddings
+    ours = analyze_at(sm, batch, seq=seq)
+    oracle = analyze_model(path, inputs=[f"input_ids:{batch}x{seq}"])  # the config route, exported at that point
+    a, o = ours.analysis, oracle.analysis
+    assert [_op_key(c) for c in a.ops] == [_op_key(c) for c in o.ops]
+    assert a.kernels == o.kernels and a.memory == o.memory
+    assert a.totals == o.totals
+    p, q = predict(a, "h100-80gb")[0], predict(o, "h100-80gb")[0]
+    assert (p.latency_ms, p.memory_mib) == (q.latency_ms, q.memory_mib)
+
+
+def test_a_configs_largest_batch_against_the_config_exported(bert_config):
+    path, _ = bert_config
+    rep = predict_model(path, device="a100-40gb", inputs=["input_ids:2x16"], largest_batch=True)
+    assert not [w for w in rep.warnings if "largest batch" in w]
+    b = rep.predictions[0].mig.largest_batch.per_profile["1g.5gb"]
+
+    def fits(n: int) -> bool:  # the oracle: the config exported at batch n, predicted
+        return predict(analyze_model(path, inputs=[f"input_ids:{n}x16"]).analysis, "a100-40gb")[0].mig.fits["1g.5gb"]
+
+    assert 2 < b and fits(b) and not fits(b + 1)
+
+
+def test_a_config_with_too_many_layers_is_refused_symbolically(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**_TINY_BERT, "num_hidden_layers": 300}))
+    with pytest.raises(AnalysisError, match="a symbolic export traces every layer, at most 256"):
+        load_symbolic(str(path), inputs=["input_ids:1x16"])

@@ -204,12 +204,16 @@ def load_symbolic_file(path: Path, inputs: Sequence[InputSpec | str] | None = No
             from .paddle_frontend import load_paddle_symbolic
 
             return load_paddle_symbolic(paddle, input_specs(inputs))
+        from .hf_config import config_path, load_hf_config_symbolic
+
+        if config_path(path) is not None:
+            return load_hf_config_symbolic(path, input_specs(inputs))
         suffix = None if path.is_dir() else _checked_file(path)
         if suffix not in SYMBOLIC_LOADERS:
             raise UsageError(
                 f"{path.name}: symbolic analysis reads {', '.join(SYMBOLIC_LOADERS)} and Paddle files with a dynamic "
-                "batch; another file's dynamic sizes are analysed at the values given (--batch, --input), and "
-                "`preflight report --batches 1,8,64` sweeps them"
+                "batch and transformers config.json files; another file's dynamic sizes are analysed at the values "
+                "given (--batch, --input), and `preflight report --batches 1,8,64` sweeps them"
             )
         module, function = SYMBOLIC_LOADERS[suffix]
         return getattr(importlib.import_module(module, __name__), function)(path, input_specs(inputs))
@@ -220,9 +224,12 @@ def load_symbolic_file(path: Path, inputs: Sequence[InputSpec | str] | None = No
 
 def takes_symbolic(path: str | Path) -> bool:
     """Whether `load_symbolic_file` takes `path` (by its name; a folder, or a Paddle file, by the names of the files
-    in or beside it; no file is opened): a file of `SYMBOLIC_LOADERS` or a Paddle inference model."""
+    in or beside it): a file of `SYMBOLIC_LOADERS`, a Paddle inference model, or a transformers config (a `.json`
+    file, or a folder with a `config.json`, holding a `model_type`: `hf_config.config_path`, which reads it)."""
+    from .hf_config import config_path
+
     path = Path(path)
-    return path.suffix.lower() in SYMBOLIC_LOADERS or _paddle_program(path) is not None
+    return path.suffix.lower() in SYMBOLIC_LOADERS or _paddle_program(path) is not None or config_path(path) is not None
 
 
 def _paddle_program(path: Path, strict: bool = False) -> Path | None:

@@ -374,8 +374,49 @@ def _no_init_weights():
     return no_init_weights()
 
 
-def _load_model(model, config, path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
-    """Trace `model` (built from `config`) with its main input: input_ids (batch x sequence) or pixel_values."""
+def load_hf_config_symbolic(path: Path, specs: dict[str, InputSpec]) -> tuple[LoadedModel, dict[str, int]]:
+    """The model a transformers `config.json` describes (a model directory: its `config.json`), exported once with
+    its batch symbolic and, for text models, its sequence length ("seq"; where torch.export keeps it symbolic,
+    else the batch alone, said in a warning): `analyzer.frontends.load_symbolic_file`'s contract. `--input` gives
+    the sequence length (input_ids:BxS; its batch is the symbol's); the values are the symbols' at that input, the
+    batch 2 (torch specialises 1). Every layer is traced (no extrapolation from two): a stack of more than
+    `MAX_FULL_LAYERS` layers is refused, as the concrete route refuses one it cannot extrapolate."""
+    cfg = config_path(path)
+    if cfg is None:
+        raise UsageError(f"{path}: not a transformers config.json")
+    config = read_config(cfg)
+    declared = _declared_layers(config)
+    if declared > MAX_FULL_LAYERS:
+        raise AnalysisError(
+            f"{cfg}: a stack of {declared:,} layers; a symbolic export traces every layer, at most {MAX_FULL_LAYERS} "
+            "(analyse it at each batch: `preflight report --batches`)"
+        )
+    model = build_model(config)
+    name = getattr(model, "main_input_name", "input_ids")
+    attempts = [{0: "batch", 1: "seq"}, {0: "batch"}] if name == "input_ids" else [{0: "batch"}]
+    why = None
+    for axes in attempts:
+        try:
+            loaded = _load_model(model, config, cfg, specs, 2, symbol_axes=[axes])
+        except AnalysisError as exc:
+            if axes is attempts[-1]:
+                raise
+            why = one_line(str(exc))
+            continue
+        break
+    values = {"batch": 2}
+    if "seq" in {user for user, _, _ in loaded.symbols.values()}:
+        values["seq"] = int(specs[name].shape[1])  # the --input the trace took (the config route requires it)
+    elif why is not None:
+        loaded.warnings.append(f"the sequence length could not stay symbolic ({why}): formulas of the batch only")
+    return loaded, values
+
+
+def _load_model(
+    model, config, path: Path, specs: dict[str, InputSpec], batch: int | None, symbol_axes=None
+) -> LoadedModel:
+    """Trace `model` (built from `config`) with its main input: input_ids (batch x sequence) or pixel_values;
+    `symbol_axes` as `torch_frontend.from_module` takes them (a symbolic export)."""
     import inspect
 
     import torch
@@ -419,6 +460,7 @@ def _load_model(model, config, path: Path, specs: dict[str, InputSpec], batch: i
             framework=FRAMEWORK,
             source=str(path),
             input_names=(name,),
+            symbol_axes=symbol_axes,
         )
     except AnalysisError as exc:
         why = _export_hint(config, name, shape)

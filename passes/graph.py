@@ -126,6 +126,10 @@ class SourceValue:
     kind: str  # "input" | "weight"
     scalar_const: bool = False  # an importer-made 0-d literal (not a model parameter)
     scalar: float | None = None  # the value of a one-element numeric constant (None for anything else)
+    #: an importer's fold of another weight (TVM's ONNX importer turns the Transpose of a tied embedding into a
+    #: second constant): in the graph, but no tensor eager PyTorch allocates (`passes.memory.liveness` leaves it
+    #: out of `weight_sizes`)
+    derived: bool = False
 
 
 @dataclass

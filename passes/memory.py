@@ -39,7 +39,8 @@ class MemoryProfile:
     #: (graph inputs: -1, before op 0), freed after op `last` runs (graph outputs: `last` = the number of ops);
     #: the allocation trace `predictor.memory.simulate_reserved` replays through the caching allocator
     blocks: tuple[tuple[int, int, int], ...] = ()
-    #: bytes of each weight tensor in parameter order (what `model.to("cuda")` allocates one by one)
+    #: bytes of each weight tensor in parameter order (what `model.to("cuda")` allocates one by one; an importer's
+    #: fold of another weight, `SourceValue.derived`, is no tensor of the model and left out)
     weight_sizes: tuple[int, ...] = ()
 
 
@@ -134,8 +135,8 @@ def liveness(graph: OpGraph, fused: Sequence[Sequence[int]] = ()) -> MemoryProfi
         timeline.append(live)
     peak = max(timeline) if timeline else sum(size.values())
     peak_op = timeline.index(peak) if timeline else None
-    weight_sizes = tuple(s.tensor.nbytes for s in graph.weights if not s.scalar_const)
-    weight_bytes = sum(weight_sizes)
+    weight_sizes = tuple(s.tensor.nbytes for s in graph.weights if not s.scalar_const and not s.derived)
+    weight_bytes = sum(s.tensor.nbytes for s in graph.weights if not s.scalar_const)
     input_bytes = sum(s.tensor.nbytes for s in graph.inputs)
     inputs = {s.value for s in graph.inputs}
     blocks = tuple(

@@ -204,7 +204,7 @@ class SymbolicGraph:
 
         g = self.graph
         sources = [
-            SourceValue(s.value, s.name, t(s.tensor), s.kind, s.scalar_const, s.scalar)
+            SourceValue(s.value, s.name, t(s.tensor), s.kind, s.scalar_const, s.scalar, s.derived)
             if has_symbols(s.tensor.shape)
             # a static source is shared: SourceValue is frozen
             else s

@@ -69,6 +69,14 @@ def _key(obj) -> int:
     return obj.__chandle__()
 
 
+# payload handle -> (the tensor, the handle of the weight it was folded from), of each constant
+# `_onnx_shape_only_weights` made as the fold of another weight (a Transpose of a tied embedding) in the latest ONNX
+# import; held so that no handle is reused while listed, cleared when the next import starts. `extract` marks such a
+# weight `SourceValue.derived` where the weight it was folded from is in the graph too (else it is that weight's
+# only form in the graph, and stands for it)
+_DERIVED_CONSTANTS: dict[int, tuple[object, int]] = {}
+
+
 def _constant_key(const) -> int:
     """Identity of a constant's payload: two Constant nodes sharing one tensor are one weight."""
     value = getattr(const, "value", None)
@@ -495,10 +503,16 @@ class _Extractor:
         return self.next_value - 1
 
     def add_source(
-        self, name: str, tensor: TensorInfo, kind: str, scalar_const: bool = False, scalar: float | None = None
+        self,
+        name: str,
+        tensor: TensorInfo,
+        kind: str,
+        scalar_const: bool = False,
+        scalar: float | None = None,
+        derived: bool = False,
     ) -> int:
         vid = self.new_value()
-        self.sources.append(SourceValue(vid, name, tensor, kind, scalar_const, scalar))
+        self.sources.append(SourceValue(vid, name, tensor, kind, scalar_const, scalar, derived))
         if kind == "weight":
             self.weight_values.add(vid)
         return vid
@@ -747,7 +761,10 @@ def extract(
     ex = _Extractor(mod, tir_flops, symbolic)
     result = ex.function(func, None, n_inputs)
     outputs = [(ex.producer.get(vid), vid) for vid, _, _ in result]
-    return OpGraph(ops=ex.ops, sources=ex.sources, outputs=outputs, value_producer=ex.producer)
+    folds = _DERIVED_CONSTANTS.items()
+    derived = {ex.constants[k] for k, (_, src) in folds if k in ex.constants and src in ex.constants}
+    sources = [dataclasses.replace(s, derived=True) if s.value in derived else s for s in ex.sources]
+    return OpGraph(ops=ex.ops, sources=sources, outputs=outputs, value_producer=ex.producer)
 
 
 _EP_CONVERT_OPS: frozenset[str] | None = None
@@ -2733,6 +2750,7 @@ def _onnx_shape_only_weights():
 
     parse_original, convert_original = ONNXGraphImporter._parse_array, ONNXGraphImporter._convert_operator
     shape_only: set[int] = set()  # handles of the uninitialised tensors
+    _DERIVED_CONSTANTS.clear()
 
     def empty(shape, dtype):
         t = tvm.runtime.empty(tuple(int(d) for d in shape), dtype)
@@ -2764,7 +2782,9 @@ def _onnx_shape_only_weights():
             shape = [int(d) for d in data.value.shape]
             if op_name == "Transpose":
                 perm = attrs.get("perm") or list(reversed(range(len(shape))))  # numpy's default, as TVM's converter
-                return relax.const(empty([shape[p] for p in perm], str(data.value.dtype)))
+                copy = empty([shape[p] for p in perm], str(data.value.dtype))
+                _DERIVED_CONSTANTS[copy.__chandle__()] = (copy, data.value.__chandle__())
+                return relax.const(copy)
             to = _ONNX_DTYPES.get(attrs.get("to")) if op_name == "Cast" else None
             if to is not None:  # a weight cast to another float type (a mixed-precision export)
                 return relax.const(empty(shape, to))

@@ -81,6 +81,38 @@ def test_shape_only_weights_count_as_their_data(tmp_path, external):
     assert t.flops == 4_198_400
 
 
+def test_a_folded_transpose_of_a_tied_weight_is_no_tensor_of_its_own(tmp_path):
+    # GPT-2's tied embedding as a dynamo-exported ONNX file writes it: E[1000, 64] gathered by the token ids and,
+    # transposed, the output projection. TVM folds Transpose(E) into a second constant (E^T); eager PyTorch holds
+    # E once and multiplies by its transposed view: the allocator replays E alone, 1000 x 64 x 4 = 256,000 B
+    e = numpy_helper.from_array(np.random.default_rng(0).standard_normal((1000, 64)).astype(np.float32), "E")
+    nodes = [
+        helper.make_node("Gather", ["E", "ids"], ["x"]),
+        helper.make_node("Transpose", ["E"], ["Et"], perm=[1, 0]),
+        helper.make_node("MatMul", ["x", "Et"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tied_embedding",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 1000])],
+        [e],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "tied.onnx")
+    assert 1000 * 64 * 4 >= SHAPE_ONLY_MIN_BYTES  # E takes the shape-only path, where the fold is made
+    a = analyze(str(tmp_path / "tied.onnx")).analysis
+    weights = [(s.tensor.shape, s.derived) for s in a.graph.weights if not s.scalar_const]
+    assert sorted(weights) == [((64, 1000), True), ((1000, 64), False)]
+    assert a.memory.weight_sizes == (256_000,)
+    assert a.totals.param_bytes == 256_000  # the file's weights
+    # where the transposed copy is the weight's only form in the graph, it stands for the weight: tied_model's E is
+    # read only through its Transpose, so W and E^T are both the model's tensors (2 x 256 x 512 x 4)
+    b = analyze(str(tied_model(tmp_path, external=False))).analysis
+    assert not any(s.derived for s in b.graph.weights) and b.memory.weight_sizes == (524_288, 524_288)
+
+
 def test_shape_only_weight_cast_to_float16(tmp_path):
     """A mixed-precision export casts a float32 weight to float16: TVM folds the Cast; so do the placeholders."""
     w = TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[256, 512])

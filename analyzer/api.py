@@ -136,9 +136,10 @@ def _file_batch(model) -> tuple:
     --batch: the lowest batch its symbolic import holds for (as `analyze --symbolic` takes), where the file's own
     batch cannot be analysed; (None, None, None) for anything else (a zoo model or module, a static batch)."""
     from .errors import PreflightError
+    from .frontends import takes_config
     from .symbolic import load_symbolic, takes_file
 
-    if not takes_file(model):
+    if not takes_file(model) or takes_config(model):  # a config's batch is --batch's, as without the solve
         return None, None, None
     try:
         sm = load_symbolic(model, None)

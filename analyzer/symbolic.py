@@ -99,7 +99,8 @@ def is_file(model) -> bool:
 
 def takes_file(model) -> bool:
     """Whether `model` names a file of a format whose own dynamic dims symbolic analysis keeps (`.pt2`, `.onnx`, a
-    Paddle inference model: `frontends.takes_symbolic`), `--input` giving those other than the batch."""
+    Paddle inference model: `frontends.takes_symbolic`), or a transformers config (exported with its batch and
+    sequence symbolic), `--input` giving those other than the batch."""
     from .frontends import takes_symbolic
 
     return is_file(model) and takes_symbolic(model)
@@ -133,8 +134,8 @@ def _load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool =
         values = {BATCH: 2}
     else:
         raise UsageError(
-            "symbolic analysis takes zoo:NAME models, nn.Modules (re-exported with the batch left symbolic) and "
-            ".pt2, .onnx and Paddle files saved with a dynamic batch"
+            "symbolic analysis takes zoo:NAME models, nn.Modules (re-exported with the batch left symbolic), "
+            "transformers config.json files and .pt2, .onnx and Paddle files saved with a dynamic batch"
         )
     if BATCH not in {user for user, _, _ in loaded.symbols.values()}:
         raise AnalysisError(f"{loaded.source}: torch.export fixed the batch size; no symbolic export")
@@ -312,26 +313,34 @@ def peak_function(sm: SymbolicModel, dtype: str | None = None):
 
 def fused_at(sm: SymbolicModel, dtype: str | None = None) -> tuple[tuple[int, ...], ...]:
     """The kernels that run several ops at once in `sm`'s graph prepared with `dtype` (`passes.analysis.fused_in`),
-    as the kernel view decides them at the export's lowest batch: a structure, the same at every batch (the
-    attention backend depends on the head size, dtype and lengths, not on the batch); computed once."""
+    as the kernel view decides them at the export's lowest batch from 2 (torch specialises 1): a structure, the same
+    at every batch (the attention backend depends on the head size, dtype and lengths, not on the batch); computed
+    once. Not for autocast dtypes, whose casts (and so op indices) depend on sizes: `liveness_at` decides per batch."""
     from passes.analysis import fused_in
 
     from .pipeline import attention_patterns, prepare_graph
 
     if dtype not in sm._fused:
-        low = prepare_graph(sm.loaded, sm.graph.at(sm.point(sm.batch_range[0])), dtype)
-        sm._fused[dtype] = fused_in(low, attention_patterns(sm.loaded))
+        lo, hi = sm.batch_range
+        b = lo if hi is not None and hi < 2 else max(lo, 2)
+        graph = prepare_graph(sm.loaded, sm.graph.at(sm.point(b)), dtype)
+        sm._fused[dtype] = fused_in(graph, attention_patterns(sm.loaded))
     return sm._fused[dtype]
 
 
 def liveness_at(sm: SymbolicModel, batch: int, dtype: str | None = None):
     """`passes.memory.MemoryProfile` of `sm`'s graph evaluated at `batch` and prepared with `dtype`, as
-    `analyze_at` finds it (with `fused_at`'s kernels); no export."""
+    `analyze_at` finds it (with `fused_at`'s kernels; under autocast the kernel view decided at `batch`); no
+    export."""
+    from passes.analysis import fused_in
+    from passes.graph import AMP_DTYPES
     from passes.memory import liveness
 
-    from .pipeline import prepare_graph
+    from .pipeline import attention_patterns, prepare_graph
 
-    return liveness(prepare_graph(sm.loaded, sm.graph.at(sm.point(batch)), dtype), fused_at(sm, dtype))
+    graph = prepare_graph(sm.loaded, sm.graph.at(sm.point(batch)), dtype)
+    fused = fused_in(graph, attention_patterns(sm.loaded)) if dtype in AMP_DTYPES else fused_at(sm, dtype)
+    return liveness(graph, fused)
 
 
 def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, dtype: str | None = None):

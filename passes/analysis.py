@@ -427,11 +427,19 @@ def fused_groups(view: KernelView) -> tuple[tuple[int, ...], ...]:
     )
 
 
-# what TVM's importers spell out in every graph (`passes.kernels`' module docstring), and
+# what TVM's importers spell out in every graph (`passes.kernels`' module docstring: the activations, and a vector
+# norm, which TVM's torch importer writes as power(sum(power(abs(x), p)), 1 / p)), and
 # `_transform_bias_rescale_qkv` (nn.MultiheadAttention's weights path: a bias add and a scale multiply ops apart in
 # the graph, no chain ending in one output: it writes Q, K and V)
 _SPELLED_EVERYWHERE = frozenset(
-    {"fused:hardsigmoid", "fused:hardswish", "fused:elu", "fused:glu", "fused:transform_bias_rescale_qkv"}
+    {
+        "fused:hardsigmoid",
+        "fused:hardswish",
+        "fused:elu",
+        "fused:glu",
+        "fused:vector_norm",
+        "fused:transform_bias_rescale_qkv",
+    }
 )
 
 
@@ -453,7 +461,7 @@ def analyze_graph(graph: OpGraph, *, attention_patterns: str = "sdpa") -> Analys
     live = [c for c in ops if not c.folded]
     view = kernel_view(graph, ops, attention_patterns=attention_patterns)  # what eager runs as one kernel
     memory = liveness(graph, fused_groups(view))
-    weights = [s for s in graph.weights if not s.scalar_const]
+    weights = [s for s in graph.weights if not s.scalar_const and not s.derived]  # an importer's copy: not counted
     params = sum(s.tensor.numel for s in weights)
     unsupported = Counter(c.unsupported_key for c in ops if not c.supported)
     totals = Totals(

@@ -69,12 +69,12 @@ def _key(obj) -> int:
     return obj.__chandle__()
 
 
-# payload handle -> (the tensor, the handle of the weight it was folded from), of each constant
-# `_onnx_shape_only_weights` made as the fold of another weight (a Transpose of a tied embedding) in the latest ONNX
-# import; held so that no handle is reused while listed, cleared when the next import starts. `extract` marks such a
-# weight `SourceValue.derived` where the weight it was folded from is in the graph too (else it is that weight's
-# only form in the graph, and stands for it)
-_DERIVED_CONSTANTS: dict[int, tuple[object, int]] = {}
+# payload handle -> (the tensor, the tensor it was folded from), of each constant `_onnx_shape_only_weights` made as
+# the fold of another weight (a Transpose of a tied embedding) in the latest ONNX import; both held so that no handle
+# is reused while listed, cleared when the next import starts (a module imported before another and extracted after
+# it keeps its folds as weights: counted, as before). `extract` marks such a weight `SourceValue.derived` where the
+# weight it was folded from is in the graph too (else it is that weight's only form in the graph, and stands for it)
+_DERIVED_CONSTANTS: dict[int, tuple[object, object]] = {}
 
 
 def _constant_key(const) -> int:
@@ -762,7 +762,7 @@ def extract(
     result = ex.function(func, None, n_inputs)
     outputs = [(ex.producer.get(vid), vid) for vid, _, _ in result]
     folds = _DERIVED_CONSTANTS.items()
-    derived = {ex.constants[k] for k, (_, src) in folds if k in ex.constants and src in ex.constants}
+    derived = {ex.constants[k] for k, (_, src) in folds if k in ex.constants and src.__chandle__() in ex.constants}
     sources = [dataclasses.replace(s, derived=True) if s.value in derived else s for s in ex.sources]
     return OpGraph(ops=ex.ops, sources=sources, outputs=outputs, value_producer=ex.producer)
 
@@ -2783,7 +2783,7 @@ def _onnx_shape_only_weights():
             if op_name == "Transpose":
                 perm = attrs.get("perm") or list(reversed(range(len(shape))))  # numpy's default, as TVM's converter
                 copy = empty([shape[p] for p in perm], str(data.value.dtype))
-                _DERIVED_CONSTANTS[copy.__chandle__()] = (copy, data.value.__chandle__())
+                _DERIVED_CONSTANTS[copy.__chandle__()] = (copy, data.value)
                 return relax.const(copy)
             to = _ONNX_DTYPES.get(attrs.get("to")) if op_name == "Cast" else None
             if to is not None:  # a weight cast to another float type (a mixed-precision export)

@@ -1005,13 +1005,14 @@ def pooled_bfloat16_gemm(
     out = {}
     for fam in sorted({family_of(r.device) for r in pool if r.kind == "gemm" and r.measured_dtype == "bfloat16"}):
         g16 = entries.get((fam, "gemm", "float16"))
-        if g16 is None:
+        if g16 is None or not g16.source.startswith("fit:"):  # the pooled fit was not kept (derived or calibrated)
             continue
         mine = [r for r in pool if r.kind == "gemm" and family_of(r.device) == fam and r.source.startswith("sweep:")]
         devs = tuple(sorted({r.device for r in mine if r.measured_dtype == "bfloat16"}))
-
         bf = [r for r in mine if r.measured_dtype == "bfloat16"]
         half = [r for r in mine if r.measured_dtype == "" and r.dtype == "float16" and r.device in devs]
+        if not half:  # nothing of the same sweep to set the bfloat16 error beside
+            continue
         text = (
             f"fit: bfloat16 GEMMs pooled with float16 (the same tensor cores at the same peak) on {', '.join(devs)}; "
             f"MAPE on its bfloat16 sweep GEMMs {_mape_text(bf, g16)}, on its float16 sweep GEMMs "
@@ -1026,7 +1027,8 @@ def _mape_text(records: Sequence[MeasuredKernel], p: KernelParams) -> str:
     g = Group.of(records)
     a = np.abs(g.predict(p) / g.latency - 1)
     big = g.latency >= 50e-6
-    return f"{len(records):,} {100 * a.mean():.1f}% ({100 * a[big].mean():.1f}% on the {int(big.sum())} >= 50 us)"
+    large = f"{100 * a[big].mean():.1f}% on the {int(big.sum())} >= 50 us" if big.any() else "none >= 50 us"
+    return f"{len(records):,} {100 * a.mean():.1f}% ({large})"
 
 
 def _gemm_anchor(fam: str) -> tuple[float | None, tuple[int, int, int], str, str]:

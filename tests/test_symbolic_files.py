@@ -537,3 +537,15 @@ def test_a_config_with_too_many_layers_is_refused_symbolically(tmp_path):
     path.write_text(json.dumps({**_TINY_BERT, "num_hidden_layers": 300}))
     with pytest.raises(AnalysisError, match="a symbolic export traces every layer, at most 256"):
         load_symbolic(str(path), inputs=["input_ids:1x16"])
+
+
+def test_a_folder_with_a_graph_beside_its_config_is_not_read_as_the_config(tmp_path):
+    # as the concrete route (`frontends._load_dir`): an exporter's folder (model.onnx beside config.json) is refused
+    # as ambiguous, so the symbolic route does not take its config either
+    from analyzer.frontends import takes_config, takes_symbolic
+
+    (tmp_path / "config.json").write_text(json.dumps(_TINY_BERT))
+    assert takes_config(tmp_path) and takes_symbolic(tmp_path)
+    (tmp_path / "model.onnx").write_bytes(b"")
+    assert not takes_config(tmp_path) and not takes_symbolic(tmp_path)
+    assert takes_config(tmp_path / "config.json")  # the config itself, named

@@ -204,9 +204,9 @@ def load_symbolic_file(path: Path, inputs: Sequence[InputSpec | str] | None = No
             from .paddle_frontend import load_paddle_symbolic
 
             return load_paddle_symbolic(paddle, input_specs(inputs))
-        from .hf_config import config_path, load_hf_config_symbolic
+        if _symbolic_config(path) is not None:
+            from .hf_config import load_hf_config_symbolic
 
-        if config_path(path) is not None:
             return load_hf_config_symbolic(path, input_specs(inputs))
         suffix = None if path.is_dir() else _checked_file(path)
         if suffix not in SYMBOLIC_LOADERS:
@@ -224,12 +224,36 @@ def load_symbolic_file(path: Path, inputs: Sequence[InputSpec | str] | None = No
 
 def takes_symbolic(path: str | Path) -> bool:
     """Whether `load_symbolic_file` takes `path` (by its name; a folder, or a Paddle file, by the names of the files
-    in or beside it): a file of `SYMBOLIC_LOADERS`, a Paddle inference model, or a transformers config (a `.json`
-    file, or a folder with a `config.json`, holding a `model_type`: `hf_config.config_path`, which reads it)."""
+    in or beside it): a file of `SYMBOLIC_LOADERS`, a Paddle inference model, or a transformers config
+    (`_symbolic_config`, which reads the JSON)."""
+    path = Path(path)
+    return (
+        path.suffix.lower() in SYMBOLIC_LOADERS
+        or _paddle_program(path) is not None
+        or _symbolic_config(path) is not None
+    )
+
+
+def takes_config(path: str | Path) -> bool:
+    """Whether `path` names a transformers config that `load_symbolic_file` exports (`_symbolic_config`)."""
+    return _symbolic_config(Path(path)) is not None
+
+
+def _symbolic_config(path: Path) -> Path | None:
+    """The transformers config `path` names as the concrete route reads it (`load`: a `.json` config file, or a
+    folder that holds a `config.json` and no SavedModel, Paddle program or graph file, `_load_dir`), else None
+    (also for a path that cannot be read)."""
     from .hf_config import config_path
 
-    path = Path(path)
-    return path.suffix.lower() in SYMBOLIC_LOADERS or _paddle_program(path) is not None or config_path(path) is not None
+    try:
+        if path.is_dir() and (
+            any((path / m).is_file() for m in SAVED_MODEL_MARKERS)
+            or any(is_paddle_program(p) or p.suffix.lower() in FILE_LOADERS for p in path.iterdir())
+        ):
+            return None
+        return config_path(path)
+    except OSError:
+        return None
 
 
 def _paddle_program(path: Path, strict: bool = False) -> Path | None:

@@ -407,7 +407,8 @@ def load_hf_config_symbolic(path: Path, specs: dict[str, InputSpec]) -> tuple[Lo
     values = {"batch": 2}
     if "seq" in {user for user, _, _ in loaded.symbols.values()}:
         values["seq"] = int(specs[name].shape[1])  # the --input the trace took (the config route requires it)
-    elif why is not None:
+    elif name == "input_ids":
+        why = why or "torch.export specialises a length of 1"
         loaded.warnings.append(f"the sequence length could not stay symbolic ({why}): formulas of the batch only")
     return loaded, values
 

@@ -44,8 +44,8 @@ def analyze(
             symbolic, a `.pt2`, ONNX or Paddle file saved with a dynamic batch is imported once with its own
             dynamic dims; the report's own numbers are at `batch` (default: an nn.Module's example batch, else
             the lowest batch the graph holds for: 2 for an export, whose batch 1 is exported on its own, and for an
-            ONNX or Paddle file; 1 for a `.pt2` file) and the model's own
-            sequence length. `inputs` only with a file: the values of its dynamic dims other than the batch
+            ONNX or Paddle file; 1 for a `.pt2` file; a transformers config's: its `inputs`' batch) and the model's
+            own sequence length. `inputs` only with a file: the values of its dynamic dims other than the batch
             (which stay symbols of the formulas).
 
     Returns:
@@ -58,10 +58,13 @@ def analyze(
     check_dtype(dtype)
     sm = load_symbolic(model, example_inputs, seq=True, inputs=inputs)
     require_values(sm)
-    if batch is None:  # an nn.Module's own example batch where the symbolic graph holds for it, else the lowest
-        from .frontends import module_examples
+    if batch is None:  # an nn.Module's own example batch (a config's: its --input's) where the symbolic graph holds
+        # for it, else the lowest
+        from .frontends import input_specs, module_examples, takes_config
 
         shown = [t.shape[0] for t in module_examples(example_inputs) if getattr(t, "ndim", 0) >= 1][:1]
+        if not shown and inputs and takes_config(model):
+            shown = [s.shape[0] for s in input_specs(inputs).values() if s.shape and s.shape[0]][:1]
         batch = int(shown[0]) if shown and sm.covers(int(shown[0])) else sm.batch_range[0]
     if sm.covers(batch):
         rep = analyze_at(sm, batch, strict=strict, dtype=dtype)

@@ -361,7 +361,8 @@ def analyze(
 
         text += "\n" + formulas_text(report.symbolic)
         low = report.symbolic["symbols"]["batch"]["min"]
-        if batch is None and low != 1:  # the export's lowest batch, not the 1 of a plain analyze: say so
+        shown = report.inputs[0]["shape"][:1] if report.inputs and report.inputs[0]["shape"] else []
+        if batch is None and low != 1 and shown == [low]:  # the export's lowest batch, not a plain analyze's: say so
             text += (
                 "(the table above is at the batch its inputs line shows: --symbolic analyses at --batch, default "
                 f"{low}, the lowest the symbolic export holds for)\n"

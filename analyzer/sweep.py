@@ -216,12 +216,13 @@ def _solve_by_formula(sm, reuse: dict, index: int, points: list[dict], latency_s
     return per_profile, full
 
 
-def _symbolic(model, example_inputs, inputs, batches: list[int]):
+def _symbolic(model, example_inputs, inputs, batches: list[int], solve: bool = False):
     """(SymbolicModel or None, why not): one symbolic export (a `.pt2`, ONNX or Paddle file: one import with its own
     dynamic dims) for the sweep when it pays (a zoo model, an nn.Module or such a file, at least two batches to
-    analyse); else None and the reason (None when none was tried: other files, `inputs` with a zoo model or an
-    nn.Module, or fewer than two batches)."""
-    if (inputs and not takes_file(model)) or len([b for b in batches if b >= 2]) < 2:
+    analyse, or `solve`: the largest batch that fits is solved from it whatever the sweep analyses); else None and
+    the reason (None when none was tried: other files, `inputs` with a zoo model or an nn.Module, or fewer than two
+    batches and no solve)."""
+    if (inputs and not takes_file(model)) or (not solve and len([b for b in batches if b >= 2]) < 2):
         return None, None
     torch = sys.modules.get("torch")
     is_module = torch is not None and isinstance(model, torch.nn.Module)
@@ -267,7 +268,7 @@ def run_sweep(
     predictors: dict[str, str] = {}
     skipped, warnings = [], []
     todo = [b for b in batches if b not in reuse]
-    sm, why_not = _symbolic(model, example_inputs, inputs, todo) if symbolic else (None, None)
+    sm, why_not = _symbolic(model, example_inputs, inputs, todo, solve) if symbolic else (None, None)
     from_symbolic: list[int] = []
     for b in batches:
         try:

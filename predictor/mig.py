@@ -386,17 +386,21 @@ def recommend(
             )
         return done(chosen.name, reason)
     largest = smallest_first(device.mig)[-1]
-    if largest.memory_mib < need:
+    if largest.memory_mib < need and len(device.mig) == 1:  # the slice asked for (`--device GPU:PROFILE`)
+        reason = (
+            f"the model does not fit {largest.name}: its usable {largest.memory_mib:,.0f} MiB is less than the "
+            f"{need:,.0f} MiB the model needs (upper bound + {headroom:.0%} headroom)"
+        )
+    elif largest.memory_mib < need:
         reason = (
             f"no profile fits: the largest, {largest.name}, has {largest.memory_mib:,.0f} MiB usable and the "
             f"model needs {need:,.0f} MiB (upper bound + {headroom:.0%} headroom)"
         )
-        if len(device.mig) > 1:  # a whole GPU (not one slice asked for): does the GPU itself hold it?
-            reason += (
-                f"; the whole GPU's {device.memory_mib:,.0f} MiB holds it (full GPU only)"
-                if need <= device.memory_mib
-                else f", more than the whole GPU's {device.memory_mib:,.0f} MiB"
-            )
+        reason += (  # a whole GPU (not one slice asked for): does the GPU itself hold it?
+            f"; the whole GPU's {device.memory_mib:,.0f} MiB holds it (full GPU only)"
+            if need <= device.memory_mib
+            else f", more than the whole GPU's {device.memory_mib:,.0f} MiB"
+        )
     else:
         reason = f"no profile meets the {latency_slo_ms:g} ms latency SLO with enough memory"
     return done(None, reason)

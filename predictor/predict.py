@@ -816,8 +816,8 @@ def predict(
                 why = f"--predictor kernel: {kept.name} not used on {device.key}: kernel-model estimate"
             elif kept is not None:
                 why = (
-                    f"kernel-model estimate on {device.key}: {kept.name}, the predictor trained on public whole-model "
-                    f"measurements, is held back (its {kept.name}/EVAL.md did not pass the default rule; "
+                    f"kernel-model estimate on {device.key}: the predictor trained on public whole-model measurements "
+                    f"(checkpoint {kept.name}) is held back (its EVAL.md did not pass the default rule; "
                     "`preflight --predictor public predict ...` uses it)"
                 )
             else:

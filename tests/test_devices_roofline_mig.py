@@ -198,3 +198,18 @@ def test_no_profile_fits_says_whether_the_whole_gpu_does():
 
     one = recommend(replace(h200, mig=(h200.mig[-1],)), 130_000)
     assert one.profile is None and "whole GPU" not in one.reason
+
+
+def test_a_slice_asked_for_that_the_model_does_not_fit_says_so():
+    # `--device a100-40gb:1g.5gb` (the GPU with that one profile, as `predict` asks) with a model needing 6,000 MiB
+    # + 5%: the profile asked for does not hold it
+    from dataclasses import replace
+
+    a100 = get_device("a100-40gb")
+    p = a100.profile("1g.5gb")
+    rec = recommend(replace(a100, mig=(p,)), 6000.0)
+    assert rec.profile is None
+    assert rec.reason == (
+        f"the model does not fit 1g.5gb: its usable {p.memory_mib:,.0f} MiB is less than the 6,300 MiB the model "
+        "needs (upper bound + 5% headroom)"
+    )

@@ -534,7 +534,10 @@ def test_the_kernel_models_warning_names_a_held_back_checkpoint(tmp_path, monkey
     for device in ("h100-80gb", "a100-40gb:1g.5gb"):
         p, warnings = predict(analysis, device, checkpoints=tmp_path)
         assert p.predictor == "roofline"
-        want = f"kernel-model estimate on {device}: {pt.CHECKPOINT_NAME}, the predictor trained on public whole-model"
+        want = (
+            f"kernel-model estimate on {device}: the predictor trained on public whole-model measurements "
+            f"(checkpoint {pt.CHECKPOINT_NAME}) is held back"
+        )
         assert any(w.startswith(want) and "`preflight --predictor public predict ...` uses it" in w for w in warnings)
     monkeypatch.setenv("PREFLIGHT_PREDICTOR", "kernel")
     _, warnings = predict(analysis, "h100-80gb", checkpoints=tmp_path)

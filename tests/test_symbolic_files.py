@@ -549,3 +549,24 @@ def test_a_folder_with_a_graph_beside_its_config_is_not_read_as_the_config(tmp_p
     (tmp_path / "model.onnx").write_bytes(b"")
     assert not takes_config(tmp_path) and not takes_symbolic(tmp_path)
     assert takes_config(tmp_path / "config.json")  # the config itself, named
+
+
+def test_a_configs_symbolic_analysis_is_at_its_inputs_batch(bert_config):
+    # `analyze --symbolic --input input_ids:8x16` shows the batch the user gave (8), not the export's lowest (2)
+    path, _ = bert_config
+    rep = analyze(path, inputs=["input_ids:8x16"], symbolic=True)
+    assert rep.inputs[0]["shape"] == [8, 16]
+    assert rep.analysis.totals == analyze_model(path, inputs=["input_ids:8x16"]).analysis.totals  # the oracle
+
+
+def test_a_report_whose_own_batch_leaves_one_to_sweep_still_solves(bert_config):
+    # `report --input input_ids:8x16 --batches 1,8,64`: the report's own analysis is batch 8, so the sweep analyses
+    # 1 and 64 alone; the largest batch that fits is still solved from one symbolic export (it was left out)
+    from analyzer.api import report as report_model
+
+    path, _ = bert_config
+    rep = report_model(path, inputs=["input_ids:8x16"], devices=["a100-40gb"], batches=[1, 8, 64])
+    entry = rep.sweep["devices"][0]
+    solved = entry["largest_batch_solved"]["1g.5gb"]
+    want = predict_model(path, device="a100-40gb", inputs=["input_ids:8x16"], largest_batch=True)
+    assert solved == want.predictions[0].mig.largest_batch.per_profile["1g.5gb"] > 64  # predict's solve, the oracle

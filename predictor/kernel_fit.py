@@ -1025,10 +1025,11 @@ def pooled_bfloat16_gemm(
 def _mape_text(records: Sequence[MeasuredKernel], p: KernelParams) -> str:
     """'808 20.0% (13.8% on the 212 >= 50 us)': the count and MAPE of `p` on `records` (one kind and dtype)."""
     g = Group.of(records)
-    a = np.abs(g.predict(p) / g.latency - 1)
-    big = g.latency >= 50e-6
-    large = f"{100 * a[big].mean():.1f}% on the {int(big.sum())} >= 50 us" if big.any() else "none >= 50 us"
-    return f"{len(records):,} {100 * a.mean():.1f}% ({large})"
+    pred, big = g.predict(p), g.latency >= 50e-6
+    large = "none >= 50 us"
+    if big.any():
+        large = f"{ape(pred[big], g.latency[big])[0]:.1f}% on the {int(big.sum())} >= 50 us"
+    return f"{len(records):,} {ape(pred, g.latency)[0]:.1f}% ({large})"
 
 
 def _gemm_anchor(fam: str) -> tuple[float | None, tuple[int, int, int], str, str]:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from passes.analysis import Analysis, Totals, fused_groups
 from passes.graph import OpGraph, TensorInfo, dtype_bytes
-from passes.memory import MemoryProfile, liveness
+from passes.memory import Fusion, MemoryProfile, liveness
 from predictor import llm as serving
 from predictor import serving_engine as engine
 from predictor.devices import get_device
@@ -232,7 +232,7 @@ class GraphPoint:
 
 
 def transient(
-    graph: OpGraph, cache_values: set[int], fused: Sequence[Sequence[int]] = ()
+    graph: OpGraph, cache_values: set[int], fused: Fusion | Sequence[Sequence[int]] = ()
 ) -> tuple[int, tuple[int, ...]]:
     """Peak and timeline of the live activations of `graph` without the KV cache: the cache inputs count 0 bytes
     (they are the resident cache, counted apart) and only the first output (the logits) is kept live to the end
@@ -417,7 +417,7 @@ class StepGraph:
         graph = report.analysis.graph
         inputs = graph.inputs
         cache = {s.value for s in inputs[1:]} if self.kind == "decode" else set()
-        peak, timeline = transient(graph, cache, fused_groups(report.analysis.kernel_view))
+        peak, timeline = transient(graph, cache, fused_groups(report.analysis.kernel_view, graph))
         kv = sum(s.tensor.nbytes for s in inputs[1:]) if self.kind == "decode" else 0
         warnings = tuple(w for w in report.warnings if not w.startswith("analysed as if computed"))
         pt = GraphPoint(report.analysis, peak, timeline, kv, warnings)

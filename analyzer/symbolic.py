@@ -15,12 +15,16 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from passes.symbolic import COUNTS, SymbolicCosts, SymbolicError, SymbolicGraph, peak_law, symbolic_costs
 
 from .errors import AnalysisError, PreflightError, UsageError
 from .frontends.loaded import LoadedModel
 from .pipeline import Report, analyze_loaded
+
+if TYPE_CHECKING:
+    from passes.memory import Fusion
 
 BATCH = "batch"
 METHOD = (
@@ -311,7 +315,7 @@ def peak_function(sm: SymbolicModel, dtype: str | None = None):
     return probe, None
 
 
-def fused_at(sm: SymbolicModel, dtype: str | None = None) -> tuple[tuple[int, ...], ...]:
+def fused_at(sm: SymbolicModel, dtype: str | None = None) -> Fusion:
     """The kernels that run several ops at once in `sm`'s graph prepared with `dtype` (`passes.analysis.fused_in`),
     as the kernel view decides them at the export's lowest batch from 2 (torch specialises 1): a structure, the same
     at every batch (the attention backend depends on the head size, dtype and lengths, not on the batch); computed

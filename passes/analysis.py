@@ -12,8 +12,8 @@ from . import features as feat
 from ._gc import gc_paused
 from .costs import OpCost, cost_of, macs_by_dtype
 from .graph import OpGraph
-from .kernels import Kernel, KernelView, Launches, kernel_view
-from .memory import MemoryProfile, liveness, repeat_weight_sizes
+from .kernels import ATTENTION_OPS, Kernel, KernelView, Launches, kernel_view
+from .memory import Fusion, MemoryProfile, liveness, repeat_weight_sizes
 
 
 @dataclass(frozen=True)
@@ -408,8 +408,10 @@ def extrapolate_steps(samples: list[tuple[int, Analysis]], steps: int, nodes: tu
     return out
 
 
-def fused_groups(view: KernelView) -> tuple[tuple[int, ...], ...]:
-    """The op indices of each kernel in `view` that eager PyTorch runs over several Relax ops without allocating
+def fused_groups(view: KernelView, graph: OpGraph) -> Fusion:
+    """What the liveness of `graph` takes from its kernel view `view` (`passes.memory.Fusion`): the attention ops
+    that are one op in the graph but run on the math backend (their scores), and as `groups` the op indices of
+    each kernel in `view` that eager PyTorch runs over several Relax ops without allocating
     what passes between them (`passes.memory.lifetimes`'s `fused`): a decomposed attention the kernel view runs as
     one flash or memory-efficient kernel (with the transposes around it), and another exporter's spelling of one
     torch op ("fused:gelu" from an ONNX file's div/erf/add/mul/mul, "fused:silu", ...: `passes.kernels`), which
@@ -418,13 +420,15 @@ def fused_groups(view: KernelView) -> tuple[tuple[int, ...], ...]:
     activations TVM's importers spell out in every graph, `.pt2` included (`_SPELLED_EVERYWHERE`): the memory
     model's terms were fitted on such traces, and on our H100 rows of LeViT and MobileNetV3 (hardswish) the
     spelled-out allocations predict the memory nvidia-smi shows better (docs/memory.md)."""
-    return tuple(
+    groups = tuple(
         k.ops
         for k in view.kernels
         if len(k.ops) > 1
         and (k.kind == "attention" or (k.kind != "gemm" and k.op.startswith("fused:")))
         and k.op not in _SPELLED_EVERYWHERE
     )
+    scores = {k.ops[-1] for k in view.kernels if k.op == "math:softmax"}
+    return Fusion(groups, tuple(sorted(i for i in scores if graph.ops[i].op in ATTENTION_OPS)))
 
 
 # what TVM's importers spell out in every graph (`passes.kernels`' module docstring: the activations, and a vector
@@ -443,9 +447,10 @@ _SPELLED_EVERYWHERE = frozenset(
 )
 
 
-def fused_in(graph: OpGraph, attention_patterns: str = "sdpa") -> tuple[tuple[int, ...], ...]:
+def fused_in(graph: OpGraph, attention_patterns: str = "sdpa") -> Fusion:
     """`fused_groups` of `graph`'s kernel view (computed here)."""
-    return fused_groups(kernel_view(graph, [cost_of(op) for op in graph.ops], attention_patterns=attention_patterns))
+    view = kernel_view(graph, [cost_of(op) for op in graph.ops], attention_patterns=attention_patterns)
+    return fused_groups(view, graph)
 
 
 @gc_paused
@@ -460,7 +465,7 @@ def analyze_graph(graph: OpGraph, *, attention_patterns: str = "sdpa") -> Analys
     ops = [cost_of(op) for op in graph.ops]
     live = [c for c in ops if not c.folded]
     view = kernel_view(graph, ops, attention_patterns=attention_patterns)  # what eager runs as one kernel
-    memory = liveness(graph, fused_groups(view))
+    memory = liveness(graph, fused_groups(view, graph))
     weights = [s for s in graph.weights if not s.scalar_const and not s.derived]  # an importer's copy: not counted
     params = sum(s.tensor.numel for s in weights)
     unsupported = Counter(c.unsupported_key for c in ops if not c.supported)

@@ -478,7 +478,7 @@ _MAX_POOLS = {"relax.nn.max_pool1d", "relax.nn.max_pool2d", "relax.nn.max_pool3d
 #: forward (`_View.live`): torch.cat and advanced indexing (never views).
 _LIVE_COPIES = {"relax.concat", *_GATHER_OPS}
 _CONVS = {"relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv3d"}
-_ATTENTION_OPS = {"relax.nn.attention", "relax.nn.attention_bias"}
+ATTENTION_OPS = frozenset({"relax.nn.attention", "relax.nn.attention_bias"})  # (B, S, H, D) in and out
 _SCALE_OPS = {"relax.multiply", "relax.divide"}
 _FILLS = {
     "relax.full",
@@ -728,6 +728,11 @@ class _View:
         # computed from it (the concat and gather of that table that follow run every forward too)
         self.live: set[int] = set()
         self.recomputed_pads: set[int] = set()  # the efficient backend's padding of a `live` mask (kernel indices)
+        # nn.MultiheadAttention fast paths that run `_native_multi_head_attention`'s branch without SDPA (its input's
+        # last dimension not of stride 1): attention op -> (the in-projection's bias add or None, the packed value)
+        self.native_math: dict[int, tuple[int | None, int]] = {}
+        # in-projections of those fast paths whose (B, T, D) input torch copies to fold it for `mm` (not contiguous)
+        self.fold_copies: set[int] = set()
         for op in self.node:
             outs = self.outputs_of.get(op.index, [])
             if not outs or not all(v in self.indep for v in outs):
@@ -885,7 +890,7 @@ class _View:
         claimed: set[int] = set()
         for op in self.node:
             att = None
-            if op.op in _ATTENTION_OPS and len(op.operands) >= 3:
+            if op.op in ATTENTION_OPS and len(op.operands) >= 3:
                 att = self.fused_op(op)
             elif op.op == "relax.nn.softmax" and op.attrs.get("axis", -1) in (-1, op.output.ndim - 1):
                 att = self.decomposed(op)
@@ -931,6 +936,8 @@ class _View:
                 break
             outs = self.outputs_of.get(op.index, [])
             if any(v in self.graph_outputs or not set(self.consumers.get(v, [])) <= covered for v in outs):
+                break
+            if self.is_packed_split(op):  # (a copy in eager: `.contiguous()`, charged by the walk)
                 break
             if self.is_view_op(op) or self.is_repeat(op):
                 nxt = op.operands[0].value
@@ -1122,15 +1129,54 @@ class _View:
             walked |= w
         return (roots.pop(), walked) if len(roots) == 1 else None
 
+    def is_packed_split(self, op: OpNode) -> bool:
+        """The squeeze that ends nn.MultiheadAttention's Python-path split of its packed in-projection.
+
+        `F._in_projection_packed` splits the (T, B, n x E) projection (n = 3: Q, K, V; n = 2: K, V of a
+        cross-attention) as `proj.unflatten(-1, (n, E)).unsqueeze(0).transpose(0, -2).squeeze(-2).contiguous()`
+        (torch/nn/functional.py): a reshape, an expand_dims at axis 0, a permute_dims that swaps axes 0 and -2,
+        and a squeeze of axis -2, then `.contiguous()`, one copy of the whole (n, T, B, E) split, after which
+        every view of Q, K and V is free. TVM's importers drop the `.contiguous()` (torch.export's clone; the ONNX
+        exporters write nothing), so the graph keeps the signature and the copy is charged at its squeeze.
+        """
+        if op.op != "relax.squeeze" or not op.operands:
+            return False
+        tr = self.op_of(op.operands[0].value)
+        if tr is None or tr.op != "relax.permute_dims" or tr.output.ndim < 4:
+            return False
+        nd = tr.output.ndim
+        swap = list(range(nd))
+        swap[0], swap[nd - 2] = nd - 2, 0
+        if [int(a) % nd for a in tr.attrs.get("axes") or []] != swap:
+            return False
+        ex = self.op_of(tr.operands[0].value)
+        if ex is None or ex.op != "relax.expand_dims" or ex.output.ndim != nd:
+            return False
+        if [int(a) % nd for a in ex.attrs.get("axis") or []] != [0]:
+            return False
+        squeezed = [int(a) % nd for a in op.attrs.get("axis") or []]
+        return squeezed == [nd - 2] and tr.output.shape[nd - 2] == 1 and tr.output.shape[0] in (2, 3)
+
     def seq_first_transpose(self, vid: int) -> OpNode | None:
         """The op that makes `vid` as a (1, 0, 2) `permute_dims` of a 3-D tensor (nn.MultiheadAttention's Python path
-        turning a (B, T, D) input into (T, B, D)), or None."""
+        turning a (B, T, D) input into (T, B, D)), or None. Also a permute_dims that keeps the input's axis 0 as the
+        batch, axis 1 of the output: the TorchScript ONNX exporter merges consecutive transposes, so a (B, D, T)
+        convolution output transposed to (B, T, D) for the attention arrives as one (2, 0, 1) permutation
+        (`batch_first_input` gives the (B, T, D) tensor it stands for)."""
         tr = self.op_of(vid)
         if tr is None or tr.op != "relax.permute_dims" or tr.operands[0].tensor.ndim != 3:
             return None
-        if [int(a) for a in tr.attrs.get("axes") or []] != [1, 0, 2]:
+        axes = [int(a) % 3 for a in tr.attrs.get("axes") or []]
+        if len(axes) != 3 or axes[1] != 0 or (axes != [1, 0, 2] and not self.exporter_spelled):
             return None
         return tr
+
+    def batch_first_input(self, tr: OpNode) -> tuple[tuple[int, ...], Strides]:
+        """(shape, strides) of the (B, T, D) input a `seq_first_transpose` transposes."""
+        t, b, d = tr.output.shape
+        axes = [int(a) % 3 for a in tr.attrs.get("axes")]
+        st = self.static_strides(tr.operands[0].value)
+        return (b, t, d), (st[axes[1]], st[axes[0]], st[axes[2]])
 
     def view_chain_down(self, vid: int) -> tuple[int, set[int]]:
         """Walk down from `vid` while its one consumer is a view op; (the last value, the op indices walked)."""
@@ -1170,6 +1216,15 @@ class _View:
         transpose of a 3-D tensor X, and whose output reaches, through views, a linear layer whose output goes
         through views back to X's shape. Every view op on the way is free (the kernels read and write contiguous
         (B, T, ...) memory). Returns (those view ops, the output value of each recognised attention block).
+
+        SDPA's fused backends need the last dimension of Q, K and V at stride 1 (sdp_utils.cpp,
+        `check_last_dim_stride_equals_1_dense`), and the CUDA kernel asks on views of X before projecting it: where
+        X's last dimension is strided (X the transpose of a convolution's (B, D, T) output, say), it runs its other
+        branch (`qkv_projection`: `matmul(x, in_proj^T)`, which copies the strided X to fold it, then `mm` without
+        the bias; `_transform_bias_rescale_qkv`; `bmm`, softmax, `bmm`; the heads merged by a copy; `addmm`). Such
+        a block is recorded in `native_math` (its attention costed as that branch), and only its Q, K, V views and
+        the views after the out-projection are free: the transpose of X and the views before the out-projection are
+        walked as they are (the copies fall out of the layouts).
         """
         free: set[int] = set()
         found: list[int] = []
@@ -1197,7 +1252,7 @@ class _View:
             tr = self.seq_first_transpose(m_in.operands[0].value)
             if tr is None:
                 continue
-            x = tr.operands[0].value
+            x_shape, x_strides = self.batch_first_input(tr)
             end, down = self.view_chain_down(att.out_value)
             m_out = next((self.node[c] for c in self.consumers.get(end, []) if self.node[c].op == "relax.matmul"), None)
             if (
@@ -1209,11 +1264,33 @@ class _View:
             bias = next((c for c, p in fused_into.items() if p == m_out.index), None)
             out = self.outputs_of[bias if bias is not None else m_out.index][0]
             y, after = self.view_chain_down(out)
-            if self.info[y].shape != self.info[x].shape:
+            if self.info[y].shape != x_shape:
                 continue
-            free |= walked | down | after | {tr.index}
+            bias_in = next((c for c, p in fused_into.items() if p == m_in.index), None)
+            if not is_contiguous(x_shape, x_strides):  # `matmul` folds X for `mm` with a copy
+                self.fold_copies.add(m_in.index)
+            if x_strides[-1] != 1:
+                self.native_math[att.anchor] = (bias_in, packed)
+                free |= walked | after | {tr.index}
+            else:
+                free |= walked | down | after | {tr.index}
             found.append(y)
         return free, found
+
+    def static_strides(self, vid: int) -> Strides:
+        """The strides the view ops above `vid` give it, from the contiguous output of the kernel they start at (the
+        layout before the walk; a copying view starts afresh)."""
+        root, walked = self.view_root(vid)
+        known = {root: contiguous_strides(self.info[root].shape)}
+
+        def strides(v: int) -> Strides:
+            return known.get(v) or contiguous_strides(self.info[v].shape)
+
+        for i in sorted(walked):
+            outs = self.outputs_of.get(i, [])
+            new = self.view_layout(self.node[i], strides) or [contiguous_strides(self.info[v].shape) for v in outs]
+            known.update(zip(outs, new, strict=False))
+        return strides(vid)
 
     def mha_weights_paths(self, roles: list[str], fused_into: dict[int, int]):
         """nn.MultiheadAttention's fast path where it returns attention weights (`mha(x, x, x)`'s default).
@@ -1263,8 +1340,8 @@ class _View:
             tr = self.seq_first_transpose(m_in.operands[0].value)
             if tr is None:
                 continue
-            x = tr.operands[0].value
-            b, _, d = self.info[x].shape
+            x_shape, x_strides = self.batch_first_input(tr)
+            b, _, d = x_shape
             bh, _, dh = self.info[q_in[0]].shape
             if self.info[packed].shape[-1] != 3 * d or bh % b or (bh // b) % 2 or (bh // b) * dh != d:
                 continue
@@ -1274,7 +1351,7 @@ class _View:
                 continue
             out_bias = next((c for c, p in fused_into.items() if p == m_out), None)
             y, after = self.view_chain_down(self.outputs_of[out_bias if out_bias is not None else m_out][0])
-            if self.info[y].shape != self.info[x].shape:
+            if self.info[y].shape != x_shape:
                 continue
             found_means: set[int] = set()
             for c in users - {m2.index}:  # the attention weights: (B * H, T, S) -> (B, H, T, S) -> mean over heads
@@ -1287,6 +1364,8 @@ class _View:
             else:
                 free |= walked | after | {tr.index}
                 transforms[mul.index] = (bias, packed, q_in[0])
+                if not is_contiguous(x_shape, x_strides):  # `qkv_projection`'s matmul folds X with a copy
+                    self.fold_copies.add(m_in.index)
                 means |= found_means
         return free, transforms, means
 
@@ -1432,6 +1511,10 @@ class _View:
 
         # nn.MultiheadAttention's and nn.TransformerEncoderLayer's fast paths, as eager torch takes them
         fast_views, blocks = self.mha_fast_paths(list(anchor_of.values()), backend, fused_into)
+        for anchor, (bias, _) in self.native_math.items():
+            backend[anchor] = "math"  # the branch without SDPA: bmm, softmax, bmm
+            if bias is not None:  # the in-projection's bias joins `_transform_bias_rescale_qkv`
+                del fused_into[bias]
         for y in blocks:
             ffn = self.encoder_ffn(y, roles, fused_into)
             if ffn is not None:
@@ -1443,6 +1526,10 @@ class _View:
         fast_views |= weight_views
         for bias, _, _ in transforms.values():  # the bias joins `_transform_bias_rescale_qkv`, not the GEMM
             del fused_into[bias]
+        for m in self.fold_copies:  # `linear` on a non-contiguous input (SDPA's branch): matmul, then `add_(bias)`
+            for c in [c for c, p in fused_into.items() if p == m and self.node[c].op == "relax.add"]:
+                del fused_into[c]
+                roles[c] = "kernel"
 
         # recurrent layers: one pointwise kernel per step for the gates (cuDNN's standard RNN algorithm)
         rnn_groups = self.recurrences(roles, fused_into)
@@ -1616,6 +1703,13 @@ class _View:
             if role == "kernel" and not op.outputs:  # shape_of and friends: host-side metadata, no kernel
                 roles[i] = "view"
                 continue
+            if role == "kernel" and self.is_packed_split(op):  # the Python path's `.contiguous()` of the split
+                new = self.view_layout(op, strides)
+                if new is not None and not is_contiguous(op.output.shape, new[0]):
+                    roles[i] = "copy"
+                    copy(op.operands[0].value, op, op.output.shape)
+                    layout[outs[0]] = contiguous_strides(op.output.shape)
+                    continue
             if role == "kernel" and self.is_view_op(op):
                 new = self.view_layout(op, strides)
                 if (
@@ -1654,6 +1748,9 @@ class _View:
                 self.einsum_copies(op, strides, copy)
             elif op.op == "relax.matmul" and len(op.operands) == 2:
                 a = op.operands[0]
+                if i in self.fold_copies:  # (an nn.MultiheadAttention fast path's strided input, `mha_fast_paths`)
+                    copy(a.value, op)
+                    copied(a.value)
                 if (
                     i not in rnn_input_gemms
                     and a.tensor.ndim >= 3
@@ -2890,8 +2987,20 @@ class _View:
                 layout[out_vid] = (s * h * dv, dv, h * dv, 1)
             return
         # math backend: the separate kernels of `_scaled_dot_product_attention_math`
-        scores = int(bh * att.s * att.t * size)
         idx = (op.index,)
+        if op.index in self.native_math:  # `_native_multi_head_attention` without SDPA (`mha_fast_paths`)
+            bias, packed = self.native_math[op.index]
+            covered = idx if bias is None else (bias, op.index)
+            bias_bytes = (
+                0 if bias is None else sum(o.tensor.nbytes for o in self.node[bias].operands if o.value in self.indep)
+            )
+            numel = self.info[packed].numel
+            read = self.info[packed].nbytes + bias_bytes
+            qkv = q_bytes + k_bytes + v_bytes
+            tbrq = "fused:transform_bias_rescale_qkv"  # adds the bias, scales Q, writes Q, K, V as (B, H, T, Dh)
+            emit("elementwise", tbrq, covered, numel + numel // 3, read, qkv, att.dtype, {"numel": numel})
+            self.emit_scores(att, idx, emit, q_bytes, k_bytes, v_bytes, o_bytes, mask_bytes, layout, out_vid)
+            return
         if att.h_kv != att.h:  # repeat_interleave of K and V to the query heads
             for kv in (k_bytes, v_bytes):
                 full = kv * att.h // att.h_kv
@@ -2917,6 +3026,14 @@ class _View:
             att.dtype,
             {"numel": bh * att.t * att.d},
         )
+        self.emit_scores(att, idx, emit, q_bytes, k_bytes, v_bytes, o_bytes, mask_bytes, layout, out_vid)
+
+    def emit_scores(self, att: _Attention, idx, emit, q_bytes, k_bytes, v_bytes, o_bytes, mask_bytes, layout, out_vid):
+        """The math backend's score kernels after Q and K are scaled: Q K^T as a bmm, the mask added, softmax, the
+        probabilities times V as a bmm (bytes as the operands are: Q, K, V, the output; the mask as read)."""
+        size = dtype_bytes(att.dtype)
+        bh = att.b * att.h
+        scores = int(bh * att.s * att.t * size)
         gemm = {"b": bh, "m": att.s, "n": att.t, "k": att.d}
         emit("gemm", "math:matmul_qk", idx, 2 * bh * att.s * att.t * att.d, q_bytes + k_bytes, scores, att.dtype, gemm)
         if att.mask is not None or att.causal:

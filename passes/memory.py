@@ -21,9 +21,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .graph import OpGraph
+from .graph import OpGraph, TensorInfo
 
 VIEW_OPS = frozenset({"relax.reshape", "relax.squeeze", "relax.expand_dims", "relax.flatten", "relax.nn.batch_flatten"})
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How eager PyTorch runs the graph's ops as kernels, as far as allocations go (`passes.analysis.fused_groups`).
+
+    `groups`: the op indices of each kernel that runs several ops at once (module docstring). `scores`: attention
+    ops that are one op in the graph (torch.export's SDPA) but run on the math backend
+    (`_scaled_dot_product_attention_math`, or nn.MultiheadAttention's fast path without SDPA): eager writes their
+    (B, H, S, T) scores, then the probabilities, both live while the softmax runs, which the graph holds no value
+    for; the O(S x D) copies around them (the scaled Q and K, or the fast path's Q, K and V) are left out."""
+
+    groups: tuple[tuple[int, ...], ...] = ()
+    scores: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -45,15 +59,17 @@ class MemoryProfile:
 
 
 def lifetimes(
-    graph: OpGraph, fused: Sequence[Sequence[int]] = ()
+    graph: OpGraph, fused: Fusion | Sequence[Sequence[int]] = ()
 ) -> tuple[dict[int, tuple], dict[int, int], dict[int, int]]:
     """The allocations of `graph`'s activations: (storage id -> the `TensorInfo`s it holds, birth op, last op).
 
-    A storage lives while ops birth..last run (`last` = len(graph.ops) for a graph output). `fused`: op indices
-    of each kernel that runs several ops at once (module docstring): a storage such a group's ops alone produce
-    and read is not allocated, and every other storage its ops read lives until the group's last op. Only the
-    structure is read (which op produces and reads what, views, folded ops), never a size: the same lifetimes hold
-    for a symbolic graph at every point (`passes.symbolic.peak_law`)."""
+    A storage lives while ops birth..last run (`last` = len(graph.ops) for a graph output). `fused`: a `Fusion`,
+    or only its groups, the op indices of each kernel that runs several ops at once (module docstring): a storage
+    such a group's ops alone produce and read is not allocated, and every other storage its ops read lives until
+    the group's last op; a math-backend attention op's scores and probabilities are a storage of that op alone
+    (id -1 - op index). Only the structure is read (which op produces and reads what, views, folded ops), never a
+    size: the same lifetimes hold for a symbolic graph at every point (`passes.symbolic.peak_law`)."""
+    groups, scores = (fused.groups, fused.scores) if isinstance(fused, Fusion) else (fused, ())
     n = len(graph.ops)
     storage: dict[int, int] = {}  # value id -> storage id (the value that owns the allocation)
     tensors: dict[int, tuple] = {}  # storage id -> its tensors
@@ -100,9 +116,14 @@ def lifetimes(
         sid = storage.get(vid)
         if sid is not None:
             last[sid] = n
-    if fused:
+    if groups:
         kept = {s.value for s in graph.inputs} | {storage[v] for _, v in graph.outputs if v in storage}
-        _fuse(fused, tensors, birth, last, readers, kept)
+        _fuse(groups, tensors, birth, last, readers, kept)
+    for i in scores:  # (B, S, H, D) query, (B, T, H_kv, D) key: the scores and the probabilities, (B, H, S, T) each
+        q, k = graph.ops[i].operands[0].tensor, graph.ops[i].operands[1].tensor
+        b, s, h, _ = q.shape
+        bhst = TensorInfo((b, h, s, k.shape[1]), q.dtype)
+        tensors[-1 - i], birth[-1 - i], last[-1 - i] = (bhst, bhst), i, i
     return tensors, birth, last
 
 
@@ -120,7 +141,7 @@ def _fuse(fused, tensors: dict, birth: dict, last: dict, readers: dict, kept: se
             last[sid] = max(last[sid], end[g])
 
 
-def liveness(graph: OpGraph, fused: Sequence[Sequence[int]] = ()) -> MemoryProfile:
+def liveness(graph: OpGraph, fused: Fusion | Sequence[Sequence[int]] = ()) -> MemoryProfile:
     """Peak activation memory of `graph` by liveness over its execution order (`fused`: see `lifetimes`)."""
     n = len(graph.ops)
     tensors, birth, last = lifetimes(graph, fused)

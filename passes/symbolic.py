@@ -25,8 +25,12 @@ import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from .graph import Operand, OpGraph, OpNode, SourceValue, TensorInfo
+
+if TYPE_CHECKING:
+    from .memory import Fusion
 
 MAX_DEGREE = 4  # the highest degree fitted; each fit is checked at every remaining sample point (>= 2)
 MAX_SYMBOL_VALUE = 2**31  # the largest value a symbol is evaluated at
@@ -545,7 +549,7 @@ class PeakLaw:
         return "max(" + ", ".join(str(p) for p in self.candidates) + ")"
 
 
-def peak_law(sym: SymbolicGraph, graph: OpGraph | None = None, fused: Sequence[Sequence[int]] = ()) -> PeakLaw:
+def peak_law(sym: SymbolicGraph, graph: OpGraph | None = None, fused: Fusion | Sequence[Sequence[int]] = ()) -> PeakLaw:
     """The liveness pass (`passes.memory.liveness`) in closed form: the same lifetimes (they depend on the graph's
     structure only), each allocation's bytes an exact polynomial of the symbols, the live bytes at each op their
     sum. `graph`: `sym.graph` as the pipeline prepares it (dtype retargeting; shapes, ops and indices unchanged),

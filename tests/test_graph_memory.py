@@ -140,7 +140,7 @@ def test_a_fused_attention_allocates_no_scores():
     ]
     assert analysis.totals.peak_activation_bytes == 262_144
     assert analysis.memory.blocks == ((-1, 4, 65_536), (-1, 4, 65_536), (-1, 4, 65_536), (4, 5, 65_536))
-    assert fused_in(graph, "all") == ((0, 1, 2, 3, 4),)  # the same without the analysis
+    assert fused_in(graph, "all").groups == ((0, 1, 2, 3, 4),)  # the same without the analysis
     assert liveness(graph, fused_in(graph, "all")).peak_bytes == 262_144
 
 
@@ -156,6 +156,31 @@ def test_the_math_backend_allocates_the_scores():
         ("gemm", (4,)),
     ]
     assert analysis.totals.peak_activation_bytes == liveness(graph).peak_bytes == 2_121_728
+
+
+def test_a_math_backend_attention_op_allocates_its_scores():
+    """One SDPA op (as torch.export's graphs hold it) that runs on the math backend writes its (B, H, S, T) scores and
+    then the probabilities, which the graph holds no value for (`passes.memory.Fusion.scores`)."""
+    # q, k, v (B, S, H, D) = (1, 256, 4, 6) float32: 24,576 B each, the output too; d = 6: the math backend
+    q, k, v = (relax.Var(n, relax.TensorType([1, 256, 4, 6], "float32")) for n in "qkv")
+    bb = relax.BlockBuilder()
+    with bb.function("main", [q, k, v]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.attention(q, k, v))
+        bb.emit_func_output(out)
+    graph = tvm_ir.extract(bb.get())
+    analysis = analyze_graph(graph)
+    assert [k.op for k in analysis.kernels] == [
+        "math:scale_q",
+        "math:scale_k",
+        "math:matmul_qk",
+        "math:softmax",
+        "math:matmul_pv",
+    ]
+    assert liveness(graph).peak_bytes == 4 * 24_576  # the graph alone: q, k, v and the output
+    # with the scores and the probabilities, 1 * 4 * 256 * 256 * 4 = 1,048,576 B each, live at the op
+    assert analysis.totals.peak_activation_bytes == 4 * 24_576 + 2 * 1_048_576 == 2_195_456
+    assert fused_in(graph).scores == (0,)
 
 
 def test_dynamic_shape_is_reported_not_guessed():

@@ -17,10 +17,11 @@ two kernels.
 Attention a model writes out (T5, LeViT, Hugging Face's `attn_implementation="eager"`) runs as separate kernels in
 eager PyTorch; torch's ONNX exporters keep it as written and spell SDPA with Q and K^T each scaled, so for files whose
 producer is PyTorch only that spelling is fused (`analyzer.pipeline.attention_patterns`, ATTENTION_BLOCKS below; other
-producers' files fuse every pattern). Not included, with the reason (measured on the 2-core dev machine, h100-80gb,
-batch 2): a `batch_first=False` nn.TransformerEncoder runs the Python path in eager PyTorch too, whose
-`.contiguous()` copy of the split projection the ONNX graph does not have (24 kernels / 0.435 ms as a module, 22 /
-0.402 ms as ONNX, the trace 24).
+producers' files fuse every pattern). A sequence-first (`batch_first=False`) nn.MultiheadAttention runs its Python
+path in eager PyTorch, whose `.contiguous()` copy of the split in-projection neither graph holds (torch.export's clone
+is dropped by TVM's importer, the ONNX exporters write none): the kernel view charges it where the split's signature
+is (`_View.is_packed_split`). Before, the two-layer encoder was 24 kernels / 1,381,888 B as a module and 22 /
+1,316,352 B / 0.379 ms (-8%) as ONNX, the trace 24 / 1,515,040 B; now 24 / 1,512,960 B on every route.
 """
 
 from __future__ import annotations
@@ -94,6 +95,55 @@ def _multihead_attention() -> tuple[torch.nn.Module, tuple]:
     return _SelfAttention().eval(), (torch.randn(2, 32, 64),)
 
 
+class _SeqFirstAttention(torch.nn.Module):
+    """nn.MultiheadAttention as a sequence-first (T, B, D) self-attention: no fast path, the Python path."""
+
+    def __init__(self):
+        super().__init__()
+        self.mha = torch.nn.MultiheadAttention(64, 4)
+
+    def forward(self, x):
+        return self.mha(x, x, x, need_weights=False)[0]
+
+
+def _seq_first_attention() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    return _SeqFirstAttention().eval(), (torch.randn(32, 2, 64),)
+
+
+class _ConvThenAttention(torch.nn.Module):
+    """A Conv1d front end whose (B, D, T) output is transposed to (B, T, D) for a batch-first self-attention (a
+    speech encoder's shape): the attention's input has its last dimension strided, so SDPA's fused backends refuse
+    the CUDA fast path's views of it and `_native_multi_head_attention` runs its branch without SDPA (bmm, softmax,
+    bmm), copying the input to project it. Before, the `.pt2` was costed as the SDPA branch (5 kernels) and the ONNX
+    file (whose exporter merges the two transposes into one) as the Python path (8): the trace runs 10 (12 with the
+    weights), every route now the same, byte for byte."""
+
+    def __init__(self, weights: bool):
+        super().__init__()
+        self.weights = weights
+        self.conv = torch.nn.Conv1d(16, 64, 3, padding=1)
+        self.mha = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+
+    def forward(self, x):
+        h = self.conv(x).transpose(1, 2)
+        return self.mha(h, h, h) if self.weights else self.mha(h, h, h, need_weights=False)[0]
+
+
+def _conv_then_attention(weights: bool):
+    def build() -> tuple[torch.nn.Module, tuple]:
+        torch.manual_seed(0)
+        return _ConvThenAttention(weights).eval(), (torch.randn(2, 16, 32),)
+
+    return build
+
+
+def _seq_first_encoder() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128)  # sequence-first: the Python path in eager too
+    return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval(), (torch.randn(32, 2, 64),)
+
+
 class _WithWeights(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -120,6 +170,11 @@ NN_LAYERS = {
     "transformer_encoder": (_transformer_encoder, TORCHSCRIPT),
     "multihead_attention": (_multihead_attention, TORCHSCRIPT),
     "multihead_attention_weights": (_multihead_attention_weights, TORCHSCRIPT),
+    # the Python path: in-projection, the split's `.contiguous()` copy, SDPA, the heads merged by a copy, out-projection
+    "seq_first_attention": (_seq_first_attention, TORCHSCRIPT),
+    "seq_first_encoder": (_seq_first_encoder, TORCHSCRIPT),
+    "conv_attention": (_conv_then_attention(False), TORCHSCRIPT),
+    "conv_attention_weights": (_conv_then_attention(True), TORCHSCRIPT),
     # (the TorchScript exporter cannot export it: the decoder passes a tensor as SDPA's is_causal)
     "transformer_decoder_layer": (_transformer_decoder_layer, DYNAMO),
 }
@@ -169,12 +224,14 @@ ATTENTION_BLOCKS = {
     # alone, the layer exports with the dynamo exporter only (TorchScript: "is_causal must be bool, not Tensor")
     "transformer_encoder_layer": (_encoder_layer, DYNAMO),
 }
-# The decoder layer: 21 kernels / 1,061,120 B on every route, the trace 20 / 1,046,304 B. Eager CUDA runs 22: its
-# cross-attention projects the transposed query and memory with `linear` on a non-contiguous input (matmul folds it
-# with a copy, mm, then `add_(bias)`: 3 kernels each, as the kernel view has them; under the trace's dispatch mode
-# matmul takes its tensor-subclass branch, bmm + add, one fewer each), and copies its packed key/value projection
-# (`.contiguous()`, which TVM's import drops: the kernel view has one copy fewer).
-TRACE_BYTES_TOL: dict[str, float] = {}
+# What eager CUDA runs beyond the inference trace: {name: (kernels, bytes)}. The decoder layer's cross-attention
+# projects the transposed query and memory with `linear` on a non-contiguous input: matmul folds it with a copy, `mm`,
+# then `add_(bias)` (3 kernels each, as the kernel view has them; checked with torch.profiler on eager PyTorch: the
+# weight requires grad, so `should_fold` folds); under the trace's dispatch mode matmul takes its tensor-subclass
+# branch, bmm + add without the copy: 2 copies (2 x 16,384 B of the query, 2 x 8,192 B of the memory) fewer. Every
+# route: 22 kernels / 1,093,888 B, eager CUDA's 22, the trace 20 / 1,046,304 B (21 / 1,061,120 B before the packed
+# key/value projection's `.contiguous()` copy was charged).
+TRACE_MISSES = {"transformer_decoder_layer": (2, 49_152)}
 # More zoo families that agree exactly on every route in bench/bench_routes.py (same count as the eager dispatch trace;
 # the specs and the exporter are the bench's): recommendation, speech, grouped convolutions, a ViT variant, a GRU.
 MORE_FAMILIES = {
@@ -323,12 +380,27 @@ def test_one_model_one_peak(name):
     EfficientNet, ConvNeXt). What is left is what the graphs hold apart from that, at most 3%: the largest, bert_tiny
     and roberta_tiny (2 x 16,384 B: two (1, 1, 128, 128) bool masks torch.export materialises for an all-visible
     mask) and vit_tiny (2 x 38,809 B: the same for 197 tokens), are in the module's graph only; the recurrences'
-    graphs differ by a few small state tensors (gru_bidir: 2,048 of 67,584 B, within 4 KiB)."""
+    graphs differ by a few small state tensors (gru_bidir: 2,048 of 67,584 B, within 4 KiB). conv_attention's ONNX
+    peak is its own (PEAK_APART)."""
     reports = _routes(name)
     peaks = {route: rep.analysis.totals.peak_activation_bytes for route, rep in reports.items()}
     assert peaks["pt2"] == peaks["module"]
     base = _base(reports, "onnx").analysis.totals.peak_activation_bytes
+    if name in PEAK_APART:
+        assert base == PEAK_APART[name] and peaks["onnx"] < base, peaks
+        return
     assert abs(peaks["onnx"] - base) <= max(0.03 * base, 4096), peaks
+
+
+# The attention after a convolution runs nn.MultiheadAttention's branch without SDPA (`_View.native_math`): the
+# module and `.pt2` graphs hold it as one SDPA op, whose scores and probabilities the liveness allocates at that op
+# (`passes.memory.Fusion.scores`; by hand at 32 positions: the packed projection 2 x 32 x 192 x 4 = 49,152 B and the
+# output 16,384 B live across the op, the scores and probabilities 2 x 32,768 B: 131,072 B), the ONNX graph spells
+# the branch out and frees Q and K after the first matmul and the convolution's output after the in-projection
+# (98,312 B), where eager's C++ keeps them to the end of the call. The difference grows with the positions and the
+# scores with their square: 786,432 B of 17.8 MiB (4.6%) at 512 positions (measured on the routes as here).
+# {name: the module's and `.pt2`'s peak, by hand}
+PEAK_APART = {"conv_attention": 131_072}
 
 
 @pytest.mark.parametrize("name", list(RECOMPUTED))
@@ -692,17 +764,29 @@ def test_the_in_place_alias_steps_normalise():
 def test_nn_layers_launch_what_eager_pytorch_launches(name):
     """The kernel count of every route within 10% of the eager inference-mode dispatch trace (the oracle), bytes
     within 2%: eager PyTorch runs the fast paths, whatever the file (measured: 18 kernels for the two-layer encoder,
-    3 for the attention, 9 for the attention returning its weights, on every route and in the trace; the
+    3 for the attention, 9 for the attention returning its weights, 5 for the sequence-first attention and 24 for the
+    sequence-first encoder, 10 and 12 for the attention after a convolution, on every route and in the trace; the
     ATTENTION_BLOCKS: 10 for the written-out attention, 3 for the SDPA ones, 9 for the encoder layer; the decoder
-    layer 21 on every route, 20 in the trace, 22 in eager CUDA: see TRACE_BYTES_TOL)."""
+    layer 22 on every route and in eager CUDA, 20 in the trace: see TRACE_MISSES)."""
     from kernel_trace import trace_kernels
 
     module, inputs = ARCHS[name][0]()
     trace = trace_kernels(module, inputs, inference=True)
     for route, rep in _routes(name).items():
         kernels = rep.analysis.kernels
-        assert abs(len(kernels) / trace.count - 1) <= 0.10, (route, len(kernels), trace.count)
-        assert abs(sum(k.bytes for k in kernels) / trace.bytes - 1) <= TRACE_BYTES_TOL.get(name, 0.02), route
+        extra, extra_bytes = TRACE_MISSES.get(name, (0, 0))
+        assert abs((len(kernels) - extra) / trace.count - 1) <= 0.10, (route, len(kernels), trace.count)
+        assert abs((sum(k.bytes for k in kernels) - extra_bytes) / trace.bytes - 1) <= 0.02, route
+
+
+def test_the_python_path_copies_the_split_in_projection_once():
+    """`F._in_projection_packed`'s `.contiguous()`: one copy of the whole (3, T, B, E) split, by hand 3 x 32 x 2 x 64
+    x 4 B = 49,152 B read and written, then Q, K and V are views; the merged heads are copied once more (T, B, E:
+    16,384 B). Before, the `.pt2` copied Q alone (16,384 B, its K and V views absorbed by the attention) and the ONNX
+    file nothing."""
+    for route, rep in _routes("seq_first_attention").items():
+        kinds = [(k.kind, k.bytes_read, k.bytes_written) for k in rep.analysis.kernels if k.kind != "gemm"]
+        assert kinds == [("copy", 49_152, 49_152), ("attention", 49_152, 16_384), ("copy", 16_384, 16_384)], route
 
 
 def test_folded_batch_norm_is_a_different_program(tmp_path):

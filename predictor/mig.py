@@ -316,6 +316,7 @@ def recommend(
     headroom: float = HEADROOM,
     full_gpu_latency_ms: float | None = None,
     max_slowdown: float | None = None,
+    bound: str = "predicted upper bound",
 ) -> MigRecommendation:
     """Pick the smallest MIG profile of `device` for a model.
 
@@ -327,6 +328,7 @@ def recommend(
         headroom: fraction added to `memory_mb_high` before comparing with a profile's usable memory.
         full_gpu_latency_ms: the predicted latency on the whole GPU (gives each slice's slowdown).
         max_slowdown: also find the smallest fitting profile at most this many times slower than the whole GPU.
+        bound: what `memory_mb_high` is, as the reason names it.
     """
     if not device.mig:
         return MigRecommendation(None, f"{device.key} does not support MIG", {})
@@ -371,7 +373,7 @@ def recommend(
         lead = f"{chosen.name} is the smallest profile whose" if len(device.mig) > 1 else f"{chosen.name}: its"
         reason = (
             f"{lead} usable {chosen.memory_mib:,.0f} MiB holds the "
-            f"predicted upper bound {memory_mb_high:,.0f} MiB + {headroom:.0%} headroom ({need:,.0f} MiB)" + derived
+            f"{bound} {memory_mb_high:,.0f} MiB + {headroom:.0%} headroom ({need:,.0f} MiB)" + derived
         )
         if latency_slo_ms is not None:
             reason += (

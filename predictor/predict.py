@@ -839,6 +839,10 @@ def predict(
             latency_slo_ms=latency_slo_ms,
             full_gpu_latency_ms=full_ms,
             max_slowdown=max_slowdown,
+            # (below the interval's top: the allocator gives its cached blocks back where memory is short)
+            bound="predicted upper bound"
+            if memory_high >= m_hi
+            else "upper bound of what it runs in (cached blocks given back):",
         )
 
     rec = decide(m_fit)

@@ -250,6 +250,8 @@ def test_predict_decides_the_mig_fit_on_the_least_reserve():
     assert p.memory_mib_interval[1] - p.memory_fit_mib == pytest.approx(15.0, abs=1e-9)
     assert p.to_json()["memory_fit_mib"] == p.memory_fit_mib
     assert f"{p.memory_fit_mib:,.0f} MiB + 5% headroom" in p.mig.reason
+    # the reason names the figure as what it is, not as the interval's top (15 MiB above it)
+    assert f"upper bound of what it runs in (cached blocks given back): {p.memory_fit_mib:,.0f} MiB" in p.mig.reason
     assert "memory_fit_mib" not in " ".join(warnings)  # 1g.10gb either way: nothing to say
     # X 5,000 MiB then Y 5,400 MiB: with room 5,000 + 5,400 = 10,400 MiB of activations, at least 5,400 (X's segment
     # given back for Y): the upper bounds differ by (10,400 - 5,400) x 1.25 = 6,250 MiB, and the decision with them.
@@ -270,3 +272,4 @@ def test_predict_decides_the_mig_fit_on_the_least_reserve():
     # the model's own trace gives nothing back: the fit figure is the interval's top
     own, _ = predict(analysis, "h100-80gb")
     assert own.memory_fit_mib == own.memory_mib_interval[1]
+    assert f"predicted upper bound {own.memory_fit_mib:,.0f} MiB" in own.mig.reason

@@ -73,6 +73,23 @@ def test_peak_law_of_small_modules_by_hand():
     assert str(peak_law(sm.graph)) == "16,384 x batch"
 
 
+def test_peak_law_holds_a_math_backend_attentions_scores():
+    """SDPA at head dim 6 (float32: the math backend) is one op in the graph; eager writes its scores and
+    probabilities (`passes.memory.Fusion.scores`), and the law has them as a polynomial of the batch too."""
+
+    class Sdpa(torch.nn.Module):
+        def forward(self, q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    sm = load_symbolic(Sdpa(), tuple(torch.empty(2, 4, 64, 6, device="meta") for _ in range(3)))
+    peak_at, law = peak_function(sm, None)
+    # per sample: q, k, v and the output 4 x (4 heads x 64 x 6 x 4 B) = 24,576 B; the scores and the probabilities
+    # 2 x (4 x 64 x 64 x 4 B) = 131,072 B
+    assert str(law) == "155,648 x batch"
+    for b in (3, 13):
+        assert peak_at(b) == analyze_at(sm, b).analysis.totals.peak_activation_bytes == 155_648 * b
+
+
 @pytest.mark.parametrize("dtype", [None, "float16"])
 def test_peak_law_equals_the_liveness_pass_at_each_point(dtype):
     sm = load_symbolic("zoo:resnet18?resolution=64")

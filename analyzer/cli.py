@@ -775,9 +775,15 @@ def report(
     if sweep and sys.stderr.isatty():
         with click.progressbar(length=len(sweep), label="batch sweep", file=sys.stderr) as bar:
             rep = run(model, progress=bar.update, **args)
-    elif sweep:  # no bar where nobody watches it redraw (a log, CI): one line saying what runs
-        _info(f"batch sweep: {len(sweep)} batch sizes ({', '.join(map(str, sweep))})")
-        rep = run(model, **args)
+    elif sweep:  # no bar where nobody watches it redraw (a log, CI): one line saying what runs, once it runs
+        said: list[bool] = []  # (not before: a model that fails to load says its error alone)
+
+        def announce(_: int) -> None:
+            if not said:
+                said.append(True)
+                _info(f"batch sweep: {len(sweep)} batch sizes ({', '.join(map(str, sweep))})")
+
+        rep = run(model, progress=announce, **args)
     else:
         rep = run(model, **args)
     for w in rep.warnings:  # also in the report; said here so that a choice made for the user is seen

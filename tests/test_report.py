@@ -200,6 +200,7 @@ def test_report_json_file_and_cli(tmp_path, schema):
         ],
     )
     assert res.exit_code == 0, res.output
+    assert "batch sweep: 2 batch sizes (1, 4)" in res.output  # (stderr is no terminal here: one line, no bar)
     doc = json.loads(out.read_text())
     jsonschema.validate(doc, schema)
     assert doc["sweep"]["batches"] == [1, 4]
@@ -221,6 +222,16 @@ def test_report_cli_usage_errors(tmp_path, args, message):
     )
     assert res.exit_code == 2
     assert message in res.output and "Traceback" not in res.output
+
+
+def test_report_says_its_error_alone_when_the_model_fails_to_load(tmp_path):
+    """The batch sweep is announced once it runs, not before a model that does not load."""
+    res = CliRunner().invoke(
+        cli, ["report", "zoo:resnet18", "--batches", "1,2", "--input", "x:1x3x7", "-o", str(tmp_path / "r.json")]
+    )
+    assert res.exit_code == 2
+    assert res.output.startswith("error: zoo models take their shapes from parameters"), res.output
+    assert "batch sweep" not in res.output
 
 
 # ---- the budget gate -----------------------------------------------------------------------------

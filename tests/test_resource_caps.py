@@ -311,7 +311,7 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 def _one_line_exit_3(p: subprocess.CompletedProcess) -> str:
     assert p.returncode == 3, (p.returncode, p.stderr)
     assert p.stdout == "" and "Traceback" not in p.stderr
-    # (`report` announces its batch sweep first where the imports finish inside the budget, as on a fast host)
+    # (`report` announces its batch sweep once its first batch is done, where that finishes inside the budget)
     lines = [line for line in p.stderr.strip().splitlines() if not line.startswith("batch sweep: ")]
     assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
     return lines[0]

@@ -231,7 +231,8 @@ def _sweep_section(report) -> Section:
                 ),
             )
         )
-        limits = [(q.name, q.memory_mib) for q in order] + [("full GPU", float(device.memory_mib))]
+        limits = [(q.name, q.memory_mib) for q in order]
+        limits.append(("the slice" if device.parent else "full GPU", float(device.memory_mib)))
         key = dev["device"]
         sec.blocks.append(
             Figure(

@@ -166,8 +166,11 @@ def _solve_device(
         return p["fits_full_gpu"] if name is None else p["fits"][name]
 
     dev = get_device(device)
-    limits: dict[str | None, float] = {p.name: p.memory_mib for p in dev.mig}
-    limits[None] = dev.memory_mib  # the whole GPU
+    if dev.parent is not None:  # a slice as the target: its profile (as its points have it), and the slice itself
+        limits: dict[str | None, float] = {dev.key.split(":", 1)[1]: dev.memory_mib}
+    else:
+        limits = {p.name: p.memory_mib for p in dev.mig}
+    limits[None] = dev.memory_mib  # the whole GPU (or the slice)
     answers: dict[str | None, int | None] = {}
     for name, limit in limits.items():
         if not fits_at(lo_range, name):
@@ -212,6 +215,8 @@ def _solve_by_formula(sm, reuse: dict, index: int, points: list[dict], latency_s
         return None
     one = next((p for p in points if p["batch"] == 1), None)
     per_profile = {n: b if b is not None or one is None or not one["fits"][n] else 1 for n, b in lb.per_profile.items()}
+    if not lb.whole_gpu:  # a slice as the target: the sweep's "full GPU" is the slice itself (`_solve_device`)
+        return per_profile, next(iter(per_profile.values()))
     full = lb.full_gpu if lb.full_gpu is not None or one is None or not one["fits_full_gpu"] else 1
     return per_profile, full
 

@@ -245,7 +245,8 @@ def test_report_sweep_solves_by_the_formula_as_probing_does(monkeypatch):
     from analyzer import sweep
     from analyzer.pipeline import analyze_model, predict_all
 
-    model, devices = "zoo:resnet18?resolution=64", ["a100-40gb", "h100-80gb"]
+    # (a slice as the target: its "full GPU" row is the slice itself, solved as its profile is, not batch 1)
+    model, devices = "zoo:resnet18?resolution=64", ["a100-40gb", "h100-80gb", "h100-80gb:2g.20gb"]
     rep = predict_all(analyze_model(model, batch=1), devices)
     calls = []
     by_formula = sweep._solve_by_formula
@@ -258,13 +259,15 @@ def test_report_sweep_solves_by_the_formula_as_probing_does(monkeypatch):
     monkeypatch.setattr(sweep, "_solve_by_formula", counted)
     kw = dict(inputs=None, batches=[1, 2, 4], devices=devices, latency_slo_ms=None, strict=False, reuse={1: rep})
     fast, _ = sweep.run_sweep(model, None, **kw)
-    assert calls == [True, True]
+    assert calls == [True, True, True]
     monkeypatch.setattr(sweep, "_solve_by_formula", lambda *a, **k: None)
     slow, _ = sweep.run_sweep(model, None, **kw)
     for a, b in zip(fast["devices"], slow["devices"], strict=True):
         assert a["largest_batch_solved"] == b["largest_batch_solved"]
         assert a["largest_batch_full_gpu_solved"] == b["largest_batch_full_gpu_solved"]
         assert all(v > 4 for v in a["largest_batch_solved"].values())
+    (sliced,) = [d for d in fast["devices"] if d["device"] == "h100-80gb:2g.20gb"]
+    assert sliced["largest_batch_full_gpu_solved"] == sliced["largest_batch_solved"]["2g.20gb"] > 4
 
 
 def test_analyze_symbolic_shows_the_peak_law():

@@ -73,6 +73,16 @@ class LlmModel:
     declared_dtype: str | None = None  # zoo ?dtype= or the config's dtype
     defaulted: tuple[str, ...] = ()  # sizes the config file left to transformers' defaults (`defaulted_sizes`)
 
+    def __post_init__(self) -> None:
+        # a config may leave a stack empty (an encoder-decoder's), but a served decoder needs a layer and a vocabulary
+        for key, what in (
+            ("num_hidden_layers", "a served decoder has at least one layer"),
+            ("vocab_size", "a language model's tokens come from a vocabulary of at least one"),
+        ):
+            v = getattr(self.config, key, None)
+            if isinstance(v, int) and not isinstance(v, bool) and v < 1:
+                raise UsageError(f"{self.source}: {key} = {v}: {what}")
+
     @property
     def layers(self) -> int:
         return int(self.config.num_hidden_layers)

@@ -312,6 +312,11 @@ def test_cli_vllm_runtime_json_schema_and_errors(tmp_path):
     path.write_text(json.dumps(TINY | {"num_key_value_heads": 3}))
     res = runner.invoke(cli, [*base, "--runtime", "vllm"])
     assert res.exit_code == 2 and "num_key_value_heads (3) must divide num_attention_heads (4)" in res.stderr
+    # an empty stack or vocabulary: a config may leave a stack empty, a served decoder cannot (was an internal error)
+    for key, words in (("num_hidden_layers", "at least one layer"), ("vocab_size", "a vocabulary of at least one")):
+        path.write_text(json.dumps(TINY | {key: 0}))
+        res = runner.invoke(cli, base)
+        assert res.exit_code == 2 and f"{key} = 0: " in res.stderr and words in res.stderr, res.output
 
 
 def test_captured_batches_and_host_time(tmp_path):

@@ -428,7 +428,8 @@ def fused_groups(view: KernelView, graph: OpGraph) -> Fusion:
         and k.op not in _SPELLED_EVERYWHERE
     )
     scores = {k.ops[-1] for k in view.kernels if k.op == "math:softmax"}
-    return Fusion(groups, tuple(sorted(i for i in scores if graph.ops[i].op in ATTENTION_OPS)))
+    absent = tuple(i for i, role in enumerate(view.roles) if role == "folded" and not graph.ops[i].folded)
+    return Fusion(groups, tuple(sorted(i for i in scores if graph.ops[i].op in ATTENTION_OPS)), absent)
 
 
 # what TVM's importers spell out in every graph (`passes.kernels`' module docstring: the activations, and a vector

@@ -38,6 +38,10 @@ class Fusion:
 
     groups: tuple[tuple[int, ...], ...] = ()
     scores: tuple[int, ...] = ()
+    #: ops that compute on weights alone (`OpNode.weight_only`) and that eager PyTorch does not run on a forward (the
+    #: kernel view folds them: a causal mask torch.export materialises where eager calls SDPA with `is_causal`):
+    #: nothing allocated for them
+    absent: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ def lifetimes(
     (id -1 - op index). Only the structure is read (which op produces and reads what, views, folded ops), never a
     size: the same lifetimes hold for a symbolic graph at every point (`passes.symbolic.peak_law`)."""
     groups, scores = (fused.groups, fused.scores) if isinstance(fused, Fusion) else (fused, ())
+    absent = set(fused.absent) if isinstance(fused, Fusion) else set()
     n = len(graph.ops)
     storage: dict[int, int] = {}  # value id -> storage id (the value that owns the allocation)
     tensors: dict[int, tuple] = {}  # storage id -> its tensors
@@ -96,6 +101,8 @@ def lifetimes(
                     readers.setdefault(sid, set()).add(op.index)
         produced = sorted(out_values.get(op.index, []))
         first_act = next((o for o in op.operands if o.value in storage), None)
+        if op.index in absent:
+            continue
         if op.folded:
             if first_act is not None and len(produced) == 1:  # a view of a weight-only result computed every call
                 storage[produced[0]] = storage[first_act.value]

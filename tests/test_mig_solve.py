@@ -17,7 +17,7 @@ from analyzer.api import predict, report
 from analyzer.cli import cli
 from analyzer.errors import UsageError
 from analyzer.render import render_table
-from analyzer.symbolic import analyze_at, load_symbolic, peak_function
+from analyzer.symbolic import analyze_at, formulas_text, fused_at, load_symbolic, peak_function
 from passes.symbolic import Expr, PeakLaw, Poly, SymbolicError, peak_law, poly_of
 from predictor.devices import get_device
 from predictor.mig import fits, largest_fitting_batch
@@ -106,7 +106,7 @@ def test_peak_law_equals_the_liveness_pass_at_each_point(dtype):
 def test_peak_law_in_batch_and_sequence_equals_the_liveness_pass():
     sm = load_symbolic("zoo:bert_tiny?seq_len=16", seq=True)
     assert set(sm.graph.symbols) == {"batch", "seq"}
-    law = peak_law(sm.graph)
+    law = peak_law(sm.graph, fused=fused_at(sm))  # (the all-visible mask the graph holds is absent in eager)
     for b, s in ((2, 16), (3, 33), (5, 100)):
         want = analyze_at(sm, b, seq=s).analysis.totals.peak_activation_bytes
         assert law.at({"batch": b, "seq": s}) == want, (b, s)
@@ -275,14 +275,24 @@ def test_analyze_symbolic_shows_the_peak_law():
 
     rep = analyze("zoo:bert_tiny?seq_len=16", symbolic=True)
     jsonschema.validate(rep.to_json(), SCHEMA)
+    # BERT-tiny (hidden 128, feed-forward 512) runs SDPA as one kernel and eager builds no all-visible mask: the peak
+    # is at the GELU, its input and output 2 x 512 x 4 B a token and the layer's input (the residual) 128 x 4 B
+    assert rep.symbolic["peak_law"] == "4,608 x batch x seq"
+    assert rep.symbolic["totals"]["peak_activation_bytes"]["formula"] == "4,608 x batch x seq"
+    # T5 writes its attention out (scores and probabilities allocated, seq^2 a sequence) and the per-token tensors
+    # (the feed-forward's) trade places with them as seq grows: the law is a maximum of several polynomials
+    rep = analyze("zoo:t5_encoder_tiny?seq_len=16", symbolic=True)
     law = rep.symbolic["peak_law"]
-    # the score-sized tensors (seq^2 a sequence) and the per-token ones (the feed-forward's) trade places as seq
-    # grows: the law is a maximum of several polynomials, not one
     assert law.startswith("max(") and "batch x seq^2" in law
-    sm = load_symbolic("zoo:bert_tiny?seq_len=16", seq=True)
-    assert law == str(peak_law(sm.graph))
+    # so the peak's total is no polynomial (one fitted at the sample points, seq <= 56, would be taken as exact
+    # beyond them), and the text says so beside the law
+    assert rep.symbolic["totals"]["peak_activation_bytes"] is None and not rep.symbolic["exact"]
+    text = formulas_text(rep.symbolic)
+    assert "peak activations (bytes) = no polynomial" in text and f"= {law}" in text
+    sm = load_symbolic("zoo:t5_encoder_tiny?seq_len=16", seq=True)
+    assert law == str(peak_law(sm.graph, fused=fused_at(sm)))
     want = analyze_at(sm, 3, seq=500).analysis.totals.peak_activation_bytes  # past every sample point
-    assert peak_law(sm.graph).at({"batch": 3, "seq": 500}) == want
+    assert peak_law(sm.graph, fused=fused_at(sm)).at({"batch": 3, "seq": 500}) == want
 
 
 # ---- a peak law with no value at a point: a warning or a probe, never a traceback ----------------------------

@@ -573,10 +573,11 @@ def llm_sections(llm) -> list[Section]:
         )
     serve.blocks.append(
         Table(
-            ["step", "tokens", "FLOPs", "bytes moved", "activations", "operators"],
+            ["step", "tokens", "FLOPs", "bytes read + written", "activations", "operators"],
             step_rows,
             {2, 3, 4, 5},
-            "The two graphs (activations: the peak live besides the KV cache)"
+            "The two graphs (bytes: every graph operator's operands and results, views included, as the formulas "
+            "below count them; activations: the peak live besides the KV cache)"
             if not _vllm(llm)
             else "The two steps, whole model, from the config's kernels: a prefill of one prompt and a decode step of "
             "the batch (activations: a formula)"
@@ -877,9 +878,9 @@ def _llm_energy_lines(llm) -> list[str]:
             head += f", tensor parallel {runtime['tensor_parallel']}"
         head += ")"
         if d.energy_per_token_j is not None:
-            head += f": {d.energy_per_token_j:.3g} J per output token per GPU at {d.avg_power_w:.0f} W average power"
+            head += f": {d.energy_per_token_j:#.3g} J per output token per GPU at {d.avg_power_w:.0f} W average power"
             if (tp := runtime.get("tensor_parallel", 1)) > 1:
-                head += f" ({tp * d.energy_per_token_j:.3g} J per output token for the {tp} GPUs together)"
+                head += f" ({tp * d.energy_per_token_j:#.3g} J per output token for the {tp} GPUs together)"
             if ":" in d.device:  # predictor.devices.slice_device: its power limit is compute slices / 7 of the GPU's
                 head += " (the slice's share of the board's power, its compute slices of 7: an assumption)"
         eng = getattr(d, "engine", None)

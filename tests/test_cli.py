@@ -852,6 +852,19 @@ def test_input_dtype_mistakes_say_what_is_wrong(models, args, message):
     assert message in fails(2, "analyze", str(models["tiny"]), *args)
 
 
+def test_the_importers_reason_is_said_whole(tmp_path):
+    """An index input asked for as float32: the importer's reason, TVM's Take op refusing float indices, was cut at
+    80 characters mid-sentence ("Take op requires );")."""
+    import torch
+
+    path = tmp_path / "embed.onnx"
+    torch.onnx.export(torch.nn.Embedding(100, 8).eval(), (torch.zeros(2, 8, dtype=torch.long),), str(path),
+                      input_names=["ids"], dynamo=False)  # fmt: skip
+    msg = fails(2, "analyze", str(path), "--input", "ids:2x8:float32")
+    assert msg.startswith("error: input 'ids' is int64 in embed.onnx; --input asks for float32"), msg
+    assert "Take op requires the input indices to have integer dtype. However, the given indices dtype is" in msg
+
+
 def test_an_input_in_the_dtype_asked_for_is_the_models_input(models):
     """`--dtype float16 --input x:...:float16` says the same thing twice: the float32 file's input is float16 because
     the model is analysed in float16 (it was refused, with the advice to use --dtype float16)."""

@@ -440,8 +440,8 @@ def test_vllm_runtime_moe_tensor_parallel_and_html(tmp_path):
     write(two, str(out))
     assert "tensor parallel 2" in out.read_text()
     e = d2.energy_per_token_j  # per GPU; the pair of GPUs spends twice that per output token
-    assert f"{e:.3g} J per output token per GPU" in out.read_text()
-    assert f"({2 * e:.3g} J per output token for the 2 GPUs together)" in out.read_text()
+    assert f"{e:#.3g} J per output token per GPU" in out.read_text()  # three figures, 0.100 not 0.1
+    assert f"({2 * e:#.3g} J per output token for the 2 GPUs together)" in out.read_text()
     # why no slice: tensor parallelism, not a GPU without MIG; a TPOT target of 1 us that even the whole GPU misses
     assert d2.recommendation.reason == "tensor parallel 2 runs on whole GPUs (a MIG slice has no NVLink)"
     fast = llm(str(path), prompt=8, generate=8, batch=2, contexts=[16], runtime="vllm", tpot_ms=0.001)

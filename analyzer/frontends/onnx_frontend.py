@@ -1203,7 +1203,7 @@ def _imported(model, shape_dict, dtype_dict, graph_inputs, retyped, path: Path, 
             hint = "; --dtype float16 or bfloat16 analyses the whole model in that dtype" if floats else ""
             raise UsageError(
                 f"{'; '.join(retyped)}, and the graph does not take it (its ops meet the file's dtypes: "
-                f"{one_line(exc)[:80]}){hint}"
+                f"{one_line(exc)}){hint}"
             ) from exc
         raise AnalysisError(f"{path.name}: TVM's ONNX importer failed: {one_line(exc)}") from exc
     params = file_params(model)

@@ -133,7 +133,7 @@ class _Group(click.Group):
     "the GPUs where its held-out evaluation passed, the kernel model elsewhere), kernel (the kernel model) or public "
     "(the GraphSAGE on every GPU it was measured on); docs/predictor-training.md. Also $PREFLIGHT_PREDICTOR.",
 )
-@click.option("-q", "--quiet", is_flag=True, help="Only the result and errors: no progress or 'wrote' lines.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress or 'wrote' lines: the result, its warnings and errors.")
 @click.option("-v", "--verbose", is_flag=True, help="Also show the libraries' own warnings (torch, transformers, TVM).")
 def cli(device_files: tuple[str, ...], predictor: str | None, quiet: bool, verbose: bool) -> None:
     """preflight: what a model will cost on a data-centre GPU, without running it."""

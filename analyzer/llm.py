@@ -1557,7 +1557,7 @@ def _llm_vllm(
         if budget and budget <= running:
             raise UsageError(
                 f"--max-num-batched-tokens {budget} on {dev} leaves no room for a prefill beside {running} decodes"
-                " (give more than --batch, or 0 for no chunked prefill)"
+                f" (give more than {running}, or 0 for no chunked prefill)"
             )
         served = engine.serve(
             arch, device, running, prompt, generate, pw, tp=tp, dtype=dtype, tf32_matmul=tf32, host=host,

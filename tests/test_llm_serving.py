@@ -300,7 +300,7 @@ def test_cli_vllm_runtime_json_schema_and_errors(tmp_path):
         (["--max-num-batched-tokens", "64"], "needs --runtime vllm"),
         (["--block-size", "32"], "--gpu-memory-utilization need --runtime vllm"),  # the eager runtime has no pool
         (["--gpu-memory-utilization", "0.5"], "--gpu-memory-utilization need --runtime vllm"),
-        (["--runtime", "vllm", "--batch", "4", "--max-num-batched-tokens", "4"], "no room for a prefill"),
+        (["--runtime", "vllm", "--batch", "4", "--max-num-batched-tokens", "4"], "beside 4 decodes (give more than 4,"),
         (["--runtime", "vllm", "--max-num-batched-tokens", "-1"], "max-num-batched-tokens"),
         (["--runtime", "vllm", "--block-size", "7"], "--block-size must be one of 8, 16, 32"),
         (["--runtime", "vllm", "--tensor-parallel", "2", "--device", "h100-80gb:3g.40gb"], "a MIG slice has no NVLink"),

@@ -352,6 +352,9 @@ class LlmRecommendation:
     ttft_target_ms: float | None = None
     tpot_target_ms: float | None = None
     full_gpu_fits: bool = False
+    #: memory alone, whatever the targets: `fits` and `full_gpu_fits` are "holds it and meets the targets"
+    memory_fits: dict[str, bool] = field(default_factory=dict)
+    full_gpu_memory_fits: bool = False
 
     def to_json(self) -> dict:
         return {
@@ -363,6 +366,8 @@ class LlmRecommendation:
             "reason": self.reason,
             "fits": dict(self.fits),
             "full_gpu_fits": self.full_gpu_fits,
+            "memory_fits": dict(self.memory_fits),
+            "full_gpu_memory_fits": self.full_gpu_memory_fits,
             "latency": {k: v.to_json() for k, v in self.latency.items()},
             "ttft_target_ms": self.ttft_target_ms,
             "tpot_target_ms": self.tpot_target_ms,
@@ -406,11 +411,14 @@ def recommend(
         )
         if t
     )
-    full = fits(device.memory_mib, memory_mib, headroom=headroom) and meets(FULL_GPU)
+    full_memory = fits(device.memory_mib, memory_mib, headroom=headroom)
+    full = full_memory and meets(FULL_GPU)
     per: dict[str, bool] = {}
+    per_memory: dict[str, bool] = {}
     chosen = None
     for p in () if no_slices else smallest_first(device.mig):
-        ok = fits(p.memory_mib, memory_mib, headroom=headroom) and meets(p.name)
+        per_memory[p.name] = fits(p.memory_mib, memory_mib, headroom=headroom)
+        ok = per_memory[p.name] and meets(p.name)
         per[p.name] = ok
         if ok and chosen is None:
             chosen = p
@@ -426,11 +434,14 @@ def recommend(
         ttft_target_ms=ttft_target_ms,
         tpot_target_ms=tpot_target_ms,
         full_gpu_fits=full,
+        memory_fits=per_memory,
+        full_gpu_memory_fits=full_memory,
     )
     if device.parent is not None and not no_slices:  # a MIG slice as the target: that slice alone
         name = device.key.split(":", 1)[1]
-        ok = fits(device.memory_mib, memory_mib, headroom=headroom) and meets(FULL_GPU)
+        ok = full_memory and meets(FULL_GPU)
         args |= {"fits": {name: ok}, "full_gpu_fits": False}
+        args |= {"memory_fits": {name: full_memory}, "full_gpu_memory_fits": False}
         room = f"its usable {device.memory_mib:,.0f} MiB"
         held = f"{what} ({how})"
         if ok:

@@ -446,6 +446,11 @@ def test_vllm_runtime_moe_tensor_parallel_and_html(tmp_path):
     assert d2.recommendation.reason == "tensor parallel 2 runs on whole GPUs (a MIG slice has no NVLink)"
     fast = llm(str(path), prompt=8, generate=8, batch=2, contexts=[16], runtime="vllm", tpot_ms=0.001)
     assert fast.llm.devices[0].fits["full GPU"] and not fast.llm.devices[0].recommendation.full_gpu_fits
+    # `fits` holds the memory and meets the targets; `memory_fits` is the memory alone (a newcomer read every profile
+    # "not fitting" a 10 GB request on an 80 GB GPU under a TPOT target)
+    rec = fast.llm.devices[0].recommendation
+    assert rec.full_gpu_memory_fits and rec.memory_fits and all(rec.memory_fits.values()) and not any(rec.fits.values())
+    assert rec.to_json()["memory_fits"] == rec.memory_fits
     write(fast, str(tmp_path / "f.md"))
     (row,) = [x for x in (tmp_path / "f.md").read_text().splitlines() if x.startswith("| h100-80gb | vllm engine")]
     assert row.rstrip(" |").endswith("misses the latency targets")

@@ -1350,7 +1350,11 @@ def _decode_report(m: LlmModel, decode: Step, dec: StepCost, batch: int, ctx: in
             {"name": names[i] if i < len(names) else s.name, "shape": list(s.tensor.shape), "dtype": s.tensor.dtype}
             for i, s in enumerate(a.graph.inputs)
         ]
-        return LlmReport(model=model, inputs=inputs, analysis=a, warnings=list(pt.warnings))
+        # peak activations as the other mode says them: the KV cache + the step's transient peak (`transient`: the
+        # logits kept to the end), not the graph's own liveness
+        full = replace(a, totals=replace(a.totals, peak_activation_bytes=kv.bytes(batch, ctx) + dec.activation_bytes))
+        full.__dict__["kernel_view"] = a.kernel_view  # (the same graph)
+        return LlmReport(model=model, inputs=inputs, analysis=full, warnings=list(pt.warnings))
     first = a.graph.inputs[1].tensor if len(a.graph.inputs) > 1 else None
     if first is not None:
         for i in range(n_cache):

@@ -5,6 +5,7 @@ zoo, capacity and MIG arithmetic by hand, the CLI's exit codes and the JSON Sche
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import replace
 
@@ -357,6 +358,11 @@ def test_depth_extrapolation_and_config_route_equal_full_depth_zoo(extrapolated,
         assert x.memory == y.memory
         assert x.recommendation.profile == y.recommendation.profile
     assert extrapolated.totals.flops == full.totals.flops and full.analysis.ops and not extrapolated.analysis.ops
+    # the top-level peak is the KV cache + the decode step's transient peak in both modes (the full graph's own
+    # liveness said less: its logits left out)
+    kv_bytes = sum(math.prod(x["shape"]) for x in full.inputs[1:]) * 2  # float16 caches
+    assert full.totals.peak_activation_bytes == extrapolated.totals.peak_activation_bytes
+    assert full.totals.peak_activation_bytes == kv_bytes + b.decode.activation_bytes
     assert full.model["framework"] == "transformers" and extrapolated.model["framework"] == "zoo"
     # one input list whatever the depth: the ids, then each of the 4 layers' key and value caches
     names = ["input_ids"] + [f"past_{kv}_{i}" for i in range(4) for kv in ("key", "value")]

@@ -1222,9 +1222,11 @@ class _View:
         X's last dimension is strided (X the transpose of a convolution's (B, D, T) output, say), it runs its other
         branch (`qkv_projection`: `matmul(x, in_proj^T)`, which copies the strided X to fold it, then `mm` without
         the bias; `_transform_bias_rescale_qkv`; `bmm`, softmax, `bmm`; the heads merged by a copy; `addmm`). Such
-        a block is recorded in `native_math` (its attention costed as that branch), and only its Q, K, V views and
-        the views after the out-projection are free: the transpose of X and the views before the out-projection are
-        walked as they are (the copies fall out of the layouts).
+        a block is recorded in `native_math` (its attention costed as that branch); its Q, K, V views and the views
+        after the out-projection are free, the views before the out-projection are walked as they are (the copy
+        merging the heads falls out of the layouts). An X that is not contiguous is copied to fold it for `mm` in
+        either branch (`fold_copies`, charged at the in-projection; `linear` then adds the bias in a kernel of its
+        own in the SDPA branch).
         """
         free: set[int] = set()
         found: list[int] = []

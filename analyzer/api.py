@@ -75,30 +75,13 @@ def analyze(
     _, law = peak_function(sm, dtype)
     rep.symbolic["peak_law"] = None if law is None else str(law)
     fitted = costs.totals.get("peak_activation_bytes")
-    if law is not None and fitted is not None and not _law_is(fitted, law, sm.graph.ranges):
+    if law is not None and fitted is not None and not law.is_polynomial(fitted, sm.graph.ranges):
         # a polynomial fitted at the sample points that the law leaves beyond them (the peak moves to another
         # tensor past the points): no polynomial; the law, printed beside it, holds
         rep.symbolic["totals"]["peak_activation_bytes"] = None
         rep.symbolic["exact"] = False
     rep.warnings.extend(sm.notes)
     return rep
-
-
-def _law_is(poly, law, ranges: dict) -> bool:
-    """Whether the fitted polynomial `poly` is the peak law `law` over `ranges` ({symbol: (lo, hi or None)}): one of
-    its candidates and equal to the law at every point of a grid from each symbol's lowest value through the powers
-    of 2 to its highest (2^31 where it has none; two polynomials of the degrees a peak has cross between such points
-    only where one overtakes the other for good past the last, which the top point sees)."""
-    if poly not in law.candidates:
-        return False
-    axes = []
-    for sym, (lo, hi) in ranges.items():
-        top = hi if hi is not None else 2**31
-        axes.append([sym, sorted({lo, lo + 1, top, *(2**k for k in range(1, 32) if lo < 2**k < top)})])
-    points = [{}]
-    for sym, values in axes:
-        points = [{**p, sym: v} for p in points for v in values]
-    return all(poly.at(p) == law.at(p) for p in points)
 
 
 def predict(

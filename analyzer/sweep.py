@@ -167,7 +167,7 @@ def _solve_device(
 
     dev = get_device(device)
     if dev.parent is not None:  # a slice as the target: its profile (as its points have it), and the slice itself
-        limits: dict[str | None, float] = {dev.key.split(":", 1)[1]: dev.memory_mib}
+        limits: dict[str | None, float] = {dev.slice_profile: dev.memory_mib}
     else:
         limits = {p.name: p.memory_mib for p in dev.mig}
     limits[None] = dev.memory_mib  # the whole GPU (or the slice)

@@ -409,7 +409,7 @@ def solve_largest_batch(sm: SymbolicModel, prediction, analysis, *, batch: int, 
         return best
 
     if device.parent is not None:  # a MIG slice as the target: that profile alone
-        name = device.key.split(":", 1)[1]
+        name = device.slice_profile
         per_profile, full = {name: solve(device.memory_mib)}, None
     else:
         per_profile = {p.name: solve(p.memory_mib) for p in device.mig}

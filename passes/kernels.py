@@ -1633,18 +1633,9 @@ class _View:
             current_call[0] = op.library_call
             if i in transforms:  # `_transform_bias_rescale_qkv`: bias, scale, Q, K, V as (B, H, T, Dh)
                 bias, packed, q = transforms[i]
-                add = self.node[bias]
-                bias_bytes = sum(o.tensor.nbytes for o in add.operands if o.value in self.indep)
-                emit(
-                    "elementwise",
-                    "fused:transform_bias_rescale_qkv",
-                    (bias, i),
-                    self.costs[bias].flops + self.costs[i].flops,
-                    self.info[packed].nbytes + bias_bytes,
-                    3 * self.info[q].nbytes,
-                    self.info[q].dtype,
-                    {"numel": 3 * self.info[q].numel},
-                )
+                flops = self.costs[bias].flops + self.costs[i].flops
+                q_info = self.info[q]
+                self.emit_qkv_transform(emit, (bias, i), bias, packed, flops, 3 * q_info.nbytes, q_info.dtype)
                 for vid in outs:
                     layout[vid] = contiguous_strides(self.info[vid].shape)
                 continue
@@ -2993,14 +2984,10 @@ class _View:
         if op.index in self.native_math:  # `_native_multi_head_attention` without SDPA (`mha_fast_paths`)
             bias, packed = self.native_math[op.index]
             covered = idx if bias is None else (bias, op.index)
-            bias_bytes = (
-                0 if bias is None else sum(o.tensor.nbytes for o in self.node[bias].operands if o.value in self.indep)
+            numel = self.info[packed].numel  # the bias added to all of it, Q (a third) scaled
+            self.emit_qkv_transform(
+                emit, covered, bias, packed, numel + numel // 3, q_bytes + k_bytes + v_bytes, att.dtype
             )
-            numel = self.info[packed].numel
-            read = self.info[packed].nbytes + bias_bytes
-            qkv = q_bytes + k_bytes + v_bytes
-            tbrq = "fused:transform_bias_rescale_qkv"  # adds the bias, scales Q, writes Q, K, V as (B, H, T, Dh)
-            emit("elementwise", tbrq, covered, numel + numel // 3, read, qkv, att.dtype, {"numel": numel})
             self.emit_scores(att, idx, emit, q_bytes, k_bytes, v_bytes, o_bytes, mask_bytes, layout, out_vid)
             return
         if att.h_kv != att.h:  # repeat_interleave of K and V to the query heads
@@ -3029,6 +3016,14 @@ class _View:
             {"numel": bh * att.t * att.d},
         )
         self.emit_scores(att, idx, emit, q_bytes, k_bytes, v_bytes, o_bytes, mask_bytes, layout, out_vid)
+
+    def emit_qkv_transform(self, emit, covered, bias: int | None, packed: int, flops, written: int, dtype: str) -> None:
+        """`_transform_bias_rescale_qkv`, one kernel: reads the packed (B, T, 3 x D) in-projection and the bias add
+        `bias`'s constant operand, adds the bias, scales Q, writes Q, K and V as (B, H, T, Dh) (`written` bytes)."""
+        add = () if bias is None else self.node[bias].operands
+        read = self.info[packed].nbytes + sum(o.tensor.nbytes for o in add if o.value in self.indep)
+        numel = self.info[packed].numel
+        emit("elementwise", "fused:transform_bias_rescale_qkv", covered, flops, read, written, dtype, {"numel": numel})
 
     def emit_scores(self, att: _Attention, idx, emit, q_bytes, k_bytes, v_bytes, o_bytes, mask_bytes, layout, out_vid):
         """The math backend's score kernels after Q and K are scaled: Q K^T as a bmm, the mask added, softmax, the

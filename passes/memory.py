@@ -71,10 +71,11 @@ def lifetimes(
     or only its groups, the op indices of each kernel that runs several ops at once (module docstring): a storage
     such a group's ops alone produce and read is not allocated, and every other storage its ops read lives until
     the group's last op; a math-backend attention op's scores and probabilities are a storage of that op alone
-    (id -1 - op index). Only the structure is read (which op produces and reads what, views, folded ops), never a
-    size: the same lifetimes hold for a symbolic graph at every point (`passes.symbolic.peak_law`)."""
-    groups, scores = (fused.groups, fused.scores) if isinstance(fused, Fusion) else (fused, ())
-    absent = set(fused.absent) if isinstance(fused, Fusion) else set()
+    (id -1 - op index); an `absent` op allocates nothing. Only the structure is read (which op produces and reads
+    what, views, folded ops), never a size: the same lifetimes hold for a symbolic graph at every point
+    (`passes.symbolic.peak_law`)."""
+    fusion = fused if isinstance(fused, Fusion) else Fusion(tuple(tuple(g) for g in fused))
+    groups, scores, absent = fusion.groups, fusion.scores, set(fusion.absent)
     n = len(graph.ops)
     storage: dict[int, int] = {}  # value id -> storage id (the value that owns the allocation)
     tensors: dict[int, tuple] = {}  # storage id -> its tensors

@@ -542,6 +542,24 @@ class PeakLaw:
     def monotone(self) -> bool:
         return all(p.non_decreasing() for p in self.candidates)
 
+    def is_polynomial(self, poly: Poly, ranges: Mapping[str, tuple[int, int | None]]) -> bool:
+        """Whether the law is `poly` over `ranges` ({symbol: (lo, hi or None)}): `poly` is one of the candidates and
+        equals the law at every point of a grid from each symbol's lowest value through the powers of 2 to its
+        highest (2^31 where it has none; two polynomials of the degrees a peak has cross between such points only
+        where one overtakes the other for good past the last, which the top point sees). False where the law has no
+        whole value at a grid point."""
+        if poly not in self.candidates:
+            return False
+        points: list[dict[str, int]] = [{}]
+        for sym, (lo, hi) in ranges.items():
+            top = hi if hi is not None else 2**31
+            values = sorted({lo, lo + 1, top, *(2**k for k in range(1, 32) if lo < 2**k < top)})
+            points = [{**p, sym: v} for p in points for v in values]
+        try:
+            return all(poly.at(p) == self.at(p) for p in points)
+        except SymbolicError:
+            return False
+
     def __str__(self) -> str:
         """'6,422,528 x batch + 512', or 'max(a, b)' over the candidates."""
         if len(self.candidates) <= 1:

@@ -90,6 +90,11 @@ class Device:
     def memory_bytes(self) -> int:
         return self.memory_mib * 2**20
 
+    @property
+    def slice_profile(self) -> str | None:
+        """The MIG profile a slice target is ("3g.40gb" of "h100-80gb:3g.40gb"); None for a whole GPU."""
+        return None if self.parent is None else self.key.split(":", 1)[1]
+
     def profile(self, name: str) -> MigProfile:
         for p in self.mig:
             if p.name == name:

@@ -438,7 +438,7 @@ def recommend(
         full_gpu_memory_fits=full_memory,
     )
     if device.parent is not None and not no_slices:  # a MIG slice as the target: that slice alone
-        name = device.key.split(":", 1)[1]
+        name = device.slice_profile
         ok = full_memory and meets(FULL_GPU)
         args |= {"fits": {name: ok}, "full_gpu_fits": False}
         args |= {"memory_fits": {name: full_memory}, "full_gpu_memory_fits": False}

@@ -694,7 +694,7 @@ def predict(
     parent = profile = parent_times = parent_ms = None
     if device.parent is not None:  # a MIG slice as the target: its GPU's latency plus the slice's extra time
         parent = get_device(device.parent)
-        profile = parent.profile(device.key.split(":", 1)[1])
+        profile = parent.profile(device.slice_profile)
         parent_times = costed(parent)
         parent_ms = parent_times.eager_ms  # the whole GPU's predicted latency (a transferred predictor's below)
 

@@ -731,6 +731,15 @@ class _View:
         # nn.MultiheadAttention fast paths that run `_native_multi_head_attention`'s branch without SDPA (its input's
         # last dimension not of stride 1): attention op -> (the in-projection's bias add or None, the packed value)
         self.native_math: dict[int, tuple[int | None, int]] = {}
+        # of those, the ones with a key padding or attention mask (`_masked_softmax`): attention op -> (the mask as
+        # the module was given it (after `F._canonical_mask`), the bool mask's bytes the softmax reads)
+        self.native_masks: dict[int, tuple[int, int]] = {}
+        # the same branch where the fast path returns its weights: the Python path's add of the mask to the scores
+        # -> (the mask as given, the bool mask's bytes); the softmax after it is `_masked_softmax` (`mha_weights_paths`)
+        self.weight_masks: dict[int, tuple[int, int]] = {}
+        # softmax ops of those fast paths whose weights the model drops: eager averages them all the same (sum,
+        # div_; `average_attn_weights=True`, the default, assumed) -> heads
+        self.dropped_weights: dict[int, int] = {}
         # in-projections of those fast paths whose (B, T, D) input torch copies to fold it for `mm` (not contiguous)
         self.fold_copies: set[int] = set()
         for op in self.node:
@@ -1199,7 +1208,9 @@ class _View:
         ok = op.op == "relax.matmul" and len(op.operands) == 2 and op.operands[1].tensor.ndim == 2
         return op if ok and op.operands[1].value in self.indep else None
 
-    def mha_fast_paths(self, attentions: list[_Attention], backend: dict[int, str], fused_into: dict[int, int]):
+    def mha_fast_paths(
+        self, attentions: list[_Attention], backend: dict[int, str], fused_into: dict[int, int], roles: list[str]
+    ):
         """nn.MultiheadAttention's fast path (`torch._native_multi_head_attention`) where eager torch takes it.
 
         torch.export always records MultiheadAttention's Python path (`F.multi_head_attention_forward`: the input
@@ -1227,23 +1238,34 @@ class _View:
         merging the heads falls out of the layouts). An X that is not contiguous is copied to fold it for `mm` in
         either branch (`fold_copies`, charged at the in-projection; `linear` then adds the bias in a kernel of its
         own in the SDPA branch).
+
+        The same branch runs where the head dim is not a multiple of 8, and where the module is given a key padding
+        mask or an attention mask (`merge_masks`; the CUDA kernel takes SDPA only without a mask): there the mask,
+        as `F._canonical_mask` made it (float), is cast to bool (`_to_copy`) and the scores go through
+        `_masked_softmax` (one kernel reading the bool mask) in place of softmax (`fast_path_mask`, `native_masks`).
         """
         free: set[int] = set()
         found: list[int] = []
         if any(op.attrs.get("autocast") for op in self.node):
             return free, found  # under autocast both modules take the Python path ("autocast is enabled")
+        attention_ops = {i for att in attentions for i in att.covered}
         for att in attentions:
             be = backend.get(att.anchor)
-            if be not in ("flash", "efficient") or att.mask is not None or att.causal:
+            if be not in ("flash", "efficient") or att.causal:
                 continue
-            if att.h % 2 or att.d % 8 or att.d != att.dv or att.h != att.h_kv or att.s != att.t:
+            if att.h % 2 or att.d != att.dv or att.h != att.h_kv or att.s != att.t:
+                continue
+            mask = (
+                None if att.mask is None else self.fast_path_mask(att.mask, att.b, att.h, att.s, att.t, attention_ops)
+            )
+            if att.mask is not None and mask is None:
                 continue
             inputs = {
                 o.value
                 for i in att.covered
                 for o in self.node[i].operands
                 if o.value not in self.indep and self.producer.get(o.value) not in att.covered
-            }
+            } - {att.mask}
             shared = self.shared_view_root(inputs)
             if shared is None:
                 continue
@@ -1268,16 +1290,59 @@ class _View:
             y, after = self.view_chain_down(out)
             if self.info[y].shape != x_shape:
                 continue
+            if mask is not None and not mask[3] and self.encoder_ffn(y, roles, fused_into) is None:
+                continue  # nn.MultiheadAttention given a float mask runs its Python path (an encoder layer does not)
             bias_in = next((c for c, p in fused_into.items() if p == m_in.index), None)
             if not is_contiguous(x_shape, x_strides):  # `matmul` folds X for `mm` with a copy
                 self.fold_copies.add(m_in.index)
-            if x_strides[-1] != 1:
+            if x_strides[-1] != 1 or att.d % 8 or mask is not None:
                 self.native_math[att.anchor] = (bias_in, packed)
                 free |= walked | after | {tr.index}
+                if mask is not None:
+                    root, bool_bytes, mask_views, _ = mask
+                    self.native_masks[att.anchor] = (root, bool_bytes)
+                    free |= mask_views
             else:
                 free |= walked | down | after | {tr.index}
             found.append(y)
         return free, found
+
+    def fast_path_mask(
+        self, mask: int, b: int, h: int, s: int, t: int, readers: set[int]
+    ) -> tuple[int, int, set[int], bool] | None:
+        """The mask `_native_multi_head_attention` takes where nn.MultiheadAttention's Python path reads `mask` in
+        a (B, H, S, T) attention, or None for a mask it does not take as one.
+
+        The Python path (`F.multi_head_attention_forward`) reshapes a (B, T) key padding mask to (B x H, 1, T)
+        (`view`, `expand`, `reshape`; then `view` to (B, H, 1, T) for SDPA) and a (S, T) attention mask to
+        (1, S, T) (then (1, 1, S, T) for SDPA). The fast path passes the mask itself (`merge_masks`: mask type 1,
+        the (B, T) mask; type 2, the (S, T) mask expanded to (B, H, S, T), a view) and casts it to bool, which for
+        the expanded mask writes the whole (B, H, S, T) (`_to_copy` of a tensor that is not dense). Returns (the
+        mask before those views, the bytes of the bool mask the masked softmax reads, the view ops walked: none of
+        them runs in eager, whether the mask was a bool one: `F._canonical_mask`'s `masked_fill` of zeros by it, a
+        `where` on a bool condition). nn.MultiheadAttention takes its fast path for a bool mask only;
+        nn.TransformerEncoderLayer's takes a float one too. `readers`: the ops besides views that may read the
+        mask's views (the attentions; the exporter shares one mask's views between layers)."""
+        root, walked = self.view_root(mask)
+        shape, n = tuple(self.info[mask].shape), self.info[root].numel
+        if shape in ((b, h, 1, t), (b * h, 1, t)) and n == b * t:
+            bool_bytes = n  # mask type 1: the key padding mask as given
+        elif shape in ((1, 1, s, t), (1, s, t)) and n == s * t:
+            bool_bytes = b * h * s * t  # mask type 2: the expanded attention mask, cast dense
+        else:
+            return None
+        for v in (v for i in walked for v in self.outputs_of.get(i, [])):
+            if any(c not in readers and not self.is_view_op(self.node[c]) for c in self.consumers.get(v, [])):
+                return None  # a view of the mask that something else reads too: not the Python path's own
+        made = self.op_of(root)
+        from_bool = made is not None and made.op == "relax.where" and made.operands[0].tensor.dtype == "bool"
+        return root, bool_bytes, walked, from_bool
+
+    def through_unit_scales(self, vid: int) -> int:
+        """The value `vid` is made from by multiplies or divides by one (`is_unit_scale`), or `vid`."""
+        while (op := self.op_of(vid)) is not None and self.is_unit_scale(op):
+            vid = next(o.value for o in op.operands if not self.is_scalar_const(o.value))
+        return vid
 
     def static_strides(self, vid: int) -> Strides:
         """The strides the view ops above `vid` give it, from the contiguous output of the kernel they start at (the
@@ -1305,6 +1370,10 @@ class _View:
         bias, `_transform_bias_rescale_qkv` (one kernel: adds the bias, scales Q, writes Q, K, V as (B, H, T, Dh)),
         bmm, softmax, bmm, the copy merging the heads, `addmm`, then `sum` and `div_` for the average.
 
+        With a bool key padding or attention mask the Python path adds the mask to the scores (`baddbmm`); the
+        fast path casts it to bool and runs `_masked_softmax` (`fast_path_mask`): the add becomes the cast
+        (`weight_masks`: the add -> (the mask, the bool mask's bytes)), the softmax the masked softmax.
+
         Returns (view and copy ops that become free, {the scale multiply: (the bias add, the packed projection,
         one of Q/K/V)}, the `mean` ops that are `sum` + `div_`).
         """
@@ -1317,6 +1386,15 @@ class _View:
             if sm.op != "relax.nn.softmax" or roles[sm.index] != "kernel" or not sm.operands:
                 continue
             m1 = self.op_of(sm.operands[0].value)
+            mask_add, mask_vid = None, None
+            if m1 is not None and m1.op == "relax.add" and roles[m1.index] == "kernel" and len(m1.operands) == 2:
+                # (baddbmm as the TorchScript exporter writes it: both terms times a unit alpha and beta)
+                terms = [self.through_unit_scales(o.value) for o in m1.operands]
+                made = [self.op_of(v) for v in terms]
+                j = next((j for j, op in enumerate(made) if op is not None and op.op == "relax.matmul"), None)
+                if j is None:
+                    continue
+                mask_add, mask_vid, m1 = m1, terms[1 - j], made[j]
             if m1 is None or m1.op != "relax.matmul" or roles[m1.index] != "kernel" or m1.output.ndim != 3:
                 continue
             probs = self.outputs_of[sm.index][0]
@@ -1347,6 +1425,12 @@ class _View:
             bh, _, dh = self.info[q_in[0]].shape
             if self.info[packed].shape[-1] != 3 * d or bh % b or (bh // b) % 2 or (bh // b) * dh != d:
                 continue
+            mask = None
+            if mask_add is not None:
+                t = self.info[q_in[0]].shape[1]
+                mask = self.fast_path_mask(mask_vid, b, bh // b, t, t, {mask_add.index})
+                if mask is None or not mask[3]:  # (a float mask: the Python path)
+                    continue
             end, _ = self.view_chain_down(self.outputs_of[m2.index][0])
             m_out = self.only_consumer(end)
             if m_out is None or self.linear_of(self.outputs_of[m_out][0], fused_into) is not self.node[m_out]:
@@ -1366,9 +1450,14 @@ class _View:
             else:
                 free |= walked | after | {tr.index}
                 transforms[mul.index] = (bias, packed, q_in[0])
+                if mask is not None:
+                    self.weight_masks[mask_add.index] = (mask[0], mask[1])
+                    free |= mask[2]
                 if not is_contiguous(x_shape, x_strides):  # `qkv_projection`'s matmul folds X with a copy
                     self.fold_copies.add(m_in.index)
                 means |= found_means
+                if not users - {m2.index}:
+                    self.dropped_weights[sm.index] = bh // b
         return free, transforms, means
 
     def encoder_ffn(self, y: int, roles: list[str], fused_into: dict[int, int]) -> tuple[int, int] | None:
@@ -1512,7 +1601,7 @@ class _View:
                     roles[op.index] = "kernel"
 
         # nn.MultiheadAttention's and nn.TransformerEncoderLayer's fast paths, as eager torch takes them
-        fast_views, blocks = self.mha_fast_paths(list(anchor_of.values()), backend, fused_into)
+        fast_views, blocks = self.mha_fast_paths(list(anchor_of.values()), backend, fused_into, roles)
         for anchor, (bias, _) in self.native_math.items():
             backend[anchor] = "math"  # the branch without SDPA: bmm, softmax, bmm
             if bias is not None:  # the in-projection's bias joins `_transform_bias_rescale_qkv`
@@ -1551,6 +1640,7 @@ class _View:
         fast_views |= rnn_written
 
         masked_fills = self.masked_fills(roles)
+        typed_fills = self.typed_fills(roles)
         inplace = self.inplace_scatters(roles)
         in_place: set[int] = set()  # the scatters of `inplace` the walk took (their views held)
 
@@ -1641,11 +1731,26 @@ class _View:
                 continue
             if i in means:  # the averaged attention weights: `sum` over heads, then `div_`
                 src = op.operands[0].value
-                n_out = op.output.numel
-                dt = op.output.dtype
-                emit("reduction", "mha:sum", (i,), max(self.costs[i].flops - n_out, 0), read_bytes(src),
-                     op.output.nbytes, dt, {"numel": self.info[src].numel})  # fmt: skip
-                emit("elementwise", "mha:div_", (i,), n_out, op.output.nbytes, op.output.nbytes, dt, {"numel": n_out})
+                self.emit_weight_mean(emit, i, read_bytes(src), self.info[src].numel, op.output.numel, op.output.dtype)
+                continue
+            if i in self.weight_masks:  # `_masked_softmax`'s cast of the mask to bool, then the masked softmax
+                root, bool_bytes = self.weight_masks[i]
+                emit("elementwise", "mha:mask_to_bool", (i,), 0, read_bytes(root), bool_bytes, "bool",
+                     {"numel": bool_bytes})  # fmt: skip
+                sm = self.node[self.only_consumer(outs[0])]
+                roles[sm.index] = "fused"
+                scores = op.output.nbytes
+                emit("softmax", "mha:masked_softmax", (sm.index,), self.costs[sm.index].flops, scores + bool_bytes,
+                     scores, sm.output.dtype, {"numel": sm.output.numel})  # fmt: skip
+                layout[self.outputs_of[sm.index][0]] = contiguous_strides(sm.output.shape)
+                if sm.index in self.dropped_weights:
+                    heads = self.dropped_weights[sm.index]
+                    n = sm.output.numel
+                    self.emit_weight_mean(emit, sm.index, scores, n, n // heads, sm.output.dtype)
+                continue
+            if i in typed_fills:  # a fill written in the cast's dtype: reads nothing
+                emit("elementwise", self.node[typed_fills[i]].op, (typed_fills[i], i), 0, 0, op.output.nbytes,
+                     op.output.dtype, {"numel": op.output.numel})  # fmt: skip
                 continue
             if i in fast_views:  # inside a recognised fast path: contiguous (B, T, ...) memory, no copy
                 roles[i] = "view"
@@ -1756,6 +1861,9 @@ class _View:
                         roles[c] = "kernel"
                 self.matmul_copies(op, strides, copied, copy)
             self.emit_op(op, cost, fused_into, emit, read_bytes)
+            if i in self.dropped_weights:  # the weights the fast path averages though the model drops them
+                n = op.output.numel
+                self.emit_weight_mean(emit, i, op.output.nbytes, n, n // self.dropped_weights[i], op.output.dtype)
             # output layout
             if op.op in _NEED_DENSE_NCHW_OR_NHWC and outs and op.output.ndim >= 4:
                 # cuDNN convolution and batch norm, pooling: the output in the input's suggested memory format
@@ -2614,10 +2722,31 @@ class _View:
             if op.op != "relax.full_like" or roles[op.index] != "kernel" or len(outs) != 1 or not op.operands:
                 continue
             w = self.sole_user(op, roles)
-            if w is not None and w.op == "relax.where" and len(w.operands) == 3:
-                if w.operands[1].value == outs[0] and w.operands[2].value == op.operands[0].value:
+            if w is not None and w.op == "relax.where" and len(w.operands) == 3 and w.operands[1].value == outs[0]:
+                x = self.op_of(w.operands[2].value)  # x itself, or x cast to the fill's dtype (below)
+                cast = x is not None and x.op == "relax.astype" and x.operands[0].value == op.operands[0].value
+                if w.operands[2].value == op.operands[0].value or cast:
                     roles[op.index] = "fused"
                     out.append(outs[0])
+        return out
+
+    def typed_fills(self, roles: list[str]) -> dict[int, int]:
+        """`torch.zeros_like(m, dtype=f)` (`F._canonical_mask` turning a bool mask into a float one): TVM's torch
+        importer writes `zeros_like(m)` in m's dtype, then the `masked_fill_` that follows as `where(m, full_like(z,
+        v), astype(z, f))`. Eager fills the float tensor in one kernel. Returns {the astype: the zeros_like} for a
+        zeros_like whose output only that astype and fused `full_like`s (`masked_fills`: they read its shape) use;
+        the zeros_like is marked "fused"."""
+        out: dict[int, int] = {}
+        for op in self.node:
+            outs = self.outputs_of.get(op.index, [])
+            if op.op not in ("relax.zeros_like", "relax.ones_like") or roles[op.index] != "kernel" or len(outs) != 1:
+                continue
+            users = [self.node[c] for c in set(self.consumers.get(outs[0], []))]
+            casts = [u for u in users if u.op == "relax.astype" and roles[u.index] == "kernel"]
+            if len(casts) == 1 and all(u is casts[0] or u.op == "relax.full_like" and roles[u.index] == "fused"
+                                       for u in users):  # fmt: skip
+                roles[op.index] = "fused"
+                out[casts[0].index] = op.index
         return out
 
     # -- functionalised in-place updates ------------------------------------------------------
@@ -2988,7 +3117,11 @@ class _View:
             self.emit_qkv_transform(
                 emit, covered, bias, packed, numel + numel // 3, q_bytes + k_bytes + v_bytes, att.dtype
             )
-            self.emit_scores(att, idx, emit, q_bytes, k_bytes, v_bytes, o_bytes, mask_bytes, layout, out_vid)
+            masked = self.native_masks.get(op.index)
+            self.emit_scores(
+                att, idx, emit, q_bytes, k_bytes, v_bytes, o_bytes, mask_bytes, layout, out_vid,
+                bool_mask=None if masked is None else (read_bytes(masked[0]), masked[1]),
+            )  # fmt: skip
             return
         if att.h_kv != att.h:  # repeat_interleave of K and V to the query heads
             for kv in (k_bytes, v_bytes):
@@ -3017,6 +3150,14 @@ class _View:
         )
         self.emit_scores(att, idx, emit, q_bytes, k_bytes, v_bytes, o_bytes, mask_bytes, layout, out_vid)
 
+    @staticmethod
+    def emit_weight_mean(emit, i: int, read: int, numel: int, n_out: int, dtype: str) -> None:
+        """`_native_multi_head_attention`'s average of the (B, H, T, S) attention weights over heads: `sum` (reads
+        `read` bytes of `numel` elements, writes the (B, T, S) `n_out`), then `div_` in place."""
+        out = int(n_out * dtype_bytes(dtype))
+        emit("reduction", "mha:sum", (i,), numel - n_out, read, out, dtype, {"numel": numel})
+        emit("elementwise", "mha:div_", (i,), n_out, out, out, dtype, {"numel": n_out})
+
     def emit_qkv_transform(self, emit, covered, bias: int | None, packed: int, flops, written: int, dtype: str) -> None:
         """`_transform_bias_rescale_qkv`, one kernel: reads the packed (B, T, 3 x D) in-projection and the bias add
         `bias`'s constant operand, adds the bias, scales Q, writes Q, K and V as (B, H, T, Dh) (`written` bytes)."""
@@ -3025,15 +3166,26 @@ class _View:
         numel = self.info[packed].numel
         emit("elementwise", "fused:transform_bias_rescale_qkv", covered, flops, read, written, dtype, {"numel": numel})
 
-    def emit_scores(self, att: _Attention, idx, emit, q_bytes, k_bytes, v_bytes, o_bytes, mask_bytes, layout, out_vid):
+    def emit_scores(
+        self, att: _Attention, idx, emit, q_bytes, k_bytes, v_bytes, o_bytes, mask_bytes, layout, out_vid,
+        bool_mask: tuple[int, int] | None = None,
+    ):  # fmt: skip
         """The math backend's score kernels after Q and K are scaled: Q K^T as a bmm, the mask added, softmax, the
-        probabilities times V as a bmm (bytes as the operands are: Q, K, V, the output; the mask as read)."""
+        probabilities times V as a bmm (bytes as the operands are: Q, K, V, the output; the mask as read). With
+        `bool_mask` (the float mask's bytes read, the bool mask's written), `_native_multi_head_attention`'s
+        `masked_softmax` (attention.cpp): the mask cast to bool, then `_masked_softmax`, one kernel reading the
+        scores and the bool mask, in place of the mask's add and softmax."""
         size = dtype_bytes(att.dtype)
         bh = att.b * att.h
         scores = int(bh * att.s * att.t * size)
         gemm = {"b": bh, "m": att.s, "n": att.t, "k": att.d}
         emit("gemm", "math:matmul_qk", idx, 2 * bh * att.s * att.t * att.d, q_bytes + k_bytes, scores, att.dtype, gemm)
-        if att.mask is not None or att.causal:
+        if bool_mask is not None:
+            read, bool_bytes = bool_mask
+            emit("elementwise", "mha:mask_to_bool", idx, 0, read, bool_bytes, "bool", {"numel": bool_bytes})
+            emit("softmax", "mha:masked_softmax", idx, 5 * bh * att.s * att.t, scores + bool_bytes, scores, att.dtype,
+                 {"numel": bh * att.s * att.t})  # fmt: skip
+        elif att.mask is not None or att.causal:
             emit(
                 "elementwise",
                 "math:add_mask",
@@ -3044,16 +3196,17 @@ class _View:
                 att.dtype,
                 {"numel": bh * att.s * att.t},
             )
-        emit(
-            "softmax",
-            "math:softmax",
-            idx,
-            5 * bh * att.s * att.t,
-            scores,
-            scores,
-            att.dtype,
-            {"numel": bh * att.s * att.t},
-        )
+        if bool_mask is None:
+            emit(
+                "softmax",
+                "math:softmax",
+                idx,
+                5 * bh * att.s * att.t,
+                scores,
+                scores,
+                att.dtype,
+                {"numel": bh * att.s * att.t},
+            )
         gemm = {"b": bh, "m": att.s, "n": att.dv, "k": att.t}
         emit("gemm", "math:matmul_pv", idx, 2 * bh * att.s * att.t * att.dv, scores + v_bytes, o_bytes, att.dtype, gemm)
         if att.bshd:

@@ -164,6 +164,54 @@ def _transformer_decoder_layer() -> tuple[torch.nn.Module, tuple]:
     return layer.eval(), (torch.randn(2, 32, 64), torch.randn(2, 16, 64))
 
 
+class _PaddedEncoder(torch.nn.Module):
+    """A two-layer batch-first nn.TransformerEncoder given a bool key padding mask: eager runs each layer's fast path
+    with the mask (`_transformer_encoder_layer_fwd`; `_native_multi_head_attention`'s branch without SDPA, whose
+    `_masked_softmax` reads the mask cast to bool), after `F._canonical_mask` made it float once (zeros_like,
+    masked_fill_)."""
+
+    def __init__(self):
+        super().__init__()
+        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+        self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+    def forward(self, x, mask):
+        return self.enc(x, src_key_padding_mask=mask)
+
+
+def _padding_mask(batch: int = 2, seq: int = 32) -> torch.Tensor:
+    mask = torch.zeros(batch, seq, dtype=torch.bool)
+    mask[0, seq - 12 :] = True  # the first sequence 20 tokens long, the second 32
+    return mask
+
+
+def _padded_encoder() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    return _PaddedEncoder().eval(), (torch.randn(2, 32, 64), _padding_mask())
+
+
+def _head_dim_12() -> tuple[torch.nn.Module, tuple]:
+    """nn.MultiheadAttention(48, 4): a head dim of 12, not a multiple of 8: the fast path's branch without SDPA."""
+    torch.manual_seed(0)
+    module = _SelfAttention()
+    module.mha = torch.nn.MultiheadAttention(48, 4, batch_first=True)
+    return module.eval(), (torch.randn(2, 32, 48),)
+
+
+class _WeightsDropped(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mha = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+
+    def forward(self, x):
+        return self.mha(x, x, x)[0]  # need_weights=True (the default), the weights unused: eager averages them still
+
+
+def _weights_dropped() -> tuple[torch.nn.Module, tuple]:
+    torch.manual_seed(0)
+    return _WeightsDropped().eval(), (torch.randn(2, 32, 64),)
+
+
 # torch.nn layers with inference fast paths (`_native_multi_head_attention`, `_transformer_encoder_layer_fwd`): every
 # route's graph has the Python path, the kernel view costs what eager PyTorch runs (kernel_trace's inference trace)
 NN_LAYERS = {
@@ -175,6 +223,10 @@ NN_LAYERS = {
     "seq_first_encoder": (_seq_first_encoder, TORCHSCRIPT),
     "conv_attention": (_conv_then_attention(False), TORCHSCRIPT),
     "conv_attention_weights": (_conv_then_attention(True), TORCHSCRIPT),
+    # the fast path's branch without SDPA: a key padding mask (`_masked_softmax`), a head dim of 12
+    "padded_encoder": (_padded_encoder, TORCHSCRIPT),
+    "head_dim_12": (_head_dim_12, TORCHSCRIPT),
+    "multihead_attention_weights_dropped": (_weights_dropped, TORCHSCRIPT),
     # (the TorchScript exporter cannot export it: the decoder passes a tensor as SDPA's is_causal)
     "transformer_decoder_layer": (_transformer_decoder_layer, DYNAMO),
 }
@@ -254,6 +306,8 @@ DIFFERENT = {
     # The default export folds each of ResNet-18's 20 batch norms into the convolution before it: cuDNN adds the
     # folded bias in a second kernel, so each batch-norm kernel becomes a bias-add kernel (the same count).
     "resnet18": {"onnx": {"norm": -20, "elementwise": 20}},
+    # `F._canonical_mask`'s zeros_like(mask, dtype=float32) (a fill kernel in eager) is a constant in the ONNX file
+    "padded_encoder": {"onnx": {"elementwise": -1}},
     # (gru_bidir's routes agree: torch's decomposition concatenates each direction's steps, flips the reverse one and
     # concatenates the two, the ONNX graph stacks Y [T, dirs, B, H] and transposes and reshapes it to [T, B, dirs*H];
     # cuDNN writes both layouts in place, so neither route has a copy there: 136 kernels on every route)
@@ -380,8 +434,8 @@ def test_one_model_one_peak(name):
     EfficientNet, ConvNeXt). What is left is what the graphs hold apart from that, at most 3%: the largest, bert_tiny
     and roberta_tiny (2 x 16,384 B: two (1, 1, 128, 128) bool masks torch.export materialises for an all-visible
     mask) and vit_tiny (2 x 38,809 B: the same for 197 tokens), are in the module's graph only; the recurrences'
-    graphs differ by a few small state tensors (gru_bidir: 2,048 of 67,584 B, within 4 KiB). conv_attention's ONNX
-    peak is its own (PEAK_APART)."""
+    graphs differ by a few small state tensors (gru_bidir: 2,048 of 67,584 B, within 4 KiB). conv_attention's and
+    head_dim_12's ONNX peaks are their own (PEAK_APART)."""
     reports = _routes(name)
     peaks = {route: rep.analysis.totals.peak_activation_bytes for route, rep in reports.items()}
     assert peaks["pt2"] == peaks["module"]
@@ -399,8 +453,10 @@ def test_one_model_one_peak(name):
 # the branch out and frees Q and K after the first matmul and the convolution's output after the in-projection
 # (98,312 B), where eager's C++ keeps them to the end of the call. The difference grows with the positions and the
 # scores with their square: 786,432 B of 17.8 MiB (4.6%) at 512 positions (measured on the routes as here).
+# The same for an attention with a head dim of 12 (the branch without SDPA too): the packed projection 2 x 32 x 144 x
+# 4 = 36,864 B, the output 2 x 32 x 48 x 4 = 12,288 B, the scores and probabilities 2 x 32,768 B: 114,688 B.
 # {name: the module's and `.pt2`'s peak, by hand}
-PEAK_APART = {"conv_attention": 131_072}
+PEAK_APART = {"conv_attention": 131_072, "head_dim_12": 114_688}
 
 
 @pytest.mark.parametrize("name", list(RECOMPUTED))
@@ -787,6 +843,91 @@ def test_the_python_path_copies_the_split_in_projection_once():
     for route, rep in _routes("seq_first_attention").items():
         kinds = [(k.kind, k.bytes_read, k.bytes_written) for k in rep.analysis.kernels if k.kind != "gemm"]
         assert kinds == [("copy", 49_152, 49_152), ("attention", 49_152, 16_384), ("copy", 16_384, 16_384)], route
+
+
+class _MaskedAttention(torch.nn.Module):
+    """nn.MultiheadAttention(64, 4, batch_first=True) given a key padding or an attention mask."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.how = how
+        self.mha = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+
+    def forward(self, x, mask):
+        if self.how == "attn_mask":
+            return self.mha(x, x, x, attn_mask=mask, need_weights=False)[0]
+        out, weights = self.mha(x, x, x, key_padding_mask=mask, need_weights=self.how == "weights")
+        return out if weights is None else (out, weights)
+
+
+def _masked_kernels(how: str, mask: torch.Tensor, tmp_path) -> tuple[dict, int]:
+    torch.manual_seed(0)
+    module, inputs = _MaskedAttention(how).eval(), (torch.randn(2, 32, 64), mask)
+    from kernel_trace import trace_kernels
+
+    reports = {"module": report(module, inputs, devices=DEVICES, batches=[])}
+    reports["pt2"] = report(str(export_pt2(module, inputs, tmp_path / "m.pt2")), devices=DEVICES, batches=[])
+    onnx_path = export_onnx(module, inputs, tmp_path / "m.onnx", TORCHSCRIPT)
+    reports["onnx"] = report(str(onnx_path), devices=DEVICES, batches=[])
+    kernels = {r: [(k.kind, k.bytes_read, k.bytes_written) for k in rep.analysis.kernels] for r, rep in reports.items()}
+    return kernels, trace_kernels(module, inputs, inference=True).count
+
+
+# B = 2, T = 32, E = 64, 4 heads of 16, float32: by hand, (kind, bytes read, bytes written)
+_CANONICAL_MASK = [
+    ("elementwise", 0, 256),  # zeros_like(mask, dtype=float32): (2, 32) x 4 B written
+    ("elementwise", 64 + 256 + 4, 256),  # masked_fill_(mask, -inf): the bool mask, the zeros, the fill value
+]
+_MASKED_BRANCH = [
+    ("gemm", 2 * 32 * 64 * 4 + 192 * 64 * 4, 2 * 32 * 192 * 4),  # mm: x, in_proj_weight -> (64, 192)
+    ("elementwise", 2 * 32 * 192 * 4 + 192 * 4, 3 * 2 * 4 * 32 * 16 * 4),  # _transform_bias_rescale_qkv
+    ("gemm", 2 * 16_384, 2 * 4 * 32 * 32 * 4),  # bmm: Q K^T -> (8, 32, 32)
+    ("elementwise", 2 * 32 * 4, 2 * 32),  # the float mask cast to bool (mask type 1: as given)
+    ("softmax", 32_768 + 2 * 32, 32_768),  # _masked_softmax: the scores and the (2, 32) bool mask
+    ("gemm", 32_768 + 16_384, 16_384),  # bmm: P V
+    ("copy", 16_384, 16_384),  # the heads merged (transform_0213)
+    ("gemm", 16_384 + 64 * 64 * 4 + 64 * 4, 16_384),  # addmm: out_proj
+]
+
+
+def test_a_masked_fast_path_runs_without_sdpa(tmp_path):
+    """nn.MultiheadAttention given a bool key padding mask takes its fast path in eager (the CUDA kernel takes SDPA
+    only without a mask: attention.cu), which casts the canonical float mask to bool and runs `_masked_softmax`;
+    torch.export and the ONNX exporter record the Python path (the mask reshaped to (B x H, 1, T), a copy; SDPA
+    with it). Kernels by hand above; the eager dispatch trace's count is the oracle (10 kernels; 12 with the weights
+    averaged: `sum`, `div_`). The ONNX file holds the canonical mask's zeros as a constant (one kernel fewer). Before,
+    the module was costed as the Python path (12 kernels, 0.203 ms on h100-80gb) and the ONNX file 9 (0.153 ms)."""
+    kernels, count = _masked_kernels("padding", _padding_mask(), tmp_path)
+    assert count == 10
+    assert kernels["module"] == kernels["pt2"] == _CANONICAL_MASK + _MASKED_BRANCH
+    assert kernels["onnx"][0][0] == "gemm" and [k for k in kernels["onnx"] if k[2] != 256] == _MASKED_BRANCH
+
+    kernels, count = _masked_kernels("weights", _padding_mask(), tmp_path)
+    mean = [("reduction", 32_768, 2 * 32 * 32 * 4), ("elementwise", 8_192, 8_192)]  # sum over heads, div_ by 4
+    assert count == 12
+    assert kernels["module"] == kernels["pt2"] == _CANONICAL_MASK + _MASKED_BRANCH + mean
+
+    # mask type 2: a (32, 32) bool attention mask expanded to (2, 4, 32, 32), cast to a dense bool mask
+    torch.manual_seed(1)
+    kernels, count = _masked_kernels("attn_mask", torch.rand(32, 32) > 0.7, tmp_path)
+    expanded = 2 * 4 * 32 * 32
+    branch = list(_MASKED_BRANCH)
+    branch[3], branch[4] = ("elementwise", 32 * 32 * 4, expanded), ("softmax", 32_768 + expanded, 32_768)
+    canonical = [("elementwise", 0, 4_096), ("elementwise", 1_024 + 4_096 + 4, 4_096)]
+    assert count == 10
+    assert kernels["module"] == kernels["pt2"] == canonical + branch
+
+
+def test_a_float_mask_keeps_the_python_path(tmp_path):
+    """nn.MultiheadAttention refuses its fast path for a float mask ("floating-point masks are not supported for
+    fast path", torch/nn/modules/activation.py): the Python path, SDPA with the mask, on every route (the trace:
+    the memory-efficient kernel)."""
+    mask = torch.zeros(2, 32)
+    mask[0, 20:] = float("-inf")
+    kernels, count = _masked_kernels("padding", mask, tmp_path)
+    for route, ks in kernels.items():
+        assert [k[0] for k in ks].count("attention") == 1 and not any(k[0] == "softmax" for k in ks), route
+    assert count == 7 and len(kernels["module"]) == 8  # + the fold copy of the transposed input (TRACE_MISSES)
 
 
 def test_folded_batch_norm_is_a_different_program(tmp_path):

@@ -3120,7 +3120,7 @@ class _View:
             masked = self.native_masks.get(op.index)
             self.emit_scores(
                 att, idx, emit, q_bytes, k_bytes, v_bytes, o_bytes, mask_bytes, layout, out_vid,
-                bool_mask=None if masked is None else (read_bytes(masked[0]), masked[1]),
+                bool_mask=None if masked is None else (read_bytes(masked[0]), masked[1]), op_native=True,
             )  # fmt: skip
             return
         if att.h_kv != att.h:  # repeat_interleave of K and V to the query heads
@@ -3168,13 +3168,14 @@ class _View:
 
     def emit_scores(
         self, att: _Attention, idx, emit, q_bytes, k_bytes, v_bytes, o_bytes, mask_bytes, layout, out_vid,
-        bool_mask: tuple[int, int] | None = None,
+        bool_mask: tuple[int, int] | None = None, op_native: bool = False,
     ):  # fmt: skip
         """The math backend's score kernels after Q and K are scaled: Q K^T as a bmm, the mask added, softmax, the
         probabilities times V as a bmm (bytes as the operands are: Q, K, V, the output; the mask as read). With
         `bool_mask` (the float mask's bytes read, the bool mask's written), `_native_multi_head_attention`'s
         `masked_softmax` (attention.cpp): the mask cast to bool, then `_masked_softmax`, one kernel reading the
-        scores and the bool mask, in place of the mask's add and softmax."""
+        scores and the bool mask, in place of the mask's add and softmax. `op_native`: that branch without a mask,
+        whose softmax overwrites the scores ("mha:softmax_": the liveness allocates them once)."""
         size = dtype_bytes(att.dtype)
         bh = att.b * att.h
         scores = int(bh * att.s * att.t * size)
@@ -3199,7 +3200,7 @@ class _View:
         if bool_mask is None:
             emit(
                 "softmax",
-                "math:softmax",
+                "mha:softmax_" if op_native else "math:softmax",  # (the fast path's `_softmax_out` is in place)
                 idx,
                 5 * bh * att.s * att.t,
                 scores,

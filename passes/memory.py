@@ -34,7 +34,11 @@ class Fusion:
     ops that are one op in the graph (torch.export's SDPA) but run on the math backend
     (`_scaled_dot_product_attention_math`, or nn.MultiheadAttention's fast path without SDPA): eager writes their
     (B, H, S, T) scores, then the probabilities, both live while the softmax runs, which the graph holds no value
-    for; the O(S x D) copies around them (the scaled Q and K, or the fast path's Q, K and V) are left out."""
+    for; the O(S x D) copies around them (the scaled Q and K, or the fast path's Q, K and V) are left out.
+    `scores_once`: the same where the softmax overwrites the scores (the fast path without SDPA and without a mask:
+    `_softmax_out` in place, aten/src/ATen/native/transformers/attention.cpp): one (B, H, S, T) storage. (With a
+    mask it runs `_masked_softmax`, out of place: two, in `scores`; its bool mask, B x T bytes or B x H x S x T, is
+    left out.)"""
 
     groups: tuple[tuple[int, ...], ...] = ()
     scores: tuple[int, ...] = ()
@@ -42,6 +46,10 @@ class Fusion:
     #: kernel view folds them: a causal mask torch.export materialises where eager calls SDPA with `is_causal`):
     #: nothing allocated for them
     absent: tuple[int, ...] = ()
+    scores_once: tuple[int, ...] = ()
+    #: (op index, operand position): ops whose result eager writes over that operand's storage (the fast path
+    #: without SDPA writes the attention's output into Q's: `bmm_nn(q, qkt, v)`), so the result allocates nothing
+    writes_into: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,7 @@ def lifetimes(
     (`passes.symbolic.peak_law`)."""
     fusion = fused if isinstance(fused, Fusion) else Fusion(tuple(tuple(g) for g in fused))
     groups, scores, absent = fusion.groups, fusion.scores, set(fusion.absent)
+    into = dict(fusion.writes_into)
     n = len(graph.ops)
     storage: dict[int, int] = {}  # value id -> storage id (the value that owns the allocation)
     tensors: dict[int, tuple] = {}  # storage id -> its tensors
@@ -104,6 +113,9 @@ def lifetimes(
         first_act = next((o for o in op.operands if o.value in storage), None)
         if op.index in absent:
             continue
+        if op.index in into and len(produced) == 1 and op.operands[into[op.index]].value in storage:
+            storage[produced[0]] = storage[op.operands[into[op.index]].value]
+            continue
         if op.folded:
             if first_act is not None and len(produced) == 1:  # a view of a weight-only result computed every call
                 storage[produced[0]] = storage[first_act.value]
@@ -127,11 +139,12 @@ def lifetimes(
     if groups:
         kept = {s.value for s in graph.inputs} | {storage[v] for _, v in graph.outputs if v in storage}
         _fuse(groups, tensors, birth, last, readers, kept)
-    for i in scores:  # (B, S, H, D) query, (B, T, H_kv, D) key: the scores and the probabilities, (B, H, S, T) each
+    for i in (*scores, *fusion.scores_once):  # (B, S, H, D) query, (B, T, H_kv, D) key: (B, H, S, T) scores
         q, k = graph.ops[i].operands[0].tensor, graph.ops[i].operands[1].tensor
         b, s, h, _ = q.shape
         bhst = TensorInfo((b, h, s, k.shape[1]), q.dtype)
-        tensors[-1 - i], birth[-1 - i], last[-1 - i] = (bhst, bhst), i, i
+        both = (bhst, bhst) if i in scores else (bhst,)  # and the probabilities, unless written over the scores
+        tensors[-1 - i], birth[-1 - i], last[-1 - i] = both, i, i
     return tensors, birth, last
 
 

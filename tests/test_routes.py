@@ -935,6 +935,33 @@ def test_a_float_mask_keeps_the_python_path(tmp_path):
     assert count == 7 and len(kernels["module"]) == 8  # + the fold copy of the transposed input (TRACE_MISSES)
 
 
+class _Encoder(torch.nn.Module):
+    def __init__(self, nested: bool, masked: bool):
+        super().__init__()
+        self.masked = masked
+        layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+        self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=nested)
+
+    def forward(self, x, mask):
+        return self.enc(x, src_key_padding_mask=mask if self.masked else None)
+
+
+@pytest.mark.parametrize("nested, masked", [(True, True), (True, False), (False, True)])
+def test_a_nested_tensor_encoder_is_said(nested, masked):
+    """nn.TransformerEncoder (enable_nested_tensor=True, the default) given a key padding mask runs its layers on a
+    nested tensor of the unpadded tokens in eager eval, which no exported graph holds: the module route says so
+    where eager does it. Oracle: the eager forward under torch.profiler calls `aten::_nested_tensor_from_mask`."""
+    torch.manual_seed(0)
+    module, x, mask = _Encoder(nested, masked).eval(), torch.randn(2, 32, 64), _padding_mask()
+    with torch.inference_mode(), torch.profiler.profile() as prof:
+        module(x, mask)
+    eager = any(e.name == "aten::_nested_tensor_from_mask" for e in prof.events())
+    rep = report(module, (x, mask), devices=DEVICES, batches=[])
+    said = [w for w in rep.warnings if "nested tensor" in w]
+    assert eager == bool(said) == (nested and masked), said
+    assert not said or said[0].startswith("nn.TransformerEncoder enc is given a src_key_padding_mask")
+
+
 def test_folded_batch_norm_is_a_different_program(tmp_path):
     """torch.onnx.export's default (TrainingMode.EVAL) folds each batch norm into the convolution before it.
 

@@ -340,6 +340,7 @@ def from_module(
             for n in axes.values()
         }
         dynamic = [{a: dims[n] for a, n in axes.items()} or None for axes in symbol_axes]
+    nested, hooks = _nested_tensor_encoders(module)
     try:
         with torch.inference_mode(False), torch.no_grad(), _no_stack_traces():
             if _on_meta(module):
@@ -351,6 +352,9 @@ def from_module(
                 ep = torch.export.export(tensor_outputs, example_inputs, dynamic_shapes=shapes)
     except Exception as exc:
         raise AnalysisError(f"torch.export could not export the module: {one_line(exc)}") from exc
+    finally:
+        for hook in hooks:
+            hook.remove()
     sources: dict[str, str] = {}
     weight_names = {}
     if _on_meta(module):  # weights enter as inputs after the model's own: name their placeholders
@@ -376,6 +380,15 @@ def from_module(
             f"{type(module).__name__} also returns {kinds} (e.g. a key/value cache with use_cache=True); "
             "analysed the forward that returns only its tensors"
         )
+    if nested:
+        names = ", ".join(sorted(set(nested)))
+        warnings.append(
+            f"nn.TransformerEncoder {names} is given a src_key_padding_mask: in eval, eager PyTorch (with "
+            "enable_nested_tensor=True, the default) turns its input into a nested tensor when the mask pads the "
+            "end of each sequence, and runs the layers on the unpadded tokens only, after a device-to-host sync; "
+            "preflight costs the padded batch (the layers' work at most). Build it with enable_nested_tensor=False "
+            "to predict exactly what runs"
+        )
     return LoadedModel(
         mod=mod,
         framework=framework,
@@ -390,6 +403,31 @@ def from_module(
         op_calls=calls,
         symbols=_export_symbols(ep, symbol_axes) if dynamic is not None else {},
     )
+
+
+def _nested_tensor_encoders(module) -> tuple[list[str], list]:
+    """(the paths of the nn.TransformerEncoders a forward calls with a key padding mask, the hooks that record them:
+    remove them after the export).
+
+    `nn.TransformerEncoder.forward` with `use_nested_tensor` (`enable_nested_tensor=True`, the default, where its
+    first layer allows it) and a `src_key_padding_mask` converts a left-aligned padded batch into a nested tensor in
+    eval (`torch._nested_tensor_from_mask`, torch/nn/modules/transformer.py), which torch.export never records (the
+    fake tensors of the export fail its checks)."""
+    import torch
+
+    seen: list[str] = []
+    hooks = []
+    for path, sub in module.named_modules():
+        if not (isinstance(sub, torch.nn.TransformerEncoder) and getattr(sub, "use_nested_tensor", False)):
+            continue
+
+        def record(_mod, args, kwargs, path=path or "(the model)"):
+            mask = kwargs.get("src_key_padding_mask", args[2] if len(args) > 2 else None)
+            if mask is not None:
+                seen.append(path)
+
+        hooks.append(sub.register_forward_pre_hook(record, with_kwargs=True))
+    return seen, hooks
 
 
 def _is_integer(v) -> bool:

@@ -429,7 +429,11 @@ def fused_groups(view: KernelView, graph: OpGraph) -> Fusion:
     )
     scores = {k.ops[-1] for k in view.kernels if k.op in ("math:softmax", "mha:masked_softmax")}
     once = {k.ops[-1] for k in view.kernels if k.op == "mha:softmax_"}
-    absent = tuple(i for i, role in enumerate(view.roles) if role == "folded" and not graph.ops[i].folded)
+    absent = tuple(
+        sorted(
+            {i for i, role in enumerate(view.roles) if role == "folded" and not graph.ops[i].folded} | set(view.unrun)
+        )
+    )
     one_op = lambda ops: tuple(sorted(i for i in ops if graph.ops[i].op in ATTENTION_OPS))  # noqa: E731
     # the fast path without SDPA writes the attention's output over Q (attention.cu: `bmm_nn(q, qkt, v)`); where the
     # graph spells its attention out (an ONNX file), its softmax writes over the scores

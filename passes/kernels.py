@@ -285,6 +285,8 @@ class KernelView:
         recomputed: indices of the kernels that depend on no model input but run on every eager forward (a
             computation on weights alone and what eager PyTorch computes from it: BEiT's relative-position
             table resized, concatenated, gathered and padded as an attention mask, in every layer).
+        unrun: op indices of views eager PyTorch never makes (the Python path's reshapes of a mask that
+            nn.MultiheadAttention's fast path passes as it is): the liveness allocates nothing for them.
     """
 
     kernels: tuple[Kernel, ...]
@@ -292,6 +294,7 @@ class KernelView:
     roles: tuple[str, ...]
     summary: KernelSummary
     recomputed: tuple[int, ...] = ()
+    unrun: tuple[int, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -729,14 +732,16 @@ class _View:
         self.live: set[int] = set()
         self.recomputed_pads: set[int] = set()  # the efficient backend's padding of a `live` mask (kernel indices)
         # nn.MultiheadAttention fast paths that run `_native_multi_head_attention`'s branch without SDPA (its input's
-        # last dimension not of stride 1): attention op -> (the in-projection's bias add or None, the packed value)
+        # last dimension not of stride 1, a head dim not a multiple of 8, SDPA's math backend, a mask):
+        # attention op -> (the in-projection's bias add or None, the packed value)
         self.native_math: dict[int, tuple[int | None, int]] = {}
         # of those, the ones with a key padding or attention mask (`_masked_softmax`): attention op -> (the mask as
         # the module was given it (after `F._canonical_mask`), the bool mask's bytes the softmax reads)
         self.native_masks: dict[int, tuple[int, int]] = {}
         # the same branch where the fast path returns its weights: the Python path's add of the mask to the scores
-        # -> (the mask as given, the bool mask's bytes); the softmax after it is `_masked_softmax` (`mha_weights_paths`)
-        self.weight_masks: dict[int, tuple[int, int]] = {}
+        # -> (the mask as given, the bool mask's bytes, the softmax after it: `_masked_softmax`; `mha_weights_paths`)
+        self.weight_masks: dict[int, tuple[int, int, int]] = {}
+        self.unrun: set[int] = set()  # (`KernelView.unrun`)
         # softmax ops of those fast paths whose weights the model drops: eager averages them all the same (sum,
         # div_; `average_attn_weights=True`, the default, assumed) -> heads
         self.dropped_weights: dict[int, int] = {}
@@ -1208,9 +1213,7 @@ class _View:
         ok = op.op == "relax.matmul" and len(op.operands) == 2 and op.operands[1].tensor.ndim == 2
         return op if ok and op.operands[1].value in self.indep else None
 
-    def mha_fast_paths(
-        self, attentions: list[_Attention], backend: dict[int, str], fused_into: dict[int, int], roles: list[str]
-    ):
+    def mha_fast_paths(self, attentions: list[_Attention], backend: dict[int, str], fused_into: dict[int, int]):
         """nn.MultiheadAttention's fast path (`torch._native_multi_head_attention`) where eager torch takes it.
 
         torch.export always records MultiheadAttention's Python path (`F.multi_head_attention_forward`: the input
@@ -1222,7 +1225,7 @@ class _View:
         picks flash or memory-efficient: `linear(x, in_proj)` on the (B, T, D) input, SDPA on views of its three
         chunks, a view of the output, `linear(., out_proj)`: three kernels, none of the Python path's copies.
 
-        Recognised here: an attention (flash or efficient, no mask, not causal, even heads, head dim % 8 == 0) whose
+        Recognised here: an attention (not causal, even heads; no mask or a bool one, below) whose
         Q, K and V are views of one linear layer's output (3 x H x D features) whose input is a (1, 0, 2)
         transpose of a 3-D tensor X, and whose output reaches, through views, a linear layer whose output goes
         through views back to X's shape. Every view op on the way is free (the kernels read and write contiguous
@@ -1248,18 +1251,15 @@ class _View:
         found: list[int] = []
         if any(op.attrs.get("autocast") for op in self.node):
             return free, found  # under autocast both modules take the Python path ("autocast is enabled")
-        attention_ops = {i for att in attentions for i in att.covered}
         for att in attentions:
             be = backend.get(att.anchor)
-            if be not in ("flash", "efficient") or att.causal:
-                continue
+            if att.causal or (be not in ("flash", "efficient") and not (be == "math" and att.bshd)):
+                continue  # (a decomposed attention on the math backend is its own kernels already)
             if att.h % 2 or att.d != att.dv or att.h != att.h_kv or att.s != att.t:
                 continue
-            mask = (
-                None if att.mask is None else self.fast_path_mask(att.mask, att.b, att.h, att.s, att.t, attention_ops)
-            )
-            if att.mask is not None and mask is None:
-                continue
+            mask = None if att.mask is None else self.fast_path_mask(att.mask, att.b, att.h, att.s, att.t, att.covered)
+            if att.mask is not None and (mask is None or not mask[3]):
+                continue  # (a float mask: the Python path, `fast_path_mask`)
             inputs = {
                 o.value
                 for i in att.covered
@@ -1290,25 +1290,24 @@ class _View:
             y, after = self.view_chain_down(out)
             if self.info[y].shape != x_shape:
                 continue
-            if mask is not None and not mask[3] and self.encoder_ffn(y, roles, fused_into) is None:
-                continue  # nn.MultiheadAttention given a float mask runs its Python path (an encoder layer does not)
             bias_in = next((c for c, p in fused_into.items() if p == m_in.index), None)
             if not is_contiguous(x_shape, x_strides):  # `matmul` folds X for `mm` with a copy
                 self.fold_copies.add(m_in.index)
-            if x_strides[-1] != 1 or att.d % 8 or mask is not None:
+            if x_strides[-1] != 1 or att.d % 8 or mask is not None or be == "math":
                 self.native_math[att.anchor] = (bias_in, packed)
                 free |= walked | after | {tr.index}
                 if mask is not None:
                     root, bool_bytes, mask_views, _ = mask
                     self.native_masks[att.anchor] = (root, bool_bytes)
                     free |= mask_views
+                    self.unrun |= mask_views
             else:
                 free |= walked | down | after | {tr.index}
             found.append(y)
         return free, found
 
     def fast_path_mask(
-        self, mask: int, b: int, h: int, s: int, t: int, readers: set[int]
+        self, mask: int, b: int, h: int, s: int, t: int, own: set[int]
     ) -> tuple[int, int, set[int], bool] | None:
         """The mask `_native_multi_head_attention` takes where nn.MultiheadAttention's Python path reads `mask` in
         a (B, H, S, T) attention, or None for a mask it does not take as one.
@@ -1318,11 +1317,12 @@ class _View:
         (1, S, T) (then (1, 1, S, T) for SDPA). The fast path passes the mask itself (`merge_masks`: mask type 1,
         the (B, T) mask; type 2, the (S, T) mask expanded to (B, H, S, T), a view) and casts it to bool, which for
         the expanded mask writes the whole (B, H, S, T) (`_to_copy` of a tensor that is not dense). Returns (the
-        mask before those views, the bytes of the bool mask the masked softmax reads, the view ops walked: none of
-        them runs in eager, whether the mask was a bool one: `F._canonical_mask`'s `masked_fill` of zeros by it, a
-        `where` on a bool condition). nn.MultiheadAttention takes its fast path for a bool mask only;
-        nn.TransformerEncoderLayer's takes a float one too. `readers`: the ops besides views that may read the
-        mask's views (the attentions; the exporter shares one mask's views between layers)."""
+        mask before those views, the bytes of the bool mask the masked softmax reads, the view ops walked that only
+        this attention's ops `own` read (none of them runs in eager; a view the exporter shares between layers, or
+        with an attention on the Python path, stays), whether the mask is `F._canonical_mask`'s of a bool one
+        (`canonical_mask`): nn.MultiheadAttention takes its fast path for a bool mask only. An
+        nn.TransformerEncoderLayer takes it for a float one too, which no graph tells from a block written with
+        nn.MultiheadAttention: a float mask is left to the Python path.)"""
         root, walked = self.view_root(mask)
         shape, n = tuple(self.info[mask].shape), self.info[root].numel
         if shape in ((b, h, 1, t), (b * h, 1, t)) and n == b * t:
@@ -1331,18 +1331,38 @@ class _View:
             bool_bytes = b * h * s * t  # mask type 2: the expanded attention mask, cast dense
         else:
             return None
-        for v in (v for i in walked for v in self.outputs_of.get(i, [])):
-            if any(c not in readers and not self.is_view_op(self.node[c]) for c in self.consumers.get(v, [])):
-                return None  # a view of the mask that something else reads too: not the Python path's own
-        made = self.op_of(root)
-        from_bool = made is not None and made.op == "relax.where" and made.operands[0].tensor.dtype == "bool"
-        return root, bool_bytes, walked, from_bool
+        mine = set(walked)
+        for i in sorted(walked, reverse=True):  # (from the attention up: a view is its own when its readers are)
+            for v in self.outputs_of.get(i, []):
+                if not set(self.consumers.get(v, [])) <= (mine | own) or v in self.graph_outputs:
+                    mine.discard(i)
+        return root, bool_bytes, mine, self.canonical_mask(root)
 
     def through_unit_scales(self, vid: int) -> int:
         """The value `vid` is made from by multiplies or divides by one (`is_unit_scale`), or `vid`."""
         while (op := self.op_of(vid)) is not None and self.is_unit_scale(op):
             vid = next(o.value for o in op.operands if not self.is_scalar_const(o.value))
         return vid
+
+    def canonical_mask(self, vid: int) -> bool:
+        """Whether `vid` is `F._canonical_mask`'s float mask made from a bool one: `zeros_like(m, dtype=float)
+        .masked_fill_(m, -inf)`, which TVM's torch importer writes `where(m, full_like(z, -inf), astype(z))` with
+        `z = zeros_like(m)` (in m's dtype); an exporter folds the zeros into a constant of m's shape (so a float
+        mask a model builds the same way reads the same there, and is taken as one)."""
+        op = self.op_of(vid)
+        if op is None or op.op != "relax.where" or len(op.operands) != 3:
+            return False
+        cond, fill, base = (o.value for o in op.operands)
+        f = self.op_of(fill)
+        if f is not None and f.op == "relax.full_like" and len(f.operands) == 2:
+            fill = f.operands[1].value
+        if self.info[cond].dtype != "bool" or self.scalar_value(fill) != -math.inf:
+            return False
+        b = self.op_of(base)
+        if b is not None and b.op == "relax.astype" and b.operands:
+            z = self.op_of(b.operands[0].value)
+            return z is not None and z.op == "relax.zeros_like" and bool(z.operands) and z.operands[0].value == cond
+        return self.exporter_spelled and base in self.indep and self.info[base].shape == self.info[cond].shape
 
     def static_strides(self, vid: int) -> Strides:
         """The strides the view ops above `vid` give it, from the contiguous output of the kernel they start at (the
@@ -1394,6 +1414,8 @@ class _View:
                 j = next((j for j, op in enumerate(made) if op is not None and op.op == "relax.matmul"), None)
                 if j is None:
                     continue
+                if self.only_consumer(self.outputs_of[m1.index][0]) != sm.index:
+                    continue  # (the masked scores read by the softmax alone)
                 mask_add, mask_vid, m1 = m1, terms[1 - j], made[j]
             if m1 is None or m1.op != "relax.matmul" or roles[m1.index] != "kernel" or m1.output.ndim != 3:
                 continue
@@ -1451,8 +1473,9 @@ class _View:
                 free |= walked | after | {tr.index}
                 transforms[mul.index] = (bias, packed, q_in[0])
                 if mask is not None:
-                    self.weight_masks[mask_add.index] = (mask[0], mask[1])
+                    self.weight_masks[mask_add.index] = (mask[0], mask[1], sm.index)
                     free |= mask[2]
+                    self.unrun |= mask[2]
                 if not is_contiguous(x_shape, x_strides):  # `qkv_projection`'s matmul folds X with a copy
                     self.fold_copies.add(m_in.index)
                 means |= found_means
@@ -1601,7 +1624,7 @@ class _View:
                     roles[op.index] = "kernel"
 
         # nn.MultiheadAttention's and nn.TransformerEncoderLayer's fast paths, as eager torch takes them
-        fast_views, blocks = self.mha_fast_paths(list(anchor_of.values()), backend, fused_into, roles)
+        fast_views, blocks = self.mha_fast_paths(list(anchor_of.values()), backend, fused_into)
         for anchor, (bias, _) in self.native_math.items():
             backend[anchor] = "math"  # the branch without SDPA: bmm, softmax, bmm
             if bias is not None:  # the in-projection's bias joins `_transform_bias_rescale_qkv`
@@ -1734,10 +1757,10 @@ class _View:
                 self.emit_weight_mean(emit, i, read_bytes(src), self.info[src].numel, op.output.numel, op.output.dtype)
                 continue
             if i in self.weight_masks:  # `_masked_softmax`'s cast of the mask to bool, then the masked softmax
-                root, bool_bytes = self.weight_masks[i]
+                root, bool_bytes, sm_index = self.weight_masks[i]
                 emit("elementwise", "mha:mask_to_bool", (i,), 0, read_bytes(root), bool_bytes, "bool",
                      {"numel": bool_bytes})  # fmt: skip
-                sm = self.node[self.only_consumer(outs[0])]
+                sm = self.node[sm_index]
                 roles[sm.index] = "fused"
                 scores = op.output.nbytes
                 emit("softmax", "mha:masked_softmax", (sm.index,), self.costs[sm.index].flops, scores + bool_bytes,
@@ -1899,7 +1922,12 @@ class _View:
         recomputed = {k for i, ks in enumerate(op_kernels) if self.recomputes(i) for k in ks}
         recomputed |= self.recomputed_pads
         return KernelView(
-            tuple(kernels), tuple(tuple(x) for x in op_kernels), tuple(roles), summary, tuple(sorted(recomputed))
+            tuple(kernels),
+            tuple(tuple(x) for x in op_kernels),
+            tuple(roles),
+            summary,
+            tuple(sorted(recomputed)),
+            tuple(sorted(self.unrun)),
         )
 
     def recomputes(self, i: int) -> bool:
@@ -2734,17 +2762,21 @@ class _View:
         """`torch.zeros_like(m, dtype=f)` (`F._canonical_mask` turning a bool mask into a float one): TVM's torch
         importer writes `zeros_like(m)` in m's dtype, then the `masked_fill_` that follows as `where(m, full_like(z,
         v), astype(z, f))`. Eager fills the float tensor in one kernel. Returns {the astype: the zeros_like} for a
-        zeros_like whose output only that astype and fused `full_like`s (`masked_fills`: they read its shape) use;
-        the zeros_like is marked "fused"."""
+        zeros_like whose output only that astype and fused `full_like`s (`masked_fills`: they read its shape) use,
+        where the cast is what that masked fill fills; the zeros_like is marked "fused"."""
         out: dict[int, int] = {}
         for op in self.node:
             outs = self.outputs_of.get(op.index, [])
-            if op.op not in ("relax.zeros_like", "relax.ones_like") or roles[op.index] != "kernel" or len(outs) != 1:
+            if op.op != "relax.zeros_like" or roles[op.index] != "kernel" or len(outs) != 1:
                 continue
             users = [self.node[c] for c in set(self.consumers.get(outs[0], []))]
             casts = [u for u in users if u.op == "relax.astype" and roles[u.index] == "kernel"]
-            if len(casts) == 1 and all(u is casts[0] or u.op == "relax.full_like" and roles[u.index] == "fused"
-                                       for u in users):  # fmt: skip
+            fills = [u for u in users if u.op == "relax.full_like" and roles[u.index] == "fused"]
+            if len(casts) != 1 or not fills or len(casts) + len(fills) != len(users):
+                continue
+            where = self.only_consumer(self.outputs_of[casts[0].index][0])
+            filled = {self.only_consumer(self.outputs_of[f.index][0]) for f in fills}
+            if where is not None and filled == {where}:  # the cast is what the masked fill fills
                 roles[op.index] = "fused"
                 out[casts[0].index] = op.index
         return out

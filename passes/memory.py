@@ -43,8 +43,8 @@ class Fusion:
     groups: tuple[tuple[int, ...], ...] = ()
     scores: tuple[int, ...] = ()
     #: ops that compute on weights alone (`OpNode.weight_only`) and that eager PyTorch does not run on a forward (the
-    #: kernel view folds them: a causal mask torch.export materialises where eager calls SDPA with `is_causal`):
-    #: nothing allocated for them
+    #: kernel view folds them: a causal mask torch.export materialises where eager calls SDPA with `is_causal`), and
+    #: views eager never makes (`KernelView.unrun`): nothing allocated for them
     absent: tuple[int, ...] = ()
     scores_once: tuple[int, ...] = ()
     #: (op index, operand position): ops whose result eager writes over that operand's storage (the fast path

@@ -457,11 +457,11 @@ def test_one_model_one_peak(name):
 # and probabilities were two buffers and the output a third: 131,072 B against the ONNX file's 98,312 B.
 PEAK_BY_HAND = {"conv_attention": 98_304}
 # With a key padding mask the branch runs `_masked_softmax`, out of place: the scores and the probabilities. By hand
-# for the padded encoder's layer: its input 2 x 32 x 64 x 4 = 16,384 B, Q, K and V 49,152 B, 2 x 32,768 B, the
-# canonical float mask 256 B and the graph's (8, 1, 32) float copy of it 1,024 B: 132,352 B (eager: the same but for
-# that copy, and with the 64 B bool mask). The ONNX graph spells the attention out and frees Q and K after the
-# first matmul: 17,408 B lower. {name: the module's and `.pt2`'s peak, by hand}
-PEAK_APART = {"padded_encoder": 132_352}
+# for the padded encoder's layer: its input 2 x 32 x 64 x 4 = 16,384 B, Q, K and V 49,152 B, 2 x 32,768 B and the
+# canonical float mask 256 B: 131,328 B (eager: and the 64 B bool mask; the Python path's (8, 1, 32) copy of the mask
+# is not made: `KernelView.unrun`). The ONNX graph spells the attention out and frees Q and K after the first
+# matmul: 16,384 B lower. {name: the module's and `.pt2`'s peak, by hand}
+PEAK_APART = {"padded_encoder": 131_328}
 
 
 @pytest.mark.parametrize("name", list(RECOMPUTED))
@@ -905,7 +905,8 @@ def test_a_masked_fast_path_runs_without_sdpa(tmp_path):
     kernels, count = _masked_kernels("padding", _padding_mask(), tmp_path)
     assert count == 10
     assert kernels["module"] == kernels["pt2"] == _CANONICAL_MASK + _MASKED_BRANCH
-    assert kernels["onnx"][0][0] == "gemm" and [k for k in kernels["onnx"] if k[2] != 256] == _MASKED_BRANCH
+    # (the ONNX file: the zeros a constant, the masked fill reads them; after the in-projection, as the file orders it)
+    assert kernels["onnx"] == [_MASKED_BRANCH[0], _CANONICAL_MASK[1], *_MASKED_BRANCH[1:]]
 
     kernels, count = _masked_kernels("weights", _padding_mask(), tmp_path)
     mean = [("reduction", 32_768, 2 * 32 * 32 * 4), ("elementwise", 8_192, 8_192)]  # sum over heads, div_ by 4
@@ -923,6 +924,60 @@ def test_a_masked_fast_path_runs_without_sdpa(tmp_path):
     assert kernels["module"] == kernels["pt2"] == canonical + branch
 
 
+class _BuiltFloatMask(torch.nn.Module):
+    """A float key padding mask the model builds itself, `zeros.masked_fill(pad, -inf)`: a float mask to
+    nn.MultiheadAttention, so the Python path in eager (not `F._canonical_mask`'s of a bool mask)."""
+
+    def __init__(self):
+        super().__init__()
+        self.mha = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+
+    def forward(self, x, pad):
+        mask = torch.zeros(pad.shape).masked_fill(pad, float("-inf"))
+        return self.mha(x, x, x, key_padding_mask=mask, need_weights=False)[0]
+
+
+class _ZerosLikeCast(torch.nn.Module):
+    def forward(self, x, ids):
+        return x * torch.zeros_like(ids).float()  # a fill in int64, a cast, a multiply: no masked fill
+
+
+def test_what_is_not_the_fast_path_stays_as_eager_runs_it():
+    """Near misses, each against the eager dispatch trace: a float mask the model builds (`zeros.masked_fill`) keeps
+    SDPA (the Python path: 9 kernels with the fold copy of the transposed input, which the trace's dispatch mode
+    skips: 9 there too, with `zeros` and `masked_fill` in it); a zeros_like cast that no masked fill fills stays a
+    fill and a cast (3 kernels, as the trace)."""
+    from kernel_trace import trace_kernels
+
+    torch.manual_seed(0)
+    for module, inputs in [
+        (_BuiltFloatMask(), (torch.randn(2, 32, 64), _padding_mask())),
+        (_ZerosLikeCast(), (torch.randn(2, 32), torch.zeros(2, 32, dtype=torch.int64))),
+    ]:
+        module = module.eval()
+        kernels = report(module, inputs, devices=DEVICES, batches=[]).analysis.kernels
+        assert len(kernels) == trace_kernels(module, inputs, inference=True).count
+        assert not any(k.op.startswith("mha:") for k in kernels)
+
+
+def test_a_head_dim_6_is_the_branch_without_sdpa():
+    """`MultiheadAttention(24, 4)` in float32, a head dim of 6: SDPA's math backend for the Python path (neither
+    fused backend takes it), the fast path's branch without SDPA in eager (mm, _transform_bias_rescale_qkv, bmm,
+    softmax in place, bmm, the heads' copy, addmm): the kernels and bytes of the eager dispatch trace exactly (7,
+    251,264 B; 11 kernels and 324,992 B before, the Python path's). Its peak by hand: Q, K and V (the packed
+    projection, 2 x 32 x 72 x 4 = 18,432 B) and one (2, 4, 32, 32) score buffer, 32,768 B."""
+    from kernel_trace import trace_kernels
+
+    torch.manual_seed(0)
+    module = _SelfAttention()
+    module.mha = torch.nn.MultiheadAttention(24, 4, batch_first=True)
+    module, inputs = module.eval(), (torch.randn(2, 32, 24),)
+    analysis = report(module, inputs, devices=DEVICES, batches=[]).analysis
+    trace = trace_kernels(module, inputs, inference=True)
+    assert (len(analysis.kernels), sum(k.bytes for k in analysis.kernels)) == (trace.count, trace.bytes)
+    assert trace.count == 7 and analysis.totals.peak_activation_bytes == 18_432 + 32_768
+
+
 def test_a_float_mask_keeps_the_python_path(tmp_path):
     """nn.MultiheadAttention refuses its fast path for a float mask ("floating-point masks are not supported for
     fast path", torch/nn/modules/activation.py): the Python path, SDPA with the mask, on every route (the trace:
@@ -932,34 +987,42 @@ def test_a_float_mask_keeps_the_python_path(tmp_path):
     kernels, count = _masked_kernels("padding", mask, tmp_path)
     for route, ks in kernels.items():
         assert [k[0] for k in ks].count("attention") == 1 and not any(k[0] == "softmax" for k in ks), route
-    assert count == 7 and len(kernels["module"]) == 8  # + the fold copy of the transposed input (TRACE_MISSES)
+    # + the fold copy of the transposed input, which the trace's dispatch mode skips (as TRACE_MISSES says of the
+    # decoder layer's projections)
+    assert count == 7 and len(kernels["module"]) == 8
 
 
 class _Encoder(torch.nn.Module):
-    def __init__(self, nested: bool, masked: bool):
+    def __init__(self, nested: bool, masked: bool, causal: bool = False):
         super().__init__()
-        self.masked = masked
+        self.masked, self.causal = masked, causal
         layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
         self.enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=nested)
 
     def forward(self, x, mask):
-        return self.enc(x, src_key_padding_mask=mask if self.masked else None)
+        causal = torch.nn.Transformer.generate_square_subsequent_mask(32) if self.causal else None
+        padding = mask if self.masked else None
+        return self.enc(x, mask=causal, src_key_padding_mask=padding, is_causal=False if self.causal else None)
 
 
-@pytest.mark.parametrize("nested, masked", [(True, True), (True, False), (False, True)])
-def test_a_nested_tensor_encoder_is_said(nested, masked):
-    """nn.TransformerEncoder (enable_nested_tensor=True, the default) given a key padding mask runs its layers on a
-    nested tensor of the unpadded tokens in eager eval, which no exported graph holds: the module route says so
-    where eager does it. Oracle: the eager forward under torch.profiler calls `aten::_nested_tensor_from_mask`."""
+@pytest.mark.parametrize(
+    "nested, masked, causal", [(True, True, False), (True, False, False), (False, True, False), (True, True, True)]
+)
+def test_a_nested_tensor_encoder_is_said(nested, masked, causal):
+    """nn.TransformerEncoder (enable_nested_tensor=True, the default) given a key padding mask and no attention mask
+    runs its layers on a nested tensor of the unpadded tokens in eager eval, which no exported graph holds: the
+    module route says so where eager does it, and its hooks are gone after. Oracle: the eager forward under
+    torch.profiler calls `aten::_nested_tensor_from_mask`."""
     torch.manual_seed(0)
-    module, x, mask = _Encoder(nested, masked).eval(), torch.randn(2, 32, 64), _padding_mask()
+    module, x, mask = _Encoder(nested, masked, causal).eval(), torch.randn(2, 32, 64), _padding_mask()
     with torch.inference_mode(), torch.profiler.profile() as prof:
         module(x, mask)
     eager = any(e.name == "aten::_nested_tensor_from_mask" for e in prof.events())
     rep = report(module, (x, mask), devices=DEVICES, batches=[])
     said = [w for w in rep.warnings if "nested tensor" in w]
-    assert eager == bool(said) == (nested and masked), said
-    assert not said or said[0].startswith("nn.TransformerEncoder enc is given a src_key_padding_mask")
+    assert eager == bool(said) == (nested and masked and not causal), said
+    assert not said or said[0].startswith("nn.TransformerEncoder enc is given a src_key_padding_mask and no mask")
+    assert not module.enc._forward_pre_hooks
 
 
 def test_folded_batch_norm_is_a_different_program(tmp_path):

@@ -383,7 +383,7 @@ def from_module(
     if nested:
         names = ", ".join(sorted(set(nested)))
         warnings.append(
-            f"nn.TransformerEncoder {names} is given a src_key_padding_mask: in eval, eager PyTorch (with "
+            f"nn.TransformerEncoder {names} is given a src_key_padding_mask and no mask: in eval, eager PyTorch (with "
             "enable_nested_tensor=True, the default) turns its input into a nested tensor when the mask pads the "
             "end of each sequence, and runs the layers on the unpadded tokens only, after a device-to-host sync; "
             "preflight costs the padded batch (the layers' work at most). Build it with enable_nested_tensor=False "
@@ -411,19 +411,26 @@ def _nested_tensor_encoders(module) -> tuple[list[str], list]:
 
     `nn.TransformerEncoder.forward` with `use_nested_tensor` (`enable_nested_tensor=True`, the default, where its
     first layer allows it) and a `src_key_padding_mask` converts a left-aligned padded batch into a nested tensor in
-    eval (`torch._nested_tensor_from_mask`, torch/nn/modules/transformer.py), which torch.export never records (the
-    fake tensors of the export fail its checks)."""
+    eval (`torch._nested_tensor_from_mask`, torch/nn/modules/transformer.py) when no `mask` is given and the padding
+    mask pads the end of each sequence, which torch.export never records (the fake tensors of the export fail its
+    checks)."""
     import torch
 
     seen: list[str] = []
     hooks = []
+    if not torch.backends.mha.get_fastpath_enabled():
+        return seen, hooks
     for path, sub in module.named_modules():
         if not (isinstance(sub, torch.nn.TransformerEncoder) and getattr(sub, "use_nested_tensor", False)):
             continue
 
         def record(_mod, args, kwargs, path=path or "(the model)"):
-            mask = kwargs.get("src_key_padding_mask", args[2] if len(args) > 2 else None)
-            if mask is not None:
+            src = kwargs.get("src", args[0] if args else None)
+            mask = kwargs.get("mask", args[1] if len(args) > 1 else None)
+            padding = kwargs.get("src_key_padding_mask", args[2] if len(args) > 2 else None)
+            # (the conditions of TransformerEncoder.forward that the example's sizes decide; the mask's alignment
+            # is data, which the export's fake tensors do not hold)
+            if padding is not None and mask is None and getattr(src, "ndim", 0) == 3:
                 seen.append(path)
 
         hooks.append(sub.register_forward_pre_hook(record, with_kwargs=True))

@@ -13,7 +13,7 @@ from ._gc import gc_paused
 from .costs import OpCost, cost_of, macs_by_dtype
 from .graph import OpGraph
 from .kernels import ATTENTION_OPS, Kernel, KernelView, Launches, kernel_view
-from .memory import VIEW_OPS, Fusion, MemoryProfile, liveness, repeat_weight_sizes
+from .memory import Fusion, MemoryProfile, liveness, repeat_weight_sizes
 
 
 @dataclass(frozen=True)
@@ -435,31 +435,7 @@ def fused_groups(view: KernelView, graph: OpGraph) -> Fusion:
         )
     )
     one_op = lambda ops: tuple(sorted(i for i in ops if graph.ops[i].op in ATTENTION_OPS))  # noqa: E731
-    # the fast path without SDPA writes the attention's output over Q (attention.cu: `bmm_nn(q, qkt, v)`); where the
-    # graph spells its attention out (an ONNX file), its softmax writes over the scores
-    native = one_op(k.ops[-1] for k in view.kernels if k.op == "fused:transform_bias_rescale_qkv")
-    into = [(i, 0) for i in native]
-    for i in sorted(once - set(one_op(once))):
-        sm = _softmax_before(graph, i)
-        if sm is not None:
-            into.append((sm, 0))
-    return Fusion(groups, one_op(scores), absent, one_op(once), tuple(into))
-
-
-def _softmax_before(graph: OpGraph, i: int) -> int | None:
-    """The softmax op whose probabilities op `i` (an attention's P @ V matmul) reads, through views, or None."""
-    vid = graph.ops[i].operands[0].value if graph.ops[i].operands else None
-    for _ in range(8):
-        j = graph.value_producer.get(vid)
-        if j is None:
-            return None
-        op = graph.ops[j]
-        if op.op == "relax.nn.softmax":
-            return j
-        if op.op not in VIEW_OPS or not op.operands:
-            return None
-        vid = op.operands[0].value
-    return None
+    return Fusion(groups, one_op(scores), absent, one_op(once), view.writes_into)
 
 
 # what TVM's importers spell out in every graph (`passes.kernels`' module docstring: the activations, and a vector

@@ -287,6 +287,9 @@ class KernelView:
             table resized, concatenated, gathered and padded as an attention mask, in every layer).
         unrun: op indices of views eager PyTorch never makes (the Python path's reshapes of a mask that
             nn.MultiheadAttention's fast path passes as it is): the liveness allocates nothing for them.
+        writes_into: (op index, operand position) of ops whose result eager writes over that operand's storage:
+            the fast path without SDPA writes the attention's output over Q (`bmm_nn(q, qkt, v)`) and, without a
+            mask, the probabilities over the scores (`_softmax_out` in place; a spelled-out attention's softmax).
     """
 
     kernels: tuple[Kernel, ...]
@@ -295,6 +298,7 @@ class KernelView:
     summary: KernelSummary
     recomputed: tuple[int, ...] = ()
     unrun: tuple[int, ...] = ()
+    writes_into: tuple[tuple[int, int], ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -742,6 +746,7 @@ class _View:
         # -> (the mask as given, the bool mask's bytes, the softmax after it: `_masked_softmax`; `mha_weights_paths`)
         self.weight_masks: dict[int, tuple[int, int, int]] = {}
         self.unrun: set[int] = set()  # (`KernelView.unrun`)
+        self.writes_into: list[tuple[int, int]] = []  # (`KernelView.writes_into`)
         # softmax ops of those fast paths whose weights the model drops: eager averages them all the same (sum,
         # div_; `average_attn_weights=True`, the default, assumed) -> heads
         self.dropped_weights: dict[int, int] = {}
@@ -1258,7 +1263,7 @@ class _View:
             if att.h % 2 or att.d != att.dv or att.h != att.h_kv or att.s != att.t:
                 continue
             mask = None if att.mask is None else self.fast_path_mask(att.mask, att.b, att.h, att.s, att.t, att.covered)
-            if att.mask is not None and (mask is None or not mask[3]):
+            if att.mask is not None and mask is None:
                 continue  # (a float mask: the Python path, `fast_path_mask`)
             inputs = {
                 o.value
@@ -1297,7 +1302,7 @@ class _View:
                 self.native_math[att.anchor] = (bias_in, packed)
                 free |= walked | after | {tr.index}
                 if mask is not None:
-                    root, bool_bytes, mask_views, _ = mask
+                    root, bool_bytes, mask_views = mask
                     self.native_masks[att.anchor] = (root, bool_bytes)
                     free |= mask_views
                     self.unrun |= mask_views
@@ -1308,9 +1313,9 @@ class _View:
 
     def fast_path_mask(
         self, mask: int, b: int, h: int, s: int, t: int, own: set[int]
-    ) -> tuple[int, int, set[int], bool] | None:
+    ) -> tuple[int, int, set[int]] | None:
         """The mask `_native_multi_head_attention` takes where nn.MultiheadAttention's Python path reads `mask` in
-        a (B, H, S, T) attention, or None for a mask it does not take as one.
+        a (B, H, S, T) attention, or None for a mask it does not take as one (also for a float mask).
 
         The Python path (`F.multi_head_attention_forward`) reshapes a (B, T) key padding mask to (B x H, 1, T)
         (`view`, `expand`, `reshape`; then `view` to (B, H, 1, T) for SDPA) and a (S, T) attention mask to
@@ -1319,8 +1324,8 @@ class _View:
         the expanded mask writes the whole (B, H, S, T) (`_to_copy` of a tensor that is not dense). Returns (the
         mask before those views, the bytes of the bool mask the masked softmax reads, the view ops walked that only
         this attention's ops `own` read (none of them runs in eager; a view the exporter shares between layers, or
-        with an attention on the Python path, stays), whether the mask is `F._canonical_mask`'s of a bool one
-        (`canonical_mask`): nn.MultiheadAttention takes its fast path for a bool mask only. An
+        with an attention on the Python path, stays)). The mask must be `F._canonical_mask`'s of a bool one
+        (`canonical_mask`): nn.MultiheadAttention takes its fast path for a bool mask only. (An
         nn.TransformerEncoderLayer takes it for a float one too, which no graph tells from a block written with
         nn.MultiheadAttention: a float mask is left to the Python path.)"""
         root, walked = self.view_root(mask)
@@ -1331,12 +1336,14 @@ class _View:
             bool_bytes = b * h * s * t  # mask type 2: the expanded attention mask, cast dense
         else:
             return None
+        if not self.canonical_mask(root):
+            return None
         mine = set(walked)
         for i in sorted(walked, reverse=True):  # (from the attention up: a view is its own when its readers are)
             for v in self.outputs_of.get(i, []):
                 if not set(self.consumers.get(v, [])) <= (mine | own) or v in self.graph_outputs:
                     mine.discard(i)
-        return root, bool_bytes, mine, self.canonical_mask(root)
+        return root, bool_bytes, mine
 
     def through_unit_scales(self, vid: int) -> int:
         """The value `vid` is made from by multiplies or divides by one (`is_unit_scale`), or `vid`."""
@@ -1451,7 +1458,7 @@ class _View:
             if mask_add is not None:
                 t = self.info[q_in[0]].shape[1]
                 mask = self.fast_path_mask(mask_vid, b, bh // b, t, t, {mask_add.index})
-                if mask is None or not mask[3]:  # (a float mask: the Python path)
+                if mask is None:  # (a float mask: the Python path)
                     continue
             end, _ = self.view_chain_down(self.outputs_of[m2.index][0])
             m_out = self.only_consumer(end)
@@ -1758,13 +1765,12 @@ class _View:
                 continue
             if i in self.weight_masks:  # `_masked_softmax`'s cast of the mask to bool, then the masked softmax
                 root, bool_bytes, sm_index = self.weight_masks[i]
-                emit("elementwise", "mha:mask_to_bool", (i,), 0, read_bytes(root), bool_bytes, "bool",
-                     {"numel": bool_bytes})  # fmt: skip
                 sm = self.node[sm_index]
                 roles[sm.index] = "fused"
                 scores = op.output.nbytes
-                emit("softmax", "mha:masked_softmax", (sm.index,), self.costs[sm.index].flops, scores + bool_bytes,
-                     scores, sm.output.dtype, {"numel": sm.output.numel})  # fmt: skip
+                self.emit_masked_softmax(
+                    emit, (i,), (sm.index,), read_bytes(root), bool_bytes, scores, sm.output.numel, sm.output.dtype
+                )
                 layout[self.outputs_of[sm.index][0]] = contiguous_strides(sm.output.shape)
                 if sm.index in self.dropped_weights:
                     heads = self.dropped_weights[sm.index]
@@ -1928,6 +1934,7 @@ class _View:
             summary,
             tuple(sorted(recomputed)),
             tuple(sorted(self.unrun)),
+            tuple(sorted(self.writes_into)),
         )
 
     def recomputes(self, i: int) -> bool:
@@ -3150,6 +3157,12 @@ class _View:
                 emit, covered, bias, packed, numel + numel // 3, q_bytes + k_bytes + v_bytes, att.dtype
             )
             masked = self.native_masks.get(op.index)
+            if att.bshd:  # one op in the graph: its output is written over Q, its operand 0
+                self.writes_into.append((op.index, 0))
+            elif masked is None:  # spelled out: the softmax writes over the scores
+                sm = next((i for i in sorted(att.covered) if self.node[i].op == "relax.nn.softmax"), None)
+                if sm is not None:
+                    self.writes_into.append((sm, 0))
             self.emit_scores(
                 att, idx, emit, q_bytes, k_bytes, v_bytes, o_bytes, mask_bytes, layout, out_vid,
                 bool_mask=None if masked is None else (read_bytes(masked[0]), masked[1]), op_native=True,
@@ -3183,6 +3196,14 @@ class _View:
         self.emit_scores(att, idx, emit, q_bytes, k_bytes, v_bytes, o_bytes, mask_bytes, layout, out_vid)
 
     @staticmethod
+    def emit_masked_softmax(emit, cast_ops, ops, read: int, bool_bytes: int, scores: int, numel: int, dtype: str):
+        """`masked_softmax` (aten/src/ATen/native/transformers/attention.cpp): the float mask (`read` bytes) cast to
+        bool (`bool_bytes`), then `_masked_softmax`, one kernel reading the `scores` bytes of `numel` scores and the
+        bool mask and writing the probabilities (5 FLOPs a score, as softmax)."""
+        emit("elementwise", "mha:mask_to_bool", cast_ops, 0, read, bool_bytes, "bool", {"numel": bool_bytes})
+        emit("softmax", "mha:masked_softmax", ops, 5 * numel, scores + bool_bytes, scores, dtype, {"numel": numel})
+
+    @staticmethod
     def emit_weight_mean(emit, i: int, read: int, numel: int, n_out: int, dtype: str) -> None:
         """`_native_multi_head_attention`'s average of the (B, H, T, S) attention weights over heads: `sum` (reads
         `read` bytes of `numel` elements, writes the (B, T, S) `n_out`), then `div_` in place."""
@@ -3214,10 +3235,7 @@ class _View:
         gemm = {"b": bh, "m": att.s, "n": att.t, "k": att.d}
         emit("gemm", "math:matmul_qk", idx, 2 * bh * att.s * att.t * att.d, q_bytes + k_bytes, scores, att.dtype, gemm)
         if bool_mask is not None:
-            read, bool_bytes = bool_mask
-            emit("elementwise", "mha:mask_to_bool", idx, 0, read, bool_bytes, "bool", {"numel": bool_bytes})
-            emit("softmax", "mha:masked_softmax", idx, 5 * bh * att.s * att.t, scores + bool_bytes, scores, att.dtype,
-                 {"numel": bh * att.s * att.t})  # fmt: skip
+            self.emit_masked_softmax(emit, idx, idx, *bool_mask, scores, bh * att.s * att.t, att.dtype)
         elif att.mask is not None or att.causal:
             emit(
                 "elementwise",

@@ -387,8 +387,13 @@ def is_contiguous(shape: tuple[int, ...], strides: Strides) -> bool:
 
 
 def is_channels_last(shape: tuple[int, ...], strides: Strides) -> bool:
-    """(N, C, *spatial) laid out as (N, *spatial, C) in memory (torch.channels_last)."""
-    if len(shape) < 3:
+    """(N, C, *spatial) laid out as (N, *spatial, C) in memory: torch.channels_last (4-D) or channels_last_3d (5-D).
+
+    A 3-D (N, C, L) tensor has no channels-last format in torch: `suggest_memory_format` answers contiguous for it, and
+    `_convolution` makes a 3-D input contiguous before viewing it as 2-D ("avoid accidentally going through NHWC for
+    permuted 3d input", Convolution.cpp), so a transposed (N, L, C) -> (N, C, L) input to a Conv1d or a BatchNorm1d is
+    copied."""
+    if len(shape) < 4:
         return False
     expected = 1
     for i in [1, *range(len(shape) - 1, 1, -1), 0]:

@@ -678,6 +678,41 @@ def test_adaptive_pool_restride_is_no_kernel():
     assert ops == ["aten.mean.dim"]
 
 
+class TransposedConv1d(nn.Module):
+    """SqueezeBERT's layout: (B, T, C) activations transposed to (B, C, T) for Conv1d query and key projections of
+    the same view, and a BatchNorm1d of it (a 3-D tensor with C strided by 1 and T by C)."""
+
+    def __init__(self, c: int = 32):
+        super().__init__()
+        self.fc = nn.Linear(c, c)
+        self.q, self.k = nn.Conv1d(c, c, 1), nn.Conv1d(c, c, 3, padding=1)
+        self.bn = nn.BatchNorm1d(c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x).transpose(1, 2)
+        return self.q(h) + self.k(h) + self.bn(h)
+
+
+def test_a_transposed_3d_input_is_copied_before_each_conv1d_and_batch_norm():
+    """A 3-D tensor has no channels-last format in torch: `_convolution` makes a 3-D input contiguous before viewing
+    it as 2-D ("avoid accidentally going through NHWC for permuted 3d input", Convolution.cpp) and cuDNN's batch
+    norm copies it to `suggest_memory_format()`, contiguous for 3-D. So each of the two convolutions and the batch
+    norm copies the transposed (2, 32, 16) view on its own (eager keeps no copy between ops). By hand: addmm; per
+    conv a copy, the cuDNN convolution and its bias add_; a copy and the batch norm; two adds: 11 kernels. Before,
+    a (B, C, T) view with C strided by 1 counted as channels-last: 8 kernels, no copy."""
+    torch.manual_seed(0)
+    model, x = TransposedConv1d().eval(), torch.randn(2, 16, 32)
+    trace = trace_kernels(model, (x,), inference=True)
+    kernels = analyze(model, (x,)).analysis.kernels
+    assert len(kernels) == trace.count == 11
+    view = 2 * 32 * 16 * 4  # the (2, 32, 16) float32 view: 4,096 B
+    copies = [k for k in kernels if k.kind == "copy"]
+    assert [k.op for k in copies] == ["copy:relax.nn.conv1d", "copy:relax.nn.conv1d", "copy:relax.nn.batch_norm"]
+    assert all((k.bytes_read, k.bytes_written) == (view, view) for k in copies)
+    assert [k.op for k in trace.kernels].count("aten.clone.default") == 3
+    assert sum(k.bytes for k in copies) == sum(k.bytes for k in trace.kernels if k.op == "aten.clone.default")
+
+
 class BatchFirstLSTM(nn.Module):
     """One batch-first LSTM layer with a given initial state, returning its output sequence and final state."""
 

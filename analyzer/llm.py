@@ -1452,10 +1452,16 @@ def _too_many(device: str, batch: int, context: int, most: int, runtime: str) ->
             "time to serve all are the queue's (llm.devices[].engine.queue; more run on a larger GPU or, on whole "
             "GPUs, with --tensor-parallel)"
         )
+    if most == 0:
+        return (
+            f"{device}: not one sequence of {context:,} tokens fits its memory ({runtime} runtime): eager PyTorch "
+            f"would run out of memory; the latencies and throughput stated are for {batch:,} "
+            f"sequence{'s' if batch != 1 else ''} this GPU cannot hold (a shorter context, a larger GPU or MIG slice)"
+        )
     return (
-        f"{device}: {batch:,} sequences of {context:,} tokens do not fit its memory, at most {most:,} do ({runtime} "
-        f"runtime): eager PyTorch would run out of memory; the latencies and throughput stated are for a batch this "
-        "GPU cannot hold (lower --batch)"
+        f"{device}: {batch:,} sequences of {context:,} tokens do not fit its memory, at most {most:,} "
+        f"{'does' if most == 1 else 'do'} ({runtime} runtime): eager PyTorch would run out of memory; the latencies "
+        "and throughput stated are for a batch this GPU cannot hold (lower --batch)"
     )
 
 

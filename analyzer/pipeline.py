@@ -361,16 +361,19 @@ class BudgetCheck:
         return self.limit - self.value
 
     def reason(self, bound: str) -> str:
+        from .render import predictor_label  # ("kernel model", as the tables say; the JSON keeps "roofline")
+
         label = "predicted" if bound == "point" else "upper end of the predicted"
         lo, hi = self.interval
+        by = predictor_label(self.predictor)
         if self.against == "device":
             return (
                 f"{label} memory {self.value:,.0f} MiB exceeds the {self.limit:,.0f} MiB of {self.device}: the model "
-                f"would not load there (CUDA out of memory), whatever the budget (predictor {self.predictor})"
+                f"would not load there (CUDA out of memory), whatever the budget (predictor: {by})"
             )
         return (
             f"{label} {self.quantity} {self.value:,.4g} {self.unit} on {self.device} exceeds the budget of "
-            f"{self.limit:,.4g} {self.unit} (interval {lo:,.4g} to {hi:,.4g} {self.unit}; predictor {self.predictor})"
+            f"{self.limit:,.4g} {self.unit} (interval {lo:,.4g} to {hi:,.4g} {self.unit}; predictor: {by})"
         )
 
     def to_json(self) -> dict:

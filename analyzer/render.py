@@ -272,7 +272,7 @@ def _summary(report) -> list[tuple[str, str]]:
         ("params", f"{si(t.params)} ({t.params:,}), {mib(t.param_bytes)}"),
         ("peak activations", mib(t.peak_activation_bytes)),
         ("bytes read / written", f"{mib(t.bytes_read)} / {mib(t.bytes_written)}"),
-        ("operators", f"{t.op_count:,} ({len(report.analysis.edges):,} data-flow edges)"),
+        ("operators", f"{t.op_count:,} ({len(report.analysis.edges):,} data-flow edges{_folded_note(report)})"),
         ("CUDA kernels", _kernel_line(report.analysis.kernel_view.summary, _repeat_of(report.analysis))),
         *([("layers", _layers_line(report.analysis.repeat))] if getattr(report.analysis, "repeat", None) else []),
         *([("recurrence", _steps_line(report.analysis.steps))] if getattr(report.analysis, "steps", None) else []),
@@ -344,6 +344,13 @@ def _kernel_line(k, repeat=None) -> str:
     return f"{k.kernels:,}" + (f" ({'; '.join(parts)})" if parts else "") + f", {mib(k.bytes_kernels)} moved"
 
 
+def _folded_note(report) -> str:
+    """The operators line's note on the ops left out of the count (on weights alone, folded): their indices still
+    number the whole graph, so a table's index can be above the count."""
+    folded = sum(1 for c in report.analysis.ops if c.folded)
+    return f"; {folded:,} more on weights alone, folded" if folded else ""
+
+
 def basis_text(basis: dict) -> str:
     """One line on what a prediction rests on (`Prediction.basis`)."""
     if not basis:
@@ -357,6 +364,9 @@ def basis_text(basis: dict) -> str:
         head = f"whole-model measurements of {basis.get('whole_model_device')}, transferred"
     elif basis.get("whole_model_fallback"):
         head = "no whole-model measurements (the trained predictor's training graphs are too far from this one)"
+    elif basis.get("whole_model_note"):
+        # why no trained predictor answers; its last clause (the interval is assumed) the latency's interval says
+        head = f"no whole-model measurements; {basis['whole_model_note'].rsplit('; ', 1)[0]}"
     else:
         head = "no whole-model measurements"
     share = basis.get("kernel_time_share") or {}

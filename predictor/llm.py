@@ -452,9 +452,9 @@ def recommend(
             whole = get_device(device.parent)
             larger = [p for p in smallest_first(whole.mig) if p.memory_mib >= need]
             reason = f"{device.key} is a MIG slice: {room} does not hold {held}: " + (
-                f"{larger[0].name} is the smallest profile of {whole.key} that would"
+                f"{larger[0].name} is the smallest profile of {whole.key} that would hold it"
                 if larger
-                else f"no profile of {whole.key} would"
+                else f"no profile of {whole.key} would hold it"
                 + ("" if need > whole.memory_mib else f" (the whole {whole.key} would)")
             )
         else:

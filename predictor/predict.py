@@ -457,7 +457,9 @@ class Prediction:
     #: measurements), "transferred" (trained on `whole_model_device`'s, scaled by the kernel model's ratio) or
     #: "none" (the kernel-model estimate); "kernel_time_share": the share of the kernel model's time whose
     #: parameters were fitted on this GPU's single-kernel measurements, on other GPUs', calibrated to one figure,
-    #: or assumed (`kernel_model.BASES`); "kernel_measured_on": the GPUs those fits measured.
+    #: or assumed (`kernel_model.BASES`); "kernel_measured_on": the GPUs those fits measured; "whole_model_note"
+    #: (kernel-model estimate only): why no trained predictor answers (none for this GPU, one held back by its
+    #: evaluation, `--predictor kernel`).
     basis: dict = field(default_factory=dict)
     #: Weights + peak live activations (MiB) as preflight's liveness pass finds them, beside `memory_mib` (what
     #: nvidia-smi would count: + context, workspace and the allocator's reserve), with either predictor.
@@ -728,6 +730,7 @@ def predict(
         residual, trained = trained, None
     power, power_shares, power_split = None, None, None
     tensor_peak = (analysis.totals.param_bytes + analysis.totals.peak_activation_bytes) / 2**20
+    note = None  # how the kernel-model estimate came to answer (`basis["whole_model_note"]`)
     if trained is not None:
         from .train import prepare
 
@@ -816,13 +819,19 @@ def predict(
                 why = f"--predictor kernel: {kept.name} not used on {device.key}: kernel-model estimate"
             elif kept is not None:
                 why = (
-                    f"kernel-model estimate on {device.key}: the predictor trained on public whole-model measurements "
-                    f"(checkpoint {kept.name}) is held back (its EVAL.md did not pass the default rule; "
-                    "`preflight --predictor public predict ...` uses it)"
+                    f"kernel-model estimate: the GraphSAGE trained on whole-model measurements (checkpoint "
+                    f"{kept.name}) is not the default on {device.key}, its held-out evaluation (EVAL.md) did not pass "
+                    "the default rule (`preflight --predictor public predict ...` uses it)"
                 )
             else:
                 why = f"no trained predictor for {device.key}: kernel-model estimate"
-            warnings.append(why + "; its interval is assumed, not calibrated on whole-model measurements")
+            why += "; its interval is assumed, not calibrated on whole-model measurements"
+            # out of distribution is about this model (a warning); the rest is how preflight is set up, said once in
+            # the prediction's basis ("rests on"), not as a warning on every run
+            if fallback:
+                warnings.append(why)
+            else:
+                note = why
     if parent is not None:  # a MIG slice as the target: does the model fit it, and how it compares
         target, slices, full_ms = replace(parent, mig=(profile,)), {profile.name: lat}, parent_ms
     else:
@@ -871,7 +880,8 @@ def predict(
         mig=rec,
         runtime=runtime_of(analysis.ops, matmul_precision, host_overhead),
         basis=_basis(karrays, device, whole, None if trained is None else source, tf32)
-        | (_public_basis(residual, device, name != "roofline", fallback) if residual is not None else {}),
+        | (_public_basis(residual, device, name != "roofline", fallback) if residual is not None else {})
+        | ({"whole_model_note": note} if note else {}),
         memory_tensor_peak_mib=tensor_peak,
         power_w=power,
         power_shares=power_shares,

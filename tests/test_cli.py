@@ -1118,3 +1118,26 @@ def test_a_pt2_batch_past_its_dim_max_is_refused(tmp_path):
     assert doc["inputs"][0]["shape"] == [64, 8] and doc["totals"]["macs"] == 64 * 8 * 4
     msg = fails(2, "analyze", str(tmp_path / "m.pt2"), "--batch", "65")
     assert "was exported for at most 64" in msg and "65 is outside the range" in msg
+
+
+def test_the_operators_line_counts_the_folded_ops_apart():
+    """`x @ w.t()`: the weight's transpose is folded (an op on weights alone) and the matmul runs: ops 0 and 1, a count
+    of 1 (and the edge from the transpose to the matmul); the line says so (a newcomer saw "operators 288" beside an
+    index 317)."""
+    import torch
+
+    from analyzer import analyze
+    from analyzer.render import render_table
+
+    class WeightT(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(8, 4))
+
+        def forward(self, x):
+            return x @ self.w.t()
+
+    report = analyze(WeightT(), (torch.randn(2, 4),))
+    assert [c.folded for c in report.analysis.ops] == [True, False]
+    line = next(s for s in render_table(report).splitlines() if s.startswith("operators"))
+    assert line.endswith(" 1 (1 data-flow edges; 1 more on weights alone, folded)")

@@ -185,6 +185,8 @@ def test_predicting_on_a_slice_matches_the_recommenders_slice_latency():
         cli, ["predict", "zoo:resnet18", "--device", "a100:1g.5gb", "--max-memory-mb", "1", "--top", "0"]
     )
     assert res.exit_code == 4 and "on a100-40gb:1g.5gb exceeds the budget" in res.stderr
+    # the predictor by the name the tables give it (the JSON's "roofline" read "predictor roofline" here)
+    assert "MiB; predictor: kernel model)" in res.stderr and "roofline" not in res.stderr
 
 
 def test_devices_json_listing_is_a_device_file(tmp_path):

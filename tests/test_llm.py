@@ -173,6 +173,19 @@ def test_recommendation_by_hand():
     assert rec.profile is None and "no profile holds" in rec.reason and not rec.full_gpu_fits
 
 
+def test_the_eager_warning_when_not_even_one_sequence_fits():
+    """A slice too small for the weights (`llm zoo:llama_7b --batch 1 --device a100-40gb:1g.5gb`): the warning says
+    that not one sequence fits (it said "1 sequences ... at most 0 do ... (lower --batch)", advice no one can take)."""
+    from analyzer.llm import _too_many
+
+    w = _too_many("a100-40gb:1g.5gb", 1, 160, 0, "eager")
+    assert w.startswith("a100-40gb:1g.5gb: not one sequence of 160 tokens fits its memory (eager runtime)")
+    assert "for 1 sequence this GPU cannot hold" in w and "lower --batch" not in w
+    w = _too_many("a100-40gb", 4, 160, 1, "eager")
+    assert "4 sequences of 160 tokens do not fit its memory, at most 1 does (eager runtime)" in w
+    assert w.endswith("(lower --batch)")
+
+
 def test_a_mig_slice_as_the_target_is_judged_alone():
     # `--device h100-80gb:3g.40gb`: that slice is the one target (it was "does not support MIG"); usable 40,448 MiB
     three = get_device("h100-80gb:3g.40gb")
@@ -183,9 +196,9 @@ def test_a_mig_slice_as_the_target_is_judged_alone():
     assert "31,500 MiB" in rec.reason
     rec = recommend(three, 1, 1280, 39_000, lat)  # 39,000 x 1.05 = 40,950 > 40,448
     assert rec.profile is None and rec.fits == {"3g.40gb": False} and "does not hold" in rec.reason
-    assert "7g.80gb is the smallest profile of h100-80gb that would" in rec.reason  # 40,950 > 4g.40gb's 40,448
+    assert "7g.80gb is the smallest profile of h100-80gb that would hold it" in rec.reason  # 40,950 > 4g.40gb's 40,448
     rec = recommend(three, 1, 1280, 90_000, lat)  # 94,500 MiB: more than the whole H100's 81,559
-    assert rec.reason.endswith("no profile of h100-80gb would")
+    assert rec.reason.endswith("no profile of h100-80gb would hold it")
 
     rec = recommend(three, 1, 1280, 30_000, lat, tpot_target_ms=10.0)  # fits, but 12 ms > 10 ms
     assert rec.profile is None and "misses TPOT <= 10 ms" in rec.reason

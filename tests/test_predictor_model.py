@@ -64,7 +64,7 @@ def test_roofline_fallback_is_labelled_and_mig_follows_memory():
 
     r = predict(torch.nn.Sequential(torch.nn.Linear(64, 64)).eval(), (torch.randn(4, 64),), device="h100-80gb")
     p = r.prediction
-    assert p.predictor == "roofline" and any("kernel-model estimate" in w for w in r.warnings)
+    assert p.predictor == "roofline" and "kernel-model estimate" in p.basis["whole_model_note"]
     assert p.latency_ms_interval[0] <= p.latency_ms <= p.latency_ms_interval[1]
     # the low end: each kernel's roofline time or half its launch floor, whichever is larger, never the bare bound
     assert p.roofline_latency_ms < p.latency_ms_interval[0] <= p.latency_ms

@@ -567,6 +567,54 @@ def test_matrix_flops_equal_flop_counter(name, route):
         assert sum(2 * op.macs for op in ops if op.weight_only) == WEIGHT_ONLY_FLOPS.get(name, 0)
 
 
+# The kernel view against the eager dispatch trace (tests/kernel_trace.py), module route, as for the zoo
+# (tests/test_kernels.py, `test_zoo_kernels_match_the_eager_trace`): kernels within 10%, bytes within 15%.
+KERNEL_GAPS = {
+    # At batch 1 the spatial-reduction convolution's input is a (1, 32, 4, 4) view of a (1, 16, 32) tensor with a
+    # batch stride of 32: preflight takes it as channels-last and writes the output channels-last, so the flatten and
+    # transpose after it are contiguous (no copy before the layer norm; addmm where the trace has bmm + add). The trace
+    # (meta/CPU tensors) writes the output contiguous. On CUDA torch's suggest_memory_format answers contiguous for
+    # that batch stride (below C x H x W), so eager also copies the input first: 57 kernels here, 65 in the trace.
+    "segformer": "a batch-1 view's stride decides channels-last in torch's heuristic (-12.3%)",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n.values[0], marks=[*n.marks, *([pytest.mark.xfail(strict=True, reason=KERNEL_GAPS[n.values[0]])]
+                                                   if n.values[0] in KERNEL_GAPS else [])]) for n in NAMES],
+)  # fmt: skip
+def test_module_kernels_match_the_eager_trace(name):
+    """Every kernel eager PyTorch launches (`trace_kernels`, inference mode), counted and sized by preflight's kernel
+    view of the module: the kernels that depend on the inputs within 10% and their bytes within 15% (kernels on
+    weights alone, which eager runs every call and the trace counts apart, are left out on both sides); the same
+    attention backends. Measured (2026-11-29, this file's builders, eager attention): 36 of 37 within 8.3%, 12
+    exactly; SqueezeBERT's convolutions of a transposed input were 15.2% short before a 3-D input's copy (now
+    -3.0%). The largest left: BLOOM +8.3% (its `baddbmm` with the ALiBi bias, one op eager dispatches, is a matmul,
+    a scale and an add here), Marian and Pegasus +7% (their exported graphs build the attention mask that eager
+    skips when it is all ones, a check on the data)."""
+    from kernel_trace import trace_kernels
+
+    model, inputs = built(name)
+    rep = report(name, "module")
+    view = rep.analysis.kernel_view
+    ops = {c.index: c for c in rep.analysis.ops}
+    recomputed = set(view.recomputed)
+    weight_only = [k for k in rep.analysis.kernels if k.index in recomputed or all(ops[i].weight_only for i in k.ops)]
+    with torch.no_grad():
+        trace = trace_kernels(model, inputs, inference=True)
+    kernels = view.summary.kernels - len(weight_only)
+    kbytes = view.summary.bytes_kernels - sum(k.bytes for k in weight_only)
+    detail = f"kernels {kernels} vs {trace.dependent_count}, bytes {kbytes:,} vs {trace.dependent_bytes:,}"
+    assert abs(kernels / trace.dependent_count - 1) <= 0.10, detail
+    assert abs(kbytes / trace.dependent_bytes - 1) <= 0.15, detail
+    traced: dict[str, int] = {}
+    for k in trace.attention():
+        backend = k.op.split("_scaled_dot_product_")[-1].split("_attention")[0]
+        traced[backend] = traced.get(backend, 0) + 1
+    assert view.summary.attention == traced
+
+
 def test_default_moe_onnx_export_fails_in_torch():
     """transformers' default experts (`grouped_mm`) do not export to ONNX: torch's exporter has no ONNX function for
     `transformers.grouped_mm_fallback` (its failure, before preflight reads anything); the suite's ONNX route

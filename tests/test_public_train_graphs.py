@@ -144,3 +144,26 @@ def test_weighted_pinball_by_hand():
     pred = torch.zeros(2, 3, 3)
     y = torch.tensor([[1.0, float("nan"), float("nan")], [-2.0, float("nan"), float("nan")]])
     assert float(pt._weighted_pinball(pred, y, torch.tensor([3.0, 1.0]))) == pytest.approx(0.625)
+
+
+#: Configurations of the committed file, one per kind of change that has left it stale: an encoder's attention
+#: (the liveness of its scores: `peak_activation_bytes` was stale in 112 of 384 graphs after the liveness learnt that
+#: the fused softmax writes over the scores) and FastPitch's Conv1d on a transposed input (a copy per convolution
+#: since 2026-11-29: 10 kernels more in the smallest variant); each featurises in 0.2-1.3 s.
+COMMITTED = [("distilbert_base?seq_len=128", 1, "float32"), ("fastpitch_v1_1", 1, "float32")]
+
+
+@pytest.mark.parametrize(("spec", "batch", "dtype"), COMMITTED, ids=[c[0].split("?")[0] for c in COMMITTED])
+def test_committed_graphs_are_todays_analysis(spec, batch, dtype):
+    """Every array the committed graph file holds for these configurations (node features, edges, static features,
+    the roofline's per-op arrays, the kernel view) equals what today's analyzer featurises: the GraphSAGE trains on
+    the file and predicts on the live analysis, so a file the analyzer has moved away from is a skew between the
+    two. Rebuild with `python -m analyzer.public_dataset --no-reuse` (then `python -m predictor.public_train
+    evaluate`) when this fails."""
+    from analyzer.public_dataset import featurize_public
+
+    packed = pt.unpack_graphs(pt.GRAPHS_PATH)[pt.graph_id(spec, batch, dtype)]
+    live = featurize_public(spec, batch, dtype)
+    assert set(live) <= set(packed)
+    stale = [k for k in live if not np.array_equal(np.asarray(live[k]), np.asarray(packed[k]))]
+    assert not stale, f"{spec} batch {batch} {dtype}: {stale} differ from today's analysis"

@@ -1441,22 +1441,24 @@ def _too_many(device: str, batch: int, context: int, most: int, runtime: str) ->
     if runtime == "vllm" and most == 0:
         return (
             f"{device}: not one sequence of {context:,} tokens fits its KV pool (vllm runtime): vLLM would refuse the "
-            f"request; the latencies and throughput stated are for {batch:,} sequences this GPU cannot hold (a shorter "
-            "context, more --gpu-memory-utilization, a larger GPU or, on whole GPUs, --tensor-parallel)"
+            f"request; the latencies and throughput stated are for {batch:,} sequence{'s' if batch != 1 else ''} this "
+            "GPU cannot hold (a shorter context, more --gpu-memory-utilization, a larger GPU or, on whole GPUs, "
+            "--tensor-parallel)"
         )
     if runtime == "vllm":
         return (
             f"{device}: {batch:,} sequences of {context:,} tokens do not fit its KV pool at once, at most {most:,} "
-            f"do (vllm runtime): as vLLM's scheduler does, {most:,} run and the rest wait for their blocks, in "
-            f"{math.ceil(batch / most):,} waves; TTFT, TPOT and E2E are the running sequences', the wait and the "
-            "time to serve all are the queue's (llm.devices[].engine.queue; more run on a larger GPU or, on whole "
-            "GPUs, with --tensor-parallel)"
+            f"{'does' if most == 1 else 'do'} (vllm runtime): as vLLM's scheduler does, {most:,} run and the rest "
+            f"wait for their blocks, in {math.ceil(batch / most):,} waves; TTFT, TPOT and E2E are the running "
+            "sequences', the wait and the time to serve all are the queue's (llm.devices[].engine.queue; more run on a "
+            "larger GPU or, on whole GPUs, with --tensor-parallel)"
         )
     if most == 0:
         return (
             f"{device}: not one sequence of {context:,} tokens fits its memory ({runtime} runtime): eager PyTorch "
             f"would run out of memory; the latencies and throughput stated are for {batch:,} "
-            f"sequence{'s' if batch != 1 else ''} this GPU cannot hold (a shorter context, a larger GPU or MIG slice)"
+            f"sequence{'s' if batch != 1 else ''} this GPU cannot hold (a larger GPU or MIG slice, or a shorter "
+            "context where the weights fit)"
         )
     return (
         f"{device}: {batch:,} sequences of {context:,} tokens do not fit its memory, at most {most:,} "

@@ -347,6 +347,8 @@ def _kernel_line(k, repeat=None) -> str:
 def _folded_note(report) -> str:
     """The operators line's note on the ops left out of the count (on weights alone, folded): their indices still
     number the whole graph, so a table's index can be above the count."""
+    if getattr(report.analysis, "repeat", None) is not None:  # (the count covers every layer, the ops two of them)
+        return ""
     folded = sum(1 for c in report.analysis.ops if c.folded)
     return f"; {folded:,} more on weights alone, folded" if folded else ""
 
@@ -364,9 +366,8 @@ def basis_text(basis: dict) -> str:
         head = f"whole-model measurements of {basis.get('whole_model_device')}, transferred"
     elif basis.get("whole_model_fallback"):
         head = "no whole-model measurements (the trained predictor's training graphs are too far from this one)"
-    elif basis.get("whole_model_note"):
-        # why no trained predictor answers; its last clause (the interval is assumed) the latency's interval says
-        head = f"no whole-model measurements; {basis['whole_model_note'].rsplit('; ', 1)[0]}"
+    elif basis.get("whole_model_note"):  # why no trained predictor answers
+        head = f"no whole-model measurements; {basis['whole_model_note']}"
     else:
         head = "no whole-model measurements"
     share = basis.get("kernel_time_share") or {}
@@ -516,11 +517,15 @@ EXPLAIN: tuple[tuple[str, str], ...] = (
         "unsupported",
         "operators with no cost rule, with their counts: they count 0 FLOPs and bytes (`--strict` fails instead)",
     ),
-    ("device", "the GPU predicted for, and the predictor: a trained one (name@version) or roofline (the estimate)"),
+    (
+        "device",
+        "the GPU predicted for, and the predictor: a trained one (name@version) or the kernel model (the estimate; "
+        '"roofline" in the JSON)',
+    ),
     (
         "latency / energy / memory",
         "the point prediction for one forward pass, and in brackets an interval: "
-        "the estimate's interval (predictor: roofline) runs from each kernel's roofline time or half its launch "
+        "the kernel model's interval runs from each kernel's roofline time or half its launch "
         "floor, whichever is larger (a host that dispatches twice as fast), to 2x the estimate: assumptions, not "
         "calibrated on whole-model measurements; a trained predictor's is its calibrated 90% interval "
         "(transferred from another GPU: that GPU's interval, scaled); memory is device memory in MiB as nvidia-smi "
@@ -532,7 +537,8 @@ EXPLAIN: tuple[tuple[str, str], ...] = (
         "GPU (transferred by the kernel model's ratio of the two GPUs), or none; and the share of the kernel "
         "model's time whose parameters were fitted on single-kernel measurements of this GPU, of other GPUs "
         "(carried over through the datasheet peaks), calibrated to one published or measured figure, or assumed "
-        "from another kernel kind or dtype (docs/kernel-model.md)",
+        "from another kernel kind or dtype (docs/kernel-model.md); for the kernel model, why no trained predictor "
+        "answers (none for this GPU, one held back by its evaluation, `--predictor kernel`)",
     ),
     (
         "assumes",

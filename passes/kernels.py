@@ -387,13 +387,9 @@ def is_contiguous(shape: tuple[int, ...], strides: Strides) -> bool:
 
 
 def is_channels_last(shape: tuple[int, ...], strides: Strides) -> bool:
-    """(N, C, *spatial) laid out as (N, *spatial, C) in memory: torch.channels_last (4-D) or channels_last_3d (5-D).
-
-    A 3-D (N, C, L) tensor has no channels-last format in torch: `suggest_memory_format` answers contiguous for it, and
-    `_convolution` makes a 3-D input contiguous before viewing it as 2-D ("avoid accidentally going through NHWC for
-    permuted 3d input", Convolution.cpp), so a transposed (N, L, C) -> (N, C, L) input to a Conv1d or a BatchNorm1d is
-    copied."""
-    if len(shape) < 4:
+    """(N, C, *spatial) laid out as (N, *spatial, C) in memory (torch.channels_last; for 3-D, what a 1-D pool's
+    `unsqueeze(2)` makes channels-last 2-D: `_CONTIGUOUS_3D` says which ops copy it instead)."""
+    if len(shape) < 3:
         return False
     expected = 1
     for i in [1, *range(len(shape) - 1, 1, -1), 0]:
@@ -484,6 +480,12 @@ _NEED_DENSE_NCHW_OR_NHWC = {
     "relax.nn.avg_pool2d",
     "relax.nn.avg_pool3d",
 }
+#: Ops of `_NEED_DENSE_NCHW_OR_NHWC` that take a 3-D (N, C, L) input only contiguous: `_convolution` makes a 3-D input
+#: contiguous before viewing it as 2-D ("avoid accidentally going through NHWC for permuted 3d input",
+#: Convolution.cpp) and cuDNN batch norm copies its input to `suggest_memory_format()`, contiguous for 3-D; so a
+#: transposed (N, L, C) -> (N, C, L) input of a Conv1d or a BatchNorm1d is copied by each. (A 1-D pool runs the 2-D
+#: pool on `unsqueeze(2)`, channels-last for that input: no copy.)
+_CONTIGUOUS_3D = {"relax.nn.conv1d", "relax.nn.conv1d_transpose", "relax.nn.batch_norm"}
 _GATHER_OPS = {"relax.take", "relax.gather_elements", "relax.gather_nd", "relax.index_tensor"}
 _MAX_POOLS = {"relax.nn.max_pool1d", "relax.nn.max_pool2d", "relax.nn.max_pool3d"}
 #: Data-movement ops on weights that launch a kernel when eager PyTorch runs them on a value it recomputes every
@@ -1866,7 +1868,7 @@ class _View:
                 shape, st = self.info[src].shape, strides(src)
                 ok = is_contiguous(shape, st)
                 if not ok and op.op in _NEED_DENSE_NCHW_OR_NHWC:
-                    ok = is_channels_last(shape, st)
+                    ok = is_channels_last(shape, st) and not (len(shape) == 3 and op.op in _CONTIGUOUS_3D)
                 if not ok:
                     copy(src, op)
                     copied(src)

@@ -707,6 +707,7 @@ def predict(
 
     trained, artifact, source, skipped = first_loadable(device.key, checkpoints)
     warnings += skipped
+    loaded = artifact.name if trained is not None else None  # (one set aside below says why in a warning)
     if trained is not None and host_overhead != DEFAULT_HOST_OVERHEAD:
         warnings.append(
             f"host overhead {host_overhead:g}: the trained predictor {artifact.name} learned the hosts it was measured "
@@ -822,6 +823,11 @@ def predict(
                     f"kernel-model estimate: the GraphSAGE trained on whole-model measurements (checkpoint "
                     f"{kept.name}) is not the default on {device.key}, its held-out evaluation (EVAL.md) did not pass "
                     "the default rule (`preflight --predictor public predict ...` uses it)"
+                )
+            elif loaded is not None:
+                why = (
+                    f"the trained predictor {loaded} is not used for this analysis (a warning says why): kernel-model "
+                    "estimate"
                 )
             else:
                 why = f"no trained predictor for {device.key}: kernel-model estimate"

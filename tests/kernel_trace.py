@@ -163,6 +163,33 @@ class KernelTrace:
     def attention(self) -> list[TracedKernel]:
         return [k for k in self.kernels if "scaled_dot_product" in k.op]
 
+    def backends(self) -> dict[str, int]:
+        """{SDPA backend ("flash", "efficient", "math"...): attention kernels}, as `KernelViewSummary.attention`."""
+        out: dict[str, int] = {}
+        for k in self.attention():
+            backend = k.op.split("_scaled_dot_product_")[-1].split("_attention")[0]
+            out[backend] = out.get(backend, 0) + 1
+        return out
+
+
+#: How close preflight's kernel view of a model is held to the trace: kernels, bytes (relative).
+COUNT_TOL, BYTES_TOL = 0.10, 0.15
+
+
+def input_dependent(analysis) -> tuple[int, int, int]:
+    """(kernels, bytes, kernels left out) of preflight's kernel view of `analysis` less the kernels on weights alone:
+    ops marked `weight_only` (eager runs them every call, outside the trace's input-dependent set) and what eager
+    recomputes from them (`KernelView.recomputed`), to compare with `KernelTrace.dependent_count` / `_bytes`."""
+    view = analysis.kernel_view
+    ops = {c.index: c for c in analysis.ops}
+    recomputed = set(view.recomputed)
+    left = [k for k in analysis.kernels if k.index in recomputed or all(ops[i].weight_only for i in k.ops)]
+    return (
+        view.summary.kernels - len(left),
+        view.summary.bytes_kernels - sum(k.bytes for k in left),
+        len(left),
+    )
+
 
 class _Recorder(TorchDispatchMode):
     def __init__(self, trace: KernelTrace):

@@ -187,6 +187,9 @@ def test_a_trained_predictor_gives_way_to_the_estimate(tmp_path, monkeypatch):
     p2, warnings = predict(analysis, "a100-40gb", checkpoints=tmp_path, host_overhead=2.0)
     assert p1.predictor == shipped.name and p2.predictor == "roofline"
     assert any("takes no host factor" in w for w in warnings)
+    # the prediction's basis names it too, not "no trained predictor" (a contradiction a review found)
+    note = p2.basis["whole_model_note"]
+    assert note.startswith(f"the trained predictor {shipped.name} is not used for this analysis (a warning says why)")
 
 
 def _cli(*args, cwd=None):

@@ -17,7 +17,7 @@ from collections import Counter
 import pytest
 import torch
 import torch.nn.functional as F
-from kernel_trace import cuda_sdpa_backend, trace_kernels
+from kernel_trace import BYTES_TOL, COUNT_TOL, cuda_sdpa_backend, input_dependent, trace_kernels
 from oracle_models import ExplicitAttention
 from torch import nn
 
@@ -680,31 +680,32 @@ def test_adaptive_pool_restride_is_no_kernel():
 
 class TransposedConv1d(nn.Module):
     """SqueezeBERT's layout: (B, T, C) activations transposed to (B, C, T) for Conv1d query and key projections of
-    the same view, and a BatchNorm1d of it (a 3-D tensor with C strided by 1 and T by C)."""
+    the same view, a BatchNorm1d and a MaxPool1d of it (a 3-D tensor with C strided by 1 and T by C)."""
 
     def __init__(self, c: int = 32):
         super().__init__()
         self.fc = nn.Linear(c, c)
         self.q, self.k = nn.Conv1d(c, c, 1), nn.Conv1d(c, c, 3, padding=1)
-        self.bn = nn.BatchNorm1d(c)
+        self.bn, self.pool = nn.BatchNorm1d(c), nn.MaxPool1d(3, 1, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.fc(x).transpose(1, 2)
-        return self.q(h) + self.k(h) + self.bn(h)
+        return self.q(h) + self.k(h) + self.bn(h) + self.pool(h)
 
 
 def test_a_transposed_3d_input_is_copied_before_each_conv1d_and_batch_norm():
     """A 3-D tensor has no channels-last format in torch: `_convolution` makes a 3-D input contiguous before viewing
     it as 2-D ("avoid accidentally going through NHWC for permuted 3d input", Convolution.cpp) and cuDNN's batch
     norm copies it to `suggest_memory_format()`, contiguous for 3-D. So each of the two convolutions and the batch
-    norm copies the transposed (2, 32, 16) view on its own (eager keeps no copy between ops). By hand: addmm; per
-    conv a copy, the cuDNN convolution and its bias add_; a copy and the batch norm; two adds: 11 kernels. Before,
-    a (B, C, T) view with C strided by 1 counted as channels-last: 8 kernels, no copy."""
+    norm copies the transposed (2, 32, 16) view on its own (eager keeps no copy between ops); the 1-D pool runs the
+    2-D pool on its `unsqueeze(2)`, a channels-last view: no copy. By hand: addmm; per conv a copy, the cuDNN
+    convolution and its bias add_; a copy and the batch norm; the pool; three adds: 13 kernels. Before, a (B, C, T)
+    view with C strided by 1 counted as channels-last everywhere: 10 kernels, no copy."""
     torch.manual_seed(0)
     model, x = TransposedConv1d().eval(), torch.randn(2, 16, 32)
     trace = trace_kernels(model, (x,), inference=True)
     kernels = analyze(model, (x,)).analysis.kernels
-    assert len(kernels) == trace.count == 11
+    assert len(kernels) == trace.count == 13
     view = 2 * 32 * 16 * 4  # the (2, 32, 16) float32 view: 4,096 B
     copies = [k for k in kernels if k.kind == "copy"]
     assert [k.op for k in copies] == ["copy:relax.nn.conv1d", "copy:relax.nn.conv1d", "copy:relax.nn.batch_norm"]
@@ -1255,7 +1256,6 @@ def test_causal_lm_with_dynamic_cache(arch):
 # --------------------------------------------------------------------------------------------
 
 SMALLEST = [next(iter(f.variants)) for f in zoo.list_families()]
-COUNT_TOL, BYTES_TOL = 0.10, 0.15
 
 
 def _trace_zoo(variant: str):
@@ -1280,33 +1280,19 @@ _KERNEL_GAPS: dict[str, str] = {}
 )  # fmt: skip
 def test_zoo_kernels_match_the_eager_trace(variant):
     report = analyze(f"zoo:{variant}")
-    view = report.analysis.kernel_view
+    s = report.analysis.kernel_view.summary
     trace = _trace_zoo(variant)
-    s = view.summary
     # ops on weights alone (`weight_only`: OPT's positions from its constant mask) are kernels eager runs every call,
-    # outside the trace's input-dependent set: compared with the trace's other kernels, the rest with the dependent
-    ops = {c.index: c for c in report.analysis.ops}
-    # (and what eager PyTorch recomputes from them on every call, `KernelView.recomputed`: BEiT's concat, gather and
-    # mask padding of its resized relative-position table)
-    recomputed = set(view.recomputed)
-    weight_only = [
-        k for k in report.analysis.kernels if k.index in recomputed or all(ops[i].weight_only for i in k.ops)
-    ]
+    # outside the trace's input-dependent set (and what eager recomputes from them, `KernelView.recomputed`: BEiT's
+    # concat, gather and mask padding of its resized relative-position table): compared with the trace's other
+    # kernels, the rest with the dependent ones
+    kernels, kbytes, left_out = input_dependent(report.analysis)
     # (eager runs them too; not one for one: wav2vec2's weight norm is 3 kernels here, one fused _weight_norm there)
-    assert not weight_only or trace.count > trace.dependent_count
-    kernels = s.kernels - len(weight_only)
-    kbytes = s.bytes_kernels - sum(k.bytes for k in weight_only)
-    count = kernels / trace.dependent_count - 1
-    nbytes = kbytes / trace.dependent_bytes - 1
+    assert not left_out or trace.count > trace.dependent_count
     detail = f"kernels {kernels} vs {trace.dependent_count}, bytes {kbytes:,} vs {trace.dependent_bytes:,}"
-    assert abs(count) <= COUNT_TOL, detail
-    assert abs(nbytes) <= BYTES_TOL, detail
-    # the same attention backends as torch's dispatcher picks
-    traced = {}
-    for k in trace.attention():
-        backend = k.op.split("_scaled_dot_product_")[-1].split("_attention")[0]
-        traced[backend] = traced.get(backend, 0) + 1
-    assert s.attention == traced
+    assert abs(kernels / trace.dependent_count - 1) <= COUNT_TOL, detail
+    assert abs(kbytes / trace.dependent_bytes - 1) <= BYTES_TOL, detail
+    assert s.attention == trace.backends()  # the same attention backends as torch's dispatcher picks
     # the Relax-op view beside it
     assert (s.relax_ops, s.bytes_ops) == (
         report.totals.op_count,

@@ -184,6 +184,10 @@ def test_the_eager_warning_when_not_even_one_sequence_fits():
     w = _too_many("a100-40gb", 4, 160, 1, "eager")
     assert "4 sequences of 160 tokens do not fit its memory, at most 1 does (eager runtime)" in w
     assert w.endswith("(lower --batch)")
+    # the vllm runtime's two warnings, in the same number
+    assert "stated are for 1 sequence this GPU cannot hold" in _too_many("h100-80gb", 1, 160, 0, "vllm")
+    w = _too_many("h100-80gb", 4, 160, 1, "vllm")
+    assert "at most 1 does (vllm runtime): as vLLM's scheduler does, 1 run and the rest wait" in w and "4 waves" in w
 
 
 def test_a_mig_slice_as_the_target_is_judged_alone():

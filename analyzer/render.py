@@ -347,7 +347,7 @@ def _kernel_line(k, repeat=None) -> str:
 def _folded_note(report) -> str:
     """The operators line's note on the ops left out of the count (on weights alone, folded): their indices still
     number the whole graph, so a table's index can be above the count."""
-    if getattr(report.analysis, "repeat", None) is not None:  # (the count covers every layer, the ops two of them)
+    if _repeat_of(report.analysis) is not None:  # (the count covers every layer or step, the ops a few of them)
         return ""
     folded = sum(1 for c in report.analysis.ops if c.folded)
     return f"; {folded:,} more on weights alone, folded" if folded else ""

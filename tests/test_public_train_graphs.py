@@ -4,6 +4,7 @@ time training computes from the packed arrays is the time `preflight predict` co
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 
 import numpy as np
@@ -153,6 +154,12 @@ def test_weighted_pinball_by_hand():
 COMMITTED = [("distilbert_base?seq_len=128", 1, "float32"), ("fastpitch_v1_1", 1, "float32")]
 
 
+@functools.cache
+def _committed() -> dict:
+    """The committed graph file, unpacked once for the cases above."""
+    return pt.unpack_graphs(pt.GRAPHS_PATH)
+
+
 @pytest.mark.parametrize(("spec", "batch", "dtype"), COMMITTED, ids=[c[0].split("?")[0] for c in COMMITTED])
 def test_committed_graphs_are_todays_analysis(spec, batch, dtype):
     """Every array the committed graph file holds for these configurations (node features, edges, static features,
@@ -162,7 +169,7 @@ def test_committed_graphs_are_todays_analysis(spec, batch, dtype):
     evaluate`) when this fails."""
     from analyzer.public_dataset import featurize_public
 
-    packed = pt.unpack_graphs(pt.GRAPHS_PATH)[pt.graph_id(spec, batch, dtype)]
+    packed = _committed()[pt.graph_id(spec, batch, dtype)]
     live = featurize_public(spec, batch, dtype)
     assert set(live) <= set(packed)
     stale = [k for k in live if not np.array_equal(np.asarray(live[k]), np.asarray(packed[k]))]

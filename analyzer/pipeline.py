@@ -18,6 +18,7 @@ from passes.graph import (
     dtype_bytes,
     with_autocast,
     with_compute_dtype,
+    with_eager_copies,
     with_float_dtype,
     with_library_calls,
     with_weight_only_folded,
@@ -111,6 +112,8 @@ def prepare_graph(loaded: LoadedModel, graph: OpGraph, dtype: str | None = None)
         from passes.tvm_ir import source_names
 
         graph = with_library_calls(graph, source_names([op.name for op in graph.ops], loaded.op_calls))
+    if loaded.op_copies:  # a model's `.contiguous()` and `.clone()`, which TVM's importer passes through
+        graph = with_eager_copies(graph, loaded.op_copies)
     if loaded.framework in FOLDING_RUNTIMES:
         graph = with_weight_only_folded(graph)
     if loaded.float_dtype:

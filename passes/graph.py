@@ -106,6 +106,10 @@ class OpNode:
     # `aten.lstm.input` run as one `_cudnn_rnn`; an ONNX LSTM node), e.g. "aten.lstm.input:lstm_1"; None: the op is
     # dispatched on its own (`with_library_calls`, `passes.kernels.Kernel.call`)
     library_call: str | None = None
+    # eager_copy: the copy eager PyTorch makes of this op's result where the importer passed a `.contiguous()`
+    # ("contiguous": a copy where the result is not contiguous) or a `.clone()` ("clone": a copy) through
+    # (`with_eager_copies`, `passes.tvm_ir.eager_copy_of`); None: none
+    eager_copy: str | None = None
 
     @property
     def inputs(self) -> list[TensorInfo]:
@@ -169,6 +173,13 @@ def with_library_calls(graph: OpGraph, calls: list[str | None]) -> OpGraph:
     if len(calls) != len(graph.ops):
         raise ValueError(f"{len(calls)} library-call labels for {len(graph.ops)} ops")
     ops = [replace(op, library_call=c or None) for op, c in zip(graph.ops, calls, strict=True)]
+    return OpGraph(ops=ops, sources=graph.sources, outputs=graph.outputs, value_producer=graph.value_producer)
+
+
+def with_eager_copies(graph: OpGraph, copies: dict[str, str]) -> OpGraph:
+    """`graph` with `eager_copy` set on each op whose result (by Relax variable name) eager PyTorch copies where the
+    importer passed it through (the importer's record, `passes.tvm_ir.eager_copy_of`)."""
+    ops = [replace(op, eager_copy=copies[op.name]) if op.name in copies else op for op in graph.ops]
     return OpGraph(ops=ops, sources=graph.sources, outputs=graph.outputs, value_producer=graph.value_producer)
 
 

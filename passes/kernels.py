@@ -15,7 +15,11 @@ Rules (docs/execution-model.md explains them for users):
     head axis back, `x.transpose(1, 2).reshape(B, S, H * D)` after an attention that wrote (B, H, S, D))
     copies: one "copy" kernel;
   - ops that call `.contiguous()` on their input (softmax, layer/group/RMS/batch norm, convolution, pooling)
-    get a copy kernel first when the input is a non-contiguous view;
+    get a copy kernel first when the input is a non-contiguous view; convolution, batch norm and pooling take a
+    channels-last input as it is where torch's `suggest_memory_format` does (`is_channels_last`: size-1 dims'
+    strides included, so a batch-1 view of (1, H x W, C) tokens is copied);
+  - a model's own `.contiguous()` of a view that is not contiguous, and its `.clone()` of anything, is a copy
+    kernel (`OpNode.eager_copy`: TVM's importer passes both through); an in-place update of a clone runs in place;
   - a matmul folds its batch dimensions with `reshape` (copying when that is not a view) and cuBLAS reads
     each operand's last two dimensions transposed or not, but not other strides (otherwise a copy);
   - such a copy, made inside an op, is that op's temporary: another op reading the same view copies it again
@@ -388,7 +392,8 @@ def is_contiguous(shape: tuple[int, ...], strides: Strides) -> bool:
 
 def is_channels_last(shape: tuple[int, ...], strides: Strides) -> bool:
     """(N, C, *spatial) laid out as (N, *spatial, C) in memory (torch.channels_last; for 3-D, what a 1-D pool's
-    `unsqueeze(2)` makes channels-last 2-D: `_CONTIGUOUS_3D` says which ops copy it instead)."""
+    `unsqueeze(2)` makes channels-last 2-D: `_CONTIGUOUS_3D` says which ops copy it instead), and so taken by torch's
+    `suggest_memory_format`, which cuDNN convolution, batch norm and pooling follow (`_strides_like_channels_last`)."""
     if len(shape) < 3:
         return False
     expected = 1
@@ -396,6 +401,22 @@ def is_channels_last(shape: tuple[int, ...], strides: Strides) -> bool:
         if shape[i] != 1 and strides[i] != expected:
             return False
         expected *= shape[i]
+    if len(shape) == 3:  # the 2-D kernel's view: `unsqueeze(2)` gives the new dim the stride size x stride of dim 2
+        shape, strides = (*shape[:2], 1, shape[2]), (*strides[:2], shape[2] * strides[2], strides[2])
+    return _strides_like_channels_last(shape, strides)
+
+
+def _strides_like_channels_last(shape: tuple[int, ...], strides: Strides) -> bool:
+    """torch's `is_channels_last_strides_2d_s4` / `_3d_s5` (c10/core/MemoryFormat.h), size-1 dims' strides included:
+    a dense channels-last layout can still answer no, as a batch-1 view of a (1, H x W, C) tensor does, whose batch
+    stride `computeStride` makes C (`view_strides`); torch then suggests the contiguous format and copies the input."""
+    if len(shape) not in (4, 5) or strides[1] == 0:
+        return False
+    least = 0
+    for d in [1, *range(len(shape) - 1, 1, -1), 0]:
+        if shape[d] == 0 or strides[d] < least or (d == 0 and least == strides[1]):
+            return False
+        least = strides[d] * (shape[d] if shape[d] > 1 else 1)
     return True
 
 
@@ -1736,7 +1757,7 @@ class _View:
                 op_kernels[i].append(k.index)
             return k.index
 
-        def copy(vid: int, before: OpNode, shape: tuple[int, ...] | None = None) -> None:
+        def copy(vid: int, before: OpNode, shape: tuple[int, ...] | None = None, read: int | None = None) -> None:
             t = self.info[vid]
             out_shape = shape or t.shape
             emit(
@@ -1744,7 +1765,7 @@ class _View:
                 f"copy:{before.op}",
                 (before.index,),
                 0,
-                read_bytes(vid),
+                read_bytes(vid) if read is None else read,
                 int(math.ceil(math.prod(out_shape) * dtype_bytes(t.dtype))),
                 t.dtype,
                 {"numel": math.prod(out_shape), "strided": True},  # a gather of a strided view (kernel_model)
@@ -1852,6 +1873,14 @@ class _View:
                     and self.view_source(op.operands[0].value) in rnn_outputs
                 ):
                     new = [contiguous_strides(self.info[vid].shape) for vid in outs]  # cuDNN writes this layout
+                if new is not None and outs and self.eager_copies(op, new[0]):
+                    # the model's `.contiguous()` (of a view that is not) or `.clone()`: eager copies the view,
+                    # reading the elements it covers (a slice its part, a broadcast its source once)
+                    roles[i] = "copy"
+                    read = nbytes(op.operands[0].value, unique_elements(op.output.shape, new[0]))
+                    copy(op.operands[0].value, op, op.output.shape, read)
+                    layout[outs[0]] = contiguous_strides(op.output.shape)
+                    continue
                 if new is not None:
                     roles[i] = "view"
                     for vid, st in zip(outs, new, strict=False):
@@ -1920,6 +1949,9 @@ class _View:
                         if order is not None and outs:
                             layout[outs[0]] = _permuted_contiguous(out_shape, order)
                         break
+            if outs and self.eager_copies(op, strides(outs[0])):  # the model's `.clone()` of a kernel's result
+                copy(outs[0], op)
+                layout[outs[0]] = contiguous_strides(op.output.shape)
 
         live = [c for c in self.costs if not c.folded]
         summary = KernelSummary(
@@ -2908,10 +2940,25 @@ class _View:
             for vid in self.graph_outputs:  # a value the model returns is read after every op
                 a = self.alias_of(aliases, vid)
                 last_read[(a.root, a.write)] = len(self.node)
-            stale = {i for i, (root, old, write, _) in found.items() if last_read.get((root, old), -1) > write}
+            # a root the model cloned (`OpNode.eager_copy`, one copy kernel charged where it is made) is two buffers in
+            # eager: the update runs in place on one while later readers of the old values read the other
+            cloned = {r for r, *_ in found.values() if (p := self.op_of(r)) is not None and p.eager_copy == "clone"}
+            stale = {
+                i
+                for i, (root, old, write, _) in found.items()
+                if last_read.get((root, old), -1) > write and root not in cloned
+            }
             if not stale:
                 return {i: (ops - {i}, write == i) for i, (_, _, write, ops) in found.items()}
             rejected |= stale
+
+    @staticmethod
+    def eager_copies(op: OpNode, strides: Strides) -> bool:
+        """Whether eager PyTorch copies the result of `op`, laid out as `strides`, where the importer passed a
+        `.clone()` (always) or a `.contiguous()` (when not contiguous) through (`OpNode.eager_copy`)."""
+        if op.eager_copy == "clone":
+            return True
+        return op.eager_copy == "contiguous" and not is_contiguous(op.output.shape, strides)
 
     def view_layout(self, op: OpNode, strides) -> list[Strides] | None:
         """Strides of the outputs of a view op, or None if torch has to copy."""

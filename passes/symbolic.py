@@ -231,6 +231,7 @@ class SymbolicGraph:
                 folded=op.folded,
                 weight_only=op.weight_only,
                 library_call=op.library_call,
+                eager_copy=op.eager_copy,
             )
             for op in g.ops
         ]

@@ -795,15 +795,48 @@ def library_call_of(node) -> str | None:
     return None
 
 
+_COPY_TARGETS = {"aten.clone.default": "clone", "aten.contiguous.default": "contiguous"}
+
+
+def eager_copy_of(node) -> str | None:
+    """The copy eager PyTorch makes where TVM's importer passes the value through (its `contiguous.default` and
+    `clone.default` converters return their input): "clone" for a model's `.clone()` (a copy kernel whatever the
+    layout), "contiguous" for its `.contiguous()` into the contiguous format (a copy where the input is not
+    contiguous; the kernel view decides it from its own strides); None for every other node. torch's
+    decompositions write both as `aten.clone`, and write a `clone` for ops eager runs without a kernel too
+    (`aten.dropout` in eval): the node's provenance (`node.meta["from_node"]`) says which it was."""
+    target = str(getattr(node, "target", ""))
+    if target not in _COPY_TARGETS:
+        return None
+    origins, stack, seen = [target], list((node.meta.get("from_node") if hasattr(node, "meta") else None) or ()), 0
+    while stack and seen < 10_000:  # a provenance chain is short; the bound only guards a malformed one
+        seen += 1
+        src = stack.pop()
+        origins.append(str(getattr(src, "target", "")))
+        stack.extend(getattr(src, "from_node", None) or ())
+    if any(o not in _COPY_TARGETS for o in origins):
+        return None  # decomposed from another op (dropout in eval: eager returns its input)
+    if "aten.contiguous.default" in origins:
+        fmt = node.kwargs.get("memory_format", node.args[1] if len(node.args) > 1 else None)
+        return "contiguous" if fmt is None or str(fmt) == "torch.contiguous_format" else None
+    return "clone"
+
+
 @contextlib.contextmanager
-def recording_fx_sources(weight_names: dict[str, str] | None = None, calls: dict[str, str] | None = None):
+def recording_fx_sources(
+    weight_names: dict[str, str] | None = None,
+    calls: dict[str, str] | None = None,
+    copies: dict[str, str] | None = None,
+):
     """While active, TVM's ExportedProgram importer records where each Relax value comes from: a dict (yielded)
     from the name of every variable a converter returns to the fx node's module path (`layer4.2.conv3`), found in
     order: torch.export's `nn_module_stack`; else the module of a weight the node reads (`weight_names`: fx
     placeholder name -> parameter name, `layer4.2.conv3.weight`); else the source of the node's first input that
     has one (a ReLU after a batch norm belongs to the norm's module). Values a converter emits on the way to its
     result are not recorded: they take the source of the next recorded value (`source_names`). `calls`, when
-    given, is filled likewise with every returned variable's library call (`library_call_of`; "" for none)."""
+    given, is filled likewise with every returned variable's library call (`library_call_of`; "" for none);
+    `copies`, when given, with the variables eager copies where the importer passes them through (`eager_copy_of`:
+    a model's `.contiguous()` or `.clone()` of them)."""
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
     record: dict[str, str] = {}
@@ -856,6 +889,9 @@ def recording_fx_sources(weight_names: dict[str, str] | None = None, calls: dict
             out = fn(node, *args, **kwargs)
             try:
                 names = names_in(out, getattr(importer, "block_builder", None))
+                kind = eager_copy_of(node) if copies is not None and isinstance(out, relax.Var) else None
+                if kind is not None:
+                    copies[out.name] = kind
                 if calls is not None:
                     call = library_call_of(node) or ""
                     for name in names:

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from torch._prims_common import suggest_memory_format
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -292,10 +293,20 @@ _CONTIGUOUS_INSIDE = {
 }
 
 
+def _channels_last(x: torch.Tensor) -> bool:
+    """What CUDA's kernels take as channels-last: `suggest_memory_format` (torch._prims_common's mirror of the C++,
+    size-1 dims' strides included) and dense in that format."""
+    return (
+        x.dim() == 4
+        and suggest_memory_format(x) == torch.channels_last
+        and x.is_contiguous(memory_format=torch.channels_last)
+    )
+
+
 def _layout_ok(x: torch.Tensor, func) -> bool:
     if x.is_contiguous():
         return True
-    return not _CONTIGUOUS_INSIDE[func] and x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
+    return not _CONTIGUOUS_INSIDE[func] and _channels_last(x)
 
 
 def _cudnn_adds_bias(x, weight, bias, *, transposed: bool, groups: int) -> bool:
@@ -307,7 +318,7 @@ def _cudnn_adds_bias(x, weight, bias, *, transposed: bool, groups: int) -> bool:
     )
     # depthwise 2-D convs run _conv_depthwise2d with the bias fused (fp32), unless the input is channels-last:
     # Convolution.cpp `use_cudnn_depthwise` "always use cudnn_depthwise for channels_last format"
-    channels_last = not x.is_contiguous() and x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
+    channels_last = not x.is_contiguous() and _channels_last(x)
     return not depthwise or channels_last
 
 

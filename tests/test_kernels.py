@@ -714,6 +714,126 @@ def test_a_transposed_3d_input_is_copied_before_each_conv1d_and_batch_norm():
     assert sum(k.bytes for k in copies) == sum(k.bytes for k in trace.kernels if k.op == "aten.clone.default")
 
 
+class ExplicitCopies(nn.Module):
+    """A model's own `.contiguous()` and `.clone()`, which TVM's importer passes through (the value itself), of a
+    (2, 8, 16) float32 input: of a transpose, of a tensor already contiguous, of a slice, of a kernel's result and of
+    a broadcast; an elementwise op after each reads any strides, so no other kernel copies in their place."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = x.transpose(1, 2).contiguous() + 1.0
+        b = x.contiguous() * 2.0
+        c = x[:, :4].clone() - 1.0
+        d = (x * 3.0).clone()
+        e = x[:, :1].expand(2, 8, 16).contiguous() + 0.5
+        return a, b, c, d, e
+
+
+def test_a_models_contiguous_and_clone_are_the_copies_eager_runs(tmp_path):
+    """By hand (eager runs `aten.clone` for both): the transpose copied (1,024 B read and written), then its add; no
+    copy of a contiguous tensor, its mul; the slice copied (512 B each way), its sub; the mul, then its clone (1,024
+    B each way); the broadcast copied (its 128 B source read once, 1,024 B written), its add: 9 kernels, 4 copies, as
+    the eager dispatch trace has them (before: 5, no copy). The `.pt2` of the model says the same."""
+    model, x = ExplicitCopies().eval(), torch.randn(2, 8, 16)
+    trace = trace_kernels(model, (x,), inference=True)
+    kernels = analyze(model, (x,)).analysis.kernels
+    assert len(kernels) == trace.count == 9
+    copies = [(k.op, k.bytes_read, k.bytes_written) for k in kernels if k.kind == "copy"]
+    assert copies == [
+        ("copy:relax.permute_dims", 1024, 1024),
+        ("copy:relax.strided_slice", 512, 512),
+        ("copy:relax.multiply", 1024, 1024),
+        ("copy:relax.broadcast_to", 128, 1024),
+    ]
+    clones = [(k.bytes_in, k.bytes_out) for k in trace.kernels if k.op == "aten.clone.default"]
+    assert clones == [c[1:] for c in copies]
+    path = tmp_path / "copies.pt2"
+    torch.export.save(torch.export.export(model, (x,)), str(path))
+    assert [(k.op, k.bytes) for k in analyze(str(path)).analysis.kernels] == [(k.op, k.bytes) for k in kernels]
+
+
+class DropoutAfterGelu(nn.Module):
+    """A dropout in eval after an op: eager returns its input (no kernel); torch's decomposition writes it as a
+    clone. The unfold makes torch.export's program decompose (TVM's importer does not take `im2col` whole)."""
+
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(F.gelu(x)) + F.unfold(x, 2).sum()
+
+
+def test_a_dropout_in_eval_is_no_copy():
+    """Eager dispatches no kernel for a dropout in eval; the `aten.clone` torch's decomposition writes for it is none
+    of the model's copies (its provenance is the dropout): no copy kernel, as in the eager trace."""
+    model, x = DropoutAfterGelu().eval(), torch.randn(1, 2, 4, 4)
+    trace = trace_kernels(model, (x,), inference=True)
+    kernels = analyze(model, (x,)).analysis.kernels
+    assert "aten.clone.default" not in trace.counts()
+    assert not [k for k in kernels if k.op == "copy:relax.nn.gelu"]
+
+
+class Batch1Patches(nn.Module):
+    """SegFormer's spatial reduction: (B, H x W, C) tokens viewed as (B, C, H, W) for a strided convolution."""
+
+    def __init__(self, c: int = 32):
+        super().__init__()
+        self.sr = nn.Conv2d(c, c, 2, stride=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        return self.sr(x.permute(0, 2, 1).reshape(b, c, 4, 4))
+
+
+@pytest.mark.parametrize(("batch", "kernels"), [(1, 3), (2, 2)])
+def test_a_batch_1_view_is_not_channels_last_to_torch(batch, kernels):
+    """The (B, 32, 4, 4) view of (B, 16, 32) tokens is dense channels-last; at batch 2 torch takes it so (the cuDNN
+    convolution and its bias add_, output channels-last); at batch 1 `computeStride` gives the size-1 batch dim a
+    stride of C = 32, which torch's `suggest_memory_format` (`is_channels_last_strides_2d`) reads as not
+    channels-last: the input is copied contiguous first (1 x 32 x 16 x 4 = 2,048 B each way), 3 kernels. The CPU
+    convolution follows the same rule (its output strides say it), and so does the eager trace."""
+    from torch._prims_common import suggest_memory_format
+
+    model, x = Batch1Patches().eval(), torch.randn(batch, 16, 32)
+    view = x.permute(0, 2, 1).reshape(batch, 32, 4, 4)
+    channels_last = batch > 1
+    assert (suggest_memory_format(view) == torch.channels_last) == channels_last
+    assert model.sr(view).is_contiguous(memory_format=torch.channels_last) == channels_last
+    assert (view.stride(0), view.is_contiguous(memory_format=torch.channels_last)) == (512 if batch > 1 else 32, True)
+    trace = trace_kernels(model, (x,), inference=True)
+    found = analyze(model, (x,)).analysis.kernels
+    assert len(found) == trace.count == kernels
+    assert [(k.bytes_read, k.bytes_written) for k in found if k.kind == "copy"] == [(2048, 2048)] * (kernels - 2)
+
+
+def test_channels_last_strides_are_torchs():
+    """`passes.kernels._strides_like_channels_last` against torch's own (`suggest_memory_format`, torch._prims_common's
+    mirror of the C++), over views of 4-D and 5-D tensors: permutes, reshapes of transposes at batch 1 and 2, slices,
+    size-1 dims, expands."""
+    from torch._prims_common import suggest_memory_format
+
+    from passes.kernels import _strides_like_channels_last
+
+    torch.manual_seed(0)
+    views = []
+    for shape in [(2, 3, 4, 5), (1, 3, 4, 5), (2, 1, 4, 5), (2, 3, 1, 1), (1, 1, 1, 1), (1, 3, 1, 5), (2, 3, 4, 1)]:
+        base = torch.empty(shape)
+        views += [base, base.contiguous(memory_format=torch.channels_last), base.expand(*shape)]
+        for perm in [(0, 2, 3, 1), (0, 3, 1, 2), (1, 0, 2, 3), (3, 2, 1, 0)]:
+            views.append(base.permute(*perm))
+    for b in (1, 2):
+        views.append(torch.empty(b, 16, 32).permute(0, 2, 1).reshape(b, 32, 4, 4))
+        views.append(torch.empty(b, 4, 4, 32).permute(0, 3, 1, 2))
+        views.append(torch.empty(b, 4, 4, 32).permute(0, 3, 1, 2)[:, :16])
+        views.append(torch.empty(b, 2, 4, 4, 8).permute(0, 4, 1, 2, 3))
+        views.append(torch.empty(b, 8, 2, 4, 4)[:, :, :1])
+    views.append(torch.empty(3, 1).expand(3, 4).reshape(3, 4, 1, 1))
+    expected = [suggest_memory_format(v) in (torch.channels_last, torch.channels_last_3d) for v in views]
+    found = [_strides_like_channels_last(tuple(v.shape), tuple(v.stride())) for v in views]
+    assert found == expected
+    assert 10 < sum(expected) < len(views) - 10  # both answers are exercised
+
+
 class BatchFirstLSTM(nn.Module):
     """One batch-first LSTM layer with a given initial state, returning its output sequence and final state."""
 

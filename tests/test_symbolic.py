@@ -95,11 +95,14 @@ def test_graph_at_a_point_keeps_every_op_field():
         folded=True,
         weight_only=True,
         library_call="aten.lstm.input:lstm",
+        eager_copy="clone",
     )
     graph = OpGraph(ops=[op], sources=[x], outputs=[(0, 1)], value_producer={1: 0})
     set_here = {"index", "name", "op", "attrs", "operands", "outputs", "callee", "tir_flops", "tir_macs", "folded"}
     set_here |= {"weight_only"}
-    assert {f.name for f in fields(OpNode)} == set_here | {"library_call"}, "a new OpNode field: carry it in .at"
+    assert {f.name for f in fields(OpNode)} == set_here | {"library_call", "eager_copy"}, (
+        "a new OpNode field: carry it in .at"
+    )
     (got,) = SymbolicGraph(graph, ranges={"batch": (2, None)}, aliases={"s0": "batch"}).at({"batch": 3}).ops
     assert got.attrs == {"size": 12} and got.outputs == (TensorInfo((3, 4), "float32"),)  # 3 x 4
     assert got.operands == [Operand(TensorInfo((3, 4), "float32"), None, "input", 0, 3)]

@@ -143,6 +143,7 @@ def import_exported_program(
     sources: dict | None = None,
     weight_names: dict | None = None,
     calls: dict | None = None,
+    copies: dict | None = None,
 ):
     """Relax IRModule of an ExportedProgram, plus the ATen ops that had no conversion.
 
@@ -152,7 +153,9 @@ def import_exported_program(
     core ATen and imported again. `sources`, when given, is filled with each Relax variable's source (module path
     path, `tvm_ir.recording_fx_sources`); `weight_names` maps the placeholders that carry weights as inputs (a
     meta-device module, `_ParamsAsInputs`) to their parameter names; `calls`, when given with `sources`, is filled
-    with each Relax variable's library call (`tvm_ir.library_call_of`: the ops of one `aten.lstm.input`).
+    with each Relax variable's library call (`tvm_ir.library_call_of`: the ops of one `aten.lstm.input`);
+    `copies`, when given with `sources`, with the variables eager copies where TVM passes them through (a model's
+    `.contiguous()` and `.clone()`: `tvm_ir.eager_copy_of`).
     """
     from passes import tvm_ir
 
@@ -162,7 +165,7 @@ def import_exported_program(
             for s in ep.graph_signature.input_specs
             if s.kind.name in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR") and getattr(s, "target", None)
         }
-        with tvm_ir.recording_fx_sources({**lifted, **(weight_names or {})}, calls) as record:
+        with tvm_ir.recording_fx_sources({**lifted, **(weight_names or {})}, calls, copies) as record:
             out = import_exported_program(ep, n_inputs=n_inputs)
         sources.update(record)
         return out
@@ -362,8 +365,9 @@ def from_module(
         params = [n for n, _ in tensor_outputs.named_parameters()] + [n for n, _ in tensor_outputs.named_buffers()]
         weight_names = dict(zip(users[n_inputs:], params, strict=False))
     calls: dict[str, str] = {}
+    copies: dict[str, str] = {}
     mod, n_inputs, missing = import_exported_program(
-        ep, n_inputs=n_inputs, sources=sources, weight_names=weight_names, calls=calls
+        ep, n_inputs=n_inputs, sources=sources, weight_names=weight_names, calls=calls, copies=copies
     )
     # module paths as the user's model names them: without _TensorOutputs' `inner.` (its own forward: top level),
     # nor a wrapper's attribute that holds the user's model (`preflight_wraps`: the zoo's and config route's
@@ -401,6 +405,7 @@ def from_module(
         float_dtype=float_dtype,
         op_sources=sources,
         op_calls=calls,
+        op_copies=copies,
         symbols=_export_symbols(ep, symbol_axes) if dynamic is not None else {},
     )
 
@@ -642,6 +647,7 @@ def _pt2_loaded(path: Path, mod, meta: dict, warnings: list[str]) -> LoadedModel
         warnings=list(warnings),
         op_sources={str(k): str(v) for k, v in dict(meta.get("sources") or {}).items()},
         op_calls={str(k): str(v) for k, v in dict(meta.get("calls") or {}).items()},
+        op_copies={str(k): str(v) for k, v in dict(meta.get("copies") or {}).items()},
     )
 
 
@@ -687,7 +693,8 @@ def _pt2_in_child(path: str, plan=None) -> tuple[dict, bytes]:
     ep = build_exported_program(plan)
     sources: dict[str, str] = {}
     calls: dict[str, str] = {}
-    mod, n_inputs, missing = import_exported_program(ep, sources=sources, calls=calls)
+    copies: dict[str, str] = {}
+    mod, n_inputs, missing = import_exported_program(ep, sources=sources, calls=calls, copies=copies)
     # the largest size each dynamic dimension's export holds for (a `Dim(max=...)`); unbounded ones left out
     upper = {str(sym): int(vr.upper) for sym, vr in ep.range_constraints.items() if _is_integer(vr.upper)}
     lower = {str(sym): int(vr.lower) for sym, vr in ep.range_constraints.items() if _is_integer(vr.lower)}
@@ -696,6 +703,7 @@ def _pt2_in_child(path: str, plan=None) -> tuple[dict, bytes]:
         "missing": missing,
         "sources": sources,
         "calls": calls,
+        "copies": copies,
         "upper": upper,
         "lower": lower,
     }

@@ -390,6 +390,10 @@ def is_contiguous(shape: tuple[int, ...], strides: Strides) -> bool:
     return True
 
 
+# `OpNode.eager_copy` values of a model's `.clone()`: a copy whatever the layout (`passes.tvm_ir.eager_copy_of`)
+_CLONES = frozenset({"clone", "clone_contiguous"})
+
+
 def is_channels_last(shape: tuple[int, ...], strides: Strides) -> bool:
     """(N, C, *spatial) laid out as (N, *spatial, C) in memory (torch.channels_last; for 3-D, what a 1-D pool's
     `unsqueeze(2)` makes channels-last 2-D: `_CONTIGUOUS_3D` says which ops copy it instead), and so taken by torch's
@@ -1771,8 +1775,25 @@ class _View:
                 {"numel": math.prod(out_shape), "strided": True},  # a gather of a strided view (kernel_model)
             )
 
+        # the model's `.clone()` (or `.contiguous()`) of a kernel's result, fused op's included (a linear layer's bias
+        # add): a copy launched after the kernel that wrote it, before the next op's (views: in their branch below)
+        marked = [op.index for op in self.node if op.eager_copy]
+
+        def flush(upto: int) -> None:
+            while marked and marked[0] < upto:
+                j = marked.pop(0)
+                outs_j = self.outputs_of.get(j, [])
+                if roles[j] not in ("kernel", "fused") or len(outs_j) != 1:
+                    continue
+                mark = self.node[j]
+                st = layout.get(outs_j[0]) or contiguous_strides(mark.output.shape)
+                if self.eager_copies(mark, st):
+                    copy(outs_j[0], mark)
+                    layout[outs_j[0]] = self.copy_layout(mark, st)
+
         for op in self.node:
             i = op.index
+            flush(i)
             outs = self.outputs_of.get(i, [])
             role = roles[i]
             if role in ("folded", "fused"):
@@ -1879,7 +1900,7 @@ class _View:
                     roles[i] = "copy"
                     read = nbytes(op.operands[0].value, unique_elements(op.output.shape, new[0]))
                     copy(op.operands[0].value, op, op.output.shape, read)
-                    layout[outs[0]] = contiguous_strides(op.output.shape)
+                    layout[outs[0]] = self.copy_layout(op, new[0])
                     continue
                 if new is not None:
                     roles[i] = "view"
@@ -1889,6 +1910,8 @@ class _View:
                 roles[i] = "copy"
                 src = op.operands[0].value
                 copy(src, op, op.output.shape)
+                if op.eager_copy in _CLONES and outs:  # the model's `.clone()` of that copy: another
+                    copy(outs[0], op)
                 continue
             cost = self.costs[i]
             # operands the kernel needs contiguous (or cuBLAS-readable)
@@ -1949,9 +1972,7 @@ class _View:
                         if order is not None and outs:
                             layout[outs[0]] = _permuted_contiguous(out_shape, order)
                         break
-            if outs and self.eager_copies(op, strides(outs[0])):  # the model's `.clone()` of a kernel's result
-                copy(outs[0], op)
-                layout[outs[0]] = contiguous_strides(op.output.shape)
+        flush(n)
 
         live = [c for c in self.costs if not c.folded]
         summary = KernelSummary(
@@ -2917,7 +2938,7 @@ class _View:
                 outs = self.outputs_of.get(op.index, [])
                 if len(outs) != 1 or not op.operands:
                     continue
-                if op.op in _ALIAS_VIEWS:
+                if op.op in _ALIAS_VIEWS and op.eager_copy not in _CLONES:  # (a cloned view is memory of its own)
                     a = self.alias_step(op, self.alias_of(aliases, op.operands[0].value))
                     if a is not None:
                         aliases[outs[0]] = a
@@ -2930,7 +2951,7 @@ class _View:
                         aliases[outs[0]] = _Alias(b.root, write, b.steps, ops)
             last_read: dict[tuple[int, int], int] = {}  # (root, write) -> the last op reading it (not a view)
             for op in self.node:
-                if op.op in _ALIAS_VIEWS:
+                if op.op in _ALIAS_VIEWS and op.eager_copy not in _CLONES:
                     continue
                 for k, o in enumerate(op.operands):
                     if k == 0 and op.index in found:
@@ -2942,7 +2963,7 @@ class _View:
                 last_read[(a.root, a.write)] = len(self.node)
             # a root the model cloned (`OpNode.eager_copy`, one copy kernel charged where it is made) is two buffers in
             # eager: the update runs in place on one while later readers of the old values read the other
-            cloned = {r for r, *_ in found.values() if (p := self.op_of(r)) is not None and p.eager_copy == "clone"}
+            cloned = {r for r, *_ in found.values() if (p := self.op_of(r)) is not None and p.eager_copy in _CLONES}
             stale = {
                 i
                 for i, (root, old, write, _) in found.items()
@@ -2956,9 +2977,17 @@ class _View:
     def eager_copies(op: OpNode, strides: Strides) -> bool:
         """Whether eager PyTorch copies the result of `op`, laid out as `strides`, where the importer passed a
         `.clone()` (always) or a `.contiguous()` (when not contiguous) through (`OpNode.eager_copy`)."""
-        if op.eager_copy == "clone":
+        if op.eager_copy in _CLONES:
             return True
         return op.eager_copy == "contiguous" and not is_contiguous(op.output.shape, strides)
+
+    @staticmethod
+    def copy_layout(op: OpNode, strides: Strides) -> Strides:
+        """The strides of the copy `eager_copies` makes: `.clone()` keeps a dense layout (preserve_format), else
+        contiguous."""
+        shape = op.output.shape
+        order = _dense_order(shape, strides) if op.eager_copy == "clone" else None
+        return contiguous_strides(shape) if order is None else _permuted_contiguous(shape, order)
 
     def view_layout(self, op: OpNode, strides) -> list[Strides] | None:
         """Strides of the outputs of a view op, or None if torch has to copy."""

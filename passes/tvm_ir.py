@@ -801,7 +801,8 @@ _COPY_TARGETS = {"aten.clone.default": "clone", "aten.contiguous.default": "cont
 def eager_copy_of(node) -> str | None:
     """The copy eager PyTorch makes where TVM's importer passes the value through (its `contiguous.default` and
     `clone.default` converters return their input): "clone" for a model's `.clone()` (a copy kernel whatever the
-    layout), "contiguous" for its `.contiguous()` into the contiguous format (a copy where the input is not
+    layout, keeping a dense one; "clone_contiguous" with `memory_format=torch.contiguous_format`), "contiguous" for
+    its `.contiguous()` into the contiguous format (a copy where the input is not
     contiguous; the kernel view decides it from its own strides); None for every other node. torch's
     decompositions write both as `aten.clone`, and write a `clone` for ops eager runs without a kernel too
     (`aten.dropout` in eval): the node's provenance (`node.meta["from_node"]`) says which it was."""
@@ -816,10 +817,11 @@ def eager_copy_of(node) -> str | None:
         stack.extend(getattr(src, "from_node", None) or ())
     if any(o not in _COPY_TARGETS for o in origins):
         return None  # decomposed from another op (dropout in eval: eager returns its input)
+    fmt = node.kwargs.get("memory_format", node.args[1] if len(node.args) > 1 else None)
+    contiguous = str(fmt) == "torch.contiguous_format"
     if "aten.contiguous.default" in origins:
-        fmt = node.kwargs.get("memory_format", node.args[1] if len(node.args) > 1 else None)
-        return "contiguous" if fmt is None or str(fmt) == "torch.contiguous_format" else None
-    return "clone"
+        return "contiguous" if fmt is None or contiguous else None
+    return "clone_contiguous" if contiguous else "clone"
 
 
 @contextlib.contextmanager
@@ -915,10 +917,24 @@ def recording_fx_sources(
 
     ExportedProgramImporter.create_convert_map = create_convert_map
     ExportedProgramImporter.update_convert_map = update_convert_map
+    _RECORDING.append((record, known, calls, copies))
     try:
         yield record
     finally:
+        _RECORDING.pop()
         ExportedProgramImporter.create_convert_map, ExportedProgramImporter.update_convert_map = create, update
+
+
+_RECORDING: list[tuple] = []  # the dicts `recording_fx_sources` fills, innermost last
+
+
+def restart_recording() -> None:
+    """Forget what the active `recording_fx_sources` recorded: an import that failed and is tried again (on the
+    decomposed program) names its variables anew, so an earlier attempt's names would land on other values."""
+    if _RECORDING:
+        for d in _RECORDING[-1]:
+            if d is not None:
+                d.clear()
 
 
 def source_names(op_names: list[str], sources: dict[str, str]) -> list[str | None]:

@@ -751,6 +751,63 @@ def test_a_models_contiguous_and_clone_are_the_copies_eager_runs(tmp_path):
     assert [(k.op, k.bytes) for k in analyze(str(path)).analysis.kernels] == [(k.op, k.bytes) for k in kernels]
 
 
+class _Copies(nn.Module):
+    """One small case of a model's own copy per `how` (x: (2, 16, 32) float32), each against the eager trace."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.how, self.a, self.b = how, nn.Linear(32, 32), nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.how == "retried_import":  # a layer norm without weight: TVM's first import fails, the retry decomposes
+            return F.layer_norm(self.b(F.relu(self.a(x))).clone() * 2, (32,))
+        if self.how == "linear":  # the clone of addmm's result (the bias add fused into the GEMM)
+            return self.a(x).clone()
+        if self.how == "hardswish":
+            return F.hardswish(x).clone()
+        if self.how == "reshape_copy":  # a reshape that copies, then the clone of that copy: two copies
+            return x.transpose(1, 2).reshape(2, -1).clone()
+        if self.how == "permuted_clone":  # clone keeps a dense layout: softmax copies again
+            return x.transpose(1, 2).clone().softmax(-1)
+        if self.how == "contiguous_clone":  # ... unless asked for the contiguous format
+            return x.transpose(1, 2).clone(memory_format=torch.contiguous_format).softmax(-1)
+        c = x[:, :8].clone()  # "updated_slice": the clone of a slice updated in place, the base read after
+        c[:, :4] *= 2.0
+        return c + x[:, :8]
+
+
+# (kernels, copies: (bytes read, bytes written) each) worked out by hand, 2 x 16 x 32 x 4 = 4,096 B a full tensor
+_COPY_CASES = {
+    "retried_import": (6, [(4096, 4096)]),  # addmm, relu, addmm, clone, mul, layer norm
+    "linear": (2, [(4096, 4096)]),  # addmm, clone
+    "hardswish": (2, [(4096, 4096)]),
+    "reshape_copy": (2, [(4096, 4096), (4096, 4096)]),  # the reshape's copy, the clone
+    "permuted_clone": (3, [(4096, 4096), (4096, 4096)]),  # clone (transposed layout kept), softmax's copy, softmax
+    "contiguous_clone": (2, [(4096, 4096)]),
+    # the clone of the (2, 8, 32) slice (2,048 B), mul_ in place on its (2, 4, 32) part, the `c[:, :4] = ...` of
+    # Python's augmented assignment (copy_ of 1,024 B: a scatter in the graph), add
+    "updated_slice": (4, [(2048, 2048), (1024, 1024)]),
+}
+
+
+@pytest.mark.parametrize("how", list(_COPY_CASES))
+def test_a_models_copy_is_charged_wherever_it_falls(how):
+    """A model's `.clone()` where the result is a fused op's (a linear layer's bias add), a spelled-out activation's,
+    a copy already (a reshape torch cannot view), a dense permuted view (clone keeps its layout: the softmax after it
+    copies again), of a slice updated in place while its base is read after (in place on the clone), and after
+    TVM's first import failed and the retry named its values anew (the first attempt's record forgotten): counts and
+    copies by hand, and the eager trace's kernels and clone bytes."""
+    model, x = _Copies(how).eval(), torch.randn(2, 16, 32)
+    kernels = analyze(model, (x,)).analysis.kernels
+    trace = trace_kernels(model, (x,), inference=True)
+    count, copies = _COPY_CASES[how]
+    assert len(kernels) == trace.count == count
+    assert [(k.bytes_read, k.bytes_written) for k in kernels if k.kind == "copy"] == copies
+    assert sorted(k.bytes for k in kernels if k.op.startswith("copy:")) == sorted(
+        k.bytes for k in trace.kernels if k.op == "aten.clone.default"
+    )
+
+
 class DropoutAfterGelu(nn.Module):
     """A dropout in eval after an op: eager returns its input (no kernel); torch's decomposition writes it as a
     clone. The unfold makes torch.export's program decompose (TVM's importer does not take `im2col` whole)."""

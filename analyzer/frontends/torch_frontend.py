@@ -179,6 +179,7 @@ def import_exported_program(
     except Exception:  # noqa: BLE001 - a kept op TVM cannot convert: fall back to the core-ATen decomposition
         mod = None
     if mod is None:
+        tvm_ir.restart_recording()  # the retry names its variables anew
         try:
             ep = ep.run_decompositions()
         except Exception as exc:

@@ -796,6 +796,9 @@ def library_call_of(node) -> str | None:
 
 
 _COPY_TARGETS = {"aten.clone.default": "clone", "aten.contiguous.default": "contiguous"}
+# a `.pt2` archive's clone nodes, by name -> the ops they were made from (`pt2_safety.Pt2Plan.copy_origins`: the
+# archive's node metadata is dropped, this much read from it), set in the child that imports the archive
+COPY_ORIGINS: dict[str, tuple[str, ...]] = {}
 
 
 def eager_copy_of(node) -> str | None:
@@ -810,10 +813,12 @@ def eager_copy_of(node) -> str | None:
     if target not in _COPY_TARGETS:
         return None
     origins, stack, seen = [target], list((node.meta.get("from_node") if hasattr(node, "meta") else None) or ()), 0
+    origins += COPY_ORIGINS.get(str(getattr(node, "name", "")), ())
     while stack and seen < 10_000:  # a provenance chain is short; the bound only guards a malformed one
         seen += 1
         src = stack.pop()
         origins.append(str(getattr(src, "target", "")))
+        origins += COPY_ORIGINS.get(str(getattr(src, "name", "")), ())
         stack.extend(getattr(src, "from_node", None) or ())
     if any(o not in _COPY_TARGETS for o in origins):
         return None  # decomposed from another op (dropout in eval: eager returns its input)

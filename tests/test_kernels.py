@@ -820,6 +820,39 @@ class DropoutAfterGelu(nn.Module):
         return self.drop(F.gelu(x)) + F.unfold(x, 2).sum()
 
 
+class DropoutThenClone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(F.gelu(x)).clone()
+
+
+def test_a_decomposed_pt2_tells_a_dropout_from_a_clone(tmp_path):
+    """A `.pt2` saved after `run_decompositions()` holds two `aten.clone` nodes: the dropout's (eager: nothing) and the
+    model's (eager: a copy). The archive's node metadata is dropped when it is read (pt2_safety rule 8) but for the
+    ops a clone was made from (`Pt2Plan.copy_origins`): gelu and one copy of 512 B each way, as the module route and
+    the eager trace say (before: a copy for the dropout too)."""
+    from analyzer.frontends.pt2_safety import inspect_pt2
+
+    model, x = DropoutThenClone().eval(), torch.randn(4, 32)
+    path = tmp_path / "decomposed.pt2"
+    torch.export.save(torch.export.export(model, (x,)).run_decompositions(), str(path))
+    assert sorted(inspect_pt2(path).copy_origins.values()) == [
+        ("aten.clone.default",) * 2,
+        ("aten.dropout.default",) * 2,
+    ]
+    trace = trace_kernels(model, (x,), inference=True)
+    assert [k.op for k in trace.kernels] == ["aten.gelu.default", "aten.clone.default"]
+    for route in (model, str(path)):
+        kernels = analyze(route, (x,)).analysis.kernels if route is model else analyze(route).analysis.kernels
+        assert [(k.op, k.bytes_read, k.bytes_written) for k in kernels] == [
+            ("relax.nn.gelu", 512, 512),
+            ("copy:relax.nn.gelu", 512, 512),
+        ]
+
+
 def test_a_dropout_in_eval_is_no_copy():
     """Eager dispatches no kernel for a dropout in eval; the `aten.clone` torch's decomposition writes for it is none
     of the model's copies (its provenance is the dropout): no copy kernel, as in the eager trace."""

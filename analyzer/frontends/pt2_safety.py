@@ -355,6 +355,9 @@ class Pt2Plan:
     storages: dict[str, Storage]
     warnings: list[str] = field(default_factory=list)
     library_ops: frozenset[str] = frozenset()  # the `LIBRARY_OPS` targets the program calls
+    # node name -> the ATen ops a clone/contiguous node was made from (its `from_node` chain's targets, rule 8's
+    # one reading of that metadata: bounded JSON, op names only); `passes.tvm_ir.eager_copy_of` reads it in the child
+    copy_origins: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def param_bytes(self) -> int:
@@ -660,6 +663,7 @@ class _Walker:
         self.dropped: set[str] = set()
         self.output_types: set[str] = set()  # output node types read as tuples (`neutral_out_spec`)
         self.library_ops: set[str] = set()  # `LIBRARY_OPS` targets called
+        self.copy_origins: dict[str, tuple[str, ...]] = {}  # `Pt2Plan.copy_origins`
         self.exprs = 0
 
     def type_hints(self, cls) -> dict:
@@ -835,7 +839,10 @@ class _Walker:
             self.library_ops.add(out["target"])
         if out.get("name"):
             _identifier(out["name"], f"{path}.name")
-        stack = _module_paths((out.get("metadata") or {}).get("nn_module_stack"))
+        metadata = out.get("metadata") or {}
+        if out["target"] in _COPY_NODE_TARGETS and out.get("name"):
+            self.copy_origins[out["name"]] = _origin_targets(metadata.get("from_node"))
+        stack = _module_paths(metadata.get("nn_module_stack"))
         out["metadata"] = {"nn_module_stack": stack} if stack else {}  # rule 8
         return out
 
@@ -1084,7 +1091,35 @@ def _inspect(path: Path, zf: zipfile.ZipFile) -> Pt2Plan:
         storages=storages,
         warnings=warnings,
         library_ops=frozenset(walker.library_ops),
+        copy_origins=dict(walker.copy_origins),
     )
+
+
+_COPY_NODE_TARGETS = frozenset({"torch.ops.aten.clone.default", "torch.ops.aten.contiguous.default"})
+_ORIGIN_RE = re.compile(r"(aten|prims)\.[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
+MAX_ORIGIN_JSON = 65_536  # characters of one node's `from_node` read (a provenance chain is a few hundred)
+
+
+def _origin_targets(raw) -> tuple[str, ...]:
+    """The op names of a serialized `from_node` chain (JSON: NodeSource dicts with "target" and nested "from_node"):
+    at most 64, each an `aten`/`prims` op name; nothing is built from it. Unreadable or oversized: ()."""
+    if not isinstance(raw, str) or len(raw) > MAX_ORIGIN_JSON:
+        return ()
+    try:
+        stack = [json.loads(raw)]
+    except ValueError:
+        return ()
+    found: list[str] = []
+    while stack and len(found) < 64:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item[:64])
+        elif isinstance(item, dict):
+            target = item.get("target")
+            if isinstance(target, str) and _ORIGIN_RE.fullmatch(target):
+                found.append(target)
+            stack.append(item.get("from_node"))
+    return tuple(found)
 
 
 def _record(path, root, kind, fqn, meta, member_re, member_dir, by_rest) -> TensorRecord:

@@ -692,6 +692,7 @@ def _pt2_in_child(path: str, plan=None) -> tuple[dict, bytes]:
     if plan is None:
         plan = inspect_pt2(Path(path))
     ep = build_exported_program(plan)
+    tvm_ir.COPY_ORIGINS.update(plan.copy_origins)  # (this child imports one archive)
     sources: dict[str, str] = {}
     calls: dict[str, str] = {}
     copies: dict[str, str] = {}

@@ -46,7 +46,8 @@ torch/utils/_pytree.py, torch/export/_unlift.py, torch/fx/graph.py):
     RULE: node metadata and `GraphModule.metadata` are dropped, except each node's module path
     (`nn_module_stack`, the name preflight reports an op under): kept only when every path of the stack is a
     dotted path of `[A-Za-z0-9_]` atoms, and rewritten with keys of preflight's own and no types
-    (`_module_paths`); the deserializer only splits that string.
+    (`_module_paths`); the deserializer only splits that string. Of a clone/contiguous node's `from_node`, the op
+    names of the chain are read (bounded JSON, `_origin_targets`) into `Pt2Plan.copy_origins`, never handed to torch.
  9. FX code generation (`GraphModule.recompile` -> `exec`, for the deserialized module and every pass after):
     node, placeholder and tensor names, get_attr targets, submodule names and `forward_arg_names` are
     written into Python source unescaped (the deserializer assigns `node.name` directly).

@@ -107,8 +107,9 @@ class OpNode:
     # dispatched on its own (`with_library_calls`, `passes.kernels.Kernel.call`)
     library_call: str | None = None
     # eager_copy: the copy eager PyTorch makes of this op's result where the importer passed a `.contiguous()`
-    # ("contiguous": a copy where the result is not contiguous) or a `.clone()` ("clone": a copy) through
-    # (`with_eager_copies`, `passes.tvm_ir.eager_copy_of`); None: none
+    # ("contiguous": a copy where the result is not contiguous) or a `.clone()` ("clone": a copy keeping a dense
+    # layout; "clone_contiguous": into the contiguous format) through (`with_eager_copies`,
+    # `passes.tvm_ir.eager_copy_of`); None: none
     eager_copy: str | None = None
 
     @property

@@ -779,19 +779,25 @@ TOP_LEVEL_SOURCE = "(top level)"  # the source of an op in the model's own forwa
 LIBRARY_CALL_OPS = frozenset({"aten.lstm.input", "aten.gru.input", "aten.rnn_tanh.input", "aten.rnn_relu.input"})
 
 
-def library_call_of(node) -> str | None:
-    """The library call an fx node was decomposed from: "<aten op>:<its node name>" (e.g. "aten.lstm.input:lstm")
-    when torch.fx's provenance (`node.meta["from_node"]`, the chain of nodes a pass made it from) reaches an op of
-    `LIBRARY_CALL_OPS`; None otherwise."""
+def provenance(node) -> Iterable:
+    """The nodes an fx node was made from, nearest first: torch.fx's provenance (`node.meta["from_node"]`, the chain
+    of nodes each pass made it from), walked depth first."""
     stack = list((node.meta.get("from_node") if hasattr(node, "meta") else None) or ())
     seen = 0
     while stack and seen < 10_000:  # a provenance chain is short; the bound only guards a malformed one
         seen += 1
         src = stack.pop()
+        yield src
+        stack.extend(getattr(src, "from_node", None) or ())
+
+
+def library_call_of(node) -> str | None:
+    """The library call an fx node was decomposed from: "<aten op>:<its node name>" (e.g. "aten.lstm.input:lstm")
+    when its `provenance` reaches an op of `LIBRARY_CALL_OPS`; None otherwise."""
+    for src in provenance(node):
         target = str(getattr(src, "target", ""))
         if target in LIBRARY_CALL_OPS:
             return f"{target}:{getattr(src, 'name', '')}"
-        stack.extend(getattr(src, "from_node", None) or ())
     return None
 
 
@@ -812,14 +818,10 @@ def eager_copy_of(node) -> str | None:
     target = str(getattr(node, "target", ""))
     if target not in _COPY_TARGETS:
         return None
-    origins, stack, seen = [target], list((node.meta.get("from_node") if hasattr(node, "meta") else None) or ()), 0
-    origins += COPY_ORIGINS.get(str(getattr(node, "name", "")), ())
-    while stack and seen < 10_000:  # a provenance chain is short; the bound only guards a malformed one
-        seen += 1
-        src = stack.pop()
-        origins.append(str(getattr(src, "target", "")))
-        origins += COPY_ORIGINS.get(str(getattr(src, "name", "")), ())
-        stack.extend(getattr(src, "from_node", None) or ())
+    # (an archive's clone nodes carry no provenance: what the archive recorded of it, `COPY_ORIGINS`)
+    origins = [target, *COPY_ORIGINS.get(str(getattr(node, "name", "")), ())]
+    for src in provenance(node):
+        origins += [str(getattr(src, "target", "")), *COPY_ORIGINS.get(str(getattr(src, "name", "")), ())]
     if any(o not in _COPY_TARGETS for o in origins):
         return None  # decomposed from another op (dropout in eval: eager returns its input)
     fmt = node.kwargs.get("memory_format", node.args[1] if len(node.args) > 1 else None)

@@ -39,7 +39,8 @@ class LoadedModel:
     # "" for none); `passes.graph.with_library_calls`, `passes.kernels.Kernel.call`
     op_calls: dict[str, str] = field(default_factory=dict)
     # Relax variable name -> the copy eager PyTorch makes of it where the importer passed it through ("contiguous":
-    # a model's `.contiguous()`, "clone": its `.clone()`); `passes.graph.with_eager_copies`, `OpNode.eager_copy`
+    # a model's `.contiguous()`, "clone" / "clone_contiguous": its `.clone()`); `passes.graph.with_eager_copies`,
+    # `OpNode.eager_copy`
     op_copies: dict[str, str] = field(default_factory=dict)
     # `mod` is the model with the first 2 of `layers` identical layers, `depth1` the same with its first layer
     # only; the analysis extrapolates the n-layer totals from both (`passes.analysis.extrapolate_layers`)

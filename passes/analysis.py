@@ -11,7 +11,7 @@ import numpy as np
 from . import features as feat
 from ._gc import gc_paused
 from .costs import OpCost, cost_of, macs_by_dtype
-from .graph import OpGraph
+from .graph import OpGraph, is_blas_call
 from .kernels import ATTENTION_OPS, Kernel, KernelView, Launches, kernel_view
 from .memory import Fusion, MemoryProfile, liveness, repeat_weight_sizes
 
@@ -419,12 +419,14 @@ def fused_groups(view: KernelView, graph: OpGraph) -> Fusion:
     graph's liveness, which allocates every op's result: a GEMM with its bias add (`aten::addmm`) and the
     activations TVM's importers spell out in every graph, `.pt2` included (`_SPELLED_EVERYWHERE`): the memory
     model's terms were fitted on such traces, and on our H100 rows of LeViT and MobileNetV3 (hardswish) the
-    spelled-out allocations predict the memory nvidia-smi shows better (docs/memory.md)."""
+    spelled-out allocations predict the memory nvidia-smi shows better (docs/memory.md). A BLAS call TVM's converter
+    writes as several ops (`baddbmm`: matmul, scales, add; `graph.BLAS_CALL_OPS`) allocates its result alone, as
+    eager's one output buffer (the copy of the added term and the GEMM both write it)."""
     groups = tuple(
         k.ops
         for k in view.kernels
         if len(k.ops) > 1
-        and (k.kind == "attention" or (k.kind != "gemm" and k.op.startswith("fused:")))
+        and (k.kind == "attention" or (k.kind != "gemm" and k.op.startswith("fused:")) or is_blas_call(k.call))
         and k.op not in _SPELLED_EVERYWHERE
     )
     scores = {k.ops[-1] for k in view.kernels if k.op in ("math:softmax", "mha:masked_softmax")}

@@ -104,7 +104,8 @@ class OpNode:
     weight_only: bool = False
     # library_call: the one library call eager PyTorch makes for the ATen op this op was decomposed from (an
     # `aten.lstm.input` run as one `_cudnn_rnn`; an ONNX LSTM node), e.g. "aten.lstm.input:lstm_1"; None: the op is
-    # dispatched on its own (`with_library_calls`, `passes.kernels.Kernel.call`)
+    # dispatched on its own (`with_library_calls`, `passes.kernels.Kernel.call`); "aten.baddbmm.default:<node>" for
+    # the ops TVM's converter writes for one `baddbmm` (`BLAS_CALL_OPS`)
     library_call: str | None = None
     # eager_copy: the copy eager PyTorch makes of this op's result where the importer passed a `.contiguous()`
     # ("contiguous": a copy where the result is not contiguous) or a `.clone()` ("clone": a copy keeping a dense
@@ -166,6 +167,18 @@ class OpGraph:
                     seen.add((o.source, op.index))
                     out.append((o.source, op.index))
         return out
+
+
+#: ATen ops eager PyTorch runs as one BLAS call where TVM's converter writes several Relax ops: `baddbmm(c, a, b,
+#: beta=, alpha=)` is `matmul(a, b)`, a multiply by alpha (where alpha != 1), a multiply of c by beta (where beta != 1)
+#: and an `add` (where beta != 0); eager copies c into the result (the meta function's `result.copy_(self)`, where
+#: beta != 0) and runs one GEMM with alpha and beta (`passes.kernels`, `_View.blas_calls`)
+BLAS_CALL_OPS = ("aten.baddbmm.default",)
+
+
+def is_blas_call(call: str | None) -> bool:
+    """Whether an `OpNode.library_call` label is one call of a `BLAS_CALL_OPS` op ("aten.baddbmm.default:<node>")."""
+    return call is not None and call.split(":", 1)[0] in BLAS_CALL_OPS
 
 
 def with_library_calls(graph: OpGraph, calls: list[str | None]) -> OpGraph:
@@ -316,7 +329,8 @@ def with_autocast(graph: OpGraph, dtype: str) -> OpGraph:
     constant does not promote), as TensorIterator does, with no cast kernel.
 
     A cast takes its consumer's `library_call` (a cast among an nn.LSTM's ops is part of that call's run: the call
-    stays one host dispatch, `predictor.kernel_model.inside_calls`).
+    stays one host dispatch, `predictor.kernel_model.inside_calls`), except a BLAS call's (`BLAS_CALL_OPS`: autocast
+    casts baddbmm's operands with dispatches of their own before it).
 
     Returns a new graph: ops re-indexed in launch order with the casts before their consumers; shapes unchanged.
     """
@@ -419,7 +433,8 @@ def with_autocast(graph: OpGraph, dtype: str) -> OpGraph:
         return replace(out, kind=o.kind)
 
     for op in ops_by_index:
-        consumer_call = op.library_call
+        # (autocast's casts of a baddbmm's operands are dispatches of their own, before the call)
+        consumer_call = None if is_blas_call(op.library_call) else op.library_call
         operands = [
             replace(
                 o,
@@ -431,8 +446,8 @@ def with_autocast(graph: OpGraph, dtype: str) -> OpGraph:
         want = None
         if op.folded:  # computed from weights alone: folded, as without autocast
             pass
-        elif op.op in AMP_LOWER or op.index in joined:
-            want = dtype
+        elif op.op in AMP_LOWER or op.index in joined or is_blas_call(op.library_call):
+            want = dtype  # (every op of a baddbmm: autocast casts its three tensors, and it computes in `dtype`)
         elif op.op in AMP_FP32:
             want = "float32"
         if want is not None:
@@ -443,7 +458,13 @@ def with_autocast(graph: OpGraph, dtype: str) -> OpGraph:
                     tensor = TensorInfo(bias.tensor.shape, dtype_of[bias.value])
                     if tensor.dtype != want and _is_float(tensor.dtype):
                         cast(replace(bias, tensor=tensor, source=src), want)
-            operands = [cast(o, want) if _is_float(o.tensor.dtype) and o.tensor.dtype != want else o for o in operands]
+            scalars = is_blas_call(op.library_call)  # (alpha and beta are arguments of the call, not tensors)
+            operands = [
+                cast(o, want)
+                if _is_float(o.tensor.dtype) and o.tensor.dtype != want and not (scalars and o.tensor.numel == 1)
+                else o
+                for o in operands
+            ]
             out_float = want
         elif op.op == "relax.astype":
             out_float = None  # the model's own cast: its target dtype

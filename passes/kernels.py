@@ -82,9 +82,14 @@ Rules (docs/execution-model.md explains them for users):
     (`mul(x, clip(add(x, 3), 0, 6)) / 6`), rsqrt as `divide(1, sqrt(x))`, ne as `logical_not(equal(a, b))`;
   - softplus as TVM's ONNX importer writes ONNX `Softplus` (`F.softplus` with beta 1, both exporters):
     `add(maximum(x, 0), log(add(1, exp(negative(abs(x))))))`, constants checked ("fused:softplus");
-  - `baddbmm(c, a, b, beta=, alpha=)` as the TorchScript exporter writes it, `add(mul(matmul(a, b), alpha),
-    mul(c, beta))` with both multiplies even where the scale is 1: a multiply by 1 of that form is a view (it
-    launches nothing), so what is left is what TVM's torch importer writes for baddbmm (`_View.is_unit_scale`);
+  - `baddbmm(c, a, b, beta=, alpha=)` on every route (`_View.blas_calls`): TVM's torch importer writes `matmul`, a
+    multiply by alpha, a multiply of c by beta and an `add`, the ONNX exporters the same ops; eager runs one
+    dispatch: c copied (broadcast) into the result where beta != 0, then one GEMM reading it back ("copy" and
+    "gemm", one `Kernel.call`). The PyTorch routes and the dynamo exporter's files name the call
+    (`OpNode.library_call`), the TorchScript exporter's spelling is recognised where both scales are written;
+  - where that spelling is not taken as the call (a graph of another producer, a matmul that is not batched), a
+    multiply by 1 of the TorchScript exporter's `add(mul(matmul(a, b), alpha), mul(c, beta))` (both multiplies
+    written even where the scale is 1) is a view: it launches nothing (`_View.is_unit_scale`);
   - the index normalisation TVM's ONNX importer puts before a gather, `where(i < 0, i + n, i)` with n the
     gathered axis's size (checked), is part of the gather (no traffic of its own);
   - instance and group norm as TVM's ONNX importer writes `InstanceNormalization` (the TorchScript exporter's
@@ -144,7 +149,7 @@ from dataclasses import dataclass, field
 from ._gc import gc_paused
 from .costs import OpCost
 from .costs.registry import GROUPED_MATMUL
-from .graph import OpGraph, OpNode, TensorInfo, dtype_bytes
+from .graph import BLAS_CALL_OPS, OpGraph, OpNode, TensorInfo, dtype_bytes, is_blas_call
 
 KERNEL_KINDS = (
     "gemm",
@@ -784,6 +789,7 @@ class _View:
         self.dropped_weights: dict[int, int] = {}
         # in-projections of those fast paths whose (B, T, D) input torch copies to fold it for `mm` (not contiguous)
         self.fold_copies: set[int] = set()
+        self.blas_labels: dict[int, str] = {}  # (`blas_calls`)
         for op in self.node:
             outs = self.outputs_of.get(op.index, [])
             if not outs or not all(v in self.indep for v in outs):
@@ -1677,6 +1683,17 @@ class _View:
 
         weight_views, transforms, means = self.mha_weights_paths(roles, fused_into)
         fast_views |= weight_views
+
+        # one BLAS call TVM's converter wrote as several ops (baddbmm: matmul, its scales, the add): eager's copy of
+        # the added term into the result, then one GEMM (not where a fast path above runs something else instead:
+        # nn.MultiheadAttention's Python path adds its mask with `baddbmm`, its fast path masks the softmax)
+        taken = set(self.weight_masks) | fast_views | set(transforms) | means
+        self.blas = {m: g for m, g in self.blas_calls(roles).items() if not ({m, *g[0]} & taken)}
+        kept = {j for m, g in self.blas.items() for j in (m, *g[0])}
+        self.blas_labels = {j: label for j, label in self.blas_labels.items() if j in kept}
+        for rest, _, _ in self.blas.values():
+            for j in rest:
+                roles[j] = "fused"
         for bias, _, _ in transforms.values():  # the bias joins `_transform_bias_rescale_qkv`, not the GEMM
             del fused_into[bias]
         for m in self.fold_copies:  # `linear` on a non-contiguous input (SDPA's branch): matmul, then `add_(bias)`
@@ -1743,7 +1760,7 @@ class _View:
             return nbytes(vid, unique_elements(t.shape, strides(vid)))
 
         def emit(kind, op_name, covered, flops, read, written, dtype, params) -> int:
-            calls = {self.node[i].library_call for i in covered}
+            calls = {self.blas_labels.get(i, self.node[i].library_call) for i in covered}
             k = Kernel(
                 len(kernels),
                 kind,
@@ -1859,6 +1876,13 @@ class _View:
                 continue
             if i in anchor_of:
                 self.emit_attention(anchor_of[i], backend[i], emit, read_bytes, layout, op)
+                continue
+            if i in self.blas:
+                rest, add, c = self.blas[i]
+                if c is not None:  # beta != 0: `result.copy_(self)`, c broadcast into the result, then the GEMM
+                    copy(c, self.node[add], self.node[add].output.shape)
+                self.matmul_copies(op, strides, copied, copy)
+                self.emit_blas(op, rest, c is not None, emit, read_bytes)
                 continue
             if i in inplace and all(roles[j] == "view" or j in in_place for j in inplace[i][0]):
                 in_place.add(i)
@@ -3092,6 +3116,125 @@ class _View:
             new = view_strides(tuple(shape[d] for d in order), tuple(st[d] for d in order), shape3)
             if new is None or not _cublas_ok(shape3, new):
                 copy(o.value, op)
+
+    def blas_calls(self, roles: list[str]) -> dict[int, tuple[list[int], int | None, int | None]]:
+        """The ops TVM's importers write for one eager BLAS call (`graph.BLAS_CALL_OPS`, `OpNode.library_call`; the
+        TorchScript exporter's spelling, `exported_baddbmms`): `baddbmm(c, a, b, beta=, alpha=)` as `matmul(a, b)`,
+        a multiply by alpha (alpha != 1), a multiply of c by beta (beta != 1) and an `add` (beta != 0). {the matmul:
+        (the call's other ops in graph order, the add or None, c as the call reads it (before the beta multiply),
+        None where it reads none)}, only where every op of the call is still a kernel and of exactly that form
+        (anything else stays op by op). Eager runs it as aten/src/ATen/native/LinearAlgebra.cpp and cuda/Blas.cpp
+        do: the structured meta function copies c, broadcast, into the result (`result.copy_(self)` where beta !=
+        0), then one batched GEMM with alpha and beta reads it back and writes the result: two kernels from one
+        dispatch (`Kernel.call`)."""
+        by_call: dict[str, list[OpNode]] = {}
+        for op in self.node:
+            if is_blas_call(op.library_call):
+                by_call.setdefault(op.library_call, []).append(op)
+        self.blas_labels: dict[int, str] = {}  # the ops of an exporter's spelling: their call's label (`emit`)
+        if self.exporter_spelled and not self.any_attention:  # (an ONNX file torch wrote: "torch-onnx")
+            exported = self.exported_baddbmms(roles, {o.index for ops in by_call.values() for o in ops})
+            self.blas_labels = {o.index: label for label, ops in exported.items() for o in ops}
+            by_call.update(exported)
+        out: dict[int, tuple[list[int], int | None, int | None]] = {}
+        for ops in by_call.values():
+            mms = [o for o in ops if o.op == "relax.matmul" and len(o.operands) == 2]
+            if len(mms) != 1 or any(roles[o.index] != "kernel" for o in ops):
+                continue
+            rest = [o for o in ops if o is not mms[0]]
+            if rest and all(o.op in ("relax.multiply", "relax.add") and len(o.operands) == 2 for o in rest):
+                found = self.blas_form(mms[0], {o.index for o in rest})
+                if found is not None:
+                    out[mms[0].index] = (sorted(o.index for o in rest), *found)
+        return out
+
+    def exported_baddbmms(self, roles: list[str], labelled: set[int]) -> dict[str, list[OpNode]]:
+        """`baddbmm` as torch's TorchScript ONNX exporter writes it (symbolic_opset9 `baddbmm`): `add(mul(matmul(a,
+        b), alpha), mul(c, beta))`, both multiplies written whatever alpha and beta are, a and b 3-D values (batch1,
+        batch2), each multiply read by that add alone: {a label: the matmul, the multiplies and the add} for
+        `blas_calls`, in ONNX files torch wrote only. `mul(c, beta)` of a constant c (BLOOM's ALiBi bias where no
+        attention mask is given) is folded, computed once: the call reads its result. A model's own `q @ k * s +
+        mask` has no multiply on the mask's side and stays op by op (its `bmm(q, k) * s + mask * t` would be taken:
+        the one spelling both share)."""
+        out: dict[str, list[OpNode]] = {}
+        for add in self.node:
+            if add.op != "relax.add" or roles[add.index] != "kernel" or add.index in labelled or len(add.operands) != 2:
+                continue
+            pair = [self.op_of(o.value) for o in add.operands]
+            if any(p is None or p.index in labelled or not self.scales(p) for p in pair) or pair[0] is pair[1]:
+                continue
+            if any(self.only_consumer(self.outputs_of[p.index][0]) != add.index for p in pair):
+                continue
+            sides = [
+                (p, m) for p in pair if (m := self.op_of(p.operands[0].value)) is not None and m.op == "relax.matmul"
+            ]
+            if len(sides) != 1 or len(sides[0][1].operands) != 2 or self._scale_of(sides[0][0]) is None:
+                continue
+            (alpha, mm), beta = sides[0], next(p for p in pair if p is not sides[0][0])
+            a, b = mm.operands
+            if a.tensor.ndim == b.tensor.ndim == 3 and a.value not in self.indep and b.value not in self.indep:
+                # (labelled as the PyTorch routes label one call: one host dispatch, `Kernel.call`)
+                ops = [mm, alpha, add] + ([beta] if roles[beta.index] == "kernel" else [])
+                out[f"{BLAS_CALL_OPS[0]}:onnx_{add.index}"] = sorted(ops, key=lambda o: o.index)
+        return out
+
+    def scales(self, op: OpNode) -> bool:
+        """Whether `op` is `multiply(x, s)`, s a one-element constant, x's shape and dtype out (x any tensor)."""
+        if op.op != "relax.multiply" or len(op.operands) != 2:
+            return False
+        x, s = op.operands
+        same = x.tensor.shape == op.output.shape and x.tensor.dtype == op.output.dtype
+        return same and self.is_scalar_const(s.value) and not self.is_scalar_const(x.value)
+
+    def blas_form(self, mm: OpNode, members: set[int]) -> tuple[int | None, int | None] | None:
+        """(the add or None, c or None) where the ops `members` after the matmul `mm` are baddbmm's form
+        (`blas_calls`): `mm` -> [`* alpha`] -> [`+ c` or `+ c * beta`], every intermediate read by the next op
+        alone (c None where beta is 0: the exporters' `c * 0`, which eager never reads); None otherwise."""
+
+        def scale_input(p: OpNode) -> int | None:
+            """x of a scale multiply `x * s` (s one element), or None."""
+            x, s = p.operands
+            ok = p.op == "relax.multiply" and self.is_scalar_const(s.value) and not self.is_scalar_const(x.value)
+            return x.value if ok else None
+
+        def next_op(vid: int) -> OpNode | None:
+            """The one op of the call reading `vid` (an intermediate value nothing else reads), or None."""
+            j = self.only_consumer(vid)
+            return self.node[j] if j in members else None
+
+        result, taken = self.outputs_of[mm.index][0], set()
+        p = next_op(result)
+        if p is not None and p.op == "relax.multiply":  # alpha
+            if scale_input(p) != result:
+                return None
+            taken.add(p.index)
+            result = self.outputs_of[p.index][0]
+            p = next_op(result)
+        add, c = None, None
+        if p is not None:  # the add of c (times beta)
+            other = [x.value for x in p.operands if x.value != result]
+            if p.op != "relax.add" or len(other) != 1:
+                return None
+            add, c = p, other[0]
+            taken.add(p.index)
+            q = self.op_of(c)
+            if q is not None and q.index in members:  # beta
+                c = scale_input(q)
+                if c is None or next_op(self.outputs_of[q.index][0]) is not add:
+                    return None
+                taken.add(q.index)
+                if self.scalar_value(q.operands[1].value) == 0.0:  # an exporter's `c * 0`: eager reads no c
+                    c = None
+        return (None if add is None else add.index, c) if taken == members else None
+
+    def emit_blas(self, mm: OpNode, rest: list[int], beta: bool, emit, read_bytes) -> None:
+        """The GEMM of a BLAS call (`blas_calls`): a and b (broadcast reads once) and, where beta != 0, the result the
+        copy wrote (C), read; the result written; the FLOPs of every op of the call (alpha and beta in the epilogue)."""
+        out = self.node[rest[-1]].output
+        read = sum(read_bytes(o.value) for o in mm.operands) + (out.nbytes if beta else 0)
+        flops = sum(self.costs[j].flops for j in (mm.index, *rest))
+        params = self.params(mm, "gemm")
+        emit("gemm", mm.op, (mm.index, *rest), flops, read, out.nbytes, mm.operands[0].tensor.dtype, params)
 
     def emit_op(self, op: OpNode, cost: OpCost, fused_into: dict[int, int], emit, read_bytes) -> None:
         """One kernel for one Relax op (with a fused bias add): the op's FLOPs and bytes, broadcast reads once."""

@@ -23,7 +23,7 @@ with faster_import():  # TVM's import, less its repeated listing of global funct
 
 from ._gc import cold_start_over, gc_paused
 from .costs.registry import GROUPED_MATMUL, HISTOGRAM
-from .graph import Operand, OpGraph, OpNode, SourceValue, TensorInfo
+from .graph import BLAS_CALL_OPS, Operand, OpGraph, OpNode, SourceValue, TensorInfo
 from .symbolic import Expr
 
 cold_start_over()  # TVM, the last large import, is in: the program's collector back on, what is alive frozen (_gc)
@@ -793,7 +793,11 @@ def provenance(node) -> Iterable:
 
 def library_call_of(node) -> str | None:
     """The library call an fx node was decomposed from: "<aten op>:<its node name>" (e.g. "aten.lstm.input:lstm")
-    when its `provenance` reaches an op of `LIBRARY_CALL_OPS`; None otherwise."""
+    when its `provenance` reaches an op of `LIBRARY_CALL_OPS`; for a node of a `graph.BLAS_CALL_OPS` op (baddbmm),
+    the node's own call ("aten.baddbmm.default:baddbmm"); None otherwise."""
+    target = str(getattr(node, "target", ""))
+    if target in BLAS_CALL_OPS:
+        return f"{target}:{getattr(node, 'name', '')}"
     for src in provenance(node):
         target = str(getattr(src, "target", ""))
         if target in LIBRARY_CALL_OPS:

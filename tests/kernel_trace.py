@@ -25,6 +25,9 @@ Where eager CUDA dispatches differently from the meta device, the trace emulates
   trace records those kernels (bytes: the GEMM operands and results; the pointwise kernel reads both gate
   blocks, the biases and the previous state, and writes the new state). A batch-first input is first copied
   to sequence-first (`input.transpose(0, 1)`, then `input.contiguous()`), a kernel when the batch is over 1.
+- **baddbmm.** Its structured meta function copies `self` (broadcast) into the result where beta != 0
+  (`result.copy_(self)`, aten/src/ATen/native/LinearAlgebra.cpp), then CUDA's one batched GEMM reads that back
+  with beta (cuda/Blas.cpp): two kernels, the GEMM reading the result too; with beta 0, one GEMM reading neither.
 - **Copies inside kernels.** CUDA layer norm (`input.expect_contiguous()`, layer_norm_kernel.cu) and softmax
   (`input_.contiguous()`, SoftMax.cu) copy a non-contiguous input; cuDNN convolution, cuDNN batch norm and
   pooling copy an input that is neither contiguous nor channels-last (`contiguous(suggest_memory_format())`).
@@ -260,6 +263,15 @@ class _Recorder(TorchDispatchMode):
         if func is aten.convolution.default and _cudnn_adds_bias(*args[:3], transposed=args[6], groups=args[8]):
             self.record("aten.convolution.default", inputs[:2], outputs, dependent)
             self.record("aten.add_.Tensor", [outputs[0], inputs[2]], outputs, dependent)  # cuDNN: output.add_(bias)
+            return out
+        if func is aten.baddbmm.default:
+            # the structured meta function (aten/src/ATen/native/LinearAlgebra.cpp, `common_checks_baddbmm_bmm`)
+            # copies self, broadcast, into the result where beta != 0; then one GEMM reads it back (beta) and writes
+            # it; with beta 0 the GEMM reads neither self nor the result
+            beta = kwargs.get("beta", args[3] if len(args) > 3 else 1) != 0
+            if beta:
+                self.record("aten.copy_.default", [args[0]], outputs, dependent)
+            self.record(str(func), [*inputs[1:3], *(outputs if beta else [])], outputs, dependent)
             return out
         if func in _GATHERS:
             table = args[0]

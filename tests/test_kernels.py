@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from kernel_trace import BYTES_TOL, COUNT_TOL, cuda_sdpa_backend, input_dependent, trace_kernels
 from oracle_models import ExplicitAttention
+from route_export import DYNAMO, TORCHSCRIPT, export_onnx
 from torch import nn
 
 import zoo
@@ -806,6 +807,162 @@ def test_a_models_copy_is_charged_wherever_it_falls(how):
     assert sorted(k.bytes for k in kernels if k.op.startswith("copy:")) == sorted(
         k.bytes for k in trace.kernels if k.op == "aten.clone.default"
     )
+
+
+class Baddbmm(nn.Module):
+    """`torch.baddbmm(c, q, k, beta=, alpha=)`, as BLOOM's attention scores (c its ALiBi bias, one row broadcast over
+    the rows); `reduce`: then a max over the last axis, so the scores are the largest tensor alive."""
+
+    def __init__(self, beta: float, alpha: float, reduce: bool = False):
+        super().__init__()
+        self.beta, self.alpha, self.reduce = beta, alpha, reduce
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        s = torch.baddbmm(c, q, k, beta=self.beta, alpha=self.alpha)
+        return s.amax(-1) if self.reduce else s
+
+
+# q (8, 32, 16) and k (8, 16, 32) float32: 16,384 B each; the result (8, 32, 32): 32,768 B; c (8, 1, 32): 1,024 B.
+# Eager (aten/src/ATen/native/LinearAlgebra.cpp, cuda/Blas.cpp): where beta != 0, c copied into the result (its
+# 1,024 B read once, 32,768 B written), then the GEMM reading q, k and the result (65,536 B), writing the result.
+_BADDBMM_CASES = {
+    "alibi": ((1.0, 0.25, (8, 1, 32)), [(1024, 32768), (65536, 32768)]),
+    "beta": ((0.5, 1.0, (8, 1, 32)), [(1024, 32768), (65536, 32768)]),
+    "unit": ((1.0, 1.0, (8, 32, 32)), [(32768, 32768), (65536, 32768)]),
+    "beta_0": ((0.0, 0.125, (8, 1, 32)), [(32768, 32768)]),  # no copy; the GEMM does not read the result
+}
+
+
+@pytest.mark.parametrize("case", list(_BADDBMM_CASES))
+def test_baddbmm_is_the_copy_and_the_gemm_eager_runs(case, tmp_path):
+    """TVM's converter writes baddbmm as matmul, a multiply by alpha, a multiply of c by beta and an add (up to 4
+    kernels before); eager launches c's copy into the result and one GEMM, from one dispatch (the GEMM inside the
+    call, `inside_calls`). Bytes by hand, kernel for kernel equal to the eager trace's; the `.pt2` and both
+    exporters' ONNX files the same."""
+    from predictor.kernel_model import inside_calls
+
+    (beta, alpha, c_shape), by_hand = _BADDBMM_CASES[case]
+    model = Baddbmm(beta, alpha).eval()
+    inputs = (torch.randn(8, 32, 16), torch.randn(8, 16, 32), torch.randn(*c_shape))
+    kernels = analyze(model, inputs).analysis.kernels
+    trace = trace_kernels(model, inputs, inference=True)
+    assert [(k.bytes_read, k.bytes_written) for k in kernels] == by_hand
+    assert [(t.bytes_in, t.bytes_out) for t in trace.kernels] == by_hand
+    assert [k.kind for k in kernels] == ["copy", "gemm"][-len(by_hand) :]
+    assert inside_calls([k.call for k in kernels]) == [False, True][: len(by_hand)]
+    path = tmp_path / "baddbmm.pt2"
+    torch.export.save(torch.export.export(model, inputs), str(path))
+    assert [(k.op, k.bytes, k.call) for k in analyze(str(path)).analysis.kernels] == [
+        (k.op, k.bytes, k.call) for k in kernels
+    ]
+    # the ONNX files of both exporters: the dynamo exporter's nodes name their fx node (`fx_blas_call`), the
+    # TorchScript exporter writes both scales (`exported_baddbmms`); `c * 0` where beta is 0 reads nothing in eager
+    for exporter, args in (("torchscript", TORCHSCRIPT), ("dynamo", DYNAMO)):
+        onnx_path = export_onnx(model, inputs, tmp_path / f"{exporter}.onnx", args)
+        got = analyze(str(onnx_path)).analysis.kernels
+        expected = [(k.kind, *b) for k, b in zip(kernels, by_hand, strict=True)]
+        assert [(k.kind, k.bytes_read, k.bytes_written) for k in got] == expected, exporter
+        assert inside_calls([k.call for k in got]) == inside_calls([k.call for k in kernels]), exporter
+
+
+def test_fx_node_metadata_is_matched_not_evaluated():
+    """`fx_blas_call` reads the dynamo exporter's `pkg.torch.onnx.fx_node` text with a bounded pattern: the fx node's
+    name and target where the target is a BLAS call op, None for anything else (another op, code, a huge value)."""
+    from onnx import helper
+
+    from analyzer.frontends.onnx_frontend import fx_blas_call
+
+    def node(text: str):
+        n = helper.make_node("MatMul", ["a", "b"], ["c"])
+        n.metadata_props.add(key="pkg.torch.onnx.fx_node", value=text)
+        return n
+
+    ok = "%baddbmm_3 : [num_users=1] = call_function[target=torch.ops.aten.baddbmm.default](args = (%a, %b, %c))"
+    assert fx_blas_call(node(ok)) == "aten.baddbmm.default:baddbmm_3"
+    assert fx_blas_call(node(ok.replace("baddbmm.default", "bmm.default"))) is None
+    assert fx_blas_call(node("__import__('os') call_function[target=torch.ops.aten.baddbmm.default]")) is None
+    assert fx_blas_call(node("x" * 1_000_000 + ok)) is None
+    assert fx_blas_call(helper.make_node("MatMul", ["a", "b"], ["c"])) is None
+
+
+def test_baddbmm_under_autocast_casts_its_three_tensors():
+    """Autocast runs baddbmm in 16 bits (CUDA's and CPU's lower-precision lists): q, k and c cast (`_to_copy`,
+    dispatches of their own), then c's copy and the GEMM in bfloat16. By hand: q and k 16,384 -> 8,192 B, c 1,024 ->
+    512 B, the copy 512 -> 16,384 B, the GEMM reading 8,192 + 8,192 + 16,384 B and writing 16,384 B; alpha and beta
+    are no casts (arguments of the call). The eager trace under CPU autocast has the same kernels (its order puts c's
+    cast first; the kernel view emits the call at its matmul)."""
+    from test_amp import _cpu_autocast_trace
+
+    from predictor.kernel_model import inside_calls
+
+    model = Baddbmm(0.5, 0.25).eval()
+    inputs = (torch.randn(8, 32, 16), torch.randn(8, 16, 32), torch.randn(8, 1, 32))
+    kernels = analyze(model, inputs, dtype="amp-bfloat16").analysis.kernels
+    by_hand = [(16384, 8192), (16384, 8192), (1024, 512), (512, 16384), (32768, 16384)]
+    assert sorted((k.bytes_read, k.bytes_written) for k in kernels) == sorted(by_hand)
+    assert sorted((t.bytes_in, t.bytes_out) for t in _cpu_autocast_trace(model, inputs).kernels) == sorted(by_hand)
+    assert all(k.dtype == "bfloat16" for k in kernels)
+    assert sum(inside_calls([k.call for k in kernels])) == 1  # the GEMM, after the call's copy
+
+
+class ConstantBias(nn.Module):
+    """baddbmm of a bias computed from constants (as BLOOM's ALiBi without an attention mask): the TorchScript
+    exporter keeps `Mul(c, beta)` on it, which the ONNX route folds (computed once)."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        slopes = torch.ones(q.shape[0], 2 * q.shape[-1]).cumsum(-1) * 0.5  # (8, 32)
+        return torch.baddbmm(slopes[:, None, :], q, k, alpha=0.25)
+
+
+def test_a_constant_bias_is_still_one_call(tmp_path):
+    """By hand: the copy reads the (8, 1, 32) bias once (1,024 B) and writes the (8, 32, 32) result (32,768 B), the
+    GEMM reads q, k and the result (65,536 B) and writes 32,768 B, inside the call; on the module route after the
+    bias's own two kernels (cumsum, mul: eager computes them every forward), on both exporters' ONNX files alone
+    (folded: the ONNX route's rule, tests/test_routes.py `RECOMPUTED`)."""
+    from predictor.kernel_model import inside_calls
+
+    model, inputs = ConstantBias().eval(), (torch.randn(8, 32, 16), torch.randn(8, 16, 32))
+    call = [("copy", 1024, 32768), ("gemm", 65536, 32768)]
+    kernels = analyze(model, inputs).analysis.kernels
+    assert [(k.kind, k.bytes_read, k.bytes_written) for k in kernels][-2:] == call
+    for exporter, args in (("torchscript", TORCHSCRIPT), ("dynamo", DYNAMO)):
+        got = analyze(str(export_onnx(model, inputs, tmp_path / f"{exporter}.onnx", args))).analysis.kernels
+        assert [(k.kind, k.bytes_read, k.bytes_written) for k in got] == call, exporter
+        assert inside_calls([k.call for k in got]) == [False, True]
+
+
+def test_the_same_ops_written_out_stay_eagers_kernels(tmp_path):
+    """`c + 0.25 * (q @ k)` in the model's own code: three dispatches, three kernels (bmm, mul, add), in preflight as
+    in the eager trace; only the ops of one baddbmm are its copy and GEMM."""
+    q, k, c = torch.randn(8, 32, 16), torch.randn(8, 16, 32), torch.randn(8, 1, 32)
+
+    class WrittenOut(nn.Module):
+        def forward(self, q, k, c):
+            return c + 0.25 * torch.bmm(q, k)
+
+    model = WrittenOut().eval()
+    kernels = analyze(model, (q, k, c)).analysis.kernels
+    assert [k.kind for k in kernels] == ["gemm", "elementwise", "elementwise"]
+    assert len(kernels) == trace_kernels(model, (q, k, c), inference=True).count
+    for exporter, args in (("torchscript", TORCHSCRIPT), ("dynamo", DYNAMO)):  # one scale: no baddbmm spelling
+        path = export_onnx(model, (q, k, c), tmp_path / f"{exporter}.onnx", args)
+        assert [k.kind for k in analyze(str(path)).analysis.kernels] == ["gemm", "elementwise", "elementwise"]
+
+
+def test_baddbmms_scores_are_one_buffer():
+    """Peak activations by hand and on the eager storage trace (tests/test_memory_oracle.py, last use): q and k
+    (8, 128, 16) float32, 65,536 B each, c (8, 1, 128) 4,096 B, and the one (8, 128, 128) result, 524,288 B, live at
+    the baddbmm: 659,456 B (the max after it: the result and 4,096 B). Before, 1,052,672 B: the matmul's and the
+    alpha multiply's results both live at the multiply, with c (q and k dead after the matmul)."""
+    from test_memory_oracle import StorageTrace
+
+    model = Baddbmm(1.0, 0.25, reduce=True).eval()
+    inputs = (torch.randn(8, 128, 16), torch.randn(8, 16, 128), torch.randn(8, 1, 128))
+    trace = StorageTrace(set())
+    with torch.inference_mode(), trace:
+        out = model(*inputs)
+    assert trace.last_use_peak(out) == 2 * 65536 + 4096 + 524288
+    assert analyze(model, inputs).totals.peak_activation_bytes == 2 * 65536 + 4096 + 524288
 
 
 class DropoutAfterGelu(nn.Module):

@@ -829,12 +829,33 @@ _SHAPE_OPERANDS = {
 LIBRARY_CALL_NODES = frozenset({"LSTM", "GRU", "RNN"})
 
 
+# the fx node torch's dynamo exporter records for each ONNX node (`pkg.torch.onnx.fx_node`: "%baddbmm : [num_users=1] =
+# call_function[target=torch.ops.aten.baddbmm.default](...)"): its name and target, matched on a bounded prefix
+_FX_NODE = re.compile(r"%([A-Za-z_]\w{0,127}) : [^\n]{0,256}?call_function\[target=torch\.ops\.([\w.]{1,128})\]")
+
+
+def fx_blas_call(node) -> str | None:
+    """ "aten.baddbmm.default:<fx node>" for an ONNX node torch's dynamo exporter wrote for one op eager runs as a BLAS
+    call (`passes.graph.BLAS_CALL_OPS`: its `MatMul`, `Mul` and `Add` of one `baddbmm`, each recording that fx node
+    in `pkg.torch.onnx.fx_node`), as the PyTorch routes label the same ops (`passes.tvm_ir.library_call_of`); None
+    for any other node. The metadata is text from the file: matched, never evaluated."""
+    from passes.graph import BLAS_CALL_OPS
+
+    for prop in node.metadata_props:
+        if prop.key == "pkg.torch.onnx.fx_node":
+            m = _FX_NODE.match(prop.value[:1024])
+            if m is not None and m.group(2) in BLAS_CALL_OPS:
+                return f"{m.group(2)}:{m.group(1)}"
+    return None
+
+
 def _library_calls(nodes, recorded: dict[str, int], labels: dict[int, str]) -> dict[str, str]:
     """Relax variable -> library-call label ("" for none) of the ONNX nodes run as one library call: a recurrent node
     (`LIBRARY_CALL_NODES`) is one call ("onnx.LSTM:<node label>"); where the exporter recorded the PyTorch module
     it comes from (`node_module`), every node of that module is part of one call ("onnx.rnn:<module path>"): a torch
     export writes an `nn.LSTM` of L layers as L nodes with transposes, reshapes and concats of the states between
-    them, all of which eager PyTorch runs inside its one `_cudnn_rnn` (the `nn.Module` route's one call)."""
+    them, all of which eager PyTorch runs inside its one `_cudnn_rnn` (the `nn.Module` route's one call). The nodes
+    of one `baddbmm` torch's dynamo exporter wrote are one BLAS call (`fx_blas_call`)."""
 
     def is_rnn(node) -> bool:
         return node.domain in ("", "ai.onnx") and node.op_type in LIBRARY_CALL_NODES
@@ -846,7 +867,7 @@ def _library_calls(nodes, recorded: dict[str, int], labels: dict[int, str]) -> d
         if module is not None and module in rnn_modules:
             out[var] = f"onnx.rnn:{module}"
         else:
-            out[var] = f"onnx.{nodes[i].op_type}:{labels[i]}" if is_rnn(nodes[i]) else ""
+            out[var] = f"onnx.{nodes[i].op_type}:{labels[i]}" if is_rnn(nodes[i]) else fx_blas_call(nodes[i]) or ""
     return out
 
 

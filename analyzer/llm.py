@@ -293,9 +293,11 @@ class StepGraph:
         return decode_inputs(self.layout, batch, length, device="meta")
 
     def _export(self, batch: int, length: int, dynamic: tuple | None):
-        """(Relax module, number of ops, unconverted ops, number of inputs, op sources) of the step at (batch, length),
-        symbolic when `dynamic`; op sources: each Relax variable's module path in the transformers model
-        (`model.layers.0.self_attn.q_proj`, as `preflight analyze` names a model's operators)."""
+        """(Relax module, number of ops, unconverted ops, number of inputs, op sources, op marks) of the step at
+        (batch, length), symbolic when `dynamic`; op sources: each Relax variable's module path in the transformers
+        model (`model.layers.0.self_attn.q_proj`, as `preflight analyze` names a model's operators); op marks: the
+        library calls eager runs ops in and the copies it makes where TVM passes a value through
+        (`LoadedModel.op_calls`, `.op_copies`: BLOOM's baddbmm, the cache's `.contiguous()`)."""
         import torch
 
         from passes.tvm_boot import prime_backtraces
@@ -323,11 +325,15 @@ class StepGraph:
         users = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
         params = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
         sources: dict[str, str] = {}
+        calls: dict[str, str] = {}
+        copies: dict[str, str] = {}
         names = dict(zip(users[len(inputs) :], params, strict=False))  # weight placeholders -> parameter names
-        mod, n, missing = import_exported_program(ep, n_inputs=len(inputs), sources=sources, weight_names=names)
+        mod, n, missing = import_exported_program(
+            ep, n_inputs=len(inputs), sources=sources, weight_names=names, calls=calls, copies=copies
+        )
         # the step module's causal LM (`lm`): its module paths as the model names them (`transformer.h.0.mlp.c_fc`)
         sources = {k: TOP_LEVEL if v in ("", "inner", "lm") else _below(v, "lm") for k, v in sources.items()}
-        return mod, n, missing, len(inputs), sources
+        return mod, n, missing, len(inputs), sources, (calls, copies)
 
     def _dynamic_spec(self, lo: int, hi: int) -> tuple:
         from torch.export import Dim
@@ -368,9 +374,9 @@ class StepGraph:
         return self._graphs[key]
 
     def _bound(self, batch: int, length: int, max_length: int):
-        """(Relax module, n_inputs, unconverted ops, OpGraph at (batch, length) or None, op sources): the symbolic
-        export and its graph evaluated at the point when the graph stays symbolic, else the export bound to the point
-        (graph None: extract the module); a point outside a symbolic segment is exported on its own."""
+        """(Relax module, n_inputs, unconverted ops, OpGraph at (batch, length) or None, op sources, op marks): the
+        symbolic export and its graph evaluated at the point when the graph stays symbolic, else the export bound to
+        the point (graph None: extract the module); a point outside a symbolic segment is exported on its own."""
         from passes import tvm_ir
 
         lo, hi = self._segment(length, max_length)
@@ -378,16 +384,16 @@ class StepGraph:
         if length >= 2 and lo < hi and key not in self._symbolic:
             ex = max(lo, min(_EXAMPLE_LENGTH, hi))
             try:
-                mod, n, missing, n_inputs, sources = self._export(_EXAMPLE_BATCH, ex, self._dynamic_spec(lo, hi))
-                self._symbolic[key] = (mod, n_inputs, missing, sources)
+                mod, n, missing, n_inputs, sources, marks = self._export(_EXAMPLE_BATCH, ex, self._dynamic_spec(lo, hi))
+                self._symbolic[key] = (mod, n_inputs, missing, sources, marks)
             except PreflightError as exc:  # fall back to one export per point (slower, same graph)
                 self._symbolic[key] = None
                 self.warnings.append(f"{self.kind} step: symbolic export failed ({exc}); exporting each point")
         sym = self._symbolic.get(key) if length >= 2 and lo < hi else None
         if sym is None:
-            mod, n, missing, n_inputs, sources = self._export(batch, length, None)
-            return mod, n_inputs, missing, None, sources
-        mod, n_inputs, missing, sources = sym
+            mod, n, missing, n_inputs, sources, marks = self._export(batch, length, None)
+            return mod, n_inputs, missing, None, sources, marks
+        mod, n_inputs, missing, sources, marks = sym
         dims = [d for _, d, _ in tvm_ir.input_dims(mod, n_inputs)]
         values: dict[str, int] = {}
         for i, d in enumerate(dims):
@@ -399,9 +405,9 @@ class StepGraph:
                 values[str(d[2])] = self.layout.slots((i - 1) // 2, length)
         values = {k: v for k, v in values.items() if not k.lstrip("-").isdigit()}
         if self.evaluate and (sg := self._symbolic_graph(key, mod, n_inputs, sorted(values))) is not None:
-            return mod, n_inputs, missing, sg.at(values), sources
+            return mod, n_inputs, missing, sg.at(values), sources, marks
         try:
-            return tvm_ir.bind_symbolic_dims(mod, values), n_inputs, missing, None, sources
+            return tvm_ir.bind_symbolic_dims(mod, values), n_inputs, missing, None, sources, marks
         except Exception as exc:
             raise AnalysisError(f"could not bind the {self.kind} step's sizes: {one_line(exc)}") from exc
 
@@ -412,7 +418,7 @@ class StepGraph:
         key = (batch, length)
         if key in self._points:
             return self._points[key]
-        mod, n_inputs, missing, graph, sources = self._bound(batch, length, max_length)
+        mod, n_inputs, missing, graph, sources, (calls, copies) = self._bound(batch, length, max_length)
         loaded = LoadedModel(
             mod=mod,
             framework=self.framework,
@@ -422,6 +428,8 @@ class StepGraph:
             unconverted=list(missing),
             input_names=self._input_names(),
             op_sources=sources,
+            op_calls=calls,
+            op_copies=copies,
         )
         report = analyze_loaded(loaded, dtype=self.dtype, graph=graph)
         graph = report.analysis.graph

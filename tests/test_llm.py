@@ -572,6 +572,40 @@ def test_step_attention_is_the_fused_kernel_eager_cuda_launches(kind):
         assert [(k.params["b"] * k.params["h"], k.params["s"], k.params["t"]) for k in ours] == [(4, 2, 32)] * 2
 
 
+def test_the_steps_record_library_calls_and_copies():
+    """The step graphs carry what the PyTorch routes record (`LoadedModel.op_calls`, `.op_copies`): a 2-layer BLOOM's
+    baddbmm (ALiBi) is the copy and the GEMM eager launches, one call, and its decode step's kernels are the eager
+    dispatch trace's, kernel for kernel in count (52; 48 before: the copies of the cache's transposed keys and values
+    and the calls were not recorded). The prefill step stays within the suite's bound: its cache keeps `.contiguous()`
+    copies of the keys and values that the attention then reshapes from the transposed views again, one value to
+    TVM (56 against the trace's 60)."""
+    import transformers
+    from kernel_trace import COUNT_TOL, input_dependent, trace_kernels
+
+    from passes.graph import is_blas_call
+
+    cfg = transformers.BloomConfig(vocab_size=256, hidden_size=64, n_layer=2, n_head=4)
+    with torch.device("meta"):
+        lm = transformers.BloomForCausalLM(cfg).eval()
+    layout = cache_layout(lm.config)
+    for kind in ("prefill", "decode"):
+        step = StepGraph(kind, lm, layout, "float32", name="bloom", source="test", framework="zoo")
+        a = step.point(2, 32, 512).analysis
+        calls = [(k.kind, k.call) for k in a.kernels if is_blas_call(k.call)]
+        assert [c[0] for c in calls] == ["copy", "gemm"] * 2 and len({c[1] for c in calls}) == 2
+        if kind == "prefill":
+            module, inputs = PrefillStep(lm, layout), prefill_inputs(2, 32, vocab=256, device="meta")
+        else:
+            module = DecodeStep(lm, 32, layout=layout)
+            inputs = decode_inputs(layout, 2, 32, dtype=torch.float32, device="meta")
+        traced = trace_kernels(module, inputs).dependent_count
+        kernels = input_dependent(a)[0]
+        if kind == "decode":
+            assert kernels == traced == 52
+        else:
+            assert abs(kernels / traced - 1) <= COUNT_TOL, (kernels, traced)
+
+
 def test_the_table_and_the_recommendation_name_the_same_slice(tmp_path):
     """With a TPOT target the smallest slice by memory may be too slow: the table's MIG column says what the
     recommendation line says (it used to show the smallest slice by memory alone)."""

@@ -95,12 +95,13 @@ def attention_patterns(loaded: LoadedModel) -> str:
     sqrt(scale) before the first MatMul, and attention the model writes out as the model wrote it, which eager
     PyTorch runs as separate kernels: fuse only the SDPA spelling ("torch-onnx"). Other producers (tf2onnx,
     paddle2onnx, unknown) and TensorFlow graphs do not say whether the model would have used SDPA: fuse every
-    pattern ("all").
+    pattern ("all"). A file of torch's dynamo exporter records each node's fx node ("torch-onnx-fx": the same rules,
+    its baddbmm calls named by the file, `passes.kernels._View.blas_calls`).
     """
     if loaded.framework in TORCH_EXPORTED:
         return "sdpa"
     if loaded.framework == "onnx" and loaded.producer == "pytorch":
-        return "torch-onnx"
+        return "torch-onnx-fx" if loaded.fx_nodes else "torch-onnx"
     return "all"
 
 

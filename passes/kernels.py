@@ -165,7 +165,7 @@ KERNEL_KINDS = (
 )
 KERNEL_KINDS_VERSION = 1
 # which decomposed attention patterns `kernel_view` fuses, by where the graph comes from (see `kernel_view`)
-ATTENTION_PATTERNS = ("sdpa", "torch-onnx", "all")
+ATTENTION_PATTERNS = ("sdpa", "torch-onnx", "torch-onnx-fx", "all")
 
 # What each op becomes in the view.
 ROLES = ("kernel", "view", "copy", "fused", "folded")
@@ -742,7 +742,10 @@ class _View:
     def __init__(self, graph: OpGraph, ops: list[OpCost], attention_patterns: str):
         self.graph, self.costs = graph, ops
         self.any_attention = attention_patterns == "all"  # fuse every matmul-softmax-matmul, not only SDPA's
-        self.exporter_spelled = attention_patterns in ("all", "torch-onnx")  # GELU, SiLU, ... as ONNX/TFLite spell
+        self.exporter_spelled = attention_patterns in ("all", "torch-onnx", "torch-onnx-fx")  # GELU, SiLU, ... spelled
+        # an ONNX file of torch's TorchScript exporter: its baddbmm is recognised by its spelling (`exported_baddbmms`);
+        # the dynamo exporter's files name their baddbmm nodes (`OpNode.library_call`)
+        self.torchscript_onnx = attention_patterns == "torch-onnx"
         self._einsum_plans: dict[int, EinsumPlan | None] = {}  # op index -> `einsum_plan` (one per einsum op)
         self.node = graph.ops
         self.outputs_of: dict[int, list[int]] = {}
@@ -789,7 +792,8 @@ class _View:
         self.dropped_weights: dict[int, int] = {}
         # in-projections of those fast paths whose (B, T, D) input torch copies to fold it for `mm` (not contiguous)
         self.fold_copies: set[int] = set()
-        self.blas_labels: dict[int, str] = {}  # (`blas_calls`)
+        self.blas: dict[int, tuple] = {}  # a BLAS call's last op -> the call (`run`, `blas_calls`)
+        self.call_of: dict[int, str | None] = {}  # an op's library call where `OpNode.library_call` is not it (`run`)
         for op in self.node:
             outs = self.outputs_of.get(op.index, [])
             if not outs or not all(v in self.indep for v in outs):
@@ -1687,13 +1691,18 @@ class _View:
         # one BLAS call TVM's converter wrote as several ops (baddbmm: matmul, its scales, the add): eager's copy of
         # the added term into the result, then one GEMM (not where a fast path above runs something else instead:
         # nn.MultiheadAttention's Python path adds its mask with `baddbmm`, its fast path masks the softmax)
+        # Each call is emitted where its last op runs (c may be computed after the matmul: an `expand`, autocast's
+        # cast); the ops of a call not taken are no call (`call_of`: each is its own dispatch).
         taken = set(self.weight_masks) | fast_views | set(transforms) | means
-        self.blas = {m: g for m, g in self.blas_calls(roles).items() if not ({m, *g[0]} & taken)}
-        kept = {j for m, g in self.blas.items() for j in (m, *g[0])}
-        self.blas_labels = {j: label for j, label in self.blas_labels.items() if j in kept}
-        for rest, _, _ in self.blas.values():
-            for j in rest:
-                roles[j] = "fused"
+        self.call_of = {op.index: None for op in self.node if is_blas_call(op.library_call)}
+        for m, (rest, add, c, label) in self.blas_calls(roles).items():
+            if {m, *rest} & taken:
+                continue
+            last = max(m, *rest)
+            self.blas[last] = (m, rest, add, c)
+            for j in (m, *rest):
+                self.call_of[j] = label
+                roles[j] = "fused" if j != last else roles[j]
         for bias, _, _ in transforms.values():  # the bias joins `_transform_bias_rescale_qkv`, not the GEMM
             del fused_into[bias]
         for m in self.fold_copies:  # `linear` on a non-contiguous input (SDPA's branch): matmul, then `add_(bias)`
@@ -1760,7 +1769,7 @@ class _View:
             return nbytes(vid, unique_elements(t.shape, strides(vid)))
 
         def emit(kind, op_name, covered, flops, read, written, dtype, params) -> int:
-            calls = {self.blas_labels.get(i, self.node[i].library_call) for i in covered}
+            calls = {self.call_of[i] if i in self.call_of else self.node[i].library_call for i in covered}
             k = Kernel(
                 len(kernels),
                 kind,
@@ -1877,12 +1886,12 @@ class _View:
             if i in anchor_of:
                 self.emit_attention(anchor_of[i], backend[i], emit, read_bytes, layout, op)
                 continue
-            if i in self.blas:
-                rest, add, c = self.blas[i]
+            if i in self.blas:  # the call's last op: c and the matmul's operands are computed by now
+                m, rest, add, c = self.blas[i]
                 if c is not None:  # beta != 0: `result.copy_(self)`, c broadcast into the result, then the GEMM
                     copy(c, self.node[add], self.node[add].output.shape)
-                self.matmul_copies(op, strides, copied, copy)
-                self.emit_blas(op, rest, c is not None, emit, read_bytes)
+                self.matmul_copies(self.node[m], strides, copied, copy)
+                self.emit_blas(self.node[m], rest, c is not None, emit, read_bytes)
                 continue
             if i in inplace and all(roles[j] == "view" or j in in_place for j in inplace[i][0]):
                 in_place.add(i)
@@ -3117,27 +3126,24 @@ class _View:
             if new is None or not _cublas_ok(shape3, new):
                 copy(o.value, op)
 
-    def blas_calls(self, roles: list[str]) -> dict[int, tuple[list[int], int | None, int | None]]:
+    def blas_calls(self, roles: list[str]) -> dict[int, tuple[list[int], int | None, int | None, str]]:
         """The ops TVM's importers write for one eager BLAS call (`graph.BLAS_CALL_OPS`, `OpNode.library_call`; the
         TorchScript exporter's spelling, `exported_baddbmms`): `baddbmm(c, a, b, beta=, alpha=)` as `matmul(a, b)`,
         a multiply by alpha (alpha != 1), a multiply of c by beta (beta != 1) and an `add` (beta != 0). {the matmul:
         (the call's other ops in graph order, the add or None, c as the call reads it (before the beta multiply),
-        None where it reads none)}, only where every op of the call is still a kernel and of exactly that form
-        (anything else stays op by op). Eager runs it as aten/src/ATen/native/LinearAlgebra.cpp and cuda/Blas.cpp
-        do: the structured meta function copies c, broadcast, into the result (`result.copy_(self)` where beta !=
-        0), then one batched GEMM with alpha and beta reads it back and writes the result: two kernels from one
-        dispatch (`Kernel.call`)."""
+        None where it reads none, the call's label)}, only where every op of the call is still a kernel and of
+        exactly that form (anything else stays op by op). Eager runs it as aten/src/ATen/native/LinearAlgebra.cpp
+        and cuda/Blas.cpp do: the structured meta function copies c, broadcast, into the result (`result.copy_(self)`
+        where beta != 0), then one batched GEMM with alpha and beta reads it back and writes the result: two kernels
+        from one dispatch (`Kernel.call`)."""
         by_call: dict[str, list[OpNode]] = {}
         for op in self.node:
             if is_blas_call(op.library_call):
                 by_call.setdefault(op.library_call, []).append(op)
-        self.blas_labels: dict[int, str] = {}  # the ops of an exporter's spelling: their call's label (`emit`)
-        if self.exporter_spelled and not self.any_attention:  # (an ONNX file torch wrote: "torch-onnx")
-            exported = self.exported_baddbmms(roles, {o.index for ops in by_call.values() for o in ops})
-            self.blas_labels = {o.index: label for label, ops in exported.items() for o in ops}
-            by_call.update(exported)
-        out: dict[int, tuple[list[int], int | None, int | None]] = {}
-        for ops in by_call.values():
+        if self.torchscript_onnx:
+            by_call.update(self.exported_baddbmms(roles, {o.index for ops in by_call.values() for o in ops}))
+        out: dict[int, tuple[list[int], int | None, int | None, str]] = {}
+        for label, ops in by_call.items():
             mms = [o for o in ops if o.op == "relax.matmul" and len(o.operands) == 2]
             if len(mms) != 1 or any(roles[o.index] != "kernel" for o in ops):
                 continue
@@ -3145,17 +3151,17 @@ class _View:
             if rest and all(o.op in ("relax.multiply", "relax.add") and len(o.operands) == 2 for o in rest):
                 found = self.blas_form(mms[0], {o.index for o in rest})
                 if found is not None:
-                    out[mms[0].index] = (sorted(o.index for o in rest), *found)
+                    out[mms[0].index] = (sorted(o.index for o in rest), *found, label)
         return out
 
     def exported_baddbmms(self, roles: list[str], labelled: set[int]) -> dict[str, list[OpNode]]:
         """`baddbmm` as torch's TorchScript ONNX exporter writes it (symbolic_opset9 `baddbmm`): `add(mul(matmul(a,
         b), alpha), mul(c, beta))`, both multiplies written whatever alpha and beta are, a and b 3-D values (batch1,
         batch2), each multiply read by that add alone: {a label: the matmul, the multiplies and the add} for
-        `blas_calls`, in ONNX files torch wrote only. `mul(c, beta)` of a constant c (BLOOM's ALiBi bias where no
-        attention mask is given) is folded, computed once: the call reads its result. A model's own `q @ k * s +
-        mask` has no multiply on the mask's side and stays op by op (its `bmm(q, k) * s + mask * t` would be taken:
-        the one spelling both share)."""
+        `blas_calls`, in ONNX files of torch's TorchScript exporter only (the dynamo exporter's name their calls).
+        `mul(c, beta)` of a constant c (BLOOM's ALiBi bias where no attention mask is given) is folded, computed
+        once: the call reads its result. A model's own `q @ k * s + mask` has no multiply on the mask's side and
+        stays op by op (its `bmm(q, k) * s + mask * t` would be taken: the one spelling both share)."""
         out: dict[str, list[OpNode]] = {}
         for add in self.node:
             if add.op != "relax.add" or roles[add.index] != "kernel" or add.index in labelled or len(add.operands) != 2:

@@ -890,7 +890,7 @@ def test_baddbmm_under_autocast_casts_its_three_tensors():
     dispatches of their own), then c's copy and the GEMM in bfloat16. By hand: q and k 16,384 -> 8,192 B, c 1,024 ->
     512 B, the copy 512 -> 16,384 B, the GEMM reading 8,192 + 8,192 + 16,384 B and writing 16,384 B; alpha and beta
     are no casts (arguments of the call). The eager trace under CPU autocast has the same kernels (its order puts c's
-    cast first; the kernel view emits the call at its matmul)."""
+    cast first; the kernel view emits the call where its last op runs, after the three casts)."""
     from test_amp import _cpu_autocast_trace
 
     from predictor.kernel_model import inside_calls
@@ -902,7 +902,8 @@ def test_baddbmm_under_autocast_casts_its_three_tensors():
     assert sorted((k.bytes_read, k.bytes_written) for k in kernels) == sorted(by_hand)
     assert sorted((t.bytes_in, t.bytes_out) for t in _cpu_autocast_trace(model, inputs).kernels) == sorted(by_hand)
     assert all(k.dtype == "bfloat16" for k in kernels)
-    assert sum(inside_calls([k.call for k in kernels])) == 1  # the GEMM, after the call's copy
+    assert [k.kind for k in kernels][-2:] == ["copy", "gemm"]  # the call after its three casts
+    assert inside_calls([k.call for k in kernels]) == [False] * 4 + [True]
 
 
 class ConstantBias(nn.Module):
@@ -929,6 +930,63 @@ def test_a_constant_bias_is_still_one_call(tmp_path):
         got = analyze(str(export_onnx(model, inputs, tmp_path / f"{exporter}.onnx", args))).analysis.kernels
         assert [(k.kind, k.bytes_read, k.bytes_written) for k in got] == call, exporter
         assert inside_calls([k.call for k in got]) == [False, True]
+
+
+class LateBias(nn.Module):
+    """baddbmm of a bias computed by a kernel (relu) and broadcast (`expand`): TVM writes the broadcast after the
+    matmul, so the call is emitted where its last op runs."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(torch.relu(c).expand(8, 32, 32), q, k, alpha=0.5, beta=2.0)
+
+
+def test_the_call_runs_after_what_it_reads(tmp_path):
+    """By hand, in launch order (the eager trace's): the relu of c (1,024 B each way), the copy reading the broadcast
+    relu's 1,024 B once and writing 32,768 B, the GEMM (65,536 -> 32,768 B); on the module route and both
+    exporters' ONNX files (before: the copy emitted at the matmul read the broadcast as 32,768 B, the layout of a
+    view not walked yet)."""
+    model = LateBias().eval()
+    inputs = (torch.randn(8, 32, 16), torch.randn(8, 16, 32), torch.randn(8, 1, 32))
+    by_hand = [(1024, 1024), (1024, 32768), (65536, 32768)]
+    assert [(t.bytes_in, t.bytes_out) for t in trace_kernels(model, inputs, inference=True).kernels] == by_hand
+    assert [(k.bytes_read, k.bytes_written) for k in analyze(model, inputs).analysis.kernels] == by_hand
+    for exporter, args in (("torchscript", TORCHSCRIPT), ("dynamo", DYNAMO)):
+        got = analyze(str(export_onnx(model, inputs, tmp_path / f"{exporter}.onnx", args))).analysis.kernels
+        assert [(k.bytes_read, k.bytes_written) for k in got] == by_hand, exporter
+
+
+def test_a_fast_path_instead_of_baddbmm_is_no_call():
+    """nn.MultiheadAttention with a bool key padding mask and its weights: torch.export records the Python path's
+    baddbmm of the mask, eager runs the fast path (bmm, the mask cast to bool, the masked softmax: dispatches of
+    their own). No kernel is inside a call (before: the fast path's bmm and mask cast kept the baddbmm's label, one
+    host dispatch dropped)."""
+    from predictor.kernel_model import inside_calls
+
+    class Weights(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mha = nn.MultiheadAttention(32, 4, batch_first=True)
+
+        def forward(self, x, mask):
+            return self.mha(x, x, x, key_padding_mask=mask, need_weights=True)
+
+    mask = torch.zeros(2, 10, dtype=torch.bool)
+    mask[:, -2:] = True
+    kernels = analyze(Weights().eval(), (torch.randn(2, 10, 32), mask)).analysis.kernels
+    assert "mha:masked_softmax" in [k.op for k in kernels]
+    assert not any(inside_calls([k.call for k in kernels])) and not any(k.call for k in kernels)
+
+
+def test_the_dynamo_files_own_scaled_sum_is_not_a_call(tmp_path):
+    """`bmm(q, k) * 0.5 + relu(c) * 2.0` in the model's own code: eager runs 5 kernels (bmm, mul, relu, mul, add),
+    and so does the dynamo exporter's file, whose nodes name their fx nodes (none a baddbmm). The TorchScript
+    exporter writes exactly baddbmm's spelling for it: taken as the call there (docs/execution-model.md)."""
+    model = nn.Module()
+    model.forward = lambda q, k, c: torch.bmm(q, k) * 0.5 + torch.relu(c) * 2.0
+    inputs = (torch.randn(8, 32, 16), torch.randn(8, 16, 32), torch.randn(8, 1, 32))
+    assert trace_kernels(model.eval(), inputs, inference=True).count == 5
+    got = analyze(str(export_onnx(model, inputs, tmp_path / "dynamo.onnx", DYNAMO))).analysis.kernels
+    assert [k.kind for k in got] == ["gemm", "elementwise", "elementwise", "elementwise", "elementwise"]
 
 
 def test_the_same_ops_written_out_stay_eagers_kernels(tmp_path):

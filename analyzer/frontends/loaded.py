@@ -62,6 +62,9 @@ class LoadedModel:
     # the ONNX file's `producer_name` ("pytorch" for both of torch's exporters, "tf2onnx", ...); ""
     # for other formats or when the file does not say. `analyzer.pipeline.attention_patterns` reads it
     producer: str = ""
+    # whether the ONNX file records each node's fx node (`pkg.torch.onnx.fx_node`: torch's dynamo exporter), which
+    # names its baddbmm calls itself (`onnx_frontend.fx_blas_call`); `analyzer.pipeline.attention_patterns` reads it
+    fx_nodes: bool = False
 
     def check_graph(self, graph) -> None:
         """Refuse shapes and window attributes no real model has (`sanity.check_graph`), naming the model."""

@@ -1689,10 +1689,10 @@ class _View:
         fast_views |= weight_views
 
         # one BLAS call TVM's converter wrote as several ops (baddbmm: matmul, its scales, the add): eager's copy of
-        # the added term into the result, then one GEMM (not where a fast path above runs something else instead:
-        # nn.MultiheadAttention's Python path adds its mask with `baddbmm`, its fast path masks the softmax)
-        # Each call is emitted where its last op runs (c may be computed after the matmul: an `expand`, autocast's
-        # cast); the ops of a call not taken are no call (`call_of`: each is its own dispatch).
+        # the added term into the result, then one GEMM, emitted where the call's last op runs (c may be computed
+        # after the matmul: an `expand`, autocast's cast). Not where a fast path above runs something else instead
+        # (nn.MultiheadAttention's Python path adds its mask with `baddbmm`, its fast path masks the softmax): the
+        # ops of a call not taken are no call (`call_of`: each is its own dispatch).
         taken = set(self.weight_masks) | fast_views | set(transforms) | means
         self.call_of = {op.index: None for op in self.node if is_blas_call(op.library_call)}
         for m, (rest, add, c, label) in self.blas_calls(roles).items():
@@ -1702,7 +1702,8 @@ class _View:
             self.blas[last] = (m, rest, add, c)
             for j in (m, *rest):
                 self.call_of[j] = label
-                roles[j] = "fused" if j != last else roles[j]
+                if j != last:
+                    roles[j] = "fused"
         for bias, _, _ in transforms.values():  # the bias joins `_transform_bias_rescale_qkv`, not the GEMM
             del fused_into[bias]
         for m in self.fold_copies:  # `linear` on a non-contiguous input (SDPA's branch): matmul, then `add_(bias)`
@@ -3198,10 +3199,8 @@ class _View:
         alone (c None where beta is 0: the exporters' `c * 0`, which eager never reads); None otherwise."""
 
         def scale_input(p: OpNode) -> int | None:
-            """x of a scale multiply `x * s` (s one element), or None."""
-            x, s = p.operands
-            ok = p.op == "relax.multiply" and self.is_scalar_const(s.value) and not self.is_scalar_const(x.value)
-            return x.value if ok else None
+            """x of a scale multiply `x * s` (`scales`), or None."""
+            return p.operands[0].value if self.scales(p) else None
 
         def next_op(vid: int) -> OpNode | None:
             """The one op of the call reading `vid` (an intermediate value nothing else reads), or None."""

@@ -1,7 +1,8 @@
-"""preflight's default prediction against every whole model this project measured on its H100, one row each.
+"""preflight's default prediction against every whole model this project measured on a GPU (its H100 by default),
+one row each.
 
-For each successful record of data/h100-80gb/models (eager PyTorch, CUDA events around each forward, back to back,
-the harness of `predictor.measure`), `analyzer.predict` of the same zoo spec, batch and dtype on `h100-80gb` with the
+For each successful record of data/<device>/models (eager PyTorch, CUDA events around each forward, back to back,
+the harness of `predictor.measure`), `analyzer.predict` of the same zoo spec, batch and dtype on that device with the
 default predictor (the kernel model), and the comparison:
 
 - latency: predicted vs the measured median (ms), the error in %, and whether the median lies in the predicted
@@ -14,7 +15,8 @@ Then MAPE and median APE per dtype x batch and overall, and the same for the con
 (`CONV_FAMILIES`, rows "... conv"). No GPU needed (the committed data). The records are measured; the
 predictions are made here, so the table changes when the cost model does.
 
-Usage: python bench/bench_h100_whole_models.py [--limit N] [--rows]
+Usage: python bench/bench_h100_whole_models.py [--device h100-80gb|h200-141gb] [--only-measured-on DEVICE] [--limit N]
+       [--rows]
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-MODELS = ROOT / "data" / "h100-80gb" / "models"
+DATA = ROOT / "data"
 #: Zoo name prefixes of the convolutional families (a zoo spec's name before "?"; longest first where one prefixes
 #: another): the rows "... conv" of the table.
 CONV_FAMILIES = ("wide_resnet", "resnext", "resnet", "densenet", "efficientnet", "mobilenet_v2", "mobilenet_v3",
@@ -51,6 +53,10 @@ def _ape(pred: float, meas: float) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="h100-80gb", help="measured GPU: data/DEVICE/models (default: %(default)s)")
+    parser.add_argument(
+        "--only-measured-on", metavar="DEVICE", help="only the configs (spec, batch, dtype) DEVICE measured too"
+    )
     parser.add_argument("--limit", type=int, default=0, help="only the first N records (0: all)")
     parser.add_argument("--rows", action="store_true", help="print every record's row")
     args = parser.parse_args()
@@ -60,8 +66,14 @@ def main() -> int:
     warnings.filterwarnings("ignore")
     from analyzer import predict
 
-    recs = [json.loads(line) for path in sorted(MODELS.glob("*.jsonl")) for line in path.open()]
+    files = sorted((DATA / args.device / "models").glob("*.jsonl"))
+    recs = [json.loads(line) for path in files for line in path.open()]
     recs = [r for r in recs if r.get("status") == "ok"]
+    if args.only_measured_on:
+        other = [json.loads(line) for path in sorted((DATA / args.only_measured_on / "models").glob("*.jsonl"))
+                 for line in path.open()]  # fmt: skip
+        both = {(r["zoo"], r["batch"], r["dtype"]) for r in other if r.get("status") == "ok"}
+        recs = [r for r in recs if (r["zoo"], r["batch"], r["dtype"]) in both]
     if args.limit:
         recs = recs[: args.limit]
     groups: dict[str, list[tuple[float, float, float, bool]]] = defaultdict(list)
@@ -72,7 +84,7 @@ def main() -> int:
               f"{'W err %':>7s} {'MiB err %':>9s}")  # fmt: skip
     for r in recs:
         try:
-            p = predict(f"zoo:{r['zoo']}", batch=r["batch"], dtype=r["dtype"], device="h100-80gb").prediction
+            p = predict(f"zoo:{r['zoo']}", batch=r["batch"], dtype=r["dtype"], device=args.device).prediction
         except Exception as exc:  # noqa: BLE001 (a zoo model that no longer builds: counted, not hidden)
             failed.append(f"{r['zoo']} b={r['batch']} {r['dtype']}: {type(exc).__name__}: {str(exc)[:80]}")
             continue

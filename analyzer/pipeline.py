@@ -21,6 +21,7 @@ from passes.graph import (
     with_eager_copies,
     with_float_dtype,
     with_library_calls,
+    with_own_dtypes,
     with_weight_only_folded,
 )
 from predictor.devices import get_device
@@ -119,6 +120,7 @@ def prepare_graph(loaded: LoadedModel, graph: OpGraph, dtype: str | None = None)
         graph = with_weight_only_folded(graph)
     if loaded.float_dtype:
         graph = with_float_dtype(graph, loaded.float_dtype)
+        graph = with_own_dtypes(graph, loaded.op_dtypes)  # the module's own float32 islands (RMSNorm's upcast)
     if dtype in AMP_DTYPES:
         graph = with_autocast(graph, AMP_DTYPES[dtype])  # weights stay as they are; autocast casts them per forward
     elif dtype is not None:

@@ -233,6 +233,50 @@ def with_float_dtype(graph: OpGraph, dtype: str, source: str = "float32") -> OpG
     return OpGraph(ops=ops, sources=sources, outputs=list(graph.outputs), value_producer=dict(graph.value_producer))
 
 
+def with_own_dtypes(graph: OpGraph, dtypes: dict[str, str]) -> OpGraph:
+    """A half-precision model imported in float32 and retargeted (`with_float_dtype`) with its own float islands
+    back: `dtypes` (Relax variable name -> float dtype, what the half-precision export computed each node in:
+    `tvm_ir.recording_fx_sources`) sets the result of each op it names, and every other op computes in the promoted
+    dtype of its float operands, as TensorIterator does (float32 where any operand with dimensions is float32; a
+    0-dimensional one promotes only where every float operand is 0-dimensional). So Llama's RMSNorm,
+    `x.to(torch.float32)` ... `.to(x.dtype)`, is two casts (a `relax.astype` from float16 to float32 and back, which
+    the kernel view counts as copies) around float32 arithmetic, as eager runs it. Shapes and indices unchanged."""
+    floats = ("float16", "bfloat16", "float32")
+    if not dtypes:
+        return graph
+    dtype_of: dict[int, str] = {s.value: s.tensor.dtype for s in graph.sources}
+    outputs_of: dict[int, list[int]] = {}
+    for v, i in graph.value_producer.items():
+        outputs_of.setdefault(i, []).append(v)
+
+    def promoted(operands: list[Operand]) -> str | None:
+        ranked = [o for o in operands if o.tensor.dtype in floats and o.tensor.shape]
+        pool = ranked or [o for o in operands if o.tensor.dtype in floats]
+        kinds = {o.tensor.dtype for o in pool}
+        return "float32" if "float32" in kinds else (kinds.pop() if len(kinds) == 1 else None)
+
+    ops = []
+    for op in graph.ops:
+        operands = [
+            replace(o, tensor=TensorInfo(o.tensor.shape, dtype_of[o.value]))
+            if o.tensor.dtype in floats and dtype_of.get(o.value, o.tensor.dtype) in floats
+            else o
+            for o in op.operands
+        ]
+        own = dtypes.get(op.name) if len(op.outputs) == 1 else None
+        to = own if own in floats else promoted(operands)
+        outputs = tuple(TensorInfo(t.shape, to) if to and t.dtype in floats else t for t in op.outputs)
+        attrs = op.attrs
+        if to and attrs.get("out_dtype") in floats:
+            attrs = {**attrs, "out_dtype": to}
+        for vid in sorted(outputs_of.get(op.index, [])):
+            field = sorted(outputs_of[op.index]).index(vid)
+            if field < len(outputs):
+                dtype_of[vid] = outputs[field].dtype
+        ops.append(replace(op, operands=operands, outputs=outputs, attrs=attrs))
+    return OpGraph(ops=ops, sources=graph.sources, outputs=list(graph.outputs), value_producer=graph.value_producer)
+
+
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 
 

@@ -835,11 +835,26 @@ def eager_copy_of(node) -> str | None:
     return "clone_contiguous" if contiguous else "clone"
 
 
+def node_dtype(node, node_dtypes: dict[str, str]) -> str | None:
+    """The dtype `node_dtypes` (fx node name -> dtype) gives an fx node: its own name's, else that of the nearest node
+    of its `provenance` with the same target (torch's re-trace renames the nodes it keeps); None where neither."""
+    name = str(getattr(node, "name", ""))
+    if name in node_dtypes:
+        return node_dtypes[name]
+    target = str(getattr(node, "target", ""))
+    for src in provenance(node):
+        if str(getattr(src, "target", "")) == target and str(getattr(src, "name", "")) in node_dtypes:
+            return node_dtypes[str(src.name)]
+    return None
+
+
 @contextlib.contextmanager
 def recording_fx_sources(
     weight_names: dict[str, str] | None = None,
     calls: dict[str, str] | None = None,
     copies: dict[str, str] | None = None,
+    node_dtypes: dict[str, str] | None = None,
+    dtypes: dict[str, str] | None = None,
 ):
     """While active, TVM's ExportedProgram importer records where each Relax value comes from: a dict (yielded)
     from the name of every variable a converter returns to the fx node's module path (`layer4.2.conv3`), found in
@@ -849,7 +864,9 @@ def recording_fx_sources(
     result are not recorded: they take the source of the next recorded value (`source_names`). `calls`, when
     given, is filled likewise with every returned variable's library call (`library_call_of`; "" for none);
     `copies`, when given, with the variables eager copies where the importer passes them through (`eager_copy_of`:
-    a model's `.contiguous()` or `.clone()` of them)."""
+    a model's `.contiguous()` or `.clone()` of them). `dtypes`, when given, with the float dtype `node_dtypes` (fx
+    node name -> dtype) gives the node each returned variable comes from: the node itself, else the nearest node of
+    its provenance with the same target (a node torch's decomposition kept, renamed)."""
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
     record: dict[str, str] = {}
@@ -905,6 +922,10 @@ def recording_fx_sources(
                 kind = eager_copy_of(node) if copies is not None and isinstance(out, relax.Var) else None
                 if kind is not None:
                     copies[out.name] = kind
+                if node_dtypes and dtypes is not None and isinstance(out, relax.Var):
+                    dtype = node_dtype(node, node_dtypes)
+                    if dtype is not None:
+                        dtypes[out.name] = dtype
                 if calls is not None:
                     call = library_call_of(node) or ""
                     for name in names:
@@ -928,7 +949,7 @@ def recording_fx_sources(
 
     ExportedProgramImporter.create_convert_map = create_convert_map
     ExportedProgramImporter.update_convert_map = update_convert_map
-    _RECORDING.append((record, known, calls, copies))
+    _RECORDING.append((record, known, calls, copies, dtypes))
     try:
         yield record
     finally:

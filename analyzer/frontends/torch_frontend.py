@@ -144,6 +144,8 @@ def import_exported_program(
     weight_names: dict | None = None,
     calls: dict | None = None,
     copies: dict | None = None,
+    node_dtypes: dict | None = None,
+    dtypes: dict | None = None,
 ):
     """Relax IRModule of an ExportedProgram, plus the ATen ops that had no conversion.
 
@@ -155,7 +157,8 @@ def import_exported_program(
     meta-device module, `_ParamsAsInputs`) to their parameter names; `calls`, when given with `sources`, is filled
     with each Relax variable's library call (`tvm_ir.library_call_of`: the ops of one `aten.lstm.input`);
     `copies`, when given with `sources`, with the variables eager copies where TVM passes them through (a model's
-    `.contiguous()` and `.clone()`: `tvm_ir.eager_copy_of`).
+    `.contiguous()` and `.clone()`: `tvm_ir.eager_copy_of`); `dtypes`, when given with `sources`, with the float
+    dtype `node_dtypes` (fx node name -> dtype) gives each variable's node (`tvm_ir.node_dtype`).
     """
     from passes import tvm_ir
 
@@ -165,7 +168,8 @@ def import_exported_program(
             for s in ep.graph_signature.input_specs
             if s.kind.name in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR") and getattr(s, "target", None)
         }
-        with tvm_ir.recording_fx_sources({**lifted, **(weight_names or {})}, calls, copies) as record:
+        names = {**lifted, **(weight_names or {})}
+        with tvm_ir.recording_fx_sources(names, calls, copies, node_dtypes, dtypes) as record:
             out = import_exported_program(ep, n_inputs=n_inputs)
         sources.update(record)
         return out
@@ -329,7 +333,9 @@ def from_module(
         pass
     n_inputs = len(example_inputs)
     float_dtype = _float_dtype(module, example_inputs)
+    half = None
     if float_dtype is not None:  # TVM's importer cannot import float16 convs: import in float32, retarget after
+        half = (module, example_inputs)
         module, example_inputs = _as_float32(module, example_inputs)
     tensor_outputs, dropped = _TensorOutputs.wrap(module)
     dynamic = None
@@ -346,19 +352,13 @@ def from_module(
         dynamic = [{a: dims[n] for a, n in axes.items()} or None for axes in symbol_axes]
     nested, hooks = _nested_tensor_encoders(module)
     try:
-        with torch.inference_mode(False), torch.no_grad(), _no_stack_traces():
-            if _on_meta(module):
-                wrapper, weights = _ParamsAsInputs.wrap(tensor_outputs, n_inputs)
-                shapes = None if dynamic is None else ((*dynamic, *([None] * len(weights))),)
-                ep = torch.export.export(wrapper, (*example_inputs, *weights), dynamic_shapes=shapes)
-            else:
-                shapes = None if dynamic is None else (tuple(dynamic),)  # forward(*args): one varargs tuple
-                ep = torch.export.export(tensor_outputs, example_inputs, dynamic_shapes=shapes)
+        ep = _export(tensor_outputs, example_inputs, dynamic)
     except Exception as exc:
         raise AnalysisError(f"torch.export could not export the module: {one_line(exc)}") from exc
     finally:
         for hook in hooks:
             hook.remove()
+    node_dtypes = _half_node_dtypes(ep, *half, dynamic) if half is not None else {}
     sources: dict[str, str] = {}
     weight_names = {}
     if _on_meta(module):  # weights enter as inputs after the model's own: name their placeholders
@@ -367,8 +367,16 @@ def from_module(
         weight_names = dict(zip(users[n_inputs:], params, strict=False))
     calls: dict[str, str] = {}
     copies: dict[str, str] = {}
+    dtypes: dict[str, str] = {}
     mod, n_inputs, missing = import_exported_program(
-        ep, n_inputs=n_inputs, sources=sources, weight_names=weight_names, calls=calls, copies=copies
+        ep,
+        n_inputs=n_inputs,
+        sources=sources,
+        weight_names=weight_names,
+        calls=calls,
+        copies=copies,
+        node_dtypes=node_dtypes,
+        dtypes=dtypes,
     )
     # module paths as the user's model names them: without _TensorOutputs' `inner.` (its own forward: top level),
     # nor a wrapper's attribute that holds the user's model (`preflight_wraps`: the zoo's and config route's
@@ -407,8 +415,86 @@ def from_module(
         op_sources=sources,
         op_calls=calls,
         op_copies=copies,
+        op_dtypes=dtypes,
         symbols=_export_symbols(ep, symbol_axes) if dynamic is not None else {},
     )
+
+
+def _export(tensor_outputs, example_inputs: tuple, dynamic: list | None):
+    """torch.export of a `_TensorOutputs`-wrapped module (a meta-device one with its weights as inputs,
+    `_ParamsAsInputs`); `dynamic`: one {axis: Dim} (or None) per example input."""
+    import torch
+
+    with torch.inference_mode(False), torch.no_grad(), _no_stack_traces():
+        if _on_meta(tensor_outputs):
+            wrapper, weights = _ParamsAsInputs.wrap(tensor_outputs, len(example_inputs))
+            shapes = None if dynamic is None else ((*dynamic, *([None] * len(weights))),)
+            return torch.export.export(wrapper, (*example_inputs, *weights), dynamic_shapes=shapes)
+        shapes = None if dynamic is None else (tuple(dynamic),)  # forward(*args): one varargs tuple
+        return torch.export.export(tensor_outputs, example_inputs, dynamic_shapes=shapes)
+
+
+def _half_node_dtypes(ep, module, example_inputs: tuple, dynamic: list | None) -> dict[str, str]:
+    """fx node name -> the float dtype it computes in, for a half-precision `module` whose float32 copy was exported
+    as `ep`: what the module's own casts make of its dtypes (Llama's RMSNorm upcasts to float32, which the float32
+    copy's export cannot show: its casts are float32 to float32). The module is exported as it is only where `ep`
+    names a float dtype anywhere (a cast, a softmax's `dtype=`); {} where it does not, where that export fails, or
+    where its nodes (name and target, in order) are not `ep`'s (the two exports took different paths). Each cast of
+    `ep` that changes the dtype in the module's own export is rewritten in place as a `_to_copy` (`_CASTS`)."""
+    import torch
+
+    def names_float_dtype(node) -> bool:
+        args = [*node.args, *node.kwargs.values()]
+        return any(isinstance(a, torch.dtype) and a.is_floating_point for a in args)
+
+    def calls(program) -> list[tuple[str, str]]:
+        return [(n.name, str(n.target)) for n in program.graph.nodes if n.op == "call_function"]
+
+    nodes = [n for n in ep.graph.nodes if n.op == "call_function"]
+    if not any(names_float_dtype(n) for n in nodes):
+        return {}
+    wrapped, _ = _TensorOutputs.wrap(module)
+    try:
+        half = _export(wrapped, example_inputs, dynamic)
+    except Exception:  # noqa: BLE001 - the float32 export stands; only the module's own casts are not known
+        return {}
+    if calls(half) != calls(ep):
+        return {}
+    out = {}
+    for n in half.graph.nodes:
+        val = n.meta.get("val") if n.op == "call_function" else None
+        if isinstance(val, torch.Tensor) and val.is_floating_point():
+            out[n.name] = str(val.dtype).removeprefix("torch.")
+    # the module's own casts, a no-op `to` in the float32 program that its decomposition would drop: a `_to_copy`
+    # (a copy whatever the dtype), which torch keeps and TVM converts to a cast
+    changed = False
+    for n in nodes:
+        if str(n.target) not in _CASTS or not n.args or not isinstance(n.args[0], torch.fx.Node):
+            continue
+        src = n.args[0]
+        if src.op == "call_function" and out.get(src.name) is None:
+            continue
+        before = out.get(src.name) if src.op == "call_function" else _half_input_dtype(half, src.name)
+        if n.name in out and before is not None and before != out[n.name]:
+            n.target, n.args, n.kwargs = torch.ops.aten._to_copy.default, (src,), {"dtype": torch.float32}
+            changed = True
+    if changed:
+        ep.graph_module.recompile()
+    return out
+
+
+#: torch.export's spellings of a tensor's dtype cast (`x.to(dtype)`, `x.to(device, dtype)`, `x.type_as(y)`, `x.float()`)
+_CASTS = frozenset({"aten.to.dtype", "aten.to.dtype_layout", "aten.to.device", "aten.to.other", "aten.type_as.default",
+                    "aten._to_copy.default"})  # fmt: skip
+
+
+def _half_input_dtype(program, name: str) -> str | None:
+    """The float dtype of placeholder `name` of an exported program (a model input or weight), else None."""
+    import torch
+
+    node = next((n for n in program.graph.nodes if n.op == "placeholder" and n.name == name), None)
+    val = None if node is None else node.meta.get("val")
+    return str(val.dtype).removeprefix("torch.") if isinstance(val, torch.Tensor) and val.is_floating_point() else None
 
 
 def _nested_tensor_encoders(module) -> tuple[list[str], list]:

@@ -120,12 +120,20 @@ def prepare_graph(loaded: LoadedModel, graph: OpGraph, dtype: str | None = None)
         graph = with_weight_only_folded(graph)
     if loaded.float_dtype:
         graph = with_float_dtype(graph, loaded.float_dtype)
-        graph = with_own_dtypes(graph, loaded.op_dtypes)  # the module's own float32 islands (RMSNorm's upcast)
+        graph = with_own_dtypes(graph, own_dtypes(loaded.op_dtypes, loaded.float_dtype))  # RMSNorm's upcasts
     if dtype in AMP_DTYPES:
         graph = with_autocast(graph, AMP_DTYPES[dtype])  # weights stay as they are; autocast casts them per forward
     elif dtype is not None:
         graph = with_compute_dtype(graph, dtype)
+        if dtype != "float32":  # `model.to(dtype)` keeps the model's own float32 casts
+            graph = with_own_dtypes(graph, own_dtypes(loaded.op_dtypes, dtype))
     return graph
+
+
+def own_dtypes(op_dtypes: dict[str, str], dtype: str) -> dict[str, str]:
+    """`LoadedModel.op_dtypes` (recorded in float16 or bfloat16) for the model computed in the half dtype `dtype`:
+    float32 stays, a half dtype becomes `dtype`."""
+    return {k: v if v == "float32" else dtype for k, v in op_dtypes.items()}
 
 
 def analyze_loaded(

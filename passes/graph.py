@@ -240,7 +240,8 @@ def with_own_dtypes(graph: OpGraph, dtypes: dict[str, str]) -> OpGraph:
     dtype of its float operands, as TensorIterator does (float32 where any operand with dimensions is float32; a
     0-dimensional one promotes only where every float operand is 0-dimensional). So Llama's RMSNorm,
     `x.to(torch.float32)` ... `.to(x.dtype)`, is two casts (a `relax.astype` from float16 to float32 and back, which
-    the kernel view counts as copies) around float32 arithmetic, as eager runs it. Shapes and indices unchanged."""
+    the kernel view counts as copies) around float32 arithmetic, as eager runs it. A weight's cast that changes its
+    dtype is not folded (eager runs `inv_freq.float()` every forward). Shapes and indices unchanged."""
     floats = ("float16", "bfloat16", "float32")
     if not dtypes:
         return graph
@@ -258,7 +259,7 @@ def with_own_dtypes(graph: OpGraph, dtypes: dict[str, str]) -> OpGraph:
     ops = []
     for op in graph.ops:
         operands = [
-            replace(o, tensor=TensorInfo(o.tensor.shape, dtype_of[o.value]))
+            replace(o, tensor=TensorInfo(o.tensor.shape, dtype_of.get(o.value, o.tensor.dtype)))
             if o.tensor.dtype in floats and dtype_of.get(o.value, o.tensor.dtype) in floats
             else o
             for o in op.operands
@@ -273,7 +274,10 @@ def with_own_dtypes(graph: OpGraph, dtypes: dict[str, str]) -> OpGraph:
             field = sorted(outputs_of[op.index]).index(vid)
             if field < len(outputs):
                 dtype_of[vid] = outputs[field].dtype
-        ops.append(replace(op, operands=operands, outputs=outputs, attrs=attrs))
+        # a weight's own cast (`inv_freq.float()`) runs every forward in eager, as autocast's weight casts do
+        cast = op.op == "relax.astype" and operands and operands[0].tensor.dtype != outputs[0].dtype
+        folded = op.folded and not cast
+        ops.append(replace(op, operands=operands, outputs=outputs, attrs=attrs, folded=folded))
     return OpGraph(ops=ops, sources=graph.sources, outputs=list(graph.outputs), value_producer=graph.value_producer)
 
 

@@ -835,17 +835,25 @@ def eager_copy_of(node) -> str | None:
     return "clone_contiguous" if contiguous else "clone"
 
 
+#: torch.export's spellings of a tensor's dtype cast (`x.to(dtype)`, `x.to(device, dtype)`, `x.type_as(y)`,
+#: `x.float()`), one op for `node_dtype`: torch's decomposition writes each as a `_to_copy`
+CAST_TARGETS = frozenset({"aten.to.dtype", "aten.to.dtype_layout", "aten.to.device", "aten.to.other",
+                          "aten.type_as.default", "aten._to_copy.default"})  # fmt: skip
+
+
 def node_dtype(node, node_dtypes: dict[str, str]) -> str | None:
-    """The dtype `node_dtypes` (fx node name -> dtype) gives an fx node: its own name's, else that of the nearest node
-    of its `provenance` with the same target (torch's re-trace renames the nodes it keeps); None where neither."""
-    name = str(getattr(node, "name", ""))
-    if name in node_dtypes:
-        return node_dtypes[name]
+    """The dtype `node_dtypes` (fx node name -> dtype) gives an fx node: where torch's re-trace made it (its
+    `provenance`, which renames the nodes it keeps: a decomposition that adds a `cat` shifts the names of the later
+    ones), the nearest node of its provenance with its target (the casts of `CAST_TARGETS` as one); else its own
+    name's; None where neither."""
     target = str(getattr(node, "target", ""))
+    same = CAST_TARGETS if target in CAST_TARGETS else frozenset({target})
+    traced = False
     for src in provenance(node):
-        if str(getattr(src, "target", "")) == target and str(getattr(src, "name", "")) in node_dtypes:
+        traced = True
+        if str(getattr(src, "target", "")) in same and str(getattr(src, "name", "")) in node_dtypes:
             return node_dtypes[str(src.name)]
-    return None
+    return None if traced else node_dtypes.get(str(getattr(node, "name", "")))
 
 
 @contextlib.contextmanager

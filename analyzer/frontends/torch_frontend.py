@@ -305,8 +305,13 @@ def from_module(
     source: str = "<nn.Module>",
     input_names: Sequence[str] | None = None,
     symbol_axes: Sequence[dict[int, str]] | None = None,
+    half_casts: bool = False,
 ) -> LoadedModel:
     """Export an nn.Module with its example inputs and import it to Relax.
+
+    `half_casts`: a float32 module that is costed in half precision (the zoo's `dtype=float16`, built on the meta
+    device, where a copy costs nothing): its float16 copy is exported as well, so that its own float32 casts are
+    known (`LoadedModel.op_dtypes`, `_half_node_dtypes`), as for a module given in half precision.
 
     `symbol_axes`, one {axis: symbol name} per example input (e.g. {0: "batch", 1: "seq"}; {} for an input with
     none), exports a symbolic program: each name is one `torch.export.Dim`, left as a shape variable in the Relax
@@ -337,6 +342,8 @@ def from_module(
     if float_dtype is not None:  # TVM's importer cannot import float16 convs: import in float32, retarget after
         half = (module, example_inputs)
         module, example_inputs = _as_float32(module, example_inputs)
+    elif half_casts:
+        half = _as_float16(module, example_inputs)
     tensor_outputs, dropped = _TensorOutputs.wrap(module)
     dynamic = None
     if symbol_axes is not None:
@@ -435,66 +442,121 @@ def _export(tensor_outputs, example_inputs: tuple, dynamic: list | None):
 
 
 def _half_node_dtypes(ep, module, example_inputs: tuple, dynamic: list | None) -> dict[str, str]:
-    """fx node name -> the float dtype it computes in, for a half-precision `module` whose float32 copy was exported
-    as `ep`: what the module's own casts make of its dtypes (Llama's RMSNorm upcasts to float32, which the float32
-    copy's export cannot show: its casts are float32 to float32). The module is exported as it is only where `ep`
-    names a float dtype anywhere (a cast, a softmax's `dtype=`); {} where it does not, where that export fails, or
-    where its nodes (name and target, in order) are not `ep`'s (the two exports took different paths). Each cast of
-    `ep` that changes the dtype in the module's own export is rewritten in place as a `_to_copy` (`_CASTS`)."""
+    """fx node name (of `ep`) -> the float dtype it computes in, for a half-precision `module` whose float32 copy was
+    exported as `ep`: what the module's own casts make of its dtypes (Llama's RMSNorm upcasts to float32, which the
+    float32 copy's export cannot show: its casts are float32 to float32). The module is exported as it is only where
+    `ep` names a float dtype (a cast, a softmax's `dtype=`) or makes a float tensor (`torch.ones(8)`: float32 whatever
+    the module's dtype) anywhere; {} where it does not, where that export fails, where it computes nothing in float32,
+    or where the two programs' tensor ops (`_tensor_nodes`, in order) differ in number or target (the two exports took
+    different paths: a forward that branches on its dtype).
+
+    Otherwise `ep` is made the module's own program, in place: each tensor op reads what its twin (the op at its
+    place) reads (a no-op `.to()` in float32 returns its input, and the export then feeds every later use of that
+    input from the `to` node), and each cast that changes the dtype in the module's own program becomes a `_to_copy`
+    (which torch's decomposition keeps, `tvm_ir.CAST_TARGETS`). Twins are paired by place, not by name: a symbolic
+    export's size arithmetic (`sym_size`, integer `mul`) is interleaved differently in the two programs."""
     import torch
 
-    def names_float_dtype(node) -> bool:
-        args = [*node.args, *node.kwargs.values()]
-        return any(isinstance(a, torch.dtype) and a.is_floating_point for a in args)
+    from passes import tvm_ir
 
-    def calls(program) -> list[tuple[str, str]]:
-        return [(n.name, str(n.target)) for n in program.graph.nodes if n.op == "call_function"]
+    def makes_float(node) -> bool:
+        if any(isinstance(a, torch.dtype) and a.is_floating_point for a in [*node.args, *node.kwargs.values()]):
+            return True
+        val = node.meta.get("val")
+        return str(node.target).startswith(_FACTORIES) and isinstance(val, torch.Tensor) and val.is_floating_point()
 
-    nodes = [n for n in ep.graph.nodes if n.op == "call_function"]
-    if not any(names_float_dtype(n) for n in nodes):
+    if not any(makes_float(n) for n in ep.graph.nodes if n.op == "call_function"):
         return {}
     wrapped, _ = _TensorOutputs.wrap(module)
     try:
         half = _export(wrapped, example_inputs, dynamic)
     except Exception:  # noqa: BLE001 - the float32 export stands; only the module's own casts are not known
         return {}
-    if calls(half) != calls(ep):
+    mine, theirs = _tensor_nodes(ep), _tensor_nodes(half)
+    if [str(n.target) for n in mine] != [str(n.target) for n in theirs]:
         return {}
+    twin = {h: m for h, m in zip(theirs, mine, strict=True)}
     out = {}
-    for n in half.graph.nodes:
-        val = n.meta.get("val") if n.op == "call_function" else None
-        if isinstance(val, torch.Tensor) and val.is_floating_point():
-            out[n.name] = str(val.dtype).removeprefix("torch.")
-    # the module's own casts, a no-op `to` in the float32 program that its decomposition would drop: a `_to_copy`
-    # (a copy whatever the dtype), which torch keeps and TVM converts to a cast
-    changed = False
-    for n in nodes:
-        if str(n.target) not in _CASTS or not n.args or not isinstance(n.args[0], torch.fx.Node):
+    for h, m in twin.items():
+        val = h.meta.get("val")
+        if h.op != "output" and isinstance(val, torch.Tensor) and val.is_floating_point():
+            out[m.name] = str(val.dtype).removeprefix("torch.")
+    if "float32" not in out.values():  # no float island: the retarget alone is the module
+        return {}
+    wired = {}
+    for h, m in twin.items():
+        if h.op in ("call_function", "output"):
+            args = _rewire((m.args, m.kwargs), (h.args, h.kwargs), twin)
+            if args is _MISMATCH:
+                return {}
+            wired[m] = args
+    for m, (args, kwargs) in wired.items():
+        m.args, m.kwargs = args, kwargs
+    half_dtype = {m.name: _float_dtype_of(h) for h, m in twin.items()}
+    for n in mine:  # the module's own casts
+        if str(n.target) not in tvm_ir.CAST_TARGETS or not n.args or not isinstance(n.args[0], torch.fx.Node):
             continue
-        src = n.args[0]
-        if src.op == "call_function" and out.get(src.name) is None:
-            continue
-        before = out.get(src.name) if src.op == "call_function" else _half_input_dtype(half, src.name)
+        before = half_dtype.get(n.args[0].name)
         if n.name in out and before is not None and before != out[n.name]:
-            n.target, n.args, n.kwargs = torch.ops.aten._to_copy.default, (src,), {"dtype": torch.float32}
-            changed = True
-    if changed:
-        ep.graph_module.recompile()
+            n.target, n.args, n.kwargs = torch.ops.aten._to_copy.default, (n.args[0],), {"dtype": torch.float32}
+    ep.graph_module.recompile()
     return out
 
 
-#: torch.export's spellings of a tensor's dtype cast (`x.to(dtype)`, `x.to(device, dtype)`, `x.type_as(y)`, `x.float()`)
-_CASTS = frozenset({"aten.to.dtype", "aten.to.dtype_layout", "aten.to.device", "aten.to.other", "aten.type_as.default",
-                    "aten._to_copy.default"})  # fmt: skip
+#: the ATen factories whose float tensor a half-precision module makes in the default dtype (float32)
+_FACTORIES = ("aten.ones", "aten.zeros", "aten.full", "aten.empty", "aten.arange", "aten.scalar_tensor", "aten.rand",
+              "aten.linspace", "aten.eye")  # fmt: skip
 
 
-def _half_input_dtype(program, name: str) -> str | None:
-    """The float dtype of placeholder `name` of an exported program (a model input or weight), else None."""
+def _is_size(node) -> bool:
+    """Whether an fx node computes a size (a symbolic export's `sym_size`, integer arithmetic), not a tensor."""
     import torch
 
-    node = next((n for n in program.graph.nodes if n.op == "placeholder" and n.name == name), None)
-    val = None if node is None else node.meta.get("val")
+    val = node.meta.get("val") if hasattr(node, "meta") else None
+    return isinstance(val, int | float | bool | torch.SymInt | torch.SymFloat | torch.SymBool)
+
+
+def _tensor_nodes(program) -> list:
+    """The placeholders, the ops that are not size arithmetic (`_is_size`) and the output of an exported program, in
+    order."""
+    return [n for n in program.graph.nodes if n.op in ("placeholder", "output") or not _is_size(n)]
+
+
+def _float_dtype_of(node) -> str | None:
+    import torch
+
+    val = node.meta.get("val")
     return str(val.dtype).removeprefix("torch.") if isinstance(val, torch.Tensor) and val.is_floating_point() else None
+
+
+_MISMATCH = object()
+
+
+def _rewire(mine, theirs, twin: dict):
+    """`mine` (a node's args and kwargs) reading the tensors `theirs` reads (their twins in `twin`), its constants and
+    sizes kept (a float32 program's dtypes stay float32, a symbolic program's sizes its own); `_MISMATCH` where the
+    two differ in shape."""
+    import torch
+
+    if isinstance(theirs, torch.fx.Node):
+        if not isinstance(mine, torch.fx.Node):
+            return _MISMATCH
+        if _is_size(theirs):
+            return mine if _is_size(mine) else _MISMATCH
+        return twin.get(theirs, _MISMATCH)
+    if isinstance(mine, torch.fx.Node):
+        return _MISMATCH
+    if isinstance(theirs, tuple | list):
+        if not isinstance(mine, tuple | list) or len(mine) != len(theirs):
+            return _MISMATCH
+        items = [_rewire(a, b, twin) for a, b in zip(mine, theirs, strict=True)]
+        return _MISMATCH if any(i is _MISMATCH for i in items) else type(mine)(items)
+    if isinstance(theirs, dict):
+        if not isinstance(mine, dict) or mine.keys() != theirs.keys():
+            return _MISMATCH
+        items = {k: _rewire(mine[k], theirs[k], twin) for k in mine}
+        return _MISMATCH if any(v is _MISMATCH for v in items.values()) else items
+    return mine
 
 
 def _nested_tensor_encoders(module) -> tuple[list[str], list]:
@@ -573,6 +635,17 @@ def _float_dtype(module, example_inputs) -> str | None:
     if len(half) > 1 or torch.float32 in dtypes:
         raise UsageError("the module mixes float dtypes; cast it and its inputs to one dtype")
     return str(half.pop()).removeprefix("torch.")
+
+
+def _as_float16(module, example_inputs):
+    """A float16 copy of a float32 module and its float inputs (on the meta device the copy allocates nothing)."""
+    import copy
+
+    import torch
+
+    copied = copy.deepcopy(module).half()
+    inputs = tuple(t.half() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in example_inputs)
+    return copied, inputs
 
 
 def _as_float32(module, example_inputs):

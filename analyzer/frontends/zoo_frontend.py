@@ -142,6 +142,7 @@ def load_zoo(spec: str, specs: dict[str, InputSpec], batch: int | None, symbol_a
         source=source,
         input_names=built.input_names,
         symbol_axes=symbol_axes,
+        half_casts=dtype is not torch.float32,  # the model's own float32 casts in float16 / bfloat16
     )
     loaded.name = built.name
     if dtype is not torch.float32:

@@ -1107,6 +1107,25 @@ def test_a_half_module_computes_in_float32_where_eager_promotes():
     assert by_op["relax.astype"].bytes_read == 8 * 8 * 2 and by_op["relax.astype"].bytes_written == 8 * 8 * 4
 
 
+class HalfOnlyCheck(nn.Module):
+    """BART's float16-only guard: a data-dependent branch torch.export cannot trace in float16 (in float32 it is not
+    taken)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float().exp().to(x.dtype)
+        if h.dtype == torch.float16 and not torch.isfinite(h).all():
+            h = h.clamp(-1000, 1000)
+        return h
+
+
+def test_a_half_module_whose_own_export_fails_says_nothing(capfd):
+    """The half-precision export fails (a data-dependent branch): the float32 route stands, exp and add in float16
+    with no cast, and torch's log and printout of the failed graph stay off the user's terminal."""
+    kernels = analyze(HalfOnlyCheck().half().eval(), (torch.randn(4, 8).half(),)).analysis.kernels
+    assert [(k.op, k.dtype) for k in kernels] == [("relax.exp", "float16")]
+    assert "forward" not in capfd.readouterr().err
+
+
 class DtypeBranch(nn.Module):
     """A forward whose ops depend on its dtype: the float32 copy's export is not the module's own."""
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
+import logging
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -468,10 +470,15 @@ def _half_node_dtypes(ep, module, example_inputs: tuple, dynamic: list | None) -
     if not any(makes_float(n) for n in ep.graph.nodes if n.op == "call_function"):
         return {}
     wrapped, _ = _TensorOutputs.wrap(module)
+    before = logging.root.manager.disable
+    logging.disable(logging.WARNING)  # torch logs and prints a failed export's graph (BART's float16-only isfinite)
     try:
-        half = _export(wrapped, example_inputs, dynamic)
+        with contextlib.redirect_stderr(io.StringIO()):
+            half = _export(wrapped, example_inputs, dynamic)
     except Exception:  # noqa: BLE001 - the float32 export stands; only the module's own casts are not known
         return {}
+    finally:
+        logging.disable(before)
     mine, theirs = _tensor_nodes(ep), _tensor_nodes(half)
     if [str(n.target) for n in mine] != [str(n.target) for n in theirs]:
         return {}

@@ -120,13 +120,13 @@ def prepare_graph(loaded: LoadedModel, graph: OpGraph, dtype: str | None = None)
         graph = with_weight_only_folded(graph)
     if loaded.float_dtype:
         graph = with_float_dtype(graph, loaded.float_dtype)
-        graph = with_own_dtypes(graph, own_dtypes(loaded.op_dtypes, loaded.float_dtype))  # RMSNorm's upcasts
     if dtype in AMP_DTYPES:
         graph = with_autocast(graph, AMP_DTYPES[dtype])  # weights stay as they are; autocast casts them per forward
     elif dtype is not None:
         graph = with_compute_dtype(graph, dtype)
-        if dtype != "float32":  # `model.to(dtype)` keeps the model's own float32 casts
-            graph = with_own_dtypes(graph, own_dtypes(loaded.op_dtypes, dtype))
+    half = loaded.float_dtype if dtype is None else dtype
+    if loaded.op_dtypes and half in ("float16", "bfloat16"):  # `model.to(half)` keeps its own float32 casts
+        graph = with_own_dtypes(graph, own_dtypes(loaded.op_dtypes, half))
     return graph
 
 

@@ -1064,6 +1064,15 @@ def test_a_half_llama_runs_its_own_casts():
     assert input_dependent(analyze(f"zoo:{spec}&dtype=float16").analysis)[:2] == (count, nbytes)
 
 
+def test_a_half_zoo_spec_costed_in_float32_is_the_float32_model():
+    """`zoo:...&dtype=float16` with `dtype="float32"` is `model.float()`: the plain float32 analysis, kernel for
+    kernel (the half-precision program's casts are float32 no-ops there, a weight's cast folded as before)."""
+    spec = "zoo:llama?layers=2&hidden=64&heads=4&kv_heads=2&intermediate=128&vocab=256&max_pos=512&seq_len=16"
+    plain = [(k.op, k.dtype, k.bytes) for k in analyze(spec).analysis.kernels]
+    half = analyze(f"{spec}&dtype=float16", dtype="float32").analysis.kernels
+    assert [(k.op, k.dtype, k.bytes) for k in half] == plain
+
+
 class UpcastThenResidual(nn.Module):
     """`x.to(torch.float32)` is a no-op in the float32 copy, whose export then feeds the residual from the `to` node."""
 

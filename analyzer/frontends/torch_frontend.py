@@ -307,13 +307,13 @@ def from_module(
     source: str = "<nn.Module>",
     input_names: Sequence[str] | None = None,
     symbol_axes: Sequence[dict[int, str]] | None = None,
-    half_casts: bool = False,
+    half_casts: str | None = None,
 ) -> LoadedModel:
     """Export an nn.Module with its example inputs and import it to Relax.
 
-    `half_casts`: a float32 module that is costed in half precision (the zoo's `dtype=float16`, built on the meta
-    device, where a copy costs nothing): its float16 copy is exported as well, so that its own float32 casts are
-    known (`LoadedModel.op_dtypes`, `_half_node_dtypes`), as for a module given in half precision.
+    `half_casts` ("float16" or "bfloat16"): a float32 module that is costed in that dtype (the zoo's `dtype=float16`,
+    built on the meta device, where a copy costs nothing): its copy in that dtype is exported as well, so that its
+    own float32 casts are known (`LoadedModel.op_dtypes`, `_half_node_dtypes`), as for a module given in it.
 
     `symbol_axes`, one {axis: symbol name} per example input (e.g. {0: "batch", 1: "seq"}; {} for an input with
     none), exports a symbolic program: each name is one `torch.export.Dim`, left as a shape variable in the Relax
@@ -344,8 +344,8 @@ def from_module(
     if float_dtype is not None:  # TVM's importer cannot import float16 convs: import in float32, retarget after
         half = (module, example_inputs)
         module, example_inputs = _as_float32(module, example_inputs)
-    elif half_casts:
-        half = _as_float16(module, example_inputs)
+    elif half_casts in ("float16", "bfloat16"):
+        half = _as_half(module, example_inputs, half_casts)
     tensor_outputs, dropped = _TensorOutputs.wrap(module)
     dynamic = None
     if symbol_axes is not None:
@@ -471,7 +471,7 @@ def _half_node_dtypes(ep, module, example_inputs: tuple, dynamic: list | None) -
         return {}
     wrapped, _ = _TensorOutputs.wrap(module)
     before = logging.root.manager.disable
-    logging.disable(logging.WARNING)  # torch logs and prints a failed export's graph (BART's float16-only isfinite)
+    logging.disable(max(before, logging.WARNING))  # torch logs and prints a failed export's graph (BART's isfinite)
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             half = _export(wrapped, example_inputs, dynamic)
@@ -644,14 +644,16 @@ def _float_dtype(module, example_inputs) -> str | None:
     return str(half.pop()).removeprefix("torch.")
 
 
-def _as_float16(module, example_inputs):
-    """A float16 copy of a float32 module and its float inputs (on the meta device the copy allocates nothing)."""
+def _as_half(module, example_inputs, dtype: str):
+    """A copy of a float32 module and its float inputs in `dtype` ("float16", "bfloat16"; on the meta device the copy
+    allocates nothing)."""
     import copy
 
     import torch
 
-    copied = copy.deepcopy(module).half()
-    inputs = tuple(t.half() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in example_inputs)
+    to = getattr(torch, dtype)
+    copied = copy.deepcopy(module).to(to)
+    inputs = tuple(t.to(to) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in example_inputs)
     return copied, inputs
 
 

@@ -142,7 +142,7 @@ def load_zoo(spec: str, specs: dict[str, InputSpec], batch: int | None, symbol_a
         source=source,
         input_names=built.input_names,
         symbol_axes=symbol_axes,
-        half_casts=dtype is not torch.float32,  # the model's own float32 casts in float16 / bfloat16
+        half_casts=None if dtype is torch.float32 else str(dtype).removeprefix("torch."),  # its own float32 casts
     )
     loaded.name = built.name
     if dtype is not torch.float32:

@@ -270,10 +270,9 @@ def with_own_dtypes(graph: OpGraph, dtypes: dict[str, str]) -> OpGraph:
         attrs = op.attrs
         if to and attrs.get("out_dtype") in floats:
             attrs = {**attrs, "out_dtype": to}
-        for vid in sorted(outputs_of.get(op.index, [])):
-            field = sorted(outputs_of[op.index]).index(vid)
-            if field < len(outputs):
-                dtype_of[vid] = outputs[field].dtype
+        for k, vid in enumerate(sorted(outputs_of.get(op.index, []))):  # as `with_autocast` pairs them
+            if k < len(outputs):
+                dtype_of[vid] = outputs[k].dtype
         # a weight's own cast (`inv_freq.float()`) runs every forward in eager, as autocast's weight casts do
         cast = op.op == "relax.astype" and operands and operands[0].tensor.dtype != outputs[0].dtype
         folded = op.folded and not cast

@@ -42,10 +42,10 @@ class LoadedModel:
     # a model's `.contiguous()`, "clone" / "clone_contiguous": its `.clone()`); `passes.graph.with_eager_copies`,
     # `OpNode.eager_copy`
     op_copies: dict[str, str] = field(default_factory=dict)
-    # a half-precision module imported in float32 (`float_dtype`), or a zoo model that may be costed in half
-    # precision: Relax variable name -> the float dtype its node computed in when the module was exported in half
-    # precision (float32 where the model casts up: `passes.graph.with_own_dtypes`, `pipeline.own_dtypes`); empty
-    # where the module has no float islands or the two exports differ
+    # a half-precision module imported in float32 (`float_dtype`: a module given in half precision, a zoo spec's
+    # `dtype=float16`): Relax variable name -> the float dtype its node computed in when the module was exported in
+    # half precision (float32 where the model casts up: `passes.graph.with_own_dtypes`, `pipeline.own_dtypes`);
+    # empty where the module has no float islands or the two exports differ
     op_dtypes: dict[str, str] = field(default_factory=dict)
     # `mod` is the model with the first 2 of `layers` identical layers, `depth1` the same with its first layer
     # only; the analysis extrapolates the n-layer totals from both (`passes.analysis.extrapolate_layers`)

@@ -503,8 +503,8 @@ def _half_node_dtypes(ep, module, example_inputs: tuple, dynamic: list | None) -
     for n in mine:  # the module's own casts
         if str(n.target) not in tvm_ir.CAST_TARGETS or not n.args or not isinstance(n.args[0], torch.fx.Node):
             continue
-        before = half_dtype.get(n.args[0].name)
-        if n.name in out and before is not None and before != out[n.name]:
+        was = half_dtype.get(n.args[0].name)
+        if n.name in out and was is not None and was != out[n.name]:
             n.target, n.args, n.kwargs = torch.ops.aten._to_copy.default, (n.args[0],), {"dtype": torch.float32}
     ep.graph_module.recompile()
     return out

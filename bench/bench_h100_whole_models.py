@@ -47,6 +47,12 @@ def conv_family(zoo: str) -> str | None:
     return next((f for f in CONV_FAMILIES if name.startswith(f)), None)
 
 
+def measured(device: str) -> list[dict]:
+    """The successful whole-model records of data/<device>/models, in file order."""
+    recs = [json.loads(line) for path in sorted((DATA / device / "models").glob("*.jsonl")) for line in path.open()]
+    return [r for r in recs if r.get("status") == "ok"]
+
+
 def _ape(pred: float, meas: float) -> float:
     return abs(pred / meas - 1.0) * 100.0
 
@@ -66,13 +72,9 @@ def main() -> int:
     warnings.filterwarnings("ignore")
     from analyzer import predict
 
-    files = sorted((DATA / args.device / "models").glob("*.jsonl"))
-    recs = [json.loads(line) for path in files for line in path.open()]
-    recs = [r for r in recs if r.get("status") == "ok"]
+    recs = measured(args.device)
     if args.only_measured_on:
-        other = [json.loads(line) for path in sorted((DATA / args.only_measured_on / "models").glob("*.jsonl"))
-                 for line in path.open()]  # fmt: skip
-        both = {(r["zoo"], r["batch"], r["dtype"]) for r in other if r.get("status") == "ok"}
+        both = {(r["zoo"], r["batch"], r["dtype"]) for r in measured(args.only_measured_on)}
         recs = [r for r in recs if (r["zoo"], r["batch"], r["dtype"]) in both]
     if args.limit:
         recs = recs[: args.limit]

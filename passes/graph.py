@@ -233,54 +233,54 @@ def with_float_dtype(graph: OpGraph, dtype: str, source: str = "float32") -> OpG
     return OpGraph(ops=ops, sources=sources, outputs=list(graph.outputs), value_producer=dict(graph.value_producer))
 
 
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def _values_by_op(graph: OpGraph) -> dict[int, list[int]]:
+    """Op index -> the ids of the values it produces, ascending: the order of its `outputs` (a tuple's fields)."""
+    out: dict[int, list[int]] = {}
+    for v, i in graph.value_producer.items():
+        out.setdefault(i, []).append(v)
+    for vids in out.values():
+        vids.sort()
+    return out
+
+
 def with_own_dtypes(graph: OpGraph, dtypes: dict[str, str]) -> OpGraph:
     """A half-precision model imported in float32 and retargeted (`with_float_dtype`) with its own float islands
     back: `dtypes` (Relax variable name -> float dtype, what the half-precision export computed each node in:
     `tvm_ir.recording_fx_sources`) sets the result of each op it names, and every other op computes in the promoted
-    dtype of its float operands, as TensorIterator does (float32 where any operand with dimensions is float32; a
-    0-dimensional one promotes only where every float operand is 0-dimensional). So Llama's RMSNorm,
+    dtype of its float operands (`_promoted`, autocast's rule: float32 where any operand of more than one element is
+    float32). So Llama's RMSNorm,
     `x.to(torch.float32)` ... `.to(x.dtype)`, is two casts (a `relax.astype` from float16 to float32 and back, which
     the kernel view counts as copies) around float32 arithmetic, as eager runs it. A weight's cast that changes its
     dtype is not folded (eager runs `inv_freq.float()` every forward). Shapes and indices unchanged."""
-    floats = ("float16", "bfloat16", "float32")
     if not dtypes:
         return graph
     dtype_of: dict[int, str] = {s.value: s.tensor.dtype for s in graph.sources}
-    outputs_of: dict[int, list[int]] = {}
-    for v, i in graph.value_producer.items():
-        outputs_of.setdefault(i, []).append(v)
-
-    def promoted(operands: list[Operand]) -> str | None:
-        ranked = [o for o in operands if o.tensor.dtype in floats and o.tensor.shape]
-        pool = ranked or [o for o in operands if o.tensor.dtype in floats]
-        kinds = {o.tensor.dtype for o in pool}
-        return "float32" if "float32" in kinds else (kinds.pop() if len(kinds) == 1 else None)
+    outputs_of = _values_by_op(graph)
 
     ops = []
     for op in graph.ops:
         operands = [
             replace(o, tensor=TensorInfo(o.tensor.shape, dtype_of.get(o.value, o.tensor.dtype)))
-            if o.tensor.dtype in floats and dtype_of.get(o.value, o.tensor.dtype) in floats
+            if o.tensor.dtype in FLOAT_DTYPES and dtype_of.get(o.value, o.tensor.dtype) in FLOAT_DTYPES
             else o
             for o in op.operands
         ]
         own = dtypes.get(op.name) if len(op.outputs) == 1 else None
-        to = own if own in floats else promoted(operands)
-        outputs = tuple(TensorInfo(t.shape, to) if to and t.dtype in floats else t for t in op.outputs)
+        to = own if own in FLOAT_DTYPES else _promoted(operands)
+        outputs = tuple(TensorInfo(t.shape, to) if to and t.dtype in FLOAT_DTYPES else t for t in op.outputs)
         attrs = op.attrs
-        if to and attrs.get("out_dtype") in floats:
+        if to and attrs.get("out_dtype") in FLOAT_DTYPES:
             attrs = {**attrs, "out_dtype": to}
-        for k, vid in enumerate(sorted(outputs_of.get(op.index, []))):  # as `with_autocast` pairs them
-            if k < len(outputs):
-                dtype_of[vid] = outputs[k].dtype
+        for vid, t in zip(outputs_of.get(op.index, []), outputs, strict=False):
+            dtype_of[vid] = t.dtype
         # a weight's own cast (`inv_freq.float()`) runs every forward in eager, as autocast's weight casts do
         cast = op.op == "relax.astype" and operands and operands[0].tensor.dtype != outputs[0].dtype
         folded = op.folded and not cast
         ops.append(replace(op, operands=operands, outputs=outputs, attrs=attrs, folded=folded))
     return OpGraph(ops=ops, sources=graph.sources, outputs=list(graph.outputs), value_producer=graph.value_producer)
-
-
-FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 
 
 def with_compute_dtype(graph: OpGraph, dtype: str) -> OpGraph:
@@ -361,6 +361,16 @@ def _is_float(dtype: str) -> bool:
     return dtype in _FLOATS
 
 
+def _promoted(operands: list[Operand]) -> str | None:
+    """The float dtype an op computes in from its float operands, as TensorIterator promotes (`float16 + float32` is
+    float32); a one-element operand promotes only where every float operand has one element. None: no float
+    operand."""
+    floats = [o.tensor.dtype for o in operands if _is_float(o.tensor.dtype)]
+    dims = [o.tensor.dtype for o in operands if _is_float(o.tensor.dtype) and o.tensor.numel > 1]
+    pool = dims or floats
+    return max(pool, key=_FLOATS.index) if pool else None
+
+
 def with_autocast(graph: OpGraph, dtype: str) -> OpGraph:
     """The graph as eager PyTorch runs it under `torch.autocast("cuda", dtype=...)` (`dtype` "float16"/"bfloat16").
 
@@ -393,11 +403,7 @@ def with_autocast(graph: OpGraph, dtype: str) -> OpGraph:
     for op in ops_by_index:  # values computed from weights alone
         if op.operands and all(o.value in weight_values for o in op.operands):
             weight_values.update(v for v, i in producer.items() if i == op.index)
-    outputs_of: dict[int, list[int]] = {}
-    for v, i in producer.items():
-        outputs_of.setdefault(i, []).append(v)
-    for vids in outputs_of.values():
-        vids.sort()
+    outputs_of = _values_by_op(graph)
 
     # a linear layer's / convolution's bias add is part of the lower-precision op (addmm, conv2d(x, w, b))
     joined: dict[int, int] = {}  # add op -> the op it belongs to
@@ -518,10 +524,7 @@ def with_autocast(graph: OpGraph, dtype: str) -> OpGraph:
         elif op.op in _FOLLOW_INPUT and operands and _is_float(operands[0].tensor.dtype):
             out_float = operands[0].tensor.dtype  # batch norm: a 16-bit input with float32 statistics stays 16-bit
         else:
-            floats = [o.tensor.dtype for o in operands if _is_float(o.tensor.dtype)]
-            dims = [o.tensor.dtype for o in operands if _is_float(o.tensor.dtype) and o.tensor.numel > 1]
-            pool = dims or floats
-            out_float = max(pool, key=_FLOATS.index) if pool else None
+            out_float = _promoted(operands)
         outputs = tuple(
             TensorInfo(t.shape, out_float) if out_float is not None and _is_float(t.dtype) else t for t in op.outputs
         )

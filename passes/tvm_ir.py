@@ -873,8 +873,7 @@ def recording_fx_sources(
     given, is filled likewise with every returned variable's library call (`library_call_of`; "" for none);
     `copies`, when given, with the variables eager copies where the importer passes them through (`eager_copy_of`:
     a model's `.contiguous()` or `.clone()` of them). `dtypes`, when given, with the float dtype `node_dtypes` (fx
-    node name -> dtype) gives the node each returned variable comes from: the node itself, else the nearest node of
-    its provenance with the same target (a node torch's decomposition kept, renamed)."""
+    node name -> dtype) gives the node each returned variable comes from (`node_dtype`)."""
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
     record: dict[str, str] = {}

@@ -483,11 +483,7 @@ def _half_node_dtypes(ep, module, example_inputs: tuple, dynamic: list | None) -
     if [str(n.target) for n in mine] != [str(n.target) for n in theirs]:
         return {}
     twin = {h: m for h, m in zip(theirs, mine, strict=True)}
-    out = {}
-    for h, m in twin.items():
-        val = h.meta.get("val")
-        if h.op != "output" and isinstance(val, torch.Tensor) and val.is_floating_point():
-            out[m.name] = str(val.dtype).removeprefix("torch.")
+    out = {m.name: dtype for h, m in twin.items() if h.op != "output" and (dtype := _float_dtype_of(h))}
     if "float32" not in out.values():  # no float island: the retarget alone is the module
         return {}
     wired = {}
@@ -499,11 +495,10 @@ def _half_node_dtypes(ep, module, example_inputs: tuple, dynamic: list | None) -
             wired[m] = args
     for m, (args, kwargs) in wired.items():
         m.args, m.kwargs = args, kwargs
-    half_dtype = {m.name: _float_dtype_of(h) for h, m in twin.items()}
     for n in mine:  # the module's own casts
         if str(n.target) not in tvm_ir.CAST_TARGETS or not n.args or not isinstance(n.args[0], torch.fx.Node):
             continue
-        was = half_dtype.get(n.args[0].name)
+        was = out.get(n.args[0].name)
         if n.name in out and was is not None and was != out[n.name]:
             n.target, n.args, n.kwargs = torch.ops.aten._to_copy.default, (n.args[0],), {"dtype": torch.float32}
     ep.graph_module.recompile()
@@ -530,6 +525,7 @@ def _tensor_nodes(program) -> list:
 
 
 def _float_dtype_of(node) -> str | None:
+    """The float dtype of an exported program's node ("float16"), from its fake value; None for any other value."""
     import torch
 
     val = node.meta.get("val")

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from .errors import MissingShapeError, UsageError
 from .frontends import InputSpec
-from .options import check_devices, check_dtype, check_host_overhead, check_matmul_precision
+from .options import check_devices, check_dtype, check_host_overhead, check_matmul_precision, half_of
 from .pipeline import Report, Verdict, analyze_model, budget_verdict, check_budget, predict_all
 
 
@@ -56,7 +56,7 @@ def analyze(
     from .symbolic import analyze_at, formulas, load_symbolic, peak_function, require_values, symbolic_json
 
     check_dtype(dtype)
-    sm = load_symbolic(model, example_inputs, seq=True, inputs=inputs)
+    sm = load_symbolic(model, example_inputs, seq=True, inputs=inputs, half_casts=half_of(dtype))
     require_values(sm)
     if batch is None:  # an nn.Module's own example batch (a config's: its --input's) where the symbolic graph holds
         # for it, else the lowest
@@ -238,7 +238,7 @@ def _solve_largest_batch(
     else:  # an nn.Module's or a file's: axis 0 of its (first) input as analysed
         own = report.inputs[0]["shape"][0] if report.inputs and report.inputs[0]["shape"] else 1
     try:
-        sm = sm or load_symbolic(model, example_inputs, inputs=inputs)
+        sm = sm or load_symbolic(model, example_inputs, inputs=inputs, half_casts=half_of(dtype))
     except PreflightError as exc:
         report.warnings.append(f"the largest batch that fits was not solved: {exc}")
         return

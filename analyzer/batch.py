@@ -43,7 +43,7 @@ from .errors import AnalysisError, PreflightError, UsageError, one_line
 from .frontends import FILE_LOADERS, PADDLE_PARAMS, PADDLE_PROGRAM, SAVED_MODEL_MARKERS, is_paddle_program
 from .frontends.hf_config import is_hf_config
 from .frontends.specs import MAX_DIM, InputSpec
-from .options import check_devices, check_host_overhead, check_matmul_precision
+from .options import check_devices, check_host_overhead, check_matmul_precision, half_of
 from .render import _text_table, si
 
 ROW_SCHEMA = "preflight.batch/1"
@@ -85,6 +85,9 @@ class Job:
     # other rows of this run analyse the same zoo model at other batches (>= 2): its worker exports it once with
     # the batch symbolic and evaluates each row from that graph (`analyze_task`); not part of the row's identity
     shared: bool = field(default=False, compare=False)
+    # with `shared`: the half dtype that export is traced in as well (`frontends.load`'s `half_casts`: the model's own
+    # float32 casts; the rows of one model in float32 and in a half dtype share no export, their op lists differ)
+    half_casts: str | None = field(default=None, compare=False)
 
     def request(self) -> dict:
         """What was asked of this model, as its row records it (`matmul_precision` only when not torch's default,
@@ -767,21 +770,24 @@ def _cause(exc: BaseException) -> str:
 
 
 SYMBOLIC_MODELS = 4  # symbolic exports a worker keeps (a zoo model is built on the meta device: no weights)
-_symbolic: OrderedDict[str, Any] = OrderedDict()  # this worker's: path -> SymbolicModel, or None (no export)
+_symbolic: OrderedDict[tuple, Any] = OrderedDict()  # this worker's: `_symbolic_key` -> SymbolicModel, or None (none)
 
 
-def _symbolic_key(job: Job) -> str | None:
-    """What rows that can share one symbolic export have in common: a zoo model, its shapes from the spec, at a
-    batch of at least 2 (torch specialises 1: batch 1 is exported on its own, as `report --batches` does); or a
-    `.pt2`, ONNX or Paddle file without `inputs` (one import with its own dynamic dims, `frontends.load_symbolic_file`;
-    the rows its range does not cover are analysed on their own)."""
-    from .frontends import takes_symbolic
+def _symbolic_key(job: Job) -> tuple[str, str | None] | None:
+    """What rows that can share one symbolic export have in common, (path, the half dtype a traced model is traced in
+    as well: `Job.half_casts`): a zoo model, its shapes from the spec, at a batch of at least 2 (torch specialises 1:
+    batch 1 is exported on its own, as `report --batches` does); or a `.pt2`, ONNX or Paddle file or a transformers
+    config without `inputs` (one import with its own dynamic dims, `frontends.load_symbolic_file`; the rows its range
+    does not cover are analysed on their own)."""
+    from .frontends import takes_config, takes_symbolic
 
     if job.inputs or job.batch is None:
         return None
     if job.path.startswith("zoo:"):
-        return job.path if job.batch >= 2 else None
-    return job.path if takes_symbolic(job.path) else None
+        return (job.path, half_of(job.dtype)) if job.batch >= 2 else None
+    if not takes_symbolic(job.path):
+        return None
+    return job.path, (half_of(job.dtype) if takes_config(job.path) else None)
 
 
 def mark_shared(jobs: Sequence[Job]) -> list[Job]:
@@ -789,26 +795,30 @@ def mark_shared(jobs: Sequence[Job]) -> list[Job]:
     other row analyses at another batch (the rule of `analyzer.sweep`: one symbolic export pays from two batches)."""
     keys = [_symbolic_key(j) for j in jobs]  # once per row: a Paddle folder's key lists the folder
     count = Counter(k for k in keys if k is not None)
-    return [dataclasses.replace(j, shared=count[k] >= 2) if k else j for j, k in zip(jobs, keys, strict=True)]
+    return [
+        dataclasses.replace(j, shared=count[k] >= 2, half_casts=k[1]) if k else j
+        for j, k in zip(jobs, keys, strict=True)
+    ]
 
 
-def _symbolic_model(path: str):
-    """This worker's symbolic export of zoo model `path` (a file: its import with its dynamic dims symbolic;
-    `analyzer.symbolic.load_symbolic`, done once per worker and kept for the next rows), or None when the model
-    has none (torch.export fixes its batch, the file's batch is fixed...)."""
+def _symbolic_model(key: tuple[str, str | None]):
+    """This worker's symbolic export of the model `key` (path, `Job.half_casts`) names: a zoo model's export, a
+    file's import with its dynamic dims symbolic (`analyzer.symbolic.load_symbolic`, done once per worker and kept
+    for the next rows), or None when the model has none (torch.export fixes its batch, the file's batch is fixed...)."""
     from .symbolic import load_symbolic
 
-    if path not in _symbolic:
+    if key not in _symbolic:
+        path, half = key
         try:
-            _symbolic[path] = load_symbolic(path)
+            _symbolic[key] = load_symbolic(path, half_casts=half)
         except Exception as exc:  # no symbolic export: each row is exported on its own instead
             if _allocation_failure(exc):
                 raise
-            _symbolic[path] = None
+            _symbolic[key] = None
         while len(_symbolic) > SYMBOLIC_MODELS:
             _symbolic.popitem(last=False)
-    _symbolic.move_to_end(path)
-    return _symbolic[path]
+    _symbolic.move_to_end(key)
+    return _symbolic[key]
 
 
 def _analyze(job: Job):
@@ -819,7 +829,7 @@ def _analyze(job: Job):
     from .symbolic import analyze_at
 
     if job.shared and job.batch is not None:
-        sm = _symbolic_model(job.path)
+        sm = _symbolic_model((job.path, job.half_casts))
         if sm is not None and sm.covers(job.batch):
             try:
                 return analyze_at(sm, job.batch, dtype=job.dtype)

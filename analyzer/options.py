@@ -43,6 +43,12 @@ def check_dtype(dtype: str | None) -> None:
         raise UsageError(f"--dtype must be one of {', '.join(COMPUTE_DTYPES)} (got {dtype!r})")
 
 
+def half_of(dtype: str | None) -> str | None:
+    """The half dtype a model analysed with `--dtype dtype` computes in ("float16", "bfloat16"; what loaders take as
+    `half_casts`, to trace its own float32 casts), else None (float32, autocast, no retarget)."""
+    return dtype if dtype in ("float16", "bfloat16") else None
+
+
 def check_matmul_precision(matmul_precision: str, where: str | None = None) -> str:
     """`matmul_precision` if it is one of `torch.set_float32_matmul_precision`'s values ("highest", "high",
     "medium": `predictor.kernel_model.MATMUL_PRECISIONS`), else UsageError (`where` prefixes the message)."""

@@ -31,7 +31,7 @@ from predictor.predict import predict as run_predictor
 
 from .errors import AnalysisError, MissingShapeError, StrictFindingError, UsageError
 from .frontends import InputSpec, LoadedModel, load
-from .options import check_dtype, check_host_overhead, check_matmul_precision
+from .options import check_dtype, check_host_overhead, check_matmul_precision, half_of
 
 TORCH_EXPORTED = ("torch", "zoo", "transformers")  # frameworks whose graphs come from torch.export
 # frameworks whose runtime folds constant subgraphs when it loads the model (ONNX Runtime, TensorFlow, TFLite, Paddle
@@ -294,7 +294,7 @@ def analyze_model(
 
         specs = [InputSpec.parse(s) if isinstance(s, str) else s for s in inputs]
         inputs = [replace(s, dtype=None) if s.dtype is not None and s.dtype == dtype else s for s in specs]
-    loaded = load(model, inputs=inputs, batch=batch, example_inputs=example_inputs)
+    loaded = load(model, inputs=inputs, batch=batch, example_inputs=example_inputs, half_casts=half_of(dtype))
     return analyze_loaded(loaded, strict=strict, dtype=dtype)
 
 

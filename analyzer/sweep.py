@@ -25,6 +25,7 @@ from predictor.predict import predict as run_predictor
 from .errors import PreflightError, UsageError
 from .frontends import load, module_examples, with_batch
 from .frontends.specs import MAX_DIM
+from .options import half_of
 from .pipeline import analyze_loaded
 from .symbolic import analyze_at, load_symbolic, require_values, solve_largest_batch, takes_file
 
@@ -221,12 +222,12 @@ def _solve_by_formula(sm, reuse: dict, index: int, points: list[dict], latency_s
     return per_profile, full
 
 
-def _symbolic(model, example_inputs, inputs, batches: list[int], solve: bool = False):
+def _symbolic(model, example_inputs, inputs, batches: list[int], solve: bool = False, dtype: str | None = None):
     """(SymbolicModel or None, why not): one symbolic export (a `.pt2`, ONNX or Paddle file: one import with its own
     dynamic dims) for the sweep when it pays (a zoo model, an nn.Module or such a file, at least two batches to
     analyse, or `solve`: the largest batch that fits is solved from it whatever the sweep analyses); else None and
     the reason (None when none was tried: other files, `inputs` with a zoo model or an nn.Module, or fewer than two
-    batches and no solve)."""
+    batches and no solve). `dtype`: the sweep's (`--dtype`: a half dtype's own float32 casts, `frontends.load`)."""
     if (inputs and not takes_file(model)) or (not solve and len([b for b in batches if b >= 2]) < 2):
         return None, None
     torch = sys.modules.get("torch")
@@ -234,7 +235,7 @@ def _symbolic(model, example_inputs, inputs, batches: list[int], solve: bool = F
     if not (is_module or takes_file(model) or (isinstance(model, str) and model.startswith("zoo:"))):
         return None, None
     try:
-        sm = load_symbolic(model, example_inputs, inputs=inputs)
+        sm = load_symbolic(model, example_inputs, inputs=inputs, half_casts=half_of(dtype))
         require_values(sm)
         return sm, None
     except PreflightError as exc:
@@ -273,7 +274,7 @@ def run_sweep(
     predictors: dict[str, str] = {}
     skipped, warnings = [], []
     todo = [b for b in batches if b not in reuse]
-    sm, why_not = _symbolic(model, example_inputs, inputs, todo, solve) if symbolic else (None, None)
+    sm, why_not = _symbolic(model, example_inputs, inputs, todo, solve, dtype) if symbolic else (None, None)
     from_symbolic: list[int] = []
     for b in batches:
         try:
@@ -289,6 +290,7 @@ def run_sweep(
                         inputs=inputs,
                         batch=None if example_inputs else b,
                         example_inputs=_with_batch(example_inputs, b),
+                        half_casts=half_of(dtype),
                     )
                     analysis = analyze_loaded(loaded, strict=strict, dtype=dtype).analysis
                 predicted = [

@@ -62,7 +62,12 @@ class SymbolicModel:
 
 
 def load_symbolic(
-    model, example_inputs: Sequence | None = None, *, seq: bool = False, inputs: Sequence | None = None
+    model,
+    example_inputs: Sequence | None = None,
+    *,
+    seq: bool = False,
+    inputs: Sequence | None = None,
+    half_casts: str | None = None,
 ) -> SymbolicModel:
     """Export `model` ("zoo:NAME[?...]", or an nn.Module with example inputs whose axis 0 is the batch) with the
     batch symbolic and extract its symbolic graph. `seq`: also the sequence length ("seq") of a zoo language
@@ -73,7 +78,7 @@ def load_symbolic(
 
     Raises UsageError for a model symbolic analysis does not take (another file, an IRModule; `inputs` with a
     zoo model or an nn.Module), AnalysisError when torch.export fixes the batch or the graph has a size the
-    analysis cannot keep symbolic.
+    analysis cannot keep symbolic. `half_casts`: the half dtype the model will be costed in (`frontends.load`).
     """
     if inputs and not is_file(model):
         raise UsageError("symbolic analysis takes the batch as its symbol: give --batch, not --input")
@@ -86,14 +91,14 @@ def load_symbolic(
         # a failed import's TVM objects log from their C++ destructors when collected: collect them here
         with native_stderr_captured():
             try:
-                return _load_symbolic(model, example_inputs, seq=True)
+                return _load_symbolic(model, example_inputs, seq=True, half_casts=half_casts)
             except AnalysisError as exc:
                 why = str(exc)
             gc.collect()
-        sm = _load_symbolic(model, example_inputs)
+        sm = _load_symbolic(model, example_inputs, half_casts=half_casts)
         sm.notes.append(f"the sequence length could not stay symbolic ({why}): formulas of the batch only")
         return sm
-    return _load_symbolic(model, example_inputs, inputs=inputs)
+    return _load_symbolic(model, example_inputs, inputs=inputs, half_casts=half_casts)
 
 
 def is_file(model) -> bool:
@@ -110,17 +115,19 @@ def takes_file(model) -> bool:
     return is_file(model) and takes_symbolic(model)
 
 
-def _load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool = False, inputs=None) -> SymbolicModel:
+def _load_symbolic(
+    model, example_inputs: Sequence | None = None, *, seq: bool = False, inputs=None, half_casts=None
+) -> SymbolicModel:
     from passes import tvm_ir
 
     if is_file(model):
         from .frontends import load_symbolic_file
 
-        loaded, values = load_symbolic_file(Path(model), inputs)
+        loaded, values = load_symbolic_file(Path(model), inputs, half_casts)
     elif isinstance(model, str) and model.startswith("zoo:"):
         from .frontends.zoo_frontend import load_zoo_symbolic
 
-        loaded, values = load_zoo_symbolic(model[4:], seq=seq)
+        loaded, values = load_zoo_symbolic(model[4:], seq=seq, half_casts=half_casts)
     elif (torch := sys.modules.get("torch")) is not None and isinstance(model, torch.nn.Module):
         from .frontends import module_examples, with_batch
         from .frontends.torch_frontend import from_module
@@ -134,6 +141,7 @@ def _load_symbolic(model, example_inputs: Sequence | None = None, *, seq: bool =
             with_batch(example_inputs, 2, axes),  # torch specialises sizes 0 and 1
             source=f"<{type(model).__name__}>",
             symbol_axes=[{} if a is None else {a: BATCH} for a in axes],
+            half_casts=half_casts,
         )
         values = {BATCH: 2}
     else:

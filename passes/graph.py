@@ -363,12 +363,17 @@ def _is_float(dtype: str) -> bool:
 
 def _promoted(operands: list[Operand]) -> str | None:
     """The float dtype an op computes in from its float operands, as TensorIterator promotes (`float16 + float32` is
-    float32); a one-element operand promotes only where every float operand has one element. None: no float
-    operand."""
+    float32); a one-element operand promotes only where every float operand has one element (a symbolic size counts
+    as more than one). None: no float operand."""
     floats = [o.tensor.dtype for o in operands if _is_float(o.tensor.dtype)]
-    dims = [o.tensor.dtype for o in operands if _is_float(o.tensor.dtype) and o.tensor.numel > 1]
+    dims = [o.tensor.dtype for o in operands if _is_float(o.tensor.dtype) and _many(o.tensor)]
     pool = dims or floats
     return max(pool, key=_FLOATS.index) if pool else None
+
+
+def _many(tensor: TensorInfo) -> bool:
+    """Whether `tensor` has more than one element; a symbolic graph's size expression counts as more."""
+    return any(not isinstance(d, int) for d in tensor.shape) or tensor.numel > 1
 
 
 def with_autocast(graph: OpGraph, dtype: str) -> OpGraph:

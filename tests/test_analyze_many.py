@@ -469,7 +469,8 @@ def test_mark_shared_picks_the_rows_of_a_model_with_two_batches(tmp_path):
     manifest = tmp_path / "m.jsonl"
     rows = [
         {"model": "zoo:alexnet_x0_25", "batch": 2},
-        {"model": "zoo:alexnet_x0_25", "batch": 8, "dtype": "float16"},
+        {"model": "zoo:alexnet_x0_25", "batch": 8, "dtype": "float32"},
+        {"model": "zoo:alexnet_x0_25", "batch": 8, "dtype": "float16"},  # traced in float16 too: its own export
         {"model": "zoo:alexnet_x0_25", "batch": 1},  # torch specialises batch 1: its own export
         {"model": "zoo:alexnet_x0_25"},  # the zoo's default batch (1)
         {"model": "zoo:alexnet_x0_25", "batch": 4, "inputs": ["x:4x3x224x224"]},  # shapes from --input
@@ -482,7 +483,7 @@ def test_mark_shared_picks_the_rows_of_a_model_with_two_batches(tmp_path):
     ]
     manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
     jobs, _ = batch.read_manifest(manifest)
-    shared = [True, True, False, False, False, False, True, True, False, False, False]
+    shared = [True, True, False, False, False, False, False, True, True, False, False, False]
     assert [j.shared for j in batch.mark_shared(jobs)] == shared
     assert batch.mark_shared(jobs)[0] == jobs[0] and batch.mark_shared(jobs)[0].key == jobs[0].key  # no new identity
 
@@ -526,12 +527,14 @@ def shared_jobs(tmp_path):
         {"model": "zoo:alexnet_x0_25", "batch": 2},
         {"model": "zoo:alexnet_x0_25", "batch": 5, "devices": ["a100-40gb", "h100-80gb"]},
         {"model": "zoo:alexnet_x0_25", "batch": 3, "dtype": "float16"},
+        {"model": "zoo:alexnet_x0_25", "batch": 4, "dtype": "float16"},
         {"model": "zoo:alexnet_x0_25", "batch": 1},
     ]
     manifest = tmp_path / "shared.jsonl"
     manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
     jobs = batch.mark_shared(batch.read_manifest(manifest)[0])
-    assert [j.shared for j in jobs] == [True, True, True, False]
+    assert [j.shared for j in jobs] == [True, True, True, True, False]
+    assert [j.half_casts for j in jobs] == [None, None, "float16", "float16", None]
     return jobs
 
 
@@ -567,7 +570,9 @@ def test_rows_that_share_a_model_equal_rows_analysed_one_by_one(shared_jobs, mon
     calls = _count_exports(monkeypatch)
     rows = [_no_envelope(batch.analyze_task(j)) for j in shared_jobs]
     assert calls == ["zoo:alexnet_x0_25"]  # only batch 1 exported on its own: the others from one symbolic export
-    assert list(batch._symbolic) == ["zoo:alexnet_x0_25"] and batch._symbolic["zoo:alexnet_x0_25"] is not None
+    # one export per (model, the half dtype it is traced in as well): float32's and float16's
+    keys = [("zoo:alexnet_x0_25", None), ("zoo:alexnet_x0_25", "float16")]
+    assert list(batch._symbolic) == keys and all(batch._symbolic[k] is not None for k in keys)
     assert rows[1]["totals"]["macs"] == 5 * rows[0]["totals"]["macs"] // 2  # a CNN's MACs are linear in the batch
     monkeypatch.undo()
     _check_rows_equal_one_by_one(shared_jobs, rows)
@@ -588,7 +593,7 @@ def test_rows_that_share_a_file_equal_rows_analysed_one_by_one(tmp_path, monkeyp
     calls = _count_exports(monkeypatch)
     done = [_no_envelope(batch.analyze_task(j)) for j in jobs]
     assert calls == [onnx]  # batch 1, below an ONNX file's symbolic range (from 2), imported on its own
-    assert list(batch._symbolic) == [onnx] and batch._symbolic[onnx] is not None
+    assert list(batch._symbolic) == [(onnx, None)] and batch._symbolic[(onnx, None)] is not None
     # Conv2d(3, 4, 3) on 8 x 8: 4 x 6 x 6 outputs of 27 MACs = 3,888 per sample
     assert [r["totals"]["macs"] for r in done] == [3_888, 7_776, 23_328]
     monkeypatch.undo()
@@ -606,7 +611,8 @@ def test_shared_rows_of_a_model_without_a_symbolic_export_fall_back_per_row(shar
     monkeypatch.setattr(symbolic, "load_symbolic", refuse)
     rows = [_no_envelope(batch.analyze_task(j)) for j in shared_jobs]
     assert calls == [j.path for j in shared_jobs]  # every row exported on its own
-    assert batch._symbolic == {"zoo:alexnet_x0_25": None}  # tried once per worker, not once per row
+    # tried once per worker and export (float32's, float16's), not once per row
+    assert batch._symbolic == {("zoo:alexnet_x0_25", None): None, ("zoo:alexnet_x0_25", "float16"): None}
     monkeypatch.undo()
     _check_rows_equal_one_by_one(shared_jobs, rows)
 

@@ -11,6 +11,7 @@ Two kinds of checks:
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections import Counter
 
@@ -1062,6 +1063,45 @@ def test_a_half_llama_runs_its_own_casts():
     assert count == trace.dependent_count == 86
     assert abs(nbytes / trace.dependent_bytes - 1) <= 1e-4
     assert input_dependent(analyze(f"zoo:{spec}&dtype=float16").analysis)[:2] == (count, nbytes)
+
+
+TINY_LLAMA = "llama?layers=2&hidden=64&heads=4&kv_heads=2&intermediate=128&vocab=256&max_pos=512&seq_len=16"
+
+
+def test_a_float32_model_costed_in_float16_runs_its_own_casts():
+    """`dtype="float16"` on a float32 module is `model.half()` (`half_casts`): RMSNorm's upcasts and the rotary
+    `.float()` are kernels, 86 input-dependent ones as in the eager dispatch trace of the half module (76 before,
+    when the dtype was known only after the load), kernel for kernel the analysis of `.half()` itself; the same
+    through a zoo spec with `--dtype float16`, its symbolic export (which crashed on a symbolic size before) and a
+    transformers config."""
+    built = zoo.build(TINY_LLAMA, batch=2)
+    model, inputs = built.module.eval(), tuple(built.example_inputs)
+    costed = analyze(model, inputs, dtype="float16").analysis
+    trace = trace_kernels(model.half(), inputs, inference=True)
+    assert input_dependent(costed)[0] == trace.dependent_count == 86
+    kernels = [(k.op, k.dtype, k.bytes) for k in costed.kernels]
+    assert kernels == [(k.op, k.dtype, k.bytes) for k in analyze(model, inputs).analysis.kernels]  # the half one
+    for route in (
+        analyze(f"zoo:{TINY_LLAMA}", batch=2, dtype="float16"),
+        analyze(f"zoo:{TINY_LLAMA}", batch=2, dtype="float16", symbolic=True),
+        analyze(f"zoo:{TINY_LLAMA}&dtype=float16", batch=2, symbolic=True),
+    ):
+        assert [(k.op, k.dtype, k.bytes) for k in route.analysis.kernels] == kernels
+
+
+def test_a_float32_config_costed_in_bfloat16_runs_its_own_casts(tmp_path):
+    """The transformers-config route with `--dtype bfloat16`: Llama's norms and rotary embedding in float32 (casts
+    and all), as `model.to(torch.bfloat16)` runs them: the zoo's Llama of the same sizes traced in bfloat16."""
+    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128}
+    config |= {"num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 512}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config | {"num_hidden_layers": 2}))
+    plain = analyze(str(path), inputs=["input_ids:2x16"], dtype="bfloat16").analysis.kernels
+    casts = [k for k in plain if k.op == "relax.astype"]
+    assert casts and {k.dtype for k in casts} == {"float32", "bfloat16"}
+    assert sum(k.dtype == "float32" for k in plain) > len(casts)  # the norms' own work in float32
+    zoo_ = analyze(f"zoo:{TINY_LLAMA}", batch=2, dtype="bfloat16").analysis.kernels
+    assert [(k.op, k.dtype) for k in casts] == [(k.op, k.dtype) for k in zoo_ if k.op == "relax.astype"]
 
 
 def test_a_half_zoo_spec_costed_in_float32_is_the_float32_model():

@@ -374,7 +374,8 @@ def test_analyze_many_rows_of_a_paddle_model_share_one_conversion(pd_models, tmp
     assert [j.shared for j in jobs] == [True, True, False]
     done = [batch.analyze_task(j) for j in jobs]
     assert [r["totals"]["macs"] for r in done] == [2 * MLP_MACS, 6 * MLP_MACS, 3 * MLP_MACS]
-    assert list(batch._symbolic) == [str(pd_models["mlp"])] and batch._symbolic[str(pd_models["mlp"])] is not None
+    key = (str(pd_models["mlp"]), None)
+    assert list(batch._symbolic) == [key] and batch._symbolic[key] is not None
     assert len(calls) == 2  # one for the two shared rows (the symbolic import), one for the row with --input
 
 

@@ -28,6 +28,7 @@ def load(
     inputs: Sequence[InputSpec | str] | None = None,
     batch: int | None = None,
     example_inputs: Sequence | None = None,
+    half_casts: str | None = None,
 ) -> LoadedModel:
     """Lower `model` to a Relax IRModule with static shapes.
 
@@ -38,13 +39,16 @@ def load(
         inputs: `InputSpec`s or `"NAME:DIMS[:DTYPE]"` strings for the file's inputs.
         batch: sets dimension 0 of every input.
         example_inputs: tensors for an nn.Module.
+        half_casts: "float16" or "bfloat16" when the model will be costed in that dtype (`--dtype`): a float32
+            nn.Module, zoo model or transformers config is also traced in it, so that its own float32 casts (Llama's
+            RMSNorm, a rotary embedding's `.float()`) are kernels in float32 (`LoadedModel.op_dtypes`).
 
     Raises:
         UsageError: bad arguments, unreadable or unsafe files, dynamic dims left unset (exit 2).
         AnalysisError: the model was read but could not be lowered (exit 1).
     """
     try:
-        loaded = _load(model, inputs, batch, example_inputs)
+        loaded = _load(model, inputs, batch, example_inputs, half_casts)
     except PreflightError as exc:
         exc.args = tuple(printable(a) if isinstance(a, str) else a for a in exc.args)
         raise
@@ -61,7 +65,7 @@ def load(
     return loaded
 
 
-def _load(model, inputs, batch: int | None, example_inputs) -> LoadedModel:
+def _load(model, inputs, batch: int | None, example_inputs, half_casts: str | None = None) -> LoadedModel:
     if batch is not None and not 0 < batch <= MAX_DIM:
         raise UsageError(f"--batch must be an integer from 1 to {MAX_DIM}")
     specs = input_specs(inputs)
@@ -73,7 +77,7 @@ def _load(model, inputs, batch: int | None, example_inputs) -> LoadedModel:
         examples = module_examples(example_inputs)
         if batch is not None:
             examples = with_batch(examples, batch)
-        return from_module(model, examples, source=f"<{type(model).__name__}>")
+        return from_module(model, examples, source=f"<{type(model).__name__}>", half_casts=half_casts)
     if _is_irmodule(model):
         if specs or batch is not None:
             raise UsageError(
@@ -87,8 +91,8 @@ def _load(model, inputs, batch: int | None, example_inputs) -> LoadedModel:
     if text.startswith("zoo:"):
         from .zoo_frontend import load_zoo
 
-        return load_zoo(text[4:], specs, batch)
-    return _load_file(Path(text), specs, batch)
+        return load_zoo(text[4:], specs, batch, half_casts=half_casts)
+    return _load_file(Path(text), specs, batch, half_casts)
 
 
 def module_examples(example_inputs) -> tuple:
@@ -124,7 +128,9 @@ def _is_irmodule(model) -> bool:
     return type(model).__name__ == "IRModule" and type(model).__module__.startswith("tvm")
 
 
-def _load_file(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
+def _load_file(
+    path: Path, specs: dict[str, InputSpec], batch: int | None, half_casts: str | None = None
+) -> LoadedModel:
     if not path.exists():
         raise UnreadableModelError(f"{path}: no such file or directory")
     if path.is_dir():
@@ -144,7 +150,7 @@ def _load_file(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Lo
         from .hf_config import is_hf_config, load_hf_config
 
         if is_hf_config(path):
-            return load_hf_config(path, specs, batch)
+            return load_hf_config(path, specs, batch, half_casts=half_casts)
         if (why := _json_error(path)) is not None:
             raise UnreadableModelError(f"{path}: not valid JSON ({why})")
         raise UnreadableModelError(
@@ -191,11 +197,14 @@ def _checked_file(path: Path) -> str:
     return suffix
 
 
-def load_symbolic_file(path: Path, inputs: Sequence[InputSpec | str] | None = None) -> tuple[LoadedModel, dict]:
+def load_symbolic_file(
+    path: Path, inputs: Sequence[InputSpec | str] | None = None, half_casts: str | None = None
+) -> tuple[LoadedModel, dict]:
     """A model file imported once with its dynamic input dims left symbolic (`SYMBOLIC_LOADERS`; a Paddle
     inference model, a folder or its files, through its ONNX conversion): the loaded model, whose `symbols` name
     them ("batch" for dimension 0), and the values `inputs` (`--input`) give the others. UsageError for a file of
-    another format, or one its loader refuses; UnreadableModelError for a path that does not exist."""
+    another format, or one its loader refuses; UnreadableModelError for a path that does not exist. `half_casts`
+    as `load` takes it (a transformers config's)."""
     try:
         if not path.exists():
             raise UnreadableModelError(f"{path}: no such file or directory")
@@ -207,7 +216,7 @@ def load_symbolic_file(path: Path, inputs: Sequence[InputSpec | str] | None = No
         if _symbolic_config(path) is not None:
             from .hf_config import load_hf_config_symbolic
 
-            return load_hf_config_symbolic(path, input_specs(inputs))
+            return load_hf_config_symbolic(path, input_specs(inputs), half_casts)
         suffix = None if path.is_dir() else _checked_file(path)
         if suffix not in SYMBOLIC_LOADERS:
             raise UsageError(

@@ -224,20 +224,25 @@ def is_causal_lm(model) -> bool:
     return config is not None and not getattr(config, "is_encoder_decoder", False) and _causal_lm_class(type(model))
 
 
-def load_hf_config(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
+def load_hf_config(
+    path: Path, specs: dict[str, InputSpec], batch: int | None, half_casts: str | None = None
+) -> LoadedModel:
     """Analyse the model a transformers `config.json` describes: input_ids (batch x sequence) or pixel_values.
 
     A stack of more than `EXTRAPOLATE_ABOVE` identical layers is traced at depth 2, with its depth-1 rebuild in
     `depth1` (`LoadedModel.layers`): the analysis extrapolates the totals exactly. More than `MAX_FULL_LAYERS`
-    layers that cannot be extrapolated are refused (exit 1) rather than traced one by one.
+    layers that cannot be extrapolated are refused (exit 1) rather than traced one by one. `half_casts`: the half dtype
+    the model will be costed in (`torch_frontend.from_module`: its own float32 casts are kernels).
     """
     config = read_config(path)
     n = layer_count(config)
     if n is not None and n > EXTRAPOLATE_ABOVE:
         why = _why_not_identical_cached(path, config)
         if why is None:
-            deep = _load_model(build_model(truncated_config(config, 2)), config, path, specs, batch)
-            deep.depth1 = _load_model(build_model(truncated_config(config, 1)), config, path, specs, batch)
+            deep = _load_model(build_model(truncated_config(config, 2)), config, path, specs, batch, None, half_casts)
+            deep.depth1 = _load_model(
+                build_model(truncated_config(config, 1)), config, path, specs, batch, None, half_casts
+            )
             deep.layers = n
             return deep
         if n > MAX_FULL_LAYERS:
@@ -251,7 +256,7 @@ def load_hf_config(path: Path, specs: dict[str, InputSpec], batch: int | None) -
             f"{path}: a stack of {declared:,} layers that preflight cannot extrapolate from the first two; it traces "
             f"at most {MAX_FULL_LAYERS} layers per stack (a config with fewer layers shows their cost per layer)"
         )
-    return _load_model(build_model(config), config, path, specs, batch)
+    return _load_model(build_model(config), config, path, specs, batch, None, half_casts)
 
 
 # ---- identical layers: trace two, extrapolate the rest --------------------------------------------------------------
@@ -374,7 +379,9 @@ def _no_init_weights():
     return no_init_weights()
 
 
-def load_hf_config_symbolic(path: Path, specs: dict[str, InputSpec]) -> tuple[LoadedModel, dict[str, int]]:
+def load_hf_config_symbolic(
+    path: Path, specs: dict[str, InputSpec], half_casts: str | None = None
+) -> tuple[LoadedModel, dict[str, int]]:
     """The model a transformers `config.json` describes (a model directory: its `config.json`), exported once with
     its batch symbolic and, for text models, its sequence length ("seq"; where torch.export keeps it symbolic,
     else the batch alone, said in a warning): `analyzer.frontends.load_symbolic_file`'s contract. `--input` gives
@@ -397,7 +404,7 @@ def load_hf_config_symbolic(path: Path, specs: dict[str, InputSpec]) -> tuple[Lo
     why = None
     for axes in attempts:
         try:
-            loaded = _load_model(model, config, cfg, specs, 2, symbol_axes=[axes])
+            loaded = _load_model(model, config, cfg, specs, 2, symbol_axes=[axes], half_casts=half_casts)
         except AnalysisError as exc:
             if axes is attempts[-1]:
                 raise
@@ -414,10 +421,11 @@ def load_hf_config_symbolic(path: Path, specs: dict[str, InputSpec]) -> tuple[Lo
 
 
 def _load_model(
-    model, config, path: Path, specs: dict[str, InputSpec], batch: int | None, symbol_axes=None
+    model, config, path: Path, specs: dict[str, InputSpec], batch: int | None, symbol_axes=None, half_casts=None
 ) -> LoadedModel:
     """Trace `model` (built from `config`) with its main input: input_ids (batch x sequence) or pixel_values;
-    `symbol_axes` as `torch_frontend.from_module` takes them (a symbolic export)."""
+    `symbol_axes` and `half_casts` as `torch_frontend.from_module` takes them (a symbolic export; the half dtype the
+    model will be costed in)."""
     import inspect
 
     import torch
@@ -462,6 +470,7 @@ def _load_model(
             source=str(path),
             input_names=(name,),
             symbol_axes=symbol_axes,
+            half_casts=half_casts,
         )
     except AnalysisError as exc:
         why = _export_hint(config, name, shape)

@@ -311,9 +311,9 @@ def from_module(
 ) -> LoadedModel:
     """Export an nn.Module with its example inputs and import it to Relax.
 
-    `half_casts` ("float16" or "bfloat16"): a float32 module that is costed in that dtype (the zoo's `dtype=float16`,
-    built on the meta device, where a copy costs nothing): its copy in that dtype is exported as well, so that its
-    own float32 casts are known (`LoadedModel.op_dtypes`, `_half_node_dtypes`), as for a module given in it.
+    `half_casts` ("float16" or "bfloat16"): a float32 module that is costed in that dtype (`dtype="float16"`, the
+    zoo's `dtype=float16`): its copy in that dtype (`_as_half`: weights never allocated) is exported as well, so that
+    its own float32 casts are known (`LoadedModel.op_dtypes`, `_half_node_dtypes`), as for a module given in it.
 
     `symbol_axes`, one {axis: symbol name} per example input (e.g. {0: "batch", 1: "seq"}; {} for an input with
     none), exports a symbolic program: each name is one `torch.export.Dim`, left as a shape variable in the Relax
@@ -641,15 +641,31 @@ def _float_dtype(module, example_inputs) -> str | None:
 
 
 def _as_half(module, example_inputs, dtype: str):
-    """A copy of a float32 module and its float inputs in `dtype` ("float16", "bfloat16"; on the meta device the copy
-    allocates nothing)."""
+    """A copy of a float32 module and its float inputs in `dtype` ("float16", "bfloat16"), for torch.export to trace
+    (fake tensors: no value is ever read). Its weights are empty tensors (`torch.empty_like`): address space the
+    system hands out when written, which tracing never does, so a large model is not copied (a weight shared by two
+    modules stays shared). None when the module cannot be copied (`copy.deepcopy` refuses it)."""
     import copy
+    import itertools
 
     import torch
 
     to = getattr(torch, dtype)
-    copied = copy.deepcopy(module).to(to)
-    inputs = tuple(t.to(to) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in example_inputs)
+    memo: dict[int, torch.Tensor] = {}
+    for t in itertools.chain(module.parameters(), module.buffers()):
+        if id(t) not in memo:
+            empty = torch.empty_like(t, dtype=to if t.is_floating_point() else t.dtype)
+            memo[id(t)] = torch.nn.Parameter(empty, t.requires_grad) if isinstance(t, torch.nn.Parameter) else empty
+    try:
+        copied = copy.deepcopy(module, memo)
+    except Exception:  # noqa: BLE001 - only the module's own casts are at stake (the float32 route stands)
+        return None
+    inputs = tuple(
+        torch.empty_strided(t.shape, t.stride(), dtype=to, device=t.device)  # an expanded batch stays a view's size
+        if isinstance(t, torch.Tensor) and t.is_floating_point()
+        else t
+        for t in example_inputs
+    )
     return copied, inputs
 
 

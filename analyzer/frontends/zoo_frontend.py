@@ -101,20 +101,26 @@ def _symbol_axes(spec: str, seq: bool):
     return axes, values, built
 
 
-def load_zoo_symbolic(spec: str, seq: bool = False) -> tuple[LoadedModel, dict[str, int]]:
+def load_zoo_symbolic(
+    spec: str, seq: bool = False, half_casts: str | None = None
+) -> tuple[LoadedModel, dict[str, int]]:
     """A zoo model exported with its batch (and with `seq`, its sequence length) symbolic
     (`from_module(..., symbol_axes=...)`), from example inputs of batch 2 (torch specialises sizes 0 and 1);
-    and the spec's value of each symbol. AnalysisError when torch.export finds the batch fixed."""
+    and the spec's value of each symbol. AnalysisError when torch.export finds the batch fixed. `half_casts` as
+    `load_zoo` takes it."""
     axes, values, built = _symbol_axes(spec, seq)
-    loaded = load_zoo(spec, {}, 2, symbol_axes=axes, built=built)  # the batch-2 build, not a third one
+    loaded = load_zoo(spec, {}, 2, symbol_axes=axes, built=built, half_casts=half_casts)  # the batch-2 build again
     if "batch" not in {v[0] for v in loaded.symbols.values()}:
         raise AnalysisError(f"zoo:{spec}: torch.export fixed the batch size; no symbolic export")
     return loaded, values
 
 
-def load_zoo(spec: str, specs: dict[str, InputSpec], batch: int | None, symbol_axes=None, built=None) -> LoadedModel:
+def load_zoo(
+    spec: str, specs: dict[str, InputSpec], batch: int | None, symbol_axes=None, built=None, half_casts=None
+) -> LoadedModel:
     """Build a zoo model's shapes only (meta device) and import it; weights are never allocated. `built`: the model
-    already built at `batch` (`zoo.build(spec without its dtype, batch=batch, device="meta")`), not built again."""
+    already built at `batch` (`zoo.build(spec without its dtype, batch=batch, device="meta")`), not built again.
+    `half_casts`: the half dtype a float32 spec will be costed in (`from_module`; a spec's own `dtype=` comes first)."""
     import torch
 
     import zoo
@@ -142,7 +148,7 @@ def load_zoo(spec: str, specs: dict[str, InputSpec], batch: int | None, symbol_a
         source=source,
         input_names=built.input_names,
         symbol_axes=symbol_axes,
-        half_casts=None if dtype is torch.float32 else str(dtype).removeprefix("torch."),  # its own float32 casts
+        half_casts=half_casts if dtype is torch.float32 else str(dtype).removeprefix("torch."),  # own float32 casts
     )
     loaded.name = built.name
     if dtype is not torch.float32:

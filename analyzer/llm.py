@@ -296,13 +296,20 @@ class StepGraph:
         """(Relax module, number of ops, unconverted ops, number of inputs, op sources, op marks) of the step at
         (batch, length), symbolic when `dynamic`; op sources: each Relax variable's module path in the transformers
         model (`model.layers.0.self_attn.q_proj`, as `preflight analyze` names a model's operators); op marks: the
-        library calls eager runs ops in and the copies it makes where TVM passes a value through
-        (`LoadedModel.op_calls`, `.op_copies`: BLOOM's baddbmm, the cache's `.contiguous()`)."""
+        library calls eager runs ops in and the copies it makes where TVM passes a value through, and in a half serving
+        dtype the float dtype of each op the model's own casts change (`LoadedModel.op_calls`, `.op_copies`,
+        `.op_dtypes`: BLOOM's baddbmm, the cache's `.contiguous()`, Llama's RMSNorm in float32)."""
         import torch
 
         from passes.tvm_boot import prime_backtraces
 
-        from .frontends.torch_frontend import _below, _ParamsAsInputs, import_exported_program
+        from .frontends.torch_frontend import (
+            _as_half,
+            _below,
+            _half_node_dtypes,
+            _ParamsAsInputs,
+            import_exported_program,
+        )
 
         prime_backtraces()  # TVM's first native backtrace, on the second core while torch exports (passes.tvm_boot)
         module = self._module(None if (dynamic is not None or self.kind == "prefill") else length)
@@ -322,18 +329,29 @@ class StepGraph:
             raise
         except Exception as exc:  # torch.export raises many error types
             raise AnalysisError(f"torch.export could not export the {self.kind} step: {one_line(exc)}") from exc
+        node_dtypes = {}
+        if self.dtype in ("float16", "bfloat16") and (half := _as_half(module, inputs, self.dtype)) is not None:
+            node_dtypes = _half_node_dtypes(ep, *half, None if dynamic is None else list(dynamic))  # own casts
         users = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
         params = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
         sources: dict[str, str] = {}
         calls: dict[str, str] = {}
         copies: dict[str, str] = {}
+        dtypes: dict[str, str] = {}
         names = dict(zip(users[len(inputs) :], params, strict=False))  # weight placeholders -> parameter names
         mod, n, missing = import_exported_program(
-            ep, n_inputs=len(inputs), sources=sources, weight_names=names, calls=calls, copies=copies
+            ep,
+            n_inputs=len(inputs),
+            sources=sources,
+            weight_names=names,
+            calls=calls,
+            copies=copies,
+            node_dtypes=node_dtypes,
+            dtypes=dtypes,
         )
         # the step module's causal LM (`lm`): its module paths as the model names them (`transformer.h.0.mlp.c_fc`)
         sources = {k: TOP_LEVEL if v in ("", "inner", "lm") else _below(v, "lm") for k, v in sources.items()}
-        return mod, n, missing, len(inputs), sources, (calls, copies)
+        return mod, n, missing, len(inputs), sources, (calls, copies, dtypes)
 
     def _dynamic_spec(self, lo: int, hi: int) -> tuple:
         from torch.export import Dim
@@ -418,7 +436,7 @@ class StepGraph:
         key = (batch, length)
         if key in self._points:
             return self._points[key]
-        mod, n_inputs, missing, graph, sources, (calls, copies) = self._bound(batch, length, max_length)
+        mod, n_inputs, missing, graph, sources, (calls, copies, dtypes) = self._bound(batch, length, max_length)
         loaded = LoadedModel(
             mod=mod,
             framework=self.framework,
@@ -430,6 +448,7 @@ class StepGraph:
             op_sources=sources,
             op_calls=calls,
             op_copies=copies,
+            op_dtypes=dtypes,
         )
         report = analyze_loaded(loaded, dtype=self.dtype, graph=graph)
         graph = report.analysis.graph

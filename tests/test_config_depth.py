@@ -123,3 +123,38 @@ def test_module_names_are_the_models_own(tmp_path, doc):
         c.category == "matmul" and c.module.endswith(".0.attention.self.query" if doc is BERT else ".0.attn.c_attn")
         for c in ops
     )
+
+
+GPT2_BASE = GPT2 | {"architectures": ["GPT2Model"], "n_layer": 2}
+MISTRAL_BASE = {"model_type": "mistral", "architectures": ["MistralModel"], "hidden_size": 64, "intermediate_size": 128}
+MISTRAL_BASE |= {"num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 128}
+OPT_BASE = {"model_type": "opt", "architectures": ["OPTModel"], "hidden_size": 64, "ffn_dim": 128, "vocab_size": 1000}
+OPT_BASE |= {"num_attention_heads": 4, "max_position_embeddings": 128, "word_embed_proj_dim": 64}
+
+
+@pytest.mark.parametrize(
+    ("doc", "count"), [(GPT2_BASE, 37), (MISTRAL_BASE, 75), (OPT_BASE, 29)], ids=["gpt2", "mistral", "opt"]
+)
+def test_a_decoder_without_its_head_is_one_forward_without_a_cache(tmp_path, doc, count):
+    """GPT2Model, MistralModel, OPTModel (a decoder's base class, no LM head) build a key/value cache by default,
+    whose first update concatenated an empty tensor that TVM's importer refused (every such config failed). Called
+    with `use_cache=False` as the causal-LM classes are, their kernels are the eager dispatch trace's of that call."""
+    import torch
+    import transformers
+    from kernel_trace import input_dependent, trace_kernels
+
+    path = _config(tmp_path, doc, 2)
+    rep = analyze_model(path, inputs=["input_ids:2x16"])
+    model = getattr(transformers, doc["architectures"][0])(hf_config.read_config(path))  # CPU: the masks' checks
+    ids = torch.zeros(2, 16, dtype=torch.int64)
+
+    class NoCache(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            return self.model(input_ids=x, use_cache=False, return_dict=False)[0]
+
+    traced = trace_kernels(NoCache(), (ids,), inference=True).dependent_count
+    assert input_dependent(rep.analysis)[0] == traced == count

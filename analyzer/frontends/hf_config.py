@@ -460,7 +460,10 @@ def _load_model(
         hint = "" if name == "input_ids" else " (--dtype float16 or bfloat16 analyses the model in that dtype)"
         raise UsageError(f"input '{name}' of {path} is {' or '.join(allowed)}, not {dtype}{hint}")
     example = torch.zeros(shape, dtype=getattr(torch, dtype), device="meta")
-    wrapper = HFWrapper(model, name, decoder=is_causal_lm(model))
+    # `use_cache=False` wherever the forward takes it: a decoder without its head (LlamaModel) builds a key/value
+    # cache by default too, which one forward does not need (and whose first update concatenates an empty tensor)
+    takes_cache = "use_cache" in inspect.signature(model.forward).parameters
+    wrapper = HFWrapper(model, name, decoder=is_causal_lm(model) or takes_cache)
     try:
         loaded = from_module(
             wrapper,

@@ -330,7 +330,8 @@ class StepGraph:
         except Exception as exc:  # torch.export raises many error types
             raise AnalysisError(f"torch.export could not export the {self.kind} step: {one_line(exc)}") from exc
         node_dtypes = {}
-        if self.dtype in ("float16", "bfloat16") and (half := _as_half(module, inputs, self.dtype)) is not None:
+        # (on the meta device, as the float32 stand-ins: a user's module with real weights is paired the same way)
+        if self.dtype in ("float16", "bfloat16") and (half := _as_half(module, inputs, self.dtype, "meta")) is not None:
             node_dtypes = _half_node_dtypes(ep, *half, None if dynamic is None else list(dynamic))  # own casts
         users = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
         params = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]

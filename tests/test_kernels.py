@@ -1102,6 +1102,19 @@ def test_a_float32_config_costed_in_bfloat16_runs_its_own_casts(tmp_path):
     assert sum(k.dtype == "float32" for k in plain) > len(casts)  # the norms' own work in float32
     zoo_ = analyze(f"zoo:{TINY_LLAMA}", batch=2, dtype="bfloat16").analysis.kernels
     assert [(k.op, k.dtype) for k in casts] == [(k.op, k.dtype) for k in zoo_ if k.op == "relax.astype"]
+    folder = analyze(str(tmp_path), inputs=["input_ids:2x16"], dtype="bfloat16").analysis.kernels  # a model folder
+    assert [(k.op, k.dtype, k.bytes) for k in folder] == [(k.op, k.dtype, k.bytes) for k in plain]
+
+
+def test_a_module_that_cannot_be_copied_in_half_precision_gets_the_usual_error():
+    """A lazy module's weights have no shape: costed in float16 it gets the export's clear error (AnalysisError), as
+    in float32, not the half copy's ValueError."""
+    from analyzer.errors import AnalysisError
+
+    model = nn.Sequential(nn.LazyLinear(8), nn.ReLU())
+    for dtype in (None, "float16"):
+        with pytest.raises(AnalysisError, match="torch.export could not export"):
+            analyze(model, (torch.randn(2, 4),), dtype=dtype)
 
 
 def test_a_half_zoo_spec_costed_in_float32_is_the_float32_model():

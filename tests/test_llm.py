@@ -609,7 +609,8 @@ def test_the_steps_record_library_calls_and_copies():
 def test_half_precision_steps_run_the_models_own_casts():
     """A 2-layer Llama served in float16: RMSNorm's upcasts and the rotary embedding's `.float()` are float32 kernels
     in both steps, whose input-dependent kernels are the eager dispatch trace's of the float16 model, kernel for
-    kernel in count (prefill 90, decode 88; 80 and 78 before, when the step's float32 export lost the casts)."""
+    kernel in count (prefill 90, decode 88; 80 and 78 before, when the step's float32 export lost the casts); the
+    same for the model with real weights on the CPU (its half copy is made on the meta device, as the stand-ins)."""
     import transformers
     from kernel_trace import input_dependent, trace_kernels
 
@@ -632,6 +633,11 @@ def test_half_precision_steps_run_the_models_own_casts():
         lm.float()
         assert input_dependent(a.analysis)[0] == traced == count, kind
         assert sum(k.op == "relax.astype" and k.dtype == "float32" for k in a.analysis.kernels) >= 2 * 2 + 1
+        cpu = transformers.LlamaForCausalLM(cfg).eval()
+        b = StepGraph(kind, cpu, layout, "float16", name="llama", source="test", framework="torch").point(2, 32, 512)
+        assert [(k.op, k.dtype, k.bytes) for k in b.analysis.kernels] == [
+            (k.op, k.dtype, k.bytes) for k in a.analysis.kernels
+        ], kind
 
 
 def test_the_table_and_the_recommendation_name_the_same_slice(tmp_path):

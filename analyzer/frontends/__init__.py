@@ -134,13 +134,13 @@ def _load_file(
     if not path.exists():
         raise UnreadableModelError(f"{path}: no such file or directory")
     if path.is_dir():
-        return _load_dir(path, specs, batch)
+        return _load_dir(path, specs, batch, half_casts)
     suffix = _checked_file(path)
     if suffix in FILE_LOADERS:
         module, function = FILE_LOADERS[suffix]
         return getattr(importlib.import_module(module, __name__), function)(path, specs, batch)
     if path.name in SAVED_MODEL_MARKERS:
-        return _load_dir(path.parent, specs, batch)
+        return _load_dir(path.parent, specs, batch, half_casts)
     if is_paddle_program(path) or suffix == PADDLE_PARAMS:
         from .paddle_frontend import load_paddle
 
@@ -325,7 +325,7 @@ _FORMATS = (
 )
 
 
-def _load_dir(path: Path, specs: dict[str, InputSpec], batch: int | None) -> LoadedModel:
+def _load_dir(path: Path, specs: dict[str, InputSpec], batch: int | None, half_casts: str | None = None) -> LoadedModel:
     """A SavedModel directory (saved_model.pb) or a Paddle inference directory (model files + .pdiparams)."""
     if any((path / m).is_file() for m in SAVED_MODEL_MARKERS):
         from .tensorflow_frontend import load_saved_model
@@ -348,7 +348,7 @@ def _load_dir(path: Path, specs: dict[str, InputSpec], batch: int | None) -> Loa
                 f"config.json: give {path / graphs[0]} to analyse that graph, or {path / 'config.json'} for the "
                 f"model the config describes"
             )
-        return load_hf_config(path / "config.json", specs, batch)
+        return load_hf_config(path / "config.json", specs, batch, half_casts=half_casts)
     if (path / "config.json").is_file() and (why := _json_error(path / "config.json")) is not None:
         raise UnreadableModelError(f"{path / 'config.json'}: not valid JSON ({why})")
     raise UnreadableModelError(

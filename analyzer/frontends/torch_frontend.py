@@ -640,32 +640,34 @@ def _float_dtype(module, example_inputs) -> str | None:
     return str(half.pop()).removeprefix("torch.")
 
 
-def _as_half(module, example_inputs, dtype: str):
+def _as_half(module, example_inputs, dtype: str, device=None):
     """A copy of a float32 module and its float inputs in `dtype` ("float16", "bfloat16"), for torch.export to trace
-    (fake tensors: no value is ever read). Its weights are empty tensors (`torch.empty_like`): address space the
-    system hands out when written, which tracing never does, so a large model is not copied (a weight shared by two
-    modules stays shared). None when the module cannot be copied (`copy.deepcopy` refuses it)."""
+    (fake tensors: no value is ever read). Its weights are empty tensors (`torch.empty_like`), on `device` (default:
+    each weight's own; "meta" where the program they are paired with has meta stand-ins, `analyzer.llm`): address
+    space the system hands out when written, which tracing never does, so a large model is not copied (a weight shared
+    by two modules stays shared). None when the module cannot be copied (`copy.deepcopy` refuses it, a lazy module's
+    weights have no shape yet...): its own casts are then not known, and the float32 route stands."""
     import copy
     import itertools
 
     import torch
 
     to = getattr(torch, dtype)
-    memo: dict[int, torch.Tensor] = {}
-    for t in itertools.chain(module.parameters(), module.buffers()):
-        if id(t) not in memo:
-            empty = torch.empty_like(t, dtype=to if t.is_floating_point() else t.dtype)
-            memo[id(t)] = torch.nn.Parameter(empty, t.requires_grad) if isinstance(t, torch.nn.Parameter) else empty
     try:
+        memo: dict[int, torch.Tensor] = {}
+        for t in itertools.chain(module.parameters(), module.buffers()):
+            if id(t) not in memo:
+                empty = torch.empty_like(t, dtype=to if t.is_floating_point() else t.dtype, device=device)
+                memo[id(t)] = torch.nn.Parameter(empty, t.requires_grad) if isinstance(t, torch.nn.Parameter) else empty
         copied = copy.deepcopy(module, memo)
+        inputs = tuple(
+            torch.empty_strided(t.shape, t.stride(), dtype=to, device=device or t.device)  # a view's size at most
+            if isinstance(t, torch.Tensor) and t.is_floating_point()
+            else t
+            for t in example_inputs
+        )
     except Exception:  # noqa: BLE001 - only the module's own casts are at stake (the float32 route stands)
         return None
-    inputs = tuple(
-        torch.empty_strided(t.shape, t.stride(), dtype=to, device=t.device)  # an expanded batch stays a view's size
-        if isinstance(t, torch.Tensor) and t.is_floating_point()
-        else t
-        for t in example_inputs
-    )
     return copied, inputs
 
 

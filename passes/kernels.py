@@ -1598,9 +1598,12 @@ class _View:
         for op in self.node:
             if op.op == "relax.clip" and roles[op.index] == "kernel":
                 group = self.hard_activation(op, roles)
+                name = "fused:hardswish" if group and len(group) == 4 else "fused:hardsigmoid"
+                if not group and (group := self.tensor_clamp(op, roles)):
+                    name = "fused:clamp"
                 if group:
                     act_groups[group[-1]] = group
-                    self.group_names[group[-1]] = "fused:hardswish" if len(group) == 4 else "fused:hardsigmoid"
+                    self.group_names[group[-1]] = name
                     for i in group[:-1]:
                         roles[i] = "fused"
         for op in self.node:
@@ -2056,6 +2059,23 @@ class _View:
             if {o.value for o in self.node[mul_i].operands} == {xs[0], self.outputs_of[div_i][0]}:
                 group.append(mul_i)
         return group
+
+    def tensor_clamp(self, clip: OpNode, roles: list[str]) -> list[int] | None:
+        """torch's clamp with tensor bounds (`aten.clamp.Tensor`, T5's float16 clamp), one kernel in torch, as TVM's
+        PyTorch importer writes it: `maximum(x, lo)` and/or `minimum(., hi)`, then `clip(., -inf, inf)` (a clip no
+        model writes itself): op indices (the last the clip) or None."""
+        if clip.attrs.get("min") != float("-inf") or clip.attrs.get("max") != float("inf") or len(clip.operands) != 1:
+            return None
+        group, x = [clip.index], clip.operands[0].value
+        for name in ("relax.minimum", "relax.maximum"):
+            prev = self.op_of(x)
+            if prev is None or prev.op != name or roles[prev.index] != "kernel" or len(prev.operands) != 2:
+                continue
+            if self.only_consumer(self.outputs_of[prev.index][0]) != group[0]:
+                break
+            group.insert(0, prev.index)
+            x = prev.operands[0].value
+        return group if len(group) > 1 else None
 
     def elu_group(self, e: OpNode, roles: list[str]) -> tuple[str, list[int]] | None:
         """ELU as TVM's torch importer writes it, ``relu(x) + c * relu(1 - exp(x))`` (c = -alpha): one torch kernel.

@@ -1117,6 +1117,58 @@ def test_a_module_that_cannot_be_copied_in_half_precision_gets_the_usual_error()
             analyze(model, (torch.randn(2, 4),), dtype=dtype)
 
 
+def test_t5s_norm_casts_back_only_in_half_precision_and_is_eager_kernel_for_kernel():
+    """T5's RMSNorm casts back to the weight's dtype only where the weight is half (`if self.weight.dtype in
+    [torch.float16, torch.bfloat16]`): the module's own program has a cast its float32 copy's lacks. Aligned with the
+    cast inserted, it is the dispatch trace's 8 kernels, 6 in float32 (the float32 route alone had 6, all float16),
+    bytes within 0.01% (70,528 in the trace: x 2 x 16 x 64 x 2 B up, back and weighted)."""
+    from transformers.models.t5.modeling_t5 import T5LayerNorm
+
+    model, x = T5LayerNorm(64).half().eval(), torch.randn(2, 16, 64).half()
+    trace = trace_kernels(model, (x,), inference=True)
+    kernels = analyze(model, (x,)).analysis.kernels
+    assert [k.op.split(".")[1] for k in trace.kernels].count("_to_copy") == 2 and len(kernels) == trace.count == 8
+    assert [k.dtype for k in kernels].count("float32") == 6
+    assert [(k.bytes_read, k.bytes_written) for k in kernels if k.op == "relax.astype"] == [(4096, 8192), (8192, 4096)]
+    assert abs(sum(k.bytes for k in kernels) / trace.bytes - 1) <= 1e-4
+
+
+def test_a_half_t5_runs_its_own_casts_and_clamps():
+    """A 2-layer T5 encoder in float16: besides its norms' casts, its blocks clamp in float16 only (`torch.clamp` with
+    tensor bounds after an `isinf().any()`): ops its float32 copy's program lacks, inserted. The input-dependent
+    kernels are the dispatch trace's within the suite's bounds (99 against 97; the float32 route alone had 69), the
+    clamps one kernel each as in eager (TVM writes `maximum`, `minimum`, `clip`)."""
+    spec = "t5_encoder?layers=2&hidden=64&heads=4&intermediate=128&vocab=256&seq_len=16"
+    built = zoo.build(spec, batch=2)
+    model, inputs = built.module.half().eval(), tuple(built.example_inputs)
+    trace = trace_kernels(model, inputs, inference=True)
+    analysis = analyze(model, inputs).analysis
+    count, nbytes, _ = input_dependent(analysis)
+    assert abs(count / trace.dependent_count - 1) <= COUNT_TOL and abs(nbytes / trace.dependent_bytes - 1) <= BYTES_TOL
+    assert sum(k.op == "fused:clamp" for k in analysis.kernels) == [k.op for k in trace.dependent].count(
+        "aten.clamp.Tensor"
+    )
+    assert sum(k.op == "relax.astype" for k in analysis.kernels) == 2 * 5  # 5 norms (2 x 2 layers + the final one)
+
+
+def test_a_clamp_with_tensor_bounds_is_one_kernel():
+    """`torch.clamp(x, min=-v, max=v)` with v a tensor (`aten.clamp.Tensor`) is one eager kernel reading x and both
+    bounds; TVM's importer writes it `maximum`, `minimum`, `clip(-inf, inf)`: one kernel in the view, 4 x 8 x 4 B
+    read and written besides the two bounds (float32)."""
+
+    class TensorClamp(nn.Module):
+        def forward(self, x):
+            v = torch.where(torch.isinf(x).any(), torch.finfo(x.dtype).max - 1000, torch.finfo(x.dtype).max)
+            return torch.clamp(x, min=-v, max=v)
+
+    x = torch.randn(4, 8)
+    trace = trace_kernels(TensorClamp(), (x,), inference=True)
+    analysis = analyze(TensorClamp(), (x,)).analysis
+    assert input_dependent(analysis)[0] == trace.dependent_count == 5
+    (clamp,) = [k for k in analysis.kernels if k.op == "fused:clamp"]
+    assert (clamp.bytes_read, clamp.bytes_written) == (4 * 8 * 4 + 2 * 4, 4 * 8 * 4)
+
+
 def test_a_half_zoo_spec_costed_in_float32_is_the_float32_model():
     """`zoo:...&dtype=float16` with `dtype="float32"` is `model.float()`: the plain float32 analysis, kernel for
     kernel (the half-precision program's casts are float32 no-ops there, a weight's cast folded as before)."""

@@ -480,19 +480,29 @@ def _half_node_dtypes(ep, module, example_inputs: tuple, dynamic: list | None) -
     finally:
         logging.disable(before)
     mine, theirs = _tensor_nodes(ep), _tensor_nodes(half)
-    if [str(n.target) for n in mine] != [str(n.target) for n in theirs]:
+    paired = _paired(mine, theirs)
+    if paired is None:
         return {}
-    twin = {h: m for h, m in zip(theirs, mine, strict=True)}
+    twin, inserts = paired
     out = {m.name: dtype for h, m in twin.items() if h.op != "output" and (dtype := _float_dtype_of(h))}
-    if "float32" not in out.values():  # no float island: the retarget alone is the module
+    if "float32" not in out.values() and not inserts:  # no float island: the retarget alone is the module
         return {}
-    wired = {}
-    for h, m in twin.items():
+    planned = twin | {h: h for _, block in inserts for h in block}  # (validation: the inserted ones will exist)
+    for h in (*twin, *(h for _, block in inserts for h in block)):
         if h.op in ("call_function", "output"):
-            args = _rewire((m.args, m.kwargs), (h.args, h.kwargs), twin)
-            if args is _MISMATCH:
+            m = twin.get(h, h)
+            if _rewire((m.args, m.kwargs), (h.args, h.kwargs), planned) is _MISMATCH:
                 return {}
-            wired[m] = args
+    pairs = list(twin.items())
+    for anchor, block in inserts:  # ops only the module's own program runs (T5's fp16 clamp, its cast back)
+        for h in block:
+            twin[h] = _inserted(ep, anchor, h, twin)
+            if (dtype := _float_dtype_of(h)) is not None:
+                out[twin[h].name] = dtype
+    wired = {}
+    for h, m in pairs:
+        if h.op in ("call_function", "output"):
+            wired[m] = _rewire((m.args, m.kwargs), (h.args, h.kwargs), twin)
     for m, (args, kwargs) in wired.items():
         m.args, m.kwargs = args, kwargs
     for n in mine:  # the module's own casts
@@ -504,6 +514,62 @@ def _half_node_dtypes(ep, module, example_inputs: tuple, dynamic: list | None) -
     ep.graph_module.recompile()
     return out
 
+
+def _paired(mine: list, theirs: list):
+    """(twin: each node of `theirs` -> its node of `mine`, inserts: [(the node of `mine` to insert before, the nodes of
+    `theirs` only it has)]) for two exports' tensor nodes (`_tensor_nodes`) paired in order by target, where `theirs`
+    (the module's own program) may run ops that `mine` (its float32 copy's) does not: a cast the module makes only in
+    half precision (T5's norm: `if self.weight.dtype in [torch.float16, torch.bfloat16]`), a clamp it runs only in
+    float16. None where `mine` has an op `theirs` lacks, or where the two differ otherwise (a branch on the dtype that
+    replaces ops: not the same model), or where an op only `theirs` runs reads a size or is not a call."""
+    import difflib
+
+    a, b = [str(n.target) for n in mine], [str(n.target) for n in theirs]
+    twin, inserts = {}, []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            twin.update(zip(theirs[j1:j2], mine[i1:i2], strict=True))
+        elif tag != "insert" or any(h.op != "call_function" or _is_size(h) for h in theirs[j1:j2]):
+            return None
+        else:  # (the output node closes both lists: an insert always has a node of `mine` after it)
+            inserts.append((mine[i1], [h for h in theirs[j1:j2] if "assert" not in str(h.target)]))
+    return twin, inserts
+
+
+def _inserted(ep, anchor, h, twin: dict):
+    """A copy of `h` (a node only the module's own program has) in `ep` before `anchor`, reading the twins of what it
+    reads; a cast becomes a `_to_copy` to float32 and any other half dtype it names float32, as everywhere in `ep`
+    (the importer records the half dtypes apart, `node_dtypes`); its fake value is computed on its inputs' values."""
+    import torch
+
+    def mapped(a):
+        if isinstance(a, torch.fx.Node):
+            return twin[a]
+        if a in (torch.float16, torch.bfloat16):
+            return torch.float32
+        return a
+
+    if str(h.target) in _CASTS:
+        target, args, kwargs = torch.ops.aten._to_copy.default, (twin[h.args[0]],), {"dtype": torch.float32}
+    else:
+        target = h.target
+        args, kwargs = torch.fx.node.map_aggregate((h.args, h.kwargs), mapped)
+    with ep.graph.inserting_before(anchor):
+        node = ep.graph.create_node("call_function", target, tuple(args), dict(kwargs))
+    node.meta.update({k: v for k, v in h.meta.items() if k in ("nn_module_stack", "stack_trace", "source_fn_stack")})
+    values = [n.meta.get("val") for n in node.all_input_nodes]
+    mode = torch._guards.detect_fake_mode(values)
+    if mode is not None:
+        fake = torch.fx.node.map_aggregate(
+            (node.args, node.kwargs), lambda a: a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+        )
+        with mode:
+            node.meta["val"] = target(*fake[0], **fake[1])
+    return node
+
+
+#: the casts a half-precision module's own program may run where its float32 copy's does not
+_CASTS = ("aten.to.dtype", "aten._to_copy.default", "aten.to.dtype_layout", "aten.type_as.default")
 
 #: the ATen factories whose float tensor a half-precision module makes in the default dtype (float32)
 _FACTORIES = ("aten.ones", "aten.zeros", "aten.full", "aten.empty", "aten.arange", "aten.scalar_tensor", "aten.rand",

@@ -59,7 +59,8 @@ Rules (docs/execution-model.md explains them for users):
   inside an RNN library call (`nn.LSTM`/`nn.GRU`/`nn.RNN`, an
   ONNX LSTM/GRU/RNN node: `OpNode.library_call`); a Python loop of `nn.GRUCell`s runs op by op.
 * **Activations TVM's importers spell out**: hardsigmoid (`add(x, 3) -> clip(0, 6) -> divide(6)`) and
-  hardswish (that, times x) are one kernel ("fused:hardsigmoid", "fused:hardswish"), in every graph; so are ELU
+  hardswish (that, times x) are one kernel ("fused:hardsigmoid", "fused:hardswish"), in every graph; so is torch's
+  clamp with tensor bounds (`maximum(x, lo) -> minimum(hi) -> clip(-inf, inf)`, "fused:clamp"); so are ELU
   (`relu(x) + (-alpha) * relu(1 - exp(x))`, "fused:elu") and GLU (`a * sigmoid(b)`, a and b the two halves of
   one tensor as strided slices, "fused:glu"), which TVM's torch importer writes for `F.elu` and `F.glu`; in
   graphs not from torch.export also GLU as torch's ONNX exporters write it (`Split` in two, the first output

@@ -525,6 +525,8 @@ def _paired(mine: list, theirs: list):
     import difflib
 
     a, b = [str(n.target) for n in mine], [str(n.target) for n in theirs]
+    if a == b:  # the same ops (Llama, Mistral, OPT): paired by place, no alignment to search
+        return dict(zip(theirs, mine, strict=True)), []
     twin, inserts = {}, []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if tag == "equal":

@@ -572,6 +572,14 @@ def test_step_attention_is_the_fused_kernel_eager_cuda_launches(kind):
         assert [(k.params["b"] * k.params["h"], k.params["s"], k.params["t"]) for k in ours] == [(4, 2, 32)] * 2
 
 
+def _step_at_2x32(kind: str, lm, layout, dtype):
+    """The eager step module of `lm` and its meta inputs: 2 sequences, a 32-token prompt (prefill) or context
+    (decode, its cache in `dtype`)."""
+    if kind == "prefill":
+        return PrefillStep(lm, layout), prefill_inputs(2, 32, vocab=layout.vocab, device="meta")
+    return DecodeStep(lm, 32, layout=layout), decode_inputs(layout, 2, 32, dtype=dtype, device="meta")
+
+
 def test_the_steps_record_library_calls_and_copies():
     """The step graphs carry what the PyTorch routes record (`LoadedModel.op_calls`, `.op_copies`): a 2-layer BLOOM's
     baddbmm (ALiBi) is the copy and the GEMM eager launches, one call, and its decode step's kernels are the eager
@@ -593,12 +601,7 @@ def test_the_steps_record_library_calls_and_copies():
         a = step.point(2, 32, 512).analysis
         calls = [(k.kind, k.call) for k in a.kernels if is_blas_call(k.call)]
         assert [c[0] for c in calls] == ["copy", "gemm"] * 2 and len({c[1] for c in calls}) == 2
-        if kind == "prefill":
-            module, inputs = PrefillStep(lm, layout), prefill_inputs(2, 32, vocab=256, device="meta")
-        else:
-            module = DecodeStep(lm, 32, layout=layout)
-            inputs = decode_inputs(layout, 2, 32, dtype=torch.float32, device="meta")
-        traced = trace_kernels(module, inputs).dependent_count
+        traced = trace_kernels(*_step_at_2x32(kind, lm, layout, torch.float32)).dependent_count
         kernels = input_dependent(a)[0]
         if kind == "decode":
             assert kernels == traced == 52
@@ -623,13 +626,7 @@ def test_half_precision_steps_run_the_models_own_casts():
     layout = cache_layout(lm.config)
     for kind, count in (("prefill", 90), ("decode", 88)):
         a = StepGraph(kind, lm, layout, "float16", name="llama", source="test", framework="zoo").point(2, 32, 512)
-        half = lm.to(torch.float16)
-        if kind == "prefill":
-            module, inputs = PrefillStep(half, layout), prefill_inputs(2, 32, vocab=256, device="meta")
-        else:
-            module = DecodeStep(half, 32, layout=layout)
-            inputs = decode_inputs(layout, 2, 32, dtype=torch.float16, device="meta")
-        traced = trace_kernels(module, inputs).dependent_count
+        traced = trace_kernels(*_step_at_2x32(kind, lm.to(torch.float16), layout, torch.float16)).dependent_count
         lm.float()
         assert input_dependent(a.analysis)[0] == traced == count, kind
         assert sum(k.op == "relax.astype" and k.dtype == "float32" for k in a.analysis.kernels) >= 2 * 2 + 1

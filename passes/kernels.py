@@ -2063,8 +2063,9 @@ class _View:
 
     def tensor_clamp(self, clip: OpNode, roles: list[str]) -> list[int] | None:
         """torch's clamp with tensor bounds (`aten.clamp.Tensor`, T5's float16 clamp), one kernel in torch, as TVM's
-        PyTorch importer writes it: `maximum(x, lo)` and/or `minimum(., hi)`, then `clip(., -inf, inf)` (a clip no
-        model writes itself): op indices (the last the clip) or None."""
+        PyTorch importer writes it: `maximum(x, broadcast_to(lo))` and/or `minimum(., broadcast_to(hi))`, then
+        `clip(., -inf, inf)` (a model's own `torch.maximum(a, b)` has no broadcast of b, and its `clamp(x, -inf, inf)`
+        no maximum or minimum before it): op indices (the last the clip) or None."""
         if clip.attrs.get("min") != float("-inf") or clip.attrs.get("max") != float("inf") or len(clip.operands) != 1:
             return None
         group, x = [clip.index], clip.operands[0].value
@@ -2072,6 +2073,9 @@ class _View:
             prev = self.op_of(x)
             if prev is None or prev.op != name or roles[prev.index] != "kernel" or len(prev.operands) != 2:
                 continue
+            bound = self.op_of(prev.operands[1].value)  # the importer broadcasts each bound to x's shape first
+            if bound is None or bound.op != "relax.broadcast_to":
+                break
             if self.only_consumer(self.outputs_of[prev.index][0]) != group[0]:
                 break
             group.insert(0, prev.index)

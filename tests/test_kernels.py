@@ -1163,10 +1163,98 @@ def test_a_clamp_with_tensor_bounds_is_one_kernel():
 
     x = torch.randn(4, 8)
     trace = trace_kernels(TensorClamp(), (x,), inference=True)
-    analysis = analyze(TensorClamp(), (x,)).analysis
+    analysis = analyze(TensorClamp(), (x,), strict=True).analysis  # `any`: one reduction, 4 x 8 bools to one
     assert input_dependent(analysis)[0] == trace.dependent_count == 5
     (clamp,) = [k for k in analysis.kernels if k.op == "fused:clamp"]
     assert (clamp.bytes_read, clamp.bytes_written) == (4 * 8 * 4 + 2 * 4, 4 * 8 * 4)
+    assert [(k.bytes_read, k.bytes_written) for k in analysis.kernels if k.op == "relax.max"] == [(4 * 8, 1)]
+
+
+class MaxThenClamp(nn.Module):
+    """A model's own `torch.maximum` and `torch.minimum` before a clamp: three kernels in eager, none of them a
+    bound's broadcast."""
+
+    def forward(self, a, b):
+        return torch.clamp(torch.minimum(torch.maximum(a, b), b * 2), -float("inf"), float("inf"))
+
+
+def test_a_models_own_maximum_and_minimum_are_not_a_clamp():
+    a, b = torch.randn(4, 8), torch.randn(4, 8)
+    trace = trace_kernels(MaxThenClamp(), (a, b), inference=True)
+    analysis = analyze(MaxThenClamp(), (a, b)).analysis
+    assert input_dependent(analysis)[0] == trace.dependent_count == 4
+    assert "fused:clamp" not in {k.op for k in analysis.kernels}
+
+
+HALF = (torch.float16, torch.bfloat16)
+
+
+class AmbiguousInsert(nn.Module):
+    """An op only the half-precision program runs, between two of the same target: `y * 3` may be either's twin."""
+
+    def forward(self, x):
+        y = x.float() * 2
+        if x.dtype in HALF:
+            y = y * 3
+        return (y * 4).to(x.dtype)
+
+
+class HalfOnlySum(nn.Module):
+    """A reduction only the half-precision program runs, between two others: aligned one op off, the sums' shapes
+    differ from their twins'."""
+
+    def forward(self, x):
+        y = x.float().exp().sum(-1, keepdim=True)
+        if x.dtype in HALF:
+            y = y.sum(0, keepdim=True)
+        return y.sum(1, keepdim=True).to(x.dtype)
+
+
+class HalfOnlyFactory(nn.Module):
+    def forward(self, x):
+        y = x.float().exp()
+        if x.dtype in HALF:
+            y = y + torch.full((8,), 2.0)
+        return y.sin()
+
+
+class HalfOnlySizeRead(nn.Module):
+    def forward(self, x):
+        y = x.float().softmax(-1)
+        if x.dtype in HALF:
+            y = y * (y.shape[0] * 2)
+        return y.exp()
+
+
+class HalfOnlyMask(nn.Module):
+    def forward(self, x):
+        y = x.float().exp()
+        if x.dtype in HALF:
+            y = y[y > 1.0].sum() + y
+        return y.sin()
+
+
+@pytest.mark.parametrize(
+    ("cls", "routes"),
+    [
+        (AmbiguousInsert, (False, True)),
+        (HalfOnlySum, (False, True)),
+        (HalfOnlyFactory, (False, True)),
+        (HalfOnlySizeRead, (True,)),  # (concretely the size is a number: the op is copied)
+        (HalfOnlyMask, (False, True)),
+    ],
+    ids=lambda c: getattr(c, "__name__", ""),
+)
+def test_ops_only_the_half_program_runs_that_cannot_be_placed_keep_the_float32_route(cls, routes):
+    """Where an op only the half-precision program runs cannot be placed with certainty (an equal-target neighbour,
+    twins of another shape) or copied (a factory, a size read in a symbolic export, a shape that depends on values),
+    the float32 route stands, and no error: the float32 model's kernels in float16, no float32 island."""
+    x = torch.randn(3, 4, 8).half()
+    plain = [(k.op, k.bytes // 2) for k in analyze(cls(), (x.float(),)).analysis.kernels if k.op != "relax.astype"]
+    for symbolic in routes:
+        kernels = analyze(cls().half(), (x,), symbolic=symbolic, batch=3).analysis.kernels
+        assert "float32" not in {k.dtype for k in kernels}, (cls.__name__, symbolic)
+        assert [(k.op, k.bytes) for k in kernels if k.op != "relax.astype"] == plain, (cls.__name__, symbolic)
 
 
 def test_a_half_zoo_spec_costed_in_float32_is_the_float32_model():

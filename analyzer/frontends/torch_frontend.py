@@ -54,6 +54,7 @@ def _converters() -> dict[str, Callable]:
         **promoting,
         "amax.default": tvm_ir.reduce_converter("max"),
         "amin.default": tvm_ir.reduce_converter("min"),
+        "any.default": tvm_ir.reduce_converter("max"),  # (a bool tensor's any: its max, one reduction kernel)
         "index.Tensor": tvm_ir.index_tensor_converter,
         "arange.start_step": tvm_ir.arange_converter,
         "randn.default": tvm_ir.random_fill_converter,
@@ -493,10 +494,16 @@ def _half_node_dtypes(ep, module, example_inputs: tuple, dynamic: list | None) -
             m = twin.get(h, h)
             if _rewire((m.args, m.kwargs), (h.args, h.kwargs), planned) is _MISMATCH:
                 return {}
+    vals = {}
+    if inserts:
+        mode = torch._guards.detect_fake_mode([n.meta.get("val") for n in mine])
+        vals = _insert_values(inserts, twin, mode) if mode is not None else None
+        if vals is None:
+            return {}
     pairs = list(twin.items())
     for anchor, block in inserts:  # ops only the module's own program runs (T5's fp16 clamp, its cast back)
         for h in block:
-            twin[h] = _inserted(ep, anchor, h, twin)
+            twin[h] = _inserted(ep, anchor, h, twin, vals[h])
             if (dtype := _float_dtype_of(h)) is not None:
                 out[twin[h].name] = dtype
     wired = {}
@@ -525,48 +532,101 @@ def _paired(mine: list, theirs: list):
     import difflib
 
     a, b = [str(n.target) for n in mine], [str(n.target) for n in theirs]
-    if a == b:  # the same ops (Llama, Mistral, OPT): paired by place, no alignment to search
-        return dict(zip(theirs, mine, strict=True)), []
     twin, inserts = {}, []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+    # the same ops (Llama, Mistral, OPT): paired by place, no alignment to search
+    opcodes = (
+        [("equal", 0, len(a), 0, len(b))]
+        if a == b
+        else difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    )
+    for tag, i1, i2, j1, j2 in opcodes:
         if tag == "equal":
             twin.update(zip(theirs[j1:j2], mine[i1:i2], strict=True))
-        elif tag != "insert" or any(h.op != "call_function" or _is_size(h) for h in theirs[j1:j2]):
+        elif tag != "insert" or not all(_insertable(h) for h in theirs[j1:j2]):
             return None
+        elif b[j1 - 1] == b[j2 - 1] or b[j1] == b[j2]:  # the block could sit one op earlier or later (`y * 3` only
+            return None  # in half precision between a `y * 2` and a `y * 4`): which op is whose twin is not known
         else:  # (the output node closes both lists: an insert always has a node of `mine` after it)
             inserts.append((mine[i1], [h for h in theirs[j1:j2] if "assert" not in str(h.target)]))
+    # twins compute tensors of one shape: an insert aligned one op off (`y * 3` only in half precision, before a
+    # `y * 4` both run) pairs ops of the same target but not the same work
+    if not all(_same_shape(h, m) for h, m in twin.items()):
+        return None
     return twin, inserts
 
 
-def _inserted(ep, anchor, h, twin: dict):
-    """A copy of `h` (a node only the module's own program has) in `ep` before `anchor`, reading the twins of what it
-    reads; a cast becomes a `_to_copy` to float32 and any other half dtype it names float32, as everywhere in `ep`
-    (the importer records the half dtypes apart, `node_dtypes`); its fake value is computed on its inputs' values."""
+def _insertable(node) -> bool:
+    """Whether `node`, an op only the module's own program runs, can be copied into its float32 copy's program: a call
+    on tensors (not a factory, which reads none), reading no size (a symbolic export's sizes are the other program's
+    own nodes), whose value's shape depends on no tensor's values (`x[x > 1]`)."""
+    import torch
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    if node.op != "call_function" or _is_size(node) or not node.all_input_nodes:
+        return False
+    if any(_is_size(a) for a in node.all_input_nodes):
+        return False
+    vals = [v for v in torch.utils._pytree.tree_leaves(node.meta.get("val")) if isinstance(v, torch.Tensor)]
+    return not any(free_unbacked_symbols(v) for v in vals)
+
+
+def _same_shape(a, b) -> bool:
+    """Whether two exports' nodes compute tensors of one shape (sizes both programs know as numbers compared; a
+    symbolic size matches any), or both compute something other than a tensor."""
+    import torch
+
+    va, vb = a.meta.get("val"), b.meta.get("val")
+    if not (isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor)):
+        return not isinstance(va, torch.Tensor) and not isinstance(vb, torch.Tensor)
+    if va.dim() != vb.dim():
+        return False
+    return all(
+        not (isinstance(x, int) and isinstance(y, int)) or x == y for x, y in zip(va.shape, vb.shape, strict=True)
+    )
+
+
+def _insert_call(h, arg):
+    """(target, args, kwargs) of the copy of `h` (a node only the module's own program has) in its float32 copy's
+    program, each node it reads given by `arg(node)`: a cast becomes a `_to_copy` to float32 and any other half dtype
+    it names float32, as everywhere in that program (the importer records the half dtypes apart, `node_dtypes`)."""
     import torch
 
     def mapped(a):
         if isinstance(a, torch.fx.Node):
-            return twin[a]
+            return arg(a)
         if a in (torch.float16, torch.bfloat16):
             return torch.float32
         return a
 
     if str(h.target) in _CASTS:
-        target, args, kwargs = torch.ops.aten._to_copy.default, (twin[h.args[0]],), {"dtype": torch.float32}
-    else:
-        target = h.target
-        args, kwargs = torch.fx.node.map_aggregate((h.args, h.kwargs), mapped)
+        return torch.ops.aten._to_copy.default, (arg(h.args[0]),), {"dtype": torch.float32}
+    args, kwargs = torch.fx.node.map_aggregate((h.args, h.kwargs), mapped)
+    return h.target, tuple(args), dict(kwargs)
+
+
+def _insert_values(inserts: list, twin: dict, mode) -> dict | None:
+    """The fake value of each op to insert (`_paired`), computed under the float32 export's fake `mode` on its inputs'
+    values (a twin's, or an inserted op's before it), before anything is changed; None where one cannot be computed."""
+    vals: dict = {}
+    try:
+        for _, block in inserts:
+            for h in block:
+                target, args, kwargs = _insert_call(h, lambda a: vals[a] if a in vals else twin[a].meta["val"])
+                with mode:
+                    vals[h] = target(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - not insertable: the float32 route stands alone
+        return None
+    return vals
+
+
+def _inserted(ep, anchor, h, twin: dict, val):
+    """The copy of `h` (`_insert_call`) in `ep` before `anchor`, reading the twins of what it reads, with the fake
+    value `_insert_values` computed for it."""
+    target, args, kwargs = _insert_call(h, lambda a: twin[a])
     with ep.graph.inserting_before(anchor):
-        node = ep.graph.create_node("call_function", target, tuple(args), dict(kwargs))
+        node = ep.graph.create_node("call_function", target, args, kwargs)
     node.meta.update({k: v for k, v in h.meta.items() if k in ("nn_module_stack", "stack_trace", "source_fn_stack")})
-    values = [n.meta.get("val") for n in node.all_input_nodes]
-    mode = torch._guards.detect_fake_mode(values)
-    if mode is not None:
-        fake = torch.fx.node.map_aggregate(
-            (node.args, node.kwargs), lambda a: a.meta.get("val") if isinstance(a, torch.fx.Node) else a
-        )
-        with mode:
-            node.meta["val"] = target(*fake[0], **fake[1])
+    node.meta["val"] = val
     return node
 
 

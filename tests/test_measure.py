@@ -24,6 +24,7 @@ from predictor.measure.configs import (
     save_configs,
     shard_of,
     spec_info,
+    stratified_order,
 )
 from predictor.measure.harness import RECORD_SCHEMA, Options, done_ids, latency_stats, run_shard
 from predictor.measure.mig_profiles import DEVICE_MEMORY_MIB, MIG_PROFILES, device_key
@@ -156,39 +157,59 @@ def test_sampler_is_deterministic() -> None:
 def test_every_family_has_a_space() -> None:
     for family in list_families():
         space = list(cfgmod.enumerate_space(family.name))
-        assert len(space) >= 30 * 4, family.name
         assert {b for _, b, _ in space} == set(cfgmod.BATCHES)
+        if family.name in ("nnunet", "dlrm"):  # no size parameter: each variant at 9 batches x 2 dtypes
+            assert len(space) == len(cfgmod._variants(family)) * 18, family.name
+        else:
+            assert len(space) >= 30 * 4, family.name
+        specs = sorted({s for s, _, _ in space})
+        if family.name in cfgmod.SIZE_AXES:  # every spec builds (dlrm's and nnunet's had a seq_len they do not take)
+            assert all(cfgmod.spec_info(spec) is not None for spec in specs), family.name
+        else:  # the space is unvalidated (a resolution too small for the family): some of it builds
+            assert any(cfgmod.spec_info(spec) is not None for spec in specs), family.name
 
 
-LATER_FAMILIES = (
-    "nnunet",
-    "dlrm",
-    "tft",
-    "ssd300",
-    "quartznet",
-    "hifigan",
-    "wav2vec2",
-    "fastpitch",
-    "bart",
-    "transformer_nmt",
-    "gnmt",
-)
+def test_wav2vec2_space_is_in_audio_samples_and_counts_its_flops() -> None:
+    space = {spec for spec, _, _ in cfgmod.enumerate_space("wav2vec2")}
+    assert "wav2vec2_base?seq_len=104640" in space and "wav2vec2_base?seq_len=16000" in space
+    info = cfgmod.spec_info("wav2vec2_base?seq_len=16000")
+    # its weight-normed positional conv broke FlopCounterMode (AttributeError): 0 FLOPs, a fallback memory estimate
+    assert info.mem_method == "meta-live"
+    # by hand, a lower bound: 16,000 samples -> (16,000 - 400) // 320 + 1 = 49 frames; each of the 12 layers' linears
+    # 4 x 768^2 + 2 x 768 x 3,072 = 7,077,888 MACs per frame
+    assert info.flops >= 2 * 49 * 12 * 7_077_888
+
+
+def test_public_configs_are_the_mapped_rows_in_both_dtypes() -> None:
+    from predictor.public_data import MappedRow, load_rows, map_rows
+
+    mapped = {(r.spec, r.batch) for r in map_rows(load_rows()) if isinstance(r, MappedRow)}
+    cfgs, skipped = cfgmod.public_configs("h100-80gb")
+    assert skipped == 0
+    got = {(c.zoo, c.batch, c.dtype) for c in cfgs}
+    assert got == {(spec, batch, d) for spec, batch in mapped for d in ("float32", "float16")}
+    assert len({c.id for c in cfgs}) == len(cfgs) == 2 * len(mapped)
+    assert {c.family for c in cfgs} == {"nnunet", "dlrm", "tft", "ssd300", "quartznet", "wav2vec2", "fastpitch"}
+    shipped = load_configs(Path(__file__).resolve().parents[1] / "predictor" / "measure" / "lists" / "public-dle.jsonl")
+    assert [c.id for c in shipped] == [c.id for c in cfgs]
 
 
 @pytest.mark.parametrize("target", ["h100-80gb", "h200-141gb"])
 def test_shipped_config_lists(target: str) -> None:
-    path = Path(__file__).resolve().parents[1] / "predictor" / "measure" / "lists" / f"{target}.jsonl"
-    cfgs = load_configs(path)
-    # the families built for the public DLE tables came after these lists were sampled (the next campaign's)
-    families = {f.name for f in list_families()} - set(LATER_FAMILIES)
+    lists = Path(__file__).resolve().parents[1] / "predictor" / "measure" / "lists"
+    cfgs = load_configs(lists / f"{target}.jsonl")
+    families = {f.name for f in list_families()}
     per = {name: sum(c.family == name for c in cfgs) for name in families}
-    assert len(cfgs) >= 2000 and len(families) == 34 and min(per.values()) >= 30
+    assert len(cfgs) >= 2900 and len(families) == 45 and min(per.values()) >= 40, per
     assert len({c.id for c in cfgs}) == len(cfgs)
+    assert [c.id for c in cfgs] == [c.id for c in stratified_order(cfgs)]
+    assert {c.id for c in load_configs(lists / "public-dle.jsonl")} <= {c.id for c in cfgs}
     for cfg in cfgs:
         assert cfg.id == config_id(cfg.family, cfg.params, cfg.batch, cfg.dtype)
     memory = DEVICE_MEMORY_MIB[target]
     oom = [c for c in cfgs if c.expected_oom]
-    assert 1 <= len(oom) <= 8 and all(c.est_memory_mb > memory for c in oom)
+    # 8 over the first 34 families, then 3 over the 11 added for the public DLE tables
+    assert 1 <= len(oom) <= 11 and all(c.est_memory_mb > memory for c in oom)
     assert all(c.est_memory_mb <= memory for c in cfgs if not c.expected_oom)
     assert all(0 < c.est_run_ms <= cfgmod.MAX_RUN_MS for c in cfgs if not c.expected_oom)
     smallest = MIG_PROFILES[target][0].memory_mib

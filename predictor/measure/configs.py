@@ -78,6 +78,7 @@ __all__ = [
     "config_id",
     "enumerate_space",
     "load_configs",
+    "public_configs",
     "sample_configs",
     "save_configs",
     "shard_of",
@@ -93,6 +94,14 @@ RESOLUTIONS: tuple[int, ...] = (32, 64, 96, 112, 128, 160, 168, 192, 224, 256, 2
 SEQ_LENS: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 RNN_SEQ_LENS: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024)
 EXTRA_AXES: dict[str, dict[str, tuple]] = {"randwire": {"seed": tuple(range(8))}}
+#: Families whose size axis is not :data:`RESOLUTIONS` / :data:`SEQ_LENS`: wav2vec 2.0's ``seq_len`` counts audio
+#: samples at 16 kHz (1 to 15 s; 104,640 is the average utterance of the public LibriSpeech rows), and nnU-Net's and
+#: DLRM's sizes are their variants' own (no size parameter: ``None``, the variants alone).
+SIZE_AXES: dict[str, tuple[str, tuple] | None] = {
+    "wav2vec2": ("seq_len", (16000, 32000, 64000, 104640, 160000, 240000)),
+    "nnunet": None,
+    "dlrm": None,
+}
 
 # The skip estimate's fixed terms (MiB) were the predictor's figures of the time (context 500, workspace 64) plus
 # margins, so the estimate errs high: an under-estimate costs a GPU run that ends in OOM, an over-estimate only
@@ -302,6 +311,19 @@ def _tensor_bytes(tensors: Iterable[torch.Tensor], dtype: torch.dtype) -> int:
     return total
 
 
+def _bake_parametrizations(module: torch.nn.Module) -> None:
+    """Replace each parametrized tensor by its value, in place (a meta module: no data). FlopCounterMode's module
+    tracker breaks a parametrization's weight property (wav2vec 2.0's weight-normed positional conv raised
+    AttributeError, and the estimate fell back to counting no FLOPs); the weight norm's own few kernels per forward
+    are negligible in an estimate."""
+    from torch.nn.utils import parametrize
+
+    for sub in list(module.modules()):
+        if parametrize.is_parametrized(sub):
+            for name in list(sub.parametrizations):
+                parametrize.remove_parametrizations(sub, name, leave_parametrized=True)
+
+
 def spec_info(spec: str) -> SpecInfo | None:
     """Return cached batch-independent facts about a spec, or ``None`` if the zoo rejects it.
 
@@ -324,6 +346,7 @@ def spec_info(spec: str) -> SpecInfo | None:
         (name, tuple(t.shape), "float" if t.is_floating_point() else str(t.dtype).removeprefix("torch."))
         for name, t in zip(model.input_names, model.example_inputs, strict=False)
     )
+    _bake_parametrizations(model.module)
     tracker = _LiveBytes()
     counter = FlopCounterMode(display=False)
     method = "meta-live"
@@ -380,7 +403,9 @@ def estimate_run_ms(info: SpecInfo, batch: int, dtype: str) -> float:
     return info.flops * batch / rate * 1e3 + 0.05
 
 
-def _size_axis(family: zoo.Family) -> tuple[str, tuple]:
+def _size_axis(family: zoo.Family) -> tuple[str | None, tuple]:
+    if family.name in SIZE_AXES:
+        return SIZE_AXES[family.name] or (None, (None,))
     if "resolution" in family.params:
         return "resolution", RESOLUTIONS
     if family.kind == "sequence":
@@ -398,6 +423,8 @@ def _variants(family: zoo.Family) -> list[str]:
 
 
 def _spec_string(variant: str, overrides: dict[str, object]) -> str:
+    if not overrides:
+        return variant
     return variant + "?" + "&".join(f"{k}={v}" for k, v in sorted(overrides.items()))
 
 
@@ -405,8 +432,8 @@ def _family_specs(family: zoo.Family) -> list[list[str]]:
     """Spec strings per variant (each list covers that variant's size and extra axes)."""
     size_key, sizes = _size_axis(family)
     extra = EXTRA_AXES.get(family.name, {})
-    keys = [size_key, *extra]
-    values = [sizes, *extra.values()]
+    keys = [*([size_key] if size_key else []), *extra]
+    values = [*([sizes] if size_key else []), *extra.values()]
     out = []
     for variant in _variants(family):  # the family's variants in registry order (small to large), then defaults
         _, base = zoo.resolve(variant)
@@ -585,6 +612,43 @@ def sample_configs(
     return stratified_order(unique.values())
 
 
+def public_configs(
+    target: str, path: str | Path | None = None, max_run_ms: float = MAX_RUN_MS
+) -> tuple[list[MeasureConfig], int]:
+    """The configurations of the public whole-model rows preflight maps (:mod:`predictor.public_data`: NVIDIA
+    DeepLearningExamples' A100 tables), each (zoo spec, batch) in float32 and float16, so that our own GPU measures
+    the very shapes whose public latencies the kernel model misses (nnU-Net, SSD300, TFT, wav2vec 2.0): measured in
+    a plain eager loop, they tell the kernel model's error from the public harness's own work. The public AMP rows
+    ran under autocast and their TF32 rows with TF32 matmuls; these run as every config does (``.half()``, and
+    float32 with torch's defaults), so they test the kernel model on the same shapes, not the rows' precision modes.
+
+    Args:
+        target: Device key whose memory bounds the configs.
+        path: The public rows (default: the committed ``data/public-models/dle-a100.jsonl``).
+        max_run_ms: Skip configs estimated slower than this, as :func:`sample_configs` does.
+
+    Returns:
+        (the configs, deduplicated by id, in stratified order; how many (spec, batch, dtype) were skipped by
+        the memory or time bound).
+    """
+    from predictor.public_data import DEFAULT_PATH, MappedRow, load_rows, map_rows
+
+    limit = target_memory_mib(target) * FIT_FRACTION
+    chosen: dict[str, MeasureConfig] = {}
+    skipped: set[tuple[str, int, str]] = set()
+    for row in map_rows(load_rows(path or DEFAULT_PATH)):
+        if not isinstance(row, MappedRow) or (info := spec_info(row.spec)) is None:
+            continue
+        for dtype in DTYPES:
+            est = estimate_memory_mib(info, row.batch, dtype)
+            if est <= limit and estimate_run_ms(info, row.batch, dtype) <= max_run_ms:
+                cfg = _make_config(info, row.spec, row.batch, dtype, est, False)
+                chosen[cfg.id] = cfg
+            else:
+                skipped.add((row.spec, row.batch, dtype))
+    return stratified_order(chosen.values()), len(skipped)
+
+
 #: Batch sizes in the order a family's configs are dealt out: each prefix spreads over the range.
 _BATCH_SPREAD = (1, 256, 16, 4, 64, 2, 128, 8, 32)
 
@@ -699,10 +763,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--families", default=None, help="comma-separated subset")
     parser.add_argument("--max-expected-oom", type=int, default=8)
+    parser.add_argument(
+        "--public", action="store_true", help="the public rows' configurations instead (see public_configs)"
+    )
+    parser.add_argument(
+        "--add-to",
+        default=None,
+        help="keep this list's configs and add the new ones (by id; the list re-saved in stratified order)",
+    )
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     families = args.families.split(",") if args.families else None
-    configs = sample_configs(args.target, args.per_family, args.seed, families, args.max_expected_oom, progress=True)
+    if args.public:
+        configs, skipped = public_configs(args.target)
+        print(f"public rows: {skipped} (spec, batch, dtype) over the memory or time bound", file=sys.stderr)
+    else:
+        configs = sample_configs(
+            args.target, args.per_family, args.seed, families, args.max_expected_oom, progress=True
+        )
+    if args.add_to:
+        kept = load_configs(args.add_to)
+        known = {c.id for c in kept}
+        added = [c for c in configs if c.id not in known]
+        print(f"{len(added)} of {len(configs)} configs new to {args.add_to} ({len(kept)} kept)", file=sys.stderr)
+        configs = stratified_order([*kept, *added])
     n = save_configs(configs, args.out)
     per: dict[str, int] = {}
     for cfg in configs:

@@ -8,9 +8,9 @@ ratio is far from 1 is one its kind's fit does not describe.
 
 Part 2: `group_norm`, whose statistics are reduced one (sample, group) row per thread block (torch's
 `RowwiseMomentsCUDAKernel`): with fewer rows than the GPU has SMs, most SMs idle, so the time follows the elements
-of one row, not the bytes of the tensor. The law tried: time = max(1, rows / SMs) x (elements per row) x t, with one
-constant t per dtype fitted here (the median over the records, then the MAPE of that law), against the committed
-table's MAPE on the same records.
+of one row, not the bytes of the tensor. The table's norm entries carry the floor t x max(1, rows / SMs) x
+(elements per row), t one constant up to a tensor size and another beyond it (`kernel_model.row_floor_s`, fitted by
+`python -m predictor.kernel_fit rows`): its MAPE on the records with and without it.
 
 Usage: python bench/bench_kernel_ops.py [--device h100-80gb] [--min-us 50]
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -64,28 +65,26 @@ def main() -> int:
             print(f"| {kind} | {op} | {dtype} | {layout} | {len(q)} | {p50:.2f} ({p10:.2f}-{p90:.2f}) | {mape:.0f} |")
 
     sms = DEVICES[args.device].sms
-    print(f"\ngroup_norm, contiguous, every record: time = max(1, rows / {sms} SMs) x elements per row x t")
+    print(f"\ngroup_norm, contiguous, every record: the floor t x max(1, rows / {sms} SMs) x elements per row")
     print(
-        "\n| dtype | records | t, ns per element of a row (median) | law: MAPE / median APE % "
-        "| table: MAPE / median APE % |"
+        "\n| dtype | records | ns per element of a row: tensor <= line / beyond (line) | with the floor: MAPE / median "
+        "APE % | without it: MAPE / median APE % |"
     )
-    print("|---|---:|---:|---:|---:|")
-    for dtype in ("float32", "float16", "bfloat16"):
+    print("|---|---:|---|---:|---:|")
+    for dtype in ("float32", "float16"):
         recs = [r for r in records if r.op == "group_norm" and r.layout == "contiguous" and r.dtype == dtype]
         if not recs:
             continue
         group = Group.of(recs)
-        rows = np.array([r.params["n"] * r.params["g"] for r in recs], dtype=float)
-        per_row = np.array([r.params["c"] * r.params["hw"] / r.params["g"] for r in recs], dtype=float)
-        work = np.maximum(1.0, rows / sms) * per_row
-        t = float(np.median(group.latency / work))
-        table_err = np.abs(group.predict(table.lookup(args.device, "norm", dtype)) / group.latency - 1) * 100
-        # the law as a floor under the table's own prediction (what a kernel-model term would add)
-        law = np.maximum(work * t, group.predict(table.lookup(args.device, "norm", dtype)))
-        law_err = np.abs(law / group.latency - 1) * 100
+        entry = table.lookup(args.device, "norm", dtype)
+        err = {
+            name: np.abs(group.predict(p) / group.latency - 1) * 100
+            for name, p in (("with", entry), ("without", replace(entry, row_ns=0.0)))
+        }
         print(
-            f"| {dtype} | {len(recs)} | {t * 1e9:.3f} | {law_err.mean():.1f} / {np.median(law_err):.1f} "
-            f"| {table_err.mean():.1f} / {np.median(table_err):.1f} |"
+            f"| {dtype} | {len(recs)} | {entry.row_ns:.3f} / {entry.row_ns_large:.3f} ({entry.row_cache_mib:g} MiB) "
+            f"| {err['with'].mean():.1f} / {np.median(err['with']):.1f} "
+            f"| {err['without'].mean():.1f} / {np.median(err['without']):.1f} |"
         )
     return 0
 

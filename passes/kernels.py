@@ -2764,7 +2764,14 @@ class _View:
         flops = sum(self.costs[i].flops for i in covered)
         numel = max(self.info[v].numel for v in inside | outside)
         name = self.group_names.get(last.index, last.op)
-        emit(kind, name, covered, flops, read, written, last.output.dtype, {"numel": numel})
+        params = {"numel": numel}
+        if name == "fused:group_norm":  # x reshaped to (N, groups, -1), its variance over the last axes: the rows
+            var = next(self.node[i] for i in group if self.node[i].op == "relax.variance")
+            x = self.info[var.operands[0].value]
+            per_row = math.prod(x.shape[int(a)] for a in var.attrs.get("axis") or [])
+            if per_row > 0 and x.numel % per_row == 0:
+                params = {"numel": x.numel, "rows": x.numel // per_row}
+        emit(kind, name, covered, flops, read, written, last.output.dtype, params)
 
     def is_pointwise(self, op: OpNode) -> bool:
         cost = self.costs[op.index]
@@ -3340,7 +3347,15 @@ class _View:
                 **({"transposed": True} if transposed else {}),
             }
         tensors = [o.tensor for o in op.operands] + list(op.outputs)
-        return {"numel": max((t.numel for t in tensors), default=0)}
+        numel = max((t.numel for t in tensors), default=0)
+        if kind == "norm" and op.op == "relax.nn.group_norm" and op.operands:
+            x = op.operands[0].tensor
+            groups, axes = int(op.attrs.get("num_groups") or 0), op.attrs.get("axes") or []
+            channels = x.shape[int(op.attrs.get("channel_axis", 1))] if x.ndim >= 2 else 0
+            per_row = math.prod(x.shape[int(a)] for a in axes) * channels // groups if groups else 0
+            if per_row > 0 and x.numel % per_row == 0:
+                return {"numel": x.numel, "rows": x.numel // per_row}  # (sample, group) rows: `row_floor_s`
+        return {"numel": numel}
 
     def emit_attention(self, att: _Attention, be: str, emit, read_bytes, layout, op: OpNode) -> None:
         """The attention kernel of a recognised pattern, or the math backend's separate kernels."""

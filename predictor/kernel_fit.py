@@ -66,6 +66,7 @@ from .devices import DEVICES, Device, UnknownDeviceError, get_device
 from .kernel_model import (
     _CATEGORY,
     GEMM_LIKE,
+    PARAMS_PATH,
     TF32,
     KernelArrays,
     KernelParams,
@@ -74,8 +75,11 @@ from .kernel_model import (
     compute_efficiency,
     gemm_dims,
     kernel_arrays,
+    load_params,
     memory_efficiency,
     overlap_terms,
+    row_floor_s,
+    row_tensor_mib,
 )
 from .roofline import peak_rate
 
@@ -443,13 +447,17 @@ def _out_spatial(p: dict) -> list[int]:
 def sweep_params(kind: str, params: dict) -> dict:
     """A sweep record's params (predictor.measure.kernel_list names) in the kernel contract's names, which
     `kernel_model.gemm_dims` reads: gemm `b, m, n, k` as they are; conv `n, c, o, g, k, in` -> `n, c_in, c_out,
-    groups, kernel, out_spatial`; attention `b, hq, s, t, d` -> `b, h, s, t, d`. Others unchanged."""
+    groups, kernel, out_spatial`; attention `b, hq, s, t, d` -> `b, h, s, t, d`; a group norm's `n, c, g, hw` gain
+    `rows` (n x g) and `numel` (`kernel_model.row_floor_s`). Others unchanged."""
     if kind == "conv":
         return {"n": params["n"], "c_in": params["c"], "c_out": params["o"], "groups": params.get("g", 1),
                 "kernel": list(params["k"]), "out_spatial": _out_spatial(params),
                 **({"transposed": True} if "op" in params else {})}  # fmt: skip
     if kind == "attention":
         return {"b": params["b"], "h": params["hq"], "s": params["s"], "t": params["t"], "d": params["d"]}
+    if kind == "norm" and {"n", "c", "g", "hw"} <= params.keys():  # group norm: N x groups rows, one per block
+        n, c, g, hw = (int(params[k]) for k in ("n", "c", "g", "hw"))
+        return {**params, "rows": n * g, "numel": n * c * hw}
     return dict(params)
 
 
@@ -654,6 +662,7 @@ class Group:
         compute = self.arrays.flops / (self.peak * compute_efficiency(self.arrays, p, self.sms))
         memory = self.arrays.nbytes / (self.bandwidth * memory_efficiency(self.arrays, p))
         compute, memory = overlap_terms(compute, memory, p.ridge)
+        memory = np.maximum(memory, row_floor_s(self.arrays, p, self.sms))
         launch = p.launch_us * 1e-6 if self.with_launch is None else np.where(self.with_launch, p.launch_us * 1e-6, 0)
         return np.maximum(compute, memory) + p.exec_us * 1e-6 + launch
 
@@ -1504,6 +1513,70 @@ def fits_before_sweep(
     return out
 
 
+#: the dtypes whose norm entries get the row floor (bfloat16 as float16: the same element size)
+ROW_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "float16"}
+
+
+#: the tensor sizes (MiB) tried as the line between `row_ns` and `row_ns_large` (`fit_rows`)
+ROW_CACHE_MIB = (4.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0)
+
+
+def fit_rows(records: Sequence[MeasuredKernel], table: ParamTable) -> ParamTable:
+    """`table` with the row floor (`kernel_model.row_floor_s`) on its norm entries. Per (family, dtype), over the
+    family's contiguous group-norm sweep records (params `rows`, `numel`: `sweep_params`): for each size line of
+    `ROW_CACHE_MIB`, `row_ns` and `row_ns_large` are the medians of the measured kernel duration / (max(1, rows /
+    SMs) x elements per row) over the records of a tensor up to and beyond the line; the line kept is the one whose
+    floor, under the entry's own prediction, gives the records the least mean absolute error. bfloat16 takes
+    float16's. A family without such records takes the fit of the family that has them (a transfer, said in the
+    source); no records at all: the table as it is (docs/kernel-model.md, "Ops the table does not describe")."""
+    fitted: dict[tuple[str, str], tuple[KernelParams, int, tuple[str, ...]]] = {}
+    by_key: dict[tuple[str, str], list[MeasuredKernel]] = defaultdict(list)
+    for r in records:
+        if r.kind == "norm" and r.layout == "contiguous" and r.params.get("rows") and r.dtype in ("float32", "float16"):
+            by_key[(family_of(r.device), r.dtype)].append(r)
+    for (fam, dtype), recs in sorted(by_key.items()):
+        entry = table.entries.get((fam, "norm", dtype))
+        if entry is None:
+            continue
+        group = Group.of(recs)
+        work = np.maximum(1.0, group.arrays.rows / group.sms) * group.arrays.row_numel
+        per = group.latency / work * 1e9
+        mib = row_tensor_mib(group.arrays)
+        best = None
+        for line in ROW_CACHE_MIB:
+            small, large = per[mib <= line], per[mib > line]
+            if not len(small) or not len(large):
+                continue
+            p = replace(entry, row_ns=float(np.median(small)), row_ns_large=float(np.median(large)), row_cache_mib=line)
+            err = float(np.mean(np.abs(group.predict(p) / group.latency - 1)))
+            if best is None or err < best[0]:
+                best = (err, p)
+        if best is None:
+            best = (0.0, replace(entry, row_ns=float(np.median(per))))
+        fitted[(fam, dtype)] = (best[1], len(recs), tuple(sorted({r.device for r in recs})))
+    if not fitted:
+        return table
+    entries = dict(table.entries)
+    for (scope, kind, dtype), p in table.entries.items():
+        if kind != "norm" or dtype not in ROW_DTYPES or scope not in table.families:
+            continue
+        base = ROW_DTYPES[dtype]
+        own = fitted.get((scope, base))
+        other = next(((f, v) for (f, d), v in sorted(fitted.items()) if d == base), None) if own is None else None
+        if own is not None:
+            q, n, devices = own
+            note = f"row floor: fit: this project's kernel sweep {base} group_norm on {', '.join(devices)}, n={n:,}"
+        elif other is not None:
+            fam, (q, n, devices) = other
+            where = f"{base} group_norm on {', '.join(devices)}, n={n:,}"
+            note = f"row floor: transfer: the {fam} fit ({where}; none measured here)"
+        else:
+            continue
+        rows = {"row_ns": q.row_ns, "row_ns_large": q.row_ns_large, "row_cache_mib": q.row_cache_mib}
+        entries[(scope, kind, dtype)] = replace(p, **rows, source=f"{p.source}; {note}")
+    return replace(table, entries=entries)
+
+
 def build(
     records: Sequence[MeasuredKernel], data_names: Sequence[str], out: str = "predictor/kernel_params.json"
 ) -> tuple[ParamTable, list[EvalRow], list[HalfRow], list[SweepRow]]:
@@ -1553,7 +1626,7 @@ def build(
         "notice": "predictor/KERNEL_PARAMS_NOTICE.md",
     }
     table = ParamTable(entries, {k: tuple(v) for k, v in FAMILIES.items()}, TABLE_VERSION, meta)
-    return table, rows, half, sweep
+    return fit_rows(records, table), rows, half, sweep
 
 
 def eval_markdown(
@@ -1723,7 +1796,12 @@ def parse_half_markdown(text: str) -> list[dict]:
 
 def dump_table(table: ParamTable) -> str:
     """The table as JSON text, one entry per line (diffs of a refit stay readable)."""
-    doc = table.to_json()
+    return dump_doc(table.to_json())
+
+
+def dump_doc(doc: dict) -> str:
+    """A table's JSON document as `dump_table` writes it."""
+    doc = dict(doc)
     entries = doc.pop("entries")
     head = json.dumps(doc, indent=1)[:-2]  # without the closing "\n}"
     body = ",\n".join("  " + json.dumps(e) for e in entries)
@@ -1761,7 +1839,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     fit.add_argument("--out", required=True, help="the parameter table to write (JSON)")
     fit.add_argument("--eval", help="the evaluation table to write (default: KERNEL_EVAL.md beside --out)")
+    rows_cmd = sub.add_parser("rows", help="fit only the norm entries' row floor (row_ns) of a table, in place")
+    rows_cmd.add_argument("--data", action="append", required=True, help="kernel sweep folder or file (repeatable)")
+    rows_cmd.add_argument("--table", default=str(PARAMS_PATH), help="the parameter table to update")
     args = parser.parse_args(argv)
+    if args.command == "rows":
+        try:
+            records = [r for d in args.data for r in read_data(d)]
+            table = fit_rows(records, load_params(args.table))
+        except KernelParamsError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        doc = json.loads(Path(args.table).read_text())  # only the norm entries change, every other line as it was
+        for e in doc["entries"]:
+            p = table.entries[(e["scope"], e["kind"], e["dtype"])]
+            if p.row_ns:
+                for name in ("row_ns", "row_ns_large", "row_cache_mib"):
+                    e[name] = round(getattr(p, name), 6)
+                e["source"] = p.source
+                print(f"{e['scope']} {e['kind']} {e['dtype']}: row_ns {e['row_ns']}, beyond {e['row_cache_mib']} MiB "
+                      f"{e['row_ns_large']}")  # fmt: skip
+        Path(args.table).write_text(dump_doc(doc))
+        return 0
     try:
         records = [r for d in args.data for r in read_data(d)]
         table, rows, half, sweep = build(records, args.data, args.out)

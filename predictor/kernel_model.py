@@ -58,6 +58,12 @@ For each kernel of the kernel view (`passes.kernels.Kernel`, or any object with 
   permuted or sliced tensor, `passes.kernels` "copy:<op>" kernels; the sweep's `permute` records) moves its bytes at
   e_m x `e_strided` (default 1; the hopper copy entries fit it on the sweep: a float16 permute moves 0.40-0.44 of
   the bandwidth where a contiguous clone moves 0.8-0.9; docs/kernel-model.md).
+- A kernel that reduces one row per thread block (torch's group norm: its statistics, `RowwiseMomentsCUDAKernel`,
+  one (sample, group) row per block; params `"rows"`, with `"numel"`) takes at least t x max(1, rows / SMs) x
+  (numel / rows) nanoseconds: with fewer rows than SMs most SMs idle and the time follows one row's elements, not
+  the tensor's bytes. t is `row_ns` while the tensor (`row_tensor_mib`) is at most `row_cache_mib`, else
+  `row_ns_large` (the rows then stream from memory, not from L2); `row_ns` 0: no such floor (docs/kernel-model.md;
+  the hopper norm entries fit them on the H100 sweep's `group_norm` records, `kernel_fit rows`).
 - `exec` (`exec_us`, default 0) is a fixed device-side time per kernel (prologue, epilogue, the ramp of the first
   wave), fitted only on kernel durations read from a profiler trace (data/vidur-ops: no host time in them); entries
   fitted on host-timed calls (NeuSight) keep 0, their `launch` holds it.
@@ -182,6 +188,10 @@ class KernelParams:
             (float32) slow at the median, the transposed ones right.
         e_strided: factor on a copy's memory efficiency when it gathers a strided view into contiguous memory
             (params `"strided": True`), in (0, 1]; 1: no difference (the entry was not fitted with it).
+        row_ns: nanoseconds per element of one row of a kernel that reduces a row per thread block (`KernelArrays`
+            `rows`: group norm), the floor `row_floor_s`, for a tensor of at most `row_cache_mib`; 0: no floor.
+        row_ns_large: the same beyond `row_cache_mib` (0: `row_ns` at every size).
+        row_cache_mib: the tensor size (MiB, `row_tensor_mib`) up to which `row_ns` holds.
         source: where the numbers come from, a chain read left to right: "fit: ..." (fitted on single-kernel
             measurements), "transfer: ..." (another family's fit), "default: ..." (a published or measured
             figure), "assumed: ..." (a stated assumption), each followed by the source of what it came from.
@@ -206,6 +216,9 @@ class KernelParams:
     e_grouped_transposed: float = 1.0
     ridge: float = 0.0
     overlap: float = 0.0
+    row_ns: float = 0.0
+    row_ns_large: float = 0.0
+    row_cache_mib: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("e_bias", "e_transposed", "e_grouped", "e_strided", "e_grouped_transposed"):
@@ -220,8 +233,11 @@ class KernelParams:
             raise KernelParamsError(
                 f"tail, ridge and overlap must be in [0, 1]: {self.tail}, {self.ridge}, {self.overlap} ({where})"
             )
-        if self.launch_us < 0 or self.tile_i0 < 0 or self.k0 < 0 or self.exec_us < 0:
-            raise KernelParamsError(f"launch_us, exec_us, tile_i0 and k0 must be >= 0 ({self.source or 'entry'})")
+        rows = (self.row_ns, self.row_ns_large, self.row_cache_mib)
+        if self.launch_us < 0 or self.tile_i0 < 0 or self.k0 < 0 or self.exec_us < 0 or min(rows) < 0:
+            raise KernelParamsError(
+                f"launch_us, exec_us, tile_i0, k0 and the row floor must be >= 0 ({self.source or 'entry'})"
+            )
         if any(tm < 1 or tn < 1 for tm, tn in self.tiles):
             raise KernelParamsError(f"tiles must be positive: {self.tiles}")
 
@@ -242,7 +258,7 @@ class KernelParams:
         for name in ("e_transposed", "e_grouped", "e_grouped_transposed", "e_strided", "tail"):
             if getattr(self, name) != 1.0:
                 doc[name] = round(getattr(self, name), 6)
-        for name in ("ridge", "overlap"):
+        for name in ("ridge", "overlap", "row_ns", "row_ns_large", "row_cache_mib"):
             if getattr(self, name):
                 doc[name] = round(getattr(self, name), 6)
         doc["source"] = self.source
@@ -282,6 +298,9 @@ class KernelParams:
                 tail=float(doc.get("tail", 1.0)),
                 ridge=float(doc.get("ridge", 0.0)),
                 overlap=float(doc.get("overlap", 0.0)),
+                row_ns=float(doc.get("row_ns", 0.0)),
+                row_ns_large=float(doc.get("row_ns_large", 0.0)),
+                row_cache_mib=float(doc.get("row_cache_mib", 0.0)),
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, KernelParamsError):
@@ -403,7 +422,9 @@ class KernelArrays:
     row has one. `transposed` / `grouped`: per row, True for a transposed convolution (params `"transposed": True`)
     / a convolution of `groups` > 1 (grouped or depthwise), or None when no row is one (`class_efficiency`).
     `strided`: per row, True for a copy that gathers a strided view (params `"strided": True`), or None when no row
-    is one.
+    is one. `rows` / `row_numel`: per row, the rows a kernel reduces one per thread block and the elements of one
+    (params `"rows"` and `"numel"`: a group norm's N x groups), 0 elsewhere; None when no row has them
+    (`row_floor_s`).
     """
 
     kind: np.ndarray  # (N,) str
@@ -420,6 +441,8 @@ class KernelArrays:
     transposed: np.ndarray | None = None  # (N,) bool: a transposed convolution, or None for none
     grouped: np.ndarray | None = None  # (N,) bool: a convolution with groups > 1, or None for none
     strided: np.ndarray | None = None  # (N,) bool: a copy of a strided view, or None for none
+    rows: np.ndarray | None = None  # (N,) float64: rows reduced one per thread block (0: none), or None for none
+    row_numel: np.ndarray | None = None  # (N,) float64: elements of one such row (0: none), or None for none
 
     def __len__(self) -> int:
         return len(self.flops)
@@ -504,7 +527,7 @@ def kernel_arrays(kernels: Iterable) -> KernelArrays:
     launches of its kernel; any other object for one launch, whatever attributes it has (a serving engine's
     per-layer `count` is not a launch count)."""
     kinds, dtypes, flops, nbytes, dims, counts, calls, biases = [], [], [], [], [], [], [], []
-    transposed, grouped, strided = [], [], []
+    transposed, grouped, strided, rows, row_numel = [], [], [], [], []
     for kern in kernels:
         counts.append(kern.count if isinstance(kern, Launches) else 1)
         calls.append(getattr(kern, "call", None))
@@ -514,6 +537,9 @@ def kernel_arrays(kernels: Iterable) -> KernelArrays:
         transposed.append(is_conv and (kern.params or {}).get("transposed") is True)
         grouped.append(is_conv and _groups(kern.params or {}) > 1)
         strided.append(kern.kind == "copy" and (kern.params or {}).get("strided") is True)
+        r, numel = _row_shape(kern.kind, kern.params or {})
+        rows.append(r)
+        row_numel.append(numel)
         kinds.append(kind)
         dtypes.append(kern.dtype)
         flops.append(kern.flops)
@@ -533,10 +559,48 @@ def kernel_arrays(kernels: Iterable) -> KernelArrays:
         np.array(transposed, dtype=bool) if any(transposed) else None,
         np.array(grouped, dtype=bool) if any(grouped) else None,
         np.array(strided, dtype=bool) if any(strided) else None,
+        np.array(rows, dtype=np.float64) if any(rows) else None,
+        np.array(row_numel, dtype=np.float64) if any(rows) else None,
     )
     if (arrays.flops < 0).any() or (arrays.nbytes < 0).any():
         raise KernelParamsError("kernel FLOPs and bytes must be >= 0")
     return arrays
+
+
+def _row_shape(kind: str, params: dict) -> tuple[float, float]:
+    """(rows, elements per row) of a norm kernel that reduces one row per thread block (params `"rows"` and
+    `"numel"`), else (0, 0)."""
+    try:
+        rows, numel = float(params.get("rows", 0)), float(params.get("numel", 0))
+    except (TypeError, ValueError):
+        return 0.0, 0.0
+    return (rows, numel / rows) if kind == "norm" and rows > 0 and numel > 0 else (0.0, 0.0)
+
+
+def row_floor_s(arrays: KernelArrays, p: KernelParams, sms: float | np.ndarray) -> np.ndarray | float:
+    """Per kernel, the least execution time (seconds) of a kernel that reduces one row per thread block:
+    t x max(1, rows / SMs) x elements per row, t = `row_ns` for a tensor (`row_tensor_mib`) of at most
+    `row_cache_mib`, else `row_ns_large` (0 where the kernel has no rows or the entry no `row_ns`). With fewer rows
+    than SMs each row's block runs alone on an SM, so the time is one row's; with more, the SMs take the rows in
+    turns (docs/kernel-model.md, "Ops the table does not describe")."""
+    if arrays.rows is None or not p.row_ns:
+        return 0.0
+    t = p.row_ns
+    if p.row_ns_large and p.row_cache_mib:
+        t = np.where(row_tensor_mib(arrays) > p.row_cache_mib, p.row_ns_large, p.row_ns)
+    return t * 1e-9 * np.maximum(1.0, arrays.rows / sms) * arrays.row_numel
+
+
+def row_tensor_mib(arrays: KernelArrays) -> np.ndarray:
+    """(N,) MiB of the tensor a row-reducing kernel normalises: rows x elements per row x the dtype's size (0 where
+    the kernel has no rows)."""
+    if arrays.rows is None:
+        return np.zeros(len(arrays))
+    size = np.array([_ITEMSIZE.get(str(d), 4) for d in arrays.dtype], dtype=np.float64)
+    return arrays.rows * arrays.row_numel * size / 2**20
+
+
+_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def tile_efficiency(
@@ -741,6 +805,7 @@ def kernel_latency_arrays(
         out["bound_compute_s"][rows] = sub.flops / rate
         compute = sub.flops / (rate * compute_efficiency(sub, p, sms))
         compute, memory = overlap_terms(compute, sub.nbytes / (bandwidth * memory_efficiency(sub, p)), p.ridge)
+        memory = np.maximum(memory, row_floor_s(sub, p, sms))
         out["compute_s"][rows] = compute + p.exec_us * 1e-6
         out["memory_s"][rows] = memory + p.exec_us * 1e-6
         out["launch_s"][rows] = p.launch_us * 1e-6

@@ -292,14 +292,16 @@ _RAGGED = ("x", "edge_index", "static", "op_flops", "op_bytes", "op_category", "
 #: map (`k_op_ptr` (K+1,), `k_op_idx`).
 _KERNEL = (
     "k_kind", "k_dtype", "k_flops", "k_nbytes", "k_b", "k_m", "k_n", "k_k",
-    "k_count", "k_inside", "k_bias", "k_transposed", "k_grouped", "k_strided",
+    "k_count", "k_inside", "k_bias", "k_transposed", "k_grouped", "k_strided", "k_rows", "k_row_numel",
     "k_op_ptr", "k_op_idx",
 )  # fmt: skip
 #: Kernel arrays a graph file written before they existed lacks, and their value then: one launch per kernel; none
 #: inside a library call (the kernel view then had no library calls); no fused bias, transposed or grouped
-#: convolution, strided copy (what the kernel model costed such a file with: the skew `missing_kernel_columns` names)
+#: convolution, strided copy, no rows reduced one per thread block (what the kernel model costed such a file with:
+#: the skew `missing_kernel_columns` names)
 _KERNEL_DEFAULTS = {
     "k_count": lambda k: np.ones(k, dtype=np.float64),
+    **{f"k_{f}": (lambda k: np.zeros(k, dtype=np.float64)) for f in ("rows", "row_numel")},
     **{f"k_{f}": (lambda k: np.zeros(k, dtype=bool)) for f in ("inside", "bias", "transposed", "grouped", "strided")},
 }
 
@@ -465,10 +467,12 @@ def graph_kernel_arrays(g: Graph):
     k = g.kernels
     count = np.asarray(k["k_count"], dtype=np.float64)
     flags = {f: np.asarray(k[f"k_{f}"], dtype=bool) for f in ("inside", "bias", "transposed", "grouped", "strided")}
+    rows = {f: np.asarray(k[f"k_{f}"], dtype=np.float64) for f in ("rows", "row_numel")}
     return KernelArrays(
         k["k_kind"], k["k_dtype"], k["k_flops"], k["k_nbytes"], k["k_b"], k["k_m"], k["k_n"], k["k_k"],
         count=None if (count == 1).all() else count,
         **{f: (v if v.any() else None) for f, v in flags.items()},
+        **({} if not rows["rows"].any() else rows),
     )  # fmt: skip
 
 

@@ -22,6 +22,7 @@ from predictor.kernel_model import KernelArrays, kernel_latency
 CASES = [
     ("nnunet?height=32&width=32", 1, "amp-float16", ("transposed",)),
     ("shufflenet_v2_x0_5?resolution=64", 2, "float32", ("grouped", "strided", "bias")),
+    ("poolformer_s12?resolution=64", 2, "float32", ("rows", "row_numel")),  # GroupNorm(1, C): batch rows
 ]
 FLAGS = ("inside", "bias", "transposed", "grouped", "strided")
 
@@ -68,7 +69,7 @@ def test_packed_kernel_times_equal_the_live_kernel_model(tmp_path, monkeypatch, 
     gid = pt.graph_id(spec, batch, dtype)
     config = {"config": np.array(json.dumps([spec, batch, dtype]))}
     pt.pack_graphs({gid: arrays | config}, tmp_path / "new.npz")
-    old_columns = ("k_count", "k_bias", "k_transposed", "k_grouped", "k_strided")  # the file before them
+    old_columns = ("k_count", "k_bias", "k_transposed", "k_grouped", "k_strided", "k_rows", "k_row_numel")
     _drop(tmp_path / "new.npz", tmp_path / "old.npz", old_columns)
     assert pt.missing_kernel_columns(tmp_path / "new.npz") == []
     assert pt.missing_kernel_columns(tmp_path / "old.npz") == list(old_columns)

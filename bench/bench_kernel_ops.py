@@ -8,7 +8,7 @@ ratio is far from 1 is one its kind's fit does not describe.
 
 Part 2: `group_norm`, whose statistics are reduced one (sample, group) row per thread block (torch's
 `RowwiseMomentsCUDAKernel`): with fewer rows than the GPU has SMs, most SMs idle, so the time follows the elements
-of one row, not the bytes of the tensor. The table's norm entries carry the floor t x max(1, rows / SMs) x
+of one row, not the bytes of the tensor. The table's norm entries carry the floor t x min(max(1, rows / SMs), 2) x
 (elements per row), t one constant up to a tensor size and another beyond it (`kernel_model.row_floor_s`, fitted by
 `python -m predictor.kernel_fit rows`): its MAPE on the records with and without it.
 
@@ -65,7 +65,7 @@ def main() -> int:
             print(f"| {kind} | {op} | {dtype} | {layout} | {len(q)} | {p50:.2f} ({p10:.2f}-{p90:.2f}) | {mape:.0f} |")
 
     sms = DEVICES[args.device].sms
-    print(f"\ngroup_norm, contiguous, every record: the floor t x max(1, rows / {sms} SMs) x elements per row")
+    print(f"\ngroup_norm, contiguous, every record: the floor t x min(max(1, rows / {sms} SMs), 2) x elements per row")
     print(
         "\n| dtype | records | ns per element of a row: tensor <= line / beyond (line) | with the floor: MAPE / median "
         "APE % | without it: MAPE / median APE % |"

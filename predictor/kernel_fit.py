@@ -80,6 +80,7 @@ from .kernel_model import (
     overlap_terms,
     row_floor_s,
     row_tensor_mib,
+    row_turns,
 )
 from .roofline import peak_rate
 
@@ -1519,14 +1520,17 @@ ROW_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "float16"}
 
 #: the tensor sizes (MiB) tried as the line between `row_ns` and `row_ns_large` (`fit_rows`)
 ROW_CACHE_MIB = (4.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0)
+#: `fit_rows` takes its constants from kernels at least this long (us), where a kernel's fixed cost is small
+ROW_FIT_MIN_US = 50.0
 
 
 def fit_rows(records: Sequence[MeasuredKernel], table: ParamTable) -> ParamTable:
     """`table` with the row floor (`kernel_model.row_floor_s`) on its norm entries. Per (family, dtype), over the
     family's contiguous group-norm sweep records (params `rows`, `numel`: `sweep_params`): for each size line of
     `ROW_CACHE_MIB`, `row_ns` and `row_ns_large` are the medians of the measured kernel duration / (max(1, rows /
-    SMs) x elements per row) over the records of a tensor up to and beyond the line; the line kept is the one whose
-    floor, under the entry's own prediction, gives the records the least mean absolute error. bfloat16 takes
+    SMs) x elements per row) over the records of at least `ROW_FIT_MIN_US` (a shorter kernel's fixed cost would
+    count as row time) of a tensor up to and beyond the line; the line kept is the one whose floor, under the
+    entry's own prediction, gives all the records the least mean absolute error. bfloat16 takes
     float16's. A family without such records takes the fit of the family that has them (a transfer, said in the
     source); no records at all: the table as it is (docs/kernel-model.md, "Ops the table does not describe")."""
     fitted: dict[tuple[str, str], tuple[KernelParams, int, tuple[str, ...]]] = {}
@@ -1539,20 +1543,22 @@ def fit_rows(records: Sequence[MeasuredKernel], table: ParamTable) -> ParamTable
         if entry is None:
             continue
         group = Group.of(recs)
-        work = np.maximum(1.0, group.arrays.rows / group.sms) * group.arrays.row_numel
+        work = row_turns(group.arrays.rows, group.sms) * group.arrays.row_numel
         per = group.latency / work * 1e9
         mib = row_tensor_mib(group.arrays)
+        long = group.latency >= ROW_FIT_MIN_US * 1e-6
         best = None
         for line in ROW_CACHE_MIB:
-            small, large = per[mib <= line], per[mib > line]
+            small, large = per[long & (mib <= line)], per[long & (mib > line)]
             if not len(small) or not len(large):
                 continue
             p = replace(entry, row_ns=float(np.median(small)), row_ns_large=float(np.median(large)), row_cache_mib=line)
             err = float(np.mean(np.abs(group.predict(p) / group.latency - 1)))
             if best is None or err < best[0]:
                 best = (err, p)
-        if best is None:
-            best = (0.0, replace(entry, row_ns=float(np.median(per))))
+        if best is None:  # every long record on one side of every line: one constant
+            one = per[long] if long.any() else per
+            best = (0.0, replace(entry, row_ns=float(np.median(one)), row_ns_large=0.0, row_cache_mib=0.0))
         fitted[(fam, dtype)] = (best[1], len(recs), tuple(sorted({r.device for r in recs})))
     if not fitted:
         return table
@@ -1573,7 +1579,8 @@ def fit_rows(records: Sequence[MeasuredKernel], table: ParamTable) -> ParamTable
         else:
             continue
         rows = {"row_ns": q.row_ns, "row_ns_large": q.row_ns_large, "row_cache_mib": q.row_cache_mib}
-        entries[(scope, kind, dtype)] = replace(p, **rows, source=f"{p.source}; {note}")
+        source = p.source.split("; row floor: ")[0]  # a table fitted before: its note replaced, not repeated
+        entries[(scope, kind, dtype)] = replace(p, **rows, source=f"{source}; {note}")
     return replace(table, entries=entries)
 
 

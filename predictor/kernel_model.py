@@ -59,11 +59,12 @@ For each kernel of the kernel view (`passes.kernels.Kernel`, or any object with 
   e_m x `e_strided` (default 1; the hopper copy entries fit it on the sweep: a float16 permute moves 0.40-0.44 of
   the bandwidth where a contiguous clone moves 0.8-0.9; docs/kernel-model.md).
 - A kernel that reduces one row per thread block (torch's group norm: its statistics, `RowwiseMomentsCUDAKernel`,
-  one (sample, group) row per block; params `"rows"`, with `"numel"`) takes at least t x max(1, rows / SMs) x
-  (numel / rows) nanoseconds: with fewer rows than SMs most SMs idle and the time follows one row's elements, not
-  the tensor's bytes. t is `row_ns` while the tensor (`row_tensor_mib`) is at most `row_cache_mib`, else
-  `row_ns_large` (the rows then stream from memory, not from L2); `row_ns` 0: no such floor (docs/kernel-model.md;
-  the hopper norm entries fit them on the H100 sweep's `group_norm` records, `kernel_fit rows`).
+  one (sample, group) row per block; params `"rows"`, with `"numel"`) takes at least t x max(1, rows / SMs) (at most
+  2: `row_turns`) x (numel / rows) nanoseconds: with fewer rows than SMs most SMs idle and the time follows one
+  row's elements, not the tensor's bytes. t is `row_ns` while the tensor (`row_tensor_mib`) is at most
+  `row_cache_mib`, else `row_ns_large` (the rows then stream from memory, not from L2); `row_ns` 0: no such floor
+  (docs/kernel-model.md; the hopper norm entries fit them on the H100 sweep's `group_norm` records, `kernel_fit
+  rows`).
 - `exec` (`exec_us`, default 0) is a fixed device-side time per kernel (prologue, epilogue, the ramp of the first
   wave), fitted only on kernel durations read from a profiler trace (data/vidur-ops: no host time in them); entries
   fitted on host-timed calls (NeuSight) keep 0, their `launch` holds it.
@@ -579,16 +580,27 @@ def _row_shape(kind: str, params: dict) -> tuple[float, float]:
 
 def row_floor_s(arrays: KernelArrays, p: KernelParams, sms: float | np.ndarray) -> np.ndarray | float:
     """Per kernel, the least execution time (seconds) of a kernel that reduces one row per thread block:
-    t x max(1, rows / SMs) x elements per row, t = `row_ns` for a tensor (`row_tensor_mib`) of at most
-    `row_cache_mib`, else `row_ns_large` (0 where the kernel has no rows or the entry no `row_ns`). With fewer rows
-    than SMs each row's block runs alone on an SM, so the time is one row's; with more, the SMs take the rows in
-    turns (docs/kernel-model.md, "Ops the table does not describe")."""
+    t x `row_turns` (max(1, rows / SMs), at most 2) x elements per row; t = `row_ns` for a tensor (`row_tensor_mib`)
+    of at most `row_cache_mib`, else `row_ns_large` (0 where the kernel has no rows or the entry no `row_ns`). With
+    fewer rows than SMs each row's block runs alone on an SM, so the time is one row's; with more, the SMs take the
+    rows in turns (docs/kernel-model.md, "Ops the table does not describe")."""
     if arrays.rows is None or not p.row_ns:
         return 0.0
     t = p.row_ns
     if p.row_ns_large and p.row_cache_mib:
         t = np.where(row_tensor_mib(arrays) > p.row_cache_mib, p.row_ns_large, p.row_ns)
-    return t * 1e-9 * np.maximum(1.0, arrays.rows / sms) * arrays.row_numel
+    return t * 1e-9 * row_turns(arrays.rows, sms) * arrays.row_numel
+
+
+#: the most turns of rows `row_turns` counts: beyond two rows per SM torch's 512-thread blocks share SMs (up to
+#: four at once), which the one-block-per-SM law does not describe; the H100 sweep's group norms of 2.2 to 3.2 rows
+#: per SM took 2.0 to 2.3 turns' time, and beyond them the kernel's bytes decide (docs/kernel-model.md)
+ROW_TURNS_MAX = 2.0
+
+
+def row_turns(rows: np.ndarray, sms: float | np.ndarray) -> np.ndarray:
+    """How many rows' time a row-reducing kernel takes: max(1, rows / SMs), at most `ROW_TURNS_MAX`."""
+    return np.clip(rows / sms, 1.0, ROW_TURNS_MAX)
 
 
 def row_tensor_mib(arrays: KernelArrays) -> np.ndarray:

@@ -1527,8 +1527,8 @@ ROW_FIT_MIN_US = 50.0
 def fit_rows(records: Sequence[MeasuredKernel], table: ParamTable) -> ParamTable:
     """`table` with the row floor (`kernel_model.row_floor_s`) on its norm entries. Per (family, dtype), over the
     family's contiguous group-norm sweep records (params `rows`, `numel`: `sweep_params`): for each size line of
-    `ROW_CACHE_MIB`, `row_ns` and `row_ns_large` are the medians of the measured kernel duration / (max(1, rows /
-    SMs) x elements per row) over the records of at least `ROW_FIT_MIN_US` (a shorter kernel's fixed cost would
+    `ROW_CACHE_MIB`, `row_ns` and `row_ns_large` are the medians of the measured kernel duration / (`row_turns` x
+    elements per row) over the records of at least `ROW_FIT_MIN_US` (a shorter kernel's fixed cost would
     count as row time) of a tensor up to and beyond the line; the line kept is the one whose floor, under the
     entry's own prediction, gives all the records the least mean absolute error. bfloat16 takes
     float16's. A family without such records takes the fit of the family that has them (a transfer, said in the

@@ -739,6 +739,13 @@ class _Attention:
     dtype: str
 
 
+def _row_params(numel: int, per_row: int) -> dict | None:
+    """A group norm kernel's params: its elements and its (sample, group) rows, each of `per_row` elements, which
+    torch reduces one per thread block (`predictor.kernel_model.row_floor_s`); None where `per_row` does not divide
+    the tensor."""
+    return {"numel": numel, "rows": numel // per_row} if per_row > 0 and numel % per_row == 0 else None
+
+
 class _View:
     def __init__(self, graph: OpGraph, ops: list[OpCost], attention_patterns: str):
         self.graph, self.costs = graph, ops
@@ -2769,8 +2776,7 @@ class _View:
             var = next(self.node[i] for i in group if self.node[i].op == "relax.variance")
             x = self.info[var.operands[0].value]
             per_row = math.prod(x.shape[int(a)] for a in var.attrs.get("axis") or [])
-            if per_row > 0 and x.numel % per_row == 0:
-                params = {"numel": x.numel, "rows": x.numel // per_row}
+            params = _row_params(x.numel, per_row) or params
         emit(kind, name, covered, flops, read, written, last.output.dtype, params)
 
     def is_pointwise(self, op: OpNode) -> bool:
@@ -3353,8 +3359,8 @@ class _View:
             groups, axes = int(op.attrs.get("num_groups") or 0), op.attrs.get("axes") or []
             channels = x.shape[int(op.attrs.get("channel_axis", 1))] if x.ndim >= 2 else 0
             per_row = math.prod(x.shape[int(a)] for a in axes) * channels // groups if groups else 0
-            if per_row > 0 and x.numel % per_row == 0:
-                return {"numel": x.numel, "rows": x.numel // per_row}  # (sample, group) rows: `row_floor_s`
+            if params := _row_params(x.numel, per_row):
+                return params
         return {"numel": numel}
 
     def emit_attention(self, att: _Attention, be: str, emit, read_bytes, layout, op: OpNode) -> None:

@@ -107,6 +107,7 @@ from pathlib import Path
 
 import numpy as np
 
+from passes.graph import dtype_bytes
 from passes.kernels import Launches
 
 from .devices import Device, MigProfile
@@ -571,11 +572,13 @@ def kernel_arrays(kernels: Iterable) -> KernelArrays:
 def _row_shape(kind: str, params: dict) -> tuple[float, float]:
     """(rows, elements per row) of a norm kernel that reduces one row per thread block (params `"rows"` and
     `"numel"`), else (0, 0)."""
+    if kind != "norm" or "rows" not in params:  # (every kernel of every analysis passes here)
+        return 0.0, 0.0
     try:
         rows, numel = float(params.get("rows", 0)), float(params.get("numel", 0))
     except (TypeError, ValueError):
         return 0.0, 0.0
-    return (rows, numel / rows) if kind == "norm" and rows > 0 and numel > 0 else (0.0, 0.0)
+    return (rows, numel / rows) if rows > 0 and numel > 0 else (0.0, 0.0)
 
 
 def row_floor_s(arrays: KernelArrays, p: KernelParams, sms: float | np.ndarray) -> np.ndarray | float:
@@ -608,11 +611,8 @@ def row_tensor_mib(arrays: KernelArrays) -> np.ndarray:
     the kernel has no rows)."""
     if arrays.rows is None:
         return np.zeros(len(arrays))
-    size = np.array([_ITEMSIZE.get(str(d), 4) for d in arrays.dtype], dtype=np.float64)
+    size = np.array([dtype_bytes(str(d)) for d in arrays.dtype], dtype=np.float64)
     return arrays.rows * arrays.row_numel * size / 2**20
-
-
-_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def tile_efficiency(

@@ -509,6 +509,17 @@ def _make_config(info: SpecInfo, spec: str, batch: int, dtype: str, est: float, 
     )
 
 
+def _fitting_config(
+    info: SpecInfo, spec: str, batch: int, dtype: str, limit_mib: float, max_run_ms: float
+) -> MeasureConfig | None:
+    """The config of (spec, batch, dtype) where its memory estimate is within `limit_mib` and its time estimate
+    within `max_run_ms`, else None (what `sample_configs` and `public_configs` keep)."""
+    est = estimate_memory_mib(info, batch, dtype)
+    if est <= limit_mib and estimate_run_ms(info, batch, dtype) <= max_run_ms:
+        return _make_config(info, spec, batch, dtype, est, False)
+    return None
+
+
 def _pick_specs(per_variant: list[list[str]], n_specs: int, rng: random.Random) -> list[tuple[str, SpecInfo]]:
     queues = [rng.sample(specs, len(specs)) for specs in per_variant]
     rng.shuffle(queues)
@@ -580,9 +591,8 @@ def sample_configs(
             for (spec, info), deck in zip(specs, decks, strict=True):
                 while deck:
                     batch, dtype = deck.pop()
-                    est = estimate_memory_mib(info, batch, dtype)
-                    if est <= limit and estimate_run_ms(info, batch, dtype) <= max_run_ms:
-                        taken.append(_make_config(info, spec, batch, dtype, est, False))
+                    if (cfg := _fitting_config(info, spec, batch, dtype, limit, max_run_ms)) is not None:
+                        taken.append(cfg)
                         break
                 if len(taken) >= per_family:
                     break
@@ -640,9 +650,7 @@ def public_configs(
         if not isinstance(row, MappedRow) or (info := spec_info(row.spec)) is None:
             continue
         for dtype in DTYPES:
-            est = estimate_memory_mib(info, row.batch, dtype)
-            if est <= limit and estimate_run_ms(info, row.batch, dtype) <= max_run_ms:
-                cfg = _make_config(info, row.spec, row.batch, dtype, est, False)
+            if (cfg := _fitting_config(info, row.spec, row.batch, dtype, limit, max_run_ms)) is not None:
                 chosen[cfg.id] = cfg
             else:
                 skipped.add((row.spec, row.batch, dtype))
